@@ -1,0 +1,1 @@
+"""kvconform's harness: the command line, the pytest plugin, reports, baselines and merging of runs."""

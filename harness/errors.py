@@ -1,0 +1,17 @@
+"""Exit codes and the error type the command line turns into one line on stderr."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURES = 1
+EXIT_USAGE = 2
+EXIT_TARGET = 4
+EXIT_NOTHING_RAN = 5
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, never as a traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.exit_code = exit_code

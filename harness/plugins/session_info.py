@@ -1,0 +1,28 @@
+"""Options shared by every suite and the pytest header line naming kvconform's version."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+
+def kvconform_version() -> str:
+    """The installed kvconform distribution's version, or 'unknown' when run from a bare tree."""
+    try:
+        return metadata.version("kvconform")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvconform", "kvconform conformance suites")
+    group.addoption(
+        "--vllm-version",
+        dest="kvconform_vllm_version",
+        default=None,
+        metavar="X.Y.Z|PROFILE",
+        help="vLLM rule era to test (a version such as 0.13.0 or a profile: pre-seed, seed, v0.33).",
+    )
+
+
+def pytest_report_header(config):
+    return [f"kvconform {kvconform_version()}"]

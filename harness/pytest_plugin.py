@@ -1,0 +1,19 @@
+"""The `pytest11` entry point of kvconform: loads the plugin module of each concern.
+
+One entry point keeps installation simple; each concern (results collection, the config matrix,
+the allocator target, the connector target) lives in its own module under `harness.plugins`.
+"""
+
+from __future__ import annotations
+
+PLUGIN_MODULES = (
+    "harness.plugins.session_info",
+    "harness.plugins.results",
+)
+
+
+def pytest_addoption(parser, pluginmanager):
+    """Register the concern plugins; pytest replays historic hooks such as this one for them."""
+    for name in PLUGIN_MODULES:
+        if not pluginmanager.has_plugin(name):
+            pluginmanager.import_plugin(name)

@@ -1,0 +1,1 @@
+"""kvconform conformance suites, runnable with `pytest --pyargs suites` after installing kvconform."""
