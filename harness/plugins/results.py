@@ -1,15 +1,31 @@
-"""Per-test result records: the `kvconform_record` fixture that suites use to attach a structured result.
+"""Per-test result records and their collection into one results file (`--kvconform-results PATH`).
 
 A suite test calls ``kvconform_record(suite=..., cell={...}, expected=..., actual=..., **extra)``; the record
-travels with the test's report (``user_properties``) and the results collector turns it into one entry of
-``reports/results.json``.
+travels with the test's report (``user_properties``) and the collector below turns every test into one entry
+of the results file (see `harness.results_model`).
+
+Under pytest-xdist every worker keeps its own entries and hands them to the controller through
+``config.workeroutput`` when its session finishes; the controller gathers them in ``pytest_testnodedown``.
+No temporary files are shared between processes. Without xdist the entries are collected directly.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from typing import Any
+
 import pytest
 
+from harness.atomic_write import write_text_atomic
+from harness.results_model import ResultsDocument, make_entry, sort_entries
+from harness.run_info import collect_run_info, utc_now_iso
+
 RECORD_KEY = "kvconform"
+WORKEROUTPUT_KEY = "kvconform_results"
+_RUN_INFO_KEY = pytest.StashKey[dict]()
+_MESSAGE_LIMIT = 2000
 
 
 @pytest.fixture
@@ -22,3 +38,179 @@ def kvconform_record(request):
         request.node.user_properties.append((RECORD_KEY, payload))
 
     return record
+
+
+def add_run_info(config: pytest.Config, **fields: Any) -> None:
+    """Let another kvconform plugin add fields to the results file's run_info (e.g. the resolved target)."""
+    config.stash.setdefault(_RUN_INFO_KEY, {}).update(fields)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvconform")
+    group.addoption(
+        "--kvconform-results",
+        dest="kvconform_results",
+        default=None,
+        metavar="PATH",
+        help="write one JSON results file (all xdist workers together) to PATH, e.g. reports/results.json.",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("kvconform_results", None):
+        config.pluginmanager.register(ResultsCollector(config), "kvconform-results-collector")
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` if JSON can carry it unchanged, else its repr (parametrize values may be any object)."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _suite_from_nodeid(nodeid: str) -> str:
+    """'suites/config/test_x.py::t' -> 'config'; 'tests/test_y.py::t' -> 'tests'."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    if "suites" in parts and parts.index("suites") + 1 < len(parts) - 1:
+        return parts[parts.index("suites") + 1]
+    return parts[0] if len(parts) > 1 else "tests"
+
+
+def _message(report: pytest.TestReport) -> str | None:
+    """The skip reason or a one-line failure summary of a report."""
+    longrepr = report.longrepr
+    if longrepr is None:
+        return None
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, lineno, reason)
+        text = str(longrepr[2])
+        text = text.removeprefix("Skipped: ")
+    else:
+        crash = getattr(longrepr, "reprcrash", None)
+        if crash is not None:
+            text = crash.message
+        else:
+            lines = str(longrepr).strip().splitlines()
+            text = lines[-1] if lines else ""
+    if getattr(report, "wasxfail", None) is not None and report.skipped:
+        text = f"xfail: {report.wasxfail or text}"
+    text = " ".join(str(text).split())
+    return text[:_MESSAGE_LIMIT]
+
+
+class _TestProgress:
+    """The phases (setup/call/teardown) seen so far for one test."""
+
+    __slots__ = ("status", "message", "duration", "properties", "params")
+
+    def __init__(self) -> None:
+        self.status = "passed"
+        self.message: str | None = None
+        self.duration = 0.0
+        self.properties: list = []
+        self.params: dict = {}
+
+    def add(self, report: pytest.TestReport) -> None:
+        self.duration += report.duration
+        self.properties = list(report.user_properties)
+        if report.failed:
+            # A failing call is a failure; a failing setup or teardown is an error (as pytest counts it).
+            if report.when == "call":
+                self.status, self.message = "failed", _message(report)
+            elif self.status != "failed":
+                self.status, self.message = "error", _message(report)
+        elif report.skipped and self.status == "passed":
+            self.status, self.message = "skipped", _message(report)
+
+    def entries(self, nodeid: str) -> list[dict[str, Any]]:
+        records = [payload for key, payload in self.properties if key == RECORD_KEY]
+        if not records:
+            return [make_entry(nodeid=nodeid, suite=_suite_from_nodeid(nodeid), status=self.status,
+                               params=self.params, message=self.message, duration=self.duration)]
+        entries = []
+        for index, record in enumerate(records):
+            record = dict(record)
+            suite, cell = record.pop("suite"), record.pop("cell")
+            expected, actual = record.pop("expected", None), record.pop("actual", None)
+            entries.append(make_entry(
+                nodeid=nodeid if index == 0 else f"{nodeid}#{index}",
+                suite=str(suite), status=self.status, cell=_json_safe(cell), params=self.params,
+                expected=_json_safe(expected), actual=_json_safe(actual), message=self.message,
+                duration=self.duration, extra={k: _json_safe(v) for k, v in record.items()},
+            ))
+        return entries
+
+
+class ResultsCollector:
+    """Collects one entry per test; the controller (or a non-xdist run) writes the results file."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.path = config.getoption("kvconform_results")
+        self.is_worker = hasattr(config, "workerinput")
+        self.in_progress: dict[str, _TestProgress] = {}
+        self.entries: list[dict[str, Any]] = []
+        # Controller under xdist: entries from workers, plus reports the controller saw itself, which only
+        # matter for tests whose worker crashed before it could hand over its entries.
+        self.worker_entries: list[dict[str, Any]] = []
+        self.workers_seen = 0
+        self.started_at = utc_now_iso()
+        self.started = time.perf_counter()
+
+    def _distributed_controller(self) -> bool:
+        return not self.is_worker and self.config.pluginmanager.hasplugin("dsession")
+
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None:
+                self.in_progress.setdefault(item.nodeid, _TestProgress()).params = {
+                    k: _json_safe(v) for k, v in callspec.params.items()
+                }
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        progress = self.in_progress.setdefault(report.nodeid, _TestProgress())
+        progress.add(report)
+        if report.when == "teardown":
+            self.entries.extend(progress.entries(report.nodeid))
+            del self.in_progress[report.nodeid]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        self.workers_seen += 1
+        payload = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
+        if payload:
+            self.worker_entries.extend(json.loads(payload))
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.is_worker:
+            self.config.workeroutput[WORKEROUTPUT_KEY] = json.dumps(self.entries)
+            return
+        entries = self.entries
+        if self._distributed_controller():
+            covered = {e["id"].split("#", 1)[0] for e in self.worker_entries}
+            entries = self.worker_entries + [e for e in self.entries if e["id"].split("#", 1)[0] not in covered]
+        run_info = collect_run_info(target=self._target())
+        run_info.update(self.config.stash.get(_RUN_INFO_KEY, {}))
+        run_info.update(
+            started_at=self.started_at,
+            finished_at=utc_now_iso(),
+            wall_seconds=round(time.perf_counter() - self.started, 3),
+            pytest_exit_status=int(exitstatus),
+            workers=self.workers_seen or None,
+            vllm_version=self.config.getoption("kvconform_vllm_version", None),
+        )
+        document = ResultsDocument(run_info=run_info, results=sort_entries(entries))
+        write_text_atomic(self.path, document.dumps())
+
+    def _target(self) -> str | None:
+        """The config target as given on the command line or in the environment (None: the reference)."""
+        for option in ("--hma-target",):
+            try:
+                value = self.config.getoption(option)
+            except ValueError:
+                continue
+            if value:
+                return str(value)
+        return os.environ.get("KVCONFORM_TARGET") or None

@@ -1,0 +1,181 @@
+"""The results file (`reports/results.json`): its schema, loading with validation, and cell identity.
+
+A results document is one JSON object::
+
+    {"format": "kvconform-results", "schema_version": 1,
+     "run_info": {...},             # the run (for a merged file: a summary of the runs)
+     "runs": [{...}, ...],          # every run's own run_info (one entry for a single run)
+     "results": [entry, ...]}
+
+and each entry describes one test::
+
+    {"id": nodeid, "suite": "config" | "allocator" | "connector" | "benchmark" | other,
+     "cell": {...} | null,          # the suite's parameters as recorded with kvconform_record
+     "params": {...},               # pytest's parametrize values (JSON-safe), for tests without a record
+     "status": "passed" | "failed" | "skipped" | "error",
+     "expected": ..., "actual": ...,
+     "message": str | null,         # skip reason or failure summary
+     "duration": seconds, "run": index into "runs", "extra": {...}}
+
+Two entries describe the same *cell* when their suite and cell agree (or, without a cell, their test ids);
+`merge` and `diff` compare cells by their *outcome*: the status and the target's actual result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "kvconform-results"
+SCHEMA_VERSION = 1
+STATUSES = ("passed", "failed", "skipped", "error")
+REQUIRED_ENTRY_KEYS = ("id", "suite", "status")
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be used: missing, not JSON, not kvconform's, or malformed."""
+
+
+@dataclass
+class ResultsDocument:
+    """A loaded (or freshly collected) results document."""
+
+    run_info: dict[str, Any]
+    results: list[dict[str, Any]]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            self.runs = [self.run_info]
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as the JSON object written to disk."""
+        return {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "run_info": self.run_info,
+            "runs": self.runs,
+            "results": self.results,
+        }
+
+    def dumps(self) -> str:
+        """Serialise deterministically (sorted results, stable key order)."""
+        return json.dumps(self.to_json(), indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def make_entry(
+    *,
+    nodeid: str,
+    suite: str,
+    status: str,
+    cell: dict | None = None,
+    params: dict | None = None,
+    expected: Any = None,
+    actual: Any = None,
+    message: str | None = None,
+    duration: float = 0.0,
+    extra: dict | None = None,
+    run: int = 0,
+) -> dict[str, Any]:
+    """One results entry with every key present, in the documented order."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    return {
+        "id": nodeid,
+        "suite": suite,
+        "cell": cell,
+        "params": params or {},
+        "status": status,
+        "expected": expected,
+        "actual": actual,
+        "message": message,
+        "duration": round(float(duration), 6),
+        "run": run,
+        "extra": extra or {},
+    }
+
+
+def sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries in a deterministic order, independent of how xdist scheduled the tests."""
+    return sorted(entries, key=lambda e: (e.get("run", 0), e["id"], cell_key(e)))
+
+
+def cell_key(entry: dict[str, Any]) -> str:
+    """The identity of the cell an entry describes (suite + canonical cell, else suite + test id)."""
+    cell = entry.get("cell")
+    if cell:
+        return f"{entry['suite']}:{json.dumps(cell, sort_keys=True, separators=(',', ':'))}"
+    return f"{entry['suite']}:{entry['id']}"
+
+
+def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """What `diff` and `merge` compare: the status and the target's actual result (ids left out)."""
+    actual = entry.get("actual")
+    if isinstance(actual, dict):
+        actual = {k: v for k, v in actual.items() if k != "id"}
+    return {"status": entry["status"], "actual": actual}
+
+
+def _fail(path: str | os.PathLike, what: str) -> ResultsFileError:
+    return ResultsFileError(f"results file {os.fspath(path)}: {what}")
+
+
+def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocument:
+    """Validate a decoded JSON value as a results document; raise ResultsFileError naming the problem."""
+    if not isinstance(data, dict):
+        raise _fail(path, f"expected a JSON object with format {FORMAT!r}, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r})")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise _fail(path, f"schema_version {version!r} is not supported (this kvconform reads {SCHEMA_VERSION})")
+    run_info = data.get("run_info")
+    if not isinstance(run_info, dict):
+        raise _fail(path, "run_info must be an object")
+    runs = data.get("runs", [run_info])
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+        raise _fail(path, "runs must be a non-empty list of objects")
+    results = data.get("results")
+    if not isinstance(results, list):
+        raise _fail(path, "results must be a list")
+    for index, entry in enumerate(results):
+        where = f"results[{index}]"
+        if not isinstance(entry, dict):
+            raise _fail(path, f"{where} must be an object")
+        for key in REQUIRED_ENTRY_KEYS:
+            if not isinstance(entry.get(key), str):
+                raise _fail(path, f"{where}.{key} must be a string")
+        if entry["status"] not in STATUSES:
+            raise _fail(path, f"{where}.status {entry['status']!r} is not one of {', '.join(STATUSES)}")
+        cell = entry.get("cell")
+        if cell is not None and not isinstance(cell, dict):
+            raise _fail(path, f"{where}.cell must be an object or null")
+        run = entry.setdefault("run", 0)
+        if not isinstance(run, int) or not 0 <= run < len(runs):
+            raise _fail(path, f"{where}.run {run!r} does not name one of the {len(runs)} run(s)")
+        for key, default in (("cell", None), ("params", {}), ("expected", None), ("actual", None),
+                             ("message", None), ("duration", 0.0), ("extra", {})):
+            entry.setdefault(key, default)
+    return ResultsDocument(run_info=run_info, results=results, runs=runs)
+
+
+def load_results(path: str | os.PathLike) -> ResultsDocument:
+    """Read and validate a results file; every problem is a ResultsFileError with one clear line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except IsADirectoryError:
+        raise _fail(path, "is a directory, expected a JSON file") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "is not UTF-8 text") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    return parse_document(data, path)
