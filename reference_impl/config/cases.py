@@ -1,0 +1,332 @@
+"""The case/outcome schema of `kvconform resolve`, and `resolve_case`, the reference target.
+
+A case describes one configuration (see README, "The resolve schema"); an outcome is what the reference
+engine does with it: `{"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}`.
+`resolve_case` never raises for a bad case: the outcome's error then has stage "input".
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_impl.config import eras as E
+from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
+from reference_impl.config.factory import load_module_class
+from reference_impl.config.objects import (
+    KV_ROLES,
+    AttentionConfig,
+    CacheConfig,
+    HiSparseConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    Runtime,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
+from reference_impl.config.resolution import create_connector
+from reference_impl.config.vllm_cli import parse_cli
+
+PLATFORM_CHOICES = (*E.PLATFORMS, "auto")
+OFFLOADING_BACKENDS = ("native", "lmcache")
+CASE_STAGES = ("cli_parse", "config", "create_connector")
+
+# Every key a case may have, with its default.
+CASE_DEFAULTS: dict[str, Any] = {
+    "id": None,
+    "vllm_version": None,
+    "profile": None,
+    "stage": "config",
+    "flag": None,
+    "cli_args": None,
+    "platform": "cuda",
+    "kv_connector": None,
+    "kv_connector_module_path": None,
+    "kv_role": "kv_both",
+    "multi_connector_children": None,
+    "kv_events": False,
+    "attention_chunk_size": None,
+    "speculative_method": None,
+    "env": None,
+    "hisparse": False,
+    "kv_offloading_backend": None,
+    "kv_offloading_size": None,
+}
+
+# Stages a later module adds (name -> callable(case, cfg, res)); kept open so the KV cache grouping stage
+# can register without this module importing the allocator.
+EXTRA_STAGES: dict[str, Any] = {}
+EXTRA_KEYS: dict[str, Any] = {}
+
+
+class CaseError(ValueError):
+    """A case that does not follow the schema; the message names the field, the value and what is accepted."""
+
+
+def _fail(field_name: str, value: Any, accepted: str) -> CaseError:
+    return CaseError(f"{field_name}: {value!r} is not accepted; expected {accepted}")
+
+
+def _opt_str(case: dict, key: str) -> str | None:
+    value = case.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _fail(key, value, "a string or null")
+    return value
+
+
+def _bool(case: dict, key: str) -> bool:
+    value = case.get(key, False)
+    if not isinstance(value, bool):
+        raise _fail(key, value, "true or false")
+    return value
+
+
+def _children(value: Any, path: str) -> list[dict] | None:
+    """multi_connector_children -> vLLM's kv_connector_extra_config["connectors"] list."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _fail(path, value, 'null or a list of connector names or {"kv_connector", "kv_role", "children"} objects')
+    out = []
+    for index, child in enumerate(value):
+        where = f"{path}[{index}]"
+        if isinstance(child, str):
+            out.append({"kv_connector": child, "kv_role": "kv_both"})
+            continue
+        if not isinstance(child, dict):
+            raise _fail(where, child, 'a connector name or an object {"kv_connector", "kv_role", "children"}')
+        unknown = set(child) - {"kv_connector", "kv_role", "kv_connector_module_path", "children"}
+        if unknown:
+            raise _fail(f"{where}.{sorted(unknown)[0]}", child[sorted(unknown)[0]], "one of kv_connector, kv_role, kv_connector_module_path, children")
+        for key in ("kv_connector", "kv_role", "kv_connector_module_path"):
+            if child.get(key) is not None and not isinstance(child[key], str):
+                raise _fail(f"{where}.{key}", child[key], "a string or null")
+        if child.get("kv_role") is not None and child["kv_role"] not in KV_ROLES:
+            raise _fail(f"{where}.kv_role", child["kv_role"], f"one of {', '.join(KV_ROLES)}")
+        entry = {k: child.get(k) for k in ("kv_connector", "kv_role", "kv_connector_module_path")}
+        nested = _children(child.get("children"), f"{where}.children")
+        if nested is not None:
+            entry["kv_connector_extra_config"] = {"connectors": nested}
+        if entry["kv_connector_module_path"] and entry["kv_connector"]:
+            load_module_class(entry["kv_connector_module_path"], entry["kv_connector"], field_name=f"{where}.kv_connector_module_path")
+        out.append(entry)
+    return out
+
+
+@dataclass(slots=True)
+class Case:
+    """A validated case."""
+
+    id: Any
+    era: Any
+    vllm_version: str
+    stage: str
+    platform: str
+    flag: bool | None
+    cli_args: list[str] | None
+    env: dict[str, str]
+    kv_transfer: dict[str, Any] | None
+    kv_events: bool
+    attention_chunk_size: int | None
+    speculative_method: str | None
+    hisparse: bool
+    kv_offloading_backend: str | None
+    kv_offloading_size: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_case(case: Any) -> Case:
+    """Validate one case dict; raises CaseError naming the offending field."""
+    if not isinstance(case, dict):
+        raise _fail("case", case, "a JSON object")
+    unknown = [key for key in case if key not in CASE_DEFAULTS and key not in EXTRA_KEYS]
+    if unknown:
+        accepted = ", ".join([*CASE_DEFAULTS, *EXTRA_KEYS])
+        raise _fail(unknown[0], case[unknown[0]], f"a known key ({accepted})")
+    version_key = "vllm_version" if case.get("vllm_version") is not None else "profile"
+    version = case.get(version_key)
+    try:
+        era, version = E.resolve_era(version)
+    except ValueError as exc:
+        raise CaseError(str(exc).replace("vllm_version:", f"{version_key}:", 1)) from None
+    stage = case.get("stage", "config")
+    stages = (*CASE_STAGES, *EXTRA_STAGES)
+    if stage not in stages:
+        raise _fail("stage", stage, f"one of {', '.join(stages)}")
+    flag = case.get("flag")
+    if flag is not None and not isinstance(flag, bool):
+        raise _fail("flag", flag, "null, true or false")
+    cli_args = case.get("cli_args")
+    if cli_args is not None and (not isinstance(cli_args, list) or not all(isinstance(a, str) for a in cli_args)):
+        raise _fail("cli_args", cli_args, "a list of strings")
+    if stage == "cli_parse" and cli_args is None:
+        raise _fail("stage", stage, "cli_parse only together with cli_args")
+    platform = case.get("platform", "cuda")
+    if platform not in PLATFORM_CHOICES:
+        raise _fail("platform", platform, f"one of {', '.join(PLATFORM_CHOICES)}")
+    if platform == "auto":
+        platform = detect_platform()
+    env = case.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise _fail("env", env, "an object of string names to string values")
+    for name in ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_USE_V1", "VLLM_USE_SIMPLE_KV_OFFLOAD"):
+        if name in env and not env[name].strip().lstrip("-").isdigit():
+            raise _fail(f"env.{name}", env[name], "an integer such as 0 or 1 (vLLM reads it as bool(int(value)))")
+
+    connector = _opt_str(case, "kv_connector")
+    module_path = _opt_str(case, "kv_connector_module_path")
+    role = case.get("kv_role", "kv_both")
+    if role is not None and role not in KV_ROLES:
+        raise _fail("kv_role", role, f"null or one of {', '.join(KV_ROLES)}")
+    children = _children(case.get("multi_connector_children"), "multi_connector_children")
+    if module_path is not None:
+        if connector is None:
+            raise _fail("kv_connector_module_path", module_path, "null unless kv_connector names the class")
+        load_module_class(module_path, connector)
+    kv_transfer = None
+    if connector is not None:
+        kv_transfer = {"kv_connector": connector, "kv_role": role, "kv_connector_module_path": module_path}
+        if children is not None:
+            kv_transfer["kv_connector_extra_config"] = {"connectors": children}
+    elif children is not None:
+        raise _fail("multi_connector_children", case["multi_connector_children"], "null unless kv_connector is set")
+
+    chunk = case.get("attention_chunk_size")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
+        raise _fail("attention_chunk_size", chunk, "null or a positive integer")
+    backend = case.get("kv_offloading_backend")
+    if backend is not None and backend not in OFFLOADING_BACKENDS:
+        raise _fail("kv_offloading_backend", backend, "null, native or lmcache")
+    size = case.get("kv_offloading_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0):
+        raise _fail("kv_offloading_size", size, "null or a positive number (GiB)")
+    extra = {key: case[key] for key in EXTRA_KEYS if key in case}
+    return Case(
+        id=case.get("id"), era=era, vllm_version=version, stage=stage, platform=platform, flag=flag,
+        cli_args=cli_args, env=dict(env), kv_transfer=kv_transfer, kv_events=_bool(case, "kv_events"),
+        attention_chunk_size=chunk, speculative_method=_opt_str(case, "speculative_method"),
+        hisparse=_bool(case, "hisparse"), kv_offloading_backend=backend, kv_offloading_size=size, extra=extra,
+    )
+
+
+def detect_platform() -> str:
+    """The platform torch runs on here: cuda (or rocm on a HIP build), xpu, else cpu."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu"
+    return "cpu"
+
+
+def _apply_cli(case: Case, given: dict[str, Any]) -> None:
+    """Command-line values replace the case's own fields."""
+    case.flag = given["flag"]
+    if "kv_transfer_config" in given:
+        ktc = given["kv_transfer_config"]
+        case.kv_transfer = {
+            "kv_connector": ktc.get("kv_connector"),
+            "kv_role": ktc.get("kv_role"),
+            "kv_connector_module_path": ktc.get("kv_connector_module_path"),
+            "kv_connector_extra_config": dict(ktc.get("kv_connector_extra_config") or {}),
+        }
+    if "kv_events_config" in given:
+        case.kv_events = True
+    if "speculative_config" in given:
+        case.speculative_method = given["speculative_config"].get("method")
+    if "hf_overrides" in given and "attention_chunk_size" in given["hf_overrides"]:
+        case.attention_chunk_size = given["hf_overrides"]["attention_chunk_size"]
+    for key in ("kv_offloading_backend", "kv_offloading_size"):
+        if key in given:
+            setattr(case, key, given[key])
+
+
+def build_vllm_config(case: Case) -> VllmConfig:
+    """Construct the VllmConfig for a case (this runs the era's resolution)."""
+    ktc = None
+    if case.kv_transfer is not None:
+        spec = case.kv_transfer
+        ktc = KVTransferConfig(
+            kv_connector=spec["kv_connector"], kv_role=spec["kv_role"],
+            kv_connector_module_path=spec.get("kv_connector_module_path"),
+            kv_connector_extra_config=dict(spec.get("kv_connector_extra_config") or {}),
+        )
+    return VllmConfig(
+        runtime=Runtime(era=case.era, platform=case.platform, env=case.env, vllm_version=case.vllm_version),
+        scheduler_config=SchedulerConfig(disable_hybrid_kv_cache_manager=case.flag),
+        kv_transfer_config=ktc,
+        kv_events_config=KVEventsConfig() if case.kv_events else None,
+        model_config=ModelConfig(attention_chunk_size=case.attention_chunk_size) if case.attention_chunk_size else None,
+        speculative_config=SpeculativeConfig(method=case.speculative_method) if case.speculative_method else None,
+        cache_config=CacheConfig(case.kv_offloading_backend, case.kv_offloading_size),
+        attention_config=AttentionConfig(HiSparseConfig() if case.hisparse else None),
+    )
+
+
+def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=None) -> dict[str, Any]:
+    """An outcome dict in the schema's key order."""
+    return {
+        "id": case_id,
+        "resolved_disable_hma": resolved,
+        "warnings": list(warnings),
+        "error": error,
+        "rules": list(dict.fromkeys(rules)),
+        "unknown": unknown,
+    }
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Run a validated case through its stages and return the outcome."""
+    prefix: list[str] = []
+    try:
+        if case.cli_args is not None:
+            given = parse_cli(case.cli_args, case.era)
+            prefix.append("cli_parsed")
+            _apply_cli(case, given)
+            if case.stage == "cli_parse":
+                return outcome(case.id, resolved=case.flag, rules=prefix)
+        cfg = build_vllm_config(case)
+        res = cfg.resolution
+        resolved = cfg.scheduler_config.disable_hybrid_kv_cache_manager
+        if case.stage != "config":
+            create_connector(cfg, res)
+        if case.stage in EXTRA_STAGES:
+            EXTRA_STAGES[case.stage](case, cfg, res)
+        return outcome(case.id, resolved=resolved, warnings=res.warnings, rules=prefix + res.rules)
+    except HMAConfigError as exc:
+        res = getattr(exc, "resolution", None)
+        error = {"type": exc.vllm_type, "message": exc.message, "stage": exc.stage}
+        if res is None:
+            return outcome(case.id, error=error, rules=prefix)
+        return outcome(case.id, warnings=res.warnings, error=error, rules=prefix + res.rules)
+    except UnknownOutcome as exc:
+        res = exc.resolution
+        return outcome(case.id, warnings=res.warnings, rules=prefix + res.rules, unknown=exc.reason)
+
+
+def input_error(case_id: Any, message: str) -> dict[str, Any]:
+    """The outcome for a case that does not follow the schema."""
+    return outcome(case_id, error={"type": "ValueError", "message": message, "stage": "input"})
+
+
+def resolve_case(case: dict[str, Any]) -> dict[str, Any]:
+    """The reference target: one case dict in, one outcome dict out (never raises for bad input)."""
+    case_id = case.get("id") if isinstance(case, dict) else None
+    try:
+        parsed = parse_case(case)
+    except ValueError as exc:
+        return input_error(case_id, str(exc))
+    return run_case(parsed)
+
+
+def resolve_cases(cases: list[Any]) -> list[dict[str, Any]]:
+    """Batch form of `resolve_case`; a bad case yields an input-error outcome, the others still run."""
+    return [resolve_case(case) for case in cases]
+
+
+__all__ = ["Case", "CaseError", "parse_case", "run_case", "resolve_case", "resolve_cases", "CASE_DEFAULTS", "STAGES"]

@@ -1,0 +1,260 @@
+"""vLLM rule eras: what each release range does with the HMA flag, as data.
+
+An era is the set of behaviours shared by a range of releases. Each era is written as the changes it
+brings over the previous one (`config-rules.md` section 6, the timeline), so a reader can check every
+entry against the spec line by line. Where the spec sampled only some releases, an era covers the range
+from its first sampled release up to the next change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
+
+from reference_impl.config import messages
+
+# Values of `connector_rule`: how a kv_transfer_config takes part in the config-time decision.
+CONNECTOR_SILENT = "always_silent"  # any K disables HMA, no log (0.10-0.11.0)
+CONNECTOR_ALWAYS_WARN = "always_warn"  # any K disables HMA with W-A1 (pre-seed)
+CONNECTOR_FLAG_NONE = "flag_none"  # only for flag None, capability not inspected, W-B1 (seed-0.21)
+CONNECTOR_CLASS_CHECK = "class_check"  # flag None, class + MultiConnector children by __name__ (0.22)
+CONNECTOR_HMA_CONFIG = "supports_hma_config"  # flag None, supports_hma_config, W-C1 (0.23+)
+
+# Values of `factory_check`: the capability test in KVConnectorFactory.create_connector.
+FACTORY_NONE = "none"  # no check (before 0.11.1)
+FACTORY_CLASS = "class"  # supports_hma(cls), MultiConnector not special (0.11.1-0.22)
+FACTORY_HMA_CONFIG = "supports_hma_config"  # shared with the config decision (0.23+)
+
+# Values of `offloading_shortcut`: when --kv-offloading-* becomes a connector.
+OFFLOAD_ABSENT = "absent"
+OFFLOAD_AFTER = "after_hma_block"  # 0.11.1-0.21: HMA is resolved without the connector
+OFFLOAD_BEFORE = "before_hma_block"  # 0.22+: the connector takes part in the decision
+
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
+
+
+@dataclass(frozen=True)
+class ConnectorInfo:
+    """A connector name registered in vLLM's KVConnectorFactory, and from when it is HMA-capable."""
+
+    name: str
+    registered_from: tuple[int, int]
+    hma_from: tuple[int, int] | None
+    note: str = ""
+    #: (package, first release) when the connector's module imports a package at class lookup.
+    imports_package: tuple[str, tuple[int, int]] | None = None
+
+
+# Built-in registry (spec 2.7, 3.7 and the timeline). `registered_from` is the first sampled release
+# the spec names the connector in; `hma_from` the release it gained SupportsHMA (None: never by 0.33).
+BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
+    ConnectorInfo("ExampleConnector", (0, 11), None),
+    ConnectorInfo("P2pNcclConnector", (0, 11), None),
+    ConnectorInfo("LMCacheConnectorV1", (0, 11), None, "in-tree class never subclassed SupportsHMA"),
+    ConnectorInfo("NixlConnector", (0, 11), (0, 18)),
+    ConnectorInfo("MultiConnector", (0, 11), (0, 21), "effective capability: all children"),
+    ConnectorInfo("OffloadingConnector", (0, 11), (0, 21)),
+    ConnectorInfo("LMCacheMPConnector", (0, 13), None, "0.33 imports lmcache at lookup", imports_package=("lmcache", (0, 33))),
+    ConnectorInfo("DecodeBenchConnector", (0, 13), (0, 21)),
+    ConnectorInfo("MooncakeConnector", (0, 13), (0, 20)),
+    ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
+    ConnectorInfo("ExampleHiddenStatesConnector", (0, 22), (0, 22)),
+    ConnectorInfo("MooncakeStoreConnector", (0, 22), (0, 22)),
+    ConnectorInfo("MoRIIOConnector", (0, 30), (0, 30)),
+    ConnectorInfo("HiSparseConnector", (0, 30), (0, 30)),
+    ConnectorInfo("NixlPullConnector", (0, 33), (0, 33)),
+    ConnectorInfo("NixlPushConnector", (0, 33), (0, 33)),
+    ConnectorInfo("FlexKVConnectorV1", (0, 33), None),
+    ConnectorInfo("HF3FSKVConnector", (0, 33), None),
+)
+
+_BASE_EAGLE = frozenset({"eagle", "eagle3", "mtp"})
+_SUPPORTED_EVERYWHERE = {"cuda": True, "rocm": True, "xpu": True, "cpu": True, "tpu": False, "unspecified": False}
+
+
+@dataclass(frozen=True)
+class Era:
+    """Everything that differs between vLLM releases in HMA resolution, as plain data."""
+
+    id: str
+    first_version: tuple[int, ...]
+    representative: str
+    summary: str
+    tri_state_flag: bool = False
+    gated_on_vllm_use_v1: bool = False
+    platform_support: Mapping[str, bool | None] = field(default_factory=dict)
+    kv_events_disables: bool = True
+    connector_rule: str = CONNECTOR_SILENT
+    chunked_env_var: bool = False
+    chunked_env_default: str = "0"
+    chunked_local_without_eagle: bool = True
+    eagle_methods: frozenset[str] = _BASE_EAGLE
+    factory_check: str = FACTORY_NONE
+    offloading_shortcut: str = OFFLOAD_ABSENT
+    offloading_needs_size: bool = False
+    offloading_connectors: Mapping[str, str] = field(default_factory=dict)
+    simple_offload_env: bool = False
+    module_path_first: bool = False
+    config_time_class_resolution: bool = False
+    deprecated_constructor_error: bool = False
+    multi_children_need_role: bool = False
+    hisparse: bool = False
+    cli_enable_form: bool = False
+    explicit_enable_error: str | None = None
+    unify_error: str = messages.E_UNIFY_SEED
+    unify_warns_before_error: bool = True
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return self.first_version
+
+    def package_imported_by(self, name: str) -> str | None:
+        """The package a built-in connector's module imports when its class is looked up, in this era."""
+        for info in BUILTIN_CONNECTORS:
+            if info.name == name and info.imports_package and self.first_version >= info.imports_package[1]:
+                return info.imports_package[0]
+        return None
+
+    def connectors(self) -> dict[str, bool]:
+        """Registered built-in connector names of this era -> class-level SupportsHMA."""
+        return {
+            info.name: info.hma_from is not None and self.first_version >= info.hma_from
+            for info in BUILTIN_CONNECTORS
+            if self.first_version >= info.registered_from
+        }
+
+
+def _evolve(previous: Era, id: str, first_version: tuple[int, ...], representative: str, summary: str, **changes) -> Era:
+    return replace(previous, id=id, first_version=first_version, representative=representative, summary=summary, **changes)
+
+
+def _build_eras() -> tuple[Era, ...]:
+    v010 = Era(
+        id="v0.10",
+        first_version=(0, 10),
+        representative="0.10.0",
+        summary="two-state flag; gated on VLLM_USE_V1; only CUDA and ROCm support HMA; no env var",
+        gated_on_vllm_use_v1=True,
+        platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "xpu": False, "cpu": False}),
+        chunked_local_without_eagle=False,
+    )
+    v011 = _evolve(
+        v010, "v0.11", (0, 11), "0.11.0",
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (default 0); support_hybrid_kv_cache() per platform",
+        platform_support=MappingProxyType(dict(_SUPPORTED_EVERYWHERE)),
+        chunked_env_var=True,
+        chunked_local_without_eagle=True,
+    )
+    pre_seed = _evolve(
+        v011, "pre-seed", (0, 11, 1), "0.12.0",
+        "SupportsHMA, the factory check E-F and W-A1 (#25712); no VLLM_USE_V1 gate; kv-offloading shortcut after the HMA block",
+        gated_on_vllm_use_v1=False,
+        connector_rule=CONNECTOR_ALWAYS_WARN,
+        factory_check=FACTORY_CLASS,
+        offloading_shortcut=OFFLOAD_AFTER,
+        offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheConnectorV1"}),
+    )
+    seed = _evolve(
+        pre_seed, "seed", (0, 13), "0.13.0",
+        "PR #29805: tri-state flag, E-B on an impossible explicit enable, W-B1, connector rule only for flag None",
+        tri_state_flag=True,
+        connector_rule=CONNECTOR_FLAG_NONE,
+        explicit_enable_error=messages.E_B,
+    )
+    v014 = _evolve(seed, "v0.14", (0, 14), "0.14.0", "chunked-local env var default flips to 1 (#29627)", chunked_env_default="1")
+    v018 = _evolve(v014, "v0.18", (0, 18), "0.18.0", "NixlConnector is the first in-tree SupportsHMA connector (#35758)")
+    v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0", "SimpleCPUOffloadConnector gains SupportsHMA")
+    v020 = _evolve(
+        v019, "v0.20", (0, 20), "0.20.0",
+        "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA",
+        kv_events_disables=False,
+    )
+    v021 = _evolve(v020, "v0.21", (0, 21), "0.21.0", "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA")
+    v022 = _evolve(
+        v021, "v0.22", (0, 22), "0.22.0",
+        "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by __name__)",
+        connector_rule=CONNECTOR_CLASS_CHECK,
+        offloading_shortcut=OFFLOAD_BEFORE,
+        offloading_needs_size=True,
+        config_time_class_resolution=True,
+    )
+    v023 = _evolve(
+        v022, "v0.23", (0, 23), "0.23.0",
+        "KVConnectorFactory.supports_hma_config (#41847) shared by config and factory; W-C1",
+        connector_rule=CONNECTOR_HMA_CONFIG,
+        factory_check=FACTORY_HMA_CONFIG,
+        multi_children_need_role=True,
+    )
+    v030 = _evolve(v023, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
+    v033 = _evolve(
+        v030, "v0.33", (0, 33), "0.33.0",
+        "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C; module path before registry; TPU outside vLLM",
+        platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
+        eagle_methods=_BASE_EAGLE | {"dflash", "dspark"},
+        offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheMPConnector"}),
+        simple_offload_env=True,
+        module_path_first=True,
+        deprecated_constructor_error=True,
+        cli_enable_form=True,
+        explicit_enable_error=messages.E_C,
+        unify_error=messages.E_UNIFY_V033,
+        unify_warns_before_error=False,
+    )
+    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033)
+
+
+ERAS: tuple[Era, ...] = _build_eras()
+ERAS_BY_ID: Mapping[str, Era] = MappingProxyType({era.id: era for era in ERAS})
+PROFILES: Mapping[str, str] = MappingProxyType({"pre-seed": "0.12.0", "seed": "0.13.0", "v0.33": "0.33.0"})
+DEFAULT_PROFILE = "seed"
+OLDEST = (0, 10, 0)
+NEWEST_EXCLUSIVE = (0, 34, 0)
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'0.13.0' -> (0, 13, 0); accepts a leading 'v' and ignores local/dev suffixes such as '+cpu'."""
+    match = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"vllm_version: {text!r} is not a version; expected X.Y.Z such as 0.13.0")
+    return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+def known_range() -> str:
+    """Human-readable range of releases the resolver knows."""
+    return "0.10.0 to 0.33.x"
+
+
+def era_for_version(version: str) -> Era:
+    """The era whose rules a vLLM release follows; a version outside the known range is an error."""
+    parsed = parse_version(version)
+    if not OLDEST <= parsed < NEWEST_EXCLUSIVE:
+        raise ValueError(
+            f"vllm_version: {version!r} is outside the releases kvconform knows ({known_range()}); "
+            f"profiles: {', '.join(PROFILES)}"
+        )
+    chosen = ERAS[0]
+    for era in ERAS:
+        first = era.first_version + (0,) * (3 - len(era.first_version))
+        if parsed >= first:
+            chosen = era
+    return chosen
+
+
+def resolve_era(version_or_profile: str | None) -> tuple[Era, str]:
+    """Resolve a version, profile or era id to (era, version string); None means the default profile."""
+    name = DEFAULT_PROFILE if version_or_profile is None else version_or_profile
+    if not isinstance(name, str):
+        raise ValueError(f"vllm_version: {name!r} is not a string; expected X.Y.Z or one of {', '.join(PROFILES)}")
+    if name in PROFILES:
+        version = PROFILES[name]
+        return era_for_version(version), version
+    if name in ERAS_BY_ID:
+        era = ERAS_BY_ID[name]
+        return era, era.representative
+    if not _VERSION_RE.match(name.strip()):
+        accepted = ", ".join([*PROFILES, *ERAS_BY_ID])
+        raise ValueError(f"vllm_version: {name!r} is neither a version X.Y.Z nor a profile ({accepted})")
+    return era_for_version(name), name

@@ -1,0 +1,193 @@
+"""KVConnectorFactory of the reference engine: connector class lookup and HMA capability, per era.
+
+vLLM's built-in connectors are modelled by name (`BuiltinConnector`, capability from `eras`); classes
+loaded from `kv_connector_module_path`, and kvconform's own connectors registered with
+`KVConnectorFactory.register_connector`, are real Python classes checked with `supports_hma`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from reference_impl.config import messages
+from reference_impl.config.errors import HMAConfigError, UnknownOutcome
+from reference_impl.config.objects import KV_ROLES, KVTransferConfig
+from reference_impl.connector.base import is_multi_connector_class, supports_hma
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinConnector:
+    """A connector vLLM registers in this era, standing in for its class."""
+
+    name: str
+    hma: bool
+
+    @property
+    def __name__(self) -> str:  # the factory's messages use the class name
+        return self.name
+
+
+ConnectorClass = "type | BuiltinConnector"
+
+
+def connector_name(cls) -> str:
+    """The class name vLLM's messages use."""
+    return cls.__name__
+
+
+def class_supports_hma(cls) -> bool:
+    """Class-level SupportsHMA (vLLM's `supports_hma(cls)`), for built-ins and real classes alike."""
+    return cls.hma if isinstance(cls, BuiltinConnector) else supports_hma(cls)
+
+
+def class_is_multi(cls) -> bool:
+    """MultiConnector or a subclass of it."""
+    if isinstance(cls, BuiltinConnector):
+        return cls.name == "MultiConnector"
+    return is_multi_connector_class(cls)
+
+
+def load_module_class(module_path: str, name: str, *, field_name: str = "kv_connector_module_path") -> type:
+    """Import `module_path` and return its attribute `name`; a clear ValueError when either is missing."""
+    try:
+        module = importlib.import_module(module_path)
+    except Exception as exc:  # any import failure is bad input: name the field and the cause
+        raise ValueError(f"{field_name}: {module_path!r} does not import ({type(exc).__name__}: {exc})") from None
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"kv_connector: module {module_path!r} has no class {name!r}")
+    return cls
+
+
+def _has_kv_cache_config_parameter(cls: type) -> bool:
+    try:
+        return "kv_cache_config" in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return True
+
+
+class KVConnectorFactory:
+    """Connector lookup and the HMA checks of one era.
+
+    kvconform's own connectors register process-wide with `register_connector` (as in vLLM); they are
+    resolved after the era's built-in names and before `kv_connector_module_path` fallbacks.
+    """
+
+    _extra_registry: dict[str, Callable[[], type]] = {}
+
+    def __init__(self, era, rules: list[str]):
+        self.era = era
+        self._builtins = _builtins_for(era)
+        self._rules = rules
+
+    @classmethod
+    def register_connector(cls, name: str, module_path: str, class_name: str) -> None:
+        """Register a connector class by name, imported lazily on first use."""
+        if name in cls._extra_registry:
+            raise ValueError(f"Connector '{name}' is already registered.")
+
+        def loader() -> type:
+            return getattr(importlib.import_module(module_path), class_name)
+
+        cls._extra_registry[name] = loader
+
+    @classmethod
+    def registered_names(cls) -> list[str]:
+        """Names registered with `register_connector` (kvconform's reference connectors)."""
+        return sorted(cls._extra_registry)
+
+    # -- class lookup ---------------------------------------------------------------------------
+    def get_connector_class(self, ktc: KVTransferConfig, stage: str):
+        """The class for `ktc`, with the era's lookup priority and errors."""
+        name = ktc.kv_connector
+        if name is None:
+            self._fail(messages.E_CONNECTOR_NAME_NOT_SET, stage, "connector_name_not_set")
+        module_path = ktc.kv_connector_module_path
+        if module_path and self.era.module_path_first:
+            cls = self._from_module(module_path, name, stage)
+        elif name in self._builtins:
+            self._rules.append("connector_from_registry")
+            cls = self._builtins[name]
+            self._check_package(name, stage)
+        elif name in self._extra_registry:
+            self._rules.append("connector_from_reference")
+            cls = self._extra_registry[name]()
+        elif module_path:
+            cls = self._from_module(module_path, name, stage)
+        else:
+            self._fail(messages.E_UNSUPPORTED_CONNECTOR.format(connector=name), stage, "unsupported_connector")
+        return cls
+
+    def _from_module(self, module_path: str, name: str, stage: str) -> type:
+        self._rules.append("connector_from_module_path")
+        cls = load_module_class(module_path, name)
+        if self.era.deprecated_constructor_error and not _has_kv_cache_config_parameter(cls):
+            self._fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
+        return cls
+
+    def _check_package(self, name: str, stage: str) -> None:
+        # e.g. 0.33's LMCacheMPConnector module imports lmcache when the class is looked up (spec 3.3).
+        package = self.era.package_imported_by(name)
+        if package is None:
+            return
+        if importlib.util.find_spec(package) is None:
+            self._fail(f"No module named '{package}'", stage, "lmcache_missing", vllm_type="ModuleNotFoundError")
+        self._rules.append("lmcache_installed")
+        raise UnknownOutcome(
+            f"{name} comes from the installed {package} package; its HMA support depends on that package's version",
+            "lmcache_installed",
+        )
+
+    # -- capability -----------------------------------------------------------------------------
+    def supports_hma_config(self, ktc: KVTransferConfig, stage: str) -> bool:
+        """0.23+: class SupportsHMA, or for the literal name MultiConnector, every child recursively."""
+        cls = self.get_connector_class(ktc, stage)
+        if ktc.kv_connector != "MultiConnector":
+            return class_supports_hma(cls)
+        children = ktc.children()
+        if not children:
+            self._rules.append("multi_children_empty")
+            return False
+        self._rules.append("multi_children_checked")
+        for child in children:
+            self.check_role(child, stage)
+            if not self.supports_hma_config(child, stage):
+                return False
+        return True
+
+    def first_non_hma_by_class(self, ktc: KVTransferConfig, stage: str) -> str | None:
+        """0.22: the name of the class that is not SupportsHMA (MultiConnector children by __name__), or None."""
+        cls = self.get_connector_class(ktc, stage)
+        if not class_supports_hma(cls):
+            return connector_name(cls)
+        if connector_name(cls) == "MultiConnector":
+            self._rules.append("multi_children_checked")
+            for child in ktc.children():
+                child_cls = self.get_connector_class(child, stage)
+                if not class_supports_hma(child_cls):
+                    return connector_name(child_cls)
+        return None
+
+    def check_role(self, ktc: KVTransferConfig, stage: str) -> None:
+        """KVTransferConfig's own validation: a connector needs one of the three roles."""
+        if ktc.kv_connector is not None and ktc.kv_role not in KV_ROLES:
+            self._fail(messages.E_KV_ROLE_MISSING, stage, "kv_role_missing")
+
+    def _fail(self, message: str, stage: str, rule: str, vllm_type: str = "ValueError"):
+        self._rules.append(rule)
+        raise HMAConfigError(message, stage=stage, vllm_type=vllm_type, rule=rule)
+
+
+_BUILTINS_CACHE: dict[str, dict[str, BuiltinConnector]] = {}
+
+
+def _builtins_for(era) -> dict[str, BuiltinConnector]:
+    cached = _BUILTINS_CACHE.get(era.id)
+    if cached is None:
+        cached = {name: BuiltinConnector(name, hma) for name, hma in era.connectors().items()}
+        _BUILTINS_CACHE[era.id] = cached
+    return cached

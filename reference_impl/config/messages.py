@@ -1,0 +1,105 @@
+"""The exact texts vLLM logs and raises around the hybrid KV cache manager, one home for each.
+
+The texts are observable behaviour (suites assert on them), so they are kept verbatim per spec
+(`config-rules.md` sections 1.3, 2.4, 3.4, 2.5, 3.3 and the addendum).
+"""
+
+from __future__ import annotations
+
+# Warnings ----------------------------------------------------------------------------------------
+
+#: W-A1: pre-seed connector warning (0.11.1-0.12.x), logged whenever a kv_transfer_config is present.
+W_A1 = (
+    "Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the "
+    "performance of vLLM on LLMs with sliding window attention or Mamba attention. If you are a developer "
+    "of kv connector, please consider supporting hybrid kv cache manager for your connector by making sure "
+    "your connector is a subclass of `SupportsHMA` defined in kv_connector/v1/base.py."
+)
+
+#: W-B1: seed connector warning (0.13-0.21), logged for flag None with a kv_transfer_config.
+W_B1 = (
+    "Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the "
+    "performance of vLLM on LLMs with sliding window attention or Mamba attention. If you are a developer "
+    "of kv connector, please consider supporting hybrid kv cache manager for your connector by making sure "
+    "your connector is a subclass of `SupportsHMA` defined in kv_connector/v1/base.py and use "
+    "--no-disable-hybrid-kv-cache-manager to start vLLM."
+)
+
+#: W-K22: the 0.22 connector-aware warning; `{connector}` is the offending class's name.
+W_K22 = (
+    "Turning off hybrid kv cache manager because connector {connector} does not subclass `SupportsHMA`. "
+    "This will reduce performance on models with sliding window or Mamba attention. See "
+    "kv_connector/v1/base.py for details."
+)
+
+#: W-C1: the 0.23+ connector warning (supports_hma_config is false).
+W_C1 = (
+    "Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does "
+    "not support it. Impact: hybrid SSM models (e.g. Jamba, Bamba) require HMA and will fail at startup "
+    "without it; models with sliding window attention will run with reduced performance. To add HMA "
+    "support to a KV connector, subclass `SupportsHMA` defined in kv_connector/v1/base.py (for "
+    "MultiConnector, all child connectors must support HMA)."
+)
+
+#: W-C: chunked local attention without an override (same text in every era).
+W_C = (
+    "There is a latency regression when using chunked local attention with the hybrid KV cache manager. "
+    "Disabling it, by default. To enable it, set the environment "
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1."
+)
+
+#: W-U: KV cache spec unification with HMA disabled on a hybrid model.
+W_U = (
+    "Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
+    "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding window). "
+    "The compute of layers like sliding window is still saved."
+)
+
+# Errors ------------------------------------------------------------------------------------------
+
+#: E-B: seed explicit enable that cannot be honoured (0.13-0.32).
+E_B = (
+    "Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider "
+    "omitting the --no-disable-hybrid-kv-cache-manager flag to let vLLM decide automatically."
+)
+
+#: E-C: the 0.33 explicit enable error, naming the new spelling.
+E_C = (
+    "Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider "
+    "omitting the --enable-hybrid-kv-cache-manager flag to let vLLM decide automatically."
+)
+
+#: E-H: HiSparse needs HMA (0.30+).
+E_H = (
+    "HiSparse requires the hybrid KV cache manager; remove --disable-hybrid-kv-cache-manager or use "
+    "connectors that support HMA."
+)
+
+#: HiSparse prerequisite checked before the HMA block (0.30+).
+E_HISPARSE_CUDA = "HiSparse currently requires NVIDIA CUDA."
+
+#: E-F: the connector factory's capability check; `{connector}` is the class's __name__.
+E_F = (
+    "Connector {connector} does not support HMA but HMA is enabled. Please set "
+    "`--disable-hybrid-kv-cache-manager`."
+)
+
+#: MultiConnector.__init__ assertion, reachable only when the factory check was bypassed.
+E_MULTI_ASSERT = "HMA should not be enabled unless all sub-connectors support it"
+
+E_CONNECTOR_NAME_NOT_SET = "Connector name is not set in KVTransferConfig"
+E_UNSUPPORTED_CONNECTOR = "Unsupported connector type: {connector}"
+E_DEPRECATED_CONSTRUCTOR = "Connector {connector} uses deprecated 2-argument constructor signature."
+E_KV_ROLE_MISSING = (
+    "Please specify kv_role when kv_connector is set, supported roles are "
+    "('kv_producer', 'kv_both', 'kv_consumer')"
+)
+
+#: KV cache grouping with HMA disabled on a hybrid model that cannot be unified.
+E_UNIFY_SEED = (
+    "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type."
+)
+E_UNIFY_V033 = "Failed to promote local KV cache specs to one unified type."
+
+#: argparse's rejection of an unknown option (SystemExit(2)).
+E_UNRECOGNIZED_ARGUMENTS = "unrecognized arguments: {arguments}"

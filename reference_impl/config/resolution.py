@@ -1,0 +1,303 @@
+"""The HMA block of `VllmConfig.__post_init__` and the connector factory's enforcement, for every era.
+
+Inputs and order follow `config-rules.md`: pre-seed (section 1.2), seed (2.2), 0.33 (3.2), with the
+era's data (`eras.Era`) deciding everything that differs only in data.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from reference_impl.config import eras as E
+from reference_impl.config import messages
+from reference_impl.config.errors import HMAConfigError, UnknownOutcome
+from reference_impl.config.factory import KVConnectorFactory, class_is_multi, class_supports_hma
+from reference_impl.config.objects import KVTransferConfig, VllmConfig
+
+logger = logging.getLogger("reference_impl.config")
+logger.addHandler(logging.NullHandler())
+
+CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+
+
+class Resolution:
+    """What resolving one configuration did: warnings (in order), rules fired, and the factory used."""
+
+    __slots__ = ("warnings", "rules", "factory", "platform_unknown")
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.rules: list[str] = []
+        self.factory: KVConnectorFactory | None = None
+        self.platform_unknown: str | None = None
+
+    def warn(self, text: str) -> None:
+        """Log a warning as vLLM does and keep it for the outcome."""
+        logger.warning(text)
+        self.warnings.append(text)
+
+    def fail(self, message: str, stage: str, rule: str, vllm_type: str = "ValueError"):
+        self.rules.append(rule)
+        raise HMAConfigError(message, stage=stage, vllm_type=vllm_type, rule=rule)
+
+
+def env_flag(env: dict[str, str], name: str, default: str) -> bool:
+    """vLLM's integer-valued boolean environment variables (`bool(int(value))`)."""
+    return bool(int(env.get(name, default)))
+
+
+def _or3(a: bool | None, b: bool | None) -> bool | None:
+    """Three-valued OR: True wins, then unknown (None), then False."""
+    if a is True or b is True:
+        return True
+    return None if a is None or b is None else False
+
+
+# --------------------------------------------------------------------------------------------------
+def _keeps_trace(stage_function):
+    """Attach the partial Resolution to an error so its warnings and rules reach the outcome."""
+
+    def run(cfg: VllmConfig, res: Resolution) -> None:
+        try:
+            stage_function(cfg, res)
+        except (HMAConfigError, UnknownOutcome) as exc:
+            exc.resolution = res
+            raise
+
+    run.__name__, run.__doc__ = stage_function.__name__, stage_function.__doc__
+    return run
+
+
+@_keeps_trace
+def post_init(cfg: VllmConfig, res: Resolution) -> None:
+    """Resolve the flag in place, as `VllmConfig.__post_init__` does in the runtime's era."""
+    era = cfg.runtime.era
+    factory = res.factory = KVConnectorFactory(era, res.rules)
+    hisparse = cfg.attention_config.hisparse_config is not None
+    wants_offloading = cfg.cache_config.kv_offloading_backend is not None or cfg.cache_config.kv_offloading_size is not None
+
+    if hisparse and not era.hisparse:
+        res.rules.append("feature_absent")
+        raise UnknownOutcome(f"HiSparse does not exist in vLLM {cfg.runtime.vllm_version} (it arrived in 0.30.0)", "feature_absent")
+    if wants_offloading and era.offloading_shortcut == E.OFFLOAD_ABSENT:
+        res.rules.append("feature_absent")
+        raise UnknownOutcome(f"--kv-offloading-* does not exist in vLLM {cfg.runtime.vllm_version} (it arrived in 0.11.1)", "feature_absent")
+    if cfg.kv_transfer_config is not None:
+        factory.check_role(cfg.kv_transfer_config, "config")
+
+    if not era.tri_state_flag and cfg.scheduler_config.disable_hybrid_kv_cache_manager is None:
+        res.rules.append("flag_absent_default")
+        cfg.scheduler_config.disable_hybrid_kv_cache_manager = False
+
+    if era.hisparse:
+        hisparse = _hisparse_prerequisites(cfg, res, hisparse)
+    if era.offloading_shortcut == E.OFFLOAD_BEFORE:
+        _apply_offloading_shortcut(cfg, res, "offloading_shortcut_before")
+
+    if era.tri_state_flag:
+        _hma_block_tri_state(cfg, res)
+    else:
+        _hma_block_two_state(cfg, res)
+
+    if era.offloading_shortcut == E.OFFLOAD_AFTER:
+        _apply_offloading_shortcut(cfg, res, "offloading_shortcut_after")
+    if hisparse and cfg.scheduler_config.disable_hybrid_kv_cache_manager is True:
+        res.fail(messages.E_H, "config", "hisparse_requires_hma")
+
+
+def _hisparse_prerequisites(cfg: VllmConfig, res: Resolution, hisparse: bool) -> bool:
+    ktc = cfg.kv_transfer_config
+    if not hisparse and ktc is not None and ktc.has_connector("HiSparseConnector"):
+        res.rules.append("hisparse_auto_enabled")
+        hisparse = True
+    if hisparse:
+        if cfg.runtime.platform != "cuda":
+            res.fail(messages.E_HISPARSE_CUDA, "config", "hisparse_requires_cuda")
+        if cfg.model_config is not None:
+            raise UnknownOutcome(
+                "HiSparse with a model config: vLLM also requires the model's index_topk, which a case does not describe",
+                "feature_absent",
+            )
+    return hisparse
+
+
+def _apply_offloading_shortcut(cfg: VllmConfig, res: Resolution, rule: str) -> None:
+    era, cache = cfg.runtime.era, cfg.cache_config
+    if era.offloading_needs_size:
+        if cache.kv_offloading_size is None:
+            return
+        backend = cache.kv_offloading_backend or "native"
+    else:
+        if cache.kv_offloading_backend is None:
+            return
+        backend = cache.kv_offloading_backend
+    name = era.offloading_connectors[backend]
+    if era.simple_offload_env and backend == "native" and env_flag(cfg.runtime.env, "VLLM_USE_SIMPLE_KV_OFFLOAD", "0"):
+        name = "SimpleCPUOffloadConnector"
+    res.rules.append(rule)
+    if cfg.kv_transfer_config is None:
+        cfg.kv_transfer_config = KVTransferConfig(kv_connector=name, kv_role="kv_both")
+    else:  # the shortcut overwrites a user-supplied connector
+        cfg.kv_transfer_config.kv_connector = name
+        cfg.kv_transfer_config.kv_connector_module_path = None
+
+
+def _platform_unsupported(cfg: VllmConfig, res: Resolution) -> bool | None:
+    support = cfg.runtime.era.platform_support[cfg.runtime.platform]
+    if support is None:
+        res.rules.append("platform_unknown")
+        res.platform_unknown = (
+            f"platform {cfg.runtime.platform!r}: support_hybrid_kv_cache() is defined outside vLLM "
+            f"{cfg.runtime.vllm_version} (tpu_inference), so the outcome cannot be known from vLLM's sources"
+        )
+        return None
+    if not support:
+        res.rules.append("platform_unsupported")
+        return True
+    return False
+
+
+def _chunked_local(cfg: VllmConfig, res: Resolution) -> bool:
+    """The chunked-local-attention item: True when it disables HMA (logs W-C where the era does)."""
+    era = cfg.runtime.era
+    if cfg.model_config is None or cfg.model_config.attention_chunk_size is None:
+        return False
+    spec = cfg.speculative_config
+    if spec is not None and spec.method in era.eagle_methods:
+        res.rules.append("chunked_local_eagle")
+        return True
+    if not era.chunked_local_without_eagle:
+        return False
+    if era.chunked_env_var and env_flag(cfg.runtime.env, CHUNKED_ENV, era.chunked_env_default):
+        res.rules.append("chunked_local_env_on")
+        return False
+    res.warn(messages.W_C)
+    res.rules.append("chunked_local_env_off")
+    return True
+
+
+def _hma_block_two_state(cfg: VllmConfig, res: Resolution) -> None:
+    """Before the seed: independent ifs, any of which sets the flag to True (section 1.2)."""
+    era, sched = cfg.runtime.era, cfg.scheduler_config
+    if era.gated_on_vllm_use_v1 and not env_flag(cfg.runtime.env, "VLLM_USE_V1", "1"):
+        res.rules.append("vllm_use_v1_off")
+        return
+    if sched.disable_hybrid_kv_cache_manager:
+        res.rules.append("flag_true_kept")
+        return
+    disable: bool | None = _platform_unsupported(cfg, res)
+    if cfg.kv_transfer_config is not None:
+        if era.connector_rule == E.CONNECTOR_ALWAYS_WARN:
+            res.warn(messages.W_A1)
+        res.rules.append("kv_transfer_present")
+        disable = True
+    if era.kv_events_disables and cfg.kv_events_config is not None:
+        res.rules.append("kv_events_present")
+        disable = True
+    if _chunked_local(cfg, res):
+        disable = True
+    _settle(cfg, res, disable)
+
+
+def _hma_block_tri_state(cfg: VllmConfig, res: Resolution) -> None:
+    """Seed and later: need_disable, then a branch on the flag (sections 2.2 and 3.2)."""
+    era, sched = cfg.runtime.era, cfg.scheduler_config
+    need: bool | None = _platform_unsupported(cfg, res)
+    if era.kv_events_disables and cfg.kv_events_config is not None:
+        res.rules.append("kv_events_present")
+        need = True
+    if _chunked_local(cfg, res):
+        need = True
+
+    flag = sched.disable_hybrid_kv_cache_manager
+    if flag is True:
+        res.rules.append("flag_true_kept")
+        return
+    if flag is False:
+        res.rules.append("flag_false_explicit")
+        if need is True:
+            res.fail(era.explicit_enable_error, "config", "explicit_enable_rejected")
+        _settle(cfg, res, need)
+        res.rules.append("explicit_enable_honoured")
+        sched.disable_hybrid_kv_cache_manager = False
+        return
+
+    res.rules.append("flag_none_auto")
+    ktc = cfg.kv_transfer_config
+    if ktc is not None:
+        need = _or3(need, _connector_disables(cfg, res, ktc))
+    _settle(cfg, res, need)
+
+
+def _connector_disables(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig) -> bool:
+    """The flag-None connector item of the era (W-B1, W-K22 or W-C1)."""
+    rule = cfg.runtime.era.connector_rule
+    factory = res.factory
+    if rule == E.CONNECTOR_FLAG_NONE:
+        res.warn(messages.W_B1)
+        res.rules.append("kv_transfer_present")
+        return True
+    if rule == E.CONNECTOR_CLASS_CHECK:
+        offender = factory.first_non_hma_by_class(ktc, "config")
+        if offender is None:
+            res.rules.append("connector_hma_capable")
+            return False
+        res.warn(messages.W_K22.format(connector=offender))
+        res.rules.append("connector_not_hma")
+        return True
+    if factory.supports_hma_config(ktc, "config"):
+        res.rules.append("connector_hma_capable")
+        return False
+    res.warn(messages.W_C1)
+    res.rules.append("connector_not_hma")
+    return True
+
+
+def _settle(cfg: VllmConfig, res: Resolution, disable: bool | None) -> None:
+    if disable is None:
+        raise UnknownOutcome(res.platform_unknown or "the outcome depends on something vLLM's sources do not define", "platform_unknown")
+    cfg.scheduler_config.disable_hybrid_kv_cache_manager = disable
+
+
+# --------------------------------------------------------------------------------------------------
+@_keeps_trace
+def create_connector(cfg: VllmConfig, res: Resolution) -> None:
+    """`KVConnectorFactory.create_connector`'s checks for the configured connector (stage create_connector)."""
+    ktc = cfg.kv_transfer_config
+    if ktc is None:
+        return
+    era, factory = cfg.runtime.era, res.factory
+    stage = "create_connector"
+    hma_on = cfg.scheduler_config.disable_hybrid_kv_cache_manager is False
+    cls = factory.get_connector_class(ktc, stage)
+    if era.factory_check == E.FACTORY_NONE:
+        res.rules.append("factory_no_check")
+    elif not hma_on:
+        res.rules.append("factory_hma_off")
+    else:
+        capable = class_supports_hma(cls) if era.factory_check == E.FACTORY_CLASS else factory.supports_hma_config(ktc, stage)
+        if not capable:
+            res.fail(messages.E_F.format(connector=cls.__name__), stage, "factory_hma_check_failed")
+        res.rules.append("factory_hma_check_passed")
+    if class_is_multi(cls):
+        _multi_connector_init(cfg, res, ktc, cls, hma_on)
+
+
+def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig, cls, hma_on: bool) -> None:
+    """MultiConnector.__init__: children need roles; with HMA on, every child must support HMA."""
+    factory, stage = res.factory, "create_connector"
+    children = ktc.children()
+    for child in children:
+        factory.check_role(child, stage)
+    if hma_on and class_supports_hma(cls):
+        for child in children:
+            if not _child_supports_hma(cfg, res, child):
+                res.fail(messages.E_MULTI_ASSERT, stage, "multi_connector_assert", vllm_type="AssertionError")
+    for child in children:
+        factory.get_connector_class(child, stage)
+
+
+def _child_supports_hma(cfg: VllmConfig, res: Resolution, child: KVTransferConfig) -> bool:
+    if cfg.runtime.era.factory_check == E.FACTORY_HMA_CONFIG:
+        return res.factory.supports_hma_config(child, "create_connector")
+    return class_supports_hma(res.factory.get_connector_class(child, "create_connector"))

@@ -1,0 +1,91 @@
+"""vLLM's command line for the HMA-related flags, per era.
+
+Before 0.33 the flag uses `argparse.BooleanOptionalAction` (`--disable-...`, `--no-disable-...`);
+0.33's `EnableDisableAction` adds `--enable-...` and keeps `--no-disable-...` hidden. Like vLLM's
+`FlexibleArgumentParser`, underscores in option names are accepted, and the last occurrence wins.
+A rejected spelling is argparse's `SystemExit(2)`, reported as an `HMAConfigError` at stage cli_parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from reference_impl.config import messages
+from reference_impl.config.errors import HMAConfigError
+
+FLAG = "hybrid-kv-cache-manager"
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type for vLLM's JSON-valued config flags."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit(2)
+        raise HMAConfigError(message, stage="cli_parse", vllm_type="SystemExit", rule="cli_parsed")
+
+
+class _EnableDisableAction(argparse.Action):
+    """0.33's action: --disable-X -> True, --enable-X and the hidden --no-disable-X -> False."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, option_string.startswith("--disable-"))
+
+
+_PARSERS: dict[tuple[bool, bool], argparse.ArgumentParser] = {}
+
+
+def build_parser(era) -> argparse.ArgumentParser:
+    """An argparse parser with this era's spellings of the HMA-related options."""
+    key = (era.cli_enable_form, era.offloading_shortcut != "absent")
+    parser = _PARSERS.get(key)
+    if parser is not None:
+        return parser
+    parser = _RaisingParser(prog="vllm serve", add_help=False, allow_abbrev=False)
+    if era.cli_enable_form:
+        parser.add_argument(
+            f"--disable-{FLAG}", f"--enable-{FLAG}", f"--no-disable-{FLAG}",
+            dest="flag", nargs=0, action=_EnableDisableAction, default=None,
+        )
+    else:
+        parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--kv-transfer-config", dest="kv_transfer_config", type=json_object)
+    parser.add_argument("--kv-events-config", dest="kv_events_config", type=json_object)
+    parser.add_argument("--speculative-config", dest="speculative_config", type=json_object)
+    parser.add_argument("--hf-overrides", dest="hf_overrides", type=json_object)
+    if key[1]:
+        parser.add_argument("--kv-offloading-backend", dest="kv_offloading_backend", choices=("native", "lmcache"))
+        parser.add_argument("--kv-offloading-size", dest="kv_offloading_size", type=float)
+    _PARSERS[key] = parser
+    return parser
+
+
+def normalise(argv: list[str]) -> list[str]:
+    """FlexibleArgumentParser's underscore normalisation of option names (values are left alone)."""
+    out = []
+    for token in argv:
+        if token.startswith("--"):
+            name, sep, value = token.partition("=")
+            token = name.replace("_", "-") + sep + value
+        out.append(token)
+    return out
+
+
+def parse_cli(argv: list[str], era) -> dict[str, Any]:
+    """Parse vLLM-style flags; returns only the options that were given (None values dropped)."""
+    parser = build_parser(era)
+    namespace, unknown = parser.parse_known_args(normalise(list(argv)))
+    if unknown:
+        raise HMAConfigError(
+            messages.E_UNRECOGNIZED_ARGUMENTS.format(arguments=" ".join(unknown)),
+            stage="cli_parse", vllm_type="SystemExit", rule="cli_parsed",
+        )
+    given = {k: v for k, v in vars(namespace).items() if v is not None}
+    given["flag"] = namespace.flag
+    return given
