@@ -1,0 +1,109 @@
+"""Connector classes by name or `module:Class`, and `create_connector` with vLLM's HMA gate.
+
+An explicit module path wins over a built-in name (as in vLLM's factory), so a vendor can shadow a
+built-in class of the same name.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+from dataclasses import dataclass, field
+
+from reference_impl.connector.base import KVConnectorRole, supports_hma
+
+# Built-in connector name -> "module:Class" (the config resolver's registry may import this).
+BUILTIN_CONNECTORS: dict[str, str] = {
+    "LMCacheLikeConnector": "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
+    "ExampleConnector": "reference_impl.connector.lmcache_like:ExampleConnector",
+    "MultiConnector": "reference_impl.connector.multi:MultiConnector",
+}
+
+
+@dataclass
+class KVTransferConfig:
+    """The subset of vLLM's `KVTransferConfig` connectors read."""
+
+    kv_connector: str | None = None
+    kv_role: str = "kv_both"
+    kv_connector_module_path: str | None = None
+    kv_connector_extra_config: dict = field(default_factory=dict)
+
+
+def load_connector_class(name: str, module_path: str | None = None) -> type:
+    """Resolve a connector class from `module:Class`, (name, module path), or a built-in name.
+
+    Raises ValueError naming what was asked and what is accepted; import errors propagate unchanged
+    (their type is what vLLM reports).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"kv_connector must be a non-empty class name, got {name!r}")
+    if ":" in name and module_path is None:
+        module_path, name = name.split(":", 1)
+    if module_path is None:
+        target = BUILTIN_CONNECTORS.get(name)
+        if target is None:
+            raise ValueError(
+                f"kv_connector {name!r} is not a built-in connector (accepted: {sorted(BUILTIN_CONNECTORS)}, "
+                "or module:Class / kv_connector_module_path)"
+            )
+        module_path, name = target.split(":", 1)
+    module = importlib.import_module(module_path)
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"module {module_path!r} has no connector class {name!r}")
+    return cls
+
+
+def check_constructor(cls: type) -> None:
+    """ValueError unless the constructor takes (vllm_config, role, kv_cache_config) as vLLM 0.33 calls it."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return
+    names = list(params)[1:]
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if "kv_cache_config" not in params and not has_var_kw:
+        raise ValueError(
+            f"{cls.__qualname__}.__init__{inspect.signature(cls.__init__)} lacks the kv_cache_config parameter; "
+            "accepted: __init__(self, vllm_config, role, kv_cache_config)"
+        )
+    if len([n for n in names if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)]) < 2:
+        raise ValueError(
+            f"{cls.__qualname__}.__init__ must accept (vllm_config, role, kv_cache_config), "
+            f"got {inspect.signature(cls.__init__)}"
+        )
+
+
+def create_connector(vllm_config, role: KVConnectorRole, kv_cache_config, *, hma_enabled: bool | None = None):
+    """Build the configured connector for `role`, applying vLLM's creation-time HMA gate.
+
+    `hma_enabled` defaults to "the config has more than one KV cache group".
+    """
+    ktc = vllm_config.kv_transfer_config
+    cls = load_connector_class(ktc.kv_connector, ktc.kv_connector_module_path)
+    if hma_enabled is None:
+        hma_enabled = len(getattr(kv_cache_config, "kv_cache_groups", ())) > 1
+    if hma_enabled and not supports_hma(cls):
+        raise ValueError(
+            f"Connector {cls.__name__} does not support HMA but HMA is enabled. Please set "
+            "`--disable-hybrid-kv-cache-manager`."
+        )
+    check_constructor(cls)
+    return cls(vllm_config, role, kv_cache_config)
+
+
+def child_config(vllm_config, child: dict):
+    """A copy of `vllm_config` whose kv_transfer_config is the child's (for MultiConnector children)."""
+    if not isinstance(child, dict) or "kv_connector" not in child:
+        raise ValueError(f"MultiConnector child must be a dict with 'kv_connector', got {child!r}")
+    config = copy.copy(vllm_config)
+    parent = vllm_config.kv_transfer_config
+    config.kv_transfer_config = KVTransferConfig(
+        kv_connector=child["kv_connector"],
+        kv_role=child.get("kv_role", getattr(parent, "kv_role", "kv_both")),
+        kv_connector_module_path=child.get("kv_connector_module_path"),
+        kv_connector_extra_config=dict(child.get("kv_connector_extra_config") or {}),
+    )
+    return config
