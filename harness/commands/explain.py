@@ -1,0 +1,113 @@
+"""`kvconform explain`: what a vLLM release does with a command line, in plain words or as JSON."""
+
+from __future__ import annotations
+
+import json
+
+from harness.errors import UsageError
+from reference_impl.config import cases as C
+from reference_impl.config.eras import PLATFORMS, resolve_era
+from reference_impl.config.rules import RULES
+
+HELP = "explain how a vLLM release resolves the HMA flag for a command line"
+
+
+def register(subparsers) -> None:
+    """Add the `explain` subcommand."""
+    parser = subparsers.add_parser(
+        "explain",
+        help=HELP,
+        description=(
+            f"{HELP}. Unknown options are passed through as vLLM flags, e.g. "
+            "--no-disable-hybrid-kv-cache-manager --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'."
+        ),
+    )
+    parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33); default seed")
+    parser.add_argument("--platform", default="cuda", help=f"one of {', '.join((*PLATFORMS, 'auto'))} (default cuda)")
+    parser.add_argument("--attention-chunk-size", type=int, default=None, help="the model's chunked local attention size")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VAL", help="environment variable vLLM reads (repeatable)")
+    parser.add_argument("--stage", default="create_connector", help="stop after this stage: config or create_connector (default)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of plain words")
+    parser.set_defaults(run=run, accepts_extra=True)
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"kvconform explain: --env: {pair!r} is not accepted; expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def build_case(args) -> dict:
+    """The `resolve` case an explain command line describes."""
+    return {
+        "id": "explain",
+        "vllm_version": args.vllm_version,
+        "stage": args.stage,
+        "cli_args": list(args.extra),
+        "platform": args.platform,
+        "attention_chunk_size": args.attention_chunk_size,
+        "env": _env(args.env),
+    }
+
+
+def describe(case: dict, result: dict) -> str:
+    """Plain-words rendering of one outcome."""
+    era, version = resolve_era(case["vllm_version"])
+    lines = [
+        f"vLLM {version}: era {era.id} ({era.summary})",
+        f"platform: {case['platform']}",
+        f"vLLM flags: {' '.join(case['cli_args']) or '(none)'}",
+        "",
+    ]
+    if result["error"]:
+        error = result["error"]
+        lines.append(f"result: {error['type']} at stage {error['stage']}")
+        lines.append(f"  {error['message']}")
+    elif result["unknown"]:
+        lines.append("result: unknown")
+        lines.append(f"  {result['unknown']}")
+    else:
+        value = result["resolved_disable_hma"]
+        state = "HMA enabled" if value is False else "HMA disabled"
+        lines.append(f"result: {state} (disable_hybrid_kv_cache_manager = {value}), through stage {case['stage']}")
+    lines.append("")
+    if result["warnings"]:
+        lines.append("warnings, in the order vLLM logs them:")
+        lines.extend(f"  {n}. {text}" for n, text in enumerate(result["warnings"], 1))
+    else:
+        lines.append("warnings: none")
+    lines.append("")
+    lines.append("rules that fired:")
+    lines.extend(f"  - {rule}: {RULES.get(rule, rule)}" for rule in result["rules"])
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    """Resolve the command line's case and print it."""
+    case = build_case(args)
+    try:
+        parsed = C.parse_case(case)
+    except ValueError as exc:
+        raise UsageError(f"kvconform explain: {exc}") from None
+    if parsed.stage not in ("config", "create_connector", *C.EXTRA_STAGES):
+        raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected config or create_connector")
+    result = C.run_case(parsed)
+    if args.json:
+        era, version = resolve_era(case["vllm_version"])
+        payload = {
+            **result,
+            "vllm_version": version,
+            "era": era.id,
+            "platform": parsed.platform,
+            "stage": parsed.stage,
+            "cli_args": case["cli_args"],
+            "rule_descriptions": {rule: RULES.get(rule, rule) for rule in result["rules"]},
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(describe({**case, "platform": parsed.platform}, result))
+    return 0
