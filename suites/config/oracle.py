@@ -1,0 +1,349 @@
+"""The config matrix's independent oracle: a case in, the outcome the spec predicts out.
+
+Everything era-specific is data in `tables/` (one reviewed TOML file per era); this evaluator only
+walks the decision procedure the spec describes (config-rules.md §1.2, §2.2, §3.2, factory §2.5/§3.5)
+and consults the table at each step. It never imports the reference resolver, so a disagreement between
+the two points at a bug in one of them (or in the spec reading), never at a shared mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any
+
+from harness.eras import select_eras
+from suites.config.tables import era_table, message_text, messages
+
+CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+SIMPLE_OFFLOAD_ENV = "VLLM_USE_SIMPLE_KV_OFFLOAD"
+_TRUE_ENV_VALUES = ("1", "true")
+MULTI = "MultiConnector"
+HISPARSE_CONNECTOR = "HiSparseConnector"
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """What the spec predicts for one case: the outcome dict and the rules that led there."""
+
+    outcome: dict[str, Any]
+    because: tuple[str, ...]
+
+
+class _Raised(Exception):
+    def __init__(self, message_id: str, stage: str, **fields: str):
+        super().__init__(message_id)
+        entry = messages()[message_id]
+        self.error = {"type": entry["type"], "message": message_text(message_id, **fields), "stage": stage}
+        self.message_id = message_id
+
+
+class _Unknown(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _Connector:
+    """A kv_transfer_config as the rules see it: name, module path, role and MultiConnector children."""
+
+    name: str
+    module_path: str | None = None
+    role: str | None = "kv_both"
+    children: tuple = ()
+
+    @classmethod
+    def from_child(cls, child) -> "_Connector":
+        # Assumption: a bare name child carries the default role kv_both (issue 2 schema).
+        if isinstance(child, str):
+            return cls(name=child)
+        return cls(name=child["kv_connector"], role=child.get("kv_role"), children=tuple(child.get("children") or ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConnectorClass:
+    class_name: str
+    hma: bool
+    multi: bool
+
+
+def _mro_names(cls: type) -> set[str]:
+    # The guide's contract: capability and MultiConnector-ness are read from MRO class names.
+    return {klass.__name__ for klass in cls.__mro__}
+
+
+def era_of_case(case: dict) -> str:
+    """The era id a case selects (its profile, era id or version; the default profile is seed)."""
+    selector = case.get("profile") or case.get("vllm_version")
+    return select_eras(selector if selector is not None else "seed")[0]
+
+
+def _env_true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in _TRUE_ENV_VALUES
+
+
+class _Evaluation:
+    """One walk through an era's decision procedure for one case and one platform-support value."""
+
+    def __init__(self, table: dict, case: dict, platform_supported: bool):
+        self.table = table
+        self.case = case
+        self.platform_supported = platform_supported
+        self.warnings: list[str] = []
+        self.because: list[str] = []
+        self.spec = table["spec"]
+
+    # -- small helpers ---------------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        self.because.append(text)
+
+    def warn(self, message_id: str, **fields: str) -> None:
+        self.warnings.append(message_text(message_id, **fields))
+        self.note(f"logs {message_id}")
+
+    def env(self, name: str) -> str | None:
+        return (self.case.get("env") or {}).get(name)
+
+    # -- class lookup (§2.5 item 1, §3.3) --------------------------------------------------------
+    def lookup(self, connector: _Connector, stage: str) -> _ConnectorClass:
+        factory = self.table["factory"]
+        registry = self.table["connectors"]
+        by_path = connector.module_path and (
+            factory["class_lookup"] == "module-path-first" or connector.name not in registry
+        )
+        if by_path:
+            cls = getattr(importlib.import_module(connector.module_path), connector.name)
+            if factory["two_arg_constructor"] == "error" and (
+                "kv_cache_config" not in inspect.signature(cls.__init__).parameters
+            ):
+                self.note(f"§3.3: {connector.name} has the deprecated 2-argument constructor")
+                raise _Raised("E-TWO-ARG", stage, name=cls.__name__)
+            names = _mro_names(cls)
+            return _ConnectorClass(cls.__name__, "SupportsHMA" in names, MULTI in names)
+        if connector.name not in registry:
+            raise ValueError(f"oracle: connector {connector.name!r} is not registered in era {self.table['era']}")
+        if connector.name in factory["import_requires"]:
+            self.note(f"§3.3: resolving {connector.name} imports {factory['import_requires'][connector.name]}")
+            raise _Raised("E-NO-LMCACHE", stage)
+        return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
+
+    def child_configs(self, connector: _Connector, stage: str) -> list[_Connector]:
+        children = [_Connector.from_child(child) for child in connector.children]
+        if self.table["factory"]["child_kv_role_required"]:
+            for child in children:
+                if child.role is None:
+                    self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
+                    raise _Raised("E-KV-ROLE", stage)
+        return children
+
+    def supports_hma_config(self, connector: _Connector, stage: str) -> bool:
+        """§3.3: the configured-name MultiConnector recursion of 0.23+."""
+        cls = self.lookup(connector, stage)
+        if connector.name != MULTI:
+            return cls.hma
+        children = self.child_configs(connector, stage)
+        if not children:
+            self.note("§3.3: MultiConnector without children does not support HMA")
+            return False
+        return all([self.supports_hma_config(child, stage) for child in children])
+
+    def class_rule_capable(self, connector: _Connector, stage: str) -> bool:
+        """§6 0.22.0: class SupportsHMA, and for __name__ MultiConnector every (direct) child class."""
+        cls = self.lookup(connector, stage)
+        if not cls.hma:
+            return False
+        if cls.class_name != MULTI:
+            return True
+        return all(self.lookup(child, stage).hma for child in self.child_configs(connector, stage))
+
+    # -- the steps -------------------------------------------------------------------------------
+    def user_connector(self) -> _Connector | None:
+        name = self.case.get("kv_connector")
+        if not name:
+            return None
+        return _Connector(
+            name=name,
+            module_path=self.case.get("kv_connector_module_path"),
+            role=self.case.get("kv_role", "kv_both"),
+            children=tuple(self.case.get("multi_connector_children") or ()),
+        )
+
+    def offloading_connector(self, connector: _Connector | None) -> _Connector | None:
+        """The kv-offloading shortcut (§2.2 step 4, §3.2 step 0): the connector it installs, if any."""
+        offloading = self.table["offloading"]
+        backend = self.case.get("kv_offloading_backend")
+        size = self.case.get("kv_offloading_size")
+        triggered = backend is not None if offloading["trigger"] == "backend" else size is not None
+        if not triggered:
+            return connector
+        if backend == "lmcache":
+            name = offloading["lmcache"]
+        elif offloading["native_simple"] and _env_true(self.env(SIMPLE_OFFLOAD_ENV)):
+            name = offloading["native_simple"]
+        else:
+            name = offloading["native"]
+        if connector is not None and connector.module_path and self.table["factory"]["class_lookup"] == "module-path-first":
+            raise _Unknown(
+                "the spec does not say whether the offloading shortcut keeps kv_connector_module_path, "
+                "which a module-path-first lookup (§3.3) would then use for the overwritten name"
+            )
+        self.note(f"§8.5: kv offloading ({backend or 'native'}) installs {name}")
+        return _Connector(name=name)
+
+    def hisparse_on(self, connector: _Connector | None) -> bool:
+        if self.case.get("hisparse"):
+            return True
+        if connector is None:
+            return False
+        # §10 item 1: top level, or a direct child of a top-level MultiConnector; no deeper.
+        if connector.name == HISPARSE_CONNECTOR:
+            return True
+        return connector.name == MULTI and any(
+            _Connector.from_child(child).name == HISPARSE_CONNECTOR for child in connector.children
+        )
+
+    def resolve(self) -> bool:
+        """The HMA block; returns resolved `disable_hybrid_kv_cache_manager`."""
+        table, case = self.table, self.case
+        flag_table, block = table["flag"], table["block"]
+        flag = case.get("flag")
+        if not flag_table["tri_state"] and flag is None:
+            flag = False  # §1.1: absent is the default False
+        if flag is True and flag_table["explicit_true_skips_checks"]:
+            self.note("§1.2 step 1: flag True, nothing checked or logged")
+            return True
+
+        need_disable = False
+        if not self.platform_supported:
+            self.note(f"{self.spec}: platform {case.get('platform')} lacks hybrid KV cache support (P)")
+            need_disable = True
+        if case.get("kv_events") and block["kv_events_disables"]:
+            self.note(f"{self.spec}: kv_events_config present (EV)")
+            need_disable = True
+        chunked_warning = False
+        if case.get("attention_chunk_size"):
+            if case.get("speculative_method") in block["eagle_methods"]:
+                self.note(f"{self.spec}: chunked local attention with EAGLE-style {case['speculative_method']} (CE)")
+                need_disable = True
+            elif block["chunked_env"]:
+                env_value = self.env(CHUNKED_ENV)
+                if not _env_true(env_value if env_value is not None else block["chunked_env_default"]):
+                    self.note(f"{self.spec}: chunked local attention with {CHUNKED_ENV} off (CL)")
+                    need_disable = True
+                    chunked_warning = True
+
+        connector = self.connector_at_block
+        if not flag_table["tri_state"]:
+            # §1.2: independent ifs; any kv_transfer_config disables (W-A1 from 0.11.1), logged first.
+            if connector is not None:
+                self.note(f"{self.spec} 2b: kv_transfer_config present (K)")
+                need_disable = True
+                if block["connector_warning"]:
+                    self.warn(block["connector_warning"])
+            if chunked_warning:
+                self.warn("W-C")
+            return need_disable
+
+        if chunked_warning:
+            self.warn("W-C")  # §8.7/§8.8: logged for every flag value, before the connector warning
+        if flag is True:
+            self.note(f"{self.spec} 2: flag True is kept")
+            return True
+        if flag is False:
+            if need_disable:
+                self.note(f"{self.spec} 2: explicit enable but the configuration needs HMA off")
+                raise _Raised(block["explicit_enable_error"], "config")
+            self.note(f"{self.spec} 2: explicit enable kept (the connector is never part of need_disable, §8.2)")
+            return False
+        if connector is not None:
+            rule = block["connector_rule"]
+            if rule == "flag-none-any":
+                capable = False
+                self.note(f"{self.spec} 2: flag None with a kv_transfer_config (capability not inspected)")
+            elif rule == "flag-none-class":
+                capable = self.class_rule_capable(connector, "config")
+                self.note(f"§6 0.22.0: class check of {connector.name}: {'SupportsHMA' if capable else 'not SupportsHMA'}")
+            else:
+                capable = self.supports_hma_config(connector, "config")
+                self.note(f"§3.3: supports_hma_config({connector.name}) is {capable}")
+            if not capable:
+                self.warn(block["connector_warning"], name=connector.name)
+                need_disable = True
+        self.note(f"{self.spec} 2: flag None resolves to need_disable={need_disable}")
+        return need_disable
+
+    def create_connector(self, connector: _Connector, hma_enabled: bool) -> None:
+        """The factory (§2.5 item 1, §3.5 items 1-2) and MultiConnector's constructor."""
+        factory = self.table["factory"]
+        cls = self.lookup(connector, "create_connector")
+        if hma_enabled and factory["check"] != "none":
+            capable = cls.hma if factory["check"] == "class" else self.supports_hma_config(connector, "create_connector")
+            if not capable:
+                self.note(f"§2.5/§3.5: factory check ({factory['check']}) rejects {cls.class_name} with HMA on")
+                raise _Raised("E-F", "create_connector", name=cls.class_name)
+        if cls.multi:
+            children = self.child_configs(connector, "create_connector")
+            child_classes = [self.lookup(child, "create_connector") for child in children]
+            if hma_enabled and factory["multi_init_asserts"] and not all(child.hma for child in child_classes):
+                self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
+                raise _Raised("E-MULTI-ASSERT", "create_connector")
+        self.note(f"factory creates {cls.class_name}")
+
+    def run(self) -> dict:
+        table, case = self.table, self.case
+        offloading_requested = case.get("kv_offloading_backend") is not None or case.get("kv_offloading_size") is not None
+        if offloading_requested and table["offloading"]["shortcut"] == "absent":
+            raise _Unknown("kv offloading does not exist before vLLM 0.11.1 (§6)")
+        user = self.user_connector()
+        if case.get("hisparse") and not table["hisparse"]["exists"]:
+            raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
+        hisparse = table["hisparse"]["exists"] and self.hisparse_on(user)
+        if hisparse:
+            if case.get("attention_chunk_size"):
+                raise _Unknown(
+                    "HiSparse with a model config needs index_topk (§10 item 3), which a case cannot express"
+                )
+            if case.get("platform") != "cuda":
+                self.note("§10 item 2: HiSparse requires CUDA, checked before the HMA block")
+                raise _Raised("E-HISPARSE-CUDA", "config")
+        shortcut = table["offloading"]["shortcut"]
+        self.connector_at_block = self.offloading_connector(user) if shortcut == "before" else user
+        resolved = self.resolve()
+        if hisparse and resolved:
+            self.note("§3.2 step 4: HiSparse with HMA disabled")
+            raise _Raised("E-H", "config")
+        if case.get("stage", "config") == "create_connector":
+            created = self.offloading_connector(user) if shortcut == "after" else self.connector_at_block
+            if created is not None:
+                self.create_connector(created, hma_enabled=not resolved)
+        return {"resolved_disable_hma": resolved, "warnings": list(self.warnings), "error": None, "unknown": None}
+
+
+def _outcome_for(table: dict, case: dict, platform_supported: bool) -> Expectation:
+    evaluation = _Evaluation(table, case, platform_supported)
+    try:
+        outcome = evaluation.run()
+    except _Raised as raised:
+        evaluation.note(f"raises {raised.message_id} at stage {raised.error['stage']}")
+        outcome = {"resolved_disable_hma": None, "warnings": list(evaluation.warnings), "error": raised.error, "unknown": None}
+    except _Unknown as unknown:
+        outcome = {"resolved_disable_hma": None, "warnings": [], "error": None, "unknown": str(unknown)}
+    return Expectation(outcome=outcome, because=tuple(evaluation.because))
+
+
+def expected_outcome(case: dict) -> Expectation:
+    """The outcome the spec predicts for `case` (issue 2 case schema), with the rules that fired."""
+    table = era_table(era_of_case(case))
+    platform = case.get("platform", "unspecified")
+    support = table["platforms"][platform]
+    if support != "unknown":
+        return _outcome_for(table, case, support)
+    # The platform's support is not knowable (TPU in 0.33, §8.13): the outcome is known only when it
+    # does not depend on that value.
+    supported, unsupported = _outcome_for(table, case, True), _outcome_for(table, case, False)
+    if supported.outcome == unsupported.outcome:
+        return Expectation(supported.outcome, supported.because + (f"{platform}: same outcome with or without HMA support",))
+    reason = f"{platform}'s support_hybrid_kv_cache() lives outside vLLM in this era (§3.6, §8.13) and the outcome depends on it"
+    return Expectation(
+        {"resolved_disable_hma": None, "warnings": [], "error": None, "unknown": reason}, (reason,)
+    )
