@@ -62,8 +62,14 @@ class ResultsDocument:
         }
 
     def dumps(self) -> str:
-        """Serialise deterministically (sorted results, stable key order)."""
-        return json.dumps(self.to_json(), indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+        """Serialise deterministically: the header indented, then one result entry per line.
+
+        One entry per line keeps big files fast to write (json's C encoder) and friendly to line diffs.
+        """
+        head = {k: v for k, v in self.to_json().items() if k != "results"}
+        text = json.dumps(head, indent=1, ensure_ascii=False)
+        entries = ",\n".join(json.dumps(entry, ensure_ascii=False) for entry in self.results)
+        return f'{text[:-2]},\n "results": [\n{entries}\n ]\n}}\n' if entries else f'{text[:-2]},\n "results": []\n}}\n'
 
 
 def make_entry(

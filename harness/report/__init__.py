@@ -1,0 +1,37 @@
+"""The compatibility report: `compatibility.md`, `compatibility.html` and `results.json` from one results document."""
+
+from __future__ import annotations
+
+from harness.report.build import build_document
+from harness.report.html import render_html
+from harness.report.markdown import render_markdown
+from harness.results_model import ResultsDocument
+
+MARKDOWN_NAME = "compatibility.md"
+HTML_NAME = "compatibility.html"
+RESULTS_NAME = "results.json"
+
+
+def run_details(results: ResultsDocument) -> list[str]:
+    """Lines about each run (commit, machine, times) for the HTML page; kept out of the Markdown."""
+    lines = []
+    for index, run in enumerate(results.runs):
+        machine = run.get("machine") or {}
+        platform = run.get("platform") or {}
+        commit = (run.get("git_commit") or "unknown")[:12] + (" (modified)" if run.get("git_dirty") else "")
+        lines.append(
+            f"Run {index + 1}: commit {commit} · {platform.get('system', '?')} {machine.get('arch', '?')} "
+            f"on {machine.get('node', '?')} · Python {run.get('python_version')} · torch {run.get('torch_version')} "
+            f"· {run.get('started_at')} → {run.get('finished_at')} · {run.get('wall_seconds')} s"
+        )
+    return lines
+
+
+def render_reports(results: ResultsDocument) -> dict[str, str]:
+    """File name -> text for the three report files."""
+    document = build_document(results)
+    return {
+        MARKDOWN_NAME: render_markdown(document),
+        HTML_NAME: render_html(document, run_details(results)),
+        RESULTS_NAME: results.dumps(),
+    }

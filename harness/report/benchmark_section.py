@@ -1,0 +1,62 @@
+"""The throughput part of the report: each workload's figures per implementation and the ratio to vLLM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.report.config_section import label
+from harness.report.model import Cell, Heading, Paragraph, Section, Table
+
+SUITE = "benchmark"
+REFERENCE_IMPLEMENTATION = "vllm"
+_RATE_KEYS = ("requests_per_s", "block_ops_per_s")
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(metrics: dict[str, Any], baseline: dict[str, Any] | None) -> Cell:
+    if baseline is None:
+        return Cell("❔", "unknown", ("no vLLM figure for this workload (vLLM not installed or not timed)",))
+    for key in _RATE_KEYS:
+        ours, theirs = metrics.get(key), baseline.get(key)
+        if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and theirs > 0:
+            return Cell(f"{ours / theirs:.2f}×", "pass" if ours >= theirs else "fail")
+    return Cell("❔", "unknown", ("no common rate to compare with vLLM",))
+
+
+def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
+    """The throughput table, or nothing when the benchmarks did not record."""
+    records = [e for e in entries if e["suite"] == SUITE]
+    if not records:
+        return []
+    figures: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for entry in records:
+        cell = entry.get("cell") or {}
+        metrics = entry.get("extra", {}).get("metrics")
+        key = (label(cell.get("workload")), label(cell.get("implementation")))
+        if isinstance(metrics, dict) or key not in figures:
+            figures[key] = metrics if isinstance(metrics, dict) else None
+    vllm = {w: m for (w, i), m in figures.items() if i.lower() == REFERENCE_IMPLEMENTATION and m is not None}
+    rows = []
+    for (workload, implementation), metrics in sorted(figures.items(), key=lambda kv: (kv[0][0], kv[0][1].lower())):
+        if metrics is None:
+            not_timed = Cell("❔", "unknown", ("not timed (benchmarks time nothing under xdist; run without -n)",))
+            rows.append([workload, implementation, not_timed, not_timed, not_timed, not_timed])
+            continue
+        if implementation.lower() == REFERENCE_IMPLEMENTATION:
+            ratio: Cell | str = "1.00×"
+        else:
+            ratio = _ratio(metrics, vllm.get(workload))
+        rows.append([workload, implementation, _number(metrics.get("requests_per_s"), 1),
+                     _number(metrics.get("block_ops_per_s")), _number(metrics.get("median_s"), 6), ratio])
+    return [Section("benchmark", [
+        Heading(2, "Throughput"),
+        Paragraph("Ratios compare each implementation's requests/s (else block operations/s) with vLLM's "
+                  "on the same workload in the same session; ≥ 1.00× means at least as fast."),
+        Table(headers=["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
+              rows=rows),
+    ])]

@@ -1,0 +1,34 @@
+"""Assemble the report document from a results document (every suite's section that has records)."""
+
+from __future__ import annotations
+
+from harness.report.allocator_section import allocator_sections
+from harness.report.benchmark_section import benchmark_sections
+from harness.report.config_section import config_sections
+from harness.report.connector_section import connector_sections
+from harness.report.model import Document
+from harness.report.summary_section import summary_sections
+from harness.results_model import ResultsDocument
+
+TITLE = "kvconform compatibility report"
+
+
+def run_line(results: ResultsDocument) -> str:
+    """What produced the results, without times or commits (so the Markdown stays reproducible)."""
+    info = results.run_info
+    versions = sorted({str(run.get("kvconform_version")) for run in results.runs})
+    targets = sorted({str(run.get("target") or "reference") for run in results.runs})
+    parts = [f"kvconform {', '.join(versions)}", f"target {', '.join(targets)}"]
+    if len(results.runs) > 1:
+        parts.append(f"merged from {len(results.runs)} runs")
+    if info.get("vllm_version"):
+        parts.append(f"vLLM version filter {info['vllm_version']}")
+    return "Produced by " + " · ".join(parts) + "."
+
+
+def build_document(results: ResultsDocument) -> Document:
+    """The report document: summary, config matrix, allocator, connectors, throughput."""
+    entries = results.results
+    sections = (summary_sections(entries) + config_sections(entries) + allocator_sections(entries)
+                + connector_sections(entries) + benchmark_sections(entries))
+    return Document(title=TITLE, run_line=run_line(results), sections=sections)

@@ -1,0 +1,116 @@
+"""The connector part of the report: a check x connector table and whether each connector may declare HMA.
+
+A cell aggregates a check over the model presets: ❌ if any preset failed (footnote: the first failing
+evidence), ➖ if the check does not apply ("not HMA-capable" / "not applicable" skips), ❔ if it was skipped
+for another reason, ✅ otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+from harness.report.config_section import label
+from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
+
+SUITE = "connector"
+NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable")
+_EVIDENCE_LIMIT = 300
+
+
+def _is_not_applicable(entry: dict[str, Any]) -> bool:
+    return entry["status"] == "skipped" and (entry.get("message") or "").lower().startswith(NOT_APPLICABLE_PREFIXES)
+
+
+def _natural_key(text: str) -> list:
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
+
+
+def _evidence(entry: dict[str, Any]) -> str:
+    evidence = entry.get("extra", {}).get("evidence")
+    if evidence is None:
+        evidence = entry.get("message") or entry["status"]
+    if not isinstance(evidence, str):
+        evidence = json.dumps(evidence, sort_keys=True, ensure_ascii=False)
+    evidence = " ".join(evidence.split())
+    return evidence if len(evidence) <= _EVIDENCE_LIMIT else evidence[: _EVIDENCE_LIMIT - 1] + "…"
+
+
+def check_cell(entries: list[dict[str, Any]], check: str) -> Cell:
+    """Aggregate one check's entries (one per preset) for one connector."""
+    by_preset = sorted(entries, key=lambda e: label((e.get("cell") or {}).get("preset")))
+    failing = [e for e in by_preset if e["status"] in ("failed", "error")]
+    if failing:
+        first = failing[0]
+        preset = label((first.get("cell") or {}).get("preset"))
+        return Cell("❌", "fail", (f"{check} on preset {preset}: {_evidence(first)}",))
+    skipped = [e for e in by_preset if e["status"] == "skipped"]
+    if skipped and len(skipped) == len(by_preset) and all(_is_not_applicable(e) for e in skipped):
+        return Cell("➖", "na", (skipped[0].get("message") or "not applicable",))
+    other_skips = [e for e in skipped if not _is_not_applicable(e)]
+    if other_skips:
+        return Cell("❔", "unknown", (f"{check} not run: {other_skips[0].get('message') or 'skipped'}",))
+    return Cell("✅", "pass")
+
+
+def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
+    """One line: may this connector declare SupportsHMA, judged by the checks that ran?"""
+    failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
+                          if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") == "MUST"},
+                         key=_natural_key)
+    failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
+                            if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") != "MUST"},
+                           key=_natural_key)
+    not_capable = any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
+                      for e in entries)
+    ran = [e for e in entries if e["status"] != "skipped"]
+    if failed_must:
+        return f"❌ {connector} must not declare `SupportsHMA`: it fails MUST check(s) {', '.join(failed_must)}."
+    if not_capable:
+        return (f"➖ {connector} does not declare `SupportsHMA`; its HMA checks were not run, "
+                "so it must pass them before it declares it.")
+    if not ran:
+        return f"❔ {connector}: no check ran, so whether it may declare `SupportsHMA` is unknown."
+    suffix = f" (SHOULD checks failing: {', '.join(failed_should)})" if failed_should else ""
+    return f"✅ {connector} may declare `SupportsHMA`: it passes every MUST check on every preset{suffix}."
+
+
+def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
+    """The connector conformance section, or nothing when the connector suite did not record."""
+    records = [e for e in entries if e["suite"] == SUITE]
+    if not records:
+        return []
+    grouped: dict[tuple[str, str], list] = defaultdict(list)
+    checks: dict[str, tuple[str, str]] = {}
+    for entry in records:
+        cell = entry.get("cell") or {}
+        check, connector = label(cell.get("check")), label(cell.get("connector"))
+        grouped[(check, connector)].append(entry)
+        tier, description = checks.get(check, ("", ""))
+        checks[check] = (tier or label(cell.get("tier")), description or str(entry["extra"].get("description", "")))
+    connectors = sorted({c for _, c in grouped}, key=str.lower)
+    check_ids = sorted(checks, key=_natural_key)
+    rows = []
+    for check in check_ids:
+        tier, description = checks[check]
+        rows.append([check, tier, description] + [
+            check_cell(grouped[(check, c)], check) if (check, c) in grouped else Cell("❔", "unknown", (f"{check} was not run for this connector",))
+            for c in connectors
+        ])
+    table = Table(
+        headers=["check", "tier", "description"] + connectors,
+        rows=rows,
+        column_filters=[{}, {}, {}] + [{"connector": c} for c in connectors],
+        search=True,
+    )
+    verdicts = [hma_verdict(c, [e for (_, conn), es in grouped.items() if conn == c for e in es]) for c in connectors]
+    return [Section("connector", [
+        Heading(2, "Connector conformance"),
+        Paragraph("✅ passes on every preset · ❌ fails (footnote: the first failing evidence) · "
+                  "➖ not applicable · ❔ not run (footnote: why)"),
+        table,
+        Heading(3, "May each connector declare SupportsHMA?"),
+        BulletList(verdicts),
+    ])]

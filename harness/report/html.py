@@ -1,0 +1,207 @@
+"""Render the report document as one self-contained HTML file (inline CSS and JS, no network, no server).
+
+Filters for era, platform and connector hide the sections, columns and rows tagged with ``data-f-era``,
+``data-f-platform`` and ``data-f-connector``; the search box keeps the rows whose text or footnotes contain
+the query. The filters can be preset from the URL: ``compatibility.html?era=seed&platform=cuda&q=lmcache``.
+``#kv-filter-status`` always says how many rows are shown (``data-visible-rows``).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from itertools import groupby
+
+from harness.report.footnotes import Footnotes
+from harness.report.model import BulletList, Cell, Document, Heading, Paragraph, Section, Table
+
+FILTER_KEYS = ("era", "platform", "connector")
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;line-height:1.4}
+h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin-top:1.2em}
+.run{color:#57606a}
+#kv-filters{position:sticky;top:0;background:#f6f8fa;padding:.5em;border:1px solid #d0d7de;z-index:2}
+#kv-filters label{margin-right:1em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
+th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:nowrap}
+td:first-child,td:nth-child(2){text-align:left}
+thead th{background:#f6f8fa;position:sticky;top:2.6em}
+td.k-on,td.k-pass{background:#dafbe1}td.k-off,td.k-na{background:#eef0f2}
+td.k-error,td.k-fail{background:#ffebe9}td.k-unknown{background:#fff8c5}
+td.k-mismatch{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px}
+sup a{text-decoration:none;color:#0969da}
+ol.footnotes{font-size:.85em;color:#3d444d}
+.kv-hide,.kv-nomatch{display:none!important}
+"""
+
+_JS = """
+(function () {
+  var keys = ["era", "platform", "connector"];
+  var box = document.getElementById("kv-q");
+  var status = document.getElementById("kv-filter-status");
+  var notes = {};
+  document.querySelectorAll("ol.footnotes li").forEach(function (li) {
+    notes[li.id] = li.textContent;
+  });
+  var rowText = new Map();
+  function textOf(row) {
+    var text = rowText.get(row);
+    if (text === undefined) {
+      text = row.textContent;
+      row.querySelectorAll("sup a").forEach(function (a) {
+        text += " " + (notes[a.getAttribute("href").slice(1)] || "");
+      });
+      text = text.toLowerCase();
+      rowText.set(row, text);
+    }
+    return text;
+  }
+  function selected() {
+    var values = {};
+    keys.forEach(function (key) {
+      var control = document.getElementById("kv-f-" + key);
+      values[key] = control ? control.value : "";
+    });
+    return values;
+  }
+  function apply() {
+    var values = selected();
+    document.querySelectorAll("[data-f-era],[data-f-platform],[data-f-connector]").forEach(function (el) {
+      var hide = false;
+      keys.forEach(function (key) {
+        var tag = el.getAttribute("data-f-" + key);
+        if (values[key] && tag !== null && tag !== values[key]) { hide = true; }
+      });
+      el.classList.toggle("kv-hide", hide);
+    });
+    var needle = box.value.trim().toLowerCase();
+    var shown = 0;
+    document.querySelectorAll("table.kv-search tbody tr").forEach(function (row) {
+      var match = !needle || textOf(row).indexOf(needle) !== -1;
+      row.classList.toggle("kv-nomatch", !match);
+      if (match && !row.closest(".kv-hide")) { shown += 1; }
+    });
+    status.textContent = shown + " rows shown";
+    status.setAttribute("data-visible-rows", String(shown));
+  }
+  var params = new URLSearchParams(window.location.search);
+  keys.forEach(function (key) {
+    var control = document.getElementById("kv-f-" + key);
+    if (control && params.has(key)) { control.value = params.get(key); }
+    if (control) { control.addEventListener("change", apply); }
+  });
+  if (params.has("q")) { box.value = params.get("q"); }
+  box.addEventListener("input", apply);
+  document.addEventListener("mouseover", function (event) {
+    var cell = event.target.closest && event.target.closest("td");
+    if (cell && !cell.title && cell.querySelector("sup a")) {
+      var lines = [];
+      cell.querySelectorAll("sup a").forEach(function (a) { lines.push(notes[a.getAttribute("href").slice(1)]); });
+      cell.title = lines.join("\\n");
+    }
+  });
+  apply();
+})();
+"""
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _inline(text: str) -> str:
+    """Escaped text with `code` spans."""
+    return _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", _esc(text))
+
+
+def _filter_attrs(filters: dict[str, str] | None) -> str:
+    if not filters:
+        return ""
+    return "".join(f' data-f-{key}="{_esc(value)}"' for key, value in filters.items() if key in FILTER_KEYS)
+
+
+def _table(table: Table, footnotes: Footnotes) -> str:
+    columns = table.column_filters or [{}] * len(table.headers)
+    column_attrs = [_filter_attrs(f) for f in columns]
+    parts = [f'<table class="kv{" kv-search" if table.search else ""}"><thead><tr>']
+    parts += [f"<th{attrs}>{_esc(h)}</th>" for h, attrs in zip(table.headers, column_attrs)]
+    parts.append("</tr></thead><tbody>")
+    row_filters = table.row_filters or [None] * len(table.rows)
+    for row, filters in zip(table.rows, row_filters):
+        parts.append(f"<tr{_filter_attrs(filters)}>")
+        for value, attrs in zip(row, column_attrs):
+            if isinstance(value, str):
+                parts.append(f"<td{attrs}>{_esc(value)}</td>")
+                continue
+            refs = "".join(
+                f'<sup><a href="#fn-{n}">{n}</a></sup>' for n in (footnotes.number(note) for note in value.notes)
+            )
+            kind = f' class="k-{value.kind}"' if value.kind else ""
+            parts.append(f"<td{kind}{attrs}>{_esc(value.text)}{refs}</td>")
+        parts.append("</tr>")
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
+def _block(block, footnotes: Footnotes) -> str:
+    if isinstance(block, Heading):
+        return f"<h{block.level}>{_esc(block.text)}</h{block.level}>"
+    if isinstance(block, Paragraph):
+        return f"<p>{_inline(block.text)}</p>"
+    if isinstance(block, BulletList):
+        return "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>"
+    return _table(block, footnotes)
+
+
+def _options(values: list[str]) -> str:
+    return '<option value="">all</option>' + "".join(f'<option value="{_esc(v)}">{_esc(v)}</option>' for v in values)
+
+
+def _filter_values(sections: list[Section]) -> dict[str, list[str]]:
+    """Every value each filter can take, in first-seen order."""
+    values: dict[str, dict[str, None]] = {key: {} for key in FILTER_KEYS}
+    for section in sections:
+        for key, value in section.filters.items():
+            values.setdefault(key, {})[value] = None
+        for block in section.blocks:
+            if isinstance(block, Table):
+                for filters in (block.row_filters or []) + (block.column_filters or []):
+                    for key, value in filters.items():
+                        values.setdefault(key, {})[value] = None
+    return {key: list(found) for key, found in values.items()}
+
+
+def render_html(document: Document, run_details: list[str] | None = None) -> str:
+    """The whole report as one HTML page; `run_details` adds lines about the run (times, commit)."""
+    footnotes = Footnotes()
+    filter_values = _filter_values(document.sections)
+    controls = "".join(
+        f'<label>{key} <select id="kv-f-{key}">{_options(sorted(filter_values[key], key=str.lower) if key != "era" else filter_values[key])}</select></label>'
+        for key in FILTER_KEYS
+    )
+    body = [
+        f"<h1>{_esc(document.title)}</h1>",
+        f'<p class="run">{_esc(document.run_line)}</p>',
+        *(f'<p class="run">{_esc(line)}</p>' for line in run_details or ()),
+        f'<div id="kv-filters">{controls}<label>search <input id="kv-q" type="search" '
+        f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span></div>',
+    ]
+    for key, sections in groupby(document.sections, key=lambda s: s.key):
+        for section in sections:
+            body.append(f'<section data-key="{_esc(key)}"{_filter_attrs(section.filters)}>')
+            body += [_block(block, footnotes) for block in section.blocks]
+            body.append("</section>")
+        definitions = footnotes.take_new()
+        if definitions:
+            body.append('<ol class="footnotes">' + "".join(
+                f'<li id="fn-{n}" value="{n}">{_esc(text)}</li>' for n, text in definitions) + "</ol>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(document.title)}</title><style>{_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + f"\n<script>{_JS}</script>\n</body></html>\n"
+    )

@@ -1,0 +1,72 @@
+"""The report as data: sections of headings, paragraphs, lists and tables of cells.
+
+Builders (one module per suite) produce these blocks; the Markdown and HTML renderers turn them into text.
+A cell's notes become auto-numbered, de-duplicated footnotes when rendered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One table cell: a short symbol or value, a style kind, and footnote texts explaining it."""
+
+    text: str
+    kind: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Table:
+    """A table; `row_filters`/`column_filters` tag rows and columns for the HTML filters (e.g. connector)."""
+
+    headers: list[str]
+    rows: list[list[Cell | str]]
+    row_filters: list[dict[str, str]] | None = None
+    column_filters: list[dict[str, str]] | None = None
+    search: bool = False
+
+
+@dataclass(slots=True)
+class Heading:
+    """A heading (level 2 or 3 inside the report)."""
+
+    level: int
+    text: str
+
+
+@dataclass(slots=True)
+class Paragraph:
+    """A paragraph of plain text; `code` spans in backticks are kept."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class BulletList:
+    """A bulleted list of plain-text items."""
+
+    items: list[str]
+
+
+Block = Heading | Paragraph | BulletList | Table
+
+
+@dataclass(slots=True)
+class Section:
+    """A titled part of the report; `key` names it (the staleness test compares the `config` section)."""
+
+    key: str
+    blocks: list[Block] = field(default_factory=list)
+    filters: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Document:
+    """The whole report: a title, a line about the run, and sections."""
+
+    title: str
+    run_line: str
+    sections: list[Section]

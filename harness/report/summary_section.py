@@ -1,0 +1,36 @@
+"""The top of the report: counts per suite and the first failures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from harness.report.model import BulletList, Heading, Paragraph, Section, Table
+
+STATUS_COLUMNS = ("passed", "failed", "error", "skipped")
+_LISTED_FAILURES = 20
+
+
+def summary_sections(entries: list[dict[str, Any]]) -> list[Section]:
+    """Totals per suite, a one-line verdict and the first failures (the details are in the suites' sections)."""
+    per_suite: dict[str, Counter] = {}
+    for entry in entries:
+        per_suite.setdefault(entry["suite"], Counter())[entry["status"]] += 1
+    rows = [[suite] + [str(counts[s]) for s in STATUS_COLUMNS] + [str(sum(counts.values()))]
+            for suite, counts in sorted(per_suite.items())]
+    failing = sorted((e for e in entries if e["status"] in ("failed", "error")), key=lambda e: e["id"])
+    ran = sum(1 for e in entries if e["status"] != "skipped")
+    if not entries or not ran:
+        verdict = "Nothing ran: every test was skipped or none was selected."
+    elif failing:
+        verdict = f"{len(failing)} of {len(entries)} tests did not behave as expected (failed or error)."
+    else:
+        verdict = f"All {ran} tests that ran behaved as expected ({len(entries) - ran} skipped)."
+    blocks = [Heading(2, "Summary"), Paragraph(verdict),
+              Table(headers=["suite", *STATUS_COLUMNS, "total"], rows=rows)]
+    if failing:
+        items = [f"`{e['id']}`: {e.get('message') or e['status']}" for e in failing[:_LISTED_FAILURES]]
+        if len(failing) > _LISTED_FAILURES:
+            items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json)")
+        blocks += [Heading(3, "Failures"), BulletList(items)]
+    return [Section("summary", blocks)]

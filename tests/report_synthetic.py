@@ -1,0 +1,80 @@
+"""Synthetic results documents for the report, diff and merge tests (hand-made data, no suite needed)."""
+
+from __future__ import annotations
+
+import itertools
+
+from harness.results_model import ResultsDocument, make_entry
+
+ERAS = ("v0.10", "v0.11", "pre-seed", "seed", "v0.14", "v0.18", "v0.19", "v0.20", "v0.21", "v0.22", "v0.23",
+        "v0.30", "v0.33")
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
+FLAGS = (None, True, False)
+FEATURES = ("none", "kv_events", "chunked_local_env_on", "chunked_local_env_off", "chunked_local_eagle",
+            "hisparse", "offload_native", "offload_lmcache")
+CONNECTORS = ("none", "LMCacheConnectorV1", "NixlConnector", "MooncakeConnector", "OffloadingConnector",
+              "SimpleCPUOffloadConnector", "ExampleConnector", "ext-hma", "ext-non-hma", "multi-all-hma",
+              "multi-mixed", "multi-empty", "multi-nested", "multi-renamed", "P2pNcclConnector", "DecodeBench")
+STAGES = ("config", "create_connector")
+WARNINGS = (
+    "Turning off hybrid kv cache manager because `--kv-transfer-config` is set.",
+    "There is a latency regression when using chunked local attention with the hybrid KV cache manager.",
+    "Connector X does not support HMA; turning it off.",
+)
+
+
+def run_info(**overrides) -> dict:
+    """A plausible run_info block."""
+    info = {"kvconform_version": "0.1.0", "git_commit": "0" * 40, "git_dirty": False, "target": None,
+            "platform": {"system": "Linux"}, "python_version": "3.11.7", "torch_version": "2.13.0+cpu",
+            "machine": {"arch": "x86_64", "node": "ci", "cpu_count": 2},
+            "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:00:30+00:00",
+            "wall_seconds": 30.0}
+    info.update(overrides)
+    return info
+
+
+def outcome(resolved=None, warnings=(), error=None, unknown=None, rules=()) -> dict:
+    """An outcome in the `kvconform resolve` schema."""
+    return {"id": "x", "resolved_disable_hma": resolved, "warnings": list(warnings), "error": error,
+            "rules": list(rules), "unknown": unknown}
+
+
+def config_entry(era="seed", flag=None, platform="cuda", features="none", connector="none", stage="config",
+                 actual=None, expected=None, status="passed", message=None) -> dict:
+    """One config-matrix entry as the results plugin writes it."""
+    cell = {"era": era, "flag": flag, "platform": platform, "features": features, "connector": connector,
+            "stage": stage}
+    flag_id = {None: "N", True: "T", False: "F"}[flag]
+    actual = actual if actual is not None else outcome(resolved=False)
+    return make_entry(nodeid=f"suites/config/test_matrix.py::test_cell[{era}-{flag_id}-{platform}-{features}-"
+                             f"{connector}-{stage}]", suite="config", status=status, cell=cell,
+                      expected=expected if expected is not None else actual, actual=actual, message=message,
+                      duration=0.001)
+
+
+def synthetic_outcome(index: int) -> dict:
+    """A deterministic mix of every kind of outcome."""
+    kind = (index * 7919) % 11
+    if kind < 4:
+        return outcome(resolved=False)
+    if kind < 7:
+        return outcome(resolved=True, warnings=WARNINGS[: 1 + kind % 3])
+    if kind < 9:
+        return outcome(error={"type": "ValueError", "stage": "config",
+                              "message": f"Hybrid KV cache manager is disabled but failed (case {kind})"})
+    return outcome(unknown="TPU support comes from tpu_inference; not decidable from vLLM's source")
+
+
+def big_matrix(count: int = 50_000) -> ResultsDocument:
+    """`count` config entries spread over every dimension (for the rendering benchmark)."""
+    entries = []
+    product = itertools.product(ERAS, CONNECTORS, FEATURES, PLATFORMS, FLAGS, STAGES)
+    for index, (era, connector, features, platform, flag, stage) in enumerate(product):
+        if index >= count:
+            break
+        entries.append(config_entry(era, flag, platform, features, connector, stage,
+                                    actual=synthetic_outcome(index),
+                                    status="failed" if index % 997 == 0 else "passed",
+                                    message="resolved value differs" if index % 997 == 0 else None))
+    return ResultsDocument(run_info=run_info(), results=entries)
