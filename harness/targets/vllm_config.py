@@ -1,0 +1,537 @@
+"""The `vllm` config target: one matrix case evaluated by the installed vLLM's own configuration code.
+
+For each case it builds a real `VllmConfig` out of vLLM's real `SchedulerConfig`, `KVTransferConfig`,
+`KVEventsConfig`, `SpeculativeConfig`, `CacheConfig` and a `ModelConfig` read from a tiny `config.json`
+in a temporary folder (nothing is downloaded), with the running platform's `support_hybrid_kv_cache`
+patched to the case's platform as that platform's class in this vLLM defines it. Stage `cli_parse` uses
+vLLM's own argument parser; stage `create_connector` calls the real `KVConnectorFactory.create_connector`
+with an empty `KVCacheConfig`. The outcome follows the `kvconform resolve` schema (issue 2).
+
+A case the installed vLLM cannot evaluate here (another era than the installed release, a platform whose
+class lives outside vLLM, a package vLLM needs that is not installed, a connector that needs hardware to
+construct) gets `unknown` with the reason, never a guess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import linecache
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
+from harness.targets.vllm_outcome import HmaBlock, captured_warnings, error_of, unwrap_exception
+from harness.targets.vllm_platforms import PLATFORM_CLASSES, platform_support
+
+CASE_KEYS = frozenset({
+    "id", "vllm_version", "profile", "stage", "flag", "cli_args", "platform", "kv_connector",
+    "kv_connector_module_path", "kv_role", "multi_connector_children", "kv_events",
+    "attention_chunk_size", "speculative_method", "env", "hisparse", "kv_offloading_backend",
+    "kv_offloading_size",
+})
+STAGES = ("cli_parse", "config", "create_connector")
+# Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
+_OWN_PACKAGES = frozenset({"vllm"})
+# A tiny Llama; the speculative drafts and the target share it. MTP needs a DeepSeek-V3-shaped target.
+_TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048, "torch_dtype": "float32",
+}
+_TINY_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 64,
+    "intermediate_size": 128, "moe_intermediate_size": 32, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "num_hidden_layers": 2, "num_nextn_predict_layers": 1, "vocab_size": 1000,
+    "max_position_embeddings": 2048, "kv_lora_rank": 16, "q_lora_rank": 16, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1,
+    "num_experts_per_tok": 2, "first_k_dense_replace": 1, "torch_dtype": "float32",
+}
+_MAX_MODEL_LEN = 2048
+
+
+class CaseError(ValueError):
+    """A case this target cannot read: reported as an error outcome at stage "input"."""
+
+
+class NotEvaluable(Exception):
+    """The installed vLLM cannot evaluate the case on this machine; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A matrix case with the schema's defaults filled in."""
+
+    id: Any
+    era: str | None
+    stage: str
+    flag: bool | None
+    cli_args: list[str] | None
+    platform: str
+    kv_connector: str | None
+    kv_connector_module_path: str | None
+    kv_role: str | None
+    children: list | None
+    kv_events: bool
+    attention_chunk_size: int | None
+    speculative_method: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    hisparse: bool = False
+    kv_offloading_backend: str | None = None
+    kv_offloading_size: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> "Case":
+        """Validate the few things this target depends on; the reference resolver owns full validation."""
+        if not isinstance(raw, dict):
+            raise CaseError(f"case: expected a JSON object, got {type(raw).__name__}")
+        unknown = sorted(set(raw) - CASE_KEYS)
+        if unknown:
+            raise CaseError(f"case: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(CASE_KEYS))}")
+        flag = raw.get("flag")
+        if flag is not None and not isinstance(flag, bool):
+            raise CaseError(f"flag: {flag!r} is not a bool; accepted: null, true, false")
+        stage = raw.get("stage", "config")
+        if stage not in STAGES:
+            raise CaseError(f"stage: {stage!r} is not supported by the vllm target; accepted: {', '.join(STAGES)}")
+        platform = raw.get("platform", "cuda")
+        if platform not in PLATFORM_CLASSES:
+            raise CaseError(f"platform: {platform!r} is unknown; accepted: {', '.join(PLATFORM_CLASSES)}")
+        cli_args = raw.get("cli_args")
+        if cli_args is not None and not (isinstance(cli_args, list) and all(isinstance(a, str) for a in cli_args)):
+            raise CaseError(f"cli_args: {cli_args!r} is not a list of strings")
+        env = raw.get("env") or {}
+        if not isinstance(env, dict):
+            raise CaseError(f"env: {env!r} is not an object of NAME: value")
+        return cls(
+            id=raw.get("id"),
+            era=_case_era(raw),
+            stage=stage,
+            flag=flag,
+            cli_args=cli_args,
+            platform=platform,
+            kv_connector=raw.get("kv_connector"),
+            kv_connector_module_path=raw.get("kv_connector_module_path"),
+            kv_role=raw.get("kv_role", "kv_both"),
+            children=raw.get("multi_connector_children"),
+            kv_events=bool(raw.get("kv_events", False)),
+            attention_chunk_size=raw.get("attention_chunk_size"),
+            speculative_method=raw.get("speculative_method"),
+            env={str(k): str(v) for k, v in env.items()},
+            hisparse=bool(raw.get("hisparse", False)),
+            kv_offloading_backend=raw.get("kv_offloading_backend"),
+            kv_offloading_size=raw.get("kv_offloading_size"),
+        )
+
+    def connector_names(self) -> set[str]:
+        """Every connector name the case configures, MultiConnector children at any depth included."""
+        names = {self.kv_connector} if self.kv_connector else set()
+        pending = list(self.children or ())
+        while pending:
+            child = pending.pop()
+            if isinstance(child, str):
+                names.add(child)
+            elif isinstance(child, dict):
+                names.add(child.get("kv_connector"))
+                pending.extend(child.get("children") or ())
+        return names
+
+
+def _case_era(raw: dict) -> str | None:
+    """The era a case asks for (from `vllm_version` or `profile`), or None when it names none."""
+    from harness.eras import EraSelectionError, select_eras
+
+    value = raw.get("vllm_version") or raw.get("profile")
+    if value is None:
+        return None
+    try:
+        return select_eras(str(value))[0]
+    except EraSelectionError as exc:
+        raise CaseError(str(exc)) from None
+
+
+def child_config(child: Any) -> dict:
+    """A MultiConnector child as vLLM reads it from `kv_connector_extra_config["connectors"]`.
+
+    A bare name is a child with the default role; an object keeps exactly the keys it gives (a child
+    without `kv_role` is how the suite asks for vLLM's "Please specify kv_role" check).
+    """
+    if isinstance(child, str):
+        return {"kv_connector": child, "kv_role": "kv_both"}
+    if not isinstance(child, dict):
+        raise CaseError(f"multi_connector_children: {child!r} is neither a name nor an object")
+    config = {k: child[k] for k in ("kv_connector", "kv_role", "kv_connector_module_path") if k in child}
+    if child.get("children") is not None:
+        config["kv_connector_extra_config"] = {"connectors": [child_config(c) for c in child["children"]]}
+    return config
+
+
+def outcome(case_id: Any, **fields: Any) -> dict:
+    """An outcome object with every schema key present."""
+    base = {"id": case_id, "resolved_disable_hma": None, "warnings": [], "error": None, "rules": [], "unknown": None}
+    base.update(fields)
+    return base
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set the case's environment variables and restore the previous values afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+@contextlib.contextmanager
+def patched_platform(supported: bool, is_cuda: bool | None) -> Iterator[None]:
+    """Make the running platform answer as the case's platform does (and `is_cuda` for HiSparse)."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    saved = {name: cls.__dict__.get(name) for name in ("support_hybrid_kv_cache", "is_cuda")}
+    cls.support_hybrid_kv_cache = classmethod(lambda _cls: supported)
+    if is_cuda is not None:
+        cls.is_cuda = lambda _self: is_cuda
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                if name in cls.__dict__:
+                    delattr(cls, name)
+            else:
+                setattr(cls, name, old)
+
+
+def _missing_package(exc: BaseException, case: Case) -> str | None:
+    """The name of a non-vLLM package whose absence caused `exc`, if that is what happened."""
+    inner = unwrap_exception(exc)
+    if not isinstance(inner, ImportError):
+        return None
+    name = getattr(inner, "name", None) or ""
+    top = name.split(".")[0]
+    own = {case.kv_connector_module_path.split(".")[0]} if case.kv_connector_module_path else set()
+    if not top or top in _OWN_PACKAGES or top in own:
+        return None
+    return top
+
+
+class VllmConfigTarget:
+    """Callable target: `target(case) -> outcome`, backed by the installed vLLM release."""
+
+    name = "vllm"
+
+    def __init__(self, version: str, era: str):
+        self.version = version
+        self.era = era
+        self._block = HmaBlock.locate()
+        self._tmp = tempfile.TemporaryDirectory(prefix="kvconform-vllm-")
+        self._parser = None
+
+    def describe(self) -> str:
+        """One line for headers and reports: which vLLM and which era."""
+        return f"vllm {self.version} (era {self.era})"
+
+    def __call__(self, raw_case: Any) -> dict:
+        case_id = raw_case.get("id") if isinstance(raw_case, dict) else None
+        try:
+            case = Case.parse(raw_case)
+            return self._evaluate(case)
+        except CaseError as exc:
+            return outcome(case_id, error={"type": "ValueError", "message": str(exc), "stage": "input"})
+        except NotEvaluable as exc:
+            return outcome(case_id, unknown=str(exc))
+
+    # -- evaluation ---------------------------------------------------------------------------------
+
+    def _evaluate(self, case: Case) -> dict:
+        if case.era is not None and case.era != self.era:
+            raise NotEvaluable(f"the case is for era {case.era}; the installed vLLM {self.version} is era {self.era}")
+        support = platform_support(case.platform)
+        if support.supported is None:
+            raise NotEvaluable(f"platform {case.platform} on vLLM {self.version}: {support.source}")
+        rules = [f"vllm:{case.platform}.support_hybrid_kv_cache={support.supported} ({support.source})"]
+        uses_hisparse = case.hisparse or "HiSparseConnector" in case.connector_names()
+        is_cuda = (case.platform == "cuda") if uses_hisparse else None
+        with environment(case.env), patched_platform(support.supported, is_cuda), captured_warnings(self._block) as warnings:
+            return self._run_stages(case, rules, warnings)
+
+    def _run_stages(self, case: Case, rules: list[str], warnings: list[str]) -> dict:
+        flag = case.flag
+        parsed: dict[str, Any] = {}
+        if case.cli_args is not None:
+            try:
+                parsed = self._parse_cli(case.cli_args)
+            except SystemExit as exc:
+                message = getattr(exc, "kvconform_message", "") or str(exc.code)
+                return outcome(case.id, warnings=list(warnings), rules=rules,
+                               error={"type": "SystemExit", "message": message, "stage": "cli_parse"})
+            flag = parsed.pop("disable_hybrid_kv_cache_manager")
+            if case.stage == "cli_parse":
+                return outcome(case.id, resolved_disable_hma=flag, warnings=list(warnings), rules=rules)
+        try:
+            vllm_config = self._build_config(case, flag, parsed)
+        except NotEvaluable:
+            raise
+        except Exception as exc:  # vLLM's config-time behaviour, reported as the outcome
+            self._raise_if_environment(exc, case)
+            return outcome(case.id, warnings=list(warnings), rules=rules, error=error_of(exc, "config"))
+        resolved = vllm_config.scheduler_config.disable_hybrid_kv_cache_manager
+        if case.stage == "create_connector":
+            error = self._create_connector(case, vllm_config, rules)
+            if error is not None:
+                return outcome(case.id, warnings=list(warnings), rules=rules, error=error)
+        return outcome(case.id, resolved_disable_hma=resolved, warnings=list(warnings), rules=rules)
+
+    def _raise_if_environment(self, exc: BaseException, case: Case) -> None:
+        package = _missing_package(exc, case)
+        if package is not None:
+            raise NotEvaluable(
+                f"vLLM {self.version} needs the {package!r} package for this case and it is not installed here "
+                f"({type(unwrap_exception(exc)).__name__}: {unwrap_exception(exc)})"
+            )
+
+    # -- stage cli_parse ----------------------------------------------------------------------------
+
+    def _parse_cli(self, args: list[str]) -> dict:
+        """Parse with vLLM's own engine-argument parser; argparse rejections become SystemExit."""
+        parser = self._engine_parser()
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                namespace = parser.parse_args(args)
+        except SystemExit as exc:
+            lines = [line for line in stderr.getvalue().splitlines() if "error:" in line]
+            exc.kvconform_message = lines[-1].split("error:", 1)[1].strip() if lines else ""
+            raise
+        result = {"disable_hybrid_kv_cache_manager": namespace.disable_hybrid_kv_cache_manager}
+        for name in ("kv_transfer_config", "kv_events_config", "speculative_config"):
+            value = getattr(namespace, name, None)
+            if value is not None:
+                result[name] = value
+        return result
+
+    def _engine_parser(self):
+        if self._parser is None:
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            from vllm.platforms import current_platform
+
+            # Building the parser instantiates DeviceConfig() for its defaults, which cannot infer a device
+            # on a machine without an accelerator: let it see a CPU, only while the parser is built.
+            cls = type(current_platform)
+            saved = cls.__dict__.get("device_type")
+            cls.device_type = "cpu"
+            try:
+                self._parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="vllm"))
+            finally:
+                if saved is None:
+                    del cls.device_type
+                else:
+                    cls.device_type = saved
+        return self._parser
+
+    # -- stage config -------------------------------------------------------------------------------
+
+    def _build_config(self, case: Case, flag: bool | None, parsed: dict):
+        from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
+
+        model_config = self._model_config(case)
+        kwargs: dict[str, Any] = {
+            "scheduler_config": _construct(SchedulerConfig, disable_hybrid_kv_cache_manager=flag,
+                                           max_model_len=_MAX_MODEL_LEN, is_encoder_decoder=False),
+            "device_config": DeviceConfig("cpu"),
+            "cache_config": _construct(CacheConfig, **_offloading(case)),
+        }
+        if model_config is not None:
+            kwargs["model_config"] = model_config
+        transfer = parsed.get("kv_transfer_config", self._kv_transfer_config(case))
+        if transfer is not None:
+            kwargs["kv_transfer_config"] = _as_config("KVTransferConfig", transfer)
+        events = parsed.get("kv_events_config", self._kv_events_config(case))
+        if events is not None:
+            kwargs["kv_events_config"] = _as_config("KVEventsConfig", events)
+        speculative = self._speculative_config(case, model_config, parsed.get("speculative_config"))
+        if speculative is not None:
+            kwargs["speculative_config"] = speculative
+        if case.hisparse:
+            kwargs["attention_config"] = self._hisparse_attention_config()
+        return VllmConfig(**kwargs)
+
+    def _kv_transfer_config(self, case: Case) -> dict | None:
+        if case.kv_connector is None and case.kv_connector_module_path is None and case.children is None:
+            return None
+        config: dict[str, Any] = {"kv_connector": case.kv_connector, "kv_role": case.kv_role}
+        if case.kv_connector_module_path is not None:
+            config["kv_connector_module_path"] = case.kv_connector_module_path
+        if case.children is not None:
+            config["kv_connector_extra_config"] = {"connectors": [child_config(c) for c in case.children]}
+        return config
+
+    @staticmethod
+    def _kv_events_config(case: Case) -> dict | None:
+        return {"enable_kv_cache_events": True, "publisher": "null"} if case.kv_events else None
+
+    def _hisparse_attention_config(self):
+        try:
+            from vllm.config.attention import AttentionConfig, HiSparseConfig
+        except ImportError:
+            raise NotEvaluable(f"vLLM {self.version} has no HiSparse configuration") from None
+        return AttentionConfig(hisparse_config=HiSparseConfig())
+
+    def _model_dir(self, base: dict, chunk: int | None) -> str:
+        """A folder holding a tiny config.json (written once per shape)."""
+        config = dict(base)
+        if chunk is not None:
+            config["attention_chunk_size"] = chunk
+        name = f"{config['model_type']}-chunk{chunk}"
+        folder = Path(self._tmp.name) / name
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text(json.dumps(config))
+        return str(folder)
+
+    def _model_config(self, case: Case):
+        if case.attention_chunk_size is None and case.speculative_method is None:
+            return None
+        from vllm.config import ModelConfig
+
+        base = _TINY_DEEPSEEK_V3 if case.speculative_method == "mtp" else _TINY_LLAMA
+        folder = self._model_dir(base, case.attention_chunk_size)
+        try:
+            return ModelConfig(model=folder, skip_tokenizer_init=True, dtype="float32", max_model_len=_MAX_MODEL_LEN)
+        except Exception as exc:
+            raise NotEvaluable(f"cannot build a tiny {base['model_type']} model config in vLLM {self.version}: "
+                               f"{type(unwrap_exception(exc)).__name__}: {unwrap_exception(exc)}") from None
+
+    def _speculative_config(self, case: Case, model_config, from_cli: Any):
+        method = case.speculative_method
+        if from_cli is None and method is None:
+            return None
+        from vllm.config import ParallelConfig, SpeculativeConfig
+
+        if from_cli is not None:
+            spec = dict(from_cli) if isinstance(from_cli, dict) else from_cli
+            if not isinstance(spec, dict):
+                return spec
+        else:
+            spec = {"method": method, "num_speculative_tokens": 1}
+            if method in ("eagle", "eagle3", "draft_model", "dflash", "dspark"):
+                spec["model"] = self._model_dir(_TINY_LLAMA, None)
+            if method in ("ngram", "ngram_gpu"):
+                spec.update(prompt_lookup_max=2, prompt_lookup_min=1)
+        if model_config is None:
+            raise NotEvaluable("a speculative config needs a target model config; the case gives no model")
+        try:
+            return SpeculativeConfig(target_model_config=model_config, target_parallel_config=ParallelConfig(), **spec)
+        except Exception as exc:
+            self._raise_if_environment(exc, case)
+            raise
+
+    # -- stage create_connector ---------------------------------------------------------------------
+
+    def _create_connector(self, case: Case, vllm_config, rules: list[str]) -> dict | None:
+        """Call the real factory; only the factory's own decision is the outcome (see `_constructor_failure`)."""
+        if vllm_config.kv_transfer_config is None:
+            # vLLM creates no connector without a kv_transfer_config (the scheduler checks first).
+            rules.append("vllm:no-connector-to-create")
+            return None
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
+
+        try:
+            connector = KVConnectorFactory.create_connector(vllm_config, KVConnectorRole.SCHEDULER, _empty_kv_cache_config())
+        except Exception as exc:
+            self._raise_if_environment(exc, case)
+            if not _constructor_failure(exc) or _is_hma_assertion(exc):
+                return error_of(exc, "create_connector")
+            # The factory's HMA gate passed and handed over to the connector's own constructor, which needs
+            # what this machine lacks (a GPU, a transfer engine, real KV cache groups).
+            inner = unwrap_exception(exc)
+            failure = f"{type(inner).__name__}: {str(inner).splitlines()[0] if str(inner) else ''}"
+            if _is_multi_connector(vllm_config):
+                # MultiConnector builds its children before its own HMA assertion: that check never ran.
+                raise NotEvaluable(f"the factory accepted {case.kv_connector}, but a child connector's constructor "
+                                   f"failed on this machine before MultiConnector's HMA check ({failure})") from None
+            rules.append(f"vllm:factory-accepted; the connector's own constructor then failed on this machine ({failure})")
+            return None
+        rules.append(f"vllm:created:{type(connector).__name__}")
+        with contextlib.suppress(Exception):
+            connector.shutdown()
+        return None
+
+
+def _construct(cls, **kwargs):
+    """Build a vLLM config class with the keyword arguments this release's class accepts."""
+    import inspect
+
+    accepted = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    return cls(**kwargs)
+
+
+def _as_config(class_name: str, value: Any):
+    import vllm.config as vllm_config_module
+
+    cls = getattr(vllm_config_module, class_name)
+    return cls(**value) if isinstance(value, dict) else value
+
+
+def _offloading(case: Case) -> dict:
+    values: dict[str, Any] = {}
+    if case.kv_offloading_backend is not None:
+        values["kv_offloading_backend"] = case.kv_offloading_backend
+    if case.kv_offloading_size is not None:
+        values["kv_offloading_size"] = case.kv_offloading_size
+    return values
+
+
+def _empty_kv_cache_config():
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+    return KVCacheConfig(num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[])
+
+
+def _constructor_failure(exc: BaseException) -> bool:
+    """Whether `exc` came out of `connector_cls(...)` inside the factory, i.e. after its HMA check."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "create_connector" and code.co_filename.endswith("factory.py"):
+            line = linecache.getline(code.co_filename, tb.tb_lineno)
+            return "connector_cls(" in line
+        tb = tb.tb_next
+    return False
+
+
+def _is_multi_connector(vllm_config) -> bool:
+    """Whether the configured connector class is a MultiConnector (by name anywhere in its MRO)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    cls = KVConnectorFactory.get_connector_class(vllm_config.kv_transfer_config)
+    return any(base.__name__ == "MultiConnector" for base in cls.__mro__)
+
+
+def _is_hma_assertion(exc: BaseException) -> bool:
+    """MultiConnector's own HMA assertion is vLLM's HMA behaviour even though a constructor raises it."""
+    return isinstance(exc, AssertionError) and "HMA" in str(exc)
+
+
+def load_target() -> VllmConfigTarget:
+    """The loader behind `--hma-target vllm`: the installed vLLM, or one line and exit 4 (UsageError)."""
+    version = installed_vllm_version()
+    era = vllm_era(version)
+    import_vllm_modules(version)
+    return VllmConfigTarget(version, era)

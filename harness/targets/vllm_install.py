@@ -1,0 +1,57 @@
+"""Finding the installed vLLM release and turning its absence into one clear line (exit 4).
+
+Shared by every adapter that runs a suite against a real vLLM (the config target, the allocator
+adapter): they all need the same answer to "is there a usable vLLM here, which release, which era".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+
+from harness.errors import EXIT_TARGET, UsageError
+
+INSTALL_HINT = "install one with: scripts/install-vllm.sh 0.33.0 (then run with .cache/venvs/vllm-0.33.0/bin/python)"
+# Modules every vLLM adapter imports; a failure in any of them means the install is not usable.
+REQUIRED_MODULES = (
+    "vllm.config",
+    "vllm.distributed.kv_transfer.kv_connector.factory",
+)
+
+
+def installed_vllm_version() -> str:
+    """The release number of the installed vLLM distribution (local suffixes such as +cpu dropped)."""
+    try:
+        raw = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError(f"target vllm: vLLM is not installed in this Python environment; {INSTALL_HINT}", EXIT_TARGET) from None
+    match = re.match(r"^(\d+\.\d+\.\d+)", raw)
+    if not match:
+        raise UsageError(f"target vllm: cannot read a release number from vLLM version {raw!r}; accepted: X.Y.Z in 0.10.0-0.33.x", EXIT_TARGET)
+    return match.group(1)
+
+
+def vllm_era(version: str) -> str:
+    """The rule era of an installed release; an unsupported release is a target error (exit 4)."""
+    from harness.eras import EraSelectionError, era_for_version
+
+    try:
+        return era_for_version(version)
+    except EraSelectionError as exc:
+        raise UsageError(f"target vllm: installed vLLM {version} is not supported ({exc}); {INSTALL_HINT}", EXIT_TARGET) from None
+
+
+def import_vllm_modules(version: str, modules: tuple[str, ...] = REQUIRED_MODULES) -> None:
+    """Import the vLLM modules an adapter needs; a half-working install becomes one line naming the gap."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any failure here means the install is unusable for us
+            missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+            what = f"missing package {missing!r}" if missing else f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise UsageError(
+                f"target vllm: vLLM {version} is installed but {name} does not import ({what}); "
+                f"reinstall it with: scripts/install-vllm.sh {version}",
+                EXIT_TARGET,
+            ) from None
