@@ -8,20 +8,7 @@ takes `kv_cache_config`). Methods are deliberately minimal; these classes are ne
 from __future__ import annotations
 
 from reference_impl.connector.base import SupportsHMA
-
-try:  # the reference MultiConnector, once it lands
-    from reference_impl.connector.multi import MultiConnector
-except ImportError:  # until then, a stand-in with the same name and capability (SupportsHMA, spec §3.7)
-
-    class MultiConnector(SupportsHMA):  # type: ignore[no-redef]
-        """Stand-in for the reference MultiConnector: only its name and SupportsHMA base matter here."""
-
-        def __init__(self, vllm_config, role, kv_cache_config=None):
-            self.vllm_config, self.role, self.kv_cache_config = vllm_config, role, kv_cache_config
-
-        def request_finished_all_groups(self, request, block_ids):
-            return False, None
-
+from reference_impl.connector.multi import MultiConnector
 
 MODULE_PATH = __name__
 

@@ -299,13 +299,15 @@ class _Evaluation:
             raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
         hisparse = table["hisparse"]["exists"] and self.hisparse_on(user)
         if hisparse:
+            # §10 lists the CUDA check (item 2) before the sparse-indexer model check (item 3); the
+            # oracle takes that as their order.
+            if case.get("platform") != "cuda":
+                self.note("§10 item 2: HiSparse requires CUDA, checked before the HMA block")
+                raise _Raised("E-HISPARSE-CUDA", "config")
             if case.get("attention_chunk_size"):
                 raise _Unknown(
                     "HiSparse with a model config needs index_topk (§10 item 3), which a case cannot express"
                 )
-            if case.get("platform") != "cuda":
-                self.note("§10 item 2: HiSparse requires CUDA, checked before the HMA block")
-                raise _Raised("E-HISPARSE-CUDA", "config")
         shortcut = table["offloading"]["shortcut"]
         self.connector_at_block = self.offloading_connector(user) if shortcut == "before" else user
         resolved = self.resolve()

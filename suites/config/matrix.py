@@ -1,0 +1,206 @@
+"""The config matrix's cells: era x flag x platform x features x connector x stage, with readable ids.
+
+Per era the matrix is the union of three deterministic blocks (duplicates removed):
+  * every flag x platform x feature x stage without a connector (the platform and feature rules);
+  * every flag x connector x stage on CUDA without features (the connector rules);
+  * an all-pairs cover of flag x platform x feature x connector x stage (their interactions).
+The full product over all six dimensions (~100,000 cells) would not fit the time budget; all-pairs
+keeps every pair of values together in at least one cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from harness.eras import ERA_IDS
+from suites.config.external_connectors import MODULE_PATH
+from suites.config.oracle import CHUNKED_ENV
+from suites.config.tables import era_table
+
+FLAGS: dict[str, bool | None] = {"N": None, "T": True, "F": False}
+PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
+STAGES = {"config": "config", "create": "create_connector"}
+CHUNK = 8192
+OFFLOAD_GIB = 4.0
+
+# Feature label -> the case fields it sets.
+FEATURES: dict[str, dict[str, Any]] = {
+    "none": {},
+    "kv_events": {"kv_events": True},
+    "chunked": {"attention_chunk_size": CHUNK},  # env var left at the era's default (§2.8)
+    "chunked_env1": {"attention_chunk_size": CHUNK, "env": {CHUNKED_ENV: "1"}},
+    "chunked_env0": {"attention_chunk_size": CHUNK, "env": {CHUNKED_ENV: "0"}},
+    "chunked_eagle": {"attention_chunk_size": CHUNK, "speculative_method": "eagle"},
+    "hisparse": {"hisparse": True},
+    "offload_native": {"kv_offloading_backend": "native", "kv_offloading_size": OFFLOAD_GIB},
+    "offload_lmcache": {"kv_offloading_backend": "lmcache", "kv_offloading_size": OFFLOAD_GIB},
+}
+
+# Children that are never in the way of a child list: MultiConnector itself, HiSparse (switches
+# HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
+_NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
+_NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
+
+
+def _child(name: str, children: list | None = None, role: str | None = "kv_both") -> dict:
+    child: dict[str, Any] = {"kv_connector": name}
+    if role is not None:
+        child["kv_role"] = role
+    if children is not None:
+        child["children"] = children
+    return child
+
+
+def connectors_for(era: str) -> dict[str, dict[str, Any]]:
+    """Connector label -> case fields, for every connector dimension value of `era`."""
+    table = era_table(era)
+    registry = table["connectors"]
+    blocked = _NOT_PLAIN_CHILDREN | set(table["factory"]["import_requires"])
+    hma_children = sorted(name for name, hma in registry.items() if hma and name not in blocked)[:2]
+    options: dict[str, dict[str, Any]] = {"noconn": {}}
+    for name in registry:
+        options[name] = {"kv_connector": name}
+    external = {
+        "ExternalHMA": "ExternalHMAConnector",
+        "ExternalPlain": "ExternalPlainConnector",
+        "ExternalTwoArg": "LegacyTwoArgConnector",
+        "LMCacheConnectorV1ByPath": "LMCacheConnectorV1",
+    }
+    for label, class_name in external.items():
+        options[label] = {"kv_connector": class_name, "kv_connector_module_path": MODULE_PATH}
+
+    def multi(children: list) -> dict[str, Any]:
+        return {"kv_connector": "MultiConnector", "multi_connector_children": children}
+
+    plain = [_child(name) for name in _NON_HMA_CHILDREN]
+    options["MultiPlain"] = multi(plain)
+    options["MultiEmpty"] = multi([])
+    if hma_children:
+        hma = [_child(name) for name in hma_children]
+        options["MultiAllHMA"] = multi(hma)
+        options["MultiMixed"] = multi([hma[0], _child("ExampleConnector")])
+        options["MultiNested"] = multi([_child("MultiConnector", hma), hma[0]])
+        options["MultiNestedMixed"] = multi([_child("MultiConnector", [_child("ExampleConnector")]), hma[0]])
+    else:
+        options["MultiNested"] = multi([_child("MultiConnector", plain), plain[0]])
+    if table["factory"]["child_kv_role_required"]:
+        # Every child lacks kv_role, so the error does not depend on the order children are checked.
+        options["MultiNoRole"] = multi([_child(name, role=None) for name in (hma_children or ["ExampleConnector"])])
+    if "HiSparseConnector" in registry:
+        hisparse = _child("HiSparseConnector")
+        options["MultiHiSparse"] = multi([hisparse] + [_child(name) for name in hma_children[:1]])
+        options["MultiNestedHiSparse"] = multi([_child("MultiConnector", [hisparse])] + [_child(n) for n in hma_children[:1]])
+    options["RenamedMulti"] = {
+        "kv_connector": "RenamedMultiConnector",
+        "kv_connector_module_path": MODULE_PATH,
+        "multi_connector_children": [_child("ExampleConnector")],
+    }
+    return options
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One matrix cell: its dimension values, readable id and the case dict sent to the target."""
+
+    era: str
+    flag: str
+    platform: str
+    features: str
+    connector: str
+    stage: str
+
+    @property
+    def id(self) -> str:
+        base = f"{self.era}-{self.flag}-{self.platform}-{self.features}-{self.connector}"
+        return base if self.stage == "config" else f"{base}-{self.stage}"
+
+    @property
+    def dimensions(self) -> dict[str, Any]:
+        """The cell as the results payload names it (guide: config matrix shape)."""
+        return {
+            "era": self.era,
+            "flag": FLAGS[self.flag],
+            "platform": self.platform,
+            "features": self.features,
+            "connector": self.connector,
+            "stage": STAGES[self.stage],
+        }
+
+    def case(self) -> dict[str, Any]:
+        """The issue-2 case dict for this cell."""
+        case: dict[str, Any] = {
+            "id": self.id,
+            "profile": self.era,
+            "stage": STAGES[self.stage],
+            "flag": FLAGS[self.flag],
+            "platform": self.platform,
+            "kv_connector": None,
+            "kv_connector_module_path": None,
+            "kv_role": "kv_both",
+            "multi_connector_children": None,
+            "kv_events": False,
+            "attention_chunk_size": None,
+            "speculative_method": None,
+            "env": {},
+            "hisparse": False,
+            "kv_offloading_backend": None,
+            "kv_offloading_size": None,
+        }
+        case.update(FEATURES[self.features])
+        case.update(connectors_for(self.era)[self.connector])
+        return case
+
+
+def all_pairs(dimensions: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """A deterministic greedy all-pairs cover: every pair of values of two dimensions occurs in a row.
+
+    Each row starts from the first uncovered pair and fills the other dimensions, in order, with the
+    value covering most still-uncovered pairs (ties: the earliest value).
+    """
+    uncovered = {
+        (i, a, j, b)
+        for i, j in itertools.combinations(range(len(dimensions)), 2)
+        for a in dimensions[i]
+        for b in dimensions[j]
+    }
+    rows: list[tuple[str, ...]] = []
+    while uncovered:
+        i, a, j, b = min(uncovered, key=lambda p: (p[0], p[2], dimensions[p[0]].index(p[1]), dimensions[p[2]].index(p[3])))
+        row: dict[int, str] = {i: a, j: b}
+        for k, values in enumerate(dimensions):
+            if k in row:
+                continue
+            row[k] = max(
+                values,
+                key=lambda v: (sum(((m, row[m], k, v) if m < k else (k, v, m, row[m])) in uncovered for m in row), -values.index(v)),
+            )
+        full = tuple(row[k] for k in range(len(dimensions)))
+        uncovered -= {(m, full[m], n, full[n]) for m, n in itertools.combinations(range(len(full)), 2)}
+        rows.append(full)
+    return rows
+
+
+def cells_for(era: str) -> list[Cell]:
+    """Every cell of one era, in a stable order."""
+    flags, stages, features = tuple(FLAGS), tuple(STAGES), tuple(FEATURES)
+    connectors = tuple(connectors_for(era))
+    cells: dict[str, Cell] = {}
+
+    def add(flag, platform, feature, connector, stage):
+        cell = Cell(era, flag, platform, feature, connector, stage)
+        cells.setdefault(cell.id, cell)
+
+    for flag, platform, feature, stage in itertools.product(flags, PLATFORMS, features, stages):
+        add(flag, platform, feature, "noconn", stage)
+    for flag, connector, stage in itertools.product(flags, connectors, stages):
+        add(flag, "cuda", "none", connector, stage)
+    for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
+        add(flag, platform, feature, connector, stage)
+    return list(cells.values())
+
+
+def matrix(eras: tuple[str, ...] = ERA_IDS) -> list[Cell]:
+    """The cells of the selected eras."""
+    return [cell for era in eras for cell in cells_for(era)]
