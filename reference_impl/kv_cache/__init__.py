@@ -1,0 +1,35 @@
+"""The reference hybrid KV cache allocator, named and shaped after vLLM 0.33's `v1/core`.
+
+Modules: `specs` (layer specs, groups, config), `grouping` (layer specs -> groups, HMA-off promotion),
+`hashing` (prefix block hashes), `request`, `block_pool` (blocks, free queue, prefix-cache map),
+`single_type_manager`, `coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself).
+"""
+
+from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
+from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups, resolve_groups
+from reference_impl.kv_cache.hashing import (
+    BlockHashListWithBlockSize,
+    get_request_block_hasher,
+    hash_block_tokens,
+    make_block_hash_with_group_id,
+    sha256,
+)
+from reference_impl.kv_cache.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from reference_impl.kv_cache.request import LoRARequest, MultiModalFeature, Request
+from reference_impl.kv_cache.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+
+__all__ = [
+    "BlockHashListWithBlockSize", "BlockHashToBlockMap", "BlockPool", "ChunkedLocalAttentionSpec",
+    "FreeKVCacheBlockQueue", "FullAttentionSpec", "KVCacheBlock", "KVCacheBlocks", "KVCacheConfig",
+    "KVCacheGroupSpec", "KVCacheManager", "KVCacheTensor", "LoRARequest", "MambaSpec", "MultiModalFeature",
+    "Request", "SlidingWindowSpec", "get_kv_cache_config_from_groups", "get_kv_cache_groups",
+    "get_request_block_hasher", "hash_block_tokens", "make_block_hash_with_group_id", "resolve_groups", "sha256",
+]

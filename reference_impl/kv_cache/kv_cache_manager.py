@@ -1,0 +1,289 @@
+"""`KVCacheManager` and `KVCacheBlocks`: the scheduler-facing API of the allocator (vLLM 0.33 shapes)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reference_impl.kv_cache.block_pool import KVCacheBlock
+from reference_impl.kv_cache.coordinator import get_kv_cache_coordinator
+from reference_impl.kv_cache.request import RequestStatus
+from reference_impl.kv_cache.specs import (
+    KVCacheConfig,
+    MambaSpec,
+    SlidingWindowSpec,
+    cdiv,
+)
+
+__all__ = ["KVCacheBlocks", "KVCacheManager"]
+
+
+@dataclass
+class KVCacheBlocks:
+    """Blocks per group: `blocks[group_id][position]`."""
+
+    blocks: tuple[Sequence[KVCacheBlock], ...]
+
+    def __add__(self, other: "KVCacheBlocks") -> "KVCacheBlocks":
+        return KVCacheBlocks(tuple(list(a) + list(b) for a, b in zip(self.blocks, other.blocks)))
+
+    def get_block_ids(self, allow_none: bool = False, *,
+                      group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None:
+        """Block ids per (selected) group; None if `allow_none` and every selected group is empty."""
+        groups = self.blocks if group_ids is None else [self.blocks[g] for g in group_ids]
+        if allow_none and all(len(g) == 0 for g in groups):
+            return None
+        return tuple([b.block_id for b in g] for g in groups)
+
+    def get_unhashed_block_ids(self) -> list[int]:
+        """Ids of the blocks without a prefix-cache key (single group only)."""
+        if len(self.blocks) != 1:
+            raise ValueError("get_unhashed_block_ids() needs exactly one KV cache group")
+        return [b.block_id for b in self.blocks[0] if b.block_hash is None]
+
+    def get_unhashed_block_ids_all_groups(self) -> list[int]:
+        """Ids of unhashed non-null blocks over all groups."""
+        return [b.block_id for g in self.blocks for b in g if not b.is_null and b.block_hash is None]
+
+    def new_empty(self) -> "KVCacheBlocks":
+        """An empty KVCacheBlocks with the same number of groups."""
+        return KVCacheBlocks(tuple(() for _ in self.blocks))
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"KVCacheManager.{name} must be a positive integer, got {value!r}")
+
+
+class KVCacheManager:
+    """Allocation, prefix-cache lookup and freeing of KV cache blocks for requests, over all groups."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, scheduler_block_size: int | None = None,
+                 hash_block_size: int | None = None, max_in_flight_tokens: int | None = None,
+                 enable_caching: bool = True, use_eagle: bool = False, num_hash_lookahead_tokens: int = 0,
+                 num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
+                 dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector=None,
+                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False):
+        if not isinstance(kv_cache_config, KVCacheConfig):
+            raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {type(kv_cache_config).__name__}")
+        _positive_int("max_model_len", max_model_len)
+        groups = kv_cache_config.kv_cache_groups
+        sizes = [g.kv_cache_spec.block_size for g in groups]
+        if scheduler_block_size is None:
+            scheduler_block_size = math.lcm(*sizes) if sizes else 1
+        if hash_block_size is None:
+            hash_block_size = math.gcd(*sizes) if sizes else scheduler_block_size
+        _positive_int("scheduler_block_size", scheduler_block_size)
+        _positive_int("hash_block_size", hash_block_size)
+        if use_eagle:
+            raise ValueError("KVCacheManager.use_eagle=True is not supported by the reference allocator")
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"KVCacheManager.watermark must be in [0, 1), got {watermark!r}")
+        if groups and kv_cache_config.num_blocks < 2:
+            raise ValueError(
+                f"KVCacheConfig.num_blocks must be >= 2 when there are KV cache groups (block 0 is the null "
+                f"block), got {kv_cache_config.num_blocks}"
+            )
+        for gid, g in enumerate(groups):
+            g.kv_cache_spec.validate_for_model_len(max_model_len)
+            if scheduler_block_size % g.kv_cache_spec.block_size:
+                raise ValueError(
+                    f"scheduler_block_size ({scheduler_block_size}) must be a multiple of the block_size "
+                    f"({g.kv_cache_spec.block_size}) of KV cache group {gid}"
+                )
+        rti = kv_cache_config.prefix_cache_retention_interval
+        if rti:
+            if rti % scheduler_block_size:
+                raise ValueError(
+                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) must be a multiple of "
+                    f"scheduler_block_size ({scheduler_block_size})"
+                )
+            if not any(isinstance(g.kv_cache_spec, (SlidingWindowSpec, MambaSpec)) for g in groups):
+                raise ValueError(
+                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) > 0 needs a sliding-window or "
+                    "Mamba group"
+                )
+        self.kv_cache_config = kv_cache_config
+        self.max_model_len = max_model_len
+        self.scheduler_block_size = scheduler_block_size
+        self.hash_block_size = hash_block_size
+        self.enable_caching = enable_caching
+        self.use_eagle = use_eagle
+        self.log_stats = log_stats
+        self.num_kv_cache_groups = len(groups)
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
+        self.coordinator = get_kv_cache_coordinator(
+            kv_cache_config, max_model_len, use_eagle, enable_caching, enable_kv_cache_events, hash_block_size,
+            scheduler_block_size, max_in_flight_tokens, dcp_world_size, pcp_world_size, metrics_collector)
+        self.block_pool = self.coordinator.block_pool
+        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
+        self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
+        self._managers = self.coordinator.single_type_managers
+        self._skipping = self.coordinator._skipping_managers
+        self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    # ---------------------------------------------------------------------------------------- properties
+    @property
+    def usage(self) -> float:
+        """Fraction of the pool's usable blocks in use."""
+        return self.block_pool.get_usage()
+
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
+        """Wrap per-group lists (the shared empty instance when every group is empty)."""
+        for g in blocks:
+            if g:
+                return KVCacheBlocks(blocks)
+        return self.empty_kv_cache_blocks
+
+    # -------------------------------------------------------------------------------------------- lookup
+    def get_computed_blocks(self, request, max_cache_hit_length: int | None = None
+                            ) -> tuple[KVCacheBlocks, int, int]:
+        """(hit blocks, hit tokens, shared_prefix_boundary); does not change ref counts."""
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0
+        if max_cache_hit_length is None:
+            max_cache_hit_length = request.num_tokens - 1
+        blocks, hit, uncached = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        self.prefix_cache_queries += request.num_tokens
+        self.prefix_cache_hits += hit
+        return self.create_kv_cache_blocks(blocks), hit, (hit + uncached if uncached else 0)
+
+    # ---------------------------------------------------------------------------------------- allocation
+    def allocate_slots(self, request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False,
+                       reserved_blocks: int = 0, has_scheduled_reqs: bool = True,
+                       skip_zeroing_group_ids: Sequence[int] = ()) -> KVCacheBlocks | None:
+        """Allocate blocks for `num_new_tokens` (+ lookahead) after adopting hits and external tokens.
+
+        Returns the newly allocated blocks, or None (and nothing but out-of-window frees changed) when they
+        do not fit.
+        """
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
+        if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0 \
+                or num_external_computed_tokens < 0:
+            raise ValueError(
+                "allocate_slots: num_new_tokens, num_new_computed_tokens, num_lookahead_tokens and "
+                f"num_external_computed_tokens must be >= 0, got {num_new_tokens}, {num_new_computed_tokens}, "
+                f"{num_lookahead_tokens}, {num_external_computed_tokens}"
+            )
+        request_id = request.request_id
+        max_len = self.max_model_len
+        local = request.num_computed_tokens + num_new_computed_tokens
+        if local + num_external_computed_tokens + num_new_tokens > max_len:
+            raise ValueError(
+                f"allocate_slots: num_new_tokens ({num_new_tokens}) after {local + num_external_computed_tokens} "
+                f"computed tokens exceeds max_model_len ({max_len}) for request {request_id!r}"
+            )
+        total = local + num_external_computed_tokens
+        need_slots = total + num_new_tokens + num_lookahead_tokens
+        if need_slots > max_len:
+            need_slots = max_len
+        pool = self.block_pool
+        managers = self._managers
+        hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
+        adopting = num_external_computed_tokens > 0 or any(hits)
+
+        for m in self._skipping:
+            m.remove_skipped_blocks(request_id, total - request.num_in_flight_tokens)
+
+        free = pool.free_block_queue.num_free_blocks - reserved_blocks
+        if self.watermark_blocks and has_scheduled_reqs and request.status in (
+                RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            free -= self.watermark_blocks
+        if full_sequence_must_fit:
+            whole = min(request.num_tokens, max_len)
+            needed_whole = 0
+            for i, m in enumerate(managers):
+                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, True)
+            if needed_whole > free:
+                return None
+        needed = 0
+        for i, m in enumerate(managers):
+            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total)
+        if needed > free:
+            return None
+
+        if adopting:
+            self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens)
+        new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots) for m in managers)
+
+        if self.enable_caching and not delay_cache_blocks:
+            n = total + num_new_tokens
+            if n > request.num_tokens:
+                n = request.num_tokens
+            align = self._hybrid_cache_align
+            if align > 1:
+                n = n // align * align
+            boundaries = (request.num_prompt_tokens - 1,)
+            for m in managers:
+                m.cache_blocks(request, n, boundaries)
+        for g in new_blocks:
+            if g:
+                return KVCacheBlocks(new_blocks)
+        return self.empty_kv_cache_blocks
+
+    def cache_blocks(self, request, num_computed_tokens: int) -> None:
+        """Register the request's full blocks up to `num_computed_tokens` in the prefix cache."""
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
+
+    def remove_skipped_blocks(self, request_id: str, processed_tokens: int, num_prompt_tokens: int | None = None) -> None:
+        """Null and free the blocks that no group needs after `processed_tokens`."""
+        self.coordinator.remove_skipped_blocks(request_id, processed_tokens)
+
+    # ------------------------------------------------------------------------------------------- freeing
+    def free(self, request) -> None:
+        """Release every block of the request (per group, tail first)."""
+        request_id = request.request_id
+        if not self.coordinator.has_request(request_id):
+            raise ValueError(f"free: request_id {request_id!r} is not known to this KVCacheManager")
+        self.coordinator.free(request_id)
+
+    def pop_blocks_for_free(self, request) -> list[KVCacheBlock]:
+        """Detach the request's blocks for a deferred free (caller frees them reversed)."""
+        out: list[KVCacheBlock] = []
+        for m in self._managers:
+            table = m.req_to_blocks.pop(request.request_id, None)
+            m.num_cached_block.pop(request.request_id, None)
+            if table:
+                out.extend(b for b in table if not b.is_null)
+        return out
+
+    def reset_prefix_cache(self) -> bool:
+        """Clear the prefix cache (refused while any block is in use)."""
+        return self.block_pool.reset_prefix_cache()
+
+    def evict_blocks(self, block_ids) -> None:
+        """Drop these blocks from the prefix cache."""
+        self.block_pool.evict_blocks(block_ids)
+
+    def take_events(self) -> list[tuple]:
+        """Drain KV cache events."""
+        return self.block_pool.take_events()
+
+    def new_step_starts(self) -> None:
+        """Start of a scheduling step (releases Mamba same-step deferrals)."""
+        self.coordinator.new_step_starts()
+
+    # ------------------------------------------------------------------------------------------- queries
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        """The request's full block tables (null entries included)."""
+        return self.create_kv_cache_blocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block ids, one list per group (null block = 0)."""
+        return tuple([b.block_id for b in g] for g in self.coordinator.get_blocks(request_id))
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        """Deprecated in vLLM 0.33: zeros, one per group."""
+        return [0] * self.num_kv_cache_groups
+
+    def take_new_block_ids(self) -> list[int]:
+        """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""
+        return []

@@ -1,0 +1,88 @@
+"""The KV cache memory: one shared backing torch allocation, overlaid by every group from byte 0.
+
+Block id b means "slot b" in every group's layers; the pool hands an id to one group at a time, so
+overlays never collide. Allocated on `cuda` when available, else `cpu`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, KVCacheSpec
+
+__all__ = ["default_device", "KVCacheTensors"]
+
+
+def default_device() -> torch.device:
+    """cuda when a GPU is present, else cpu."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class KVCacheTensors:
+    """Backing storage of a `KVCacheConfig` with per-layer block views and one-block write/read helpers."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig, device: torch.device | str | None = None):
+        self.kv_cache_config = kv_cache_config
+        self.device = torch.device(device) if device is not None else default_device()
+        self.num_blocks = kv_cache_config.num_blocks
+        size = max((t.size for t in kv_cache_config.kv_cache_tensors), default=0)
+        self.backing = torch.zeros(size, dtype=torch.uint8, device=self.device)
+        self._layer_spec: dict[str, KVCacheSpec] = {}
+        self._layer_pages: dict[str, torch.Tensor] = {}
+        for tensor, group in zip(kv_cache_config.kv_cache_tensors, kv_cache_config.kv_cache_groups):
+            spec = group.kv_cache_spec
+            for j, name in enumerate(tensor.layers):
+                start = tensor.offset + j * tensor.layer_stride
+                raw = self.backing[start : start + self.num_blocks * tensor.block_stride]
+                self._layer_pages[name] = raw.view(self.num_blocks, tensor.block_stride)
+                self._layer_spec[name] = spec
+
+    @property
+    def layer_names(self) -> list[str]:
+        """Every layer with a view."""
+        return list(self._layer_pages)
+
+    def _check(self, layer_name: str, block_id: int) -> None:
+        if layer_name not in self._layer_pages:
+            raise ValueError(f"layer_name {layer_name!r} is not a layer of this KV cache config")
+        if isinstance(block_id, bool) or not isinstance(block_id, int) or not 0 < block_id < self.num_blocks:
+            raise ValueError(f"block_id must be in 1..{self.num_blocks - 1} (0 is the null block), got {block_id!r}")
+
+    def block_shape(self, layer_name: str) -> tuple[int, ...]:
+        """Shape of one block of an attention layer: (2, block_size, num_kv_heads, head_size); Mamba: (page,)."""
+        spec = self._layer_spec[layer_name]
+        if isinstance(spec, AttentionSpec) and spec.page_size_padded is None and spec.head_size_v in (None, spec.head_size):
+            return (2, spec.block_size, spec.num_kv_heads, spec.head_size)
+        return (spec.page_size_bytes,)
+
+    def layer_view(self, layer_name: str) -> torch.Tensor:
+        """All blocks of one layer, typed: (num_blocks, *block_shape) in the layer's dtype (bytes otherwise)."""
+        pages = self._layer_pages[layer_name]
+        spec = self._layer_spec[layer_name]
+        shape = self.block_shape(layer_name)
+        if len(shape) == 1:
+            return pages
+        return pages.view(spec.dtype).view(self.num_blocks, *shape)
+
+    def write_block(self, layer_name: str, block_id: int, data: torch.Tensor) -> None:
+        """Copy `data` (one block of this layer) into block `block_id`."""
+        self._check(layer_name, block_id)
+        view = self.layer_view(layer_name)[block_id]
+        if tuple(data.shape) != tuple(view.shape):
+            raise ValueError(f"data shape {tuple(data.shape)} does not match the block shape {tuple(view.shape)}")
+        view.copy_(data.to(device=view.device, dtype=view.dtype))
+
+    def read_block(self, layer_name: str, block_id: int) -> torch.Tensor:
+        """A copy of block `block_id` of this layer."""
+        self._check(layer_name, block_id)
+        return self.layer_view(layer_name)[block_id].clone()
+
+    def fill_block(self, layer_name: str, block_id: int, value: int) -> None:
+        """Fill every byte of one block of one layer with `value` (0..255), for content stamps."""
+        self._check(layer_name, block_id)
+        self._layer_pages[layer_name][block_id].fill_(value & 0xFF)
+
+    def block_bytes(self, layer_name: str, block_id: int) -> bytes:
+        """The raw bytes of one block of one layer."""
+        self._check(layer_name, block_id)
+        return bytes(self._layer_pages[layer_name][block_id].cpu().tolist())
