@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping
 
@@ -243,6 +244,7 @@ def era_for_version(version: str) -> Era:
     return chosen
 
 
+@lru_cache(maxsize=1024)
 def resolve_era(version_or_profile: str | None) -> tuple[Era, str]:
     """Resolve a version, profile or era id to (era, version string); None means the default profile."""
     name = DEFAULT_PROFILE if version_or_profile is None else version_or_profile

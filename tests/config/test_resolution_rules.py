@@ -1,0 +1,179 @@
+"""Every rule and era of config-rules.md, with expectations written by hand from the spec.
+
+Each row: (id, case, expected). `expected` keys: `resolved` (bool), `warnings` (ids from spec_texts, in
+order), `error` ((type, substring, stage)), `unknown` (True). Section numbers refer to config-rules.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from reference_impl.config import resolve_case
+from tests.config import spec_texts as T
+
+EXT = "tests.config.external_connectors"
+CHUNK = {"attention_chunk_size": 8192}
+ENV_ON = {"env": {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "1"}}
+ENV_OFF = {"env": {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}}
+
+
+def multi(*children, **extra):
+    return {"kv_connector": "MultiConnector", "multi_connector_children": list(children), **extra}
+
+
+ROWS = [
+    # --- section 1 / section 4: pre-seed (0.12.0) ------------------------------------------------
+    ("pre-true-ignores-everything", {"profile": "pre-seed", "flag": True, "kv_connector": "NixlConnector", **CHUNK}, {"resolved": True, "warnings": []}),
+    ("pre-absent-plain", {"profile": "pre-seed"}, {"resolved": False}),
+    ("pre-false-equals-absent", {"profile": "pre-seed", "flag": False}, {"resolved": False}),
+    ("pre-platform", {"profile": "pre-seed", "platform": "unspecified"}, {"resolved": True, "warnings": []}),
+    ("pre-kv-transfer-W-A1", {"profile": "pre-seed", "kv_connector": "NixlConnector"}, {"resolved": True, "warnings": ["W-A1"]}),
+    ("pre-W-A1-has-no-seed-suffix", {"profile": "pre-seed", "kv_connector": "NixlConnector"}, {"warning_absent": T.W_B1}),
+    ("pre-kv-events", {"profile": "pre-seed", "kv_events": True}, {"resolved": True, "warnings": []}),
+    ("pre-chunked-eagle", {"profile": "pre-seed", "speculative_method": "eagle", **CHUNK}, {"resolved": True, "warnings": []}),
+    ("pre-chunked-env-off", {"profile": "pre-seed", **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
+    ("pre-chunked-env-on", {"profile": "pre-seed", **CHUNK, **ENV_ON}, {"resolved": False, "warnings": []}),
+    ("pre-order-W-A1-then-W-C", {"profile": "pre-seed", "kv_connector": "NixlConnector", **CHUNK}, {"resolved": True, "warnings": ["W-A1", "W-C"]}),
+    ("pre-false-never-raises", {"profile": "pre-seed", "flag": False, "kv_events": True, "platform": "unspecified"}, {"resolved": True}),
+    ("pre-factory-E-F-class-check", {"profile": "pre-seed", "flag": False, "kv_connector": "NixlConnector", "stage": "create_connector"}, {"resolved": True, "warnings": ["W-A1"], "error": None}),
+    # --- 0.10.0 and 0.11.0 history (section 1.2) -----------------------------------------------------
+    ("v0.10-xpu-unsupported", {"vllm_version": "0.10.0", "platform": "xpu"}, {"resolved": True}),
+    ("v0.10-rocm-supported", {"vllm_version": "0.10.0", "platform": "rocm"}, {"resolved": False}),
+    ("v0.10-chunked-without-eagle-keeps-hma", {"vllm_version": "0.10.0", **CHUNK}, {"resolved": False, "warnings": []}),
+    ("v0.10-chunked-eagle", {"vllm_version": "0.10.0", "speculative_method": "eagle3", **CHUNK}, {"resolved": True}),
+    ("v0.10-kv-transfer-silent", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector"}, {"resolved": True, "warnings": []}),
+    ("v0.10-vllm-use-v1-off-gate", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
+    ("v0.11-cpu-supported", {"vllm_version": "0.11.0", "platform": "cpu"}, {"resolved": False}),
+    ("v0.11-chunked-env-default-0", {"vllm_version": "0.11.0", **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
+    ("v0.11-no-factory-check", {"vllm_version": "0.11.0", "kv_connector": "NixlConnector", "stage": "create_connector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
+    # --- section 2: seed (0.13.0) ----------------------------------------------------------------
+    ("seed-true-plain", {"profile": "seed", "flag": True}, {"resolved": True, "warnings": []}),
+    ("seed-true-still-logs-W-C", {"profile": "seed", "flag": True, **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
+    ("seed-false-plain", {"profile": "seed", "flag": False}, {"resolved": False}),
+    ("seed-false-platform-E-B", {"profile": "seed", "flag": False, "platform": "unspecified"}, {"error": ("ValueError", T.E_B, "config")}),
+    ("seed-false-tpu-E-B", {"profile": "seed", "flag": False, "platform": "tpu"}, {"error": ("ValueError", T.E_B, "config")}),
+    ("seed-false-kv-events-E-B", {"profile": "seed", "flag": False, "kv_events": True}, {"error": ("ValueError", T.E_B, "config")}),
+    ("seed-false-chunked-eagle-E-B", {"profile": "seed", "flag": False, "speculative_method": "mtp", **CHUNK}, {"error": ("ValueError", T.E_B, "config"), "warnings": []}),
+    ("seed-false-chunked-W-C-then-E-B", {"profile": "seed", "flag": False, **CHUNK}, {"error": ("ValueError", T.E_B, "config"), "warnings": ["W-C"]}),
+    ("seed-false-connector-passes-config", {"profile": "seed", "flag": False, "kv_connector": "LMCacheConnectorV1"}, {"resolved": False, "warnings": []}),
+    ("seed-false-connector-fails-factory", {"profile": "seed", "flag": False, "kv_connector": "LMCacheConnectorV1", "stage": "create_connector"}, {"error": ("ValueError", "Connector LMCacheConnectorV1 does not support HMA but HMA is enabled", "create_connector")}),
+    ("seed-false-multi-fails-factory", {"profile": "seed", "flag": False, "stage": "create_connector", **multi("NixlConnector")}, {"error": ("ValueError", "Connector MultiConnector does not support HMA", "create_connector")}),
+    ("seed-none-kv-transfer-W-B1", {"profile": "seed", "kv_connector": "NixlConnector"}, {"resolved": True, "warnings": ["W-B1"]}),
+    ("seed-none-W-C-before-W-B1", {"profile": "seed", "kv_connector": "NixlConnector", **CHUNK}, {"resolved": True, "warnings": ["W-C", "W-B1"]}),
+    ("seed-none-kv-events", {"profile": "seed", "kv_events": True}, {"resolved": True, "warnings": []}),
+    ("seed-none-platform", {"profile": "seed", "platform": "unspecified"}, {"resolved": True}),
+    ("seed-none-plain", {"profile": "seed"}, {"resolved": False}),
+    ("seed-none-cpu", {"profile": "seed", "platform": "cpu"}, {"resolved": False}),
+    ("seed-none-chunked-env-on", {"profile": "seed", **CHUNK, **ENV_ON}, {"resolved": False, "warnings": []}),
+    ("seed-none-chunked-mtp", {"profile": "seed", "speculative_method": "mtp", **CHUNK, **ENV_ON}, {"resolved": True, "warnings": []}),
+    ("seed-none-chunked-ngram-not-eagle", {"profile": "seed", "speculative_method": "ngram", **CHUNK, **ENV_ON}, {"resolved": False}),
+    ("seed-dflash-not-eagle-yet", {"profile": "seed", "speculative_method": "dflash", **CHUNK, **ENV_ON}, {"resolved": False}),
+    ("seed-offloading-after-block", {"profile": "seed", "kv_offloading_backend": "native", "kv_offloading_size": 4}, {"resolved": False, "warnings": []}),
+    ("seed-offloading-factory-E-F", {"profile": "seed", "kv_offloading_backend": "native", "kv_offloading_size": 4, "stage": "create_connector"}, {"error": ("ValueError", "Connector OffloadingConnector does not support HMA", "create_connector")}),
+    ("seed-registry-first", {"profile": "seed", "flag": False, "kv_connector": "LMCacheConnectorV1", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"error": ("ValueError", T.E_F, "create_connector")}),
+    ("seed-external-hma-connector-works", {"profile": "seed", "flag": False, "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"resolved": False}),
+    ("seed-external-plain-connector-E-F", {"profile": "seed", "flag": False, "kv_connector": "ExternalPlainConnector", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"error": ("ValueError", "Connector ExternalPlainConnector does not support HMA", "create_connector")}),
+    ("seed-unknown-name-only-fails-in-factory", {"profile": "seed", "kv_connector": "NoSuchConnector"}, {"resolved": True, "warnings": ["W-B1"]}),
+    ("seed-unknown-name-factory", {"profile": "seed", "kv_connector": "NoSuchConnector", "stage": "create_connector"}, {"error": ("ValueError", T.E_UNSUPPORTED, "create_connector")}),
+    ("seed-two-arg-constructor-not-an-error", {"profile": "seed", "flag": False, "kv_connector": "TwoArgConnector", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"resolved": False}),
+    # --- timeline (section 6) --------------------------------------------------------------------
+    ("v0.14-env-default-on", {"vllm_version": "0.14.0", **CHUNK}, {"resolved": False, "warnings": []}),
+    ("v0.14-env-explicit-off", {"vllm_version": "0.17.0", **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C"]}),
+    ("v0.17-nixl-not-hma", {"vllm_version": "0.17.0", "flag": False, "kv_connector": "NixlConnector", "stage": "create_connector"}, {"error": ("ValueError", T.E_F, "create_connector")}),
+    ("v0.18-nixl-hma", {"vllm_version": "0.18.0", "flag": False, "kv_connector": "NixlConnector", "stage": "create_connector"}, {"resolved": False}),
+    ("v0.18-still-W-B1-for-hma-connector", {"vllm_version": "0.18.0", "kv_connector": "NixlConnector"}, {"resolved": True, "warnings": ["W-B1"]}),
+    ("v0.19-kv-events-E-B", {"vllm_version": "0.19.0", "flag": False, "kv_events": True}, {"error": ("ValueError", T.E_B, "config")}),
+    ("v0.20-kv-events-ignored", {"vllm_version": "0.20.0", "flag": False, "kv_events": True}, {"resolved": False}),
+    ("v0.20-offloading-not-hma", {"vllm_version": "0.20.0", "kv_offloading_backend": "native", "kv_offloading_size": 4, "stage": "create_connector"}, {"error": ("ValueError", T.E_F, "create_connector")}),
+    ("v0.21-offloading-hma", {"vllm_version": "0.21.0", "kv_offloading_backend": "native", "kv_offloading_size": 4, "stage": "create_connector"}, {"resolved": False}),
+    ("v0.21-multi-still-unconditional", {"vllm_version": "0.21.0", **multi("NixlConnector")}, {"resolved": True, "warnings": ["W-B1"]}),
+    ("v0.22-class-check-non-hma", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector"}, {"resolved": True, "warnings": ["W-K22"], "warning_has": "connector ExampleConnector does not subclass"}),
+    ("v0.22-class-check-hma", {"vllm_version": "0.22.0", "kv_connector": "NixlConnector"}, {"resolved": False, "warnings": []}),
+    ("v0.22-multi-child-by-name", {"vllm_version": "0.22.0", **multi("NixlConnector", "ExampleConnector")}, {"resolved": True, "warning_has": "connector ExampleConnector does not subclass"}),
+    ("v0.22-multi-all-hma", {"vllm_version": "0.22.0", **multi("NixlConnector", "OffloadingConnector")}, {"resolved": False}),
+    ("v0.22-offloading-before-block", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector", "kv_offloading_size": 4}, {"resolved": False, "warnings": []}),
+    ("v0.23-empty-multi-not-hma", {"vllm_version": "0.23.0", **multi()}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v0.23-hisparse-absent", {"vllm_version": "0.23.0", "hisparse": True}, {"unknown": True}),
+    ("v0.30-hisparse-E-H", {"vllm_version": "0.30.0", "flag": True, "hisparse": True}, {"error": ("ValueError", T.E_H, "config")}),
+    ("v0.32-E-B-text", {"vllm_version": "0.32.0", "flag": False, "kv_events": False, "platform": "unspecified"}, {"error": ("ValueError", T.E_B, "config")}),
+    # --- section 3: 0.33.0 -----------------------------------------------------------------------
+    ("v033-none-plain", {"profile": "v0.33"}, {"resolved": False}),
+    ("v033-none-kv-events-ignored", {"profile": "v0.33", "kv_events": True}, {"resolved": False}),
+    ("v033-false-kv-events-ok", {"profile": "v0.33", "flag": False, "kv_events": True}, {"resolved": False}),
+    ("v033-false-platform-E-C", {"profile": "v0.33", "flag": False, "platform": "unspecified"}, {"error": ("ValueError", T.E_C, "config")}),
+    ("v033-false-chunked-W-C-then-E-C", {"profile": "v0.33", "flag": False, **CHUNK, **ENV_OFF}, {"error": ("ValueError", T.E_C, "config"), "warnings": ["W-C"]}),
+    ("v033-dflash-is-eagle", {"profile": "v0.33", "speculative_method": "dflash", **CHUNK}, {"resolved": True, "warnings": []}),
+    ("v033-true-chunked-W-C", {"profile": "v0.33", "flag": True, **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C"]}),
+    ("v033-W-C-before-W-C1", {"profile": "v0.33", "kv_connector": "ExampleConnector", **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C", "W-C1"]}),
+    ("v033-tpu-unknown", {"profile": "v0.33", "platform": "tpu"}, {"unknown": True}),
+    ("v033-tpu-true-known", {"profile": "v0.33", "platform": "tpu", "flag": True}, {"resolved": True}),
+    ("v033-tpu-false-with-cl-known", {"profile": "v0.33", "platform": "tpu", "flag": False, **CHUNK, **ENV_OFF}, {"error": ("ValueError", T.E_C, "config")}),
+    # section 7 item 3: test_hma_auto_config
+    ("v033-hma-connector", {"profile": "v0.33", "platform": "cpu", "kv_connector": "SimpleCPUOffloadConnector"}, {"resolved": False}),
+    ("v033-non-hma-connector", {"profile": "v0.33", "platform": "cpu", "kv_connector": "ExampleConnector"}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v033-multi-all-hma", {"profile": "v0.33", "platform": "cpu", **multi("SimpleCPUOffloadConnector", "OffloadingConnector")}, {"resolved": False}),
+    ("v033-multi-mixed", {"profile": "v0.33", "platform": "cpu", **multi("SimpleCPUOffloadConnector", "ExampleConnector")}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v033-explicit-non-hma-config-ok", {"profile": "v0.33", "platform": "cpu", "flag": False, "kv_connector": "ExampleConnector"}, {"resolved": False}),
+    ("v033-explicit-non-hma-factory", {"profile": "v0.33", "platform": "cpu", "flag": False, "kv_connector": "ExampleConnector", "stage": "create_connector"}, {"error": ("ValueError", T.E_F, "create_connector")}),
+    ("v033-multi-empty", {"profile": "v0.33", **multi()}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v033-multi-nested-mixed", {"profile": "v0.33", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["NixlConnector", "ExampleConnector"]})}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v033-multi-nested-all-hma", {"profile": "v0.33", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["NixlConnector"]}, "OffloadingConnector")}, {"resolved": False}),
+    ("v033-multi-child-without-role", {"profile": "v0.33", **multi({"kv_connector": "NixlConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
+    ("v033-multi-factory-mixed-E-F", {"profile": "v0.33", "flag": False, "stage": "create_connector", **multi("NixlConnector", "ExampleConnector")}, {"error": ("ValueError", "Connector MultiConnector does not support HMA", "create_connector")}),
+    ("v033-renamed-multi-slips-through", {"profile": "v0.33", "kv_connector": "RenamedMultiConnector", "kv_connector_module_path": EXT, "multi_connector_children": ["ExampleConnector"]}, {"resolved": False, "warnings": []}),
+    ("v033-renamed-multi-asserts", {"profile": "v0.33", "kv_connector": "RenamedMultiConnector", "kv_connector_module_path": EXT, "multi_connector_children": ["ExampleConnector"], "stage": "create_connector"}, {"error": ("AssertionError", T.E_MULTI, "create_connector")}),
+    ("v033-empty-kv-transfer-config", {"profile": "v0.33", "cli_args": ["--kv-transfer-config", "{}"]}, {"error": ("ValueError", T.E_NAME_NOT_SET, "config")}),
+    ("v033-unsupported-name-at-config", {"profile": "v0.33", "kv_connector": "NoSuchConnector"}, {"error": ("ValueError", "Unsupported connector type: NoSuchConnector", "config")}),
+    ("v033-unsupported-name-explicit-enable-config-ok", {"profile": "v0.33", "flag": False, "kv_connector": "NoSuchConnector"}, {"resolved": False}),
+    ("v033-two-arg-constructor-error", {"profile": "v0.33", "kv_connector": "TwoArgConnector", "kv_connector_module_path": EXT}, {"error": ("ValueError", T.E_DEPRECATED, "config")}),
+    ("v033-module-path-first", {"profile": "v0.33", "flag": False, "kv_connector": "LMCacheConnectorV1", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"resolved": False}),
+    ("v033-external-hma", {"profile": "v0.33", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT}, {"resolved": False}),
+    ("v033-external-plain", {"profile": "v0.33", "kv_connector": "ExternalPlainConnector", "kv_connector_module_path": EXT}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v033-offloading-overwrites-connector", {"profile": "v0.33", "kv_connector": "ExampleConnector", "kv_offloading_size": 8, "stage": "create_connector"}, {"resolved": False, "warnings": []}),
+    ("v033-hisparse-needs-cuda", {"profile": "v0.33", "hisparse": True, "platform": "cpu"}, {"error": ("ValueError", T.E_HISPARSE_CUDA, "config")}),
+    ("v033-hisparse-cuda-ok", {"profile": "v0.33", "hisparse": True}, {"resolved": False}),
+    ("v033-hisparse-true-E-H", {"profile": "v0.33", "hisparse": True, "flag": True}, {"error": ("ValueError", T.E_H, "config")}),
+    ("v033-hisparse-connector-auto-enables", {"profile": "v0.33", "kv_connector": "HiSparseConnector", "platform": "cpu"}, {"error": ("ValueError", T.E_HISPARSE_CUDA, "config")}),
+    ("v033-hisparse-direct-child-auto-enables", {"profile": "v0.33", "platform": "cpu", **multi("HiSparseConnector")}, {"error": ("ValueError", T.E_HISPARSE_CUDA, "config")}),
+    ("v033-hisparse-grandchild-does-not", {"profile": "v0.33", "platform": "cpu", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["HiSparseConnector"]})}, {"resolved": False}),
+]
+
+if importlib.util.find_spec("lmcache") is None:
+    ROWS.append(("v033-lmcache-mp-import-error", {"profile": "v0.33", "kv_connector": "LMCacheMPConnector"}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "config")}))
+    ROWS.append(("v033-lmcache-offloading-import-error", {"profile": "v0.33", "kv_offloading_backend": "lmcache", "kv_offloading_size": 4}, {"error": ("ModuleNotFoundError", "lmcache", "config")}))
+
+
+@pytest.mark.parametrize("row_id, case, expected", ROWS, ids=[row[0] for row in ROWS])
+def test_rule(row_id, case, expected):
+    result = resolve_case({"id": row_id, **case})
+    where = f"case {row_id} {case}: got {result}"
+    assert result["id"] == row_id
+    if "error" in expected:
+        want = expected["error"]
+        if want is None:
+            assert result["error"] is None, where
+        else:
+            assert result["error"] is not None, f"expected {want[0]} at {want[2]} containing {want[1]!r}; {where}"
+            assert (result["error"]["type"], result["error"]["stage"]) == (want[0], want[2]), where
+            assert want[1] in result["error"]["message"], where
+            assert result["resolved_disable_hma"] is None, where
+    else:
+        assert result["error"] is None, where
+    if expected.get("unknown"):
+        assert result["unknown"], where
+        assert result["resolved_disable_hma"] is None, where
+    else:
+        assert result["unknown"] is None, where
+    if "resolved" in expected and expected.get("error") is None:
+        assert result["resolved_disable_hma"] is expected["resolved"], where
+    if "warnings" in expected:
+        got = result["warnings"]
+        assert len(got) == len(expected["warnings"]), f"expected warnings {expected['warnings']}; {where}"
+        for want_id, text in zip(expected["warnings"], got):
+            assert T.WARNINGS[want_id] in text, f"expected {want_id} in this position; {where}"
+    if "warning_has" in expected:
+        assert any(expected["warning_has"] in text for text in result["warnings"]), where
+    if "warning_absent" in expected:
+        assert not any(expected["warning_absent"] in text for text in result["warnings"]), where
