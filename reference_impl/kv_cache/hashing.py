@@ -118,25 +118,25 @@ class BlockHashListWithBlockSize:
 
 
 def generate_block_hash_extra_keys(request, start_token_idx: int, end_token_idx: int) -> tuple | None:
-    """Extra keys of the block [start, end): LoRA, multimodal items, cache salt (first block), prompt embeds.
-
-    Each contribution is a tagged tuple, concatenated in that order; None when there is none.
+    """Extra keys of the block [start, end): a tuple of tagged tuples, in this order:
+    ("lora", name, path) on every block; ("mm", identifier, item_offset - block_start) per overlapping
+    multimodal item; ("cache_salt", salt) on the block starting at token 0 only; ("prompt_embeds", digest).
+    None when there is none.
     """
-    keys: tuple = ()
+    keys: list[tuple] = []
     lora = getattr(request, "lora_request", None)
     if lora is not None:
-        keys += ("lora", lora.lora_name, lora.lora_path)
+        keys.append(("lora", lora.lora_name, lora.lora_path))
     for item in getattr(request, "mm_features", None) or ():
-        item_end = item.offset + item.length
-        if item.offset < end_token_idx and item_end > start_token_idx:
-            keys += ("mm", item.identifier, item.offset - start_token_idx)
+        if item.offset < end_token_idx and item.offset + item.length > start_token_idx:
+            keys.append(("mm", item.identifier, item.offset - start_token_idx))
     salt = getattr(request, "cache_salt", None)
-    if salt is not None and start_token_idx == 0:
-        keys += ("cache_salt", salt)
+    if salt and start_token_idx == 0:
+        keys.append(("cache_salt", salt))
     embeds = getattr(request, "prompt_embeds", None)
     if embeds is not None:
-        keys += ("prompt_embeds", hashlib.sha256(bytes(embeds[start_token_idx:end_token_idx])).digest())
-    return keys or None
+        keys.append(("prompt_embeds", hashlib.sha256(bytes(embeds[start_token_idx:end_token_idx])).digest()))
+    return tuple(keys) if keys else None
 
 
 def get_request_block_hasher(block_size: int, hash_fn: Callable = sha256) -> Callable:

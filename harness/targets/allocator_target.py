@@ -1,0 +1,167 @@
+"""The allocator target protocol the allocator suite and benchmarks drive, and the reference target.
+
+A target builds vLLM-0.33-shaped objects (`BlockPool`, `KVCacheManager`, `Request`) from plain
+descriptions; scenario code then calls their vLLM method names directly, so the same scenario runs on
+the reference and on vLLM. Backdoor accessors (zarr.testing style) expose internals the invariant checks
+need without trusting the public API. Capabilities are data: a test needing one the target lacks is
+skipped with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "make_reference_target"]
+
+#: Capabilities a target may declare.
+CAPABILITIES = {
+    "strict_input_validation": "target raises ValueError for bad input the engine would accept silently "
+                               "(unknown request on free, tokens past max_model_len, window > model length)",
+    "grouping": "target exposes grouping of layer specs into KV cache groups (get_kv_cache_groups)",
+    "kv_tensors": "target allocates the KV cache tensors itself",
+}
+
+GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
+
+
+@dataclass(frozen=True)
+class GroupDesc:
+    """One KV cache group, described independently of any implementation."""
+
+    kind: str
+    block_size: int = 16
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    num_layers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in GROUP_KINDS:
+            raise ValueError(f"GroupDesc.kind must be one of {', '.join(GROUP_KINDS)}, got {self.kind!r}")
+        if self.kind == "sliding_window" and self.sliding_window is None:
+            raise ValueError("GroupDesc.sliding_window is required for kind 'sliding_window'")
+        if self.kind == "chunked_local" and self.attention_chunk_size is None:
+            raise ValueError("GroupDesc.attention_chunk_size is required for kind 'chunked_local'")
+
+
+@runtime_checkable
+class AllocatorTarget(Protocol):
+    """What the allocator suite needs from an implementation."""
+
+    name: str
+    capabilities: frozenset[str]
+
+    def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16) -> Any:
+        """A `BlockPool`."""
+
+    def make_manager(self, groups: Sequence[GroupDesc], num_blocks: int, max_model_len: int, *,
+                     enable_caching: bool = True, retention_interval: int | None = None,
+                     hash_block_size: int | None = None, scheduler_block_size: int | None = None,
+                     max_in_flight_tokens: int | None = None) -> Any:
+        """A `KVCacheManager` over one pool of `num_blocks` with one group per description."""
+
+    def make_request(self, request_id: str, prompt_token_ids: Sequence[int], hash_block_size: int, *,
+                     lora: tuple[str, int, str] | None = None, cache_salt: str | None = None) -> Any:
+        """A `Request` whose block hashes are kept at `hash_block_size` (sha256)."""
+
+    # ---- backdoors
+    def cache_entries(self, block_pool: Any) -> dict[bytes, list[int]]:
+        """Prefix-cache map as key -> block ids (insertion order)."""
+
+    def block_key(self, block: Any) -> bytes | None:
+        """The prefix-cache key a block carries, or None."""
+
+    def sha256(self, obj: Any) -> bytes:
+        """The target's sha256 hash function (for hash-chain checks against an independent oracle)."""
+
+
+def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
+    """Build `desc` with the given module's spec classes (the reference and vLLM share field names)."""
+    attn = dict(block_size=desc.block_size, num_kv_heads=2, head_size=8, dtype=dtype)
+    if desc.kind == "full":
+        return mod.FullAttentionSpec(**attn)
+    if desc.kind == "sliding_window":
+        return mod.SlidingWindowSpec(**attn, sliding_window=desc.sliding_window)
+    if desc.kind == "chunked_local":
+        return mod.ChunkedLocalAttentionSpec(**attn, attention_chunk_size=desc.attention_chunk_size)
+    page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
+    return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
+                         mamba_cache_mode="align")
+
+
+def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, dtype,
+                          **extra) -> Any:
+    """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description."""
+    group_specs = []
+    tensors = []
+    for gid, desc in enumerate(groups):
+        spec = _make_spec(mod, desc, dtype)
+        names = [f"g{gid}.layer{j}" for j in range(desc.num_layers)]
+        group_specs.append(mod.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
+        page = spec.page_size_bytes
+        tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, layers=names,
+                                         layer_stride=page * num_blocks, block_stride=page))
+    return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs,
+                             prefix_cache_retention_interval=retention_interval, **extra)
+
+
+@dataclass
+class ReferenceAllocatorTarget:
+    """kvconform's reference allocator (`reference_impl.kv_cache`)."""
+
+    name: str = "reference"
+    capabilities: frozenset[str] = field(
+        default_factory=lambda: frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
+
+    def __post_init__(self) -> None:
+        import torch
+
+        from reference_impl import kv_cache
+        from reference_impl.kv_cache import hashing
+
+        self._mod = kv_cache
+        self._hashing = hashing
+        self._dtype = torch.float16
+        self._hashers: dict[int, Any] = {}
+
+    def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16):
+        return self._mod.BlockPool(num_gpu_blocks, enable_caching, hash_block_size)
+
+    def make_kv_cache_config(self, groups, num_blocks, retention_interval=None):
+        """The reference `KVCacheConfig` for these group descriptions."""
+        return build_kv_cache_config(self._mod, groups, num_blocks, retention_interval, self._dtype)
+
+    def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
+                     hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None):
+        import math
+
+        config = self.make_kv_cache_config(groups, num_blocks, retention_interval)
+        sizes = [g.block_size for g in groups]
+        sbs = scheduler_block_size or math.lcm(*sizes)
+        hbs = hash_block_size or (math.gcd(*sizes) if enable_caching else sbs)
+        return self._mod.KVCacheManager(config, max_model_len, sbs, hbs, max_in_flight_tokens=max_in_flight_tokens,
+                                        enable_caching=enable_caching)
+
+    def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
+        hasher = self._hashers.get(hash_block_size)
+        if hasher is None:
+            hasher = self._hashers[hash_block_size] = self._hashing.get_request_block_hasher(
+                hash_block_size, self._hashing.sha256)
+        lora_request = self._mod.LoRARequest(*lora) if lora else None
+        return self._mod.Request(request_id, prompt_token_ids, block_hasher=hasher, lora_request=lora_request,
+                                 cache_salt=cache_salt)
+
+    def cache_entries(self, block_pool):
+        return {k: [b.block_id for b in blocks] for k, blocks in block_pool.cached_block_hash_to_block.items()}
+
+    def block_key(self, block):
+        return block.block_hash
+
+    def sha256(self, obj):
+        return self._hashing.sha256(obj)
+
+
+def make_reference_target() -> ReferenceAllocatorTarget:
+    """Factory of the default `--kv-allocator` target."""
+    return ReferenceAllocatorTarget()
