@@ -1,0 +1,148 @@
+"""`EngineCore`: one scheduler, `tp_size` workers, and the step loop (schedule, execute, aggregate, update)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from reference_impl.config.objects import KVTransferConfig
+from reference_impl.connector.base import KVConnectorRole
+from reference_impl.connector.factory import create_connector
+from reference_impl.engine.aggregator import KVOutputAggregator
+from reference_impl.engine.kv_memory import build_kv_cache_config
+from reference_impl.engine.outputs import SchedulerOutput
+from reference_impl.engine.presets import ModelPreset, get_preset
+from reference_impl.engine.request import EngineRequest
+from reference_impl.engine.scheduler import Scheduler
+from reference_impl.engine.worker import Worker
+from reference_impl.kv_cache.hashing import get_request_block_hasher
+from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
+
+
+@dataclass
+class ModelConfig:
+    """The model name connectors put into their keys."""
+
+    model: str = "kvconform/mini"
+
+
+@dataclass
+class ParallelConfig:
+    """Tensor parallelism: `rank` is set per worker copy."""
+
+    tensor_parallel_size: int = 1
+    rank: int = 0
+
+
+@dataclass
+class EngineConfig:
+    """The `vllm_config` connectors receive (the attributes they read), plus the engine's own knobs."""
+
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
+    kv_transfer_config: KVTransferConfig | None = None
+    num_blocks: int = 512
+    max_model_len: int = 40960
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 16
+    enable_prefix_caching: bool = True
+
+
+ConnectorFactory = Callable[[Any, KVConnectorRole, Any], Any]
+
+
+class EngineCore:
+    """The mini engine for `preset`; `connector_factory(vllm_config, role, kv_cache_config)` builds connectors.
+
+    Without a factory, `config.kv_transfer_config` selects one through `create_connector` (with the HMA gate).
+    """
+
+    def __init__(self, preset: str | ModelPreset, config: EngineConfig | None = None,
+                 connector_factory: ConnectorFactory | None = None):
+        self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.config = config or EngineConfig()
+        tp = self.config.parallel_config.tensor_parallel_size
+        self.kv_cache_config = build_kv_cache_config(self.preset, self.config.num_blocks, tp)
+        if connector_factory is None and self.config.kv_transfer_config is not None:
+            connector_factory = create_connector
+        sizes = [g.kv_cache_spec.block_size for g in self.kv_cache_config.kv_cache_groups]
+        self.hash_block_size = math.gcd(*sizes)
+        self.manager = KVCacheManager(self.kv_cache_config, self.config.max_model_len,
+                                      enable_caching=self.config.enable_prefix_caching,
+                                      hash_block_size=self.hash_block_size)
+        self._block_hasher = get_request_block_hasher(self.hash_block_size)
+        scheduler_connector = None
+        if connector_factory is not None:
+            scheduler_connector = connector_factory(self._rank_config(0), KVConnectorRole.SCHEDULER,
+                                                    self.kv_cache_config)
+        self.scheduler = Scheduler(self.manager, scheduler_connector,
+                                   max_num_batched_tokens=self.config.max_num_batched_tokens,
+                                   max_num_seqs=self.config.max_num_seqs)
+        self.workers = []
+        for rank in range(tp):
+            worker_connector = None
+            if connector_factory is not None:
+                worker_connector = connector_factory(self._rank_config(rank), KVConnectorRole.WORKER,
+                                                     build_kv_cache_config(self.preset, self.config.num_blocks, tp))
+            self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp,
+                                       vocab_size=self.preset.vocab_size, connector=worker_connector))
+        self.aggregator = KVOutputAggregator(tp)
+        self.step_count = 0
+
+    def _rank_config(self, rank: int) -> EngineConfig:
+        config = copy.copy(self.config)
+        config.parallel_config = ParallelConfig(self.config.parallel_config.tensor_parallel_size, rank)
+        return config
+
+    @property
+    def connector(self):
+        """The scheduler-role connector (or None)."""
+        return self.scheduler.connector
+
+    def make_request(self, prompt_token_ids, *, request_id: str | None = None, max_tokens: int = 1,
+                     **kwargs) -> EngineRequest:
+        """A request whose prefix hashes match this engine's allocator."""
+        return EngineRequest(request_id or uuid.uuid4().hex[:12], prompt_token_ids, max_tokens=max_tokens,
+                             block_hasher=self._block_hasher, **kwargs)
+
+    def add_request(self, request: EngineRequest) -> EngineRequest:
+        """Queue a request."""
+        self.scheduler.add_request(request)
+        return request
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort a request."""
+        self.scheduler.abort_request(request_id)
+
+    def step(self) -> SchedulerOutput:
+        """One engine step (idle steps included: the connector cycle always runs)."""
+        so = self.scheduler.schedule()
+        outputs = [w.execute_model(so) for w in self.workers]
+        kv_output = self.aggregator.aggregate([o.kv_connector_output for o in outputs])
+        sampled = outputs[0].sampled_token_ids
+        for req_id, token in sampled.items():
+            for w in self.workers:
+                if self.scheduler.requests[req_id].num_computed_tokens >= self.scheduler.requests[req_id].num_tokens:
+                    w.append_token(req_id, token)
+        self.scheduler.update_from_output(so, sampled, kv_output if self.scheduler.connector is not None else None)
+        self.step_count += 1
+        return so
+
+    def run_until_done(self, max_steps: int = 10000, idle_steps: int = 2) -> int:
+        """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""
+        start = self.step_count
+        while self.scheduler.has_unfinished_requests():
+            if self.step_count - start >= max_steps:
+                raise RuntimeError(f"engine did not finish within {max_steps} steps")
+            self.step()
+        for _ in range(idle_steps):
+            self.step()
+        return self.step_count - start
+
+    @property
+    def read_errors(self):
+        """Every wrong value any worker's forward read."""
+        return [e for w in self.workers for e in w.read_errors]

@@ -1,0 +1,232 @@
+"""A worker: one TP rank's KV memory, the deterministic "forward", and the worker-side connector hooks.
+
+The forward reads what a real model would read (full attention: every earlier position; sliding window:
+the last `window - 1` positions; Mamba: the state after the computed prefix) and records every value that
+differs from the content oracle in `read_errors`: garbled output made visible. It then writes this step's
+KV and states. Hooks run in vLLM 0.33's order: handle_preemptions, bind, start_load_kv (before the forward
+for sync loads, after it otherwise), per attention layer wait_for_layer_load / save_kv_layer (never for
+Mamba layers), wait_for_save, get_transfer_results, get_block_ids_with_load_errors, stats, events,
+worker metadata, clear.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+
+import torch
+
+from reference_impl.connector.base import KVConnectorOutput, KVConnectorTransferResults
+from reference_impl.engine import content
+from reference_impl.engine.kv_memory import allocate_kv_caches
+from reference_impl.engine.outputs import ModelRunnerOutput, SchedulerOutput
+from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, MambaSpec, SlidingWindowSpec, cdiv
+
+
+@dataclass(frozen=True)
+class ReadError:
+    """One wrong value the forward read: request, layer, token position (-1: Mamba state) and why."""
+
+    req_id: str
+    layer: str
+    position: int
+    detail: str
+
+
+@dataclass
+class _ReqState:
+    token_ids: list[int]
+    block_ids: tuple[list[int], ...]
+
+
+class Worker:
+    """One TP rank. `connector` is this rank's worker-role connector or None."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig, *, rank: int = 0, tp_size: int = 1, vocab_size: int = 32000,
+                 connector=None):
+        self.kv_cache_config = kv_cache_config
+        self.rank = rank
+        self.tp_size = tp_size
+        self.vocab_size = vocab_size
+        self.connector = connector
+        self.backing, self.kv_caches = allocate_kv_caches(kv_cache_config)
+        self.layer_group: dict[str, int] = {}
+        self.layer_index: dict[str, int] = {}
+        for gid, group in enumerate(kv_cache_config.kv_cache_groups):
+            for name in group.layer_names:
+                self.layer_group[name] = gid
+        # Model order: layer number in the name (model.layers.<n>.<kind>).
+        self.layer_order = sorted(self.layer_group, key=lambda n: int(n.split(".")[2]))
+        self.layer_index = {name: i for i, name in enumerate(self.layer_order)}
+        self.requests: dict[str, _ReqState] = {}
+        self.read_errors: list[ReadError] = []
+        self.hook_log: list[str] = []
+        if connector is not None:
+            connector.register_kv_caches(self.kv_caches)
+
+    # ---- oracle helpers -------------------------------------------------------------------------
+    def heads(self, spec: AttentionSpec) -> range:
+        """Global head indices held by this rank."""
+        return range(self.rank * spec.num_kv_heads, (self.rank + 1) * spec.num_kv_heads)
+
+    def expected_kv(self, layer: str, tokens, positions) -> torch.Tensor:
+        """Oracle KV rows of `layer` for (token, position) pairs: [n, heads, 2*head_size]."""
+        spec = self.kv_cache_config.layer_specs[layer]
+        return content.attention_kv(tokens, positions, self.layer_index[layer], self.heads(spec),
+                                    2 * spec.head_size, spec.dtype)
+
+    def expected_state(self, layer: str, tokens) -> list[torch.Tensor]:
+        """Oracle Mamba state of `layer` after `tokens`."""
+        spec = self.kv_cache_config.layer_specs[layer]
+        return content.mamba_state(tokens, self.layer_index[layer], spec.shapes, spec.dtypes, self.rank)
+
+    # ---- one step -------------------------------------------------------------------------------
+    def _call(self, name: str, *args):
+        self.hook_log.append(name)
+        return getattr(self.connector, name)(*args)
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run one step; returns sampled tokens and this rank's connector output."""
+        self._update_states(scheduler_output)
+        c = self.connector
+        if c is not None:
+            # The metadata crosses a process boundary in vLLM: every worker gets its own deserialised copy.
+            meta = scheduler_output.kv_connector_metadata
+            meta = pickle.loads(pickle.dumps(meta)) if meta is not None else None
+            if hasattr(c, "handle_preemptions"):
+                self._call("handle_preemptions", meta)
+            self._call("bind_connector_metadata", meta)
+            if scheduler_output.has_sync_kv_loads:
+                self._call("start_load_kv", None)
+        sampled = self._forward(scheduler_output)
+        if c is not None:
+            if not scheduler_output.has_sync_kv_loads:
+                self._call("start_load_kv", None)
+            self._call("wait_for_save")
+            output = self._connector_output(scheduler_output.finished_req_ids)
+            self._call("clear_connector_metadata")
+        else:
+            output = None
+        return ModelRunnerOutput(sampled_token_ids=sampled, kv_connector_output=output)
+
+    def _connector_output(self, finished_req_ids: set[str]) -> KVConnectorOutput:
+        c = self.connector
+        if hasattr(c, "get_transfer_results"):
+            results = self._call("get_transfer_results", set(finished_req_ids))
+        else:
+            sending, recving = self._call("get_finished", set(finished_req_ids))
+            results = KVConnectorTransferResults(set(sending or ()), set(recving or ()))
+        invalid = set(self._call("get_block_ids_with_load_errors") or ()) \
+            if hasattr(c, "get_block_ids_with_load_errors") else set()
+        stats = c.get_kv_connector_stats() if hasattr(c, "get_kv_connector_stats") else None
+        events = c.get_kv_connector_kv_cache_events() if hasattr(c, "get_kv_connector_kv_cache_events") else None
+        worker_meta = c.build_connector_worker_meta() if hasattr(c, "build_connector_worker_meta") else None
+        return KVConnectorOutput(
+            finished_sending=set(results.finished_sending or ()),
+            finished_recving=set(results.finished_recving or ()),
+            failed_recving=set(getattr(results, "failed_recving", None) or ()),
+            invalid_block_ids=invalid, kv_connector_stats=stats, kv_cache_events=events,
+            kv_connector_worker_meta=worker_meta,
+        )
+
+    def _update_states(self, so: SchedulerOutput) -> None:
+        for req_id in so.finished_req_ids | so.preempted_req_ids:
+            self.requests.pop(req_id, None)
+        for new in so.scheduled_new_reqs:
+            self.requests[new.req_id] = _ReqState(list(new.prompt_token_ids), tuple(list(g) for g in new.block_ids))
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                self.requests[req_id] = _ReqState(list(cached.all_token_ids[req_id]), tuple(list(g) for g in new_ids))
+                continue
+            state = self.requests[req_id]
+            if new_ids is not None:
+                for table, ids in zip(state.block_ids, new_ids):
+                    table.extend(ids)
+
+    def append_token(self, req_id: str, token: int) -> None:
+        """Record a sampled token (the engine tells every worker, as vLLM's input batch does)."""
+        state = self.requests.get(req_id)
+        if state is not None:
+            state.token_ids.append(token)
+
+    def _forward(self, so: SchedulerOutput) -> dict[str, int]:
+        if not so.num_scheduled_tokens:
+            return {}
+        starts = {new.req_id: new.num_computed_tokens for new in so.scheduled_new_reqs}
+        cached = so.scheduled_cached_reqs
+        starts.update(zip(cached.req_ids, cached.num_computed_tokens))
+        specs = self.kv_cache_config.layer_specs
+        for layer in self.layer_order:
+            spec = specs[layer]
+            attention = isinstance(spec, AttentionSpec)
+            if attention and self.connector is not None:
+                self._call("wait_for_layer_load", layer)
+            for req_id, num in so.num_scheduled_tokens.items():
+                state = self.requests[req_id]
+                start = starts[req_id]
+                table = state.block_ids[self.layer_group[layer]]
+                if attention:
+                    self._attention(req_id, layer, spec, table, state.token_ids, start, num)
+                else:
+                    self._mamba(req_id, layer, spec, table, state.token_ids, start, num)
+            if attention and self.connector is not None:
+                self._call("save_kv_layer", layer, self.kv_caches[layer], None)
+        sampled = {}
+        for req_id, num in so.num_scheduled_tokens.items():
+            state = self.requests[req_id]
+            end = starts[req_id] + num
+            if end >= len(state.token_ids):
+                sampled[req_id] = content.next_token(state.token_ids[:end], self.vocab_size)
+        return sampled
+
+    def _attention(self, req_id, layer, spec, table, tokens, start, num) -> None:
+        bs = spec.block_size
+        view = self.kv_caches[layer]
+        first = 0
+        if isinstance(spec, SlidingWindowSpec):
+            first = max(0, start - spec.sliding_window + 1)
+        if start > first:
+            self._verify_range(req_id, layer, view, table, tokens, first, start, bs)
+        positions = range(start, start + num)
+        values = self.expected_kv(layer, tokens[start : start + num], positions)
+        for block_index in range(start // bs, cdiv(start + num, bs)):
+            block = table[block_index]
+            if block == 0:
+                raise RuntimeError(f"engine bug: {req_id} writes position block {block_index} of {layer} into the null block")
+            lo = max(start, block_index * bs)
+            hi = min(start + num, (block_index + 1) * bs)
+            view[block, lo - block_index * bs : hi - block_index * bs] = values[lo - start : hi - start]
+
+    def _verify_range(self, req_id, layer, view, table, tokens, first, end, bs) -> None:
+        for block_index in range(first // bs, cdiv(end, bs)):
+            lo = max(first, block_index * bs)
+            hi = min(end, (block_index + 1) * bs)
+            block = table[block_index] if block_index < len(table) else 0
+            if block == 0:
+                self.read_errors.append(ReadError(req_id, layer, lo, "needed block is the null block"))
+                return
+            got = view[block, lo - block_index * bs : hi - block_index * bs]
+            want = self.expected_kv(layer, tokens[lo:hi], range(lo, hi))
+            if not torch.equal(got, want):
+                bad = int((got != want).reshape(hi - lo, -1).any(dim=1).nonzero()[0])
+                self.read_errors.append(ReadError(req_id, layer, lo + bad, f"KV differs from the oracle (block {block})"))
+                return
+
+    def _mamba(self, req_id, layer, spec: MambaSpec, table, tokens, start, num) -> None:
+        views = self.kv_caches[layer]
+        bs = spec.block_size
+        if start > 0:
+            block = table[cdiv(start, bs) - 1] if cdiv(start, bs) - 1 < len(table) else 0
+            want = self.expected_state(layer, tokens[:start])
+            if block == 0:
+                self.read_errors.append(ReadError(req_id, layer, -1, f"state after {start} tokens is in the null block"))
+            elif not all(torch.equal(v[block], w) for v, w in zip(views, want)):
+                self.read_errors.append(ReadError(req_id, layer, -1, f"state after {start} tokens differs (block {block})"))
+        end = start + num
+        block = table[cdiv(end, bs) - 1]
+        if block == 0:
+            raise RuntimeError(f"engine bug: {req_id} writes the Mamba state of {layer} into the null block")
+        for v, w in zip(views, self.expected_state(layer, tokens[:end])):
+            v[block] = w
