@@ -7,10 +7,21 @@ import tempfile
 from pathlib import Path
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by the owner only; a report should get the usual permissions.
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
 def _write_temp(path: Path, text: str) -> Path:
     """Write `text` to a temporary file beside `path` (same filesystem, so os.replace is atomic)."""
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()

@@ -12,6 +12,9 @@ from harness.errors import EXIT_USAGE, UsageError
 COMMANDS = {
     "explain": "explain",
     "resolve": "resolve",
+    "report": "report",
+    "diff": "diff",
+    "merge": "merge",
 }
 
 

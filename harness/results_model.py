@@ -185,3 +185,23 @@ def load_results(path: str | os.PathLike) -> ResultsDocument:
     except json.JSONDecodeError as exc:
         raise _fail(path, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     return parse_document(data, path)
+
+
+def cell_label(entry: dict[str, Any]) -> str:
+    """A readable name for an entry's cell: 'config era=seed flag=False …', else the test id."""
+    cell = entry.get("cell")
+    if not cell:
+        return f"{entry['suite']} {entry['id']}"
+    parts = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, sort_keys=True)}" for k, v in cell.items())
+    return f"{entry['suite']} {parts}"
+
+
+def index_by_cell(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Cell key -> entry; where a cell appears twice, an entry that ran wins over a skipped one."""
+    index: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        key = cell_key(entry)
+        known = index.get(key)
+        if known is None or (known["status"] == "skipped" and entry["status"] != "skipped"):
+            index[key] = entry
+    return index

@@ -12,7 +12,7 @@ import json
 from collections import defaultdict
 from typing import Any, Iterable
 
-from harness.report.eras import era_sort_key, era_title
+from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
 
 SUITE = "config"
@@ -27,6 +27,18 @@ LEGEND = (
 )
 
 ConfigKey = tuple[str, str, str, Any]  # connector, features, platform, flag
+_ERA_RANK = {era: rank for rank, era in enumerate(ERA_IDS)}
+
+
+def era_sort_key(era: str) -> tuple[int, str]:
+    """Known eras in release order; anything else after them, by name."""
+    return (_ERA_RANK.get(era, len(_ERA_RANK)), era)
+
+
+def era_title(era: str) -> str:
+    """'seed (vLLM 0.13.0)' for a known era, the id itself otherwise."""
+    release = ERA_RELEASES.get(era)
+    return f"{era} (vLLM {release})" if release else era
 
 
 def label(value: Any) -> str:
