@@ -26,7 +26,9 @@ def register(subparsers) -> None:
     parser.add_argument("--platform", default="cuda", help=f"one of {', '.join((*PLATFORMS, 'auto'))} (default cuda)")
     parser.add_argument("--attention-chunk-size", type=int, default=None, help="the model's chunked local attention size")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VAL", help="environment variable vLLM reads (repeatable)")
-    parser.add_argument("--stage", default="create_connector", help="stop after this stage: config or create_connector (default)")
+    parser.add_argument("--layers", default=None, metavar="KINDS",
+                        help="comma-separated layer spec kinds (full, sliding_window, chunked_local, mamba): adds the kv_cache_groups stage")
+    parser.add_argument("--stage", default="create_connector", help="stop after this stage: config, kv_cache_groups or create_connector (default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of plain words")
     parser.set_defaults(run=run, accepts_extra=True)
 
@@ -51,6 +53,7 @@ def build_case(args) -> dict:
         "platform": args.platform,
         "attention_chunk_size": args.attention_chunk_size,
         "env": _env(args.env),
+        "layers": args.layers.split(",") if args.layers else None,
     }
 
 
@@ -74,6 +77,8 @@ def describe(case: dict, result: dict) -> str:
         value = result["resolved_disable_hma"]
         state = "HMA enabled" if value is False else "HMA disabled"
         lines.append(f"result: {state} (disable_hybrid_kv_cache_manager = {value}), through stage {case['stage']}")
+    for group in result.get("kv_cache_groups") or ():
+        lines.append(f"  KV cache group: {group['kind']} layers {group['layers']} (block size {group['block_size']}, {group['page_size_bytes']} bytes per block per layer)")
     lines.append("")
     if result["warnings"]:
         lines.append("warnings, in the order vLLM logs them:")
@@ -93,8 +98,8 @@ def run(args) -> int:
         parsed = C.parse_case(case)
     except ValueError as exc:
         raise UsageError(f"kvconform explain: {exc}") from None
-    if parsed.stage not in ("config", "create_connector", *C.EXTRA_STAGES):
-        raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected config or create_connector")
+    if parsed.stage == "cli_parse":
+        raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected config, kv_cache_groups or create_connector")
     result = C.run_case(parsed)
     if args.json:
         era, version = resolve_era(case["vllm_version"])

@@ -8,7 +8,7 @@ engine does with it: `{"id", "resolved_disable_hma", "warnings", "error", "rules
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.config import eras as E
@@ -32,7 +32,9 @@ from reference_impl.config.vllm_cli import parse_cli
 
 PLATFORM_CHOICES = (*E.PLATFORMS, "auto")
 OFFLOADING_BACKENDS = ("native", "lmcache")
-CASE_STAGES = ("cli_parse", "config", "create_connector")
+# In engine order: the KV cache is grouped before the connector is created with its KVCacheConfig.
+CASE_STAGES = ("cli_parse", "config", "kv_cache_groups", "create_connector")
+LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
 
 # Every key a case may have, with its default.
 CASE_DEFAULTS: dict[str, Any] = {
@@ -54,12 +56,8 @@ CASE_DEFAULTS: dict[str, Any] = {
     "hisparse": False,
     "kv_offloading_backend": None,
     "kv_offloading_size": None,
+    "layers": None,
 }
-
-# Stages a later module adds (name -> callable(case, cfg, res)); kept open so the KV cache grouping stage
-# can register without this module importing the allocator.
-EXTRA_STAGES: dict[str, Any] = {}
-EXTRA_KEYS: dict[str, Any] = {}
 
 
 class CaseError(ValueError):
@@ -135,16 +133,16 @@ class Case:
     hisparse: bool
     kv_offloading_backend: str | None
     kv_offloading_size: float | None
-    extra: dict[str, Any] = field(default_factory=dict)
+    layers: list[str] | None = None
 
 
 def parse_case(case: Any) -> Case:
     """Validate one case dict; raises CaseError naming the offending field."""
     if not isinstance(case, dict):
         raise _fail("case", case, "a JSON object")
-    unknown = [key for key in case if key not in CASE_DEFAULTS and key not in EXTRA_KEYS]
+    unknown = [key for key in case if key not in CASE_DEFAULTS]
     if unknown:
-        accepted = ", ".join([*CASE_DEFAULTS, *EXTRA_KEYS])
+        accepted = ", ".join(CASE_DEFAULTS)
         raise _fail(unknown[0], case[unknown[0]], f"a known key ({accepted})")
     version_key = "vllm_version" if case.get("vllm_version") is not None else "profile"
     version = case.get(version_key)
@@ -153,9 +151,8 @@ def parse_case(case: Any) -> Case:
     except ValueError as exc:
         raise CaseError(str(exc).replace("vllm_version:", f"{version_key}:", 1)) from None
     stage = case.get("stage", "config")
-    stages = (*CASE_STAGES, *EXTRA_STAGES)
-    if stage not in stages:
-        raise _fail("stage", stage, f"one of {', '.join(stages)}")
+    if stage not in CASE_STAGES:
+        raise _fail("stage", stage, f"one of {', '.join(CASE_STAGES)}")
     flag = case.get("flag")
     if flag is not None and not isinstance(flag, bool):
         raise _fail("flag", flag, "null, true or false")
@@ -203,12 +200,20 @@ def parse_case(case: Any) -> Case:
     size = case.get("kv_offloading_size")
     if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0):
         raise _fail("kv_offloading_size", size, "null or a positive number (GiB)")
-    extra = {key: case[key] for key in EXTRA_KEYS if key in case}
+    layers = case.get("layers")
+    if layers is not None:
+        if not isinstance(layers, list) or not layers:
+            raise _fail("layers", layers, f"null or a non-empty list of layer kinds ({', '.join(LAYER_KINDS)})")
+        for index, kind in enumerate(layers):
+            if kind not in LAYER_KINDS:
+                raise _fail(f"layers[{index}]", kind, f"one of {', '.join(LAYER_KINDS)}")
+    if stage == "kv_cache_groups" and layers is None:
+        raise _fail("stage", stage, "kv_cache_groups only together with layers")
     return Case(
         id=case.get("id"), era=era, vllm_version=version, stage=stage, platform=platform, flag=flag,
         cli_args=cli_args, env=dict(env), kv_transfer=kv_transfer, kv_events=_bool(case, "kv_events"),
         attention_chunk_size=chunk, speculative_method=_opt_str(case, "speculative_method"),
-        hisparse=_bool(case, "hisparse"), kv_offloading_backend=backend, kv_offloading_size=size, extra=extra,
+        hisparse=_bool(case, "hisparse"), kv_offloading_backend=backend, kv_offloading_size=size, layers=layers,
     )
 
 
@@ -268,9 +273,9 @@ def build_vllm_config(case: Case) -> VllmConfig:
     )
 
 
-def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=None) -> dict[str, Any]:
-    """An outcome dict in the schema's key order."""
-    return {
+def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=None, groups=None) -> dict[str, Any]:
+    """An outcome dict in the schema's key order (`kv_cache_groups` only when that stage ran)."""
+    result = {
         "id": case_id,
         "resolved_disable_hma": resolved,
         "warnings": list(warnings),
@@ -278,6 +283,25 @@ def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=N
         "rules": list(dict.fromkeys(rules)),
         "unknown": unknown,
     }
+    if groups is not None:
+        result["kv_cache_groups"] = groups
+    return result
+
+
+def group_kv_cache(case: Case, cfg: VllmConfig, res) -> list[dict]:
+    """Stage kv_cache_groups: group the case's layers with the resolved flag, in the era's style."""
+    from reference_impl.kv_cache.grouping import resolve_groups  # torch is only needed for this stage
+
+    # the seed logs W-U before failing; 0.33 fails first (config-rules.md 2.5 and 3.5)
+    style = "seed" if case.era.unify_warns_before_error else "v0.33"
+    res.rules.append("kv_cache_groups")
+    try:
+        groups, _ = resolve_groups(list(case.layers), cfg.scheduler_config.disable_hybrid_kv_cache_manager, style, res.warnings)
+    except ValueError as exc:
+        error = HMAConfigError(str(exc), stage="kv_cache_groups", rule="kv_cache_groups")
+        error.resolution = res
+        raise error from None
+    return groups
 
 
 def run_case(case: Case) -> dict[str, Any]:
@@ -293,11 +317,12 @@ def run_case(case: Case) -> dict[str, Any]:
         cfg = build_vllm_config(case)
         res = cfg.resolution
         resolved = cfg.scheduler_config.disable_hybrid_kv_cache_manager
-        if case.stage != "config":
+        groups = None
+        if case.layers is not None and case.stage != "config":
+            groups = group_kv_cache(case, cfg, res)
+        if case.stage == "create_connector":
             create_connector(cfg, res)
-        if case.stage in EXTRA_STAGES:
-            EXTRA_STAGES[case.stage](case, cfg, res)
-        return outcome(case.id, resolved=resolved, warnings=res.warnings, rules=prefix + res.rules)
+        return outcome(case.id, resolved=resolved, warnings=res.warnings, rules=prefix + res.rules, groups=groups)
     except HMAConfigError as exc:
         res = getattr(exc, "resolution", None)
         error = {"type": exc.vllm_type, "message": exc.message, "stage": exc.stage}

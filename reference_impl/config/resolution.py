@@ -15,7 +15,6 @@ from reference_impl.config.factory import KVConnectorFactory, class_is_multi, cl
 from reference_impl.config.objects import KVTransferConfig, VllmConfig
 
 logger = logging.getLogger("reference_impl.config")
-logger.addHandler(logging.NullHandler())
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 

@@ -238,7 +238,8 @@ def _spec_kind(spec: KVCacheSpec) -> str:
             ChunkedLocalAttentionSpec: "chunked_local", MambaSpec: "mamba"}[type(spec)]
 
 
-def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str) -> tuple[list[dict], list[str]]:
+def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str,
+                   warnings: list[str] | None = None) -> tuple[list[dict], list[str]]:
     """The `kv_cache_groups` stage: group layers of the given kinds as vLLM would.
 
     Layers are named "layers.{i}" in input order. Returns (groups, warnings): one dict per group,
@@ -258,7 +259,7 @@ def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str) ->
         if kind not in LAYER_KINDS:
             raise ValueError(f"layers[{i}]: unknown layer kind {kind!r}; accepted: {', '.join(LAYER_KINDS)}")
         specs[f"layers.{i}"] = default_layer_spec(kind)
-    warnings: list[str] = []
+    warnings = [] if warnings is None else warnings  # the caller's list keeps warnings logged before an error
     groups = get_kv_cache_groups(specs, disable_hybrid_kv_cache_manager=disable_hma, era_style=era_style,
                                  warnings=warnings)
     summary = [

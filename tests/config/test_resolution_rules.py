@@ -177,3 +177,33 @@ def test_rule(row_id, case, expected):
         assert any(expected["warning_has"] in text for text in result["warnings"]), where
     if "warning_absent" in expected:
         assert not any(expected["warning_absent"] in text for text in result["warnings"]), where
+
+
+# --- kv_cache_groups stage (config-rules.md 2.5 item 2, 3.5 item 4; hybrid-allocator.md 3.6) -------------
+GROUP_ROWS = [
+    # era, flag, layers, expected: ("groups", [kinds]) or ("error", text, W-U logged before?)
+    ("seed", True, ["full", "full"], ("groups", ["full"], False)),
+    ("seed", True, ["full", "sliding_window"], ("groups", ["full"], True)),
+    ("seed", True, ["full", "mamba"], ("error", "failed to convert the KV cache specs to one unified type", True)),
+    ("seed", True, ["sliding_window", "chunked_local"], ("error", "failed to convert the KV cache specs to one unified type", True)),
+    ("v0.33", True, ["full", "sliding_window"], ("groups", ["full"], True)),
+    ("v0.33", True, ["full", "chunked_local"], ("groups", ["full"], True)),
+    ("v0.33", True, ["full", "mamba"], ("error", "Failed to promote local KV cache specs to one unified type.", False)),
+    ("v0.33", None, ["full", "sliding_window"], ("groups", ["full", "sliding_window"], False)),
+    ("v0.33", True, ["full"], ("groups", ["full"], False)),
+]
+
+
+@pytest.mark.parametrize("era, flag, layers, expected", GROUP_ROWS, ids=[f"{e}-{f}-{'+'.join(l)}" for e, f, l, _ in GROUP_ROWS])
+def test_kv_cache_groups_stage(era, flag, layers, expected):
+    result = resolve_case({"profile": era, "flag": flag, "layers": layers, "stage": "kv_cache_groups"})
+    wu_logged = any("Hybrid KV cache manager is disabled for this hybrid model" in w for w in result["warnings"])
+    if expected[0] == "groups":
+        assert result["error"] is None, result
+        assert sorted({g["kind"] for g in result["kv_cache_groups"]}) == sorted(expected[1]), result
+        assert wu_logged is expected[2], result
+    else:
+        assert result["error"] == {"type": "ValueError", "message": expected[1], "stage": "kv_cache_groups"} or (
+            expected[1] in result["error"]["message"] and result["error"]["stage"] == "kv_cache_groups"
+        ), result
+        assert wu_logged is expected[2], f"W-U before the error: {expected[2]}; {result}"
