@@ -262,7 +262,7 @@ class _Evaluation:
                 self.note(f"{self.spec} 2: flag None with a kv_transfer_config (capability not inspected)")
             elif rule == "flag-none-class":
                 capable = self.class_rule_capable(connector, "config")
-                self.note(f"§6 0.22.0: class check of {connector.name}: {'SupportsHMA' if capable else 'not SupportsHMA'}")
+                self.note(f"§6 0.22.0: class check of {connector.name} (and its children by __name__): {'passes' if capable else 'fails'}")
             else:
                 capable = self.supports_hma_config(connector, "config")
                 self.note(f"§3.3: supports_hma_config({connector.name}) is {capable}")

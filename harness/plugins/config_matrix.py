@@ -1,0 +1,183 @@
+"""pytest glue of the config matrix: the target under test, era selection, and golden snapshots.
+
+Options: `--hma-target module:callable` (or env KVCONFORM_TARGET) picks the implementation the matrix
+runs against (default: the reference resolver); `--update-golden` rewrites the golden files from this
+run; the era comes from `--vllm-version` (harness.plugins.session_info), all eras when it is absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import os
+from typing import Any, Callable
+
+import pytest
+
+from harness.eras import ERA_IDS, EraSelectionError, select_eras
+from harness.golden import GoldenStore
+
+DEFAULT_TARGET = "reference_impl.config:resolve_case"
+TARGET_ENV = "KVCONFORM_TARGET"
+_WIRE_KEY = "kvconform_golden"
+_PROBE_CASE = {"id": "kvconform-probe", "profile": "seed", "stage": "config", "flag": None, "platform": "cuda"}
+_OUTCOME_KEYS = ("resolved_disable_hma", "warnings", "error", "unknown")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigTarget:
+    """The implementation under test: `call(case) -> outcome`, where it came from, and its version."""
+
+    spec: str
+    call: Callable[[dict], dict] | None
+    version: str
+    is_default: bool
+    unavailable: str | None = None  # why the default target cannot run (tests skip with this reason)
+
+
+def _distribution_version(module_name: str) -> str:
+    top = module_name.split(".")[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    version = getattr(importlib.import_module(top), "__version__", None)
+    return f"{top} {version}" if version else "version unknown"
+
+
+def _load_callable(spec: str) -> tuple[Callable, str]:
+    """Import a target spec (harness.target_spec); its one-line errors become pytest usage errors."""
+    from harness.errors import UsageError
+    from harness.target_spec import load_target as load_target_spec
+
+    try:
+        target = load_target_spec(spec)
+    except UsageError as exc:
+        raise pytest.UsageError(f"--hma-target: {exc}") from None
+    module_name = getattr(target, "__module__", None) or spec.partition(":")[0]
+    return target, _distribution_version(module_name)
+
+
+def _check_shape(spec: str, target: Any) -> None:
+    """Probe call: a target must return an outcome dict for a minimal case; anything else is a usage error."""
+    try:
+        outcome = target(dict(_PROBE_CASE))
+    except Exception as exc:
+        raise pytest.UsageError(f"--hma-target {spec}: calling it with a probe case raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(outcome, dict) or any(key not in outcome for key in _OUTCOME_KEYS):
+        raise pytest.UsageError(f"--hma-target {spec}: returned {type(outcome).__name__}, expected an outcome dict with keys {', '.join(_OUTCOME_KEYS)}")
+
+
+def load_target(option: str | None) -> ConfigTarget:
+    """The target named by --hma-target / KVCONFORM_TARGET, or the reference resolver."""
+    spec = option or os.environ.get(TARGET_ENV) or None
+    if spec is None:
+        try:
+            target, version = _load_callable(DEFAULT_TARGET)
+            _check_shape(DEFAULT_TARGET, target)
+        except pytest.UsageError as exc:
+            return ConfigTarget(DEFAULT_TARGET, None, "n/a", True, unavailable=f"reference resolver unavailable: {exc}")
+        return ConfigTarget(DEFAULT_TARGET, target, version, True)
+    target, version = _load_callable(spec)
+    _check_shape(spec, target)
+    return ConfigTarget(spec, target, version, spec == DEFAULT_TARGET)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvconform")
+    group.addoption(
+        "--hma-target",
+        dest="kvconform_hma_target",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help=f"config matrix target: callable(case_dict) -> outcome_dict (default {DEFAULT_TARGET}; env {TARGET_ENV}).",
+    )
+    group.addoption(
+        "--update-golden",
+        dest="kvconform_update_golden",
+        action="store_true",
+        default=False,
+        help="rewrite the config matrix golden files from this run's outcomes.",
+    )
+
+
+_TARGET = pytest.StashKey[ConfigTarget]()
+_ERAS = pytest.StashKey[tuple]()
+_GOLDEN = pytest.StashKey[GoldenStore]()
+
+
+def pytest_configure(config):
+    try:
+        config.stash[_ERAS] = select_eras(config.getoption("kvconform_vllm_version", None))
+    except EraSelectionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    target = load_target(config.getoption("kvconform_hma_target"))
+    if config.getoption("kvconform_update_golden") and not target.is_default:
+        raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
+    config.stash[_TARGET] = target
+    config.stash[_GOLDEN] = GoldenStore()
+
+
+def config_target(config) -> ConfigTarget:
+    """The target this session runs the config matrix against."""
+    return config.stash[_TARGET]
+
+
+def selected_eras(config) -> tuple[str, ...]:
+    """The eras this session covers (`--vllm-version`, or all)."""
+    return config.stash[_ERAS]
+
+
+def golden_store(config) -> GoldenStore:
+    """This process's golden store (suites declare their keys into it at collection)."""
+    return config.stash[_GOLDEN]
+
+
+def golden_mode(config) -> str:
+    """'update' (record and rewrite), 'check' (compare with committed files) or 'off' (foreign target)."""
+    if config.getoption("kvconform_update_golden"):
+        return "update"
+    return "check" if config_target(config).is_default else "off"
+
+
+@pytest.fixture(scope="session")
+def hma_target(request) -> Callable[[dict], dict]:
+    """The config target callable; skips when the default reference resolver cannot be loaded."""
+    target = config_target(request.config)
+    if target.call is None:
+        pytest.skip(target.unavailable)
+    return target.call
+
+
+def pytest_report_header(config):
+    target = config.stash.get(_TARGET, None)
+    if target is None:
+        return []
+    eras = config.stash[_ERAS]
+    era_text = f"all {len(eras)} ({eras[0]} .. {eras[-1]})" if eras == ERA_IDS else ", ".join(eras)
+    state = target.unavailable or target.version
+    return [f"kvconform config matrix: target {target.spec} ({state}); eras {era_text}; golden {golden_mode(config)}"]
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if _GOLDEN not in config.stash or not config.getoption("kvconform_update_golden"):
+        return
+    store = config.stash[_GOLDEN]
+    if hasattr(config, "workerinput"):  # an xdist worker: hand the store to the controller
+        config.workeroutput[_WIRE_KEY] = store.to_wire()
+        return
+    written = store.write_updates()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and written:
+        reporter.write_line(f"kvconform: rewrote {len(written)} golden file(s): {', '.join(p.name for p in written)}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: gather each worker's golden store."""
+    wire = getattr(node, "workeroutput", {}).get(_WIRE_KEY)
+    if wire:
+        node.config.stash[_GOLDEN].merge_wire(wire)

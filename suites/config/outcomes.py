@@ -1,0 +1,114 @@
+"""Comparing a target's outcome with the oracle's, and the one-line summaries the golden files hold."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from suites.config.matrix import Cell
+from suites.config.oracle import Expectation
+from suites.config.tables import messages
+
+GOLDEN_DIR = Path(__file__).with_name("golden")
+OUTCOME_KEYS = ("resolved_disable_hma", "warnings", "error", "unknown")
+
+
+def golden_path(era: str) -> Path:
+    """The committed golden file of one era."""
+    return GOLDEN_DIR / f"{era}.txt"
+
+
+def golden_header(era: str) -> str:
+    return (
+        f"Config matrix golden outcomes of the reference resolver, era {era}.\n"
+        "One cell per line: resolved HMA (on = HMA enabled, off = disabled), warnings and errors by message id\n"
+        "(suites/config/tables/messages.toml). Regenerate: pytest suites/config --update-golden"
+    )
+
+
+def _message_patterns() -> list[tuple[str, re.Pattern]]:
+    patterns = []
+    for message_id, entry in messages().items():
+        prefix, _, suffix = entry["text"].partition("{name}")
+        body = re.escape(prefix) + (r"(?P<name>\S+?)" + re.escape(suffix) if "{name}" in entry["text"] else "")
+        patterns.append((message_id, re.compile(body)))
+    return patterns
+
+
+_PATTERNS = _message_patterns()
+
+
+def message_label(text: str) -> str:
+    """`W-C`, `E-F(ExampleConnector)` for a known message text; the quoted text otherwise."""
+    for message_id, pattern in _PATTERNS:
+        match = pattern.search(text)
+        if match:
+            name = match.groupdict().get("name")
+            return f"{message_id}({name})" if name else message_id
+    return json.dumps(text)
+
+
+def summarize(outcome: Any) -> str:
+    """A one-line, readable summary of an outcome (the golden file's value)."""
+    if not isinstance(outcome, dict):
+        return f"malformed {type(outcome).__name__}"
+    if outcome.get("unknown"):
+        return "unknown"
+    warnings = " ".join(message_label(text) for text in outcome.get("warnings") or [])
+    error = outcome.get("error")
+    if error:
+        head = f"error {error.get('type')}@{error.get('stage')} {message_label(str(error.get('message')))}"
+    else:
+        resolved = outcome.get("resolved_disable_hma")
+        head = {False: "on", True: "off"}.get(resolved, f"resolved={resolved!r}")
+    return f"{head} | warn {warnings}" if warnings else head
+
+
+def _describe(outcome: dict) -> str:
+    if outcome.get("unknown"):
+        return f"unknown ({outcome['unknown']})"
+    if outcome.get("error"):
+        error = outcome["error"]
+        return f"{error.get('type')} at stage {error.get('stage')}: {error.get('message')!r}"
+    return f"resolved_disable_hma={outcome.get('resolved_disable_hma')!r}"
+
+
+def outcome_mismatches(expected: dict, actual: Any) -> list[str]:
+    """Each way `actual` differs from `expected`: resolved value, warnings (in order, each expected text a
+    substring of the actual one), error type / message (substring) / stage, and unknown-ness."""
+    if not isinstance(actual, dict) or any(key not in actual for key in OUTCOME_KEYS):
+        return [f"target returned {actual!r}, not an outcome with keys {', '.join(OUTCOME_KEYS)}"]
+    problems = []
+    if bool(expected["unknown"]) != bool(actual["unknown"]):
+        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
+        return problems
+    if expected["unknown"]:
+        return problems
+    want_error, got_error = expected["error"], actual["error"]
+    if (want_error is None) != (got_error is None):
+        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
+    elif want_error is not None:
+        for field in ("type", "stage"):
+            if want_error[field] != got_error.get(field):
+                problems.append(f"error {field}: expected {want_error[field]!r}, got {got_error.get(field)!r}")
+        if want_error["message"] not in str(got_error.get("message")):
+            problems.append(f"error message: expected it to contain {want_error['message']!r}, got {got_error.get('message')!r}")
+    elif expected["resolved_disable_hma"] != actual["resolved_disable_hma"]:
+        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
+    want, got = expected["warnings"], list(actual["warnings"] or [])
+    if len(want) != len(got) or any(w not in g for w, g in zip(want, got)):
+        want_ids = [message_label(text) for text in want]
+        got_ids = [message_label(text) for text in got]
+        problems.append(f"warnings in order: expected {want_ids}, got {got_ids}")
+    return problems
+
+
+def explain(cell: Cell, expectation: Expectation, problems: list[str]) -> str:
+    """The assertion message of a failing cell: what the cell is, what differs, and the spec rules."""
+    dims = ", ".join(f"{key} {value!r}" for key, value in cell.dimensions.items())
+    lines = [f"config cell {cell.id} ({dims}) does not conform:"]
+    lines += [f"  - {problem}" for problem in problems]
+    lines.append("  spec rules (oracle): " + ("; ".join(expectation.because) or "no rule fired"))
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""The config conformance matrix (config-rules.md §4, §6, §8): every cell against the oracle and the golden file.
+
+Each cell sends one case to the target (`--hma-target`, default the reference resolver) and asserts the
+resolved HMA value, the ordered warnings, and the error's type, message and stage predicted by the
+independent oracle (`suites/config/oracle.py` over the reviewed tables in `suites/config/tables/`). For
+the reference resolver the outcome is also compared with the committed golden snapshot of its era.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.plugins.config_matrix import golden_mode, golden_store, selected_eras
+from suites.config.matrix import Cell, cells_for
+from suites.config.oracle import expected_outcome
+from suites.config.outcomes import explain, golden_header, golden_path, outcome_mismatches, summarize
+
+
+def pytest_generate_tests(metafunc):
+    if "config_cell" not in metafunc.fixturenames:
+        return
+    cells: list[Cell] = []
+    store = golden_store(metafunc.config)
+    for era in selected_eras(metafunc.config):
+        era_cells = cells_for(era)
+        store.declare(golden_path(era), [cell.id for cell in era_cells], golden_header(era))
+        cells.extend(era_cells)
+    metafunc.parametrize("config_cell", cells, ids=[cell.id for cell in cells])
+
+
+def test_config_cell(config_cell: Cell, hma_target, kvconform_record, request):
+    """One cell: the target's outcome matches the spec's (oracle) and, for the reference, its golden line."""
+    case = config_cell.case()
+    expectation = expected_outcome(case)
+    actual = hma_target(case)
+    expected = {"id": case["id"], **expectation.outcome, "rules": list(expectation.because)}
+    kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=actual)
+
+    problems = outcome_mismatches(expectation.outcome, actual)
+    mode = golden_mode(request.config)
+    if mode != "off":
+        store, path, observed = golden_store(request.config), golden_path(config_cell.era), summarize(actual)
+        if mode == "update":
+            store.record(path, config_cell.id, observed)
+        else:
+            committed = store.expected(path, config_cell.id)
+            if committed is None:
+                problems.append(f"golden: no line for this cell in {path.name}; run with --update-golden")
+            elif committed != observed:
+                problems.append(f"golden {path.name} changed: committed {committed!r}, now {observed!r}")
+    if problems:
+        pytest.fail(explain(config_cell, expectation, problems), pytrace=False)
