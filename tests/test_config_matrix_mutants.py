@@ -1,0 +1,51 @@
+"""The config matrix fails on deliberately broken resolvers, with messages that name the cell and the rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_matrix(*args: str) -> subprocess.CompletedProcess:
+    """Run the shipped config matrix in a fresh pytest process (no xdist, no cache, no results file)."""
+    env = {key: value for key, value in os.environ.items() if key != "KVCONFORM_TARGET"}
+    command = [sys.executable, "-m", "pytest", str(REPO / "suites" / "config"), "-p", "no:cacheprovider", "-p", "no:xdist", "--tb=short", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("mutant", "failing_cell", "explanation"),
+    [
+        (
+            "ignores_kv_events_in_seed",
+            "seed-F-cuda-kv_events-noconn",
+            "expected ValueError at stage config: 'Hybrid KV cache manager was explicitly enabled",
+        ),
+        (
+            "swaps_warning_order",
+            "seed-N-",  # chunked local + a connector only meet in the all-pairs block: any such cell
+            "warnings in order: expected ['W-C', 'W-B1'], got ['W-B1', 'W-C']",
+        ),
+    ],
+    ids=["ignores_kv_events_in_seed", "swaps_warning_order"],
+)
+def test_matrix_fails_on_mutant(mutant, failing_cell, explanation):
+    result = run_matrix("--hma-target", f"tests.config_mutants:{mutant}", "--vllm-version", "seed")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, f"mutant {mutant}: the matrix should fail (exit 1), got exit {result.returncode}:\n{output[-3000:]}"
+    assert f"config cell {failing_cell}" in output, f"mutant {mutant}: no failure names cell {failing_cell}:\n{output[-3000:]}"
+    assert explanation in output, f"mutant {mutant}: the failure does not explain itself with {explanation!r}:\n{output[-3000:]}"
+    assert "spec rules (oracle): " in output, f"mutant {mutant}: failures should cite the spec rules that fired"
+    assert "kvconform config matrix: target tests.config_mutants:" in output, "the header should name the mutant target"
+
+
+def test_reference_target_passes_the_same_seed_cells():
+    """Control: the cells the mutants break pass on the reference resolver itself."""
+    result = run_matrix("--vllm-version", "seed", "-k", "seed-F-cuda-kv_events-noconn or seed-N-xpu-chunked-P2pNcclConnector")
+    assert result.returncode == 0, f"the reference resolver should pass these seed cells:\n{(result.stdout + result.stderr)[-3000:]}"
