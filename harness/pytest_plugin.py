@@ -11,6 +11,7 @@ PLUGIN_MODULES = (
     "harness.plugins.results",
     "harness.plugins.config_matrix",
     "harness.plugins.allocator",
+    "harness.plugins.connector",
 )
 
 

@@ -225,7 +225,10 @@ class KVConnectorBase_V1(abc.ABC):  # noqa: N801 - vLLM's class name
     def get_loaded_kv_cache_group_ids(self, request) -> tuple[int, ...]:
         """Groups the connector writes on a load (not zeroed before an async load)."""
         groups = getattr(self._kv_cache_config, "kv_cache_groups", ())
-        return tuple(range(len(groups)))
+        return tuple(
+            gid for gid, g in enumerate(groups)
+            if getattr(g, "enable_kv_transfer", True) and getattr(g.kv_cache_spec, "prefix_cacheable", True)
+        )
 
     def get_external_cache_hit_sources(self, request, num_external_tokens: int) -> dict[str, int]:
         """Where the external hit comes from, for stats; counts sum to `num_external_tokens`."""

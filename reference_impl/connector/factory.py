@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-from dataclasses import dataclass, field
 
+from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 
 # Built-in connector name -> "module:Class" (the config resolver's registry may import this).
@@ -19,16 +19,6 @@ BUILTIN_CONNECTORS: dict[str, str] = {
     "ExampleConnector": "reference_impl.connector.lmcache_like:ExampleConnector",
     "MultiConnector": "reference_impl.connector.multi:MultiConnector",
 }
-
-
-@dataclass
-class KVTransferConfig:
-    """The subset of vLLM's `KVTransferConfig` connectors read."""
-
-    kv_connector: str | None = None
-    kv_role: str = "kv_both"
-    kv_connector_module_path: str | None = None
-    kv_connector_extra_config: dict = field(default_factory=dict)
 
 
 def load_connector_class(name: str, module_path: str | None = None) -> type:
@@ -94,16 +84,14 @@ def create_connector(vllm_config, role: KVConnectorRole, kv_cache_config, *, hma
     return cls(vllm_config, role, kv_cache_config)
 
 
-def child_config(vllm_config, child: dict):
-    """A copy of `vllm_config` whose kv_transfer_config is the child's (for MultiConnector children)."""
-    if not isinstance(child, dict) or "kv_connector" not in child:
-        raise ValueError(f"MultiConnector child must be a dict with 'kv_connector', got {child!r}")
-    config = copy.copy(vllm_config)
-    parent = vllm_config.kv_transfer_config
-    config.kv_transfer_config = KVTransferConfig(
-        kv_connector=child["kv_connector"],
-        kv_role=child.get("kv_role", getattr(parent, "kv_role", "kv_both")),
-        kv_connector_module_path=child.get("kv_connector_module_path"),
-        kv_connector_extra_config=dict(child.get("kv_connector_extra_config") or {}),
-    )
-    return config
+def child_configs(vllm_config) -> list:
+    """Copies of `vllm_config`, one per MultiConnector child, each with the child's kv_transfer_config."""
+    ktc = vllm_config.kv_transfer_config
+    configs = []
+    for child in KVTransferConfig.children(ktc):
+        if not child.kv_connector:
+            raise ValueError("MultiConnector: every entry of kv_connector_extra_config['connectors'] needs kv_connector")
+        config = copy.copy(vllm_config)
+        config.kv_transfer_config = child
+        configs.append(config)
+    return configs

@@ -353,6 +353,18 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         for rank in range(self.world_size):
             self.store.remove(self._key(group_id, hashes[chunk_index], rank))
 
+    def kvconform_tracked_block_ids(self, req_id: str) -> tuple[list[int], ...] | None:
+        """The per-group table tracked for `req_id` (None when untracked); untransferred groups are empty."""
+        tracker = self._trackers.get(req_id)
+        if tracker is None:
+            return None
+        num_groups = len(self._kv_cache_config.kv_cache_groups)
+        return tuple(list(tracker.block_ids.get(g, [])) for g in range(num_groups))
+
+    def kvconform_object_keys(self, request) -> list[str]:
+        """Store keys of every (chunk, group) object of `request`'s full chunks on this rank."""
+        return [self._key(g.group_id, h) for h in self._hashes(request) for g in self.groups]
+
     def kvconform_open_state(self) -> dict[str, int]:
         """Sizes of per-request maps and pins (all 0 when nothing is in flight)."""
         return {

@@ -23,7 +23,7 @@ from reference_impl.connector.base import (
     SupportsHMA,
     supports_hma,
 )
-from reference_impl.connector.factory import check_constructor, child_config, load_connector_class
+from reference_impl.connector.factory import check_constructor, child_configs, load_connector_class
 
 
 @dataclass
@@ -38,14 +38,12 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
-        extra = getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {}
-        children = extra.get("connectors")
-        if not isinstance(children, list) or not children:
+        configs = child_configs(vllm_config)
+        if not configs:
             raise ValueError("MultiConnector needs kv_connector_extra_config['connectors'], a non-empty list")
         self._connectors = []
         multi_group = len(getattr(kv_cache_config, "kv_cache_groups", ())) > 1
-        for child in children:
-            config = child_config(vllm_config, child)
+        for config in configs:
             ktc = config.kv_transfer_config
             cls = load_connector_class(ktc.kv_connector, ktc.kv_connector_module_path)
             if multi_group and not supports_hma(cls):

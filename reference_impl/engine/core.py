@@ -117,11 +117,19 @@ class EngineCore:
         """Abort a request."""
         self.scheduler.abort_request(request_id)
 
-    def step(self) -> SchedulerOutput:
-        """One engine step (idle steps included: the connector cycle always runs)."""
+    def step(self, before_execute: Callable | None = None, after_execute: Callable | None = None) -> SchedulerOutput:
+        """One engine step (idle steps included: the connector cycle always runs).
+
+        `before_execute(so)` runs between schedule and the workers, `after_execute(so, kv_output)` after
+        the workers and before the scheduler applies the results (test instrumentation).
+        """
         so = self.scheduler.schedule()
+        if before_execute is not None:
+            before_execute(so)
         outputs = [w.execute_model(so) for w in self.workers]
         kv_output = self.aggregator.aggregate([o.kv_connector_output for o in outputs])
+        if after_execute is not None:
+            after_execute(so, kv_output)
         sampled = outputs[0].sampled_token_ids
         for req_id, token in sampled.items():
             for w in self.workers:
@@ -131,15 +139,15 @@ class EngineCore:
         self.step_count += 1
         return so
 
-    def run_until_done(self, max_steps: int = 10000, idle_steps: int = 2) -> int:
+    def run_until_done(self, max_steps: int = 10000, idle_steps: int = 2, **hooks) -> int:
         """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""
         start = self.step_count
         while self.scheduler.has_unfinished_requests():
             if self.step_count - start >= max_steps:
                 raise RuntimeError(f"engine did not finish within {max_steps} steps")
-            self.step()
+            self.step(**hooks)
         for _ in range(idle_steps):
-            self.step()
+            self.step(**hooks)
         return self.step_count - start
 
     @property

@@ -1,0 +1,71 @@
+"""Pytest glue of the connector suite: parametrize over the selected connectors, record each check, and
+enforce the per-check time limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.plugins.connector import connector_targets
+from harness.targets.connector_target import run_with_timeout
+from suites.connector.catalogue import CHECKS
+from suites.connector.context import CheckContext
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kv_check(check_id): a connector conformance check of the catalogue")
+
+
+def pytest_generate_tests(metafunc):
+    if "connector_target" in metafunc.fixturenames:
+        targets = connector_targets(metafunc.config)
+        metafunc.parametrize("connector_target", targets, ids=[t.name for t in targets])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"_kvconform_rep_{report.when}", report)
+
+
+@pytest.fixture
+def ctx(connector_target, request):
+    """The check's context for the parametrized connector and preset (None when preset-independent)."""
+    preset = request.node.callspec.params.get("preset") if hasattr(request.node, "callspec") else None
+    context = CheckContext(connector_target, preset)
+    yield context
+
+
+@pytest.fixture(autouse=True)
+def _record_check(request, kvconform_record):
+    marker = request.node.get_closest_marker("kv_check")
+    yield
+    if marker is None:
+        return
+    check_id = marker.args[0]
+    tier, name, description = CHECKS[check_id]
+    params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
+    target = params.get("connector_target")
+    rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
+    evidence = None
+    if rep is not None and rep.failed:
+        evidence = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
+        evidence = evidence.splitlines()[0][:500] if evidence else "failed"
+    kvconform_record(
+        suite="connector",
+        cell={"connector": getattr(target, "name", "?"), "check": f"{check_id} {name}", "tier": tier,
+              "preset": params.get("preset", "-")},
+        description=description, evidence=evidence,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if pyfuncitem.get_closest_marker("kv_check") is None:
+        return None
+    funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout")
+    context = funcargs.get("ctx")
+    state = context.state if context is not None else {}
+    run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    return True

@@ -1,0 +1,141 @@
+"""Spec 4.2, API shape: C01 declares-hma, C02 scheduler-role-cpu, C03 group-discovery, C12 meta-pure,
+C13 finish-hook-shapes."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+from reference_impl.connector.base import KVConnectorRole, supports_hma
+from reference_impl.connector.factory import check_constructor
+from reference_impl.engine.kv_memory import build_kv_cache_config
+from reference_impl.engine.presets import PRESETS, get_preset
+from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
+from suites.connector.context import expect, expect_no_read_errors, prompt
+
+ALL_PRESETS = list(PRESETS)
+
+
+@pytest.mark.kv_check("C01")
+def test_c01_declares_hma(ctx):
+    """The class declares HMA, overrides the HMA finish hook and has vLLM 0.33's constructor."""
+    if not supports_hma(ctx.cls):
+        pytest.skip(f"not HMA-capable: {ctx.cls.__name__} does not declare SupportsHMA")
+    hook = getattr(ctx.cls, "request_finished_all_groups", None)
+    expect(hook is not None and not getattr(hook, "__isabstractmethod__", False),
+           f"{ctx.cls.__name__}.request_finished_all_groups is not implemented")
+    try:
+        check_constructor(ctx.cls)
+    except ValueError as exc:
+        expect(False, str(exc))
+    engine = ctx.engine("fa+swa")
+    expect(engine.connector is not None and engine.workers[0].connector is not None,
+           "both roles must construct with a two-group KVCacheConfig")
+
+
+@pytest.mark.kv_check("C02")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa+mamba"])
+def test_c02_scheduler_role_cpu(ctx, preset, monkeypatch):
+    """The scheduler instance never needs worker state and runs on a machine without a GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    engine = ctx.engine()
+    for seed in range(3):
+        ctx.run(engine, prompt(seed, 300))
+    worker_only = {"register_kv_caches", "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+                   "get_transfer_results", "get_finished", "bind_connector_metadata"}
+    misplaced = {c[1] for c in ctx.calls if c[0] == KVConnectorRole.SCHEDULER and c[1] in worker_only}
+    expect(not misplaced, f"engine bug: worker hooks on the scheduler instance: {sorted(misplaced)}")
+    expect(ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER),
+           "the scheduler instance never built metadata")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CrossAttentionSpec(AttentionSpec):
+    """vLLM's cross-attention spec (encoder KV); not prefix-cacheable by a token-prefix connector."""
+
+
+@pytest.mark.kv_check("C03")
+@pytest.mark.parametrize("preset", ["fa+swa"])
+def test_c03_group_discovery(ctx, preset):
+    """A non-transferable group is left alone; a cross-attention group is rejected or excluded."""
+    base = build_kv_cache_config(get_preset(preset), 64)
+    groups = list(base.kv_cache_groups)
+    skipped = copy.deepcopy(base)
+    skipped.kv_cache_groups[1].enable_kv_transfer = False
+    engine = ctx.engine()
+    probe = engine.make_request(prompt(3, 40))
+    inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, skipped)
+    loaded = tuple(inner.get_loaded_kv_cache_group_ids(probe)) if hasattr(inner, "get_loaded_kv_cache_group_ids") else ()
+    expect(1 not in loaded, f"group 1 has enable_kv_transfer=False but the connector loads it (groups {loaded})")
+    spec = groups[0].kv_cache_spec
+    cross = CrossAttentionSpec(block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
+                               head_size=spec.head_size, dtype=spec.dtype)
+    crossed = copy.deepcopy(base)
+    crossed.kv_cache_groups.append(KVCacheGroupSpec(layer_names=["model.layers.99.cross"], kv_cache_spec=cross))
+    try:
+        inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, crossed)
+    except (ValueError, NotImplementedError, TypeError):
+        return
+    loaded = tuple(inner.get_loaded_kv_cache_group_ids(probe)) if hasattr(inner, "get_loaded_kv_cache_group_ids") else (2,)
+    expect(2 not in loaded, "a cross-attention group was accepted silently (no start-up error, and it is loaded)")
+
+
+@pytest.mark.kv_check("C12")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c12_meta_pure(ctx, preset):
+    """build_connector_meta leaves the SchedulerOutput as it was, and its metadata round-trips pickle."""
+    seen = []
+
+    def before(role, so):
+        seen.append(copy.deepcopy(dataclasses.replace(so, kv_connector_metadata=None)))
+
+    def after(role, meta, so):
+        snapshot = seen.pop()
+        current = dataclasses.replace(so, kv_connector_metadata=None)
+        # The documented carve-out: a synchronous reader may drop blocks from new_block_ids_to_zero.
+        current = dataclasses.replace(current, new_block_ids_to_zero=snapshot.new_block_ids_to_zero)
+        expect(current == snapshot, "build_connector_meta mutated the SchedulerOutput")
+        try:
+            pickle.loads(pickle.dumps(meta))
+        except Exception as exc:
+            expect(False, f"connector metadata does not pickle: {type(exc).__name__}: {exc}")
+
+    ctx.around["build_connector_meta"] = (before, after)
+    engine = ctx.engine()
+    ctx.store_then_reload(engine, prompt(1, 600))
+    expect_no_read_errors(engine, "meta-pure scenario")
+
+
+@pytest.mark.kv_check("C13")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c13_finish_hook_shapes(ctx, preset):
+    """Real finish-hook shapes are accepted; results are (bool, JSON-serialisable dict or None), once each."""
+    engine = ctx.engine()
+    done = [ctx.run(engine, prompt(seed, 700)) for seed in range(2)]
+    waiting = engine.add_request(engine.make_request(prompt(9, 300)))
+    engine.abort_request(waiting.request_id)  # never scheduled: every group's list is empty
+    hook = "request_finished_all_groups" if ctx.is_hma else "request_finished"
+    calls = ctx.calls_of(hook, KVConnectorRole.SCHEDULER)
+    ids = [c[2][0].request_id for c in calls]
+    for request in done + [waiting]:
+        expect(ids.count(request.request_id) == 1,
+               f"{hook} called {ids.count(request.request_id)} times for {request.request_id}")
+    for _role, _name, args, result in calls:
+        expect(isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], bool),
+               f"{hook} returned {result!r}; expected (bool, dict | None)")
+        params = result[1]
+        expect(params is None or isinstance(params, dict), f"{hook} returned params {params!r}")
+        try:
+            json.dumps(params)
+        except TypeError as exc:
+            expect(False, f"kv_transfer_params are not JSON-serialisable: {exc}")
+    if ctx.is_hma and len(engine.kv_cache_config.kv_cache_groups) > 1:
+        shapes = [c[2][1] for c in calls]
+        expect(all(isinstance(s, tuple) and len(s) == len(engine.kv_cache_config.kv_cache_groups) for s in shapes),
+               "request_finished_all_groups did not get one list per group")
