@@ -46,20 +46,23 @@ class ConnectorInfo:
     note: str = ""
     #: (package, first release) when the connector's module imports a package at class lookup.
     imports_package: tuple[str, tuple[int, int]] | None = None
+    removed_from: tuple[int, int] | None = None
 
 
 # Built-in registry (spec 2.7, 3.7 and the timeline). `registered_from` is the first sampled release
-# the spec names the connector in; `hma_from` the release it gained SupportsHMA (None: never by 0.33).
+# the spec names the connector in; the 0.13.0 list (2.7) is assumed for 0.10-0.12 too, as the spec gives
+# no older list. `hma_from` is the release it gained SupportsHMA (None: never by 0.33); `removed_from`
+# the first release whose registry (3.7) no longer has it.
 BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
-    ConnectorInfo("ExampleConnector", (0, 11), None),
-    ConnectorInfo("P2pNcclConnector", (0, 11), None),
-    ConnectorInfo("LMCacheConnectorV1", (0, 11), None, "in-tree class never subclassed SupportsHMA"),
-    ConnectorInfo("NixlConnector", (0, 11), (0, 18)),
-    ConnectorInfo("MultiConnector", (0, 11), (0, 21), "effective capability: all children"),
-    ConnectorInfo("OffloadingConnector", (0, 11), (0, 21)),
-    ConnectorInfo("LMCacheMPConnector", (0, 13), None, "0.33 imports lmcache at lookup", imports_package=("lmcache", (0, 33))),
-    ConnectorInfo("DecodeBenchConnector", (0, 13), (0, 21)),
-    ConnectorInfo("MooncakeConnector", (0, 13), (0, 20)),
+    ConnectorInfo("ExampleConnector", (0, 10), None),
+    ConnectorInfo("P2pNcclConnector", (0, 10), None, removed_from=(0, 33)),
+    ConnectorInfo("LMCacheConnectorV1", (0, 10), None, "in-tree class never subclassed SupportsHMA"),
+    ConnectorInfo("LMCacheMPConnector", (0, 10), None, "0.33 imports lmcache at lookup", imports_package=("lmcache", (0, 33))),
+    ConnectorInfo("NixlConnector", (0, 10), (0, 18)),
+    ConnectorInfo("MultiConnector", (0, 10), (0, 21), "effective capability: all children"),
+    ConnectorInfo("OffloadingConnector", (0, 10), (0, 21)),
+    ConnectorInfo("DecodeBenchConnector", (0, 10), (0, 21)),
+    ConnectorInfo("MooncakeConnector", (0, 10), (0, 20)),
     ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
     ConnectorInfo("ExampleHiddenStatesConnector", (0, 22), (0, 22)),
     ConnectorInfo("MooncakeStoreConnector", (0, 22), (0, 22)),
@@ -101,6 +104,7 @@ class Era:
     config_time_class_resolution: bool = False
     deprecated_constructor_error: bool = False
     multi_children_need_role: bool = False
+    multi_init_asserts: bool = False
     hisparse: bool = False
     cli_enable_form: bool = False
     explicit_enable_error: str | None = None
@@ -124,6 +128,7 @@ class Era:
             info.name: info.hma_from is not None and self.first_version >= info.hma_from
             for info in BUILTIN_CONNECTORS
             if self.first_version >= info.registered_from
+            and (info.removed_from is None or self.first_version < info.removed_from)
         }
 
 
@@ -172,7 +177,11 @@ def _build_eras() -> tuple[Era, ...]:
         "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA",
         kv_events_disables=False,
     )
-    v021 = _evolve(v020, "v0.21", (0, 21), "0.21.0", "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA")
+    v021 = _evolve(
+        v020, "v0.21", (0, 21), "0.21.0",
+        "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA",
+        multi_init_asserts=True,  # assumption: the all-children assertion came with MultiConnector's SupportsHMA
+    )
     v022 = _evolve(
         v021, "v0.22", (0, 22), "0.22.0",
         "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by __name__)",

@@ -159,17 +159,17 @@ class KVConnectorFactory:
                 return False
         return True
 
-    def first_non_hma_by_class(self, ktc: KVTransferConfig, stage: str) -> str | None:
-        """0.22: the name of the class that is not SupportsHMA (MultiConnector children by __name__), or None."""
+    def non_hma_class_name(self, ktc: KVTransferConfig, stage: str) -> str | None:
+        """0.22: the configured class's name when it, or for a class named MultiConnector one of its
+        children, is not SupportsHMA; None when HMA can stay on."""
         cls = self.get_connector_class(ktc, stage)
         if not class_supports_hma(cls):
             return connector_name(cls)
         if connector_name(cls) == "MultiConnector":
             self._rules.append("multi_children_checked")
             for child in ktc.children():
-                child_cls = self.get_connector_class(child, stage)
-                if not class_supports_hma(child_cls):
-                    return connector_name(child_cls)
+                if not class_supports_hma(self.get_connector_class(child, stage)):
+                    return connector_name(cls)
         return None
 
     def check_role(self, ktc: KVTransferConfig, stage: str) -> None:

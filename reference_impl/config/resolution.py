@@ -137,8 +137,13 @@ def _apply_offloading_shortcut(cfg: VllmConfig, res: Resolution, rule: str) -> N
     if cfg.kv_transfer_config is None:
         cfg.kv_transfer_config = KVTransferConfig(kv_connector=name, kv_role="kv_both")
     else:  # the shortcut overwrites a user-supplied connector
+        if era.module_path_first and cfg.kv_transfer_config.kv_connector_module_path:
+            raise UnknownOutcome(
+                "the spec does not say whether the offloading shortcut keeps kv_connector_module_path, which "
+                "this release's module-path-first lookup would then use for the overwritten connector name",
+                "offloading_shortcut_before",
+            )
         cfg.kv_transfer_config.kv_connector = name
-        cfg.kv_transfer_config.kv_connector_module_path = None
 
 
 def _platform_unsupported(cfg: VllmConfig, res: Resolution) -> bool | None:
@@ -237,7 +242,7 @@ def _connector_disables(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig)
         res.rules.append("kv_transfer_present")
         return True
     if rule == E.CONNECTOR_CLASS_CHECK:
-        offender = factory.first_non_hma_by_class(ktc, "config")
+        offender = factory.non_hma_class_name(ktc, "config")
         if offender is None:
             res.rules.append("connector_hma_capable")
             return False
@@ -288,7 +293,7 @@ def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfi
     children = ktc.children()
     for child in children:
         factory.check_role(child, stage)
-    if hma_on and class_supports_hma(cls):
+    if hma_on and cfg.runtime.era.multi_init_asserts:
         for child in children:
             if not _child_supports_hma(cfg, res, child):
                 res.fail(messages.E_MULTI_ASSERT, stage, "multi_connector_assert", vllm_type="AssertionError")

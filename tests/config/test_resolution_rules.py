@@ -91,7 +91,7 @@ ROWS = [
     ("v0.21-multi-still-unconditional", {"vllm_version": "0.21.0", **multi("NixlConnector")}, {"resolved": True, "warnings": ["W-B1"]}),
     ("v0.22-class-check-non-hma", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector"}, {"resolved": True, "warnings": ["W-K22"], "warning_has": "connector ExampleConnector does not subclass"}),
     ("v0.22-class-check-hma", {"vllm_version": "0.22.0", "kv_connector": "NixlConnector"}, {"resolved": False, "warnings": []}),
-    ("v0.22-multi-child-by-name", {"vllm_version": "0.22.0", **multi("NixlConnector", "ExampleConnector")}, {"resolved": True, "warning_has": "connector ExampleConnector does not subclass"}),
+    ("v0.22-multi-child-by-name", {"vllm_version": "0.22.0", **multi("NixlConnector", "ExampleConnector")}, {"resolved": True, "warning_has": "connector MultiConnector does not subclass"}),
     ("v0.22-multi-all-hma", {"vllm_version": "0.22.0", **multi("NixlConnector", "OffloadingConnector")}, {"resolved": False}),
     ("v0.22-offloading-before-block", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector", "kv_offloading_size": 4}, {"resolved": False, "warnings": []}),
     ("v0.23-empty-multi-not-hma", {"vllm_version": "0.23.0", **multi()}, {"resolved": True, "warnings": ["W-C1"]}),
