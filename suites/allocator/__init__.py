@@ -1,0 +1,1 @@
+"""Allocator conformance suite: modules mirror the chapters of the hybrid-allocator spec."""
