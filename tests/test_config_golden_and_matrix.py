@@ -1,0 +1,95 @@
+"""The config matrix's machinery: the all-pairs cover, cell ids, era selection, and golden snapshots end to end."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.eras import ERA_IDS, EraSelectionError, era_for_version, select_eras
+from harness.golden import GoldenStore, read_golden, render_golden
+from suites.config.matrix import all_pairs, cells_for, matrix
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_all_pairs_covers_every_pair():
+    dims = [("a", "b", "c"), ("x", "y"), ("1", "2", "3", "4"), ("p", "q")]
+    rows = all_pairs(dims)
+    for i, j in itertools.combinations(range(len(dims)), 2):
+        seen = {(row[i], row[j]) for row in rows}
+        missing = set(itertools.product(dims[i], dims[j])) - seen
+        assert not missing, f"all_pairs left pairs of dimensions {i} and {j} uncovered: {sorted(missing)}"
+    assert len(rows) < len(list(itertools.product(*dims))), "all_pairs should need fewer rows than the full product"
+    assert rows == all_pairs(dims), "all_pairs must be deterministic (xdist workers collect the same cells)"
+
+
+def test_cells_have_unique_readable_ids():
+    cells = matrix()
+    ids = [cell.id for cell in cells]
+    assert len(ids) == len(set(ids)), "cell ids must be unique"
+    assert "seed-F-cuda-kv_events-noconn" in ids and "v0.33-N-cuda-none-LMCacheMPConnector-create" in ids
+    assert {cell.era for cell in cells} == set(ERA_IDS), "every era has cells"
+
+
+@pytest.mark.parametrize("era", ["seed", "v0.33"])
+def test_every_connector_and_feature_pair_is_covered(era):
+    cells = cells_for(era)
+    pairs = {(cell.connector, cell.features) for cell in cells}
+    connectors = {cell.connector for cell in cells}
+    features = {cell.features for cell in cells}
+    assert pairs == set(itertools.product(connectors, features)), f"{era}: some connector x feature pair has no cell"
+
+
+def test_era_selection():
+    assert select_eras(None) == ERA_IDS
+    assert select_eras("seed") == ("seed",) and select_eras("0.12.0") == ("pre-seed",)
+    assert era_for_version("0.11.1") == "pre-seed" and era_for_version("0.29.3") == "v0.23"
+    for bad in ("0.34.0", "0.9.0", "latest"):
+        with pytest.raises(EraSelectionError, match="--vllm-version"):
+            select_eras(bad)
+
+
+def test_golden_store_keeps_deselected_and_drops_undeclared(tmp_path):
+    path = tmp_path / "era.txt"
+    path.write_text(render_golden({"a": "on", "b": "off", "gone": "on"}, "header"))
+    store = GoldenStore()
+    store.declare(path, ["a", "b", "c"], "header line")
+    store.record(path, "a", "off")
+    store.record(path, "c", "unknown")
+    other = GoldenStore()
+    other.merge_wire(store.to_wire())
+    assert other.write_updates() == [path]
+    assert read_golden(path) == {"a": "off", "b": "off", "c": "unknown"}
+    assert path.read_text().startswith("# header line\n")
+
+
+def _run_matrix(golden_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KVCONFORM_GOLDEN_DIR": str(golden_dir)}
+    env.pop("KVCONFORM_TARGET", None)
+    command = [sys.executable, "-m", "pytest", str(REPO / "suites" / "config"), "-p", "no:cacheprovider",
+               "-p", "no:randomly", "-n", "2", "-q", "--vllm-version", "v0.10", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_golden_update_then_a_changed_cell_fails_by_name(tmp_path):
+    golden_dir = tmp_path / "golden"
+    shutil.copytree(REPO / "suites" / "config" / "golden", golden_dir)
+    (golden_dir / "v0.10.txt").unlink()
+    update = _run_matrix(golden_dir, "--update-golden")
+    assert (golden_dir / "v0.10.txt").is_file(), f"--update-golden should write v0.10.txt:\n{update.stdout[-2000:]}"
+    assert read_golden(golden_dir / "v0.10.txt") == read_golden(REPO / "suites" / "config" / "golden" / "v0.10.txt"), (
+        "rewriting the golden file from the reference should reproduce the committed one"
+    )
+    entries = read_golden(golden_dir / "v0.10.txt")
+    cell = "v0.10-N-cpu-none-noconn"
+    entries[cell] = "on" if entries[cell] != "on" else "off"
+    (golden_dir / "v0.10.txt").write_text(render_golden(entries, "edited"))
+    check = _run_matrix(golden_dir)
+    assert check.returncode == 1, f"a changed golden line must fail the run:\n{check.stdout[-2000:]}"
+    assert f"config cell {cell} " in check.stdout and "golden v0.10.txt changed" in check.stdout, check.stdout[-2000:]
