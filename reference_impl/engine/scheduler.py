@@ -155,8 +155,9 @@ class Scheduler:
                 if num_external and load_async and hasattr(self.connector, "get_loaded_kv_cache_group_ids"):
                     self.connector.get_loaded_kv_cache_group_ids(request)
                 self.connector.update_state_after_alloc(request, manager.get_blocks(request.request_id), num_external)
-            request.num_local_computed_tokens = request.num_computed_tokens + num_local
-            request.num_external_computed_tokens = num_external
+            if request.num_computed_tokens == 0:  # a fresh admission (not the re-admission after a load)
+                request.num_local_computed_tokens = num_local
+                request.num_external_computed_tokens = num_external
             request.num_computed_tokens = computed_before
             if load_async:
                 request.engine_status = EngineRequestStatus.WAITING_FOR_REMOTE_KVS

@@ -98,21 +98,19 @@ def owned_or_cached_blocks(engine) -> set[int]:
 def fill_canaries(engine, blocks) -> None:
     """Write the canary value into `blocks` (and always block 0) of every layer on every rank."""
     ids = torch.tensor(sorted(set(blocks) | {0}), dtype=torch.long)
-    for worker in engine.workers:
-        for view in worker.kv_caches.values():
-            for tensor in view if isinstance(view, list) else [view]:
-                tensor.index_fill_(0, ids, CANARY_VALUE)
+    for tensor in _layer_tensors(engine):
+        tensor.index_fill_(0, ids, CANARY_VALUE)
 
 
 def broken_canaries(engine, blocks) -> list[str]:
     """Where a canary-filled block was overwritten: 'rank r layer L block b'."""
+    ids = torch.tensor(sorted(set(blocks) | {0}), dtype=torch.long)
     broken = []
     for worker in engine.workers:
         for name, view in worker.kv_caches.items():
             for tensor in view if isinstance(view, list) else [view]:
-                for b in sorted(set(blocks) | {0}):
-                    if not bool((tensor[b] == CANARY_VALUE).all()):
-                        broken.append(f"rank {worker.rank} layer {name} block {b}")
+                intact = (tensor.index_select(0, ids) == CANARY_VALUE).reshape(len(ids), -1).all(dim=1)
+                broken += [f"rank {worker.rank} layer {name} block {int(ids[i])}" for i in (~intact).nonzero().flatten()]
     return broken
 
 
@@ -125,3 +123,21 @@ def attention_group_ids(engine) -> list[int]:
     """Groups whose spec is attention."""
     return [g for g, grp in enumerate(engine.kv_cache_config.kv_cache_groups)
             if isinstance(grp.kv_cache_spec, AttentionSpec)]
+
+
+def _layer_tensors(engine):
+    for worker in engine.workers:
+        for view in worker.kv_caches.values():
+            yield from (view if isinstance(view, list) else [view])
+
+
+def snapshot_blocks(engine, blocks) -> list:
+    """Copies of `blocks` (plus block 0) in every layer tensor, for `restore_blocks`."""
+    ids = torch.tensor(sorted(set(blocks) | {0}), dtype=torch.long)
+    return [(tensor, ids, tensor.index_select(0, ids)) for tensor in _layer_tensors(engine)]
+
+
+def restore_blocks(engine, snapshot) -> None:
+    """Put back what `snapshot_blocks` saved."""
+    for tensor, ids, values in snapshot:
+        tensor.index_copy_(0, ids, values)

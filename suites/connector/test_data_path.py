@@ -1,0 +1,215 @@
+"""Spec 4.2, data path: C14 round-trip-bytes, C15 null-block-untouched, C16 ownership-fence, C17 layer-group
+routing, C18 per-group-block-size, C19 skip-local-prefix, C20 loaded-groups-complete."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reference_impl.connector.base import KVConnectorRole
+from reference_impl.engine.presets import PRESETS
+from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.oracles import (
+    all_blocks,
+    broken_canaries,
+    fill_canaries,
+    first_kv_mismatch,
+    owned_or_cached_blocks,
+    restore_blocks,
+    snapshot_blocks,
+)
+
+ALL_PRESETS = list(PRESETS)
+MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+
+
+def _expect_hit(request, what: str) -> None:
+    expect(request.num_external_computed_tokens > 0,
+           f"{what}: the connector reported no hit for a prompt it had just stored")
+
+
+@pytest.mark.kv_check("C14")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c14_round_trip_bytes(ctx, preset):
+    """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
+    engine = ctx.engine()
+    tokens = prompt(14, 900)
+    checked = []
+
+    def after_load(role, result, *args):
+        for request in engine.scheduler.requests.values():
+            if request.num_external_computed_tokens and request.request_id not in checked \
+                    and engine.manager.coordinator.has_request(request.request_id):
+                checked.append(request.request_id)
+                end = request.num_local_computed_tokens + request.num_external_computed_tokens
+                mismatch = first_kv_mismatch(engine, request.all_token_ids,
+                                             engine.manager.get_block_ids(request.request_id),
+                                             request.num_local_computed_tokens, end)
+                expect(mismatch is None, f"after start_load_kv: {mismatch}")
+
+    ctx.around["start_load_kv"] = (None, after_load)
+    reload = ctx.store_then_reload(engine, tokens)
+    _expect_hit(reload, "round trip")
+    expect_no_read_errors(engine, "after reload")
+
+
+@pytest.mark.kv_check("C15")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c15_null_block_untouched(ctx, preset):
+    """Block 0 keeps its canary through stores and loads, and its bytes never come back as data."""
+    engine = ctx.engine()
+    fill_canaries(engine, [])
+    ctx.run(engine, prompt(15, 800))
+    expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}")
+    ctx.forget_local_cache(engine)
+    for worker in engine.workers:
+        worker.backing.fill_(-1)
+    fill_canaries(engine, [])
+    reload = ctx.run(engine, prompt(15, 800) + [1, 2])
+    _expect_hit(reload, "null-block scenario")
+    expect(not broken_canaries(engine, []), f"null block written during load: {broken_canaries(engine, [])[:1]}")
+    expect_no_read_errors(engine, "after reload")
+
+
+def _fence(ctx, engine):
+    """Before each step: canaries in every block no request owns and no cache keeps; after: all intact."""
+    fenced: list[set[int]] = []
+
+    def before(so):
+        blocks = all_blocks(engine) - owned_or_cached_blocks(engine)
+        fill_canaries(engine, blocks)
+        fenced.append(blocks)
+
+    def after(so, kv_output):
+        blocks = fenced.pop()
+        broken = broken_canaries(engine, blocks)
+        expect(not broken, f"step {engine.step_count}: a block the request does not own was written: {broken[:1]}")
+
+    return {"before_execute": before, "after_execute": after}
+
+
+@pytest.mark.kv_check("C16")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c16_ownership_fence(ctx, preset):
+    """With two concurrent requests, loads write only blocks of the loading request."""
+    engine = ctx.engine()
+    first, second = prompt(160, 800), prompt(161, 700)
+    ctx.run(engine, first)
+    ctx.run(engine, second)
+    ctx.forget_local_cache(engine)
+    hooks = _fence(ctx, engine)
+    a = engine.add_request(engine.make_request(first + [5], max_tokens=3))
+    b = engine.add_request(engine.make_request(second + [6], max_tokens=3))
+    engine.run_until_done(**hooks)
+    _expect_hit(a, "ownership fence")
+    expect_no_read_errors(engine, "two concurrent loads")
+
+
+@pytest.mark.kv_check("C17")
+@pytest.mark.parametrize("preset", MULTI_PRESETS)
+def test_c17_layer_group_routing(ctx, preset):
+    """Groups use disjoint block ids; each layer's KV must come back through its own group's ids."""
+    engine = ctx.engine()
+    reload = ctx.store_then_reload(engine, prompt(17, 1000), wipe=True)
+    _expect_hit(reload, "routing")
+    table = engine.manager.get_block_ids(reload.request_id) if engine.manager.coordinator.has_request(
+        reload.request_id) else None
+    expect_no_read_errors(engine, "layer->group routing")
+    if table is not None:
+        end = reload.num_local_computed_tokens + reload.num_external_computed_tokens
+        mismatch = first_kv_mismatch(engine, reload.all_token_ids, table, 0, end)
+        expect(mismatch is None, str(mismatch))
+
+
+@pytest.mark.kv_check("C18")
+@pytest.mark.parametrize("preset", ["fa16+swa32", "fa+mamba_align"])
+def test_c18_per_group_block_size(ctx, preset):
+    """Mixed block sizes (16/32, 16/256): loads and stores slice each group with its own block size."""
+    engine = ctx.engine()
+    sizes = [g.kv_cache_spec.block_size for g in engine.kv_cache_config.kv_cache_groups]
+    for length in (520, 777):
+        reload = ctx.store_then_reload(engine, prompt(length, length))
+        _expect_hit(reload, f"prompt of {length}")
+        end = reload.num_local_computed_tokens + reload.num_external_computed_tokens
+        expect(end % math.lcm(*sizes) == 0, f"hit end {end} is not a multiple of every group block size {sizes}")
+    expect_no_read_errors(engine, "mixed block sizes")
+
+
+@pytest.mark.kv_check("C19")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa16+swa32"])
+def test_c19_skip_local_prefix(ctx, preset):
+    """With a local prefix hit, the connector loads only beyond it and never writes the local blocks."""
+    engine = ctx.engine()
+    tokens = prompt(19, 1100)
+    ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    ctx.run(engine, tokens[:300])  # a local prefix-cache entry of the first ~288 tokens
+    local_blocks: dict = {}
+
+    def before(role, *args):
+        if role != KVConnectorRole.WORKER:
+            return
+        for request in engine.scheduler.requests.values():
+            if request.num_external_computed_tokens and request.num_local_computed_tokens \
+                    and engine.manager.coordinator.has_request(request.request_id):
+                table = engine.manager.get_block_ids(request.request_id)
+                blocks = set()
+                for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
+                    bs = group.kv_cache_spec.block_size
+                    blocks.update(b for b in table[gid][: request.num_local_computed_tokens // bs] if b)
+                local_blocks["saved"] = snapshot_blocks(engine, blocks)
+                local_blocks["blocks"] = blocks
+                fill_canaries(engine, blocks)
+
+    def after(role, result, *args):
+        blocks = local_blocks.pop("blocks", None)
+        if blocks is None:
+            return
+        broken = broken_canaries(engine, blocks)
+        restore_blocks(engine, local_blocks.pop("saved"))
+        expect(not broken, f"the load wrote a block of the local prefix hit: {broken[:1]}")
+
+    ctx.around["start_load_kv"] = (before, after)
+    reload = ctx.run(engine, tokens + [3])
+    expect(reload.num_local_computed_tokens > 0, "scenario: no local prefix hit was set up")
+    _expect_hit(reload, "local prefix + external hit")
+    expect_no_read_errors(engine, "after a partial local hit")
+
+
+@pytest.mark.kv_check("C20")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c20_loaded_groups_complete(ctx, preset):
+    """Stale bytes in freshly allocated blocks: after the load is reported, none remain in loaded groups."""
+    engine = ctx.engine(load_async=True)
+    tokens = prompt(20, 800)
+    ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    stale = {}
+
+    def after(so, kv_output):
+        for req_id in kv_output.finished_recving - kv_output.failed_recving:
+            request = engine.scheduler.requests[req_id]
+            groups = [c[3] for c in ctx.calls_of("get_loaded_kv_cache_group_ids", KVConnectorRole.SCHEDULER)
+                      if c[2][0].request_id == req_id]
+            loaded = set(groups[-1]) if groups else set(range(len(engine.kv_cache_config.kv_cache_groups)))
+            end = request.num_local_computed_tokens + request.num_external_computed_tokens
+            mismatch = first_kv_mismatch(engine, request.all_token_ids, engine.manager.get_block_ids(req_id),
+                                         request.num_local_computed_tokens, end, loaded)
+            stale["mismatch"] = mismatch
+
+    def sync_after(role, result, *args):
+        for request in engine.scheduler.requests.values():
+            if request.num_external_computed_tokens and engine.manager.coordinator.has_request(request.request_id) \
+                    and "mismatch" not in stale and not request.is_finished:
+                end = request.num_local_computed_tokens + request.num_external_computed_tokens
+                stale["mismatch"] = first_kv_mismatch(engine, request.all_token_ids,
+                                                      engine.manager.get_block_ids(request.request_id),
+                                                      request.num_local_computed_tokens, end)
+
+    fill_canaries(engine, all_blocks(engine))
+    ctx.around["start_load_kv"] = (None, sync_after)
+    reload = ctx.run(engine, tokens + [4])
+    _expect_hit(reload, "stale-block scenario")
+    expect(stale.get("mismatch") is None, f"stale bytes left in a loaded group: {stale.get('mismatch')}")
+    expect_no_read_errors(engine, "after the load")
