@@ -118,9 +118,12 @@ def unify_kv_cache_spec_page_size(kv_cache_spec: dict[str, KVCacheSpec]) -> dict
         page = spec.page_size_bytes
         if page == largest:
             out[name] = spec
+        elif spec.page_size_padded is not None:
+            # An already padded page cannot be re-padded or scaled consistently.
+            raise NotImplementedError(f"layer {name!r} has a padded page ({page} bytes) smaller than {largest}")
         elif isinstance(spec, MambaSpec):
             out[name] = replace(spec, page_size_padded=largest)
-        elif largest % page == 0 and spec.page_size_padded is None:
+        elif largest % page == 0:
             out[name] = replace(spec, block_size=spec.block_size * (largest // page))
         elif isinstance(spec, AttentionSpec):
             out[name] = replace(spec, page_size_padded=largest)

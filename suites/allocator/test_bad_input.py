@@ -1,0 +1,64 @@
+"""Bad input: clear ValueErrors naming the field; state stays consistent afterwards."""
+
+import pytest
+import torch
+
+from harness.targets.allocator_target import GroupDesc
+from suites.allocator.conftest import require
+from suites.allocator.helpers import queue_ids
+
+SECTION = "bad-input"
+
+
+@pytest.fixture
+def strict(target):
+    require(target, "strict_input_validation")
+    return target
+
+
+def test_non_positive_block_size(strict):
+    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+        strict.make_manager([GroupDesc("full", 0)], 16, 100)
+
+
+def test_window_larger_than_model_length(strict):
+    with pytest.raises(ValueError, match=r"sliding_window \(256\) exceeds max_model_len \(128\)"):
+        strict.make_manager([GroupDesc("sliding_window", 16, sliding_window=256)], 16, 128)
+
+
+def test_zero_blocks(strict):
+    with pytest.raises(ValueError, match="num_blocks must be an integer >= 1"):
+        strict.make_manager([GroupDesc("full", 16)], 0, 100)
+    with pytest.raises(ValueError, match="num_gpu_blocks must be an integer >= 1"):
+        strict.make_block_pool(0, True, 16)
+
+
+def test_page_sizes_that_cannot_be_unified(strict):
+    require(strict, "grouping")
+    from reference_impl.kv_cache import FullAttentionSpec, SlidingWindowSpec, get_kv_cache_groups
+    specs = {"a": FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float32),
+             "b": SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=32, dtype=torch.float32,
+                                    sliding_window=64, page_size_padded=9000)}
+    with pytest.raises(ValueError, match="page sizes cannot be unified"):
+        get_kv_cache_groups(specs)
+
+
+def test_free_unknown_request_keeps_state(strict):
+    m = strict.make_manager([GroupDesc("full", 4)], 8, 100)
+    a = strict.make_request("a", list(range(5)), 4)
+    m.allocate_slots(a, 5)
+    before = queue_ids(m.block_pool)
+    with pytest.raises(ValueError, match="request_id 'ghost' is not known"):
+        m.free(strict.make_request("ghost", [1], 4))
+    assert queue_ids(m.block_pool) == before, "a refused free changes nothing"
+
+
+def test_append_past_max_model_len(strict):
+    m = strict.make_manager([GroupDesc("full", 4)], 8, 10)
+    a = strict.make_request("a", list(range(8)), 4)
+    m.allocate_slots(a, 8)
+    a.num_computed_tokens = 8
+    before = [list(g) for g in m.get_block_ids("a")]
+    with pytest.raises(ValueError, match=r"exceeds max_model_len \(10\)"):
+        m.allocate_slots(a, 3)
+    assert [list(g) for g in m.get_block_ids("a")] == before, "a refused allocation leaves the table as it was"
