@@ -247,6 +247,7 @@ class VllmConfigTarget:
         self._block = HmaBlock.locate()
         self._tmp = tempfile.TemporaryDirectory(prefix="kvconform-vllm-")
         self._parser = None
+        _preimport_connector_modules()
 
     def describe(self) -> str:
         """One line for headers and reports: which vLLM and which era."""
@@ -279,10 +280,21 @@ class VllmConfigTarget:
 
     def _evaluate_on(self, case: Case, supported: bool, source: str) -> dict:
         rules = [f"vllm:{case.platform}.support_hybrid_kv_cache={source}"]
-        uses_hisparse = case.hisparse or "HiSparseConnector" in case.connector_names()
-        is_cuda = (case.platform == "cuda") if uses_hisparse else None
+        is_cuda = (case.platform == "cuda") if self._uses_hisparse(case) else None
         with environment(case.env), patched_platform(supported, is_cuda), captured_warnings(self._block) as warnings:
             return self._run_stages(case, rules, warnings)
+
+    def _uses_hisparse(self, case: Case) -> bool:
+        """Whether vLLM switches HiSparse on for this case (asked of vLLM's own `has_connector`)."""
+        if case.hisparse:
+            return True
+        transfer = self._kv_transfer_config(case)
+        if transfer is None or "HiSparseConnector" not in case.connector_names():
+            return False
+        try:
+            return bool(_as_config("KVTransferConfig", transfer).has_connector("HiSparseConnector"))
+        except Exception:  # the config itself is invalid: vLLM will say so while building it
+            return False
 
     def _run_stages(self, case: Case, rules: list[str], warnings: list[str]) -> dict:
         flag = case.flag
@@ -541,6 +553,20 @@ def _constructor_failure(exc: BaseException) -> bool:
             return "connector_cls(" in line
         tb = tb.tb_next
     return False
+
+
+def _preimport_connector_modules() -> None:
+    """Import every registered connector module once, on the real platform, before any case patches it.
+
+    Some modules decide at import time from `current_platform` (HiSparse's pulls CUDA kernels when
+    `is_cuda()` is true): importing them first under a case's patched platform would make the outcome
+    depend on case order. Modules that cannot import here stay unimported; their cases report that.
+    """
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    for loader in list(KVConnectorFactory._registry.values()):
+        with contextlib.suppress(Exception):
+            loader()
 
 
 def _one_line(exc: BaseException) -> str:
