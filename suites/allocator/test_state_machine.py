@@ -1,0 +1,149 @@
+"""Random allocate / decode / free / hit / evict / reset sequences with invariant checks after every step.
+
+Configurations: full, full+SWA, full+SWA+Mamba (bs 4, a 48-block pool, prompts from 4 shared prefixes so
+hits happen). Hypothesis derandomizes (the seed derives from the test id) and prints the failing rule
+sequence as a repro.
+"""
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from harness.targets.allocator_target import GroupDesc
+from suites.allocator.helpers import queue_ids
+
+SECTION = "2.8"
+
+CONFIGS = {
+    "full": [GroupDesc("full", 4)],
+    "full+swa": [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=8)],
+    "full+swa+mamba": [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=8), GroupDesc("mamba", 4)],
+}
+NUM_BLOCKS = 48
+MAX_LEN = 96
+PREFIXES = [[p * 1000 + i for i in range(24)] for p in range(4)]
+
+
+def make_machine(target, groups):
+    class AllocatorMachine(RuleBasedStateMachine):
+        """Drives one KVCacheManager; a shadow content map stamps what each block holds."""
+
+        @initialize(retention=st.sampled_from([None, 0]))
+        def setup(self, retention):
+            self.m = target.make_manager(groups, NUM_BLOCKS, MAX_LEN, retention_interval=retention)
+            self.pool = self.m.block_pool
+            self.live = {}  # request_id -> (request, stamped positions per group)
+            self.content = {}  # block_id -> content tag (the token prefix its KV covers)
+            self.counter = 0
+
+        def _stamp(self, req, stamped):
+            tokens = req.all_token_ids
+            for g, table in enumerate(self.m.get_block_ids(req.request_id)):
+                for p in range(stamped[g], len(table)):
+                    if (p + 1) * 4 > req.num_computed_tokens:
+                        break
+                    if table[p] != 0:
+                        self.content[table[p]] = hash(tuple(tokens[: (p + 1) * 4]))
+                    stamped[g] = p + 1
+
+        @rule(prefix=st.integers(0, 3), shared=st.integers(0, 24), extra=st.integers(1, 20),
+              chunk=st.sampled_from([4, 8, 64]))
+        def admit(self, prefix, shared, extra, chunk):
+            self.counter += 1
+            rid = f"r{self.counter}"
+            tokens = PREFIXES[prefix][:shared] + [10_000 * self.counter + i for i in range(extra)]
+            req = target.make_request(rid, tokens, 4)
+            blocks, hit, boundary = self.m.get_computed_blocks(req)
+            assert hit % 4 == 0 and hit <= len(tokens) - 1, f"hit {hit} must be aligned and below {len(tokens)}"
+            for g, lst in enumerate(blocks.get_block_ids() if hit else ()):
+                for p, bid in enumerate(lst):
+                    if bid:
+                        assert self.content.get(bid) == hash(tuple(tokens[: (p + 1) * 4])), \
+                            f"hit block {bid} (group {g}, position {p}) holds overwritten content"
+            req.shared_prefix_boundary = boundary
+            n = min(chunk, len(tokens) - hit)
+            if self.m.allocate_slots(req, n, hit, blocks if hit else None) is None:
+                return
+            req.num_computed_tokens = hit + n
+            stamped = [hit // 4] * len(groups)
+            self.live[rid] = (req, stamped)
+            self._stamp(req, stamped)
+
+        @precondition(lambda self: self.live)
+        @rule(data=st.data())
+        def advance(self, data):
+            rid = data.draw(st.sampled_from(sorted(self.live)), label="request")
+            req, stamped = self.live[rid]
+            if req.num_computed_tokens >= req.num_prompt_tokens:
+                if req.num_tokens >= MAX_LEN - 1:
+                    return
+                req.append_output_token_ids(7)
+                n = 1
+            else:
+                n = min(8, req.num_prompt_tokens - req.num_computed_tokens)
+            if self.m.allocate_slots(req, n) is not None:
+                req.num_computed_tokens += n
+                self._stamp(req, stamped)
+
+        @precondition(lambda self: self.live)
+        @rule(data=st.data())
+        def free(self, data):
+            rid = data.draw(st.sampled_from(sorted(self.live)), label="request")
+            req, _ = self.live.pop(rid)
+            self.m.free(req)
+
+        @rule(block_id=st.integers(1, NUM_BLOCKS - 1))
+        def evict(self, block_id):
+            self.m.evict_blocks({block_id})
+
+        @rule()
+        def reset(self):
+            ok = self.m.reset_prefix_cache()
+            assert ok == (not any(b.ref_cnt for b in self.pool.blocks[1:])), "reset succeeds iff nothing is in use"
+
+        @rule()
+        def new_step(self):
+            self.m.new_step_starts()
+
+        @invariant()
+        def blocks_are_conserved(self):
+            if not hasattr(self, "m"):
+                return
+            pool = self.pool
+            queue = queue_ids(pool)
+            assert len(queue) == pool.get_num_free_blocks(), "free counter equals the linked list length"
+            assert 0 not in queue, "the null block never enters the free queue"
+            assert len(set(queue)) == len(queue), "no block is queued twice"
+            owners: dict[int, int] = {}
+            refs: dict[int, int] = {}
+            for rid in self.live:
+                seen = set()
+                for g, table in enumerate(self.m.get_block_ids(rid)):
+                    for bid in table:
+                        if bid == 0:
+                            continue
+                        assert owners.setdefault(bid, g) == g, f"block {bid} is owned by two groups"
+                        assert bid not in seen, f"block {bid} appears twice in request {rid}'s tables"
+                        seen.add(bid)
+                        refs[bid] = refs.get(bid, 0) + 1
+            qset = set(queue)
+            for b in pool.blocks[1:]:
+                assert b.ref_cnt >= 0, f"block {b.block_id} has a negative ref count"
+                assert b.ref_cnt == refs.get(b.block_id, 0), \
+                    f"block {b.block_id}: ref_cnt {b.ref_cnt} != tables holding it {refs.get(b.block_id, 0)}"
+                assert (b.ref_cnt == 0) == (b.block_id in qset), f"block {b.block_id} in queue iff ref_cnt == 0"
+            entries = target.cache_entries(pool)
+            keyed = {b.block_id: target.block_key(b) for b in pool.blocks if target.block_key(b) is not None}
+            in_map = {bid: k for k, bids in entries.items() for bid in bids}
+            assert in_map == keyed, "the prefix-cache map and the blocks' keys agree"
+            assert 0 not in keyed, "the null block is never cached"
+
+    return AllocatorMachine
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_allocator_state_machine(target, config):
+    machine = make_machine(target, CONFIGS[config])
+    machine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, derandomize=True,
+                                         deadline=None, database=None)
+    machine.TestCase().runTest()
