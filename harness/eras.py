@@ -1,39 +1,17 @@
-"""vLLM rule eras as the team contract names them, and `--vllm-version` selections mapped onto them.
+"""vLLM rule eras as the harness selects them: ids, representative releases and `--vllm-version` values.
 
-The era ids and the releases each one covers are fixed in the developers' guide; this module is the
-harness's copy of that contract (the reference resolver keeps its own, so the two stay independent).
+The era ids and release ranges have one home, `reference_impl.config.eras`; this module adapts them to the
+harness (a selection error names the option). The oracle's decision tables stay independent of the
+resolver's rules: only the vocabulary of eras is shared.
 """
 
 from __future__ import annotations
 
-import re
+from reference_impl.config import eras as _eras
 
-# (era id, first release it covers), oldest first. An era runs up to the next era's first release;
-# the newest one covers its own minor series only.
-ERA_FIRST_RELEASES: tuple[tuple[str, tuple[int, int, int]], ...] = (
-    ("v0.10", (0, 10, 0)),
-    ("v0.11", (0, 11, 0)),
-    ("pre-seed", (0, 11, 1)),
-    ("seed", (0, 13, 0)),
-    ("v0.14", (0, 14, 0)),
-    ("v0.18", (0, 18, 0)),
-    ("v0.19", (0, 19, 0)),
-    ("v0.20", (0, 20, 0)),
-    ("v0.21", (0, 21, 0)),
-    ("v0.22", (0, 22, 0)),
-    ("v0.23", (0, 23, 0)),
-    ("v0.30", (0, 30, 0)),
-    ("v0.33", (0, 33, 0)),
-)
-ERA_IDS: tuple[str, ...] = tuple(era for era, _ in ERA_FIRST_RELEASES)
-# Era id -> the representative release the guide names for it.
-ERA_RELEASES: dict[str, str] = {
-    "v0.10": "0.10.0", "v0.11": "0.11.0", "pre-seed": "0.12.0", "seed": "0.13.0", "v0.14": "0.14.0",
-    "v0.18": "0.18.0", "v0.19": "0.19.0", "v0.20": "0.20.0", "v0.21": "0.21.0", "v0.22": "0.22.0",
-    "v0.23": "0.23.0", "v0.30": "0.30.0", "v0.33": "0.33.0",
-}
-_LAST_KNOWN_MINOR = (0, 33)
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+ERA_IDS: tuple[str, ...] = tuple(era.id for era in _eras.ERAS)
+# Era id -> the representative release the era is tested at.
+ERA_RELEASES: dict[str, str] = {era.id: era.representative for era in _eras.ERAS}
 
 
 class EraSelectionError(ValueError):
@@ -42,20 +20,10 @@ class EraSelectionError(ValueError):
 
 def era_for_version(version: str) -> str:
     """The era id whose releases include `version` (X.Y.Z between 0.10.0 and 0.33.x)."""
-    match = _VERSION.match(version.strip())
-    if not match:
-        raise EraSelectionError(
-            f"--vllm-version: {version!r} is not a version X.Y.Z; accepted: X.Y.Z in 0.10.0-0.33.x, "
-            f"or one of {', '.join(ERA_IDS)}"
-        )
-    parts = tuple(int(p) for p in match.groups())
-    if parts < ERA_FIRST_RELEASES[0][1] or parts[:2] > _LAST_KNOWN_MINOR:
-        raise EraSelectionError(f"--vllm-version: {version} is outside the known range 0.10.0-0.33.x")
-    chosen = ERA_IDS[0]
-    for era, first in ERA_FIRST_RELEASES:
-        if parts >= first:
-            chosen = era
-    return chosen
+    try:
+        return _eras.era_for_version(version).id
+    except ValueError as exc:
+        raise EraSelectionError(f"--vllm-version: {str(exc).removeprefix('vllm_version: ')}; or one of {', '.join(ERA_IDS)}") from None
 
 
 def select_eras(value: str | None) -> tuple[str, ...]:
@@ -65,4 +33,6 @@ def select_eras(value: str | None) -> tuple[str, ...]:
     value = value.strip()
     if value in ERA_IDS:
         return (value,)
+    if value in _eras.PROFILES:
+        return (era_for_version(_eras.PROFILES[value]),)
     return (era_for_version(value),)
