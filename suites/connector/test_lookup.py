@@ -1,0 +1,167 @@
+"""Spec 4.2, lookup and hit rule: C04 lookup-idempotent, C05 lookup-none-then-value, C06 hit-alignment,
+C07 hit-min-over-groups, C08 swa-needs-only-window, C09 mamba-boundary-only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reference_impl.connector.base import KVConnectorRole
+from reference_impl.engine.presets import PRESETS
+from reference_impl.kv_cache.specs import MambaSpec, SlidingWindowSpec
+from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.oracles import oracle_hit_tokens
+
+ALL_PRESETS = list(PRESETS)
+MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+
+
+@pytest.mark.kv_check("C04")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c04_lookup_idempotent(ctx, preset):
+    """Five lookups of a waiting request agree; aborting it leaves no per-request state or pins."""
+    engine = ctx.engine()
+    tokens = prompt(4, 800)
+    ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    request = engine.make_request(tokens + [1])
+    answers = [engine.connector.get_num_new_matched_tokens(request, 0) for _ in range(5)]
+    expect(len(set(answers)) == 1, f"repeated lookups disagree: {answers}")
+    engine.add_request(request)
+    engine.abort_request(request.request_id)
+    engine.run_until_done()
+    probe = getattr(engine.connector.inner, "kvconform_open_state", None)
+    if probe is not None:
+        leftovers = {k: v for k, v in probe().items() if v}
+        expect(not leftovers, f"state left after a never-admitted request was aborted: {leftovers}")
+
+
+@pytest.mark.kv_check("C05")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa+mamba"])
+def test_c05_lookup_none_then_value(ctx, preset):
+    """Every lookup answer is (None | n, bool); n == 0 never comes with load_async; None is resolved later."""
+    engine = ctx.engine()
+    tokens = prompt(5, 700)
+    ctx.store_then_reload(engine, tokens)
+    ctx.run(engine, prompt(55, 300))
+    answers = ctx.calls_of("get_num_new_matched_tokens", KVConnectorRole.SCHEDULER)
+    expect(answers, "the scheduler never asked the connector for a hit")
+    pending = set()
+    for _role, _hook, args, result in answers:
+        expect(isinstance(result, tuple) and len(result) == 2, f"lookup returned {result!r}; expected (n, bool)")
+        n, load_async = result
+        req_id = args[0].request_id
+        if n is None:
+            pending.add(req_id)
+            continue
+        pending.discard(req_id)
+        expect(not (n == 0 and load_async), f"lookup for {req_id} returned (0, True): load_async with no tokens")
+    expect(not pending, f"lookups answered None and never resolved: {sorted(pending)}")
+
+
+@pytest.mark.kv_check("C06")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c06_hit_alignment(ctx, preset):
+    """For many prompt lengths the hit ends on every group's block boundary, below the prompt and the store."""
+    engine = ctx.engine()
+    sizes = [g.kv_cache_spec.block_size for g in engine.kv_cache_config.kv_cache_groups]
+    align = math.lcm(*sizes)
+    for length in (255, 256, 257, 511, 513, 700, 768):
+        tokens = prompt(600 + length, length)
+        ctx.run(engine, tokens)
+        ctx.forget_local_cache(engine)
+        for lookup_len in (length, length + 40):
+            request = engine.make_request(tokens + prompt(1, lookup_len - length))
+            n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+            n = n or 0
+            expect(n % align == 0, f"prompt {lookup_len}: hit {n} is not a multiple of the group block sizes {sizes}")
+            expect(n <= lookup_len - 1, f"prompt {lookup_len}: hit {n} covers the whole prompt")
+            expect(n <= length, f"prompt {lookup_len}: hit {n} exceeds the {length} stored tokens")
+            engine.add_request(request)
+            engine.abort_request(request.request_id)
+
+
+def _stored_chunks(engine, ctx, length):
+    chunk = ctx.chunk_size(engine)
+    if chunk is None:
+        pytest.skip(f"not applicable: {ctx.cls.__name__} has no kvconform_chunk_size() backdoor")
+    return chunk, length // chunk
+
+
+EVICTION_PATTERNS = {
+    # group kind -> chunk indices evicted (after §3.7's four cases, on a 5-chunk prompt)
+    "swa-tail-only": {"swa": {0, 1, 2}, "mamba": {0, 1, 2, 3}},
+    "swa-last-missing": {"swa": {0, 1, 2, 3, 4}},
+    "fa-short": {"full": {3, 4}},
+    "swa-hole": {"swa": {0, 3}},
+    "mamba-last-missing": {"mamba": {4}},
+}
+
+
+@pytest.mark.kv_check("C07")
+@pytest.mark.parametrize("preset", MULTI_PRESETS)
+def test_c07_hit_min_over_groups(ctx, preset):
+    """With chosen (group, chunk) objects evicted, the hit equals the windowed min-over-groups oracle."""
+    engine = ctx.engine()
+    evict = ctx.backdoor(engine, "kvconform_evict")
+    specs = [g.kv_cache_spec for g in engine.kv_cache_config.kv_cache_groups]
+    kinds = ["mamba" if isinstance(s, MambaSpec) else "swa" if isinstance(s, SlidingWindowSpec) else "full"
+             for s in specs]
+    chunk, _ = _stored_chunks(engine, ctx, 0)
+    for name, pattern in EVICTION_PATTERNS.items():
+        tokens = prompt(700 + len(name), 5 * chunk + 20)
+        ctx.run(engine, tokens)
+        ctx.forget_local_cache(engine)
+        request = engine.make_request(tokens)
+        present = {}
+        for gid, kind in enumerate(kinds):
+            stored = set(range(5))
+            if kind == "mamba":
+                stored = {j for j in stored if ((j + 1) * chunk) % specs[gid].block_size == 0}
+            for j in pattern.get(kind, ()):
+                evict(request, gid, j)
+            present[gid] = stored - set(pattern.get(kind, ()))
+        want = oracle_hit_tokens(specs, present, chunk, request.num_tokens)
+        got, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        expect(got == want, f"pattern {name}: hit {got}, oracle {want} (present chunks per group {present})")
+        engine.add_request(request)
+        engine.run_until_done()
+        expect_no_read_errors(engine, f"pattern {name}")
+
+
+@pytest.mark.kv_check("C08")
+@pytest.mark.parametrize("preset", ["fa+swa", "fa16+swa32", "fa+swa+mamba"])
+def test_c08_swa_needs_only_window(ctx, preset):
+    """Evicting sliding-window chunks older than the window keeps the full hit."""
+    engine = ctx.engine()
+    evict = ctx.backdoor(engine, "kvconform_evict")
+    chunk, _ = _stored_chunks(engine, ctx, 0)
+    tokens = prompt(8, 4 * chunk + 10)
+    ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    request = engine.make_request(tokens)
+    before, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
+        if isinstance(group.kv_cache_spec, SlidingWindowSpec):
+            for j in range(0, 4 - math.ceil(group.kv_cache_spec.sliding_window / chunk)):
+                evict(request, gid, j)
+    after, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    expect(after == before, f"hit fell from {before} to {after} after evicting out-of-window SWA chunks")
+
+
+@pytest.mark.kv_check("C09")
+@pytest.mark.parametrize("preset", ["fa+mamba_align", "fa+swa+mamba"])
+def test_c09_mamba_boundary_only(ctx, preset):
+    """Stored at Mamba boundaries 256 and 512, a 700-token prompt hits at most 512, with the right state."""
+    engine = ctx.engine()
+    tokens = prompt(9, 600)
+    ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    mamba_bs = next(g.kv_cache_spec.block_size for g in engine.kv_cache_config.kv_cache_groups
+                    if isinstance(g.kv_cache_spec, MambaSpec))
+    reload = ctx.run(engine, tokens + prompt(99, 100))
+    hit = reload.num_local_computed_tokens + reload.num_external_computed_tokens
+    expect(hit <= 512, f"hit {hit} beyond the last stored Mamba boundary 512")
+    expect(hit % mamba_bs == 0, f"hit {hit} is not on a Mamba state boundary ({mamba_bs})")
+    expect_no_read_errors(engine, "Mamba state after the hit")
