@@ -9,6 +9,7 @@ from reference_impl.engine.presets import PRESETS
 from suites.connector.context import expect, expect_no_read_errors, prompt
 
 ALL_PRESETS = list(PRESETS)
+PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80}
 
 
 def _compare_tables(ctx, engine, tracked):
@@ -50,7 +51,8 @@ def test_c10_alloc_input_dedupe(ctx, preset):
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c11_table_tracking(ctx, preset):
     """New (full table), running (appends) and resumed-after-preemption (replacement) tables are followed."""
-    engine = ctx.engine(num_blocks=60, max_num_batched_tokens=256)
+    # Small enough that two 700-token requests cannot both finish without a preemption.
+    engine = ctx.engine(num_blocks=PREEMPTING_POOL[preset], max_num_batched_tokens=256)
     tracked = ctx.backdoor(engine, "kvconform_tracked_block_ids")
     requests = [engine.add_request(engine.make_request(prompt(110 + i, 700), max_tokens=4)) for i in range(2)]
     engine.run_until_done(after_execute=_compare_tables(ctx, engine, tracked))
