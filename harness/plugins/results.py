@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.atomic_write import write_text_atomic
+from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
@@ -57,8 +58,15 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    if config.getoption("kvconform_results", None):
-        config.pluginmanager.register(ResultsCollector(config), "kvconform-results-collector")
+    path = config.getoption("kvconform_results", None)
+    if not path:
+        return
+    if not hasattr(config, "workerinput"):
+        try:
+            ensure_writable_dir(Path(path).parent)
+        except OSError as exc:
+            raise pytest.UsageError(f"--kvconform-results {path}: cannot write there ({exc.strerror or exc})") from None
+    config.pluginmanager.register(ResultsCollector(config), "kvconform-results-collector")
 
 
 def _json_safe(value: Any) -> Any:
@@ -102,9 +110,10 @@ def _message(report: pytest.TestReport) -> str | None:
 class _TestProgress:
     """The phases (setup/call/teardown) seen so far for one test."""
 
-    __slots__ = ("status", "message", "duration", "properties", "params")
+    __slots__ = ("status", "message", "duration", "properties", "params", "reports")
 
     def __init__(self) -> None:
+        self.reports = 0
         self.status = "passed"
         self.message: str | None = None
         self.duration = 0.0
@@ -114,9 +123,11 @@ class _TestProgress:
     def add(self, report: pytest.TestReport) -> None:
         self.duration += report.duration
         self.properties = list(report.user_properties)
+        self.reports += 1
         if report.failed:
             # A failing call is a failure; a failing setup or teardown is an error (as pytest counts it).
-            if report.when == "call":
+            # xdist reports a test whose worker crashed with when="???": that is a failure too.
+            if report.when not in ("setup", "teardown"):
                 self.status, self.message = "failed", _message(report)
             elif self.status != "failed":
                 self.status, self.message = "error", _message(report)
@@ -187,6 +198,11 @@ class ResultsCollector:
         if self.is_worker:
             self.config.workeroutput[WORKEROUTPUT_KEY] = json.dumps(self.entries)
             return
+        # Tests that never reached teardown (a crashed worker's test) still get an entry.
+        for nodeid, progress in sorted(self.in_progress.items()):
+            if progress.reports:
+                self.entries.extend(progress.entries(nodeid))
+        self.in_progress.clear()
         entries = self.entries
         if self._distributed_controller():
             covered = {e["id"].split("#", 1)[0] for e in self.worker_entries}
