@@ -1,0 +1,239 @@
+"""Report rendering against hand-checked golden snippets (cells, footnotes, sections) and HTML structure."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from harness.report import render_reports
+from harness.report.build import build_document
+from harness.report.html import render_html
+from harness.report.markdown import extract_section, render_markdown
+from harness.results_model import ResultsDocument, make_entry
+from tests.report.synthetic import config_entry, outcome, run_info
+
+W1 = "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."
+W2 = "Turning off hybrid kv cache manager because connector LMCacheConnectorV1 does not support HMA."
+E_F = "Connector LMCacheConnectorV1 does not support HMA but HMA is enabled."
+TPU = "TPU support comes from tpu_inference"
+
+
+def config_document() -> ResultsDocument:
+    """Two eras, every kind of cell, one mismatch, one skip, one change between eras."""
+    entries = [
+        config_entry("seed", None, "cuda", "none", "none", actual=outcome(resolved=False)),
+        config_entry("seed", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W1])),
+        config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=False)),
+        config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", stage="create_connector",
+                     actual=outcome(error={"type": "ValueError", "stage": "create_connector", "message": E_F})),
+        config_entry("seed", True, "cuda", "none", "none", actual=outcome(resolved=True), status="failed",
+                     message="expected resolved False"),
+        config_entry("seed", None, "rocm", "none", "none", actual=None, status="skipped", message="ROCm not modelled"),
+        config_entry("v0.33", None, "cuda", "none", "none", actual=outcome(resolved=False)),
+        config_entry("v0.33", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W2])),
+        config_entry("v0.33", None, "tpu", "none", "none", actual=outcome(unknown=TPU)),
+    ]
+    entries[5]["actual"] = None
+    return ResultsDocument(run_info=run_info(), results=entries)
+
+
+def table_after(markdown: str, heading: str) -> list[list[str]]:
+    """The first table after `heading`, as rows of stripped cell texts (header first, rule row dropped)."""
+    lines = markdown[markdown.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if not all(set(c) <= {"-", ":"} for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def footnotes(markdown: str) -> dict[str, str]:
+    return dict(re.findall(r"^\[\^(\d+)\]: (.*)$", markdown, flags=re.M))
+
+
+def test_era_tables_golden():
+    md = render_markdown(build_document(config_document()))
+    assert table_after(md, "### Era seed (vLLM 0.13.0)") == [
+        ["connector", "features", "cuda · absent", "cuda · True", "cuda · False", "rocm · absent"],
+        ["none", "none", "✅", "⚪❗[^1]", "❔[^2]", "❔[^3]"],
+        ["LMCacheConnectorV1", "none", "⚪[^4]", "❔[^2]", "❌[^5]", "❔[^2]"],
+    ]
+    assert table_after(md, "### Era v0.33 (vLLM 0.33.0)") == [
+        ["connector", "features", "cuda · absent", "tpu · absent"],
+        ["none", "none", "✅", "❔[^6]"],
+        ["LMCacheConnectorV1", "none", "⚪[^7]", "❔[^2]"],
+    ]
+    assert footnotes(md) == {
+        "1": "differs from the oracle at stage config: expected resolved False",
+        "2": "not in the matrix (this combination is not part of the pairwise selection)",
+        "3": "not run: ROCm not modelled",
+        "4": W1,
+        "5": f"ValueError at stage create_connector: {E_F}",
+        "6": f"unknown: {TPU}",
+        "7": W2,
+    }
+
+
+def test_changes_between_releases_golden():
+    md = render_markdown(build_document(config_document()))
+    assert table_after(md, "## What changed between releases") == [
+        ["connector", "features", "platform", "flag", "between", "before", "after"],
+        ["LMCacheConnectorV1", "none", "cuda", "absent", "seed → v0.33", "⚪[^4]", "⚪[^7]"],
+    ]
+
+
+def test_summary_counts_against_the_oracle():
+    md = render_markdown(build_document(config_document()))
+    assert "1 of 9 tests did not behave as expected (failed or error)." in md
+    assert table_after(md, "## Summary") == [
+        ["suite", "passed", "failed", "error", "skipped", "total"],
+        ["config", "7", "1", "0", "1", "9"],
+    ]
+    assert ("7 of 9 matrix cases agree with the oracle, 1 differ, 0 could not be evaluated (error) "
+            "and 1 were skipped.") in md
+    assert "- `suites/config/test_matrix.py::test_cell[seed-T-cuda-none-none-config]`: expected resolved False" in md
+
+
+def test_output_does_not_depend_on_entry_order():
+    document = config_document()
+    shuffled = list(document.results)
+    random.Random(7).shuffle(shuffled)
+    again = ResultsDocument(run_info=run_info(started_at="another day"), results=shuffled)
+    assert render_reports(document)["compatibility.md"] == render_reports(again)["compatibility.md"]
+
+
+def test_markdown_has_no_times_or_commits():
+    md = render_reports(config_document())["compatibility.md"]
+    assert "2026-01-01" not in md and "0" * 12 not in md, "run times and commits stay out of the Markdown"
+
+
+def test_config_section_can_be_extracted():
+    md = render_markdown(build_document(config_document()))
+    section = extract_section(md, "config")
+    assert section.startswith("<!-- kvconform:section config -->")
+    assert section.endswith("<!-- /kvconform:section config -->")
+    assert "## Summary" not in section and "### Era seed" in section and "[^7]: " in section
+
+
+def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description=""):
+    return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
+                      status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
+                      message=message, extra={"description": description or f"{check} description", "evidence": evidence})
+
+
+NOT_CAPABLE = "not HMA-capable: ExampleNonHMA does not declare SupportsHMA"
+
+
+def connector_document() -> ResultsDocument:
+    entries = []
+    for connector in ("LMCacheLike", "GoodHMA", "ExampleNonHMA"):
+        for preset in ("fa_only", "fa+swa"):
+            entries.append(connector_entry(connector, "C01", "MUST", preset))
+    entries += [
+        connector_entry("LMCacheLike", "C02", "MUST", "fa_only"),
+        connector_entry("LMCacheLike", "C02", "MUST", "fa+swa", status="failed", message="assert False",
+                        evidence="block 5 of layer 2 differs"),
+        connector_entry("GoodHMA", "C02", "MUST", "fa+swa"),
+        connector_entry("ExampleNonHMA", "C02", "MUST", "fa+swa", status="skipped", message=NOT_CAPABLE),
+        connector_entry("LMCacheLike", "C03", "SHOULD", "fa+swa"),
+        connector_entry("GoodHMA", "C03", "SHOULD", "fa+swa"),
+        connector_entry("ExampleNonHMA", "C03", "SHOULD", "fa+swa", status="skipped",
+                        message="not applicable: no sliding window"),
+        connector_entry("LMCacheLike", "C10", "SHOULD", "fa+swa", status="failed", evidence={"block": 3}),
+        connector_entry("GoodHMA", "C10", "SHOULD", "fa+swa", status="failed", evidence="slow eviction"),
+    ]
+    return ResultsDocument(run_info=run_info(), results=entries)
+
+
+def test_connector_check_table_golden():
+    md = render_markdown(build_document(connector_document()))
+    assert table_after(md, "## Connector conformance") == [
+        ["check", "tier", "description", "ExampleNonHMA", "GoodHMA", "LMCacheLike"],
+        ["C01", "MUST", "C01 description", "✅", "✅", "✅"],
+        ["C02", "MUST", "C02 description", "➖[^1]", "✅", "❌[^2]"],
+        ["C03", "SHOULD", "C03 description", "➖[^3]", "✅", "✅"],
+        ["C10", "SHOULD", "C10 description", "❔[^4]", "❌[^5]", "❌[^6]"],
+    ]
+    assert footnotes(md) == {
+        "1": NOT_CAPABLE,
+        "2": "C02 on preset fa+swa: block 5 of layer 2 differs",
+        "3": "not applicable: no sliding window",
+        "4": "C10 was not run for this connector",
+        "5": "C10 on preset fa+swa: slow eviction",
+        "6": 'C10 on preset fa+swa: {"block": 3}',
+    }
+
+
+def test_connector_hma_verdicts():
+    md = render_markdown(build_document(connector_document()))
+    assert ("- ➖ ExampleNonHMA does not declare `SupportsHMA`; its HMA checks were not run, so it must pass "
+            "them before it declares it.") in md
+    assert ("- ✅ GoodHMA may declare `SupportsHMA`: it passes every MUST check on every preset "
+            "(SHOULD checks failing: C10).") in md
+    assert "- ❌ LMCacheLike must not declare `SupportsHMA`: it fails MUST check(s) C02." in md
+
+
+def test_allocator_and_throughput_sections():
+    entries = [
+        make_entry(nodeid="suites/allocator/test_grouping.py::test_a", suite="allocator", status="passed",
+                   cell={"target": "reference", "scenario": "uniform", "section": "3 grouping"}),
+        make_entry(nodeid="suites/allocator/test_grouping.py::test_b", suite="allocator", status="passed",
+                   cell={"target": "reference", "scenario": "unify", "section": "3 grouping"}),
+        make_entry(nodeid="suites/allocator/test_pool.py::test_c", suite="allocator", status="failed",
+                   message="free queue order", cell={"target": "reference", "scenario": "free_order",
+                                                     "section": "5 block pool"}),
+        make_entry(nodeid="suites/benchmarks/test_b.py::a", suite="benchmark", status="passed",
+                   cell={"workload": "request_stream_full", "implementation": "vllm"},
+                   extra={"metrics": {"requests_per_s": 690.0, "block_ops_per_s": 1000.0, "median_s": 0.5}}),
+        make_entry(nodeid="suites/benchmarks/test_b.py::b", suite="benchmark", status="passed",
+                   cell={"workload": "request_stream_full", "implementation": "reference"},
+                   extra={"metrics": {"requests_per_s": 1380.0, "block_ops_per_s": 2000.0, "median_s": 0.25}}),
+        make_entry(nodeid="suites/benchmarks/test_b.py::c", suite="benchmark", status="passed",
+                   cell={"workload": "pool_churn_k1", "implementation": "reference"},
+                   extra={"metrics": {"block_ops_per_s": 1300000.0}}),
+        make_entry(nodeid="suites/benchmarks/test_b.py::d", suite="benchmark", status="passed",
+                   cell={"workload": "lookup_32k", "implementation": "reference"}, extra={"metrics": None}),
+    ]
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert table_after(md, "## Allocator conformance") == [
+        ["target", "section", "passed", "failed", "error", "skipped"],
+        ["reference", "3 grouping", "2", "0", "0", "0"],
+        ["reference", "5 block pool", "0", "1", "0", "0"],
+    ]
+    assert "- free_order (5 block pool, reference): free queue order" in md
+    assert table_after(md, "## Throughput") == [
+        ["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
+        ["lookup_32k", "reference", "❔[^1]", "❔[^1]", "❔[^1]", "❔[^1]"],
+        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "❔[^2]"],
+        ["request_stream_full", "reference", "1,380.0", "2,000", "0.250000", "2.00×"],
+        ["request_stream_full", "vllm", "690.0", "1,000", "0.500000", "1.00×"],
+    ]
+    assert "## Config resolution matrix" not in md, "a suite without records gets no section"
+
+
+def test_pipes_and_newlines_in_messages_do_not_break_tables():
+    entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "message": "a | b\nc"}))
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
+    assert "[^1]: ValueError at stage config: a \\| b c" in md
+    assert table_after(md, "### Era seed")[1] == ["none", "none", "❌[^1]"]
+
+
+def test_html_is_self_contained_and_filterable():
+    page = render_html(build_document(config_document()), ["Run 1: commit 000"])
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no network references"
+    assert "<script>" in page and "<style>" in page, "JS and CSS are inline"
+    for control in ('id="kv-f-era"', 'id="kv-f-platform"', 'id="kv-f-connector"', 'id="kv-q"',
+                    'id="kv-filter-status"'):
+        assert control in page
+    assert '<option value="seed">seed</option><option value="v0.33">v0.33</option>' in page
+    assert '<section data-key="config" data-f-era="seed">' in page
+    assert '<th data-f-platform="tpu">tpu · absent</th>' in page
+    assert '<tr data-f-connector="LMCacheConnectorV1">' in page
+    assert '<td class="k-off" data-f-platform="cuda">⚪<sup><a href="#fn-4">4</a></sup></td>' in page
+    assert f'<li id="fn-4" value="4">{W1}</li>' in page
+    assert "Run 1: commit 000" in page

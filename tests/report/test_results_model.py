@@ -1,0 +1,134 @@
+"""The results file: round trip, validation of every malformed input, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from harness.atomic_write import write_files_atomic, write_text_atomic
+from harness.results_model import (ResultsDocument, ResultsFileError, cell_key, index_by_cell, load_results,
+                                   make_entry, outcome_of)
+from tests.report.synthetic import config_entry, outcome, run_info
+
+
+def _write(tmp_path, data, name="r.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def _valid() -> dict:
+    return ResultsDocument(run_info=run_info(), results=[config_entry()]).to_json()
+
+
+def test_round_trip_keeps_everything(tmp_path):
+    document = ResultsDocument(run_info=run_info(), results=[config_entry(), config_entry(flag=True)])
+    path = _write(tmp_path, document.dumps())
+    loaded = load_results(path)
+    assert loaded.to_json() == json.loads(document.dumps()) == document.to_json()
+
+
+def test_an_empty_document_round_trips(tmp_path):
+    document = ResultsDocument(run_info=run_info(), results=[])
+    assert load_results(_write(tmp_path, document.dumps())).results == []
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
+    ("[]", "expected a JSON object with format 'kvconform-results', got list"),
+    ({"format": "pytest-json-report", "results": []},
+     "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"),
+    ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
+     "schema_version 99 is not supported (this kvconform reads 1)"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []}, "run_info must be an object"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": {}}, "results must be a list"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "runs": [], "results": []},
+     "runs must be a non-empty list of objects"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [7]}, "results[0] must be an object"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [{"suite": "x", "status": "passed"}]},
+     "results[0].id must be a string"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
+      "results": [{"id": "t", "suite": "x", "status": "green"}]},
+     "results[0].status 'green' is not one of passed, failed, skipped, error"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
+      "results": [{"id": "t", "suite": "x", "status": "passed", "cell": "seed"}]},
+     "results[0].cell must be an object or null"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
+      "results": [{"id": "t", "suite": "x", "status": "passed", "run": 3}]},
+     "results[0].run 3 does not name one of the 1 run(s)"),
+])
+def test_malformed_files_are_one_clear_error(tmp_path, data, message):
+    path = _write(tmp_path, data)
+    with pytest.raises(ResultsFileError) as caught:
+        load_results(path)
+    assert str(caught.value) == f"results file {path}: {message}"
+
+
+def test_missing_directory_and_binary_files(tmp_path):
+    with pytest.raises(ResultsFileError, match="no such file$"):
+        load_results(tmp_path / "absent.json")
+    with pytest.raises(ResultsFileError, match="is a directory, expected a JSON file$"):
+        load_results(tmp_path)
+    binary = tmp_path / "b.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ResultsFileError, match="is not UTF-8 text$"):
+        load_results(binary)
+
+
+def test_missing_optional_keys_get_defaults(tmp_path):
+    data = _valid()
+    data["results"] = [{"id": "t", "suite": "allocator", "status": "passed"}]
+    del data["runs"]
+    loaded = load_results(_write(tmp_path, data))
+    assert loaded.runs == [loaded.run_info]
+    assert loaded.results[0] == {"id": "t", "suite": "allocator", "status": "passed", "run": 0, "cell": None,
+                                 "params": {}, "expected": None, "actual": None, "message": None,
+                                 "duration": 0.0, "extra": {}}
+
+
+def test_make_entry_rejects_unknown_status():
+    with pytest.raises(ValueError, match="status 'green' is not one of passed, failed, skipped, error"):
+        make_entry(nodeid="t", suite="x", status="green")
+
+
+def test_cell_identity_and_outcome():
+    a = config_entry(flag=False, actual=outcome(resolved=True))
+    b = config_entry(flag=False, actual=dict(outcome(resolved=True), id="other id"))
+    assert cell_key(a) == cell_key(b)
+    assert outcome_of(a) == outcome_of(b), "the case id inside an outcome is not part of the outcome"
+    assert cell_key(a) != cell_key(config_entry(flag=True))
+    plain = make_entry(nodeid="tests/test_x.py::test_y", suite="tests", status="passed")
+    assert cell_key(plain) == "tests:tests/test_x.py::test_y"
+
+
+def test_index_prefers_an_entry_that_ran_over_a_skipped_one():
+    skipped = config_entry(status="skipped", message="needs CUDA")
+    ran = config_entry(status="passed")
+    assert index_by_cell([skipped, ran])[cell_key(ran)] is ran
+    assert index_by_cell([ran, skipped])[cell_key(ran)] is ran
+
+
+def test_atomic_write_replaces_in_one_step_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "report.md"
+    target.write_text("old")
+    write_text_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask()), "reports get the usual permissions"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_failed_multi_file_write_changes_nothing(tmp_path):
+    first, second = tmp_path / "a.md", tmp_path / "missing-folder" / "b.html"
+    first.write_text("old a")
+    with pytest.raises(FileNotFoundError):
+        write_files_atomic({first: "new a", second: "new b"})
+    assert first.read_text() == "old a", "no file is replaced unless every file was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md"], "temporary files are removed"
