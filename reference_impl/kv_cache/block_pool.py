@@ -229,11 +229,6 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[tuple] = []
-        # Work counters (benchmarks report block operations from these; they cost one add per call).
-        self.num_allocated = 0
-        self.num_freed = 0
-        self.num_touched = 0
-        self.num_evicted = 0
 
     # ----------------------------------------------------------------------------------------------- lookup
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
@@ -301,7 +296,6 @@ class BlockPool:
                 del cache[key]
             elif len(entry) == 1:
                 cache[key] = next(iter(entry.values()))
-        self.num_evicted += 1
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(("BlockRemoved", key))
 
@@ -317,6 +311,16 @@ class BlockPool:
             return []
         head = queue.fake_free_list_head
         cur = head.next_free_block
+        if num_blocks == 1:  # the common decode case, without a loop
+            nxt = cur.next_free_block
+            head.next_free_block = nxt
+            nxt.prev_free_block = head
+            cur.prev_free_block = cur.next_free_block = None
+            if cur._block_hash is not None and self.enable_caching:
+                self._evict_cached(cur)
+            cur.ref_cnt = 1
+            queue.num_free_blocks -= 1
+            return [cur]
         out = []
         append = out.append
         if self.enable_caching:
@@ -339,13 +343,11 @@ class BlockPool:
         head.next_free_block = cur
         cur.prev_free_block = head
         queue.num_free_blocks -= num_blocks
-        self.num_allocated += num_blocks
         return out
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each non-null block (prefix hit), unlinking free ones from the queue."""
         queue = self.free_block_queue
-        n = 0
         for block in blocks:
             if block.is_null:
                 continue
@@ -357,8 +359,6 @@ class BlockPool:
                 block.prev_free_block = block.next_free_block = None
                 queue.num_free_blocks -= 1
             block.ref_cnt += 1
-            n += 1
-        self.num_touched += n
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference per non-null block; those reaching 0 rejoin the queue.
@@ -366,14 +366,39 @@ class BlockPool:
         Unhashed (or caching off) ones are prepended in the given order (reused first); hashed ones are
         appended in the given order (evicted last). Callers pass a request's blocks tail first.
         """
+        if type(ordered_blocks) is list and len(ordered_blocks) == 1:
+            block = ordered_blocks[0]
+            if block.is_null:
+                return
+            rc = block.ref_cnt - 1
+            if rc < 0:
+                raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
+            block.ref_cnt = rc
+            if rc:
+                return
+            queue = self.free_block_queue
+            if self.enable_caching and block._block_hash is not None:
+                tail = queue.fake_free_list_tail
+                prev = tail.prev_free_block
+                prev.next_free_block = block
+                block.prev_free_block = prev
+                block.next_free_block = tail
+                tail.prev_free_block = block
+            else:
+                head = queue.fake_free_list_head
+                nxt = head.next_free_block
+                nxt.prev_free_block = block
+                block.next_free_block = nxt
+                head.next_free_block = block
+                block.prev_free_block = head
+            queue.num_free_blocks += 1
+            return
         to_head = []
         to_tail = []
         caching = self.enable_caching
-        n = 0
         for block in ordered_blocks:
             if block.is_null:
                 continue
-            n += 1
             rc = block.ref_cnt - 1
             if rc < 0:
                 raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
@@ -383,7 +408,6 @@ class BlockPool:
                     to_tail.append(block)
                 else:
                     to_head.append(block)
-        self.num_freed += n
         queue = self.free_block_queue
         if to_head:
             head = queue.fake_free_list_head
