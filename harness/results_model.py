@@ -118,10 +118,14 @@ def cell_key(entry: dict[str, Any]) -> str:
 
 
 def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
-    """What `diff` and `merge` compare: the status and the target's actual result (ids left out)."""
+    """What `diff` and `merge` compare: the status and the target's actual result (ids left out).
+
+    A config outcome's `rules` are left out too: they name how an implementation reached the outcome
+    (the reference's rule ids, the vllm target's provenance notes), not the behaviour being compared.
+    """
     actual = entry.get("actual")
     if isinstance(actual, dict):
-        actual = {k: v for k, v in actual.items() if k != "id"}
+        actual = {k: v for k, v in actual.items() if k not in ("id", "rules")}
     return {"status": entry["status"], "actual": actual}
 
 
