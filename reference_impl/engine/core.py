@@ -126,8 +126,13 @@ class EngineCore:
         so = self.scheduler.schedule()
         if before_execute is not None:
             before_execute(so)
+        marks = [len(w.read_errors) for w in self.workers]
         outputs = [w.execute_model(so) for w in self.workers]
         kv_output = self.aggregator.aggregate([o.kv_connector_output for o in outputs])
+        if kv_output.failed_recving:
+            # A failed sync load's step is discarded and recomputed: its reads are not model output.
+            for w, mark in zip(self.workers, marks):
+                w.read_errors[mark:] = [e for e in w.read_errors[mark:] if e.req_id not in kv_output.failed_recving]
         if after_execute is not None:
             after_execute(so, kv_output)
         sampled = outputs[0].sampled_token_ids

@@ -202,13 +202,25 @@ class Scheduler:
         self.finished_recving.discard(req_id)
         if req_id in self.failed_recving:
             self.failed_recving.discard(req_id)
-            request.num_computed_tokens = request.num_local_computed_tokens  # recompute the external part
+            self._restart(request)
+            return True
         else:
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
         if request.num_computed_tokens >= request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1  # recompute the last token for its logits
         request.engine_status = EngineRequestStatus.WAITING
         return True
+
+    def _restart(self, request: EngineRequest) -> None:
+        """After a failed load: drop the request's blocks and compute it again (vLLM's recompute policy).
+
+        It is re-admitted like a preempted request, so workers and connectors get a replaced table.
+        """
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.engine_status = EngineRequestStatus.PREEMPTED
+        request.status = RequestStatus.PREEMPTED
 
     def _preempt(self, request: EngineRequest, out: SchedulerOutput) -> None:
         self.kv_cache_manager.free(request)
@@ -239,8 +251,10 @@ class Scheduler:
             if req_id in self.pending_cache:
                 cache_upto = self.pending_cache.pop(req_id)
                 if req_id in failed:
-                    # A sync load failed: the step's output is garbage; recompute after the local prefix.
-                    request.num_computed_tokens = request.num_local_computed_tokens
+                    # A sync load failed: the step's output is garbage; recompute the request.
+                    self.running.remove(request)
+                    self._restart(request)
+                    self.waiting.appendleft(request)
                     continue
                 self.kv_cache_manager.cache_blocks(request, cache_upto)
             if request.num_computed_tokens >= request.num_tokens and req_id in sampled:

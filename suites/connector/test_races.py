@@ -1,0 +1,110 @@
+"""Spec 4.2, block reuse races and lifecycle: C24 swa-reuse-race, C25 finish-reuse-race, C26 preemption,
+C27 abort-midflight, C28 layer-hooks-attention-only.
+
+What a connector stored is judged by reloading it into wiped memory: the model's reads must match the
+content oracle, so bytes of a block's next owner never pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_impl.connector.base import KVConnectorRole
+from reference_impl.engine.presets import PRESETS
+from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.oracles import all_blocks, broken_canaries, fill_canaries, owned_or_cached_blocks
+
+ALL_PRESETS = list(PRESETS)
+SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba"]
+
+
+def _reload_all(ctx, engine, prompts):
+    ctx.forget_local_cache(engine)
+    for worker in engine.workers:
+        worker.backing.fill_(-1)
+    for tokens in prompts:
+        ctx.run(engine, tokens + [11])
+    expect_no_read_errors(engine, "reloading what was stored")
+
+
+@pytest.mark.kv_check("C24")
+@pytest.mark.parametrize("preset", SWA_PRESETS)
+def test_c24_swa_reuse_race(ctx, preset):
+    """Long chunked prefills free out-of-window blocks that a concurrent request reuses at once."""
+    engine = ctx.engine(num_blocks=200, max_num_batched_tokens=128)
+    prompts = [prompt(240 + i, 900) for i in range(3)]
+    for tokens in prompts:
+        engine.add_request(engine.make_request(tokens, max_tokens=3))
+    engine.run_until_done()
+    _reload_all(ctx, engine, prompts)
+
+
+@pytest.mark.kv_check("C25")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c25_finish_reuse_race(ctx, preset):
+    """A finished request's blocks go straight to the next request; stores must not see the new bytes."""
+    engine = ctx.engine(num_blocks=140)
+    prompts = [prompt(250 + i, 700) for i in range(4)]
+    for tokens in prompts:
+        engine.add_request(engine.make_request(tokens, max_tokens=1))
+        engine.step()
+    engine.run_until_done()
+    _reload_all(ctx, engine, prompts)
+
+
+@pytest.mark.kv_check("C26")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c26_preemption(ctx, preset):
+    """Preemption in the middle of a prefill: stores stay correct and no object is stored twice."""
+    pool = {"fa_only": 60, "fa+mamba_align": 60}.get(preset, 80)
+    engine = ctx.engine(num_blocks=pool, max_num_batched_tokens=256)
+    prompts = [prompt(260 + i, 700) for i in range(2)]
+    requests = [engine.add_request(engine.make_request(t, max_tokens=4)) for t in prompts]
+    engine.run_until_done()
+    expect(sum(r.num_preemptions for r in requests) > 0, "scenario: no preemption happened")
+    expect_no_read_errors(engine, "after preemption")
+    ops = [op.key for c in ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER)
+           for op in getattr(c[3], "saves", ())]
+    duplicates = {k for k in ops if ops.count(k) > 1}
+    expect(not duplicates, f"{len(duplicates)} store keys issued twice, e.g. {sorted(duplicates)[:1]}")
+    _reload_all(ctx, engine, prompts)
+
+
+@pytest.mark.kv_check("C27")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c27_abort_midflight(ctx, preset):
+    """Aborts while a load is pending and mid-prefill: the finish hook runs and freed blocks stay untouched."""
+    engine = ctx.engine(load_async=True, max_num_batched_tokens=256)
+    stored = prompt(27, 700)
+    ctx.run(engine, stored)
+    ctx.forget_local_cache(engine)
+    loading = engine.add_request(engine.make_request(stored + [1]))
+    prefilling = engine.add_request(engine.make_request(prompt(270, 900)))
+    engine.step()
+    engine.abort_request(loading.request_id)
+    engine.step()
+    engine.abort_request(prefilling.request_id)
+    hook = "request_finished_all_groups" if ctx.is_hma else "request_finished"
+    finished = {c[2][0].request_id for c in ctx.calls_of(hook, KVConnectorRole.SCHEDULER)}
+    expect({loading.request_id, prefilling.request_id} <= finished, f"{hook} was not called for aborted requests")
+    fenced = all_blocks(engine) - owned_or_cached_blocks(engine)
+    fill_canaries(engine, fenced)
+    for _ in range(3):
+        engine.step()
+    broken = broken_canaries(engine, fenced)
+    expect(not broken, f"a freed block was written after the abort: {broken[:1]}")
+    ctx.run(engine, stored + [2])
+    expect_no_read_errors(engine, "after aborts")
+
+
+@pytest.mark.kv_check("C28")
+@pytest.mark.parametrize("preset", ["fa+mamba_align", "fa+swa+mamba"])
+def test_c28_layer_hooks_attention_only(ctx, preset):
+    """Layer hooks fire for attention layers only; the connector neither hangs nor misses the Mamba state."""
+    engine = ctx.engine()
+    reload = ctx.store_then_reload(engine, prompt(28, 800))
+    attention = {n for g in engine.kv_cache_config.kv_cache_groups if type(g.kv_cache_spec).__name__ != "MambaSpec"
+                 for n in g.layer_names}
+    hooked = {c[2][0] for c in ctx.calls if c[1] in ("wait_for_layer_load", "save_kv_layer")}
+    expect(hooked <= attention, f"engine bug: layer hooks for non-attention layers {sorted(hooked - attention)}")
+    expect(reload.num_external_computed_tokens > 0, "no hit on a hybrid Mamba model after storing")
+    expect_no_read_errors(engine, "Mamba state after a hit")
