@@ -10,6 +10,7 @@ from harness.report.build import build_document
 from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
+from tests.report.md_helpers import footnotes, table_after
 from tests.report.synthetic import config_entry, outcome, run_info
 
 W1 = "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."
@@ -35,24 +36,6 @@ def config_document() -> ResultsDocument:
     ]
     entries[5]["actual"] = None
     return ResultsDocument(run_info=run_info(), results=entries)
-
-
-def table_after(markdown: str, heading: str) -> list[list[str]]:
-    """The first table after `heading`, as rows of stripped cell texts (header first, rule row dropped)."""
-    lines = markdown[markdown.index(heading):].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if not all(set(c) <= {"-", ":"} for c in cells):
-            rows.append(cells)
-    return rows
-
-
-def footnotes(markdown: str) -> dict[str, str]:
-    return dict(re.findall(r"^\[\^(\d+)\]: (.*)$", markdown, flags=re.M))
 
 
 def test_era_tables_golden():

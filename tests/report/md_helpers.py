@@ -1,0 +1,24 @@
+"""Reading rendered Markdown back in tests: tables as rows of cell texts, footnotes as a dict."""
+
+from __future__ import annotations
+
+import re
+
+
+def table_after(markdown: str, heading: str) -> list[list[str]]:
+    """The first table after `heading`, as rows of stripped cell texts (header first, rule row dropped)."""
+    lines = markdown[markdown.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if not all(set(c) <= {"-", ":"} for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def footnotes(markdown: str) -> dict[str, str]:
+    """Footnote number -> text."""
+    return dict(re.findall(r"^\[\^(\d+)\]: (.*)$", markdown, flags=re.M))

@@ -1,0 +1,357 @@
+"""`kvconform report`, `diff` and `merge`: exit codes, outputs, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from harness.cli import main
+from harness.results_model import ResultsDocument, load_results, make_entry
+from tests.report.md_helpers import table_after
+from tests.report.synthetic import config_entry, outcome, run_info
+
+REPORT_FILES = ["compatibility.html", "compatibility.md", "results.json"]
+
+
+def write_results(path, entries, **info) -> str:
+    path.write_text(ResultsDocument(run_info=run_info(**info), results=entries).dumps())
+    return str(path)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(err: str, expected: str) -> None:
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, f"exactly one line on stderr, got {err!r}"
+    assert expected in err, f"{expected!r} not in {err!r}"
+
+
+# --- report --from ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("statuses", "expected_exit"), [
+    (["passed", "passed"], 0),
+    (["passed", "failed"], 1),
+    (["passed", "error"], 1),
+    (["skipped", "skipped"], 5),
+    ([], 5),
+])
+def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
+    entries = [config_entry(flag=flag, status=status) for flag, status in zip((None, True), statuses)]
+    source = write_results(tmp_path / "in.json", entries)
+    status, out, _ = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
+    assert status == expected_exit
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == REPORT_FILES
+    assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
+    if expected_exit == 1:
+        assert "conformance failure(s); the full report is in" in out
+
+
+def test_report_from_writes_the_same_results_back(tmp_path, capsys):
+    source = write_results(tmp_path / "in.json", [config_entry()])
+    run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
+    assert load_results(tmp_path / "out" / "results.json").to_json() == load_results(source).to_json()
+
+
+def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
+    entries = [config_entry("seed", connector="none"), config_entry("seed", connector="NixlConnector"),
+               config_entry("v0.33", connector="none"),
+               make_entry(nodeid="suites/allocator/t.py::a", suite="allocator", status="passed",
+                          cell={"target": "reference", "scenario": "s", "section": "3"})]
+    source = write_results(tmp_path / "in.json", entries)
+    run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"), "--vllm-version", "0.13.0",
+            "--kv-connector", "none")
+    kept = load_results(tmp_path / "out" / "results.json").results
+    assert sorted(e["id"] for e in kept) == sorted([entries[0]["id"], entries[3]["id"]]), (
+        "0.13.0 is the seed era; entries without an era or connector stay")
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("{broken", "is not valid JSON"),
+    (json.dumps({"format": "junit", "results": []}), "not a kvconform results file (format is 'junit'"),
+    (json.dumps({"format": "kvconform-results", "schema_version": 2}), "schema_version 2 is not supported"),
+])
+def test_report_from_bad_file_is_exit_2_and_writes_nothing(tmp_path, capsys, content, expected):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "compatibility.md").write_text("previous report")
+    status, _, err = run_cli(capsys, "report", "--from", str(bad), "--output-dir", str(out_dir))
+    assert status == 2
+    assert_one_line_error(err, expected)
+    assert sorted(p.name for p in out_dir.iterdir()) == ["compatibility.md"]
+    assert (out_dir / "compatibility.md").read_text() == "previous report", "the old report is untouched"
+
+
+def test_report_from_missing_file(tmp_path, capsys):
+    status, _, err = run_cli(capsys, "report", "--from", str(tmp_path / "nope.json"), "--output-dir", str(tmp_path))
+    assert status == 2
+    assert_one_line_error(err, "nope.json: no such file")
+
+
+def test_report_unwritable_output_dir(tmp_path, capsys):
+    source = write_results(tmp_path / "in.json", [config_entry()])
+    (tmp_path / "blocker").write_text("a file")
+    status, _, err = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "blocker" / "out"))
+    assert status == 2
+    assert_one_line_error(err, f"--output-dir {tmp_path / 'blocker' / 'out'}: cannot write there")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--vllm-version", "9.9.9"], "--vllm-version: '9.9.9'"),
+    (["--vllm-version", "newest"], "--vllm-version: 'newest'"),
+    (["--target", "x:y"], "--target and --from exclude each other"),
+    (["-k", "something"], "pytest arguments (-k something) make no sense with --from"),
+])
+def test_report_from_usage_errors(tmp_path, capsys, argv, expected):
+    source = write_results(tmp_path / "in.json", [config_entry()])
+    status, _, err = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"), *argv)
+    assert status == 2
+    assert_one_line_error(err, expected)
+    assert not (tmp_path / "out" / "compatibility.md").exists()
+
+
+# --- report --target (checked before anything runs) ---------------------------------------------------
+
+@pytest.fixture
+def target_modules(tmp_path, monkeypatch):
+    """Importable modules with good and bad targets."""
+    (tmp_path / "kvc_targets.py").write_text(textwrap.dedent('''
+        def good(case):
+            return {}
+        def two_args(case, extra):
+            return {}
+        def no_args():
+            return {}
+        NOT_CALLABLE = 42
+    '''))
+    (tmp_path / "kvc_broken_target.py").write_text("raise RuntimeError('cannot import me')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("kvc_targets", None)
+    sys.modules.pop("kvc_broken_target", None)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("kvc_missing_module:f", "target 'kvc_missing_module:f': module 'kvc_missing_module' does not import "
+                             "(no module named 'kvc_missing_module')"),
+    ("kvc_broken_target:f", "module 'kvc_broken_target' does not import (RuntimeError: cannot import me)"),
+    ("kvc_targets:absent", "module 'kvc_targets' has no attribute 'absent'"),
+    ("kvc_targets", "not of the form module:callable"),
+    ("kvc_targets:NOT_CALLABLE", "int object is not callable"),
+    ("kvc_targets:two_args", "callable has signature (case, extra); expected one positional parameter"),
+    ("kvc_targets:no_args", "callable has signature (); expected one positional parameter"),
+])
+def test_report_bad_target_is_exit_4_before_running(tmp_path, capsys, target_modules, spec, expected):
+    status, out, err = run_cli(capsys, "report", "--target", spec, "--output-dir", str(tmp_path / "out"))
+    assert status == 4
+    assert_one_line_error(err, expected)
+    assert "running" not in out, "pytest is not started for a target that does not load"
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+# --- report running a suite ---------------------------------------------------------------------------
+
+TINY_SUITE = '''
+import pytest
+
+@pytest.mark.parametrize("flag", [None, False])
+def test_cell(kvconform_record, flag):
+    outcome = {"resolved_disable_hma": bool(flag is None), "warnings": [], "error": None, "unknown": None}
+    kvconform_record(suite="config", cell={"era": "seed", "flag": flag, "platform": "cuda", "features": "none",
+                                           "connector": "none", "stage": "config"},
+                     expected=outcome, actual=outcome)
+    assert flag is None, "this cell deliberately disagrees"
+'''
+
+
+@pytest.fixture
+def tiny_suite(tmp_path):
+    path = tmp_path / "suite" / "test_tiny.py"
+    path.parent.mkdir()
+    path.write_text(TINY_SUITE)
+    return str(path)
+
+
+def test_report_runs_the_suite_with_xdist_and_writes_three_files(tmp_path, capfd, tiny_suite):
+    out_dir = tmp_path / "out"
+    status = main(["report", "--suite", tiny_suite, "-n", "2", "--output-dir", str(out_dir), "--", "-q"])
+    captured = capfd.readouterr()
+    assert status == 1, "one cell fails"
+    assert sorted(p.name for p in out_dir.iterdir()) == REPORT_FILES
+    assert "[100%]" in captured.out, "pytest's progress is shown while the suite runs"
+    assert f"the full report is in {out_dir / 'compatibility.md'}" in captured.out
+    results = load_results(out_dir / "results.json")
+    assert {e["id"].rsplit("::", 1)[1]: e["status"] for e in results.results} == {
+        "test_cell[None]": "passed", "test_cell[False]": "failed"}
+    assert results.run_info["report_wall_seconds"] > 0 and results.run_info["workers"] == 2
+    assert "--kvconform-results" not in results.run_info["pytest_args"]
+    md = (out_dir / "compatibility.md").read_text()
+    assert "1 of 2 matrix cases agree with the oracle" in md
+
+
+def test_report_nothing_selected_is_exit_5(tmp_path, capfd, tiny_suite):
+    status = main(["report", "--suite", tiny_suite, "-n", "0", "--output-dir", str(tmp_path / "out"),
+                   "--", "-k", "no_such_test"])
+    captured = capfd.readouterr()
+    assert status == 5
+    assert "nothing ran" in captured.err
+    assert list((tmp_path / "out").iterdir()) == [], "no report for a run that ran nothing"
+
+
+# --- diff ---------------------------------------------------------------------------------------------
+
+def diff_pair(tmp_path):
+    base = [config_entry(flag=None, actual=outcome(resolved=False)),
+            config_entry(flag=True, actual=outcome(resolved=True)),
+            config_entry(flag=False, actual=outcome(resolved=False))]
+    head = [config_entry(flag=None, actual=outcome(resolved=True, warnings=["W-B1"])),
+            config_entry(flag=True, actual=outcome(resolved=True)),
+            config_entry(flag=False, platform="cpu", actual=outcome(resolved=False))]
+    return write_results(tmp_path / "base.json", base), write_results(tmp_path / "head.json", head)
+
+
+def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
+    base, head = diff_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head)
+    assert status == 1
+    cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
+    assert out.splitlines() == [
+        f"1 changed, 1 added, 1 removed between {base} and {head}",
+        f"added: {cell.format('false', 'cpu')}: — -> passed ✅",
+        f"removed: {cell.format('false', 'cuda')}: passed ✅ -> —",
+        f"changed: {cell.format('null', 'cuda')}: passed ✅ -> passed ⚪ (W-B1)",
+    ]
+
+
+def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
+    base, head = diff_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head, "--format", "md")
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == f"**kvconform diff:** 1 changed, 1 added, 1 removed between {base} and {head}"
+    assert lines[2:4] == ["| change | cell | base | head |", "|---|---|---|---|"]
+    assert len(lines) == 7
+
+
+def test_diff_identical_runs_exit_0(tmp_path, capsys):
+    base, _ = diff_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, base)
+    assert status == 0
+    assert out == f"No cell changed its outcome between {base} and {base}.\n"
+
+
+def test_diff_ignores_durations_messages_and_case_ids(tmp_path, capsys):
+    a = config_entry(actual=outcome(resolved=False))
+    b = dict(config_entry(actual=dict(outcome(resolved=False), id="renamed")), duration=9.0)
+    status, _, _ = run_cli(capsys, "diff", write_results(tmp_path / "a.json", [a]),
+                           write_results(tmp_path / "b.json", [b]))
+    assert status == 0
+
+
+def test_diff_bad_input(tmp_path, capsys):
+    base, _ = diff_pair(tmp_path)
+    (tmp_path / "bad.json").write_text("[1, 2")
+    status, _, err = run_cli(capsys, "diff", base, str(tmp_path / "bad.json"))
+    assert status == 2
+    assert_one_line_error(err, "bad.json: is not valid JSON")
+    status, _, err = run_cli(capsys, "diff", base, "--format", "html", base)
+    assert status == 2
+    assert_one_line_error(err, "invalid choice: 'html'")
+
+
+# --- merge --------------------------------------------------------------------------------------------
+
+def test_merge_keeps_every_run_and_all_cells(tmp_path, capsys):
+    a = write_results(tmp_path / "a.json", [config_entry(platform="cuda")], machine={"node": "gpu-box"})
+    b = write_results(tmp_path / "b.json", [config_entry(platform="cpu")], machine={"node": "cpu-box"},
+                      started_at="2025-12-31T00:00:00+00:00")
+    status, out, _ = run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "merged.json"))
+    assert status == 0
+    assert "2 results from 2 run(s) written to" in out
+    merged = load_results(tmp_path / "merged.json")
+    assert [r["machine"]["node"] for r in merged.runs] == ["gpu-box", "cpu-box"], "each run's run_info is kept"
+    assert merged.runs[0] == load_results(a).run_info and merged.runs[1] == load_results(b).run_info
+    by_platform = {e["cell"]["platform"]: e["run"] for e in merged.results}
+    assert by_platform == {"cuda": 0, "cpu": 1}, "every entry points at its run"
+    assert merged.run_info["merged_runs"] == 2
+    assert merged.run_info["started_at"] == "2025-12-31T00:00:00+00:00"
+
+
+def test_merge_of_merged_files_renumbers_runs(tmp_path, capsys):
+    a = write_results(tmp_path / "a.json", [config_entry(platform="cuda")])
+    b = write_results(tmp_path / "b.json", [config_entry(platform="cpu")])
+    c = write_results(tmp_path / "c.json", [config_entry(platform="xpu")])
+    run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "ab.json"))
+    run_cli(capsys, "merge", str(tmp_path / "ab.json"), c, "-o", str(tmp_path / "abc.json"))
+    merged = load_results(tmp_path / "abc.json")
+    assert len(merged.runs) == 3
+    assert {e["cell"]["platform"]: e["run"] for e in merged.results} == {"cuda": 0, "cpu": 1, "xpu": 2}
+
+
+def test_merge_refuses_mixed_versions_unless_allowed(tmp_path, capsys):
+    a = write_results(tmp_path / "a.json", [config_entry(platform="cuda")], kvconform_version="0.1.0")
+    b = write_results(tmp_path / "b.json", [config_entry(platform="cpu")], kvconform_version="0.2.0")
+    out_path = tmp_path / "merged.json"
+    status, _, err = run_cli(capsys, "merge", a, b, "-o", str(out_path))
+    assert status == 2
+    assert_one_line_error(err, f"runs of different kvconform versions (0.1.0 in {a}, 0.2.0 in {b}); "
+                               "pass --allow-mixed to merge them anyway")
+    assert not out_path.exists()
+    status, _, _ = run_cli(capsys, "merge", a, b, "-o", str(out_path), "--allow-mixed")
+    assert status == 0 and load_results(out_path).run_info["kvconform_version"] == "0.1.0, 0.2.0"
+
+
+def test_merge_refuses_conflicting_outcomes(tmp_path, capsys):
+    a = write_results(tmp_path / "a.json", [config_entry(actual=outcome(resolved=False))])
+    b = write_results(tmp_path / "b.json", [config_entry(actual=outcome(resolved=True), status="failed")])
+    status, _, err = run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "m.json"))
+    assert status == 2
+    assert_one_line_error(err, f"conflicting outcomes for config era=seed flag=null platform=cuda features=none "
+                               f"connector=none stage=config: passed in {a}, failed in {b}")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_merge_a_skip_yields_to_a_run_and_duplicates_collapse(tmp_path, capsys):
+    ran = config_entry(actual=outcome(resolved=False))
+    skipped = config_entry(status="skipped", message="needs CUDA")
+    a = write_results(tmp_path / "a.json", [skipped])
+    b = write_results(tmp_path / "b.json", [ran])
+    c = write_results(tmp_path / "c.json", [ran])
+    status, _, _ = run_cli(capsys, "merge", a, b, c, "-o", str(tmp_path / "m.json"))
+    assert status == 0
+    merged = load_results(tmp_path / "m.json")
+    assert [(e["status"], e["run"]) for e in merged.results] == [("passed", 1)]
+
+
+def test_merge_bad_inputs(tmp_path, capsys):
+    good = write_results(tmp_path / "a.json", [config_entry()])
+    (tmp_path / "foreign.json").write_text(json.dumps({"tests": []}))
+    status, _, err = run_cli(capsys, "merge", good, str(tmp_path / "foreign.json"), "-o", str(tmp_path / "m.json"))
+    assert status == 2
+    assert_one_line_error(err, "foreign.json: not a kvconform results file")
+    (tmp_path / "blocker").write_text("")
+    status, _, err = run_cli(capsys, "merge", good, "-o", str(tmp_path / "blocker" / "m.json"))
+    assert status == 2
+    assert_one_line_error(err, "cannot write there")
+    status, _, err = run_cli(capsys, "merge", good)
+    assert status == 2
+    assert_one_line_error(err, "the following arguments are required: -o/--output")
+
+
+def test_report_renders_a_merged_file(tmp_path, capsys):
+    a = write_results(tmp_path / "a.json", [config_entry(platform="cuda")])
+    b = write_results(tmp_path / "b.json", [config_entry(platform="cpu", actual=outcome(resolved=True))])
+    run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "m.json"))
+    status, _, _ = run_cli(capsys, "report", "--from", str(tmp_path / "m.json"), "--output-dir", str(tmp_path / "o"))
+    assert status == 0
+    md = (tmp_path / "o" / "compatibility.md").read_text()
+    assert "merged from 2 runs" in md
+    assert table_after(md, "### Era seed")[1] == ["none", "none", "✅", "⚪"]
