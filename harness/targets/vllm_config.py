@@ -8,8 +8,10 @@ vLLM's own argument parser; stage `create_connector` calls the real `KVConnector
 with an empty `KVCacheConfig`. The outcome follows the `kvconform resolve` schema (issue 2).
 
 A case the installed vLLM cannot evaluate here (another era than the installed release, a platform whose
-class lives outside vLLM, a package vLLM needs that is not installed, a connector that needs hardware to
-construct) gets `unknown` with the reason, never a guess.
+class lives outside vLLM and on which the outcome depends, a speculative method whose plugin package is not
+installed, a MultiConnector whose own constructor needs hardware) gets `unknown` with the reason, never a
+guess. Import errors vLLM itself raises while resolving HMA (0.33 imports the connector module at config
+time) are its behaviour and are reported as errors.
 """
 
 from __future__ import annotations
