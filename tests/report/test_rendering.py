@@ -11,32 +11,7 @@ from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import config_entry, outcome, run_info
-
-W1 = "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."
-W2 = "Turning off hybrid kv cache manager because connector LMCacheConnectorV1 does not support HMA."
-E_F = "Connector LMCacheConnectorV1 does not support HMA but HMA is enabled."
-TPU = "TPU support comes from tpu_inference"
-
-
-def config_document() -> ResultsDocument:
-    """Two eras, every kind of cell, one mismatch, one skip, one change between eras."""
-    entries = [
-        config_entry("seed", None, "cuda", "none", "none", actual=outcome(resolved=False)),
-        config_entry("seed", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W1])),
-        config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=False)),
-        config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", stage="create_connector",
-                     actual=outcome(error={"type": "ValueError", "stage": "create_connector", "message": E_F})),
-        config_entry("seed", True, "cuda", "none", "none", actual=outcome(resolved=True), status="failed",
-                     message="expected resolved False"),
-        config_entry("seed", None, "rocm", "none", "none", actual=None, status="skipped", message="ROCm not modelled"),
-        config_entry("v0.33", None, "cuda", "none", "none", actual=outcome(resolved=False)),
-        config_entry("v0.33", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W2])),
-        config_entry("v0.33", None, "tpu", "none", "none", actual=outcome(unknown=TPU)),
-    ]
-    entries[5]["actual"] = None
-    return ResultsDocument(run_info=run_info(), results=entries)
-
+from tests.report.synthetic import E_F, TPU, W1, W2, config_document, config_entry, outcome, run_info
 
 def test_era_tables_golden():
     md = render_markdown(build_document(config_document()))

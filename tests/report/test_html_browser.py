@@ -1,0 +1,77 @@
+"""The HTML report in a real headless browser (Debian's chromium): tables render, filters and search work.
+
+The page reads its filters from the URL (``?era=…&platform=…&connector=…&q=…``) and writes the number of
+rows it shows into ``#kv-filter-status``; chromium's ``--dump-dom`` prints the DOM after the scripts ran.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from harness.report.build import build_document
+from harness.report.html import render_html
+from tests.report.synthetic import config_document
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    path = tmp_path_factory.mktemp("html") / "compatibility.html"
+    path.write_text(render_html(build_document(config_document())), encoding="utf-8")
+    return path
+
+
+def dump_dom(page, query: str, profile) -> str:
+    """The DOM after load, as chromium serialises it."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+         "--dump-dom", f"{page.as_uri()}{query}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"chromium failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def visible_rows(dom: str) -> int:
+    match = re.search(r'id="kv-filter-status"[^>]*data-visible-rows="(\d+)"', dom)
+    assert match, "the filter script did not run (no row count in #kv-filter-status)"
+    return int(match.group(1))
+
+
+def hidden(dom: str, tag_pattern: str) -> bool:
+    match = re.search(tag_pattern, dom)
+    assert match, f"{tag_pattern} not found in the DOM"
+    return "kv-hide" in match.group(0) or "kv-nomatch" in match.group(0)
+
+
+# Query -> rows shown: 2 rows in era seed, 2 in v0.33, 1 in "what changed" (worked out by hand from
+# synthetic.config_document).
+@pytest.mark.parametrize(("query", "rows"), [
+    ("", 5),
+    ("?era=seed", 3),
+    ("?connector=LMCacheConnectorV1", 3),
+    ("?platform=tpu", 5),
+    ("?q=tpu_inference", 1),  # only a footnote of the v0.33 none/none row mentions it
+    ("?q=LMCACHECONNECTORV1", 3),  # case-insensitive
+    ("?era=v0.33&q=tpu_inference", 1),
+    ("?era=seed&q=tpu_inference", 0),
+])
+def test_filters_and_search(page, tmp_path, query, rows):
+    dom = dump_dom(page, query, tmp_path / "profile")
+    assert visible_rows(dom) == rows, f"{query or 'no filter'}: rows shown"
+
+
+def test_tables_render_and_era_filter_hides_other_eras(page, tmp_path):
+    dom = dump_dom(page, "?era=seed&platform=cuda", tmp_path / "profile")
+    assert dom.count("<table") == 4, "summary, two eras, what changed"
+    assert hidden(dom, r'<section data-key="config" data-f-era="v0\.33"[^>]*>')
+    assert not hidden(dom, r'<section data-key="config" data-f-era="seed"[^>]*>')
+    assert hidden(dom, r'<th data-f-platform="rocm"[^>]*>'), "columns of other platforms are hidden"
+    assert not hidden(dom, r'<th data-f-platform="cuda"[^>]*>')
+    assert re.search(r'<select id="kv-f-era">', dom) and 'value="seed"' in dom
