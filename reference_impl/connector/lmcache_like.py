@@ -62,11 +62,14 @@ def extra_config(vllm_config) -> dict:
 
 @dataclass
 class TransferOp:
-    """Copy one (chunk, group) object: `block_ids[i]` is the block of the object's i-th slot (SKIP: leave)."""
+    """Copy one (chunk, group) object: `block_ids[i]` is the block of the object's i-th slot (SKIP: leave).
+
+    The worker derives the store key from `chunk_hash`, the group and its own TP rank.
+    """
 
     req_id: str
     group_id: int
-    key: str
+    chunk_hash: bytes
     block_ids: list[int]
 
 
@@ -280,7 +283,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
                 for pos in slots:
                     block = table[pos] if pos < len(table) else NULL_BLOCK_ID
                     ids.append(SKIP if block == NULL_BLOCK_ID or pos < first_writable else block)
-                ops.append(TransferOp(req_id, group.group_id, self._key(group.group_id, hashes[chunk]), ids))
+                ops.append(TransferOp(req_id, group.group_id, hashes[chunk], ids))
         return ops
 
     def _save_ops(self, req_id: str, tracker: _Tracker, computed_end: int) -> list[TransferOp]:
@@ -300,10 +303,9 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
                 ids = [table[pos] if pos < len(table) else NULL_BLOCK_ID for pos in self._group_slots(group, chunk)]
                 if NULL_BLOCK_ID in ids:
                     continue  # a required block is gone (out of window / null): this object cannot be stored
-                key = self._key(group.group_id, tracker.hashes[chunk])
-                if self.store.contains(key):
+                if self._all_ranks_have(group.group_id, tracker.hashes[chunk]):
                     continue
-                ops.append(TransferOp(req_id, group.group_id, key, ids))
+                ops.append(TransferOp(req_id, group.group_id, tracker.hashes[chunk], ids))
         tracker.saved_chunks = complete
         return ops
 
@@ -409,7 +411,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     def _load_request(self, ops: list[TransferOp]) -> bool:
         fetched = []
         for op in ops:
-            value = self.store.get(op.key)
+            value = self.store.get(self._key(op.group_id, op.chunk_hash))
             if value is None:
                 self._count("load_misses", 1)
                 return False
@@ -458,7 +460,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
                 parts = [t.index_select(0, rows).reshape(len(rows), -1).view(torch.uint8) for t in self._layers[name]]
                 per_layer.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
             value = torch.stack(per_layer)
-            if self.store.put(op.key, value):
+            if self.store.put(self._key(op.group_id, op.chunk_hash), value):
                 self._count("stored_bytes", value.numel())
             else:
                 self._count("store_rejected", 1)

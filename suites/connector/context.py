@@ -6,6 +6,7 @@ hook's name, and the checks can observe (`calls`) and instrument (`around`) hook
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 import uuid
@@ -49,7 +50,7 @@ class CheckContext:
     # ---- construction -----------------------------------------------------------------------------
     def extra_config(self, **builtin_options) -> dict:
         """The target's extra config; built-ins also get a private store and `builtin_options`."""
-        extra = dict(self.target.extra_config)
+        extra = copy.deepcopy(self.target.extra_config)
         if self.target.builtin:
             store = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
             extra.update(store_name=store, **builtin_options)

@@ -62,7 +62,7 @@ def test_c26_preemption(ctx, preset):
     engine.run_until_done()
     expect(sum(r.num_preemptions for r in requests) > 0, "scenario: no preemption happened")
     expect_no_read_errors(engine, "after preemption")
-    ops = [op.key for c in ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER)
+    ops = [(op.group_id, op.chunk_hash) for c in ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER)
            for op in getattr(c[3], "saves", ())]
     duplicates = {k for k in ops if ops.count(k) > 1}
     expect(not duplicates, f"{len(duplicates)} store keys issued twice, e.g. {sorted(duplicates)[:1]}")

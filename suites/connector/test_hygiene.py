@@ -1,0 +1,100 @@
+"""Spec 4.2, robustness: C31 state-hygiene, C32 events-group-aware, C33 multiconnector, C35 capacity-pressure."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from reference_impl.connector.base import KVConnectorRole
+from reference_impl.engine.presets import PRESETS
+from suites.connector import stub
+from suites.connector.context import expect, expect_no_read_errors, prompt
+
+ALL_PRESETS = list(PRESETS)
+
+
+@pytest.mark.kv_check("C31")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa+mamba"])
+def test_c31_state_hygiene(ctx, preset):
+    """30 random requests (shared prefixes, aborts, preemptions): afterwards no request state or pin is left."""
+    engine = ctx.engine(num_blocks=100, max_num_batched_tokens=512)
+    rng = random.Random(31)
+    bases = [prompt(310 + i, 600) for i in range(3)]
+    live = []
+    for i in range(30):
+        tokens = rng.choice(bases)[: rng.randrange(200, 600)] + prompt(i, rng.randrange(1, 80))
+        live.append(engine.add_request(engine.make_request(tokens, max_tokens=rng.randrange(1, 4))))
+        engine.step()
+        if rng.random() < 0.2:
+            engine.abort_request(rng.choice(live).request_id)
+    engine.run_until_done(idle_steps=4)
+    expect(not engine.scheduler.has_unfinished_requests(), "requests left in the scheduler")
+    for role, instance in (("scheduler", engine.connector), ("worker", engine.workers[0].connector)):
+        probe = getattr(instance.inner, "kvconform_open_state", None)
+        if probe is None:
+            continue
+        leftovers = {k: v for k, v in probe().items() if v}
+        expect(not leftovers, f"{role} role keeps per-request state after all requests finished: {leftovers}")
+    expect_no_read_errors(engine, "random workload")
+
+
+@pytest.mark.kv_check("C32")
+@pytest.mark.parametrize("preset", ["fa+swa"])
+def test_c32_events_group_aware(ctx, preset):
+    """KV events, when emitted, carry group information (a group index, or a group-qualified key)."""
+    engine = ctx.engine()
+    ctx.run(engine, prompt(32, 600))
+    events = list(engine.scheduler.connector_events)
+    if not events:
+        pytest.skip("not applicable: the connector emits no KV cache events")
+    for event in events:
+        has_group = hasattr(event, "group_idx") or any("|g" in str(part) for part in
+                                                       (event if isinstance(event, tuple) else (event,)))
+        expect(has_group, f"event without group information: {event!r}")
+
+
+@pytest.mark.kv_check("C33")
+@pytest.mark.parametrize("preset", ["fa+swa"])
+def test_c33_multiconnector(ctx, preset):
+    """Inside MultiConnector next to another HMA child, both children get request_finished_all_groups."""
+    if not ctx.is_hma:
+        pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
+    log = uuid.uuid4().hex
+    children = [
+        {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__,
+         "kv_connector_extra_config": ctx.extra_config()},
+        {"kv_connector": "RecordingHMAConnector", "kv_connector_module_path": stub.__name__,
+         "kv_connector_extra_config": {"log": log}},
+    ]
+    multi = ctx.target.__class__("MultiConnector", "reference_impl.connector.multi:MultiConnector", "check C33",
+                                 extra_config={"connectors": children})
+    from suites.connector.context import CheckContext
+    wrapped = CheckContext(multi, preset)
+    engine = wrapped.engine(extra={"connectors": children})
+    requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]
+    calls = stub.RECORDED.get(log, [])
+    for request in requests:
+        got = [c for c in calls if c[1] == request.request_id]
+        expect(got == [("request_finished_all_groups", request.request_id)],
+               f"the HMA child saw {got} for {request.request_id}; expected one request_finished_all_groups")
+    expect_no_read_errors(engine, "MultiConnector")
+
+
+@pytest.mark.kv_check("C35")
+@pytest.mark.parametrize("preset", ["fa+swa", "fa+swa+mamba"])
+def test_c35_capacity_pressure(ctx, preset):
+    """With a tiny backend, stores degrade (fewer chunks, LRU) and every hit still serves the right bytes."""
+    if not ctx.target.builtin:
+        pytest.skip("not applicable: the suite cannot size a vendor backend (no capacity option)")
+    engine = ctx.engine(cpu_bytes=200_000)
+    prompts = [prompt(350 + i, 800) for i in range(5)]
+    for tokens in prompts:
+        ctx.run(engine, tokens)
+    ctx.forget_local_cache(engine)
+    for worker in engine.workers:
+        worker.backing.fill_(-1)
+    for tokens in prompts:
+        ctx.run(engine, tokens + [1])
+    expect_no_read_errors(engine, "reloads under capacity pressure")
