@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import torch
 
+from reference_impl.config import messages
+
 from reference_impl.kv_cache.specs import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -42,11 +44,8 @@ logger = logging.getLogger(__name__)
 
 ERA_STYLES = ("seed", "v0.33")
 
-W_U = ("Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
-       "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding window). "
-       "The compute of layers like sliding window is still saved.")
-E_UNIFY_SEED = "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type."
-E_UNIFY_V033 = "Failed to promote local KV cache specs to one unified type."
+# The era texts have one home with the rest of vLLM's HMA messages.
+W_U, E_UNIFY_SEED, E_UNIFY_V033 = messages.W_U, messages.E_UNIFY_SEED, messages.E_UNIFY_V033
 
 
 def _warn(warnings: list[str] | None, text: str) -> None:
