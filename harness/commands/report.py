@@ -4,6 +4,9 @@ Writes `compatibility.md`, `compatibility.html` and `results.json` into `reports
 three atomically and only once everything rendered. `--from RESULTS.json` renders an earlier (or merged) run
 without running anything. Arguments after `--` go to pytest unchanged.
 
+pytest-benchmark times nothing under xdist, so the throughput table of a plain run says "not timed";
+`--timing` runs the benchmark suite once more without xdist and puts its timed results in the report.
+
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
 be loaded, 5 nothing ran.
 """
@@ -20,11 +23,12 @@ from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.eras import EraSelectionError, select_eras
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import MARKDOWN_NAME, render_reports
-from harness.results_model import ResultsDocument, ResultsFileError, load_results
+from harness.results_model import ResultsDocument, ResultsFileError, load_results, sort_entries
 from harness.target_spec import load_target
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
+BENCHMARK_SUITE = "suites.benchmarks"
 # pytest's own exit codes (pytest.ExitCode) that mean something other than "tests ran".
 _PYTEST_INTERRUPTED, _PYTEST_INTERNAL_ERROR, _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 2, 3, 4, 5
 
@@ -50,6 +54,8 @@ def register(subparsers) -> None:
                         help="suite package or path to run (repeatable; default: suites)")
     parser.add_argument("-n", "--workers", default="auto", metavar="N|auto",
                         help="pytest-xdist worker processes (default: auto)")
+    parser.add_argument("--timing", action="store_true",
+                        help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures")
     parser.set_defaults(run=run, accepts_extra=True)
 
 
@@ -62,9 +68,10 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
         raise UsageError(str(exc)) from None
 
 
-def _pytest_command(args, results_path: Path) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--pyargs", *(args.suites or DEFAULT_SUITES),
-               "-n", str(args.workers), "-p", "no:cacheprovider", "--kvconform-results", str(results_path)]
+def _pytest_command(args, suites: list[str], results_path: Path, xdist: bool) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--pyargs", *suites, "-p", "no:cacheprovider",
+               "-rfE", "--kvconform-results", str(results_path)]
+    command += ["-n", str(args.workers)] if xdist else ["-p", "no:xdist"]
     if args.target:
         command += ["--hma-target", args.target]
     if args.vllm_version:
@@ -77,13 +84,14 @@ def _pytest_command(args, results_path: Path) -> list[str]:
     return command + extra
 
 
-def _run_suites(args) -> ResultsDocument:
+def _run_pytest(args, suites: list[str], xdist: bool) -> ResultsDocument:
     """Run pytest in a subprocess (its progress goes straight to the terminal) and load its results."""
     with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch:
         results_path = Path(scratch) / "results.json"
-        command = _pytest_command(args, results_path)
-        print(f"kvconform report: running {' '.join(args.suites or DEFAULT_SUITES)} with pytest-xdist "
-              f"(-n {args.workers}) on target {args.target or 'reference'}", flush=True)
+        command = _pytest_command(args, suites, results_path, xdist)
+        how = f"pytest-xdist (-n {args.workers})" if xdist else "pytest without xdist (timed)"
+        print(f"kvconform report: running {' '.join(suites)} with {how} on target {args.target or 'reference'}",
+              flush=True)
         started = time.perf_counter()
         try:
             returncode = subprocess.run(command, check=False).returncode
@@ -113,6 +121,16 @@ def _run_suites(args) -> ResultsDocument:
     del pytest_args[position:position + 2]
     results.run_info["pytest_args"] = pytest_args
     return results
+
+
+def with_timed_benchmarks(results: ResultsDocument, timed: ResultsDocument) -> ResultsDocument:
+    """`results` with each benchmark test replaced by its timed run (kept as a second run)."""
+    timed_ids = {entry["id"] for entry in timed.results}
+    second = len(results.runs)
+    entries = [e for e in results.results if e["id"] not in timed_ids]
+    entries += [dict(entry, run=second) for entry in timed.results]
+    return ResultsDocument(run_info=results.run_info, runs=[*results.runs, timed.run_info],
+                           results=sort_entries(entries))
 
 
 def _filtered(results: ResultsDocument, eras: tuple[str, ...] | None, connector: str | None) -> ResultsDocument:
@@ -149,8 +167,9 @@ def run(args) -> int:
     if args.from_file:
         if args.extra:
             raise UsageError(f"kvconform report: pytest arguments ({' '.join(args.extra)}) make no sense with --from")
-        if args.target:
-            raise UsageError("kvconform report: --target and --from exclude each other (--from runs nothing)")
+        if args.target or args.timing:
+            raise UsageError(f"kvconform report: {'--target' if args.target else '--timing'} and --from exclude "
+                             "each other (--from runs nothing)")
         try:
             results = _filtered(load_results(args.from_file), eras, args.kv_connector)
         except ResultsFileError as exc:
@@ -158,7 +177,9 @@ def run(args) -> int:
     else:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
-        results = _run_suites(args)
+        results = _run_pytest(args, args.suites or list(DEFAULT_SUITES), xdist=True)
+        if args.timing:
+            results = with_timed_benchmarks(results, _run_pytest(args, [BENCHMARK_SUITE], xdist=False))
     files = render_reports(results)
     try:
         write_files_atomic({output_dir / name: text for name, text in files.items()})

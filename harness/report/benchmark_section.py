@@ -44,7 +44,7 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
     rows = []
     for (workload, implementation), metrics in sorted(figures.items(), key=lambda kv: (kv[0][0], kv[0][1].lower())):
         if metrics is None:
-            not_timed = Cell("❔", "unknown", ("not timed (benchmarks time nothing under xdist; run without -n)",))
+            not_timed = Cell("❔", "unknown", ("not timed (pytest-benchmark times nothing under xdist; run `kvconform report --timing`)",))
             rows.append([workload, implementation, not_timed, not_timed, not_timed, not_timed])
             continue
         if implementation.lower() == REFERENCE_IMPLEMENTATION:
