@@ -22,7 +22,8 @@ def run_details(results: ResultsDocument) -> list[str]:
         lines.append(
             f"Run {index + 1}: commit {commit} · {platform.get('system', '?')} {machine.get('arch', '?')} "
             f"on {machine.get('node', '?')} · Python {run.get('python_version')} · torch {run.get('torch_version')} "
-            f"· {run.get('started_at')} → {run.get('finished_at')} · {run.get('wall_seconds')} s"
+            f"· {run.get('started_at')} → {run.get('finished_at')} · pytest session {run.get('wall_seconds')} s"
+            + (f", whole run {run['report_wall_seconds']} s" if run.get("report_wall_seconds") else "")
         )
     return lines
 

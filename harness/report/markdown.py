@@ -7,6 +7,7 @@ compare one part (the config matrix) of two reports; the run line has its own ma
 from __future__ import annotations
 
 import contextlib
+import re
 from itertools import groupby
 
 import tabulate as _tabulate
@@ -42,10 +43,19 @@ def _cell(value: Cell | str, footnotes: Footnotes) -> str:
     return _inline(value.text) + refs
 
 
+# Past this width nobody reads the raw table anyway; its padding only makes the file large.
+_ALIGN_UP_TO = 200
+_PADDING = re.compile(r" {2,}(?=\|)")
+_RULE = re.compile(r"-{4,}")
+
+
 def _table(table: Table, footnotes: Footnotes) -> str:
     rows = [[_cell(value, footnotes) for value in row] for row in table.rows]
     headers = [_inline(h) for h in table.headers]
-    return _tabulate.tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    text = _tabulate.tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    if len(text.partition("\n")[0]) > _ALIGN_UP_TO:
+        text = _RULE.sub("---", _PADDING.sub(" ", text))
+    return text
 
 
 def render_markdown(document: Document) -> str:
