@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from harness.commands.report import with_timed_benchmarks
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
 
 REPORT_FILES = ["compatibility.html", "compatibility.md", "results.json"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_results(path, entries, **info) -> str:
@@ -355,3 +358,33 @@ def test_report_renders_a_merged_file(tmp_path, capsys):
     md = (tmp_path / "o" / "compatibility.md").read_text()
     assert "merged from 2 runs" in md
     assert table_after(md, "### Era seed")[1] == ["none", "none", "✅", "⚪"]
+
+
+def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, monkeypatch):
+    """A mutant resolver (tests/config_mutants.py) run as --target: exit 1, and the report marks its cells."""
+    monkeypatch.chdir(REPO)
+    out_dir = tmp_path / "out"
+    status = main(["report", "--suite", "suites.config", "--target", "tests.config_mutants:ignores_kv_events_in_seed",
+                   "--vllm-version", "seed", "-n", "2", "--output-dir", str(out_dir), "--", "-q"])
+    captured = capfd.readouterr()
+    assert status == 1, captured.out[-2000:]
+    results = load_results(out_dir / "results.json")
+    assert results.run_info["target"] == "tests.config_mutants:ignores_kv_events_in_seed"
+    failed = [e for e in results.results if e["status"] == "failed"]
+    assert failed and all(e["cell"]["era"] == "seed" for e in failed)
+    assert all(e["cell"]["features"] == "kv_events" for e in failed), "only the broken rule's cells fail"
+    md = (out_dir / "compatibility.md").read_text()
+    assert "❗" in md and "target tests.config_mutants:ignores_kv_events_in_seed" in md
+    assert "### Era seed (vLLM 0.13.0)" in md and "### Era v0.33" not in md
+
+
+def test_with_timed_benchmarks_replaces_untimed_entries():
+    untimed = make_entry(nodeid="suites/benchmarks/t.py::a", suite="benchmark", status="passed",
+                         cell={"workload": "w", "implementation": "reference"}, extra={"metrics": None})
+    other = config_entry()
+    timed = dict(untimed, extra={"metrics": {"requests_per_s": 5.0}})
+    merged = with_timed_benchmarks(ResultsDocument(run_info=run_info(), results=[untimed, other]),
+                                   ResultsDocument(run_info=run_info(wall_seconds=9.0), results=[timed]))
+    assert [r["wall_seconds"] for r in merged.runs] == [30.0, 9.0], "the timed pass is kept as a second run"
+    assert {e["id"]: (e["extra"], e["run"]) for e in merged.results} == {
+        untimed["id"]: ({"metrics": {"requests_per_s": 5.0}}, 1), other["id"]: ({}, 0)}
