@@ -146,7 +146,8 @@ class _TestProgress:
             expected, actual = record.pop("expected", None), record.pop("actual", None)
             entries.append(make_entry(
                 nodeid=nodeid if index == 0 else f"{nodeid}#{index}",
-                suite=str(suite), status=self.status, cell=_json_safe(cell), params=self.params,
+                suite=str(suite), status=self.status, cell={str(k): _json_safe(v) for k, v in cell.items()},
+                params=self.params,
                 expected=_json_safe(expected), actual=_json_safe(actual), message=self.message,
                 duration=self.duration, extra={k: _json_safe(v) for k, v in record.items()},
             ))
@@ -222,11 +223,8 @@ class ResultsCollector:
 
     def _target(self) -> str | None:
         """The config target as given on the command line or in the environment (None: the reference)."""
-        for option in ("--hma-target",):
-            try:
-                value = self.config.getoption(option)
-            except ValueError:
-                continue
-            if value:
-                return str(value)
-        return os.environ.get("KVCONFORM_TARGET") or None
+        try:
+            option = self.config.getoption("--hma-target")
+        except ValueError:  # the config matrix plugin is not loaded
+            option = None
+        return str(option) if option else os.environ.get("KVCONFORM_TARGET") or None
