@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.eras import EraSelectionError, select_eras
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
-from harness.report import MARKDOWN_NAME, render_reports
+from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
 from harness.results_model import ResultsDocument, ResultsFileError, load_results, sort_entries
 from harness.target_spec import load_target
 
@@ -187,14 +187,12 @@ def run(args) -> int:
         raise UsageError(f"kvconform report: cannot write the report into {output_dir} ({exc.strerror or exc})") from None
     status = exit_status(results)
     failures = sum(1 for e in results.results if e["status"] in ("failed", "error"))
-    where = output_dir / MARKDOWN_NAME
+    where = f"{output_dir / MARKDOWN_NAME} (and {output_dir / HTML_NAME}, {output_dir / RESULTS_NAME})"
     if status == EXIT_FAILURES:
-        print(f"kvconform report: {failures} conformance failure(s); the full report is in {where} "
-              f"(and {output_dir / 'compatibility.html'}, {output_dir / 'results.json'})")
+        print(f"kvconform report: {failures} conformance failure(s); the full report is in {where}")
     elif status == EXIT_NOTHING_RAN:
         print(f"kvconform report: nothing ran (every test was skipped or none was selected); report in {where}")
     else:
-        print(f"kvconform report: {len(results.results)} results as expected; report in {where} "
-              f"(and {output_dir / 'compatibility.html'}, {output_dir / 'results.json'})")
+        print(f"kvconform report: {len(results.results)} results as expected; report in {where}")
     return status
 
