@@ -58,6 +58,9 @@ class ConnectorTarget:
         self._cls = cls
         return cls
 
+    def __repr__(self) -> str:
+        return f"{self.name} ({self.spec})"
+
     @property
     def is_hma(self) -> bool:
         """True when the class declares SupportsHMA (False when it does not load)."""

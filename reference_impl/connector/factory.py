@@ -59,7 +59,9 @@ def check_constructor(cls: type) -> None:
             f"{cls.__qualname__}.__init__{inspect.signature(cls.__init__)} lacks the kv_cache_config parameter; "
             "accepted: __init__(self, vllm_config, role, kv_cache_config)"
         )
-    if len([n for n in names if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)]) < 2:
+    positional = [n for n in names if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)]
+    has_var_pos = any(p.kind is p.VAR_POSITIONAL for p in params.values())
+    if len(positional) < 2 and not has_var_pos:
         raise ValueError(
             f"{cls.__qualname__}.__init__ must accept (vllm_config, role, kv_cache_config), "
             f"got {inspect.signature(cls.__init__)}"

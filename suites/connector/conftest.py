@@ -66,6 +66,8 @@ def pytest_pyfunc_call(pyfuncitem):
     funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout")
     context = funcargs.get("ctx")
+    if context is not None and context.load_error:
+        pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
     run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
     return True

@@ -34,18 +34,21 @@ class CheckContext:
     def __init__(self, target: ConnectorTarget, preset: str | None):
         self.target = target
         self.preset = preset
-        try:
-            self.cls = target.load()
-        except ConnectorLoadError as exc:
-            pytest.fail(f"connector does not load: {exc}", pytrace=False)
-        self.is_hma = target.is_hma
-        if preset is not None and len(get_preset(preset).groups) > 1 and not self.is_hma:
-            pytest.skip(f"not HMA-capable: {self.cls.__name__} does not declare SupportsHMA, so vLLM refuses "
-                        f"it on the multi-group preset {preset}")
+        self.load_error: str | None = None
         self.calls: list = []
         self.around: dict = {}
         self.state: dict = {"current": None}
         self.engines: list[EngineCore] = []
+        try:
+            self.cls = target.load()
+        except ConnectorLoadError as exc:
+            # Reported as the check's failure (in the call phase), not as a setup error.
+            self.load_error, self.cls, self.is_hma = f"connector does not load: {exc}", None, False
+            return
+        self.is_hma = target.is_hma
+        if preset is not None and len(get_preset(preset).groups) > 1 and not self.is_hma:
+            pytest.skip(f"not HMA-capable: {self.cls.__name__} does not declare SupportsHMA, so vLLM refuses "
+                        f"it on the multi-group preset {preset}")
 
     # ---- construction -----------------------------------------------------------------------------
     def extra_config(self, **builtin_options) -> dict:
