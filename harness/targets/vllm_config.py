@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
-from harness.targets.vllm_outcome import HmaBlock, captured_warnings, error_of, unwrap_exception
+from harness.targets.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
 from harness.targets.vllm_platforms import PLATFORM_CLASSES, platform_support
 
 CASE_KEYS = frozenset({
@@ -55,7 +55,6 @@ _TINY_DEEPSEEK_V3 = {
 }
 _MAX_MODEL_LEN = 2048
 # The suite's fixture-connector module -> its twin written against vLLM's base classes.
-EXTERNAL_TWINS = {"suites.config.external_connectors": "harness.targets.vllm_external_connectors"}
 
 
 class CaseError(ValueError):

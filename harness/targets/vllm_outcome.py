@@ -98,6 +98,11 @@ def unwrap_exception(exc: BaseException) -> BaseException:
     return exc
 
 
+# The suite's fixture connectors -> their twins built on vLLM's own base classes. vLLM loads the twin; its
+# messages name the case's module again, so outcomes stay comparable with other targets.
+EXTERNAL_TWINS = {"suites.config.external_connectors": "harness.targets.vllm_external_connectors"}
+
+
 def error_of(exc: BaseException, stage: str) -> dict:
     """The outcome's `error` object for an exception raised at `stage`."""
     inner = unwrap_exception(exc)
@@ -105,6 +110,8 @@ def error_of(exc: BaseException, stage: str) -> dict:
         message = str(inner)
     else:
         message = _after_value_error(str(exc))
+    for original, twin in EXTERNAL_TWINS.items():
+        message = message.replace(twin, original)
     return {"type": type(inner).__name__, "message": message, "stage": stage}
 
 

@@ -39,9 +39,6 @@ def connector_name(cls) -> str:
     return cls.__name__
 
 
-def class_supports_hma(cls) -> bool:
-    """Class-level SupportsHMA (vLLM's `supports_hma(cls)`), for built-ins and real classes alike."""
-    return cls.hma if isinstance(cls, BuiltinConnector) else supports_hma(cls)
 
 
 def class_is_multi(cls) -> bool:
@@ -122,9 +119,25 @@ class KVConnectorFactory:
             self._fail(messages.E_UNSUPPORTED_CONNECTOR.format(connector=name), stage, "unsupported_connector")
         return cls
 
+    def class_supports_hma(self, cls) -> bool:
+        """Class-level SupportsHMA (vLLM's `supports_hma(cls)`) in this era.
+
+        A subclass of MultiConnector is as capable as the era's MultiConnector (vLLM's class gained
+        SupportsHMA in 0.21, so before that a renamed subclass is rejected by the factory).
+        """
+        if isinstance(cls, BuiltinConnector):
+            return cls.hma
+        if is_multi_connector_class(cls):
+            return self._builtins["MultiConnector"].hma
+        return supports_hma(cls)
+
     def _from_module(self, module_path: str, name: str, stage: str) -> type:
         self._rules.append("connector_from_module_path")
-        cls = load_module_class(module_path, name)
+        cls = getattr(importlib.import_module(module_path), name, None)
+        if not isinstance(cls, type):
+            # e.g. the offloading shortcut renamed kv_connector but kept the module path (0.33)
+            self._fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
+                       "connector_class_not_found", vllm_type="AttributeError")
         if self.era.deprecated_constructor_error and not _has_kv_cache_config_parameter(cls):
             self._fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
@@ -147,7 +160,7 @@ class KVConnectorFactory:
         """0.23+: class SupportsHMA, or for the literal name MultiConnector, every child recursively."""
         cls = self.get_connector_class(ktc, stage)
         if ktc.kv_connector != "MultiConnector":
-            return class_supports_hma(cls)
+            return self.class_supports_hma(cls)
         children = ktc.children()
         if not children:
             self._rules.append("multi_children_empty")
@@ -163,12 +176,12 @@ class KVConnectorFactory:
         """0.22: the configured class's name when it, or for a class named MultiConnector one of its
         children, is not SupportsHMA; None when HMA can stay on."""
         cls = self.get_connector_class(ktc, stage)
-        if not class_supports_hma(cls):
+        if not self.class_supports_hma(cls):
             return connector_name(cls)
         if connector_name(cls) == "MultiConnector":
             self._rules.append("multi_children_checked")
             for child in ktc.children():
-                if not class_supports_hma(self.get_connector_class(child, stage)):
+                if not self.class_supports_hma(self.get_connector_class(child, stage)):
                     return connector_name(cls)
         return None
 

@@ -89,6 +89,9 @@ E_MULTI_ASSERT = "HMA should not be enabled unless all sub-connectors support it
 
 E_CONNECTOR_NAME_NOT_SET = "Connector name is not set in KVTransferConfig"
 E_UNSUPPORTED_CONNECTOR = "Unsupported connector type: {connector}"
+E_CLASS_NOT_FOUND = "Class {connector} not found in {module}"
+#: MultiConnector.__init__ without a "connectors" key (`assert ktcs is not None` has no message).
+E_MULTI_NO_CONNECTORS = ""
 E_DEPRECATED_CONSTRUCTOR = "Connector {connector} uses deprecated 2-argument constructor signature."
 E_KV_ROLE_MISSING = (
     "Please specify kv_role when kv_connector is set, supported roles are "

@@ -11,7 +11,7 @@ import logging
 from reference_impl.config import eras as E
 from reference_impl.config import messages
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
-from reference_impl.config.factory import KVConnectorFactory, class_is_multi, class_supports_hma
+from reference_impl.config.factory import KVConnectorFactory, class_is_multi
 from reference_impl.config.objects import KVTransferConfig, VllmConfig
 
 logger = logging.getLogger("reference_impl.config")
@@ -136,14 +136,11 @@ def _apply_offloading_shortcut(cfg: VllmConfig, res: Resolution, rule: str) -> N
     res.rules.append(rule)
     if cfg.kv_transfer_config is None:
         cfg.kv_transfer_config = KVTransferConfig(kv_connector=name, kv_role="kv_both")
-    else:  # the shortcut overwrites a user-supplied connector
-        if era.module_path_first and cfg.kv_transfer_config.kv_connector_module_path:
-            raise UnknownOutcome(
-                "the spec does not say whether the offloading shortcut keeps kv_connector_module_path, which "
-                "this release's module-path-first lookup would then use for the overwritten connector name",
-                "offloading_shortcut_before",
-            )
+    else:
+        # the shortcut overwrites a user-supplied connector and its role but keeps kv_connector_module_path
+        # (vLLM 0.33.0 config/vllm.py:1157-1190)
         cfg.kv_transfer_config.kv_connector = name
+        cfg.kv_transfer_config.kv_role = "kv_both"
 
 
 def _platform_unsupported(cfg: VllmConfig, res: Resolution) -> bool | None:
@@ -279,29 +276,31 @@ def create_connector(cfg: VllmConfig, res: Resolution) -> None:
     elif not hma_on:
         res.rules.append("factory_hma_off")
     else:
-        capable = class_supports_hma(cls) if era.factory_check == E.FACTORY_CLASS else factory.supports_hma_config(ktc, stage)
+        capable = factory.class_supports_hma(cls) if era.factory_check == E.FACTORY_CLASS else factory.supports_hma_config(ktc, stage)
         if not capable:
             res.fail(messages.E_F.format(connector=cls.__name__), stage, "factory_hma_check_failed")
         res.rules.append("factory_hma_check_passed")
     if class_is_multi(cls):
-        _multi_connector_init(cfg, res, ktc, cls, hma_on)
+        _multi_connector_init(cfg, res, ktc, hma_on)
 
 
-def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig, cls, hma_on: bool) -> None:
-    """MultiConnector.__init__: children need roles; with HMA on, every child must support HMA."""
+def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig, hma_on: bool) -> None:
+    """MultiConnector.__init__: a "connectors" list must exist; each child gets a KVTransferConfig (which
+    validates kv_role) and a class; with HMA on, from 0.21, every child must support HMA."""
     factory, stage = res.factory, "create_connector"
+    if ktc.kv_connector_extra_config.get("connectors") is None:
+        res.fail(messages.E_MULTI_NO_CONNECTORS, stage, "multi_connector_no_children_key", vllm_type="AssertionError")
     children = ktc.children()
     for child in children:
         factory.check_role(child, stage)
-    if hma_on and cfg.runtime.era.multi_init_asserts:
-        for child in children:
-            if not _child_supports_hma(cfg, res, child):
-                res.fail(messages.E_MULTI_ASSERT, stage, "multi_connector_assert", vllm_type="AssertionError")
-    for child in children:
         factory.get_connector_class(child, stage)
+    if hma_on and cfg.runtime.era.multi_init_asserts and not _all_children_support_hma(cfg, res, children):
+        res.fail(messages.E_MULTI_ASSERT, stage, "multi_connector_assert", vllm_type="AssertionError")
 
 
-def _child_supports_hma(cfg: VllmConfig, res: Resolution, child: KVTransferConfig) -> bool:
+def _all_children_support_hma(cfg: VllmConfig, res: Resolution, children: list[KVTransferConfig]) -> bool:
+    """MultiConnector.all_children_support_hma: False without children."""
+    factory = res.factory
     if cfg.runtime.era.factory_check == E.FACTORY_HMA_CONFIG:
-        return res.factory.supports_hma_config(child, "create_connector")
-    return class_supports_hma(res.factory.get_connector_class(child, "create_connector"))
+        return bool(children) and all(factory.supports_hma_config(child, "create_connector") for child in children)
+    return bool(children) and all(factory.class_supports_hma(factory.get_connector_class(child, "create_connector")) for child in children)

@@ -34,6 +34,8 @@ RULES: dict[str, str] = {
     "factory_hma_check_passed": "the connector factory's HMA check passed",
     "factory_hma_check_failed": "HMA is on and the connector factory found the connector not HMA-capable (E-F)",
     "factory_hma_off": "HMA is off, so the connector factory does not check HMA support",
+    "connector_class_not_found": "kv_connector_module_path does not define the (possibly overwritten) connector name",
+    "multi_connector_no_children_key": "MultiConnector.__init__ asserts kv_connector_extra_config has a \"connectors\" list",
     "multi_connector_assert": "MultiConnector.__init__ asserts every child supports HMA (reached through a renamed subclass)",
     "connector_name_not_set": "the kv_transfer_config has no kv_connector",
     "unsupported_connector": "the connector name is neither registered nor loadable from a module path",

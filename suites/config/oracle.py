@@ -51,13 +51,21 @@ class _Connector:
     module_path: str | None = None
     role: str | None = "kv_both"
     children: tuple = ()
+    #: whether kv_connector_extra_config has a "connectors" key at all (an empty list is not a missing key)
+    has_children_key: bool = False
 
     @classmethod
     def from_child(cls, child) -> "_Connector":
         # Assumption: a bare name child carries the default role kv_both (issue 2 schema).
         if isinstance(child, str):
             return cls(name=child)
-        return cls(name=child["kv_connector"], role=child.get("kv_role"), children=tuple(child.get("children") or ()))
+        return cls(
+            name=child["kv_connector"],
+            module_path=child.get("kv_connector_module_path"),
+            role=child.get("kv_role"),
+            children=tuple(child.get("children") or ()),
+            has_children_key=child.get("children") is not None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,14 +120,21 @@ class _Evaluation:
             factory["class_lookup"] == "module-path-first" or connector.name not in registry
         )
         if by_path:
-            cls = getattr(importlib.import_module(connector.module_path), connector.name)
+            cls = getattr(importlib.import_module(connector.module_path), connector.name, None)
+            if cls is None:
+                self.note(f"factory.py:108-114: {connector.module_path} has no class {connector.name}")
+                raise _Raised("E-CLASS-NOT-FOUND", stage, name=connector.name, module=connector.module_path)
             if factory["two_arg_constructor"] == "error" and (
                 "kv_cache_config" not in inspect.signature(cls.__init__).parameters
             ):
                 self.note(f"§3.3: {connector.name} has the deprecated 2-argument constructor")
                 raise _Raised("E-TWO-ARG", stage, name=cls.__name__)
             names = _mro_names(cls)
-            return _ConnectorClass(cls.__name__, "SupportsHMA" in names, MULTI in names)
+            if MULTI in names:
+                # A subclass of MultiConnector is as HMA-capable as the era's MultiConnector class (vLLM's
+                # class gained SupportsHMA in 0.21; vLLM 0.13.0's factory rejects a renamed subclass with E-F).
+                return _ConnectorClass(cls.__name__, registry[MULTI], True)
+            return _ConnectorClass(cls.__name__, "SupportsHMA" in names, False)
         if connector.name not in registry:
             raise ValueError(f"oracle: connector {connector.name!r} is not registered in era {self.table['era']}")
         if connector.name in factory["import_requires"]:
@@ -127,9 +142,9 @@ class _Evaluation:
             raise _Raised("E-NO-LMCACHE", stage)
         return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
 
-    def child_configs(self, connector: _Connector, stage: str) -> list[_Connector]:
+    def child_configs(self, connector: _Connector, stage: str, require_role: bool = False) -> list[_Connector]:
         children = [_Connector.from_child(child) for child in connector.children]
-        if self.table["factory"]["child_kv_role_required"]:
+        if require_role or self.table["factory"]["child_kv_role_required"]:
             for child in children:
                 if child.role is None:
                     self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
@@ -166,6 +181,7 @@ class _Evaluation:
             module_path=self.case.get("kv_connector_module_path"),
             role=self.case.get("kv_role", "kv_both"),
             children=tuple(self.case.get("multi_connector_children") or ()),
+            has_children_key=self.case.get("multi_connector_children") is not None,
         )
 
     def offloading_connector(self, connector: _Connector | None) -> _Connector | None:
@@ -182,13 +198,11 @@ class _Evaluation:
             name = offloading["native_simple"]
         else:
             name = offloading["native"]
-        if connector is not None and connector.module_path and self.table["factory"]["class_lookup"] == "module-path-first":
-            raise _Unknown(
-                "the spec does not say whether the offloading shortcut keeps kv_connector_module_path, "
-                "which a module-path-first lookup (§3.3) would then use for the overwritten name"
-            )
+        # vLLM 0.33.0 config/vllm.py:1157-1190: the shortcut overwrites kv_connector and kv_role but keeps
+        # kv_connector_module_path (which a module-path-first lookup then uses for the new name).
+        module_path = connector.module_path if connector is not None else None
         self.note(f"§8.5: kv offloading ({backend or 'native'}) installs {name}")
-        return _Connector(name=name)
+        return _Connector(name=name, module_path=module_path)
 
     def hisparse_on(self, connector: _Connector | None) -> bool:
         if self.case.get("hisparse"):
@@ -282,11 +296,22 @@ class _Evaluation:
                 self.note(f"§2.5/§3.5: factory check ({factory['check']}) rejects {cls.class_name} with HMA on")
                 raise _Raised("E-F", "create_connector", name=cls.class_name)
         if cls.multi:
-            children = self.child_configs(connector, "create_connector")
+            if not connector.has_children_key:
+                self.note('multi_connector.py:242: MultiConnector.__init__ asserts kv_connector_extra_config has "connectors"')
+                raise _Raised("E-MULTI-NO-CONNECTORS", "create_connector")
+            # MultiConnector.__init__ builds a KVTransferConfig per child, which validates kv_role in every
+            # era (vLLM 0.13.0 config/kv_transfer.py:100), then looks the child's class up.
+            children = self.child_configs(connector, "create_connector", require_role=True)
             child_classes = [self.lookup(child, "create_connector") for child in children]
-            if hma_enabled and factory["multi_init_asserts"] and not all(child.hma for child in child_classes):
-                self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
-                raise _Raised("E-MULTI-ASSERT", "create_connector")
+            if hma_enabled and factory["multi_init_asserts"]:
+                # all_children_support_hma: False without children (§3.3); recursive where the factory is.
+                if factory["check"] == "supports_hma_config":
+                    capable = bool(children) and all([self.supports_hma_config(c, "create_connector") for c in children])
+                else:
+                    capable = bool(child_classes) and all(child.hma for child in child_classes)
+                if not capable:
+                    self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
+                    raise _Raised("E-MULTI-ASSERT", "create_connector")
         self.note(f"factory creates {cls.class_name}")
 
     def run(self) -> dict:

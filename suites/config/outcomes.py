@@ -33,9 +33,10 @@ def golden_header(era: str) -> str:
 def _message_patterns() -> list[tuple[str, re.Pattern]]:
     patterns = []
     for message_id, entry in messages().items():
-        prefix, _, suffix = entry["text"].partition("{name}")
-        body = re.escape(prefix) + (r"(?P<name>\S+?)" + re.escape(suffix) if "{name}" in entry["text"] else "")
-        patterns.append((message_id, re.compile(body)))
+        body = re.escape(entry["text"])
+        body = body.replace(re.escape("{name}"), r"(?P<name>\S+?)").replace(re.escape("{module}"), r"\S+")
+        # an empty text (a bare assert) labels only an empty message
+        patterns.append((message_id, re.compile(body if body else r"\A\Z")))
     return patterns
 
 
