@@ -202,7 +202,7 @@ def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list
                 connector, features, platform, flag = key
                 rows.append([connector, features, platform, flag_label(flag), f"{previous_era} → {era}",
                              previous.cell(), configuration.cell()])
-                row_filters.append({"connector": connector})
+                row_filters.append({"connector": connector, "era": era})
             previous_era, previous = era, configuration
     return Table(
         headers=["connector", "features", "platform", "flag", "between", "before", "after"],
@@ -243,7 +243,8 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
                                 filters={"era": era}))
     changes = _changes_table(eras, order)
     blocks = [Heading(2, "What changed between releases"),
-              Paragraph("Every configuration whose outcome differs from the previous era that ran it.")]
+              Paragraph("Every configuration whose outcome differs from the previous era that ran it "
+                        "(the era filter of the HTML page selects the changes that arrive in that era).")]
     blocks.append(changes if changes.rows else Paragraph("No configuration changed its outcome between eras."))
     sections.append(Section("config", blocks))
     return sections
