@@ -385,6 +385,11 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
             for name in group.layer_names:
                 if name not in self._layers:
                     raise ValueError(f"register_kv_caches: layer {name!r} of group {group.group_id} is missing")
+        # Groups whose layers are single tensors (attention) take a faster copy path.
+        self._plain_groups = {
+            g.group_id: [self._layers[n][0] for n in g.layer_names]
+            for g in self.groups if all(len(self._layers[n]) == 1 for n in g.layer_names)
+        }
         first = next((self._layers[n][0] for g in self.groups if g.kind != MAMBA for n in g.layer_names), None)
         if first is not None and first.shape[0] % self.num_blocks == 0:
             self._kernel_ratio = first.shape[0] // self.num_blocks
@@ -423,14 +428,23 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
             if not slots:
                 continue
             rows = self._rows(group, [op.block_ids[i] for i in slots])
-            ratio = len(rows) // len(slots)
-            src_rows = self._rows_of_slots(slots, ratio)
+            whole = len(slots) == len(op.block_ids)
+            src_rows = None if whole else self._rows_of_slots(slots, len(rows) // len(slots))
+            plain = self._plain_groups.get(op.group_id)
+            if plain is not None and whole:
+                for tensor, layer_value in zip(plain, value):
+                    tensor.index_copy_(0, rows, layer_value.view(tensor.dtype).view(tensor.shape[:0] + (len(rows),) + tensor.shape[1:]))
+                self._count("loaded_bytes", value.numel())
+                continue
             for layer_index, name in enumerate(group.layer_names):
                 offset = 0
                 for tensor in self._layers[name]:
                     width = tensor[0].numel() * tensor.element_size()
-                    src = value[layer_index, :, offset : offset + width].index_select(0, src_rows)
-                    tensor.index_copy_(0, rows, src.contiguous().view(tensor.dtype).view((len(rows),) + tuple(tensor.shape[1:])))
+                    src = value[layer_index, :, offset : offset + width]
+                    if src_rows is not None:
+                        src = src.index_select(0, src_rows)
+                    shape = (len(rows),) + tuple(tensor.shape[1:])
+                    tensor.index_copy_(0, rows, src.contiguous().view(tensor.dtype).view(shape))
                     offset += width
             self._count("loaded_bytes", value.numel())
         return True
@@ -455,6 +469,18 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         for op in meta.saves:
             group = groups[op.group_id]
             rows = self._rows(group, op.block_ids)
+            plain = self._plain_groups.get(op.group_id)
+            if plain is not None:
+                first = plain[0]
+                value = torch.empty((len(plain), len(rows)) + tuple(first.shape[1:]), dtype=first.dtype)
+                for index, tensor in enumerate(plain):
+                    torch.index_select(tensor, 0, rows, out=value[index])
+                value = value.view(len(plain), len(rows), -1).view(torch.uint8)
+                if self.store.put(self._key(op.group_id, op.chunk_hash), value):
+                    self._count("stored_bytes", value.numel())
+                else:
+                    self._count("store_rejected", 1)
+                continue
             per_layer = []
             for name in group.layer_names:
                 parts = [t.index_select(0, rows).reshape(len(rows), -1).view(torch.uint8) for t in self._layers[name]]

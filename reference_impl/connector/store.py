@@ -123,6 +123,8 @@ class ChunkStore:
         return key in self._objects or (self.disk is not None and self.disk.contains(key))
 
     def _evict_for(self, size: int) -> bool:
+        if self._bytes + size <= self.max_bytes:
+            return True
         for key in list(self._objects):
             if self._bytes + size <= self.max_bytes:
                 break
