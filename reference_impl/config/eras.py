@@ -37,6 +37,32 @@ PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
 
 
 @dataclass(frozen=True)
+class PackageImport:
+    """A package a built-in connector's module imports when vLLM looks the class up."""
+
+    package: str
+    first: tuple[int, int]
+    until: tuple[int, int] | None
+    vllm_type: str
+    message: str
+    #: from this release an installed package supplies its own class, whose capability vLLM cannot know
+    installed_is_unknown_from: tuple[int, int] | None = None
+
+    def applies(self, version: tuple[int, ...]) -> bool:
+        return version >= self.first and (self.until is None or version < self.until)
+
+
+_LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.13.0 ... 0.33.0)
+    "lmcache", (0, 13), None, "ModuleNotFoundError", "No module named 'lmcache'", installed_is_unknown_from=(0, 33)
+)
+_MOONCAKE_IMPORT = PackageImport(  # 0.13.0 re-raises a missing mooncake as ImportError; 0.20.0 only warns
+    "mooncake", (0, 13), (0, 20), "ImportError",
+    "Please install mooncake by following the instructions at "
+    "https://github.com/kvcache-ai/Mooncake/blob/main/doc/en/build.md to run VLLM with MooncakeTransferEngine.",
+)
+
+
+@dataclass(frozen=True)
 class ConnectorInfo:
     """A connector name registered in vLLM's KVConnectorFactory, and from when it is HMA-capable."""
 
@@ -44,8 +70,8 @@ class ConnectorInfo:
     registered_from: tuple[int, int]
     hma_from: tuple[int, int] | None
     note: str = ""
-    #: (package, first release) when the connector's module imports a package at class lookup.
-    imports_package: tuple[str, tuple[int, int]] | None = None
+    #: a package the connector's module imports when the class is looked up
+    imports: PackageImport | None = None
     removed_from: tuple[int, int] | None = None
 
 
@@ -57,12 +83,12 @@ BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("ExampleConnector", (0, 10), None),
     ConnectorInfo("P2pNcclConnector", (0, 10), None, removed_from=(0, 33)),
     ConnectorInfo("LMCacheConnectorV1", (0, 10), None, "in-tree class never subclassed SupportsHMA"),
-    ConnectorInfo("LMCacheMPConnector", (0, 10), None, "0.33 imports lmcache at lookup", imports_package=("lmcache", (0, 33))),
+    ConnectorInfo("LMCacheMPConnector", (0, 10), None, imports=_LMCACHE_IMPORT),
     ConnectorInfo("NixlConnector", (0, 10), (0, 18)),
     ConnectorInfo("MultiConnector", (0, 10), (0, 21), "effective capability: all children"),
     ConnectorInfo("OffloadingConnector", (0, 10), (0, 21)),
     ConnectorInfo("DecodeBenchConnector", (0, 10), (0, 21)),
-    ConnectorInfo("MooncakeConnector", (0, 10), (0, 20)),
+    ConnectorInfo("MooncakeConnector", (0, 10), (0, 20), imports=_MOONCAKE_IMPORT),
     ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
     ConnectorInfo("ExampleHiddenStatesConnector", (0, 22), (0, 22)),
     ConnectorInfo("MooncakeStoreConnector", (0, 22), (0, 22)),
@@ -115,11 +141,11 @@ class Era:
     def version_tuple(self) -> tuple[int, ...]:
         return self.first_version
 
-    def package_imported_by(self, name: str) -> str | None:
+    def package_imported_by(self, name: str) -> PackageImport | None:
         """The package a built-in connector's module imports when its class is looked up, in this era."""
         for info in BUILTIN_CONNECTORS:
-            if info.name == name and info.imports_package and self.first_version >= info.imports_package[1]:
-                return info.imports_package[0]
+            if info.name == name and info.imports and info.imports.applies(self.first_version):
+                return info.imports
         return None
 
     def connectors(self) -> dict[str, bool]:

@@ -143,17 +143,18 @@ class KVConnectorFactory:
         return cls
 
     def _check_package(self, name: str, stage: str) -> None:
-        # e.g. 0.33's LMCacheMPConnector module imports lmcache when the class is looked up (spec 3.3).
-        package = self.era.package_imported_by(name)
-        if package is None:
+        # e.g. LMCacheMPConnector's module imports lmcache when the class is looked up (spec 3.3)
+        needed = self.era.package_imported_by(name)
+        if needed is None:
             return
-        if importlib.util.find_spec(package) is None:
-            self._fail(f"No module named '{package}'", stage, "lmcache_missing", vllm_type="ModuleNotFoundError")
-        self._rules.append("lmcache_installed")
-        raise UnknownOutcome(
-            f"{name} comes from the installed {package} package; its HMA support depends on that package's version",
-            "lmcache_installed",
-        )
+        if importlib.util.find_spec(needed.package) is None:
+            self._fail(needed.message, stage, "package_missing", vllm_type=needed.vllm_type)
+        if needed.installed_is_unknown_from and self.era.first_version >= needed.installed_is_unknown_from:
+            self._rules.append("package_installed")
+            raise UnknownOutcome(
+                f"{name} comes from the installed {needed.package} package; its HMA support depends on that package's version",
+                "package_installed",
+            )
 
     # -- capability -----------------------------------------------------------------------------
     def supports_hma_config(self, ktc: KVTransferConfig, stage: str) -> bool:

@@ -41,8 +41,8 @@ RULES: dict[str, str] = {
     "unsupported_connector": "the connector name is neither registered nor loadable from a module path",
     "deprecated_constructor": "the connector class has the deprecated 2-argument constructor",
     "kv_role_missing": "a connector is set without kv_role",
-    "lmcache_missing": "the connector's module imports the lmcache package, which is not installed",
-    "lmcache_installed": "the connector comes from the installed lmcache package; its HMA support depends on its version",
+    "package_missing": "the connector's module imports a package (lmcache, mooncake) that is not installed",
+    "package_installed": "the connector comes from an installed package (lmcache); its HMA support depends on its version",
     "feature_absent": "the configuration uses a feature this release does not have",
     "kv_cache_groups": "the KV cache specs were grouped for the KV cache manager",
 }

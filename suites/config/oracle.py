@@ -137,9 +137,10 @@ class _Evaluation:
             return _ConnectorClass(cls.__name__, "SupportsHMA" in names, False)
         if connector.name not in registry:
             raise ValueError(f"oracle: connector {connector.name!r} is not registered in era {self.table['era']}")
-        if connector.name in factory["import_requires"]:
-            self.note(f"§3.3: resolving {connector.name} imports {factory['import_requires'][connector.name]}")
-            raise _Raised("E-NO-LMCACHE", stage)
+        missing_import = factory["import_requires"].get(connector.name)
+        if missing_import:
+            self.note(f"resolving {connector.name} imports a package that is not installed ({missing_import})")
+            raise _Raised(missing_import, stage)
         return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
 
     def child_configs(self, connector: _Connector, stage: str, require_role: bool = False) -> list[_Connector]:

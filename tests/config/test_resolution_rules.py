@@ -140,7 +140,14 @@ ROWS = [
     ("v033-hisparse-grandchild-does-not", {"profile": "v0.33", "platform": "cpu", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["HiSparseConnector"]})}, {"resolved": False}),
 ]
 
+if importlib.util.find_spec("mooncake") is None:
+    # observed on vLLM 0.13.0: the module re-raises the missing package; 0.20.0 only warns
+    ROWS.append(("seed-mooncake-import-error-in-factory", {"profile": "seed", "flag": True, "kv_connector": "MooncakeConnector", "stage": "create_connector"}, {"error": ("ImportError", "Please install mooncake", "create_connector")}))
+    ROWS.append(("seed-mooncake-no-lookup-at-config", {"profile": "seed", "flag": True, "kv_connector": "MooncakeConnector"}, {"resolved": True}))
+    ROWS.append(("v0.20-mooncake-only-warns", {"vllm_version": "0.20.0", "flag": True, "kv_connector": "MooncakeConnector", "stage": "create_connector"}, {"resolved": True}))
+
 if importlib.util.find_spec("lmcache") is None:
+    ROWS.append(("seed-lmcache-mp-import-error-in-factory", {"profile": "seed", "flag": True, "kv_connector": "LMCacheMPConnector", "stage": "create_connector"}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "create_connector")}))
     ROWS.append(("v033-lmcache-mp-import-error", {"profile": "v0.33", "kv_connector": "LMCacheMPConnector"}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "config")}))
     ROWS.append(("v033-lmcache-offloading-import-error", {"profile": "v0.33", "kv_offloading_backend": "lmcache", "kv_offloading_size": 4}, {"error": ("ModuleNotFoundError", "lmcache", "config")}))
 
