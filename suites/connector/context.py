@@ -97,16 +97,22 @@ class CheckContext:
         """Empty vLLM's own prefix cache, so the next hit can only come from the connector."""
         assert engine.manager.reset_prefix_cache(), "prefix cache reset refused: a request still holds blocks"
 
+    def wipe(self, engine: EngineCore) -> None:
+        """Forget the local prefix cache and overwrite all KV memory: what comes back must be loaded."""
+        self.forget_local_cache(engine)
+        for worker in engine.workers:
+            worker.backing.fill_(-1)
+
     def store_then_reload(self, engine: EngineCore, tokens, reload_tokens=None, wipe: bool = True, **kwargs):
         """Store `tokens`, forget the local cache, optionally wipe KV memory, run `reload_tokens`.
 
         Returns the reloading request (its `num_external_computed_tokens` is the connector's hit).
         """
         self.run(engine, tokens, **kwargs)
-        self.forget_local_cache(engine)
         if wipe:
-            for worker in engine.workers:
-                worker.backing.fill_(-1)
+            self.wipe(engine)
+        else:
+            self.forget_local_cache(engine)
         return self.run(engine, reload_tokens if reload_tokens is not None else tokens + [7, 8, 9], **kwargs)
 
     def chunk_size(self, engine: EngineCore) -> int | None:

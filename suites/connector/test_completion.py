@@ -93,9 +93,7 @@ def test_c23_failure_no_partial_poison(ctx, preset):
     ctx.forget_local_cache(engine)
     engine.add_request(engine.make_request(tokens + [5], max_tokens=2))
     engine.run_until_done(before_execute=_evict_between_lookup_and_load(ctx, engine, evict))
-    ctx.forget_local_cache(engine)
-    for worker in engine.workers:
-        worker.backing.fill_(-1)
+    ctx.wipe(engine)
     ctx.run(engine, tokens + [6])
     expect_no_read_errors(engine, "lookup after a failed load")
 

@@ -62,9 +62,7 @@ def test_c15_null_block_untouched(ctx, preset):
     fill_canaries(engine, [])
     ctx.run(engine, prompt(15, 800))
     expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}")
-    ctx.forget_local_cache(engine)
-    for worker in engine.workers:
-        worker.backing.fill_(-1)
+    ctx.wipe(engine)
     fill_canaries(engine, [])
     reload = ctx.run(engine, prompt(15, 800) + [1, 2])
     _expect_hit(reload, "null-block scenario")

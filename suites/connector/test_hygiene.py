@@ -92,9 +92,7 @@ def test_c35_capacity_pressure(ctx, preset):
     prompts = [prompt(350 + i, 800) for i in range(5)]
     for tokens in prompts:
         ctx.run(engine, tokens)
-    ctx.forget_local_cache(engine)
-    for worker in engine.workers:
-        worker.backing.fill_(-1)
+    ctx.wipe(engine)
     for tokens in prompts:
         ctx.run(engine, tokens + [1])
     expect_no_read_errors(engine, "reloads under capacity pressure")

@@ -18,9 +18,7 @@ SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba"]
 
 
 def _reload_all(ctx, engine, prompts):
-    ctx.forget_local_cache(engine)
-    for worker in engine.workers:
-        worker.backing.fill_(-1)
+    ctx.wipe(engine)
     for tokens in prompts:
         ctx.run(engine, tokens + [11])
     expect_no_read_errors(engine, "reloading what was stored")
