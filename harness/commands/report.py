@@ -13,6 +13,8 @@ be loaded, 5 nothing ran.
 
 from __future__ import annotations
 
+import argparse
+
 import subprocess
 import sys
 import tempfile
@@ -54,8 +56,9 @@ def register(subparsers) -> None:
                         help="suite package or path to run (repeatable; default: suites)")
     parser.add_argument("-n", "--workers", default="auto", metavar="N|auto",
                         help="pytest-xdist worker processes (default: auto)")
-    parser.add_argument("--timing", action="store_true",
-                        help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures")
+    parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures "
+                             "(default: on when the default suites run; --no-timing skips it)")
     parser.set_defaults(run=run, accepts_extra=True)
 
 
@@ -178,7 +181,9 @@ def run(args) -> int:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
         results = _run_pytest(args, args.suites or list(DEFAULT_SUITES), xdist=True)
-        if args.timing:
+        # pytest-benchmark times nothing under xdist: the throughput figures need a second, serial pass
+        timing = args.timing if args.timing is not None else not args.suites
+        if timing:
             results = with_timed_benchmarks(results, _run_pytest(args, [BENCHMARK_SUITE], xdist=False))
     files = render_reports(results)
     try:

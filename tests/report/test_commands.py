@@ -111,6 +111,7 @@ def test_report_unwritable_output_dir(tmp_path, capsys):
     (["--vllm-version", "9.9.9"], "--vllm-version: '9.9.9'"),
     (["--vllm-version", "newest"], "--vllm-version: 'newest'"),
     (["--target", "x:y"], "--target and --from exclude each other"),
+    (["--timing"], "--timing and --from exclude each other"),
     (["-k", "something"], "pytest arguments (-k something) make no sense with --from"),
 ])
 def test_report_from_usage_errors(tmp_path, capsys, argv, expected):
