@@ -101,6 +101,8 @@ def run(args) -> int:
     if parsed.stage == "cli_parse":
         raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected config, kv_cache_groups or create_connector")
     result = C.run_case(parsed)
+    if result["error"] and result["error"]["stage"] == "input":
+        raise UsageError(f"kvconform explain: {result['error']['message']}")
     if args.json:
         era, version = resolve_era(case["vllm_version"])
         payload = {

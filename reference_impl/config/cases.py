@@ -114,6 +114,27 @@ def _children(value: Any, path: str) -> list[dict] | None:
     return out
 
 
+def check_connector_names(kv_transfer: dict[str, Any] | None, era, version: str, path: str = "kv_connector") -> None:
+    """Every connector name must be one the era registers, one of kvconform's registered connectors, or
+    come with a module path: a typo is bad input, not a configuration vLLM would accept."""
+    if kv_transfer is None:
+        return
+    name = kv_transfer.get("kv_connector")
+    if name is not None and not kv_transfer.get("kv_connector_module_path"):
+        known = _known_connector_names(era)
+        if name not in known:
+            raise _fail(path, name, f"a connector vLLM {version} registers ({', '.join(sorted(known))}) or a class named with kv_connector_module_path")
+    for index, child in enumerate((kv_transfer.get("kv_connector_extra_config") or {}).get("connectors") or ()):
+        if isinstance(child, dict):
+            check_connector_names(child, era, version, f"multi_connector_children[{index}]")
+
+
+def _known_connector_names(era) -> set[str]:
+    from reference_impl.config.factory import KVConnectorFactory
+
+    return set(era.connectors()) | set(KVConnectorFactory.registered_names())
+
+
 @dataclass(slots=True)
 class Case:
     """A validated case."""
@@ -190,6 +211,7 @@ def parse_case(case: Any) -> Case:
             kv_transfer["kv_connector_extra_config"] = {"connectors": children}
     elif children is not None:
         raise _fail("multi_connector_children", case["multi_connector_children"], "null unless kv_connector is set")
+    check_connector_names(kv_transfer, era, version)
 
     chunk = case.get("attention_chunk_size")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
@@ -312,6 +334,10 @@ def run_case(case: Case) -> dict[str, Any]:
             given = parse_cli(case.cli_args, case.era)
             prefix.append("cli_parsed")
             _apply_cli(case, given)
+            try:
+                check_connector_names(case.kv_transfer, case.era, case.vllm_version)
+            except CaseError as exc:
+                return input_error(case.id, str(exc))
             if case.stage == "cli_parse":
                 return outcome(case.id, resolved=case.flag, rules=prefix)
         cfg = build_vllm_config(case)

@@ -81,6 +81,7 @@ BAD_EXPLAIN = [
     (["--attention-chunk-size", "x"], "--attention-chunk-size"),
     (["--stage", "cli_parse"], "--stage"),
     (["--stage", "bogus"], "stage: 'bogus'"),
+    (["--kv-transfer-config", '{"kv_connector": "LMCacheConectorV1", "kv_role": "kv_both"}'], "kv_connector: 'LMCacheConectorV1' is not accepted; expected a connector vLLM 0.13.0 registers"),
 ]
 
 
