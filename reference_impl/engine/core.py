@@ -12,7 +12,6 @@ from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.factory import create_connector
 from reference_impl.engine.aggregator import KVOutputAggregator
-from reference_impl.engine.kv_memory import build_kv_cache_config
 from reference_impl.engine.outputs import SchedulerOutput
 from reference_impl.engine.presets import ModelPreset, get_preset
 from reference_impl.engine.request import EngineRequest
@@ -65,7 +64,7 @@ class EngineCore:
         self.preset = get_preset(preset) if isinstance(preset, str) else preset
         self.config = config or EngineConfig()
         tp = self.config.parallel_config.tensor_parallel_size
-        self.kv_cache_config = build_kv_cache_config(self.preset, self.config.num_blocks, tp)
+        self.kv_cache_config = self.preset.kv_cache_config(self.config.num_blocks, tp)
         if connector_factory is None and self.config.kv_transfer_config is not None:
             connector_factory = create_connector
         sizes = [g.kv_cache_spec.block_size for g in self.kv_cache_config.kv_cache_groups]
@@ -86,7 +85,7 @@ class EngineCore:
             worker_connector = None
             if connector_factory is not None:
                 worker_connector = connector_factory(self._rank_config(rank), KVConnectorRole.WORKER,
-                                                     build_kv_cache_config(self.preset, self.config.num_blocks, tp))
+                                                     self.preset.kv_cache_config(self.config.num_blocks, tp))
             self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp,
                                        vocab_size=self.preset.vocab_size, connector=worker_connector))
         self.aggregator = KVOutputAggregator(tp)

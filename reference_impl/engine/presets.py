@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_impl.kv_cache.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, SlidingWindowSpec
+from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups
+from reference_impl.kv_cache.specs import FullAttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec, SlidingWindowSpec
 
 HEAD_SIZE = 8
 DTYPE = torch.float16
@@ -27,15 +28,14 @@ class ModelPreset:
     num_kv_heads: int = 2
     vocab_size: int = 32000
 
-    def layer_specs(self, tp_size: int = 1) -> list[tuple[str, list[str], KVCacheSpec]]:
-        """(group kind, layer names, spec) per group, with heads sharded over `tp_size` ranks."""
+    def layer_specs(self, tp_size: int = 1) -> dict[str, KVCacheSpec]:
+        """Layer name -> spec in model order (group by group), with KV heads sharded over `tp_size` ranks."""
         if self.num_kv_heads % tp_size:
             raise ValueError(f"tensor_parallel_size {tp_size} does not divide num_kv_heads {self.num_kv_heads}")
         heads = self.num_kv_heads // tp_size
         full_page = None
-        out = []
+        specs: dict[str, KVCacheSpec] = {}
         for index, (kind, block_size, window) in enumerate(self.groups):
-            names = [f"model.layers.{index * self.layers_per_group + j}.{kind}" for j in range(self.layers_per_group)]
             if kind == "full":
                 spec = FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=DTYPE)
             elif kind == "swa":
@@ -50,8 +50,26 @@ class ModelPreset:
                 raise ValueError(f"preset {self.name}: unknown group kind {kind!r}")
             if full_page is None:
                 full_page = spec.page_size_bytes
-            out.append((kind, names, spec))
-        return out
+            for j in range(self.layers_per_group):
+                specs[f"model.layers.{index * self.layers_per_group + j}.{kind}"] = spec
+        return specs
+
+    def kv_cache_config(self, num_blocks: int, tp_size: int = 1) -> KVCacheConfig:
+        """The allocator's `KVCacheConfig` of this model with `num_blocks` blocks (block 0 is the null block).
+
+        Grouped by the allocator's own `get_kv_cache_groups` (HMA on): one group per preset group, in order,
+        every group overlaying the same pool from byte 0.
+        """
+        specs = self.layer_specs(tp_size)
+        pages = sorted({spec.page_size_bytes for spec in specs.values()})
+        if len(pages) != 1:
+            # The allocator would unify by growing block sizes: the preset would no longer be the model it names.
+            raise ValueError(f"preset {self.name} at tensor_parallel_size {tp_size}: groups must share one page "
+                             f"size, got {pages}")
+        groups = get_kv_cache_groups(specs)
+        if len(groups) != len(self.groups):
+            raise ValueError(f"preset {self.name}: {len(self.groups)} groups declared, the allocator made {len(groups)}")
+        return get_kv_cache_config_from_groups(groups, num_blocks=num_blocks)
 
 
 PRESETS: dict[str, ModelPreset] = {

@@ -18,9 +18,9 @@ import torch
 
 from reference_impl.connector.base import KVConnectorOutput, KVConnectorTransferResults
 from reference_impl.engine import content
-from reference_impl.engine.kv_memory import allocate_kv_caches
 from reference_impl.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, MambaSpec, SlidingWindowSpec, cdiv
+from reference_impl.kv_cache.tensors import KVCacheTensors
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,10 @@ class Worker:
         self.tp_size = tp_size
         self.vocab_size = vocab_size
         self.connector = connector
-        self.backing, self.kv_caches = allocate_kv_caches(kv_cache_config)
+        # CPU memory: the content oracle and the forward's checks are CPU tensors.
+        self.memory = KVCacheTensors(kv_cache_config, device="cpu")
+        self.backing = self.memory.backing
+        self.kv_caches = self.memory.kv_caches()
         self.layer_group: dict[str, int] = {}
         self.layer_index: dict[str, int] = {}
         for gid, group in enumerate(kv_cache_config.kv_cache_groups):

@@ -6,9 +6,11 @@ overlays never collide. Allocated on `cuda` when available, else `cpu`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, KVCacheSpec
+from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
 
 __all__ = ["default_device", "KVCacheTensors"]
 
@@ -63,6 +65,30 @@ class KVCacheTensors:
         if len(shape) == 1:
             return pages
         return pages.view(spec.dtype).view(self.num_blocks, *shape)
+
+    def kv_cache_view(self, layer_name: str) -> torch.Tensor | list[torch.Tensor]:
+        """The layer as the connector API hands it to `register_kv_caches`.
+
+        Attention: [num_blocks, block_size, num_kv_heads, 2 * head_size] (K then V) over the real page
+        (padding excluded); Mamba: one [num_blocks, *shape] tensor per state, packed from byte 0 of the page.
+        """
+        pages = self._layer_pages[layer_name]
+        spec = self._layer_spec[layer_name]
+        if isinstance(spec, AttentionSpec):
+            used = pages[:, : spec.real_page_size_bytes]
+            return used.view(spec.dtype).view(self.num_blocks, spec.block_size, spec.num_kv_heads, 2 * spec.head_size)
+        if isinstance(spec, MambaSpec):
+            states, start = [], 0
+            for shape, dtype in zip(spec.shapes, spec.dtypes):
+                size = math.prod(shape) * dtype.itemsize
+                states.append(pages[:, start : start + size].view(dtype).view(self.num_blocks, *shape))
+                start += size
+            return states
+        raise ValueError(f"layer {layer_name!r}: no connector view for {type(spec).__name__}")
+
+    def kv_caches(self) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """`kv_cache_view` of every layer: the dict a worker passes to `register_kv_caches`."""
+        return {name: self.kv_cache_view(name) for name in self._layer_pages}
 
     def write_block(self, layer_name: str, block_id: int, data: torch.Tensor) -> None:
         """Copy `data` (one block of this layer) into block `block_id`."""

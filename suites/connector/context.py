@@ -101,7 +101,7 @@ class CheckContext:
         """Forget the local prefix cache and overwrite all KV memory: what comes back must be loaded."""
         self.forget_local_cache(engine)
         for worker in engine.workers:
-            worker.backing.fill_(-1)
+            worker.backing.fill_(0xFF)
 
     def store_then_reload(self, engine: EngineCore, tokens, reload_tokens=None, wipe: bool = True, **kwargs):
         """Store `tokens`, forget the local cache, optionally wipe KV memory, run `reload_tokens`.

@@ -14,7 +14,6 @@ import torch
 
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor
-from reference_impl.engine.kv_memory import build_kv_cache_config
 from reference_impl.engine.presets import PRESETS, get_preset
 from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
 from suites.connector.context import expect, expect_no_read_errors, prompt
@@ -64,7 +63,7 @@ class CrossAttentionSpec(AttentionSpec):
 @pytest.mark.parametrize("preset", ["fa+swa"])
 def test_c03_group_discovery(ctx, preset):
     """A non-transferable group is left alone; a cross-attention group is rejected or excluded."""
-    base = build_kv_cache_config(get_preset(preset), 64)
+    base = get_preset(preset).kv_cache_config(64)
     groups = list(base.kv_cache_groups)
     skipped = copy.deepcopy(base)
     skipped.kv_cache_groups[1].enable_kv_transfer = False
