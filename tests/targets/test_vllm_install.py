@@ -1,0 +1,113 @@
+"""The `vllm` targets refuse a missing or unusable vLLM with one line and exit 4 (issue 6, "Bad input").
+
+Every broken install is staged with a fake `vllm` first on sys.path (tests/targets/fake_vllm.py), so
+these run in the main venv without vLLM. The expected texts are the user-facing promises: what is
+missing, and the install command.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from harness.errors import EXIT_TARGET, UsageError
+from harness.targets import load_named_target
+from harness.targets.vllm_install import INSTALL_HINT, import_vllm_modules, installed_vllm_version, vllm_era
+from tests.targets.fake_vllm import IMPORTABLE
+
+
+def _refusal(call) -> str:
+    """The one-line message of the UsageError (exit 4) that `call()` must raise."""
+    with pytest.raises(UsageError) as info:
+        call()
+    assert info.value.exit_code == EXIT_TARGET, f"exit code {info.value.exit_code}, expected {EXIT_TARGET}"
+    message = str(info.value)
+    assert "\n" not in message, f"the message must be one line, got {message!r}"
+    return message
+
+
+@pytest.fixture
+def no_vllm_distribution(monkeypatch):
+    """importlib.metadata answers as on a machine without vLLM (whatever this venv has)."""
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "vllm":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+def test_not_installed_names_the_install_script(no_vllm_distribution):
+    message = _refusal(installed_vllm_version)
+    assert message.startswith("target vllm: vLLM is not installed in this Python environment")
+    assert "scripts/install-vllm.sh 0.33.0" in message and INSTALL_HINT in message
+
+
+def test_not_installed_through_the_named_target(no_vllm_distribution):
+    """`--hma-target vllm` goes through the alias loader; the refusal must survive that path unchanged."""
+    message = _refusal(lambda: load_named_target("vllm"))
+    assert "vLLM is not installed" in message
+
+
+@pytest.mark.parametrize("version,why", [
+    ("0.9.2", "outside"),
+    ("0.34.0", "outside"),
+    ("1.0.0", "outside"),
+])
+def test_unsupported_release(fake_vllm, version, why):
+    fake_vllm(version, IMPORTABLE)
+    assert installed_vllm_version() == version
+    message = _refusal(lambda: vllm_era(installed_vllm_version()))
+    assert message.startswith(f"target vllm: installed vLLM {version} is not supported (")
+    assert why in message, message
+    assert "0.10.0" in message and "0.33" in message, f"the accepted range must be named: {message}"
+    assert "scripts/install-vllm.sh" in message
+
+
+def test_unsupported_release_stops_the_named_target(fake_vllm):
+    fake_vllm("0.34.0", IMPORTABLE)
+    assert "installed vLLM 0.34.0 is not supported" in _refusal(lambda: load_named_target("vllm"))
+
+
+def test_unreadable_version(fake_vllm):
+    fake_vllm("dev", IMPORTABLE)
+    message = _refusal(installed_vllm_version)
+    assert message == "target vllm: cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0-0.33.x"
+
+
+def test_local_suffix_is_dropped(fake_vllm):
+    fake_vllm("0.33.0+cpu", IMPORTABLE)
+    assert installed_vllm_version() == "0.33.0"
+    assert vllm_era("0.33.0") == "v0.33"
+
+
+def test_missing_dependency_halfway(fake_vllm):
+    """vllm.config imports, the connector factory needs a package the light install left out."""
+    fake_vllm("0.33.0", {
+        "vllm.config": IMPORTABLE["vllm.config"],
+        "vllm.distributed.kv_transfer.kv_connector.factory": "import kvconform_absent_dependency\n",
+    })
+    message = _refusal(lambda: import_vllm_modules("0.33.0"))
+    assert message == (
+        "target vllm: vLLM 0.33.0 is installed but vllm.distributed.kv_transfer.kv_connector.factory does not "
+        "import (missing package 'kvconform_absent_dependency'); reinstall it with: scripts/install-vllm.sh 0.33.0"
+    )
+
+
+def test_module_raising_at_import(fake_vllm):
+    """Not an ImportError: the exception class and the first line of its text name the gap."""
+    fake_vllm("0.20.0", {"vllm.config": "raise RuntimeError('libcuda.so.1: cannot open shared object file\\nmore detail')\n"})
+    message = _refusal(lambda: load_named_target("vllm"))
+    assert message == (
+        "target vllm: vLLM 0.20.0 is installed but vllm.config does not import "
+        "(RuntimeError: libcuda.so.1: cannot open shared object file); reinstall it with: scripts/install-vllm.sh 0.20.0"
+    )
+
+
+def test_working_fake_passes_the_import_check(fake_vllm):
+    """The check itself: with every required module importable it raises nothing."""
+    fake_vllm("0.33.0", IMPORTABLE)
+    import_vllm_modules("0.33.0")
