@@ -1,23 +1,45 @@
 #!/usr/bin/env bash
-# CI step: install vLLM 0.33.0 (CPU, --no-deps) into its own virtual environment and run the v0.33 era of
-# the config matrix against it (`--hma-target vllm`). Downloads are cached under .cache/ (pip cache and
-# the vLLM wheel), so a second run on the same machine skips them; an installed venv is reused as is.
+# CI step: install vLLM 0.33.0 (CPU, --no-deps) into its own virtual environment and run against it
+#   1. the v0.33 era of the config matrix (`--hma-target vllm`),
+#   2. the allocator suite's scenarios on vLLM's own KVCacheManager/BlockPool (`--kv-allocator vllm`),
+#   3. once, the allocator throughput benchmarks, reference and vLLM side by side, timed (no xdist) with
+#      one round per workload: the results file carries both figures, so the report shows the ratio.
+# Downloads are cached under .cache/ (pip cache and the vLLM wheel), so a second run on the same machine
+# skips them; an installed venv is reused as is. Results, JUnit files and the throughput report go to
+# .cache/ci-vllm/ (KVCONFORM_CI_VLLM_OUT), outside the committed reports/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VLLM_VERSION=${KVCONFORM_CI_VLLM_VERSION:-0.33.0}
 VENV=${KVCONFORM_CI_VLLM_VENV:-.cache/venvs/vllm-$VLLM_VERSION}
+OUT=${KVCONFORM_CI_VLLM_OUT:-.cache/ci-vllm}
+PYTEST=("$VENV/bin/python" -m pytest -q -p no:cacheprovider)
 start=$(date +%s)
 
 echo "ci-vllm: installing vLLM $VLLM_VERSION into $VENV"
 scripts/install-vllm.sh "$VLLM_VERSION" "$VENV"
 installed=$(date +%s)
+mkdir -p "$OUT"
 
-mkdir -p reports
-echo "ci-vllm: config matrix, era v0.33, target vllm"
-"$VENV/bin/python" -m pytest suites/config -q -p no:cacheprovider -n 2 \
-    --vllm-version v0.33 --hma-target vllm \
-    --kvconform-results reports/results-vllm-$VLLM_VERSION.json \
-    --junitxml reports/junit-vllm-$VLLM_VERSION.xml
+echo "ci-vllm: [1/3] config matrix, era v0.33, target vllm"
+"${PYTEST[@]}" suites/config -n 2 --vllm-version v0.33 --hma-target vllm \
+    --kvconform-results "$OUT/results-config-vllm-$VLLM_VERSION.json" \
+    --junitxml "$OUT/junit-config-vllm-$VLLM_VERSION.xml"
+matrix=$(date +%s)
+
+echo "ci-vllm: [2/3] allocator suite on vLLM $VLLM_VERSION's own allocator"
+"${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
+    --kvconform-results "$OUT/results-allocator-vllm-$VLLM_VERSION.json" \
+    --junitxml "$OUT/junit-allocator-vllm-$VLLM_VERSION.xml"
+allocator=$(date +%s)
+
+echo "ci-vllm: [3/3] allocator throughput, reference vs vLLM $VLLM_VERSION (timed once, no xdist)"
+KVCONFORM_BENCHMARK_MAX_ROUNDS=1 "${PYTEST[@]}" suites/benchmarks/test_allocator_throughput.py -p no:xdist \
+    --kvconform-results "$OUT/results-benchmarks-vllm-$VLLM_VERSION.json" \
+    --junitxml "$OUT/junit-benchmarks-vllm-$VLLM_VERSION.xml"
+# The throughput table (figures and ratio vs vLLM) rendered from the results file, into the log too.
+"$VENV/bin/kvconform" report --from "$OUT/results-benchmarks-vllm-$VLLM_VERSION.json" --output-dir "$OUT"
+awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$OUT/compatibility.md"
 end=$(date +%s)
-echo "ci-vllm: install $((installed - start))s, matrix $((end - installed))s, total $((end - start))s"
+echo "ci-vllm: install $((installed - start))s, matrix $((matrix - installed))s," \
+     "allocator $((allocator - matrix))s, benchmarks $((end - allocator))s, total $((end - start))s"
