@@ -16,7 +16,6 @@ from typing import Callable
 from reference_impl.config import messages
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.objects import KV_ROLES, KVTransferConfig
-from reference_impl.connector.base import is_multi_connector_class, supports_hma
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +59,17 @@ def load_module_class(module_path: str, name: str, *, field_name: str = "kv_conn
     return cls
 
 
-def _has_kv_cache_config_parameter(cls: type) -> bool:
+def constructor_takes_kv_cache_config(cls: type, *, accept_var_keyword: bool = False) -> bool:
+    """vLLM's constructor check: `cls.__init__` names a `kv_cache_config` parameter (else it is the deprecated
+    2-argument form). With `accept_var_keyword`, a `**kwargs` parameter also counts. True when the signature
+    cannot be read."""
     try:
-        return "kv_cache_config" in inspect.signature(cls.__init__).parameters
+        params = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
         return True
+    if "kv_cache_config" in params:
+        return True
+    return accept_var_keyword and any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class KVConnectorFactory:
@@ -138,7 +143,7 @@ class KVConnectorFactory:
             # e.g. the offloading shortcut renamed kv_connector but kept the module path (0.33)
             self._fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
                        "connector_class_not_found", vllm_type="AttributeError")
-        if self.era.deprecated_constructor_error and not _has_kv_cache_config_parameter(cls):
+        if self.era.deprecated_constructor_error and not constructor_takes_kv_cache_config(cls):
             self._fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
 
@@ -205,3 +210,8 @@ def _builtins_for(era) -> dict[str, BuiltinConnector]:
         cached = {name: BuiltinConnector(name, hma) for name, hma in era.connectors().items()}
         _BUILTINS_CACHE[era.id] = cached
     return cached
+
+
+# Imported last: reference_impl.connector registers kvconform's connectors with KVConnectorFactory when it
+# is imported (and its factory reuses load_module_class), so everything above must exist by then.
+from reference_impl.connector.base import is_multi_connector_class, supports_hma  # noqa: E402
