@@ -13,7 +13,7 @@ import pytest
 
 from harness.eras import ERA_IDS, EraSelectionError, era_for_version, select_eras
 from harness.golden import GoldenStore, read_golden, render_golden
-from suites.config.matrix import all_pairs, cells_for, matrix
+from suites.config.matrix import FEATURES, FLAGS, PLATFORMS, STAGES, all_pairs, cells_for, connectors_for, matrix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +44,34 @@ def test_every_connector_and_feature_pair_is_covered(era):
     connectors = {cell.connector for cell in cells}
     features = {cell.features for cell in cells}
     assert pairs == set(itertools.product(connectors, features)), f"{era}: some connector x feature pair has no cell"
+
+
+@pytest.mark.parametrize("era", ERA_IDS)
+def test_rows_without_a_connector_or_without_features_are_complete(era):
+    """The report's main table has no gaps: both blocks are full products over flag x platform x stage."""
+    cells = cells_for(era)
+    ran = {(cell.flag, cell.platform, cell.features, cell.connector, cell.stage) for cell in cells}
+    connectors = list(connectors_for(era))
+    for flag, platform, stage in itertools.product(FLAGS, PLATFORMS, STAGES):
+        missing = [f for f in FEATURES if (flag, platform, f, "noconn", stage) not in ran]
+        missing += [c for c in connectors if (flag, platform, "none", c, stage) not in ran]
+        assert not missing, f"{era}-{flag}-{platform} ({stage}): no cell for {missing}"
+
+
+# Hand-checked: flag 3 x platform 6 x stage 2 = 36 settings; 9 features without a connector (324 cells),
+# each other connector without features (36 per connector), and all-pairs puts each connector x feature
+# pair (besides "none"/"noconn") in exactly one cell: 17 x 8 = 136 in seed (18 connector values),
+# 31 x 8 = 248 in v0.33 (32 values).
+@pytest.mark.parametrize(("era", "connectors", "cells"), [
+    ("seed", 18, 324 + 17 * 36 + 136),  # 1072
+    ("v0.33", 32, 324 + 31 * 36 + 248),  # 1688
+])
+def test_cell_counts(era, connectors, cells):
+    assert len(connectors_for(era)) == connectors, f"{era}: connector values"
+    era_cells = cells_for(era)
+    interactions = [c for c in era_cells if c.connector != "noconn" and c.features != "none"]
+    assert len(interactions) == (connectors - 1) * (len(FEATURES) - 1), f"{era}: one cell per connector x feature"
+    assert len(era_cells) == cells, f"{era}: cell count"
 
 
 def test_era_selection():

@@ -1,9 +1,13 @@
-"""The config matrix part of the report: one table per era and the changes between releases.
+"""The config matrix part of the report: per era a main table and an interaction list, and the changes between releases.
 
-Rows are connector x features, columns platform x flag. A cell shows the target's outcome (the deepest stage
-the matrix ran for that configuration): ✅ HMA on (resolved disable flag False), ⚪ HMA off (the warnings as
-footnotes), ❌ an error (type, stage and message as a footnote), ❔ unknown or not run (why, as a footnote).
-A ❗ after the symbol marks a configuration whose outcome differs from the oracle at some stage.
+The main table of an era has rows connector x features and columns platform x flag, and shows the rows the
+matrix fills completely: every feature without a connector, and every connector without features. The
+cells where a connector meets a feature are a pairwise sample (not every platform and flag), so they are
+listed one per line under the table instead of leaving the rest of a row unrun. A cell shows the target's
+outcome (the deepest stage the matrix ran for that configuration): ✅ HMA on (resolved disable flag False),
+⚪ HMA off (the warnings as footnotes), ❌ an error (type, stage and message as a footnote), ❔ unknown or not
+run (why, as a footnote). A ❗ after the symbol marks a configuration whose outcome differs from the oracle
+at some stage.
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ SUITE = "config"
 PLATFORM_ORDER = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
 FLAG_ORDER = (None, True, False)
 STAGE_ORDER = ("cli_parse", "config", "create_connector", "kv_cache_groups")
-NOT_IN_MATRIX = "not in the matrix (this combination is not part of the pairwise selection)"
+NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
+# How the rows without a connector or without features are spelled: the matrix says "noconn", a JSON null
+# becomes "none".
+NO_CONNECTOR = frozenset({"none", "noconn"})
+NO_FEATURES = "none"
 LEGEND = (
     "✅ HMA on (resolved `disable_hybrid_kv_cache_manager` is False) · ⚪ HMA off (footnote: the warning) · "
     "❌ error (footnote: type, stage and message) · ❔ unknown or not run (footnote: why) · "
@@ -56,8 +64,13 @@ def flag_label(flag: Any) -> str:
 
 
 def _first_sort(value: str) -> tuple[int, str]:
-    """'none' first, then case-insensitive alphabetical."""
-    return (0 if value == "none" else 1, value.lower())
+    """'none' (or 'noconn') first, then case-insensitive alphabetical."""
+    return (0 if value in NO_CONNECTOR else 1, value.lower())
+
+
+def is_main_row(connector: str, features: str) -> bool:
+    """True for the rows an era's main table shows: no connector, or a connector without features."""
+    return connector in NO_CONNECTOR or features == NO_FEATURES
 
 
 def _platform_sort(platform: str) -> tuple[int, str]:
@@ -167,11 +180,24 @@ def _group(entries: Iterable[dict[str, Any]]) -> dict[str, dict[ConfigKey, _Conf
     return eras
 
 
+def _row_sort(key: tuple[str, str]) -> tuple:
+    return (_first_sort(key[0]), _first_sort(key[1]))
+
+
+def _column_sort(key: tuple[str, Any]) -> tuple:
+    return (_platform_sort(key[0]), _flag_sort(key[1]))
+
+
+def _key_sort(key: ConfigKey) -> tuple:
+    return (_row_sort((key[0], key[1])), _column_sort((key[2], key[3])))
+
+
 def _era_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
-    rows_keys = sorted({(c, f) for c, f, _, _ in configurations}, key=lambda k: (_first_sort(k[0]), _first_sort(k[1])))
-    column_keys = sorted({(p, fl) for _, _, p, fl in configurations},
-                         key=lambda k: (_platform_sort(k[0]), _flag_sort(k[1])))
-    missing = Cell("❔", "unknown", (NOT_IN_MATRIX,))
+    """The main table: the rows without a connector or without features, by the platform x flag they ran on."""
+    shown = [key for key in configurations if is_main_row(key[0], key[1])]
+    rows_keys = sorted({(c, f) for c, f, _, _ in shown}, key=_row_sort)
+    column_keys = sorted({(p, fl) for _, _, p, fl in shown}, key=_column_sort)
+    missing = Cell("❔", "unknown", (NOT_RUN,))
     rows = []
     for connector, features in rows_keys:
         row: list[Cell | str] = [connector, features]
@@ -188,10 +214,35 @@ def _era_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
     )
 
 
+def _interaction_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
+    """The configurations with a connector and a feature, one line each (only those that ran are listed)."""
+    keys = sorted((key for key in configurations if not is_main_row(key[0], key[1])), key=_key_sort)
+    return Table(
+        headers=["connector", "features", "platform", "flag", "outcome"],
+        rows=[[c, f, p, flag_label(fl), configurations[(c, f, p, fl)].cell()] for c, f, p, fl in keys],
+        row_filters=[{"connector": c, "platform": p} for c, _, p, _ in keys],
+        column_filters=[{}, {}, {}, {}, {}],
+        search=True,
+    )
+
+
+def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> list:
+    blocks: list = [Heading(3, f"Era {era_title(era)}")]
+    main = _era_table(configurations)
+    if main.rows:
+        blocks.append(main)
+    interactions = _interaction_table(configurations)
+    if interactions.rows:
+        count = len(interactions.rows)
+        blocks += [Paragraph(f"A connector together with a feature in {era}: {count} configuration"
+                             f"{'' if count == 1 else 's'} (the matrix samples their platforms and flags pairwise)."),
+                   interactions]
+    return blocks
+
+
 def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
     rows, row_filters = [], []
-    keys = sorted({key for era in order for key in eras[era]},
-                  key=lambda k: (_first_sort(k[0]), _first_sort(k[1]), _platform_sort(k[2]), _flag_sort(k[3])))
+    keys = sorted({key for era in order for key in eras[era]}, key=_key_sort)
     for key in keys:
         previous_era, previous = None, None
         for era in order:
@@ -236,11 +287,13 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
         Paragraph(oracle_summary(config_entries)),
         Paragraph(LEGEND),
         Paragraph("Each cell shows the deepest stage the matrix ran for that configuration "
-                  "(create_connector where present, else config)."),
+                  "(create_connector where present, else config). Per era, the table has every feature without "
+                  "a connector and every connector without features, on every platform and flag; the list "
+                  "under it has the configurations where a connector meets a feature, which the matrix "
+                  "samples pairwise (every connector with every feature at least once)."),
     ])]
     for era in order:
-        sections.append(Section("config", [Heading(3, f"Era {era_title(era)}"), _era_table(eras[era])],
-                                filters={"era": era}))
+        sections.append(Section("config", _era_blocks(era, eras[era]), filters={"era": era}))
     changes = _changes_table(eras, order)
     blocks = [Heading(2, "What changed between releases"),
               Paragraph("Every configuration whose outcome differs from the previous era that ran it "

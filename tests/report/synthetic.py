@@ -81,13 +81,15 @@ def big_matrix(count: int = 50_000) -> ResultsDocument:
 
 
 W1 = "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."
+E_H = "HiSparse currently requires NVIDIA CUDA."
 W2 = "Turning off hybrid kv cache manager because connector LMCacheConnectorV1 does not support HMA."
 E_F = "Connector LMCacheConnectorV1 does not support HMA but HMA is enabled."
 TPU = "TPU support comes from tpu_inference"
 
 
 def config_document() -> ResultsDocument:
-    """A small hand-checked matrix: two eras, every kind of cell, one mismatch, one skip, one change between eras."""
+    """A small hand-checked matrix: two eras, every kind of cell, one mismatch, one skip, one change between eras,
+    and in each era one configuration where a connector meets a feature (listed under the era's table)."""
     entries = [
         config_entry("seed", None, "cuda", "none", "none", actual=outcome(resolved=False)),
         config_entry("seed", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W1])),
@@ -100,6 +102,10 @@ def config_document() -> ResultsDocument:
         config_entry("v0.33", None, "cuda", "none", "none", actual=outcome(resolved=False)),
         config_entry("v0.33", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W2])),
         config_entry("v0.33", None, "tpu", "none", "none", actual=outcome(unknown=TPU)),
+        config_entry("seed", True, "rocm", "kv_events", "LMCacheConnectorV1",
+                     actual=outcome(resolved=True, warnings=[W1])),
+        config_entry("v0.33", None, "tpu", "hisparse", "LMCacheConnectorV1", stage="create_connector",
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": E_H})),
     ]
     entries[5]["actual"] = None
     return ResultsDocument(run_info=run_info(), results=entries)

@@ -50,16 +50,20 @@ def hidden(dom: str, tag_pattern: str) -> bool:
     return "kv-hide" in match.group(0) or "kv-nomatch" in match.group(0)
 
 
-# Query -> rows shown: 2 rows in era seed, 2 in v0.33, 1 in "what changed" (worked out by hand from
-# synthetic.config_document).
+# Query -> rows shown: per era 2 main-table rows and 1 listed connector-with-feature row, and 1 row in
+# "what changed" (worked out by hand from synthetic.config_document). Main-table rows carry no platform tag
+# (the platform filter hides their columns); listed rows do.
 @pytest.mark.parametrize(("query", "rows"), [
-    ("", 5),
-    ("?era=seed", 2),  # the change arrives in v0.33
-    ("?era=v0.33", 3),
-    ("?connector=LMCacheConnectorV1", 3),
-    ("?platform=tpu", 5),
+    ("", 7),
+    ("?era=seed", 3),  # the change arrives in v0.33
+    ("?era=v0.33", 4),
+    ("?connector=LMCacheConnectorV1", 5),
+    ("?platform=tpu", 6),  # the seed list's rocm row is hidden
+    ("?era=seed&platform=rocm", 3),
+    ("?era=seed&platform=cuda", 2),
     ("?q=tpu_inference", 1),  # only a footnote of the v0.33 none/none row mentions it
-    ("?q=LMCACHECONNECTORV1", 3),  # case-insensitive
+    ("?q=LMCACHECONNECTORV1", 5),  # case-insensitive
+    ("?q=nvidia", 1),  # the footnote of the v0.33 listed hisparse row
     ("?era=v0.33&q=tpu_inference", 1),
     ("?era=seed&q=tpu_inference", 0),
 ])
@@ -70,9 +74,11 @@ def test_filters_and_search(page, tmp_path, query, rows):
 
 def test_tables_render_and_era_filter_hides_other_eras(page, tmp_path):
     dom = dump_dom(page, "?era=seed&platform=cuda", tmp_path / "profile")
-    assert dom.count("<table") == 4, "summary, two eras, what changed"
+    assert dom.count("<table") == 6, "summary, two eras with a table and a list each, what changed"
     assert hidden(dom, r'<section data-key="config" data-f-era="v0\.33"[^>]*>')
     assert not hidden(dom, r'<section data-key="config" data-f-era="seed"[^>]*>')
     assert hidden(dom, r'<th data-f-platform="rocm"[^>]*>'), "columns of other platforms are hidden"
     assert not hidden(dom, r'<th data-f-platform="cuda"[^>]*>')
     assert re.search(r'<select id="kv-f-era">', dom) and 'value="seed"' in dom
+    assert hidden(dom, r'<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm"[^>]*>'), (
+        "a listed row of another platform is hidden")

@@ -11,7 +11,10 @@ from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import E_F, TPU, W1, W2, config_document, config_entry, outcome, run_info
+from tests.report.synthetic import E_F, E_H, TPU, W1, W2, config_document, config_entry, outcome, run_info
+
+NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
+
 
 def test_era_tables_golden():
     md = render_markdown(build_document(config_document()))
@@ -20,20 +23,58 @@ def test_era_tables_golden():
         ["none", "none", "✅", "⚪❗[^1]", "❔[^2]", "❔[^3]"],
         ["LMCacheConnectorV1", "none", "⚪[^4]", "❔[^2]", "❌[^5]", "❔[^2]"],
     ]
+    assert table_after(md, "A connector together with a feature in seed: 1 configuration (") == [
+        ["connector", "features", "platform", "flag", "outcome"],
+        ["LMCacheConnectorV1", "kv_events", "rocm", "True", "⚪[^4]"],
+    ]
     assert table_after(md, "### Era v0.33 (vLLM 0.33.0)") == [
         ["connector", "features", "cuda · absent", "tpu · absent"],
         ["none", "none", "✅", "❔[^6]"],
         ["LMCacheConnectorV1", "none", "⚪[^7]", "❔[^2]"],
     ]
+    assert table_after(md, "A connector together with a feature in v0.33: 1 configuration (") == [
+        ["connector", "features", "platform", "flag", "outcome"],
+        ["LMCacheConnectorV1", "hisparse", "tpu", "absent", "❌[^8]"],
+    ]
     assert footnotes(md) == {
         "1": "differs from the oracle at stage config: expected resolved False",
-        "2": "not in the matrix (this combination is not part of the pairwise selection)",
+        "2": NOT_RUN,
         "3": "not run: ROCm not modelled",
         "4": W1,
         "5": f"ValueError at stage create_connector: {E_F}",
         "6": f"unknown: {TPU}",
         "7": W2,
+        "8": f"ValueError at stage config: {E_H}",
     }
+
+
+def test_matrix_spelling_noconn_is_the_no_connector_row():
+    """The matrix names the absent connector "noconn": its rows come first in the main table, never in the list."""
+    entries = [
+        config_entry("seed", None, "cuda", "kv_events", "noconn", actual=outcome(resolved=True, warnings=[W1])),
+        config_entry("seed", None, "cuda", "none", "noconn"),
+        config_entry("seed", None, "cuda", "none", "ExampleConnector", actual=outcome(resolved=True, warnings=[W1])),
+        config_entry("seed", None, "cuda", "kv_events", "ExampleConnector"),
+        config_entry("seed", None, "cpu", "chunked", "ExampleConnector"),
+    ]
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert table_after(md, "### Era seed") == [
+        ["connector", "features", "cuda · absent"],
+        ["noconn", "none", "✅"],
+        ["noconn", "kv_events", "⚪[^1]"],
+        ["ExampleConnector", "none", "⚪[^1]"],
+    ], "the cpu column has no main-table cell, so the main table has no cpu column"
+    assert table_after(md, "A connector together with a feature in seed: 2 configurations (") == [
+        ["connector", "features", "platform", "flag", "outcome"],
+        ["ExampleConnector", "chunked", "cpu", "absent", "✅"],
+        ["ExampleConnector", "kv_events", "cuda", "absent", "✅"],
+    ]
+
+
+def test_era_without_interactions_has_no_list():
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[config_entry()])))
+    assert "A connector together with a feature" not in md
+    assert table_after(md, "### Era seed") == [["connector", "features", "cuda · absent"], ["none", "none", "✅"]]
 
 
 def test_changes_between_releases_golden():
@@ -46,12 +87,12 @@ def test_changes_between_releases_golden():
 
 def test_summary_counts_against_the_oracle():
     md = render_markdown(build_document(config_document()))
-    assert "1 of 9 tests did not behave as expected (failed or error)." in md
+    assert "1 of 11 tests did not behave as expected (failed or error)." in md
     assert table_after(md, "## Summary") == [
         ["suite", "passed", "failed", "error", "skipped", "total"],
-        ["config", "7", "1", "0", "1", "9"],
+        ["config", "9", "1", "0", "1", "11"],
     ]
-    assert ("7 of 9 matrix cases agree with the oracle, 1 differ, 0 could not be evaluated (error) "
+    assert ("9 of 11 matrix cases agree with the oracle, 1 differ, 0 could not be evaluated (error) "
             "and 1 were skipped.") in md
     assert "- `suites/config/test_matrix.py::test_cell[seed-T-cuda-none-none-config]`: expected resolved False" in md
 
@@ -74,7 +115,7 @@ def test_config_section_can_be_extracted():
     section = extract_section(md, "config")
     assert section.startswith("<!-- kvconform:section config -->")
     assert section.endswith("<!-- /kvconform:section config -->")
-    assert "## Summary" not in section and "### Era seed" in section and "[^7]: " in section
+    assert "## Summary" not in section and "### Era seed" in section and "[^8]: " in section
 
 
 def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description=""):
@@ -194,4 +235,7 @@ def test_html_is_self_contained_and_filterable():
     assert '<tr data-f-connector="LMCacheConnectorV1">' in page
     assert '<td class="k-off" data-f-platform="cuda">⚪<sup><a href="#fn-4">4</a></sup></td>' in page
     assert f'<li id="fn-4" value="4">{W1}</li>' in page
+    assert '<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm">' in page, (
+        "a listed connector-with-feature row carries its platform for the platform filter")
+    assert '<td>kv_events</td>' in page and '<td class="k-error">❌<sup><a href="#fn-8">8</a></sup></td>' in page
     assert "Run 1: commit 000" in page
