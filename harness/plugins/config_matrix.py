@@ -56,6 +56,9 @@ def _load_callable(spec: str) -> tuple[Callable, str]:
         target = load_target_spec(spec)
     except UsageError as exc:
         raise pytest.UsageError(f"--hma-target: {exc}") from None
+    describe = getattr(target, "describe", None)
+    if callable(describe):  # a named target knows what it wraps (`vllm`: the installed release and its era)
+        return target, describe()
     module_name = getattr(target, "__module__", None) or spec.partition(":")[0]
     return target, _distribution_version(module_name)
 

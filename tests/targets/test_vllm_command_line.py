@@ -1,0 +1,106 @@
+"""`--hma-target vllm` and `kvconform report --target vllm` on a machine without a usable vLLM: exit 4 and
+one line on stderr, no traceback, no report written. Also the matrix header naming what runs.
+
+The subprocess runs get a fake `vllm` first on PYTHONPATH (tests/targets/fake_vllm.py), so they behave
+the same in the main venv and in a vLLM venv.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path, fake_version, modules, *argv):
+    fake = write_fake_vllm(tmp_path / "fake-site", fake_version, modules)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
+    env.pop("KVCONFORM_TARGET", None)
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected exactly one line on stderr, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_pytest_hma_target_vllm_unsupported_release(tmp_path):
+    result = _run(tmp_path, "0.34.0", IMPORTABLE, "-m", "pytest", "suites/config", "-p", "no:cacheprovider",
+                  "-p", "no:xdist", "--hma-target", "vllm", "--vllm-version", "v0.33")
+    assert result.returncode == 4, result.stdout + result.stderr
+    line = _one_line(result.stderr)
+    assert line.startswith("ERROR: --hma-target: target vllm: installed vLLM 0.34.0 is not supported"), line
+    assert "scripts/install-vllm.sh" in line
+
+
+def test_report_target_vllm_import_fails_halfway(tmp_path):
+    out = tmp_path / "report"
+    broken = {"vllm.config": IMPORTABLE["vllm.config"],
+              "vllm.distributed.kv_transfer.kv_connector.factory": "import kvconform_absent_dependency\n"}
+    result = _run(tmp_path, "0.33.0", broken, "-m", "harness.cli", "report", "--target", "vllm", "--output-dir", str(out))
+    assert result.returncode == 4, result.stdout + result.stderr
+    line = _one_line(result.stderr)
+    assert line == ("kvconform: error: target vllm: vLLM 0.33.0 is installed but "
+                    "vllm.distributed.kv_transfer.kv_connector.factory does not import (missing package "
+                    "'kvconform_absent_dependency'); reinstall it with: scripts/install-vllm.sh 0.33.0"), line
+    assert result.stdout == "", "nothing may start (no pytest run) when the target cannot load"
+    assert not any(out.iterdir()), "no report may be written"
+
+
+def test_report_target_vllm_not_installed(tmp_path, monkeypatch, capsys):
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "vllm":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    code = main(["report", "--target", "vllm", "--output-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 4
+    assert _one_line(err).startswith("kvconform: error: target vllm: vLLM is not installed in this Python environment; "
+                                     "install one with: scripts/install-vllm.sh 0.33.0")
+    assert out == "" and not any(tmp_path.iterdir())
+
+
+class DescribedTarget:
+    """A config target that says what it wraps, as the `vllm` target does."""
+
+    def describe(self) -> str:
+        return "fakeengine 9.9.9 (era v0.33)"
+
+    def __call__(self, case: dict) -> dict:
+        return {"id": case.get("id"), "resolved_disable_hma": None, "warnings": [], "error": None,
+                "rules": [], "unknown": "a header test target evaluates nothing"}
+
+
+DESCRIBED = DescribedTarget()
+
+
+@pytest.mark.parametrize("target,expected", [
+    ("tests.targets.test_vllm_command_line:DESCRIBED",
+     "kvconform config matrix: target tests.targets.test_vllm_command_line:DESCRIBED (fakeengine 9.9.9 (era v0.33)); "
+     "eras v0.33; golden off"),
+    (None, "kvconform config matrix: target reference_impl.config:resolve_case (kvconform "),
+], ids=["describe", "reference"])
+def test_matrix_header_names_target_version_and_era(tmp_path, target, expected):
+    """The header shows what the target says it is (`vllm`: "vllm 0.33.0 (era v0.33)"); the reference keeps
+    its distribution version."""
+    # Selecting nothing: pytest prints the header and stops (exit 5) without running the matrix.
+    argv = ["-m", "pytest", "suites/config", "-p", "no:cacheprovider", "-p", "no:xdist", "--vllm-version", "v0.33",
+            "-k", "kvconform_selects_nothing"] + (["--hma-target", target] if target else [])
+    result = _run(tmp_path, "0.33.0", IMPORTABLE, *argv)
+    headers = [line for line in result.stdout.splitlines() if line.startswith("kvconform config matrix:")]
+    assert headers and headers[0].startswith(expected), result.stdout[-2000:] + result.stderr[-2000:]
