@@ -1,7 +1,8 @@
-"""Fixtures for the vLLM adapter tests: a fake `vllm` put first on sys.path, and no real vLLM leaking in."""
+"""Fixtures for the vLLM adapter tests: a fake `vllm` first on sys.path, or no vLLM distribution at all."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 
 import pytest
@@ -33,3 +34,16 @@ def fake_vllm(tmp_path, monkeypatch):
     for name in _vllm_modules():
         del sys.modules[name]
     sys.modules.update(saved)
+
+
+@pytest.fixture
+def no_vllm_distribution(monkeypatch):
+    """importlib.metadata answers as on a machine without vLLM (whatever this venv has)."""
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "vllm":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)

@@ -7,7 +7,6 @@ the same in the main venv and in a vLLM venv.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -58,15 +57,7 @@ def test_report_target_vllm_import_fails_halfway(tmp_path):
     assert not any(out.iterdir()), "no report may be written"
 
 
-def test_report_target_vllm_not_installed(tmp_path, monkeypatch, capsys):
-    real = importlib.metadata.version
-
-    def version(name):
-        if name == "vllm":
-            raise importlib.metadata.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", version)
+def test_report_target_vllm_not_installed(tmp_path, no_vllm_distribution, capsys):
     code = main(["report", "--target", "vllm", "--output-dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 4

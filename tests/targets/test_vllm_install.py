@@ -7,8 +7,6 @@ missing, and the install command.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
 
 from harness.errors import EXIT_TARGET, UsageError
@@ -25,19 +23,6 @@ def _refusal(call) -> str:
     message = str(info.value)
     assert "\n" not in message, f"the message must be one line, got {message!r}"
     return message
-
-
-@pytest.fixture
-def no_vllm_distribution(monkeypatch):
-    """importlib.metadata answers as on a machine without vLLM (whatever this venv has)."""
-    real = importlib.metadata.version
-
-    def version(name):
-        if name == "vllm":
-            raise importlib.metadata.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", version)
 
 
 def test_not_installed_names_the_install_script(no_vllm_distribution):
