@@ -385,21 +385,28 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
             for name in group.layer_names:
                 if name not in self._layers:
                     raise ValueError(f"register_kv_caches: layer {name!r} of group {group.group_id} is missing")
-        # Groups whose layers are single tensors (attention) take a faster copy path.
-        self._plain_groups = {
-            g.group_id: [self._layers[n][0] for n in g.layer_names]
-            for g in self.groups if all(len(self._layers[n]) == 1 for n in g.layer_names)
-        }
+        # Attention groups laid out as vLLM allocates them (equal layers, evenly spaced in one allocation)
+        # are copied through one [layers, rows, words] view: one gather / scatter per object, not per layer.
+        self._group_views: dict[int, torch.Tensor] = {}
+        for group in self.groups:
+            if group.kind != MAMBA and all(len(self._layers[n]) == 1 for n in group.layer_names):
+                view = layers_as_one_view([self._layers[n][0] for n in group.layer_names])
+                if view is not None:
+                    self._group_views[group.group_id] = view
         first = next((self._layers[n][0] for g in self.groups if g.kind != MAMBA for n in g.layer_names), None)
         if first is not None and first.shape[0] % self.num_blocks == 0:
             self._kernel_ratio = first.shape[0] // self.num_blocks
 
-    def _rows(self, group: GroupInfo, block_ids: list[int]) -> torch.Tensor:
-        ratio = 1 if group.kind == MAMBA else self._kernel_ratio
-        ids = torch.tensor(block_ids, dtype=torch.long)
-        if ratio > 1:
-            ids = (ids[:, None] * ratio + torch.arange(ratio)).reshape(-1)
-        return ids
+    def _rows(self, ops: list[tuple[GroupInfo, list[int]]]) -> list[torch.Tensor]:
+        """Row indices (kernel blocks) of each (group, block ids); one tensor built for all of them."""
+        flat = torch.tensor([b for _, ids in ops for b in ids], dtype=torch.long)
+        out, start = [], 0
+        for group, ids in ops:
+            rows = flat[start : start + len(ids)]
+            start += len(ids)
+            ratio = 1 if group.kind == MAMBA else self._kernel_ratio
+            out.append((rows[:, None] * ratio + torch.arange(ratio)).reshape(-1) if ratio > 1 else rows)
+        return out
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         """Issue this step's loads: all objects of a request are fetched first, so a miss writes nothing."""
@@ -422,19 +429,20 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
                 return False
             fetched.append((op, value))
         groups = {g.group_id: g for g in self.groups}
+        work = []
         for op, value in fetched:
-            group = groups[op.group_id]
             slots = [i for i, b in enumerate(op.block_ids) if b != SKIP]
-            if not slots:
-                continue
-            rows = self._rows(group, [op.block_ids[i] for i in slots])
-            whole = len(slots) == len(op.block_ids)
-            src_rows = None if whole else self._rows_of_slots(slots, len(rows) // len(slots))
-            plain = self._plain_groups.get(op.group_id)
-            if plain is not None and whole:
-                for tensor, layer_value in zip(plain, value):
-                    tensor.index_copy_(0, rows, layer_value.view(tensor.dtype).view(tensor.shape[:0] + (len(rows),) + tensor.shape[1:]))
-                self._count("loaded_bytes", value.numel())
+            if slots:
+                work.append((op, value, slots, groups[op.group_id], [op.block_ids[i] for i in slots]))
+        all_rows = self._rows([(group, ids) for _, _, _, group, ids in work]) if work else []
+        loaded = 0
+        for (op, value, slots, group, _), rows in zip(work, all_rows):
+            loaded += value.numel()
+            src_rows = None if len(slots) == len(op.block_ids) else self._rows_of_slots(slots, len(rows) // len(slots))
+            view = self._group_views.get(op.group_id)
+            if view is not None:
+                src = value.view(view.dtype)
+                view.index_copy_(1, rows, src if src_rows is None else src.index_select(1, src_rows))
                 continue
             for layer_index, name in enumerate(group.layer_names):
                 offset = 0
@@ -446,7 +454,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
                     shape = (len(rows),) + tuple(tensor.shape[1:])
                     tensor.index_copy_(0, rows, src.contiguous().view(tensor.dtype).view(shape))
                     offset += width
-            self._count("loaded_bytes", value.numel())
+        self._count("loaded_bytes", loaded)
         return True
 
     @staticmethod
@@ -461,35 +469,38 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         """Stores run in `wait_for_save`, after the whole forward (Mamba layers have no layer hook)."""
 
     def wait_for_save(self) -> None:
-        """Copy every store of this step into the store before the step ends (sources are still owned)."""
+        """Copy every store of this step into the store before the step ends (sources are still owned).
+
+        An object is [layers, rows, bytes per row] uint8, each object its own allocation (the store's byte
+        budget is what it holds).
+        """
         meta = self._connector_metadata
-        if not isinstance(meta, LMCacheLikeMetadata):
+        if not isinstance(meta, LMCacheLikeMetadata) or not meta.saves:
             return
         groups = {g.group_id: g for g in self.groups}
-        for op in meta.saves:
+        stored = rejected = 0
+        all_rows = self._rows([(groups[op.group_id], op.block_ids) for op in meta.saves])
+        for op, rows in zip(meta.saves, all_rows):
             group = groups[op.group_id]
-            rows = self._rows(group, op.block_ids)
-            plain = self._plain_groups.get(op.group_id)
-            if plain is not None:
-                first = plain[0]
-                value = torch.empty((len(plain), len(rows)) + tuple(first.shape[1:]), dtype=first.dtype)
-                for index, tensor in enumerate(plain):
-                    torch.index_select(tensor, 0, rows, out=value[index])
-                value = value.view(len(plain), len(rows), -1).view(torch.uint8)
-                if self.store.put(self._key(op.group_id, op.chunk_hash), value):
-                    self._count("stored_bytes", value.numel())
-                else:
-                    self._count("store_rejected", 1)
-                continue
-            per_layer = []
-            for name in group.layer_names:
-                parts = [t.index_select(0, rows).reshape(len(rows), -1).view(torch.uint8) for t in self._layers[name]]
-                per_layer.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
-            value = torch.stack(per_layer)
-            if self.store.put(self._key(op.group_id, op.chunk_hash), value):
-                self._count("stored_bytes", value.numel())
+            view = self._group_views.get(op.group_id)
+            if view is not None:
+                value = torch.empty((view.shape[0], len(rows), view.shape[2]), dtype=view.dtype)
+                torch.index_select(view, 1, rows, out=value)
+                value = value.view(torch.uint8)
             else:
-                self._count("store_rejected", 1)
+                per_layer = []
+                for name in group.layer_names:
+                    parts = [t.index_select(0, rows).reshape(len(rows), -1).view(torch.uint8) for t in self._layers[name]]
+                    per_layer.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
+                value = torch.stack(per_layer)
+            if self.store.put(self._key(op.group_id, op.chunk_hash), value):
+                stored += value.numel()
+            else:
+                rejected += 1
+        if stored:
+            self._count("stored_bytes", stored)
+        if rejected:
+            self._count("store_rejected", rejected)
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         """Finished (and failed) loads since the last call; stores never outlive their step."""
@@ -514,6 +525,34 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
             return None
         stats, self._stats = KVConnectorStats(data=dict(self._stats)), {}
         return stats
+
+
+def layers_as_one_view(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """[layers, rows, words] over `tensors` when they are equal, evenly spaced views of one allocation.
+
+    A row is one block of one layer (its first dimension); words are the widest integer that divides the
+    row, the strides and the offset, since CPU index copies run per element. None for any other layout.
+    """
+    first = tensors[0]
+    if first.dim() < 2 or first.shape[0] == 0 or not first[0].is_contiguous():
+        return None
+    storage = first.untyped_storage().data_ptr()
+    for t in tensors:
+        if (t.dtype, t.shape, t.stride(), t.device) != (first.dtype, first.shape, first.stride(), first.device) \
+                or t.untyped_storage().data_ptr() != storage:
+            return None
+    item = first.element_size()
+    offsets = [t.data_ptr() - first.data_ptr() for t in tensors]
+    layer_stride = offsets[1] if len(offsets) > 1 else 0
+    if any(off != i * layer_stride for i, off in enumerate(offsets)):
+        return None
+    row_bytes, row_stride = first[0].numel() * item, first.stride(0) * item
+    as_bytes = first.view(torch.uint8)
+    word = next(w for w in (8, 4, 2, 1)
+                if all(x % w == 0 for x in (row_bytes, row_stride, layer_stride, as_bytes.storage_offset())))
+    view = torch.as_strided(as_bytes, (len(tensors), first.shape[0], row_bytes), (layer_stride, row_stride, 1),
+                            as_bytes.storage_offset())
+    return view.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[word])
 
 
 class LMCacheLikeConnector(ChunkedPrefixConnector, SupportsHMA):

@@ -53,3 +53,28 @@ def test_groups_overlay_the_same_bytes(hybrid):
 def test_mismatched_pages_are_refused():
     with pytest.raises(ValueError, match="fa16\\+swa32 at tensor_parallel_size 2: groups must share one page size"):
         get_preset("fa16+swa32").kv_cache_config(NUM_BLOCKS, tp_size=2)
+
+
+def test_group_layers_as_one_view(hybrid):
+    """The connector's fast copy path sees a group's layers as one [layers, rows, words] view of the pool."""
+    from reference_impl.connector.lmcache_like import layers_as_one_view
+
+    _, memory = hybrid
+    views = memory.kv_caches()
+    layers = [views["model.layers.2.swa"], views["model.layers.3.swa"]]
+    layers[1][7].fill_(2.0)
+    joined = layers_as_one_view(layers)
+    assert joined is not None and joined.dtype == torch.int64, "1024-byte rows copy as 8-byte words"
+    assert tuple(joined.shape) == (2, NUM_BLOCKS, 128), "2 layers x 12 blocks x 1024 / 8 words"
+    assert torch.equal(joined[1, 7].view(torch.float16), layers[1][7].reshape(-1)), "row 7 of layer 1 is block 7"
+    assert joined[0, 7].count_nonzero() == 0, "layer 0 is a different region of the pool"
+
+
+def test_separate_allocations_take_the_per_layer_path():
+    from reference_impl.connector.lmcache_like import layers_as_one_view
+
+    separate = [torch.zeros(4, 16, 2, 16, dtype=torch.float16) for _ in range(2)]
+    assert layers_as_one_view(separate) is None, "layers in two allocations cannot be one strided view"
+    pool = torch.zeros(3, 4, 16, 2, 16, dtype=torch.float16)
+    assert layers_as_one_view([pool[0], pool[2], pool[1]]) is None, "unevenly spaced layers are refused"
+    assert layers_as_one_view([pool[0], pool[1, :, :8]]) is None, "layers of different shapes are refused"
