@@ -2,7 +2,8 @@
 
 Options: `--hma-target module:callable` (or env KVCONFORM_TARGET) picks the implementation the matrix
 runs against (default: the reference resolver); `--update-golden` rewrites the golden files from this
-run; the era comes from `--vllm-version` (harness.plugins.session_info), all eras when it is absent.
+run; the era comes from `--vllm-version` (harness.plugins.session_info); when it is absent, all eras, or
+the target's own era for a target bound to one release (one with an `era` attribute, like `vllm`).
 """
 
 from __future__ import annotations
@@ -112,11 +113,16 @@ _GOLDEN = pytest.StashKey[GoldenStore]()
 
 
 def pytest_configure(config):
+    version = config.getoption("kvconform_vllm_version", None)
     try:
-        config.stash[_ERAS] = select_eras(config.getoption("kvconform_vllm_version", None))
+        eras = select_eras(version)
     except EraSelectionError as exc:
         raise pytest.UsageError(str(exc)) from None
     target = load_target(config.getoption("kvconform_hma_target"))
+    if version is None and getattr(target.call, "era", None) in ERA_IDS:
+        # A target bound to one release (`vllm`) can only evaluate its own era: cover that one.
+        eras = (target.call.era,)
+    config.stash[_ERAS] = eras
     if config.getoption("kvconform_update_golden") and not target.is_default:
         raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
     config.stash[_TARGET] = target

@@ -67,10 +67,12 @@ def test_report_target_vllm_not_installed(tmp_path, no_vllm_distribution, capsys
 
 
 class DescribedTarget:
-    """A config target that says what it wraps, as the `vllm` target does."""
+    """A config target bound to one release, as the `vllm` target is: it says what it wraps, and its era."""
+
+    era = "v0.20"
 
     def describe(self) -> str:
-        return "fakeengine 9.9.9 (era v0.33)"
+        return "fakeengine 9.9.9 (era v0.20)"
 
     def __call__(self, case: dict) -> dict:
         return {"id": case.get("id"), "resolved_disable_hma": None, "warnings": [], "error": None,
@@ -78,20 +80,21 @@ class DescribedTarget:
 
 
 DESCRIBED = DescribedTarget()
+_DESCRIBED_SPEC = "tests.targets.test_vllm_command_line:DESCRIBED"
 
 
-@pytest.mark.parametrize("target,expected", [
-    ("tests.targets.test_vllm_command_line:DESCRIBED",
-     "kvconform config matrix: target tests.targets.test_vllm_command_line:DESCRIBED (fakeengine 9.9.9 (era v0.33)); "
-     "eras v0.33; golden off"),
-    (None, "kvconform config matrix: target reference_impl.config:resolve_case (kvconform "),
-], ids=["describe", "reference"])
-def test_matrix_header_names_target_version_and_era(tmp_path, target, expected):
-    """The header shows what the target says it is (`vllm`: "vllm 0.33.0 (era v0.33)"); the reference keeps
-    its distribution version."""
+@pytest.mark.parametrize("argv,expected", [
+    (["--hma-target", _DESCRIBED_SPEC],
+     f"kvconform config matrix: target {_DESCRIBED_SPEC} (fakeengine 9.9.9 (era v0.20)); eras v0.20; golden off"),
+    (["--hma-target", _DESCRIBED_SPEC, "--vllm-version", "seed"],
+     f"kvconform config matrix: target {_DESCRIBED_SPEC} (fakeengine 9.9.9 (era v0.20)); eras seed; golden off"),
+    (["--vllm-version", "v0.33"], "kvconform config matrix: target reference_impl.config:resolve_case (kvconform "),
+], ids=["own-era", "explicit-era", "reference"])
+def test_matrix_header_names_target_version_and_era(tmp_path, argv, expected):
+    """The header shows what the target says it is (`vllm`: "vllm 0.33.0 (era v0.33)"); a target bound to one
+    release covers its own era unless --vllm-version says otherwise; the reference keeps its distribution version."""
     # Selecting nothing: pytest prints the header and stops (exit 5) without running the matrix.
-    argv = ["-m", "pytest", "suites/config", "-p", "no:cacheprovider", "-p", "no:xdist", "--vllm-version", "v0.33",
-            "-k", "kvconform_selects_nothing"] + (["--hma-target", target] if target else [])
-    result = _run(tmp_path, "0.33.0", IMPORTABLE, *argv)
+    result = _run(tmp_path, "0.33.0", IMPORTABLE, "-m", "pytest", "suites/config", "-p", "no:cacheprovider",
+                  "-p", "no:xdist", "-k", "kvconform_selects_nothing", *argv)
     headers = [line for line in result.stdout.splitlines() if line.startswith("kvconform config matrix:")]
     assert headers and headers[0].startswith(expected), result.stdout[-2000:] + result.stderr[-2000:]
