@@ -18,6 +18,7 @@ import pytest
 
 from harness.eras import ERA_IDS, EraSelectionError, select_eras
 from harness.golden import GoldenStore
+from harness.plugins.results import add_run_info
 
 DEFAULT_TARGET = "reference_impl.config:resolve_case"
 TARGET_ENV = "KVCONFORM_TARGET"
@@ -126,6 +127,7 @@ def pytest_configure(config):
     if config.getoption("kvconform_update_golden") and not target.is_default:
         raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
     config.stash[_TARGET] = target
+    add_run_info(config, target_version=target.version)  # e.g. "vllm 0.33.0 (era v0.33)": which release ran
     config.stash[_GOLDEN] = GoldenStore()
 
 

@@ -7,6 +7,7 @@ the same in the main venv and in a vLLM venv.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -98,3 +99,13 @@ def test_matrix_header_names_target_version_and_era(tmp_path, argv, expected):
                   "-p", "no:xdist", "-k", "kvconform_selects_nothing", *argv)
     headers = [line for line in result.stdout.splitlines() if line.startswith("kvconform config matrix:")]
     assert headers and headers[0].startswith(expected), result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_results_file_records_the_targets_version(tmp_path):
+    """A results file says which release a named target wrapped, so a diff of two runs can be told apart."""
+    results = tmp_path / "results.json"
+    _run(tmp_path, "0.33.0", IMPORTABLE, "-m", "pytest", "suites/config", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-k", "kvconform_selects_nothing", "--hma-target", _DESCRIBED_SPEC, "--kvconform-results", str(results))
+    run_info = json.loads(results.read_text())["run_info"]
+    assert run_info["target"] == _DESCRIBED_SPEC
+    assert run_info["target_version"] == "fakeengine 9.9.9 (era v0.20)"
