@@ -122,10 +122,14 @@ def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
 
     A config outcome's `rules` are left out too: they name how an implementation reached the outcome
     (the reference's rule ids, the vllm target's provenance notes), not the behaviour being compared.
+    So is the wording of an `unknown` reason: that a cell cannot be decided is the behaviour, the
+    explanation is each implementation's own.
     """
     actual = entry.get("actual")
     if isinstance(actual, dict):
         actual = {k: v for k, v in actual.items() if k not in ("id", "rules")}
+        if actual.get("unknown"):
+            actual["unknown"] = True
     return {"status": entry["status"], "actual": actual}
 
 

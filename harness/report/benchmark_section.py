@@ -9,6 +9,12 @@ from harness.report.model import Cell, Heading, Paragraph, Section, Table
 
 SUITE = "benchmark"
 REFERENCE_IMPLEMENTATION = "vllm"
+
+
+def is_vllm(implementation: str) -> bool:
+    """vLLM's own figures, recorded as "vllm" or with its release ("vllm-0.33.0")."""
+    name = implementation.lower()
+    return name == REFERENCE_IMPLEMENTATION or name.startswith(REFERENCE_IMPLEMENTATION + "-")
 _RATE_KEYS = ("requests_per_s", "block_ops_per_s")
 
 
@@ -40,14 +46,14 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
         key = (label(cell.get("workload")), label(cell.get("implementation")))
         if isinstance(metrics, dict) or key not in figures:
             figures[key] = metrics if isinstance(metrics, dict) else None
-    vllm = {w: m for (w, i), m in figures.items() if i.lower() == REFERENCE_IMPLEMENTATION and m is not None}
+    vllm = {w: m for (w, i), m in figures.items() if is_vllm(i) and m is not None}
     rows = []
     for (workload, implementation), metrics in sorted(figures.items(), key=lambda kv: (kv[0][0], kv[0][1].lower())):
         if metrics is None:
             not_timed = Cell("❔", "unknown", ("not timed (pytest-benchmark times nothing under xdist; run `kvconform report --timing`)",))
             rows.append([workload, implementation, not_timed, not_timed, not_timed, not_timed])
             continue
-        if implementation.lower() == REFERENCE_IMPLEMENTATION:
+        if is_vllm(implementation):
             ratio: Cell | str = "1.00×"
         else:
             ratio = _ratio(metrics, vllm.get(workload))

@@ -17,7 +17,10 @@ def run_line(results: ResultsDocument) -> str:
     """What produced the results, without times or commits (so the Markdown stays reproducible)."""
     info = results.run_info
     versions = sorted({str(run.get("kvconform_version")) for run in results.runs})
-    targets = sorted({str(run.get("target") or "reference") for run in results.runs})
+    targets = sorted({
+        str(run.get("target") or "reference") + (f" ({run['target_version']})" if run.get("target_version") else "")
+        for run in results.runs
+    })
     parts = [f"kvconform {', '.join(versions)}", f"target {', '.join(targets)}"]
     if len(results.runs) > 1:
         parts.append(f"merged from {len(results.runs)} runs")

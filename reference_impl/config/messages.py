@@ -92,7 +92,10 @@ E_UNSUPPORTED_CONNECTOR = "Unsupported connector type: {connector}"
 E_CLASS_NOT_FOUND = "Class {connector} not found in {module}"
 #: MultiConnector.__init__ without a "connectors" key (`assert ktcs is not None` has no message).
 E_MULTI_NO_CONNECTORS = ""
-E_DEPRECATED_CONSTRUCTOR = "Connector {connector} uses deprecated 2-argument constructor signature."
+E_DEPRECATED_CONSTRUCTOR = (
+    "Connector {connector} uses deprecated 2-argument constructor signature. External v1 KV connectors must "
+    "accept kv_cache_config as the third constructor argument and pass it to super().__init__()."
+)
 E_KV_ROLE_MISSING = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"

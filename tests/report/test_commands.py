@@ -260,6 +260,15 @@ def test_diff_ignores_durations_messages_and_case_ids(tmp_path, capsys):
     assert status == 0
 
 
+def test_diff_compares_whether_unknown_not_the_reason(tmp_path, capsys):
+    a = config_entry(platform="tpu", actual=dict(outcome(resolved=None), unknown="TPU support lives in tpu_inference"))
+    b = config_entry(platform="tpu", actual=dict(outcome(resolved=None), unknown="platform class outside vLLM"))
+    c = config_entry(platform="tpu", actual=outcome(resolved=False))
+    files = [write_results(tmp_path / f"{name}.json", [entry]) for name, entry in (("a", a), ("b", b), ("c", c))]
+    assert run_cli(capsys, "diff", files[0], files[1])[0] == 0, "two unknown outcomes with other reasons agree"
+    assert run_cli(capsys, "diff", files[0], files[2])[0] == 1, "unknown vs a resolved value is a change"
+
+
 def test_diff_bad_input(tmp_path, capsys):
     base, _ = diff_pair(tmp_path)
     (tmp_path / "bad.json").write_text("[1, 2")

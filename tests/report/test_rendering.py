@@ -214,6 +214,24 @@ def test_allocator_and_throughput_sections():
     assert "## Config resolution matrix" not in md, "a suite without records gets no section"
 
 
+def test_throughput_ratio_against_a_versioned_vllm_name():
+    """The allocator benchmark records vLLM as "vllm-<release>"; it is still the baseline."""
+    entries = [
+        make_entry(nodeid="suites/benchmarks/test_b.py::a", suite="benchmark", status="passed",
+                   cell={"workload": "stream.full", "implementation": "vllm-0.33.0"},
+                   extra={"metrics": {"requests_per_s": 500.0}}),
+        make_entry(nodeid="suites/benchmarks/test_b.py::b", suite="benchmark", status="passed",
+                   cell={"workload": "stream.full", "implementation": "reference"},
+                   extra={"metrics": {"requests_per_s": 1150.0}}),
+    ]
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    rows = table_after(md, "## Throughput")
+    assert [row[0:2] + row[-1:] for row in rows[1:]] == [
+        ["stream.full", "reference", "2.30×"],
+        ["stream.full", "vllm-0.33.0", "1.00×"],
+    ]
+
+
 def test_pipes_and_newlines_in_messages_do_not_break_tables():
     entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "message": "a | b\nc"}))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
