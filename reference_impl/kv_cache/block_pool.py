@@ -61,18 +61,13 @@ class FreeKVCacheBlockQueue:
     __slots__ = ("num_free_blocks", "fake_free_list_head", "fake_free_list_tail")
 
     def __init__(self, blocks: Sequence[KVCacheBlock]):
-        self.num_free_blocks = len(blocks)
+        self.num_free_blocks = 0
         head = KVCacheBlock(-1)
         tail = KVCacheBlock(-1)
+        head.next_free_block, tail.prev_free_block = tail, head
         self.fake_free_list_head = head
         self.fake_free_list_tail = tail
-        prev = head
-        for block in blocks:
-            prev.next_free_block = block
-            block.prev_free_block = prev
-            prev = block
-        prev.next_free_block = tail
-        tail.prev_free_block = prev
+        self.append_n(blocks)
 
     def popleft(self) -> KVCacheBlock:
         """Remove and return the head block."""
@@ -408,27 +403,9 @@ class BlockPool:
                     to_tail.append(block)
                 else:
                     to_head.append(block)
-        queue = self.free_block_queue
-        if to_head:
-            head = queue.fake_free_list_head
-            nxt = head.next_free_block
-            for block in reversed(to_head):
-                nxt.prev_free_block = block
-                block.next_free_block = nxt
-                nxt = block
-            head.next_free_block = nxt
-            nxt.prev_free_block = head
-            queue.num_free_blocks += len(to_head)
-        if to_tail:
-            tail = queue.fake_free_list_tail
-            prev = tail.prev_free_block
-            for block in to_tail:
-                prev.next_free_block = block
-                block.prev_free_block = prev
-                prev = block
-            prev.next_free_block = tail
-            tail.prev_free_block = prev
-            queue.num_free_blocks += len(to_tail)
+        # one linking pass per end of the queue (the batch helpers), not one call per block
+        self.free_block_queue.prepend_n(to_head)
+        self.free_block_queue.append_n(to_tail)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the prefix-cache entries of these blocks (ref counts unchanged)."""
