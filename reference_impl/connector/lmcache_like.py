@@ -16,7 +16,9 @@ Design (after LMCache's multi-process HMA path, written in-process):
 * a load whose objects are missing writes nothing and is reported per request (`failed_recving`).
 
 Options (`kv_transfer_config.kv_connector_extra_config`): chunk_size, store_name, cpu_bytes, disk_path,
-disk_bytes, load_async, store_window_only, model_name.
+disk_bytes, load_async, store_window_only, model_name, lookup_latency_steps (a simulated remote backend: a
+request's first lookup starts a backend query that answers after that many scheduler steps; until then
+the lookup returns None, "ask again next step").
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ DEFAULTS = {
     "disk_bytes": 4 << 30,
     "load_async": False,
     "store_window_only": True,
+    "lookup_latency_steps": 0,
 }
 
 
@@ -132,6 +135,9 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         # scheduler side
         self._trackers: dict[str, _Tracker] = {}
         self._lookups: dict[str, tuple[int, int]] = {}  # req_id -> (local computed, hit end) of the last lookup
+        self.lookup_latency_steps = int(options["lookup_latency_steps"])
+        self._step = 0  # scheduler steps (build_connector_meta calls), the clock of the simulated backend
+        self._lookup_ready: dict[str, int] = {}  # req_id -> step at which its backend query answers
         self._stats: dict[str, float] = {}
         # worker side
         self._layers: dict[str, list[torch.Tensor]] = {}
@@ -165,6 +171,10 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self._lookups.pop(req_id, None)
         if getattr(request, "skip_reading_prefix_cache", False) or not self.groups:
             return 0, False
+        if self.lookup_latency_steps > 0:
+            ready = self._lookup_ready.setdefault(req_id, self._step + self.lookup_latency_steps)
+            if self._step < ready:
+                return None, False
         hashes = self._hashes(request)
         max_chunks = min(len(hashes), (request.num_tokens - 1) // self.chunk_size)
         presence = {
@@ -196,6 +206,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         """Track the request's full per-group table (deduplicated) and plan the load if there is one."""
         req_id = request.request_id
+        self._lookup_ready.pop(req_id, None)
         table = blocks.get_block_ids() if blocks is not None else ()
         tracker = self._trackers.get(req_id)
         if tracker is None:
@@ -216,6 +227,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output) -> LMCacheLikeMetadata:
         """Loads issued this step and stores of every chunk that becomes complete this step."""
         meta = LMCacheLikeMetadata()
+        self._step += 1
         scheduled = dict(getattr(scheduler_output, "num_scheduled_tokens", {}) or {})
         computed: dict[str, int] = {}
         for new in getattr(scheduler_output, "scheduled_new_reqs", ()):
@@ -319,6 +331,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         req_id = request.request_id
         self._trackers.pop(req_id, None)
         self._lookups.pop(req_id, None)
+        self._lookup_ready.pop(req_id, None)
         self.store.unpin(req_id)
         return False, None
 
@@ -372,6 +385,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         return {
             "trackers": len(self._trackers),
             "lookups": len(self._lookups),
+            "lookups_in_flight": len(self._lookup_ready),
             "pending_async": len(self._pending_async),
             "finished_recving": len(self._finished_recving),
             "store_pins": self.store.num_pins,

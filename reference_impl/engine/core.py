@@ -48,6 +48,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 16
     enable_prefix_caching: bool = True
+    kernel_block_ratio: int = 1  # kernel blocks per manager block in the tensors connectors register
 
 
 ConnectorFactory = Callable[[Any, KVConnectorRole, Any], Any]
@@ -87,7 +88,8 @@ class EngineCore:
                 worker_connector = connector_factory(self._rank_config(rank), KVConnectorRole.WORKER,
                                                      self.preset.kv_cache_config(self.config.num_blocks, tp))
             self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp,
-                                       vocab_size=self.preset.vocab_size, connector=worker_connector))
+                                       vocab_size=self.preset.vocab_size, connector=worker_connector,
+                                       kernel_block_ratio=self.config.kernel_block_ratio))
         self.aggregator = KVOutputAggregator(tp)
         self.step_count = 0
 

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups
-from reference_impl.kv_cache.specs import FullAttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec, SlidingWindowSpec
+from reference_impl.kv_cache.specs import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheSpec,
+    MambaSpec,
+    ScratchSpec,
+    SlidingWindowSpec,
+)
 
 HEAD_SIZE = 8
 DTYPE = torch.float16
@@ -43,6 +50,8 @@ class ModelPreset:
                 scale = block_size // self.groups[0][1]
                 spec = SlidingWindowSpec(block_size=block_size, num_kv_heads=max(1, heads // scale),
                                          head_size=HEAD_SIZE, dtype=DTYPE, sliding_window=window)
+            elif kind == "scratch":
+                spec = ScratchSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=DTYPE)
             elif kind == "mamba":
                 spec = MambaSpec(block_size=block_size, shapes=MAMBA_SHAPES, dtypes=(DTYPE, DTYPE),
                                  page_size_padded=full_page, mamba_cache_mode="align")
@@ -78,6 +87,8 @@ PRESETS: dict[str, ModelPreset] = {
     "fa16+swa32": ModelPreset("fa16+swa32", (("full", 16, 0), ("swa", 32, 128))),
     "fa+mamba_align": ModelPreset("fa+mamba_align", (("full", 16, 0), ("mamba", 256, 0))),
     "fa+swa+mamba": ModelPreset("fa+swa+mamba", (("full", 16, 0), ("swa", 16, 128), ("mamba", 256, 0))),
+    # A scratch group (prefix_cacheable=False): connectors must leave it alone (spec 4.2 C03).
+    "scratch_group": ModelPreset("scratch_group", (("full", 16, 0), ("scratch", 16, 0))),
 }
 
 

@@ -43,7 +43,7 @@ class Worker:
     """One TP rank. `connector` is this rank's worker-role connector or None."""
 
     def __init__(self, kv_cache_config: KVCacheConfig, *, rank: int = 0, tp_size: int = 1, vocab_size: int = 32000,
-                 connector=None):
+                 connector=None, kernel_block_ratio: int = 1):
         self.kv_cache_config = kv_cache_config
         self.rank = rank
         self.tp_size = tp_size
@@ -65,7 +65,8 @@ class Worker:
         self.read_errors: list[ReadError] = []
         self.hook_log: list[str] = []
         if connector is not None:
-            connector.register_kv_caches(self.kv_caches)
+            # The connector sees kernel blocks (B = num_blocks x ratio) when the backend splits blocks.
+            connector.register_kv_caches(self.memory.kv_caches(kernel_block_ratio))
 
     # ---- oracle helpers -------------------------------------------------------------------------
     def heads(self, spec: AttentionSpec) -> range:
@@ -190,6 +191,8 @@ class Worker:
         first = 0
         if isinstance(spec, SlidingWindowSpec):
             first = max(0, start - spec.sliding_window + 1)
+        elif not getattr(spec, "prefix_cacheable", True):
+            first = start  # scratch: written, never read back
         if start > first:
             self._verify_range(req_id, layer, view, table, tokens, first, start, bs)
         positions = range(start, start + num)

@@ -15,6 +15,7 @@ from reference_impl.kv_cache.specs import (
     FullAttentionSpec,
     KVCacheSpec,
     MambaSpec,
+    ScratchSpec,
     SlidingWindowSpec,
     cdiv,
 )
@@ -408,6 +409,7 @@ spec_manager_map: dict[type, type[SingleTypeKVCacheManager]] = {
     SlidingWindowSpec: SlidingWindowManager,
     ChunkedLocalAttentionSpec: ChunkedLocalAttentionManager,
     MambaSpec: MambaManager,
+    ScratchSpec: FullAttentionManager,  # never read back, so any table that covers the tokens will do
 }
 
 

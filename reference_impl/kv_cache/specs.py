@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import torch
 
@@ -18,6 +19,7 @@ __all__ = [
     "FullAttentionSpec",
     "SlidingWindowSpec",
     "ChunkedLocalAttentionSpec",
+    "ScratchSpec",
     "MambaSpec",
     "KVCacheTensor",
     "KVCacheGroupSpec",
@@ -191,6 +193,17 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     def max_memory_usage_bytes(self, max_model_len: int, max_in_flight_tokens: int | None = None) -> int:
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         return self.max_admission_blocks(max_model_len, in_flight) * self.page_size_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScratchSpec(AttentionSpec):
+    """Per-request working memory of an attention layer that no later token reads back (vLLM's scratch
+    specs such as `CircularBufferSpec`): `prefix_cacheable` is False, so connectors never transfer it.
+
+    The reference allocator gives it a full-attention table (a superset of the one block vLLM keeps).
+    """
+
+    prefix_cacheable: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, kw_only=True)

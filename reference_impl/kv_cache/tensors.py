@@ -66,17 +66,25 @@ class KVCacheTensors:
             return pages
         return pages.view(spec.dtype).view(self.num_blocks, *shape)
 
-    def kv_cache_view(self, layer_name: str) -> torch.Tensor | list[torch.Tensor]:
+    def kv_cache_view(self, layer_name: str, kernel_block_ratio: int = 1) -> torch.Tensor | list[torch.Tensor]:
         """The layer as the connector API hands it to `register_kv_caches`.
 
         Attention: [num_blocks, block_size, num_kv_heads, 2 * head_size] (K then V) over the real page
-        (padding excluded); Mamba: one [num_blocks, *shape] tensor per state, packed from byte 0 of the page.
+        (padding excluded); with `kernel_block_ratio` r > 1, as the attention backend splits each block into
+        r kernel blocks: [num_blocks * r, block_size // r, ...] (manager block b is kernel blocks b*r..b*r+r-1).
+        Mamba: one [num_blocks, *shape] tensor per state, packed from byte 0 of the page (never split).
         """
         pages = self._layer_pages[layer_name]
         spec = self._layer_spec[layer_name]
         if isinstance(spec, AttentionSpec):
+            r = kernel_block_ratio
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1 or spec.block_size % r \
+                    or (r > 1 and spec.real_page_size_bytes != pages.shape[1]):
+                raise ValueError(f"kernel_block_ratio must be a positive divisor of block_size {spec.block_size} "
+                                 f"of an unpadded page (layer {layer_name!r}), got {r!r}")
             used = pages[:, : spec.real_page_size_bytes]
-            return used.view(spec.dtype).view(self.num_blocks, spec.block_size, spec.num_kv_heads, 2 * spec.head_size)
+            return used.view(spec.dtype).view(self.num_blocks * r, spec.block_size // r, spec.num_kv_heads,
+                                              2 * spec.head_size)
         if isinstance(spec, MambaSpec):
             states, start = [], 0
             for shape, dtype in zip(spec.shapes, spec.dtypes):
@@ -86,9 +94,9 @@ class KVCacheTensors:
             return states
         raise ValueError(f"layer {layer_name!r}: no connector view for {type(spec).__name__}")
 
-    def kv_caches(self) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    def kv_caches(self, kernel_block_ratio: int = 1) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """`kv_cache_view` of every layer: the dict a worker passes to `register_kv_caches`."""
-        return {name: self.kv_cache_view(name) for name in self._layer_pages}
+        return {name: self.kv_cache_view(name, kernel_block_ratio) for name in self._layer_pages}
 
     def write_block(self, layer_name: str, block_id: int, data: torch.Tensor) -> None:
         """Copy `data` (one block of this layer) into block `block_id`."""

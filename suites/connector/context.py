@@ -16,10 +16,15 @@ import pytest
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget, guard_class
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.core import EngineConfig, EngineCore, ParallelConfig
+from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
+from reference_impl.kv_cache.specs import MambaSpec
 
 _counter = itertools.count()
+
+# Pool sizes (blocks) per preset that hold one 700-token request but not two: running two forces a preemption.
+PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80,
+                   "scratch_group": 120}
 
 
 def prompt(seed: int, length: int, vocab: int = 32000) -> list[int]:
@@ -63,15 +68,22 @@ class CheckContext:
         return extra
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
-               max_num_batched_tokens: int = 2048, **builtin_options) -> EngineCore:
-        """A fresh engine whose connectors are guarded instances of the target class."""
+               max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, **builtin_options) -> EngineCore:
+        """A fresh engine whose connectors are guarded instances of the target class.
+
+        `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own).
+        """
         ktc = KVTransferConfig(kv_connector=self.cls.__name__, kv_role="kv_both",
                                kv_connector_module_path=self.cls.__module__,
                                kv_connector_extra_config=extra if extra is not None else self.extra_config(**builtin_options))
-        config = EngineConfig(kv_transfer_config=ktc, num_blocks=num_blocks,
+        preset = preset or self.preset
+        # One model name per model (and kernel layout): a vendor's store outlives the engine, and objects of
+        # one preset must not be offered to another whose groups differ.
+        model = f"kvconform/{preset}" + (f"@kernel{kernel_block_ratio}" if kernel_block_ratio > 1 else "")
+        config = EngineConfig(model_config=ModelConfig(model), kv_transfer_config=ktc, num_blocks=num_blocks,
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
-                              max_num_batched_tokens=max_num_batched_tokens)
-        engine = EngineCore(preset or self.preset, config, connector_factory=self.factory)
+                              max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio)
+        engine = EngineCore(preset, config, connector_factory=self.factory)
         self.engines.append(engine)
         return engine
 
@@ -135,6 +147,22 @@ def expect(condition: bool, evidence: str) -> None:
     """Fail the check with `evidence` (the first failing evidence goes into the report)."""
     if not condition:
         pytest.fail(evidence, pytrace=False)
+
+
+def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -> None:
+    """`request`'s prompt (less its last token) was stored in full: its hit is that length rounded down to
+    the connector's chunk and to every Mamba state boundary (just > 0 when the chunk size is unknown)."""
+    got = request.num_external_computed_tokens
+    chunk = ctx.chunk_size(engine)
+    if chunk is None:
+        expect(got > 0, f"{what}: the stored prompt was never loaded")
+        return
+    want = (request.num_tokens - 1) // chunk * chunk
+    for group in engine.kv_cache_config.kv_cache_groups:
+        if isinstance(group.kv_cache_spec, MambaSpec):
+            want = want // group.kv_cache_spec.block_size * group.kv_cache_spec.block_size
+    expect(got == want, f"{what}: a {request.num_tokens}-token prompt stored in full hit {got} tokens, "
+                        f"expected {want} (chunk {chunk})")
 
 
 def expect_no_read_errors(engine: EngineCore, what: str) -> None:

@@ -55,9 +55,9 @@ def first_kv_mismatch(engine, tokens, table: tuple[list[int], ...], start: int, 
     """The first needed block in [start, end) (and the Mamba state at `end`) that differs from the oracle."""
     for worker in engine.workers:
         for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
-            if group_ids is not None and gid not in group_ids:
-                continue
             spec = group.kv_cache_spec
+            if (group_ids is not None and gid not in group_ids) or not getattr(spec, "prefix_cacheable", True):
+                continue  # scratch groups hold nothing a request needs back
             ids = table[gid]
             for layer in group.layer_names:
                 view = worker.kv_caches[layer]

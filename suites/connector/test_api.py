@@ -16,7 +16,8 @@ from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import PRESETS, get_preset
 from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
-from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
+from suites.connector.oracles import broken_canaries, fill_canaries
 
 ALL_PRESETS = list(PRESETS)
 
@@ -59,30 +60,88 @@ class CrossAttentionSpec(AttentionSpec):
     """vLLM's cross-attention spec (encoder KV); not prefix-cacheable by a token-prefix connector."""
 
 
-@pytest.mark.kv_check("C03")
-@pytest.mark.parametrize("preset", ["fa+swa"])
-def test_c03_group_discovery(ctx, preset):
-    """A non-transferable group is left alone; a cross-attention group is rejected or excluded."""
-    base = get_preset(preset).kv_cache_config(64)
-    groups = list(base.kv_cache_groups)
-    skipped = copy.deepcopy(base)
-    skipped.kv_cache_groups[1].enable_kv_transfer = False
-    engine = ctx.engine()
+def _loaded_groups(inner, probe, default: tuple[int, ...]) -> tuple[int, ...]:
+    hook = getattr(inner, "get_loaded_kv_cache_group_ids", None)
+    return tuple(hook(probe)) if hook is not None else default
+
+
+def _start_or_skip(ctx, engine, kv_cache_config, gid: int, what: str, names: tuple[str, ...]) -> None:
+    """Build the scheduler role on `kv_cache_config`: a ValueError naming the spec, or group `gid` left out."""
     probe = engine.make_request(prompt(3, 40))
-    inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, skipped)
-    loaded = tuple(inner.get_loaded_kv_cache_group_ids(probe)) if hasattr(inner, "get_loaded_kv_cache_group_ids") else ()
-    expect(1 not in loaded, f"group 1 has enable_kv_transfer=False but the connector loads it (groups {loaded})")
-    spec = groups[0].kv_cache_spec
-    cross = CrossAttentionSpec(block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
-                               head_size=spec.head_size, dtype=spec.dtype)
-    crossed = copy.deepcopy(base)
-    crossed.kv_cache_groups.append(KVCacheGroupSpec(layer_names=["model.layers.99.cross"], kv_cache_spec=cross))
     try:
-        inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, crossed)
-    except (ValueError, NotImplementedError, TypeError):
+        inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    except ValueError as exc:
+        expect(any(n.lower() in str(exc).lower() for n in names) or f"[{gid}]" in str(exc),
+               f"{what}: the start-up ValueError does not name the spec or the group: {exc}")
         return
-    loaded = tuple(inner.get_loaded_kv_cache_group_ids(probe)) if hasattr(inner, "get_loaded_kv_cache_group_ids") else (2,)
-    expect(2 not in loaded, "a cross-attention group was accepted silently (no start-up error, and it is loaded)")
+    # Without a loaded-groups hook, vLLM assumes every prefix-cacheable group is restored: a silent accept.
+    loaded = _loaded_groups(inner, probe, tuple(range(len(kv_cache_config.kv_cache_groups))))
+    expect(gid not in loaded, f"{what} (group {gid}) was accepted silently: no start-up ValueError, "
+                              f"and it is among the loaded groups {loaded}")
+
+
+@pytest.mark.kv_check("C03")
+@pytest.mark.parametrize("preset", ["fa+swa+mamba"])
+def test_c03_group_discovery_rejects(ctx, preset):
+    """enable_kv_transfer=False groups are left out; cross-attention and Mamba mode 'none' groups are
+    rejected at start with a ValueError naming them (or left out), never served silently."""
+    engine = ctx.engine()
+    base = get_preset(preset).kv_cache_config(64)
+    probe = engine.make_request(prompt(3, 40))
+    off = copy.deepcopy(base)
+    off.kv_cache_groups[1].enable_kv_transfer = False
+    inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, off)
+    loaded = _loaded_groups(inner, probe, ())
+    expect(1 not in loaded, f"group 1 has enable_kv_transfer=False but the connector loads it (groups {loaded})")
+    spec = base.kv_cache_groups[0].kv_cache_spec
+    crossed = copy.deepcopy(base)
+    crossed.kv_cache_groups.append(KVCacheGroupSpec(
+        layer_names=["model.layers.99.cross"],
+        kv_cache_spec=CrossAttentionSpec(block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
+                                         head_size=spec.head_size, dtype=spec.dtype)))
+    _start_or_skip(ctx, engine, crossed, 3, "a cross-attention group", ("CrossAttention", "cross"))
+    no_cache = copy.deepcopy(base)
+    mamba = no_cache.kv_cache_groups[2]
+    mamba.kv_cache_spec = dataclasses.replace(mamba.kv_cache_spec, mamba_cache_mode="none")
+    _start_or_skip(ctx, engine, no_cache, 2, "a Mamba group in mamba_cache_mode='none'", ("mamba_cache_mode", "'none'"))
+
+
+@pytest.mark.kv_check("C03")
+@pytest.mark.parametrize("preset", ["scratch_group"])
+def test_c03_group_discovery_scratch(ctx, preset):
+    """A scratch group (prefix_cacheable=False, group 1 of the preset) is skipped: the connector starts,
+    serves the full-attention group, and never writes the scratch group's blocks nor declares it loaded."""
+    engine = ctx.engine()
+    scratch = 1
+    expect(not engine.kv_cache_config.kv_cache_groups[scratch].kv_cache_spec.prefix_cacheable,
+           "scenario: group 1 of scratch_group is not a scratch group")
+    tokens = prompt(30, 700)
+    ctx.run(engine, tokens)
+    ctx.wipe(engine)
+    fenced: dict = {}
+
+    def before(role, *args):
+        if role != KVConnectorRole.WORKER:
+            return
+        blocks = set()
+        for request in engine.scheduler.requests.values():
+            if engine.manager.coordinator.has_request(request.request_id):
+                blocks.update(b for b in engine.manager.get_block_ids(request.request_id)[scratch] if b)
+        fill_canaries(engine, blocks)
+        fenced["blocks"] = blocks
+
+    def after(role, result, *args):
+        blocks = fenced.pop("blocks", None)
+        if blocks:
+            broken = broken_canaries(engine, blocks)
+            expect(not broken, f"the load wrote a block of the scratch group (prefix_cacheable=False): {broken[:1]}")
+
+    ctx.around["start_load_kv"] = (before, after)
+    reload = ctx.run(engine, tokens + [7, 8, 9])
+    expect_full_hit(ctx, engine, reload, "next to a scratch group (it must neither limit nor block the hit)")
+    loaded = [c[3] for c in ctx.calls_of("get_loaded_kv_cache_group_ids", KVConnectorRole.SCHEDULER)]
+    expect(all(scratch not in tuple(g) for g in loaded), f"the scratch group is declared loaded: {loaded}")
+    expect_no_read_errors(engine, "after a reload next to a scratch group")
 
 
 @pytest.mark.kv_check("C12")

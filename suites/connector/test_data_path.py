@@ -9,7 +9,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
-from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
 from suites.connector.oracles import (
     all_blocks,
     broken_canaries,
@@ -132,6 +132,47 @@ def test_c18_per_group_block_size(ctx, preset):
         end = reload.num_local_computed_tokens + reload.num_external_computed_tokens
         expect(end % math.lcm(*sizes) == 0, f"hit end {end} is not a multiple of every group block size {sizes}")
     expect_no_read_errors(engine, "mixed block sizes")
+
+
+KERNEL_BLOCK_RATIO = 2  # the attention backend splits each manager block in two kernel blocks
+
+
+@pytest.mark.kv_check("C18")
+@pytest.mark.parametrize("preset", ["fa16+swa32", "fa+swa+mamba"])
+def test_c18_kernel_block_ratio(ctx, preset):
+    """Registered attention tensors hold kernel blocks (B = num_blocks x 2, each half a manager block):
+    manager block b is kernel blocks 2b and 2b+1. Stores and loads must map through the ratio: the loaded
+    bytes equal the oracle and no block outside the request's table is written (Mamba states are not split).
+    """
+    engine = ctx.engine(num_blocks=400, kernel_block_ratio=KERNEL_BLOCK_RATIO)
+    registered = [c[2][0] for c in ctx.calls_of("register_kv_caches", KVConnectorRole.WORKER)]
+    expect(registered, "scenario: the worker never registered its KV caches")
+    rows = {name: (t[0] if isinstance(t, list) else t).shape[0] for name, t in registered[0].items()
+            if not isinstance(t, list)}
+    expect(set(rows.values()) == {400 * KERNEL_BLOCK_RATIO},
+           f"scenario: registered attention tensors should have 800 kernel blocks, got {sorted(set(rows.values()))}")
+    tokens = prompt(18, 900)
+    ctx.run(engine, tokens)
+    ctx.wipe(engine)
+    checked = []
+
+    def after_load(role, result, *args):
+        for request in engine.scheduler.requests.values():
+            if request.num_external_computed_tokens and request.request_id not in checked \
+                    and engine.manager.coordinator.has_request(request.request_id):
+                checked.append(request.request_id)
+                end = request.num_local_computed_tokens + request.num_external_computed_tokens
+                mismatch = first_kv_mismatch(engine, request.all_token_ids,
+                                             engine.manager.get_block_ids(request.request_id),
+                                             request.num_local_computed_tokens, end)
+                expect(mismatch is None, f"kernel-block ratio {KERNEL_BLOCK_RATIO}, after start_load_kv: {mismatch}")
+
+    ctx.around["start_load_kv"] = (None, after_load)
+    reload = engine.add_request(engine.make_request(tokens + [1, 2, 3], max_tokens=2))
+    engine.run_until_done(**_fence(ctx, engine))
+    expect_full_hit(ctx, engine, reload, f"kernel-block ratio {KERNEL_BLOCK_RATIO}")
+    expect(checked, "scenario: no load was observed")
+    expect_no_read_errors(engine, f"kernel-block ratio {KERNEL_BLOCK_RATIO}")
 
 
 @pytest.mark.kv_check("C19")

@@ -10,7 +10,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
-from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 from suites.connector.oracles import all_blocks, broken_canaries, fill_canaries, owned_or_cached_blocks
 
 ALL_PRESETS = list(PRESETS)
@@ -53,8 +53,7 @@ def test_c25_finish_reuse_race(ctx, preset):
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c26_preemption(ctx, preset):
     """Preemption in the middle of a prefill: stores stay correct and no object is stored twice."""
-    pool = {"fa_only": 60, "fa+mamba_align": 60}.get(preset, 80)
-    engine = ctx.engine(num_blocks=pool, max_num_batched_tokens=256)
+    engine = ctx.engine(num_blocks=PREEMPTING_POOL[preset], max_num_batched_tokens=256)
     prompts = [prompt(260 + i, 700) for i in range(2)]
     requests = [engine.add_request(engine.make_request(t, max_tokens=4)) for t in prompts]
     engine.run_until_done()

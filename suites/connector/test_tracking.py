@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.engine.presets import PRESETS
-from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 
 ALL_PRESETS = list(PRESETS)
-PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80}
 
 
 def _compare_tables(ctx, engine, tracked):

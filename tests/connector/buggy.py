@@ -10,7 +10,7 @@ import dataclasses
 
 
 from reference_impl.connector.lmcache_like import LMCacheLikeConnector
-from reference_impl.connector.groups import FULL
+from reference_impl.connector.groups import FULL, GroupInfo
 
 
 class BlockIdsZeroConnector(LMCacheLikeConnector):
@@ -87,6 +87,50 @@ class PerBlockLoadErrorConnector(LMCacheLikeConnector):
     def get_block_ids_with_load_errors(self):
         invalid, self._invalid = self._invalid, set()
         return invalid
+
+
+class _OwnKeysConnector(LMCacheLikeConnector):
+    """Keys its objects by its own class name: vendor targets share one in-process store, and objects laid
+    out by a bug (other groups, other row counts) must not reach the other connectors of the same run."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.model_name = f"{self.model_name}/{type(self).__name__}"
+
+
+class ScratchServingConnector(_OwnKeysConnector):
+    """Ignores `prefix_cacheable=False` and serves scratch groups as full attention: caught by C03
+    group-discovery."""
+
+    def _select_groups(self, groups):
+        served = {g.group_id for g in groups}
+        for gid, group in enumerate(self._kv_cache_config.kv_cache_groups):
+            if gid not in served and group.enable_kv_transfer:
+                groups.append(GroupInfo(gid, FULL, int(group.kv_cache_spec.block_size), tuple(group.layer_names)))
+        return sorted(groups, key=lambda g: g.group_id)
+
+
+class NoneAsZeroConnector(_OwnKeysConnector):
+    """Its backend answers lookups a step late, but it reports "not ready" as a miss (0) instead of None,
+    so the scheduler never asks again and the stored prefix is never loaded: caught by C05
+    lookup-none-then-value."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.lookup_latency_steps = max(self.lookup_latency_steps, 1)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        hit, load_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        return (0, load_async) if hit is None else (hit, load_async)
+
+
+class KernelRatioIgnoringConnector(_OwnKeysConnector):
+    """Indexes registered tensors by manager block id even when they hold kernel blocks
+    (B = num_blocks x ratio): caught by C18 per-group-block-size."""
+
+    def register_kv_caches(self, kv_caches):
+        super().register_kv_caches(kv_caches)
+        self._kernel_ratio = 1
 
 
 class RaisingConnector(LMCacheLikeConnector):

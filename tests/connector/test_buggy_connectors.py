@@ -18,6 +18,9 @@ CAUGHT = [
     ("FullAttentionHitConnector", "test_c07_hit_min_over_groups"),
     ("OutOfWindowStoreConnector", "test_c24_swa_reuse_race"),
     ("PerBlockLoadErrorConnector", "test_c22_failure_by_request"),
+    ("ScratchServingConnector", "test_c03_group_discovery_scratch"),
+    ("NoneAsZeroConnector", "test_c05_lookup_none_then_value"),
+    ("KernelRatioIgnoringConnector", "test_c18_kernel_block_ratio"),
 ]
 UNUSABLE = [
     ("RaisingConnector", "build_connector_meta"),
@@ -35,7 +38,8 @@ def suite_run(tmp_path_factory):
     unusable = " or ".join([name for name, _ in UNUSABLE] + ["MissingVendorConnector"])
     targets = [f"tests.connector.buggy:{name}" for name, _ in CAUGHT + UNUSABLE] + ["no_such_vendor_pkg.mod:MissingVendorConnector"]
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider",
-           "-k", f"(c14 and fa_only) or ((c07 or c15 or c17 or c22 or c24) and not ({unusable}))",
+           "-k", f"(c14 and fa_only) or ((c03_group_discovery_scratch or c05 or c07 or c15 or c17 or c18_kernel or c22 or c24) "
+           f"and not ({unusable}))",
            "--kv-connector-timeout", "3",
            "--kvconform-results", str(results)]
     for target in targets:
