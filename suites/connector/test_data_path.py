@@ -29,13 +29,8 @@ def _expect_hit(request, what: str) -> None:
            f"{what}: the connector reported no hit for a prompt it had just stored")
 
 
-@pytest.mark.kv_check("C14")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
-def test_c14_round_trip_bytes(ctx, preset):
-    """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
-    engine = ctx.engine()
-    tokens = prompt(14, 900)
-    checked = []
+def _oracle_after_load(engine, checked: list, what: str):
+    """An after-`start_load_kv` hook: each loading request's loaded range equals the content oracle."""
 
     def after_load(role, result, *args):
         for request in engine.scheduler.requests.values():
@@ -46,9 +41,19 @@ def test_c14_round_trip_bytes(ctx, preset):
                 mismatch = first_kv_mismatch(engine, request.all_token_ids,
                                              engine.manager.get_block_ids(request.request_id),
                                              request.num_local_computed_tokens, end)
-                expect(mismatch is None, f"after start_load_kv: {mismatch}")
+                expect(mismatch is None, f"{what}: {mismatch}")
 
-    ctx.around["start_load_kv"] = (None, after_load)
+    return after_load
+
+
+@pytest.mark.kv_check("C14")
+@pytest.mark.parametrize("preset", ALL_PRESETS)
+def test_c14_round_trip_bytes(ctx, preset):
+    """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
+    engine = ctx.engine()
+    tokens = prompt(14, 900)
+    checked = []
+    ctx.around["start_load_kv"] = (None, _oracle_after_load(engine, checked, "after start_load_kv"))
     reload = ctx.store_then_reload(engine, tokens)
     _expect_hit(reload, "round trip")
     expect_no_read_errors(engine, "after reload")
@@ -155,19 +160,8 @@ def test_c18_kernel_block_ratio(ctx, preset):
     ctx.run(engine, tokens)
     ctx.wipe(engine)
     checked = []
-
-    def after_load(role, result, *args):
-        for request in engine.scheduler.requests.values():
-            if request.num_external_computed_tokens and request.request_id not in checked \
-                    and engine.manager.coordinator.has_request(request.request_id):
-                checked.append(request.request_id)
-                end = request.num_local_computed_tokens + request.num_external_computed_tokens
-                mismatch = first_kv_mismatch(engine, request.all_token_ids,
-                                             engine.manager.get_block_ids(request.request_id),
-                                             request.num_local_computed_tokens, end)
-                expect(mismatch is None, f"kernel-block ratio {KERNEL_BLOCK_RATIO}, after start_load_kv: {mismatch}")
-
-    ctx.around["start_load_kv"] = (None, after_load)
+    ctx.around["start_load_kv"] = (None, _oracle_after_load(engine, checked,
+                                                            f"kernel-block ratio {KERNEL_BLOCK_RATIO}, after start_load_kv"))
     reload = engine.add_request(engine.make_request(tokens + [1, 2, 3], max_tokens=2))
     engine.run_until_done(**_fence(ctx, engine))
     expect_full_hit(ctx, engine, reload, f"kernel-block ratio {KERNEL_BLOCK_RATIO}")
