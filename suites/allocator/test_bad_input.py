@@ -12,6 +12,7 @@ SECTION = "bad-input"
 
 @pytest.fixture
 def strict(target):
+    """The target, when it validates input strictly (vLLM's allocator does not)."""
     require(target, "strict_input_validation")
     return target
 

@@ -18,6 +18,7 @@ def oracle_sha256(obj) -> bytes:
 
 
 def oracle_none_hash() -> bytes:
+    """NONE_HASH computed independently: SHA-256 of PYTHONHASHSEED or the fixed seed string."""
     return oracle_sha256(os.environ.get("PYTHONHASHSEED", "vllm-none-hash"))
 
 

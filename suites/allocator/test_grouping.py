@@ -10,6 +10,7 @@ SECTION = "3"
 
 @pytest.fixture
 def kv(target):
+    """The reference kv_cache package, for targets that expose layer grouping."""
     require(target, "grouping")
     from reference_impl import kv_cache
     from reference_impl.kv_cache import grouping

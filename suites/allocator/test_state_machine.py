@@ -25,6 +25,7 @@ PREFIXES = [[p * 1000 + i for i in range(24)] for p in range(4)]
 
 
 def make_machine(target, groups):
+    """A Hypothesis state machine class over one allocator target and KV cache group layout."""
     class AllocatorMachine(RuleBasedStateMachine):
         """Drives one KVCacheManager; a shadow content map stamps what each block holds."""
 

@@ -20,6 +20,7 @@ MAX_ROUNDS_ENV = "KVCONFORM_BENCHMARK_MAX_ROUNDS"
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)
 def impl(request):
+    """The allocator implementation a workload runs on (vLLM only where it is importable)."""
     if request.param == "vllm" and importlib.util.find_spec("vllm") is None:
         pytest.skip("not applicable: vLLM is not importable in this environment")
     return load_allocator_target(request.param)

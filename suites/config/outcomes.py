@@ -23,6 +23,7 @@ def golden_path(era: str) -> Path:
 
 
 def golden_header(era: str) -> str:
+    """The comment block that opens an era's golden file (what a line means)."""
     return (
         f"Config matrix golden outcomes of the reference resolver, era {era}.\n"
         "One cell per line: resolved HMA (on = HMA enabled, off = disabled), warnings and errors by message id\n"
