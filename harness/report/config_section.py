@@ -241,7 +241,8 @@ def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> li
 
 
 def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
-    rows, row_filters = [], []
+    """Every change of outcome between consecutive eras; platforms that change alike share one row."""
+    changes: dict[tuple, list[str]] = {}  # (connector, features, flag, between, before, after, era) -> platforms
     keys = sorted({key for era in order for key in eras[era]}, key=_key_sort)
     for key in keys:
         previous_era, previous = None, None
@@ -251,12 +252,16 @@ def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list
                 continue
             if previous is not None and previous.signature() != configuration.signature():
                 connector, features, platform, flag = key
-                rows.append([connector, features, platform, flag_label(flag), f"{previous_era} → {era}",
-                             previous.cell(), configuration.cell()])
-                row_filters.append({"connector": connector, "era": era})
+                change = (connector, features, flag_label(flag), f"{previous_era} → {era}",
+                          previous.cell(), configuration.cell(), era)
+                changes.setdefault(change, []).append(platform)
             previous_era, previous = era, configuration
+    rows, row_filters = [], []
+    for (connector, features, flag, between, before, after, era), platforms in changes.items():
+        rows.append([connector, features, ", ".join(platforms), flag, between, before, after])
+        row_filters.append({"connector": connector, "era": era, "platform": " ".join(platforms)})
     return Table(
-        headers=["connector", "features", "platform", "flag", "between", "before", "after"],
+        headers=["connector", "features", "platforms", "flag", "between", "before", "after"],
         rows=rows,
         row_filters=row_filters,
         column_filters=[{}, {}, {}, {}, {}, {}, {}],

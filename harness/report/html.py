@@ -71,7 +71,8 @@ _JS = """
       var hide = false;
       keys.forEach(function (key) {
         var tag = el.getAttribute("data-f-" + key);
-        if (values[key] && tag !== null && tag !== values[key]) { hide = true; }
+        // a tag may list several values ("cuda rocm"): the element shows when one of them is selected
+        if (values[key] && tag !== null && tag.split(" ").indexOf(values[key]) === -1) { hide = true; }
       });
       el.classList.toggle("kv-hide", hide);
     });

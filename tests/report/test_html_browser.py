@@ -58,7 +58,7 @@ def hidden(dom: str, tag_pattern: str) -> bool:
     ("?era=seed", 3),  # the change arrives in v0.33
     ("?era=v0.33", 4),
     ("?connector=LMCacheConnectorV1", 5),
-    ("?platform=tpu", 6),  # the seed list's rocm row is hidden
+    ("?platform=tpu", 5),  # the seed list's rocm row and the cuda-only change row are hidden
     ("?era=seed&platform=rocm", 3),
     ("?era=seed&platform=cuda", 2),
     ("?q=tpu_inference", 1),  # only a footnote of the v0.33 none/none row mentions it

@@ -80,9 +80,29 @@ def test_era_without_interactions_has_no_list():
 def test_changes_between_releases_golden():
     md = render_markdown(build_document(config_document()))
     assert table_after(md, "## What changed between releases") == [
-        ["connector", "features", "platform", "flag", "between", "before", "after"],
+        ["connector", "features", "platforms", "flag", "between", "before", "after"],
         ["LMCacheConnectorV1", "none", "cuda", "absent", "seed → v0.33", "⚪[^4]", "⚪[^7]"],
     ]
+
+
+def test_changes_on_several_platforms_share_a_row():
+    """Platforms whose outcome changes alike between the same eras are one row; a different change is not."""
+    entries = [
+        config_entry("seed", False, platform, "kv_events", "none",
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"}))
+        for platform in ("cuda", "rocm", "tpu")
+    ] + [
+        config_entry("v0.33", False, "cuda", "kv_events", "none", actual=outcome(resolved=False)),
+        config_entry("v0.33", False, "rocm", "kv_events", "none", actual=outcome(resolved=False)),
+        config_entry("v0.33", False, "tpu", "kv_events", "none", actual=outcome(unknown=TPU)),
+    ]
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    rows = table_after(md, "## What changed between releases")
+    assert [row[:5] for row in rows[1:]] == [
+        ["none", "kv_events", "cuda, rocm", "False", "seed → v0.33"],
+        ["none", "kv_events", "tpu", "False", "seed → v0.33"],
+    ], rows
+    assert rows[1][6] == "✅" and rows[2][6].startswith("❔"), rows
 
 
 def test_summary_counts_against_the_oracle():
