@@ -78,11 +78,16 @@ def _json_safe(value: Any) -> Any:
         return repr(value)
 
 
+# Suite folders whose records use another suite name (suites/benchmarks records suite="benchmark").
+_SUITE_OF_FOLDER = {"benchmarks": "benchmark"}
+
+
 def _suite_from_nodeid(nodeid: str) -> str:
     """'suites/config/test_x.py::t' -> 'config'; 'tests/test_y.py::t' -> 'tests'."""
     parts = nodeid.split("::", 1)[0].split("/")
     if "suites" in parts and parts.index("suites") + 1 < len(parts) - 1:
-        return parts[parts.index("suites") + 1]
+        folder = parts[parts.index("suites") + 1]
+        return _SUITE_OF_FOLDER.get(folder, folder)
     return parts[0] if len(parts) > 1 else "tests"
 
 

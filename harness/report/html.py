@@ -137,9 +137,9 @@ def _table(table: Table, footnotes: Footnotes) -> str:
             if isinstance(value, str):
                 parts.append(f"<td{attrs}>{_esc(value)}</td>")
                 continue
-            refs = "".join(
-                f'<sup><a href="#fn-{n}">{n}</a></sup>' for n in (footnotes.number(note) for note in value.notes)
-            )
+            # one superscript, comma-separated, so notes 4 and 11 do not read as 411
+            links = ",".join(f'<a href="#fn-{n}">{n}</a>' for n in (footnotes.number(note) for note in value.notes))
+            refs = f"<sup>{links}</sup>" if links else ""
             kind = f' class="k-{value.kind}"' if value.kind else ""
             parts.append(f"<td{kind}{attrs}>{_esc(value.text)}{refs}</td>")
         parts.append("</tr>")
