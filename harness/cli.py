@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import EXIT_USAGE, UsageError
+from harness.errors import UsageError
 
 # Subcommand name -> module under harness.commands. Each module has register() and run().
 COMMANDS = {

@@ -13,7 +13,7 @@ import re
 from itertools import groupby
 
 from harness.report.footnotes import Footnotes
-from harness.report.model import BulletList, Cell, Document, Heading, Paragraph, Section, Table
+from harness.report.model import BulletList, Document, Heading, Paragraph, Section, Table
 
 FILTER_KEYS = ("era", "platform", "connector")
 

@@ -7,13 +7,12 @@ engine does with it: `{"id", "resolved_disable_hma", "warnings", "error", "rules
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.config import eras as E
 from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
-from reference_impl.config.factory import load_module_class
+from reference_impl.config.factory import KVConnectorFactory, load_module_class
 from reference_impl.config.objects import (
     KV_ROLES,
     AttentionConfig,
@@ -121,18 +120,12 @@ def check_connector_names(kv_transfer: dict[str, Any] | None, era, version: str,
         return
     name = kv_transfer.get("kv_connector")
     if name is not None and not kv_transfer.get("kv_connector_module_path"):
-        known = _known_connector_names(era)
+        known = KVConnectorFactory.known_names(era)
         if name not in known:
             raise _fail(path, name, f"a connector vLLM {version} registers ({', '.join(sorted(known))}) or a class named with kv_connector_module_path")
     for index, child in enumerate((kv_transfer.get("kv_connector_extra_config") or {}).get("connectors") or ()):
         if isinstance(child, dict):
             check_connector_names(child, era, version, f"multi_connector_children[{index}]")
-
-
-def _known_connector_names(era) -> set[str]:
-    from reference_impl.config.factory import KVConnectorFactory
-
-    return set(era.connectors()) | set(KVConnectorFactory.registered_names())
 
 
 @dataclass(slots=True)

@@ -127,19 +127,12 @@ class Era:
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
     module_path_first: bool = False
-    config_time_class_resolution: bool = False
     deprecated_constructor_error: bool = False
-    multi_children_need_role: bool = False
     multi_init_asserts: bool = False
     hisparse: bool = False
     cli_enable_form: bool = False
     explicit_enable_error: str | None = None
-    unify_error: str = messages.E_UNIFY_SEED
     unify_warns_before_error: bool = True
-
-    @property
-    def version_tuple(self) -> tuple[int, ...]:
-        return self.first_version
 
     def package_imported_by(self, name: str) -> PackageImport | None:
         """The package a built-in connector's module imports when its class is looked up, in this era."""
@@ -214,14 +207,12 @@ def _build_eras() -> tuple[Era, ...]:
         connector_rule=CONNECTOR_CLASS_CHECK,
         offloading_shortcut=OFFLOAD_BEFORE,
         offloading_needs_size=True,
-        config_time_class_resolution=True,
     )
     v023 = _evolve(
         v022, "v0.23", (0, 23), "0.23.0",
         "KVConnectorFactory.supports_hma_config (#41847) shared by config and factory; W-C1",
         connector_rule=CONNECTOR_HMA_CONFIG,
         factory_check=FACTORY_HMA_CONFIG,
-        multi_children_need_role=True,
     )
     v030 = _evolve(v023, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
     v033 = _evolve(
@@ -235,7 +226,6 @@ def _build_eras() -> tuple[Era, ...]:
         deprecated_constructor_error=True,
         cli_enable_form=True,
         explicit_enable_error=messages.E_C,
-        unify_error=messages.E_UNIFY_V033,
         unify_warns_before_error=False,
     )
     return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from reference_impl.config import messages
-from reference_impl.config.errors import HMAConfigError, UnknownOutcome
+from reference_impl.config.errors import UnknownOutcome
 from reference_impl.config.objects import KV_ROLES, KVTransferConfig
 
 
@@ -28,14 +28,6 @@ class BuiltinConnector:
     @property
     def __name__(self) -> str:  # the factory's messages use the class name
         return self.name
-
-
-ConnectorClass = "type | BuiltinConnector"
-
-
-def connector_name(cls) -> str:
-    """The class name vLLM's messages use."""
-    return cls.__name__
 
 
 
@@ -81,10 +73,11 @@ class KVConnectorFactory:
 
     _extra_registry: dict[str, Callable[[], type]] = {}
 
-    def __init__(self, era, rules: list[str]):
+    def __init__(self, era, trace):
+        """`trace` records the rules that fire and raises failures (a `resolution.Resolution`)."""
         self.era = era
         self._builtins = _builtins_for(era)
-        self._rules = rules
+        self._trace = trace
 
     @classmethod
     def register_connector(cls, name: str, module_path: str, class_name: str) -> None:
@@ -98,6 +91,15 @@ class KVConnectorFactory:
         cls._extra_registry[name] = loader
 
     @classmethod
+    def known_names(cls, era) -> frozenset[str]:
+        """Every connector name a case may use in `era`: its built-ins and kvconform's registered names."""
+        key = (era.id, len(cls._extra_registry))  # the registry only grows
+        names = _KNOWN_NAMES_CACHE.get(key)
+        if names is None:
+            names = _KNOWN_NAMES_CACHE[key] = frozenset(_builtins_for(era)) | frozenset(cls._extra_registry)
+        return names
+
+    @classmethod
     def registered_names(cls) -> list[str]:
         """Names registered with `register_connector` (kvconform's reference connectors)."""
         return sorted(cls._extra_registry)
@@ -107,21 +109,21 @@ class KVConnectorFactory:
         """The class for `ktc`, with the era's lookup priority and errors."""
         name = ktc.kv_connector
         if name is None:
-            self._fail(messages.E_CONNECTOR_NAME_NOT_SET, stage, "connector_name_not_set")
+            self._trace.fail(messages.E_CONNECTOR_NAME_NOT_SET, stage, "connector_name_not_set")
         module_path = ktc.kv_connector_module_path
         if module_path and self.era.module_path_first:
             cls = self._from_module(module_path, name, stage)
         elif name in self._builtins:
-            self._rules.append("connector_from_registry")
+            self._trace.rules.append("connector_from_registry")
             cls = self._builtins[name]
             self._check_package(name, stage)
         elif name in self._extra_registry:
-            self._rules.append("connector_from_reference")
+            self._trace.rules.append("connector_from_reference")
             cls = self._extra_registry[name]()
         elif module_path:
             cls = self._from_module(module_path, name, stage)
         else:
-            self._fail(messages.E_UNSUPPORTED_CONNECTOR.format(connector=name), stage, "unsupported_connector")
+            self._trace.fail(messages.E_UNSUPPORTED_CONNECTOR.format(connector=name), stage, "unsupported_connector")
         return cls
 
     def class_supports_hma(self, cls) -> bool:
@@ -137,14 +139,14 @@ class KVConnectorFactory:
         return supports_hma(cls)
 
     def _from_module(self, module_path: str, name: str, stage: str) -> type:
-        self._rules.append("connector_from_module_path")
+        self._trace.rules.append("connector_from_module_path")
         cls = getattr(importlib.import_module(module_path), name, None)
         if not isinstance(cls, type):
             # e.g. the offloading shortcut renamed kv_connector but kept the module path (0.33)
-            self._fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
+            self._trace.fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
                        "connector_class_not_found", vllm_type="AttributeError")
         if self.era.deprecated_constructor_error and not constructor_takes_kv_cache_config(cls):
-            self._fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
+            self._trace.fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
 
     def _check_package(self, name: str, stage: str) -> None:
@@ -153,9 +155,9 @@ class KVConnectorFactory:
         if needed is None:
             return
         if importlib.util.find_spec(needed.package) is None:
-            self._fail(needed.message, stage, "package_missing", vllm_type=needed.vllm_type)
+            self._trace.fail(needed.message, stage, "package_missing", vllm_type=needed.vllm_type)
         if needed.installed_is_unknown_from and self.era.first_version >= needed.installed_is_unknown_from:
-            self._rules.append("package_installed")
+            self._trace.rules.append("package_installed")
             raise UnknownOutcome(
                 f"{name} comes from the installed {needed.package} package; its HMA support depends on that package's version",
                 "package_installed",
@@ -169,9 +171,9 @@ class KVConnectorFactory:
             return self.class_supports_hma(cls)
         children = ktc.children()
         if not children:
-            self._rules.append("multi_children_empty")
+            self._trace.rules.append("multi_children_empty")
             return False
-        self._rules.append("multi_children_checked")
+        self._trace.rules.append("multi_children_checked")
         for child in children:
             self.check_role(child, stage)
             if not self.supports_hma_config(child, stage):
@@ -183,25 +185,23 @@ class KVConnectorFactory:
         children, is not SupportsHMA; None when HMA can stay on."""
         cls = self.get_connector_class(ktc, stage)
         if not self.class_supports_hma(cls):
-            return connector_name(cls)
-        if connector_name(cls) == "MultiConnector":
-            self._rules.append("multi_children_checked")
+            return cls.__name__
+        if cls.__name__ == "MultiConnector":
+            self._trace.rules.append("multi_children_checked")
             for child in ktc.children():
                 if not self.class_supports_hma(self.get_connector_class(child, stage)):
-                    return connector_name(cls)
+                    return cls.__name__
         return None
 
     def check_role(self, ktc: KVTransferConfig, stage: str) -> None:
         """KVTransferConfig's own validation: a connector needs one of the three roles."""
         if ktc.kv_connector is not None and ktc.kv_role not in KV_ROLES:
-            self._fail(messages.E_KV_ROLE_MISSING, stage, "kv_role_missing")
+            self._trace.fail(messages.E_KV_ROLE_MISSING, stage, "kv_role_missing")
 
-    def _fail(self, message: str, stage: str, rule: str, vllm_type: str = "ValueError"):
-        self._rules.append(rule)
-        raise HMAConfigError(message, stage=stage, vllm_type=vllm_type, rule=rule)
 
 
 _BUILTINS_CACHE: dict[str, dict[str, BuiltinConnector]] = {}
+_KNOWN_NAMES_CACHE: dict[tuple[str, int], frozenset[str]] = {}
 
 
 def _builtins_for(era) -> dict[str, BuiltinConnector]:

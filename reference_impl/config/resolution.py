@@ -36,6 +36,7 @@ class Resolution:
         self.warnings.append(text)
 
     def fail(self, message: str, stage: str, rule: str, vllm_type: str = "ValueError"):
+        """Record the rule and raise vLLM's failure at `stage`."""
         self.rules.append(rule)
         raise HMAConfigError(message, stage=stage, vllm_type=vllm_type, rule=rule)
 
@@ -71,7 +72,7 @@ def _keeps_trace(stage_function):
 def post_init(cfg: VllmConfig, res: Resolution) -> None:
     """Resolve the flag in place, as `VllmConfig.__post_init__` does in the runtime's era."""
     era = cfg.runtime.era
-    factory = res.factory = KVConnectorFactory(era, res.rules)
+    factory = res.factory = KVConnectorFactory(era, res)
     hisparse = cfg.attention_config.hisparse_config is not None
     wants_offloading = cfg.cache_config.kv_offloading_backend is not None or cfg.cache_config.kv_offloading_size is not None
 

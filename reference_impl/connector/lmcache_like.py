@@ -23,7 +23,6 @@ the lookup returns None, "ask again next step").
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from reference_impl.connector.base import KVConnectorOutput, supports_hma
-from reference_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from reference_impl.engine.outputs import NewRequestData, SchedulerOutput
 from reference_impl.engine.request import EngineRequest, EngineRequestStatus
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 from reference_impl.kv_cache.request import RequestStatus

@@ -16,7 +16,6 @@ from reference_impl.kv_cache.specs import (
     ChunkedLocalAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
-    MambaSpec,
     SlidingWindowSpec,
     cdiv,
 )

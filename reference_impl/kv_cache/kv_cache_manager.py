@@ -13,7 +13,6 @@ from reference_impl.kv_cache.specs import (
     KVCacheConfig,
     MambaSpec,
     SlidingWindowSpec,
-    cdiv,
 )
 
 __all__ = ["KVCacheBlocks", "KVCacheManager"]

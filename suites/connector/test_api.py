@@ -6,11 +6,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import pickle
 
 import pytest
-import torch
 
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor

@@ -103,7 +103,7 @@ def test_c16_ownership_fence(ctx, preset):
     ctx.forget_local_cache(engine)
     hooks = _fence(ctx, engine)
     a = engine.add_request(engine.make_request(first + [5], max_tokens=3))
-    b = engine.add_request(engine.make_request(second + [6], max_tokens=3))
+    engine.add_request(engine.make_request(second + [6], max_tokens=3))
     engine.run_until_done(**hooks)
     _expect_hit(a, "ownership fence")
     expect_no_read_errors(engine, "two concurrent loads")

@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 
-from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
 from suites.connector import stub
 from suites.connector.context import expect, expect_no_read_errors, prompt
