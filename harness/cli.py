@@ -1,4 +1,9 @@
-"""The `kvconform` command line: a thin dispatcher over `harness.commands`."""
+"""kvconform: conformance checks for vLLM's hybrid KV cache manager (HMA) and KV-cache connectors.
+
+Ask what a vLLM release does with a command line (explain), resolve cases in bulk (resolve), run the
+conformance suites and write the compatibility report (report), and compare or combine results files
+(diff, merge). `kvconform COMMAND --help` describes each command.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import UsageError
+from harness.errors import EXIT_USAGE, UsageError
 
 # Subcommand name -> module under harness.commands. Each module has register() and run().
 COMMANDS = {
@@ -19,17 +24,35 @@ COMMANDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit status 2."""
+    """argparse that reports usage errors as one line and exit status 2, and never matches an
+    abbreviated option (`--plat` is not `--platform`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # noqa: D102 - argparse hook
         raise UsageError(f"{self.prog}: {message}")
 
 
+def version() -> str:
+    """The installed kvconform version ("unknown" when the package metadata is missing)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("kvconform")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
-    parser = _Parser(prog="kvconform", description=__doc__)
+    parser = _Parser(prog="kvconform", description=__doc__.split("\n\n")[0],
+                     epilog=__doc__.split("\n\n", 1)[1].strip())
+    parser.add_argument("--version", action="version", version=f"kvconform {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    subparsers.required = True
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"harness.commands.{module_name}")
         module.register(subparsers)
@@ -41,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser()
+        if not argv:  # a bare `kvconform`: say what it can do
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         args, extra = parser.parse_known_args(argv)
+        if args.command is None:
+            raise UsageError("kvconform: a command is required (explain, resolve, report, diff, merge); see kvconform --help")
         if extra and not getattr(args, "accepts_extra", False):
             raise UsageError(f"kvconform {args.command}: unrecognized arguments: {' '.join(extra)}")
         args.extra = extra

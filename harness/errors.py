@@ -15,3 +15,10 @@ class UsageError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_USAGE):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def json_error_text(exc) -> str:
+    """A `json.JSONDecodeError` in one sentence: its reason and where ("Unterminated string starting at
+    line 1 column 5", never "starting at at line")."""
+    where = f"line {exc.lineno} column {exc.colno}"
+    return f"{exc.msg} {where}" if exc.msg.endswith(" at") else f"{exc.msg} at {where}"

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import json_error_text
+
 FORMAT = "kvconform-results"
 SCHEMA_VERSION = 1
 STATUSES = ("passed", "failed", "skipped", "error")
@@ -191,7 +193,7 @@ def load_results(path: str | os.PathLike) -> ResultsDocument:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(path, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise _fail(path, f"is not valid JSON ({json_error_text(exc)})") from None
     return parse_document(data, path)
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 
 from harness.errors import UsageError
 from reference_impl.config import cases as C
 from reference_impl.config.eras import PLATFORMS, resolve_era
+from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.rules import RULES
 
 HELP = "explain how a vLLM release resolves the HMA flag for a command line"
+
+# `--exit-code`: the outcome as an exit status, for scripts that gate on it (README, "explain").
+EXIT_HMA_ON, EXIT_HMA_OFF, EXIT_ERROR, EXIT_UNKNOWN = 0, 10, 11, 12
 
 
 def register(subparsers) -> None:
@@ -18,9 +23,13 @@ def register(subparsers) -> None:
         "explain",
         help=HELP,
         description=(
-            f"{HELP}. Unknown options are passed through as vLLM flags, e.g. "
-            "--no-disable-hybrid-kv-cache-manager --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'."
+            f"{HELP}. Every option that is not one of explain's own is read as a vLLM flag, e.g. "
+            "--no-disable-hybrid-kv-cache-manager --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'; "
+            "an option that looks like a misspelling of one of explain's own is refused."
         ),
+        epilog=(f"exit status: 0 answered (with --exit-code: {EXIT_HMA_ON} HMA enabled, {EXIT_HMA_OFF} HMA disabled, "
+                f"{EXIT_ERROR} vLLM raises an error, {EXIT_UNKNOWN} the outcome cannot be known); 2 usage error"),
+        allow_abbrev=False,
     )
     parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33); default seed")
     parser.add_argument("--platform", default="cuda", help=f"one of {', '.join((*PLATFORMS, 'auto'))} (default cuda)")
@@ -30,7 +39,49 @@ def register(subparsers) -> None:
                         help="comma-separated layer spec kinds (full, sliding_window, chunked_local, mamba): adds the kv_cache_groups stage")
     parser.add_argument("--stage", default="create_connector", help="stop after this stage: config, kv_cache_groups or create_connector (default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of plain words")
-    parser.set_defaults(run=run, accepts_extra=True)
+    parser.add_argument("--exit-code", action="store_true",
+                        help=f"exit {EXIT_HMA_ON} when HMA ends up enabled, {EXIT_HMA_OFF} disabled, {EXIT_ERROR} on a vLLM error, "
+                             f"{EXIT_UNKNOWN} when the outcome cannot be known")
+    parser.set_defaults(run=run, accepts_extra=True, own_options=_own_options(parser))
+
+
+def _own_options(parser) -> tuple[str, ...]:
+    return tuple(option for action in parser._actions for option in action.option_strings if option.startswith("--"))
+
+
+def check_misspelled(extra: list[str], own: tuple[str, ...]) -> None:
+    """Refuse a vLLM flag that looks like one of explain's own options misspelled or abbreviated: it would
+    otherwise be answered silently on the defaults."""
+    for token in extra:
+        if not token.startswith("--") or token == "--":
+            continue
+        name = token.split("=", 1)[0]
+        if name in own:
+            continue
+        close = [option for option in own if option.startswith(name)] or difflib.get_close_matches(name, own, n=1, cutoff=0.75)
+        if close:
+            raise UsageError(f"kvconform explain: unrecognized option {name}; did you mean {close[0]}?")
+
+
+def exit_code_of(result: dict) -> int:
+    """The `--exit-code` status of an outcome."""
+    if result["error"]:
+        return EXIT_ERROR
+    if result["unknown"]:
+        return EXIT_UNKNOWN
+    return EXIT_HMA_ON if result["resolved_disable_hma"] is False else EXIT_HMA_OFF
+
+
+def hints(parsed) -> list[str]:
+    """Extra lines that help a user read the answer (never part of the outcome)."""
+    lines = []
+    for name in C.unregistered_names(parsed.kv_transfer, parsed.era):
+        registry = ", ".join(sorted(parsed.era.connectors()))
+        lines.append(f"hint: vLLM {parsed.vllm_version} registers no connector {name!r}; its registry: {registry}")
+        own = KVConnectorFactory.registered_names()
+        if own:
+            lines.append(f"hint: kvconform's reference engine also registers its own: {', '.join(own)}")
+    return lines
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -57,7 +108,7 @@ def build_case(args) -> dict:
     }
 
 
-def describe(case: dict, result: dict) -> str:
+def describe(case: dict, result: dict, extra_lines: list[str] = ()) -> str:
     """Plain-words rendering of one outcome."""
     era, version = resolve_era(case["vllm_version"])
     lines = [
@@ -77,8 +128,12 @@ def describe(case: dict, result: dict) -> str:
         value = result["resolved_disable_hma"]
         state = "HMA enabled" if value is False else "HMA disabled"
         lines.append(f"result: {state} (disable_hybrid_kv_cache_manager = {value}), through stage {case['stage']}")
+    if "kv_cache_groups_not_evaluated" in result["rules"]:
+        lines.append(f"  KV cache groups: not evaluated (stage {case['stage']} ends before kv_cache_groups)")
     for group in result.get("kv_cache_groups") or ():
         lines.append(f"  KV cache group: {group['kind']} layers {group['layers']} (block size {group['block_size']}, {group['page_size_bytes']} bytes per block per layer)")
+    if extra_lines:
+        lines.extend(extra_lines)
     lines.append("")
     if result["warnings"]:
         lines.append("warnings, in the order vLLM logs them:")
@@ -93,6 +148,7 @@ def describe(case: dict, result: dict) -> str:
 
 def run(args) -> int:
     """Resolve the command line's case and print it."""
+    check_misspelled(args.extra, args.own_options)
     case = build_case(args)
     try:
         parsed = C.parse_case(case)
@@ -113,8 +169,9 @@ def run(args) -> int:
             "stage": parsed.stage,
             "cli_args": case["cli_args"],
             "rule_descriptions": {rule: RULES.get(rule, rule) for rule in result["rules"]},
+            "hints": hints(parsed),
         }
         print(json.dumps(payload, indent=2))
     else:
-        print(describe({**case, "platform": parsed.platform}, result))
-    return 0
+        print(describe({**case, "platform": parsed.platform, "stage": parsed.stage}, result, hints(parsed)))
+    return exit_code_of(result) if args.exit_code else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from harness.errors import UsageError
+from harness.errors import UsageError, json_error_text
 from reference_impl.config.cases import resolve_cases
 
 HELP = "resolve a JSON list of cases (file or - for stdin) into a JSON list of outcomes"
@@ -13,8 +13,15 @@ HELP = "resolve a JSON list of cases (file or - for stdin) into a JSON list of o
 
 def register(subparsers) -> None:
     """Add the `resolve` subcommand."""
-    parser = subparsers.add_parser("resolve", help=HELP, description=HELP + "; the schema is in README.md.")
-    parser.add_argument("--cases", required=True, metavar="FILE", help="JSON file with a list of cases, or - for stdin")
+    parser = subparsers.add_parser(
+        "resolve", help=HELP,
+        description=HELP + ". The case and outcome schema is in README.md (\"The resolve schema\"). A case vLLM "
+                    "would reject gets vLLM's error as its outcome; a case that does not follow the schema gets an "
+                    "error at stage \"input\"; the other cases still run.",
+        epilog="exit status: 0 every case answered (errors are outcomes), 2 the file cannot be read or is not a JSON list",
+    )
+    parser.add_argument("file", nargs="?", metavar="FILE", help="JSON file with a list of cases, or - for stdin")
+    parser.add_argument("--cases", metavar="FILE", help="the same as FILE")
     parser.add_argument("--indent", type=int, default=None, help="pretty-print with this indent")
     parser.set_defaults(run=run)
 
@@ -24,21 +31,26 @@ def read_cases(source: str) -> list:
     try:
         text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
     except OSError as exc:
-        raise UsageError(f"kvconform resolve: --cases: cannot read {source!r}: {exc.strerror}") from None
+        raise UsageError(f"kvconform resolve: cannot read {source!r}: {exc.strerror or exc}") from None
     try:
         cases = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"kvconform resolve: --cases: {source!r} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    if isinstance(cases, dict):
-        cases = [cases]
+        raise UsageError(f"kvconform resolve: {source!r} is not valid JSON ({json_error_text(exc)})") from None
     if not isinstance(cases, list):
-        raise UsageError(f"kvconform resolve: --cases: expected a JSON list of case objects, got {type(cases).__name__}")
+        kind = {dict: "a single object", str: "a string"}.get(type(cases), type(cases).__name__)
+        hint = " (wrap a single case in [ ])" if isinstance(cases, dict) else ""
+        raise UsageError(f"kvconform resolve: {source!r}: expected a JSON list of case objects, got {kind}{hint}")
     return cases
 
 
 def run(args) -> int:
     """Resolve every case; a bad case gets an input-error outcome and the others still run."""
-    outcomes = resolve_cases(read_cases(args.cases))
+    if args.file and args.cases and args.file != args.cases:
+        raise UsageError(f"kvconform resolve: two case files given ({args.file} and --cases {args.cases}); give one")
+    source = args.file or args.cases
+    if source is None:
+        raise UsageError("kvconform resolve: the cases file is required (kvconform resolve FILE, or - for stdin)")
+    outcomes = resolve_cases(read_cases(source))
     json.dump(outcomes, sys.stdout, indent=args.indent)
     sys.stdout.write("\n")
     return 0

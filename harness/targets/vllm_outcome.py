@@ -109,10 +109,28 @@ def error_of(exc: BaseException, stage: str) -> dict:
     if isinstance(inner, BaseException) and inner is not exc:
         message = str(inner)
     else:
-        message = _after_value_error(str(exc))
+        message = _pydantic_own(exc) or _after_value_error(str(exc))
     for original, twin in EXTERNAL_TWINS.items():
         message = message.replace(twin, original)
     return {"type": type(inner).__name__, "message": message, "stage": stage}
+
+
+def _pydantic_own(exc: BaseException) -> str | None:
+    """A ValidationError pydantic raised itself (a field's type check, e.g. a kv_role outside the Literal),
+    on one line without the pydantic version's help URL: "1 validation error for KVTransferConfig: kv_role:
+    Input should be ..."; None for anything else."""
+    if type(exc).__name__ != "ValidationError" or not hasattr(exc, "errors"):
+        return None
+    try:
+        details = exc.errors()
+        title = exc.title
+    except Exception:
+        return None
+    if not details or any(d.get("type") in ("value_error", "assertion_error") for d in details):
+        return None
+    count = len(details)
+    parts = [f"{'.'.join(str(part) for part in d.get('loc', ())) or title}: {d.get('msg', '')}" for d in details]
+    return f"{count} validation error{'s' if count != 1 else ''} for {title}: " + "; ".join(parts)
 
 
 def _after_value_error(text: str) -> str:

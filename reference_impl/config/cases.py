@@ -12,9 +12,8 @@ from typing import Any
 
 from reference_impl.config import eras as E
 from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
-from reference_impl.config.factory import KVConnectorFactory, load_module_class
+from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.objects import (
-    KV_ROLES,
     AttentionConfig,
     CacheConfig,
     HiSparseConfig,
@@ -40,7 +39,7 @@ CASE_DEFAULTS: dict[str, Any] = {
     "id": None,
     "vllm_version": None,
     "profile": None,
-    "stage": "config",
+    "stage": None,  # config, or kv_cache_groups when layers are given
     "flag": None,
     "cli_args": None,
     "platform": "cuda",
@@ -101,31 +100,30 @@ def _children(value: Any, path: str) -> list[dict] | None:
         for key in ("kv_connector", "kv_role", "kv_connector_module_path"):
             if child.get(key) is not None and not isinstance(child[key], str):
                 raise _fail(f"{where}.{key}", child[key], "a string or null")
-        if child.get("kv_role") is not None and child["kv_role"] not in KV_ROLES:
-            raise _fail(f"{where}.kv_role", child["kv_role"], f"one of {', '.join(KV_ROLES)}")
+        # An unknown role, name or module path is a configuration vLLM answers (its KVTransferConfig and
+        # factory raise), not bad input: the factory reports it at the stage vLLM would.
         entry = {k: child.get(k) for k in ("kv_connector", "kv_role", "kv_connector_module_path")}
         nested = _children(child.get("children"), f"{where}.children")
         if nested is not None:
             entry["kv_connector_extra_config"] = {"connectors": nested}
-        if entry["kv_connector_module_path"] and entry["kv_connector"]:
-            load_module_class(entry["kv_connector_module_path"], entry["kv_connector"], field_name=f"{where}.kv_connector_module_path")
         out.append(entry)
     return out
 
 
-def check_connector_names(kv_transfer: dict[str, Any] | None, era, version: str, path: str = "kv_connector") -> None:
-    """Every connector name must be one the era registers, one of kvconform's registered connectors, or
-    come with a module path: a typo is bad input, not a configuration vLLM would accept."""
+def unregistered_names(kv_transfer: dict[str, Any] | None, era) -> list[str]:
+    """Connector names in a kv_transfer dict (children included) that the era's vLLM does not register
+    and no module path supplies: vLLM answers them with "Unsupported connector type" where it looks the
+    class up. `explain` lists the era's names for them as a hint."""
     if kv_transfer is None:
-        return
+        return []
+    found = []
     name = kv_transfer.get("kv_connector")
-    if name is not None and not kv_transfer.get("kv_connector_module_path"):
-        known = KVConnectorFactory.known_names(era)
-        if name not in known:
-            raise _fail(path, name, f"a connector vLLM {version} registers ({', '.join(sorted(known))}) or a class named with kv_connector_module_path")
-    for index, child in enumerate((kv_transfer.get("kv_connector_extra_config") or {}).get("connectors") or ()):
+    if name is not None and not kv_transfer.get("kv_connector_module_path") and name not in KVConnectorFactory.known_names(era):
+        found.append(name)
+    for child in (kv_transfer.get("kv_connector_extra_config") or {}).get("connectors") or ():
         if isinstance(child, dict):
-            check_connector_names(child, era, version, f"multi_connector_children[{index}]")
+            found.extend(unregistered_names(child, era))
+    return found
 
 
 @dataclass(slots=True)
@@ -164,7 +162,9 @@ def parse_case(case: Any) -> Case:
         era, version = E.resolve_era(version)
     except ValueError as exc:
         raise CaseError(str(exc).replace("vllm_version:", f"{version_key}:", 1)) from None
-    stage = case.get("stage", "config")
+    stage = case.get("stage")
+    if stage is None:  # layers ask for their grouping: they imply the kv_cache_groups stage
+        stage = "kv_cache_groups" if case.get("layers") is not None else "config"
     if stage not in CASE_STAGES:
         raise _fail("stage", stage, f"one of {', '.join(CASE_STAGES)}")
     flag = case.get("flag")
@@ -189,14 +189,11 @@ def parse_case(case: Any) -> Case:
 
     connector = _opt_str(case, "kv_connector")
     module_path = _opt_str(case, "kv_connector_module_path")
-    role = case.get("kv_role", "kv_both")
-    if role is not None and role not in KV_ROLES:
-        raise _fail("kv_role", role, f"null or one of {', '.join(KV_ROLES)}")
+    role = _opt_str(case, "kv_role") if "kv_role" in case else "kv_both"
     children = _children(case.get("multi_connector_children"), "multi_connector_children")
     if module_path is not None:
         if connector is None:
             raise _fail("kv_connector_module_path", module_path, "null unless kv_connector names the class")
-        load_module_class(module_path, connector)
     kv_transfer = None
     if connector is not None:
         kv_transfer = {"kv_connector": connector, "kv_role": role, "kv_connector_module_path": module_path}
@@ -204,7 +201,6 @@ def parse_case(case: Any) -> Case:
             kv_transfer["kv_connector_extra_config"] = {"connectors": children}
     elif children is not None:
         raise _fail("multi_connector_children", case["multi_connector_children"], "null unless kv_connector is set")
-    check_connector_names(kv_transfer, era, version)
 
     chunk = case.get("attention_chunk_size")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
@@ -213,8 +209,10 @@ def parse_case(case: Any) -> Case:
     if backend is not None and backend not in OFFLOADING_BACKENDS:
         raise _fail("kv_offloading_backend", backend, "null, native or lmcache")
     size = case.get("kv_offloading_size")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0):
-        raise _fail("kv_offloading_size", size, "null or a positive number (GiB)")
+    # vLLM's CacheConfig types the size as a float and checks nothing more (0.13.0 and 0.33.0 accept -4):
+    # any number is its answer to give, not bad input.
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or size != size):
+        raise _fail("kv_offloading_size", size, "null or a number (GiB)")
     layers = case.get("layers")
     if layers is not None:
         if not isinstance(layers, list) or not layers:
@@ -327,17 +325,15 @@ def run_case(case: Case) -> dict[str, Any]:
             given = parse_cli(case.cli_args, case.era)
             prefix.append("cli_parsed")
             _apply_cli(case, given)
-            try:
-                check_connector_names(case.kv_transfer, case.era, case.vllm_version)
-            except CaseError as exc:
-                return input_error(case.id, str(exc))
             if case.stage == "cli_parse":
                 return outcome(case.id, resolved=case.flag, rules=prefix)
         cfg = build_vllm_config(case)
         res = cfg.resolution
         resolved = cfg.scheduler_config.disable_hybrid_kv_cache_manager
         groups = None
-        if case.layers is not None and case.stage != "config":
+        if case.layers is not None and case.stage == "config":
+            res.rules.append("kv_cache_groups_not_evaluated")
+        elif case.layers is not None:
             groups = group_kv_cache(case, cfg, res)
         if case.stage == "create_connector":
             create_connector(cfg, res)

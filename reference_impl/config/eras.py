@@ -282,6 +282,6 @@ def resolve_era(version_or_profile: str | None) -> tuple[Era, str]:
         era = ERAS_BY_ID[name]
         return era, era.representative
     if not _VERSION_RE.match(name.strip()):
-        accepted = ", ".join([*PROFILES, *ERAS_BY_ID])
+        accepted = ", ".join(dict.fromkeys([*PROFILES, *ERAS_BY_ID]))  # profiles and era ids share names
         raise ValueError(f"vllm_version: {name!r} is neither a version X.Y.Z nor a profile ({accepted})")
     return era_for_version(name), name

@@ -140,7 +140,11 @@ class KVConnectorFactory:
 
     def _from_module(self, module_path: str, name: str, stage: str) -> type:
         self._trace.rules.append("connector_from_module_path")
-        cls = getattr(importlib.import_module(module_path), name, None)
+        try:
+            module = importlib.import_module(module_path)
+        except Exception as exc:  # vLLM's factory imports the module as is: its exception is the answer
+            self._trace.fail(_one_line(exc), stage, "connector_module_import_failed", vllm_type=type(exc).__name__)
+        cls = getattr(module, name, None)
         if not isinstance(cls, type):
             # e.g. the offloading shortcut renamed kv_connector but kept the module path (0.33)
             self._trace.fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
@@ -194,10 +198,18 @@ class KVConnectorFactory:
         return None
 
     def check_role(self, ktc: KVTransferConfig, stage: str) -> None:
-        """KVTransferConfig's own validation: a connector needs one of the three roles."""
-        if ktc.kv_connector is not None and ktc.kv_role not in KV_ROLES:
+        """KVTransferConfig's own validation: pydantic rejects a role outside the three, and a connector
+        needs one of them."""
+        if ktc.kv_role is not None and ktc.kv_role not in KV_ROLES:
+            self._trace.fail(messages.E_KV_ROLE_INVALID, stage, "kv_role_invalid", vllm_type="ValidationError")
+        if ktc.kv_connector is not None and ktc.kv_role is None:
             self._trace.fail(messages.E_KV_ROLE_MISSING, stage, "kv_role_missing")
 
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line (an import error of a user module can span several)."""
+    return " ".join(str(exc).split())
 
 
 _BUILTINS_CACHE: dict[str, dict[str, BuiltinConnector]] = {}

@@ -96,6 +96,12 @@ E_DEPRECATED_CONSTRUCTOR = (
     "Connector {connector} uses deprecated 2-argument constructor signature. External v1 KV connectors must "
     "accept kv_cache_config as the third constructor argument and pass it to super().__init__()."
 )
+#: KVTransferConfig's pydantic field check rejects a kv_role outside the Literal before its own
+#: `Unsupported kv_role` check can run (observed on vLLM 0.13.0 and 0.33.0); the text is pydantic's
+#: error rendered on one line as the vllm target renders it (`harness.targets.vllm_outcome`).
+E_KV_ROLE_INVALID = (
+    "1 validation error for KVTransferConfig: kv_role: Input should be 'kv_producer', 'kv_both' or 'kv_consumer'"
+)
 E_KV_ROLE_MISSING = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"

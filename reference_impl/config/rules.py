@@ -45,4 +45,7 @@ RULES: dict[str, str] = {
     "package_installed": "the connector comes from an installed package (lmcache); its HMA support depends on its version",
     "feature_absent": "the configuration uses a feature this release does not have",
     "kv_cache_groups": "the KV cache specs were grouped for the KV cache manager",
+    "kv_cache_groups_not_evaluated": "layers were given but the case stops at stage config: the KV cache groups were not evaluated",
+    "kv_role_invalid": "kv_role is not one of kv_producer, kv_both, kv_consumer: KVTransferConfig rejects it",
+    "connector_module_import_failed": "kv_connector_module_path does not import: the factory's import raises",
 }

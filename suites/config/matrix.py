@@ -4,7 +4,10 @@ Per era the matrix is the union of three deterministic blocks (duplicates remove
   * every flag x platform x feature x stage without a connector (the platform and feature rules);
   * every flag x platform x connector x stage without features (the connector rules);
   * an all-pairs cover of flag x platform x feature x connector x stage (their interactions).
-The first two are full products, so the report's "no connector" and "no features" rows are complete. The
+The first two are full products, so the report's "no connector" and "no features" rows are complete.
+A fourth block names connectors the era does not register (a name of another release, renamed or not yet
+added, and a made-up `FooConnector`): every flag x stage on cuda, so "what changed between releases" shows
+a connector that appears or disappears (the platform plays no part in the class lookup). The
 full product over all six dimensions (~100,000 cells) would not fit the time budget; all-pairs keeps every
 pair of values together in at least one cell, in particular every connector with every feature.
 """
@@ -43,6 +46,8 @@ FEATURES: dict[str, dict[str, Any]] = {
 # HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
 _NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
 _NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
+#: A connector name no release registers.
+UNREGISTERED_NAME = "FooConnector"
 
 
 def _child(name: str, children: list | None = None, role: str | None = "kv_both") -> dict:
@@ -52,6 +57,14 @@ def _child(name: str, children: list | None = None, role: str | None = "kv_both"
     if children is not None:
         child["children"] = children
     return child
+
+
+def unregistered_for(era: str) -> dict[str, dict[str, Any]]:
+    """Connector label -> case fields for names `era` does not register: those other eras register, and
+    a made-up name."""
+    registry = era_table(era)["connectors"]
+    others = sorted({name for other in ERA_IDS for name in era_table(other)["connectors"]} - set(registry))
+    return {name: {"kv_connector": name} for name in [*others, UNREGISTERED_NAME]}
 
 
 def connectors_for(era: str) -> dict[str, dict[str, Any]]:
@@ -150,7 +163,8 @@ class Cell:
             "kv_offloading_size": None,
         }
         case.update(FEATURES[self.features])
-        case.update(connectors_for(self.era)[self.connector])
+        options = connectors_for(self.era)
+        case.update(options[self.connector] if self.connector in options else unregistered_for(self.era)[self.connector])
         return case
 
 
@@ -199,6 +213,8 @@ def cells_for(era: str) -> list[Cell]:
         add(flag, platform, "none", connector, stage)
     for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
         add(flag, platform, feature, connector, stage)
+    for flag, connector, stage in itertools.product(flags, unregistered_for(era), stages):
+        add(flag, "cuda", "none", connector, stage)
     return list(cells.values())
 
 

@@ -136,7 +136,8 @@ class _Evaluation:
                 return _ConnectorClass(cls.__name__, registry[MULTI], True)
             return _ConnectorClass(cls.__name__, "SupportsHMA" in names, False)
         if connector.name not in registry:
-            raise ValueError(f"oracle: connector {connector.name!r} is not registered in era {self.table['era']}")
+            self.note(f"§3.3: {connector.name} is not registered in era {self.table['era']} and has no module path")
+            raise _Raised("E-UNSUPPORTED-CONNECTOR", stage, name=connector.name)
         missing_import = factory["import_requires"].get(connector.name)
         if missing_import:
             self.note(f"resolving {connector.name} imports a package that is not installed ({missing_import})")

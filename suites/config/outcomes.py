@@ -36,6 +36,8 @@ def _message_patterns() -> list[tuple[str, re.Pattern]]:
     for message_id, entry in messages().items():
         body = re.escape(entry["text"])
         body = body.replace(re.escape("{name}"), r"(?P<name>\S+?)").replace(re.escape("{module}"), r"\S+")
+        if entry["text"].endswith("{name}"):  # a name at the very end runs to the end of the text
+            body += r"\Z"
         # an empty text (a bare assert) labels only an empty message
         patterns.append((message_id, re.compile(body if body else r"\A\Z")))
     return patterns

@@ -81,7 +81,10 @@ BAD_EXPLAIN = [
     (["--attention-chunk-size", "x"], "--attention-chunk-size"),
     (["--stage", "cli_parse"], "--stage"),
     (["--stage", "bogus"], "stage: 'bogus'"),
-    (["--kv-transfer-config", '{"kv_connector": "LMCacheConectorV1", "kv_role": "kv_both"}'], "kv_connector: 'LMCacheConectorV1' is not accepted; expected a connector vLLM 0.13.0 registers"),
+    (["--platfrom", "rocm"], "unrecognized option --platfrom; did you mean --platform?"),
+    (["--plat", "rocm"], "unrecognized option --plat; did you mean --platform?"),
+    (["--vllm-versoin", "0.33.0"], "did you mean --vllm-version?"),
+    (["--vllm-version", "latest"], "(pre-seed, seed, v0.33, v0.10, v0.11, v0.14"),
 ]
 
 
@@ -100,7 +103,7 @@ def test_resolve_batch_with_a_bad_case(capsys, monkeypatch):
         {"id": "b", "flag": "yes"},
         {"id": "c", "profile": "seed", "surprise": 1},
         {"id": "d", "platform": "tpu", "profile": "seed"},
-        {"id": "e", "kv_connector": "X", "kv_connector_module_path": "no.such.module"},
+        {"id": "e", "kv_connector": "X", "kv_connector_module_path": "no.such.module", "stage": "create_connector"},
         {"id": "f", "vllm_version": "1.0.0"},
         {"id": "g", "profile": "seed", "multi_connector_children": ["NixlConnector"]},
         "not an object",
@@ -111,12 +114,19 @@ def test_resolve_batch_with_a_bad_case(capsys, monkeypatch):
     assert [o["id"] for o in outcomes] == ["a", "b", "c", "d", "e", "f", "g", None]
     assert outcomes[0]["resolved_disable_hma"] is False and outcomes[0]["error"] is None
     assert outcomes[3]["resolved_disable_hma"] is True
-    for index, needle in [(1, "flag: 'yes'"), (2, "surprise"), (4, "kv_connector_module_path: 'no.such.module' does not import"), (5, "vllm_version: '1.0.0'"), (6, "multi_connector_children"), (7, "case:")]:
+    # a module path that does not import is vLLM's answer, at the stage the seed factory imports it
+    assert outcomes[4]["error"] == {"type": "ModuleNotFoundError", "message": "No module named 'no'", "stage": "create_connector"}
+    for index, needle in [(1, "flag: 'yes'"), (2, "surprise"), (5, "vllm_version: '1.0.0'"), (6, "multi_connector_children"), (7, "case:")]:
         error = outcomes[index]["error"]
         assert error["stage"] == "input" and needle in error["message"], (index, error)
 
 
-@pytest.mark.parametrize("text, message", [("[{", "is not valid JSON"), ('"a string"', "expected a JSON list")])
+@pytest.mark.parametrize("text, message", [
+    ("[{", "is not valid JSON"),
+    ('"a string"', "expected a JSON list"),
+    ('[{"id": "unterminated', "(Unterminated string starting at line 1 column 9)"),
+    ('{"id": "single"}', "got a single object (wrap a single case in [ ])"),
+])
 def test_resolve_bad_document(capsys, monkeypatch, text, message):
     code, out, err = run(capsys, "resolve", "--cases", "-", stdin=text, monkeypatch=monkeypatch)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1
@@ -125,6 +135,65 @@ def test_resolve_bad_document(capsys, monkeypatch, text, message):
 def test_resolve_missing_file(capsys, tmp_path):
     code, _, err = run(capsys, "resolve", "--cases", str(tmp_path / "nope.json"))
     assert code == 2 and "cannot read" in err
+
+
+def test_resolve_file_as_positional_argument(capsys, tmp_path):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"id": "x", "profile": "seed", "flag": True}]))
+    code, out, err = run(capsys, "resolve", str(path))
+    assert code == 0, err
+    assert json.loads(out)[0]["resolved_disable_hma"] is True
+
+
+EXIT_CODES = [
+    (["--vllm-version", "0.13.0"], 0),
+    (["--vllm-version", "0.13.0", "--disable-hybrid-kv-cache-manager"], 10),
+    (["--vllm-version", "0.13.0", "--no-disable-hybrid-kv-cache-manager", "--kv-events-config", "{}"], 11),
+    (["--vllm-version", "0.33.0", "--platform", "tpu"], 12),
+]
+
+
+@pytest.mark.parametrize("argv, status", EXIT_CODES, ids=[str(status) for _, status in EXIT_CODES])
+def test_explain_exit_code(capsys, argv, status):
+    """`--exit-code`: 0 HMA on, 10 off, 11 error, 12 unknown; without it explain answers with 0."""
+    assert run(capsys, "explain", "--exit-code", *argv)[0] == status
+    assert run(capsys, "explain", *argv)[0] == 0
+
+
+def test_explain_unknown_connector_is_vllms_answer(capsys):
+    """An unregistered name: vLLM's "Unsupported connector type" where the era looks the class up, and the
+    era's registry (vLLM's own, not kvconform's connectors) as a hint line."""
+    ktc = '{"kv_connector": "LMCacheConectorV1", "kv_role": "kv_both"}'
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.13.0", "--kv-transfer-config", ktc)
+    assert code == 0
+    assert "ValueError at stage create_connector" in out and "Unsupported connector type: LMCacheConectorV1" in out
+    registry_line = next(line for line in out.splitlines() if "registers no connector" in line)
+    assert "LMCacheConnectorV1" in registry_line and "LMCacheLikeConnector" not in registry_line
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.33.0", "--stage", "config", "--kv-transfer-config", ktc)
+    assert "ValueError at stage config" in out and "Unsupported connector type: LMCacheConectorV1" in out
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.13.0", "--stage", "config", "--kv-transfer-config", ktc)
+    assert "HMA disabled" in out  # the seed does not look the class up at config time
+
+
+def test_explain_invalid_role_and_negative_offloading(capsys):
+    code, out, _ = run(capsys, "explain", "--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_role": "both"}')
+    assert "ValidationError at stage config" in out and "kv_role: Input should be 'kv_producer', 'kv_both' or 'kv_consumer'" in out
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.33.0", "--stage", "config", "--kv-offloading-size", "-4")
+    assert code == 0 and "HMA enabled" in out  # vLLM does not validate the size
+
+
+def test_explain_module_path_that_does_not_import(capsys, tmp_path, monkeypatch):
+    (tmp_path / "raising_connector_mod.py").write_text("raise RuntimeError('boom on import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, expected in [("no_such_module_xyz", "ModuleNotFoundError at stage config"), ("raising_connector_mod", "RuntimeError at stage config")]:
+        ktc = json.dumps({"kv_connector": "C", "kv_role": "kv_both", "kv_connector_module_path": module})
+        code, out, err = run(capsys, "explain", "--vllm-version", "0.33.0", "--kv-transfer-config", ktc)
+        assert code == 0 and expected in out and "Traceback" not in out + err, out + err
+
+
+def test_explain_layers_at_stage_config_says_not_evaluated(capsys):
+    code, out, _ = run(capsys, "explain", "--layers", "full,mamba", "--stage", "config")
+    assert code == 0 and "KV cache groups: not evaluated" in out and "kv_cache_groups_not_evaluated" in out
 
 
 def test_unknown_subcommand_and_option(capsys):
