@@ -2,20 +2,22 @@
 
 Writes `compatibility.md`, `compatibility.html` and `results.json` into `reports/` (or `--output-dir`), all
 three atomically and only once everything rendered. `--from RESULTS.json` renders an earlier (or merged) run
-without running anything. Arguments after `--` go to pytest unchanged.
+without running anything. Arguments after `--` go to pytest unchanged:
+
+    kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
 pytest-benchmark times nothing under xdist, so the throughput table of a plain run says "not timed";
 `--timing` runs the benchmark suite once more without xdist and puts its timed results in the report.
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
-be loaded, 5 nothing ran.
+be loaded, 5 nothing ran, 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM (pytest and its workers are stopped
+too, no report is written and earlier reports stay as they were).
 """
 
 from __future__ import annotations
 
 import argparse
 
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +25,8 @@ from pathlib import Path
 
 from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.eras import EraSelectionError, select_eras
+from harness.process_group import run_in_own_group
+from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
 from harness.results_model import ResultsDocument, ResultsFileError, load_results, sort_entries
@@ -40,7 +44,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "report",
         help="run the conformance suites and write the compatibility report",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__,
+        usage="kvconform report [OPTIONS] [-- PYTEST_ARGS ...]",
     )
     parser.add_argument("--target", metavar="MODULE:CALLABLE",
                         help="config target to test instead of the reference resolver (passed as --hma-target)")
@@ -59,7 +64,8 @@ def register(subparsers) -> None:
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=None,
                         help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures "
                              "(default: on when the default suites run; --no-timing skips it)")
-    parser.set_defaults(run=run, accepts_extra=True)
+    own = tuple(o for action in parser._actions for o in action.option_strings)
+    parser.set_defaults(run=run, accepts_extra=True, own_options=own)
 
 
 def _eras(value: str | None) -> tuple[str, ...] | None:
@@ -81,10 +87,7 @@ def _pytest_command(args, suites: list[str], results_path: Path, xdist: bool) ->
         command += ["--vllm-version", args.vllm_version]
     if args.kv_connector:
         command += ["--kv-connector", args.kv_connector]
-    extra = list(args.extra)
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    return command + extra
+    return command + list(args.pytest_args)
 
 
 def _run_pytest(args, suites: list[str], xdist: bool) -> ResultsDocument:
@@ -97,7 +100,7 @@ def _run_pytest(args, suites: list[str], xdist: bool) -> ResultsDocument:
               flush=True)
         started = time.perf_counter()
         try:
-            returncode = subprocess.run(command, check=False).returncode
+            returncode = run_in_own_group(command, "pytest")  # SIGINT/SIGTERM stop its whole process group
         except OSError as exc:
             raise UsageError(f"kvconform report: cannot start pytest ({exc})", EXIT_TARGET) from None
         wall = time.perf_counter() - started
@@ -161,6 +164,7 @@ def exit_status(results: ResultsDocument) -> int:
 
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
+    check_report_options(args, args.own_options)
     try:
         output_dir = ensure_writable_dir(args.output_dir)
     except OSError as exc:
@@ -168,8 +172,6 @@ def run(args) -> int:
                          f"({exc.strerror or exc})") from None
     eras = _eras(args.vllm_version)
     if args.from_file:
-        if args.extra:
-            raise UsageError(f"kvconform report: pytest arguments ({' '.join(args.extra)}) make no sense with --from")
         if args.target or args.timing:
             raise UsageError(f"kvconform report: {'--target' if args.target else '--timing'} and --from exclude "
                              "each other (--from runs nothing)")

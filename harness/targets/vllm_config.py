@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
-from harness.targets.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
+from harness.targets.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
+                                          unwrap_exception)
 from harness.targets.vllm_platforms import PLATFORM_CLASSES, platform_support
 
 CASE_KEYS = frozenset({
@@ -344,7 +345,8 @@ class VllmConfigTarget:
                 namespace = parser.parse_args(args)
         except SystemExit as exc:
             lines = [line for line in stderr.getvalue().splitlines() if "error:" in line]
-            exc.kvconform_message = lines[-1].split("error:", 1)[1].strip() if lines else ""
+            message = lines[-1].split("error:", 1)[1].strip() if lines else ""
+            exc.kvconform_message = argparse_message(exc, message)
             raise
         result = {"disable_hybrid_kv_cache_manager": namespace.disable_hybrid_kv_cache_manager}
         for name in ("kv_transfer_config", "kv_events_config", "speculative_config"):
@@ -616,7 +618,8 @@ def _raised_by_multi_connector(exc: BaseException) -> bool:
         if "/pydantic" not in name:
             last = name
         tb = tb.tb_next
-    return last.endswith(("kv_connector/v1/multi_connector.py", "config/kv_transfer.py"))
+    # with the children's constructors inert, the factory's class lookup of a child is MultiConnector's own step
+    return last.endswith(("kv_connector/v1/multi_connector.py", "config/kv_transfer.py", "kv_connector/factory.py"))
 
 
 def _is_multi_connector(vllm_config) -> bool:

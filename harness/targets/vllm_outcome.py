@@ -115,6 +115,22 @@ def error_of(exc: BaseException, stage: str) -> dict:
     return {"type": type(inner).__name__, "message": message, "stage": stage}
 
 
+def argparse_message(exc: BaseException, printed: str) -> str:
+    """argparse's one-line error for a rejected option value; when the value failed pydantic validation
+    (vLLM validates JSON config flags while parsing), the validation error on one line after the option,
+    as `error_of` renders it, instead of the first line of pydantic's multi-line text."""
+    seen: set[int] = set()
+    cause = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if type(cause).__name__ == "ValidationError" and hasattr(cause, "errors"):
+            option = printed.split(": ", 1)[0] if printed.startswith("argument ") else ""
+            text = error_of(cause, "cli_parse")["message"]
+            return f"{option}: {text}" if option else text
+        cause = cause.__cause__ or cause.__context__
+    return printed
+
+
 def _pydantic_own(exc: BaseException) -> str | None:
     """A ValidationError pydantic raised itself (a field's type check, e.g. a kv_role outside the Literal),
     on one line without the pydantic version's help URL: "1 validation error for KVTransferConfig: kv_role:

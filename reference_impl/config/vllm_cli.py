@@ -14,6 +14,7 @@ from typing import Any
 
 from reference_impl.config import messages
 from reference_impl.config.errors import HMAConfigError
+from reference_impl.config.objects import KV_ROLES
 
 FLAG = "hybrid-kv-cache-manager"
 
@@ -23,6 +24,18 @@ def json_object(text: str) -> dict[str, Any]:
     value = json.loads(text)
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
+    return value
+
+
+def kv_transfer_config(text: str) -> dict[str, Any]:
+    """argparse type of --kv-transfer-config: vLLM validates the JSON as a KVTransferConfig while parsing
+    (pydantic `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0), so a bad kv_role is an argparse error."""
+    value = json_object(text)
+    role = value.get("kv_role")
+    if role is not None and role not in KV_ROLES:
+        raise argparse.ArgumentTypeError(messages.E_KV_ROLE_INVALID)
+    if value.get("kv_connector") is not None and role is None:
+        raise argparse.ArgumentTypeError(messages.E_KV_ROLE_MISSING)
     return value
 
 
@@ -55,7 +68,7 @@ def build_parser(era) -> argparse.ArgumentParser:
         )
     else:
         parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--kv-transfer-config", dest="kv_transfer_config", type=json_object)
+    parser.add_argument("--kv-transfer-config", dest="kv_transfer_config", type=kv_transfer_config)
     parser.add_argument("--kv-events-config", dest="kv_events_config", type=json_object)
     parser.add_argument("--speculative-config", dest="speculative_config", type=json_object)
     parser.add_argument("--hf-overrides", dest="hf_overrides", type=json_object)
