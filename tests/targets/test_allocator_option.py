@@ -1,0 +1,36 @@
+"""`--kv-allocator`: a target that cannot be loaded stops pytest before anything runs (one line, exit 4),
+so a CI gate never passes with every allocator test skipped or erroring."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+CASES = [
+    ("nosuch.alloc:make_target", "--kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import"),
+    ("harness.targets.allocator_target:no_factory", "has no factory 'no_factory'"),
+    ("refrence", "'refrence' is neither module:factory nor one of reference, vllm; did you mean reference?"),
+]
+try:
+    import vllm  # noqa: F401
+except ImportError:
+    CASES.append(("vllm", "--kv-allocator vllm: the target cannot be built here (ModuleNotFoundError: No module named 'vllm')"))
+
+
+@pytest.mark.parametrize("spec, line", CASES, ids=[spec for spec, _ in CASES])
+def test_unloadable_allocator_stops_before_anything_runs(spec, line):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator", "--kv-allocator", spec, "-q",
+         "-p", "no:randomly", "-p", "no:cacheprovider"],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [text for text in proc.stderr.splitlines() if text.strip()]
+    assert errors == [f"ERROR: {errors[0][7:]}"] and line in errors[0], proc.stderr
+    assert "passed" not in proc.stdout and "skipped" not in proc.stdout and "Traceback" not in proc.stderr
