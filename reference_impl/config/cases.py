@@ -354,18 +354,33 @@ def input_error(case_id: Any, message: str) -> dict[str, Any]:
     return outcome(case_id, error={"type": "ValueError", "message": message, "stage": "input"})
 
 
+def internal_error(case_id: Any, exc: BaseException) -> dict[str, Any]:
+    """The outcome of a case the resolver itself failed on (a bug in kvconform, not vLLM's answer): the
+    exception on one line, so one broken case never takes a batch down with it."""
+    text = " ".join(str(exc).split())
+    return outcome(case_id, error={"type": "InternalError", "message": f"{type(exc).__name__}: {text}".rstrip(": "),
+                                   "stage": "internal"})
+
+
 def resolve_case(case: dict[str, Any]) -> dict[str, Any]:
-    """The reference target: one case dict in, one outcome dict out (never raises for bad input)."""
+    """The reference target: one case dict in, one outcome dict out; never raises (bad input is an error at
+    stage "input", a failure of the resolver itself one at stage "internal" with type "InternalError")."""
     case_id = case.get("id") if isinstance(case, dict) else None
     try:
         parsed = parse_case(case)
     except ValueError as exc:
         return input_error(case_id, str(exc))
-    return run_case(parsed)
+    except Exception as exc:  # noqa: BLE001 - reported as the case's outcome
+        return internal_error(case_id, exc)
+    try:
+        return run_case(parsed)
+    except Exception as exc:  # noqa: BLE001 - reported as the case's outcome
+        return internal_error(case_id, exc)
 
 
 def resolve_cases(cases: list[Any]) -> list[dict[str, Any]]:
-    """Batch form of `resolve_case`; a bad case yields an input-error outcome, the others still run."""
+    """Batch form of `resolve_case`; a bad case (or one the resolver fails on) yields an error outcome, the
+    others still run."""
     return [resolve_case(case) for case in cases]
 
 

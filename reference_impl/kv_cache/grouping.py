@@ -70,6 +70,8 @@ def is_kv_cache_spec_uniform(kv_cache_spec: dict[str, KVCacheSpec]) -> bool:
 
 def _promote(spec: KVCacheSpec, full_block_size: int) -> KVCacheSpec:
     """A sliding-window / chunked-local spec as full attention, recording its window / chunk."""
+    if not isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
+        return spec  # full attention and Mamba layers stay as they are (a Mamba spec has no attention shape)
     common = dict(block_size=full_block_size, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
                   dtype=spec.dtype, head_size_v=spec.head_size_v, page_size_padded=None)
     if isinstance(spec, SlidingWindowSpec):
