@@ -22,13 +22,17 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "explain",
         help=HELP,
+        usage="kvconform explain [OPTIONS] [VLLM_FLAGS ...]",
         description=(
-            f"{HELP}. Every option that is not one of explain's own is read as a vLLM flag, e.g. "
-            "--no-disable-hybrid-kv-cache-manager --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'; "
-            "an option that looks like a misspelling of one of explain's own is refused."
+            "Explain how a vLLM release resolves the hybrid KV cache manager flag (HMA) for a command line: the\n"
+            "result, the warnings vLLM logs and the rules that fired.\n\n"
+            "Every option that is not one of explain's own is read as a vLLM flag, e.g.\n"
+            "  kvconform explain --vllm-version 0.13.0 --no-disable-hybrid-kv-cache-manager \\\n"
+            "      --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'\n"
+            "An option that looks like a misspelling of one of explain's own (--platfrom) is refused."
         ),
         epilog=(f"exit status: 0 answered (with --exit-code: {EXIT_HMA_ON} HMA enabled, {EXIT_HMA_OFF} HMA disabled, "
-                f"{EXIT_ERROR} vLLM raises an error, {EXIT_UNKNOWN} the outcome cannot be known); 2 usage error"),
+                f"{EXIT_ERROR} vLLM raises an error,\n{EXIT_UNKNOWN} the outcome cannot be known); 2 usage error"),
         allow_abbrev=False,
     )
     parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33); default seed")

@@ -16,10 +16,20 @@ from harness.results_model import (ResultsDocument, ResultsFileError, cell_key, 
 
 def register(subparsers) -> None:
     """Add the `merge` subcommand."""
-    parser = subparsers.add_parser("merge", help="merge results files from several runs into one",
-                                   description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+", metavar="RESULTS.json")
-    parser.add_argument("-o", "--output", required=True, metavar="MERGED.json")
+    parser = subparsers.add_parser(
+        "merge", help="merge results files from several runs into one",
+        description="Merge the results files of several runs (machines, suites) into one results file.\n\n"
+        + __doc__.split("\n\n")[1],
+        epilog="example: kvconform merge cpu/results.json gpu/results.json -o merged.json && "
+               "kvconform report --from merged.json\n"
+               "exit status: 0 merged, 2 an input cannot be read, runs of different versions, or a conflicting cell",
+    )
+    parser.add_argument("inputs", nargs="+", metavar="RESULTS.json",
+                        help="results.json files written by `kvconform report` (or by pytest --kvconform-results) "
+                             "on different machines or for different suites")
+    parser.add_argument("-o", "--output", required=True, metavar="MERGED.json",
+                        help="where to write the merged results file (written atomically); render it with "
+                             "kvconform report --from MERGED.json")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="merge runs of different kvconform versions")
     parser.set_defaults(run=run)
