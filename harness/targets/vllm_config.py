@@ -35,7 +35,7 @@ CASE_KEYS = frozenset({
     "id", "vllm_version", "profile", "stage", "flag", "cli_args", "platform", "kv_connector",
     "kv_connector_module_path", "kv_role", "multi_connector_children", "kv_events",
     "attention_chunk_size", "speculative_method", "env", "hisparse", "kv_offloading_backend",
-    "kv_offloading_size",
+    "kv_offloading_size", "layers",
 })
 STAGES = ("cli_parse", "config", "create_connector")
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
@@ -99,7 +99,12 @@ class Case:
         flag = raw.get("flag")
         if flag is not None and not isinstance(flag, bool):
             raise CaseError(f"flag: {flag!r} is not a bool; accepted: null, true, false")
-        stage = raw.get("stage", "config")
+        layers = raw.get("layers")
+        stage = raw.get("stage") or ("kv_cache_groups" if layers is not None else "config")
+        if layers is not None and stage != "config" and stage != "cli_parse":
+            # vLLM groups KV cache specs from a loaded model's layers, which this target does not build
+            raise NotEvaluable(f"stage {stage} with layers: the vllm target does not group KV cache specs "
+                               "(it builds no model layers); the reference resolver does")
         if stage not in STAGES:
             raise CaseError(f"stage: {stage!r} is not supported by the vllm target; accepted: {', '.join(STAGES)}")
         platform = raw.get("platform", "cuda")

@@ -230,3 +230,47 @@ def test_capture_lowers_a_silenced_vllm_logger_only_while_it_runs(fake_vllm):
         assert vllm_logger.level == logging.ERROR
     finally:
         vllm_logger.setLevel(old)
+
+
+# -- pydantic's own field errors and argparse rejections, on one line (issue 11) -------------------------------
+
+def _literal_error() -> BaseException:
+    """A real pydantic ValidationError for a value outside a Literal, as KVTransferConfig(kv_role="both") raises."""
+    pydantic = pytest.importorskip("pydantic", reason="pydantic is not installed in this venv (the vLLM venv has it)")
+    from typing import Literal
+
+    class KVTransferConfig(pydantic.BaseModel):
+        kv_role: Literal["kv_producer", "kv_both", "kv_consumer"] | None = None
+
+    with pytest.raises(pydantic.ValidationError) as info:
+        KVTransferConfig(kv_role="both")
+    return info.value
+
+
+def test_pydantic_field_error_is_one_line_without_the_version_url():
+    from reference_impl.config import messages
+
+    error = error_of(_literal_error(), "config")
+    assert error == {"type": "ValidationError", "message": messages.E_KV_ROLE_INVALID, "stage": "config"}
+
+
+def test_argparse_rejection_of_a_config_flag_names_the_option_and_the_field():
+    from harness.targets.vllm_outcome import argparse_message
+
+    try:
+        try:
+            raise _literal_error()
+        except Exception as cause:
+            raise SystemExit(2) from cause
+    except SystemExit as exc:
+        message = argparse_message(exc, "argument --kv-transfer-config: 1 validation error for KVTransferConfig")
+    assert message.startswith("argument --kv-transfer-config: 1 validation error for KVTransferConfig: kv_role: ")
+    assert argparse_message(SystemExit(2), "unrecognized arguments: --x") == "unrecognized arguments: --x"
+
+
+def test_layers_beyond_stage_config_are_not_evaluable_by_the_vllm_target():
+    from harness.targets.vllm_config import Case, NotEvaluable
+
+    with pytest.raises(NotEvaluable, match="does not group KV cache specs"):
+        Case.parse({"layers": ["full", "mamba"]})
+    assert Case.parse({"layers": ["full"], "stage": "config"}).stage == "config"
