@@ -5,9 +5,10 @@ Per era the matrix is the union of three deterministic blocks (duplicates remove
   * every flag x platform x connector x stage without features (the connector rules);
   * an all-pairs cover of flag x platform x feature x connector x stage (their interactions).
 The first two are full products, so the report's "no connector" and "no features" rows are complete.
-A fourth block names connectors the era does not register (a name of another release, renamed or not yet
-added, and a made-up `FooConnector`): every flag x stage on cuda, so "what changed between releases" shows
-a connector that appears or disappears (the platform plays no part in the class lookup). The
+A fourth block names connectors the era does not register: those the previous or the next era registers (a
+connector added, renamed or removed at that boundary) and a made-up `FooConnector`, over every flag x platform
+x stage, so "what changed between releases" shows a connector that appears or disappears and the report's
+"no features" rows stay complete. The
 full product over all six dimensions (~100,000 cells) would not fit the time budget; all-pairs keeps every
 pair of values together in at least one cell, in particular every connector with every feature.
 """
@@ -60,10 +61,12 @@ def _child(name: str, children: list | None = None, role: str | None = "kv_both"
 
 
 def unregistered_for(era: str) -> dict[str, dict[str, Any]]:
-    """Connector label -> case fields for names `era` does not register: those other eras register, and
-    a made-up name."""
+    """Connector label -> case fields for names `era` does not register: those the neighbouring eras
+    register, and a made-up name."""
     registry = era_table(era)["connectors"]
-    others = sorted({name for other in ERA_IDS for name in era_table(other)["connectors"]} - set(registry))
+    index = ERA_IDS.index(era)
+    neighbours = ERA_IDS[max(index - 1, 0):index] + ERA_IDS[index + 1:index + 2]
+    others = sorted({name for other in neighbours for name in era_table(other)["connectors"]} - set(registry))
     return {name: {"kv_connector": name} for name in [*others, UNREGISTERED_NAME]}
 
 
@@ -213,8 +216,8 @@ def cells_for(era: str) -> list[Cell]:
         add(flag, platform, "none", connector, stage)
     for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
         add(flag, platform, feature, connector, stage)
-    for flag, connector, stage in itertools.product(flags, unregistered_for(era), stages):
-        add(flag, "cuda", "none", connector, stage)
+    for flag, platform, connector, stage in itertools.product(flags, PLATFORMS, unregistered_for(era), stages):
+        add(flag, platform, "none", connector, stage)
     return list(cells.values())
 
 
