@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         args, extra = parser.parse_known_args(argv)
+        if args.command is None and extra:
+            raise UsageError(f"kvconform: unrecognized arguments: {' '.join(extra)}; see kvconform --help")
         if args.command is None:
             raise UsageError("kvconform: a command is required (explain, resolve, report, diff, merge); see kvconform --help")
         if extra and not getattr(args, "accepts_extra", False):

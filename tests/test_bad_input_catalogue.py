@@ -81,6 +81,8 @@ CATALOGUE = [
         ("result: unknown",)),
     Row("version", ("--version",), 0, "out", ("kvconform ",)),
     Row("bare-kvconform", (), 2, "err", ("usage: kvconform", "explain", "resolve", "report", "diff", "merge")),
+    Row("unknown-top-level-option", ("--verison",), 2, "err", ("kvconform: unrecognized arguments: --verison",)),
+    Row("unknown-command", ("frobnicate",), 2, "err", ("invalid choice: 'frobnicate'",)),
     Row("report-help", ("report", "--help"), 0, "out", ("-- PYTEST_ARGS", "Exit status", "130/143")),
     Row("merge-help", ("merge", "--help"), 0, "out", ("RESULTS.json", "MERGED.json", "results.json files written by")),
     Row("report-unknown-option", ("report", "--bogus"), 2, "err", ("kvconform report: unrecognized argument --bogus",)),
