@@ -126,8 +126,8 @@ class VllmConnectorTarget(ConnectorTarget):
     """A connector registered by the installed vLLM, loaded as kvconform's adapter class around it."""
 
     def load(self) -> type:
-        if self._cls is not None:
-            return self._cls
+        if self._cls is not None or not self.spec.startswith(PREFIX):
+            return super().load()  # a plain module:Class target built from this one (e.g. check C33's wrapper)
         from harness.targets.vllm_connector_adapter import adapter_class
 
         name, children = parse_name(self.spec)

@@ -413,4 +413,9 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class
-    return type(name, bases, body)
+    cls = type(name, bases, body)
+    if not children:
+        # Importable as `harness.targets.vllm_connector_adapter:<Name>`, so a MultiConnector config (which names
+        # its children by module path and class) can hold the adapter too.
+        globals()[name] = cls
+    return cls
