@@ -5,7 +5,8 @@ Their results are connector-suite entries whose connector is named `vllm-<releas
 `harness.targets.vllm_connector` gives them), so they merge with the main results through `kvconform merge`
 and stay out of the main connector table. A cell aggregates the presets as the main connector table
 does (harness.report.connector_section.check_cell). A connector whose every check was skipped because
-it cannot run on the machine (`cannot run here: ...`) gets one line with that reason instead of a column.
+it cannot run on the machine (`cannot run here: ...`) or that does not apply to the presets
+(`not applicable: ...`) gets one line with that reason instead of a column.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from harness.report.connector_section import SUITE, _natural_key, check_cell, hm
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
-CANNOT_RUN = "cannot run here:"
+# Skip reasons that hold for every check of a connector (harness.targets.vllm_connector.missing_requirement).
+WHOLE_CONNECTOR_SKIPS = ("cannot run here:", "not applicable:")
 
 
 def vllm_connector_of(entry: dict[str, Any]) -> tuple[str, str] | None:
@@ -36,10 +38,14 @@ def without_vllm_connectors(entries: list[dict[str, Any]]) -> list[dict[str, Any
 
 
 def _cannot_run(entries: list[dict[str, Any]]) -> str | None:
-    """The one reason when every check of a connector was skipped as not runnable on this machine."""
+    """The one whole-connector reason when no check of a connector ran (multi-group presets of a connector
+    without SupportsHMA are skipped before it is built, with their own reason)."""
+    if not entries or any(e["status"] != "skipped" for e in entries):
+        return None
     reasons = {(e.get("message") or "") for e in entries}
-    if entries and all(e["status"] == "skipped" for e in entries) and all(r.startswith(CANNOT_RUN) for r in reasons):
-        return sorted(reasons)[0]
+    whole = sorted(r for r in reasons if r.startswith(WHOLE_CONNECTOR_SKIPS))
+    if whole and all(r.startswith(WHOLE_CONNECTOR_SKIPS) or r.lower().startswith("not hma-capable") for r in reasons):
+        return whole[0]
     return None
 
 
@@ -87,9 +93,10 @@ def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
             f"{c} {'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`. "
             + hma_verdict(c, by_connector[c]) for c in ran]))
     if unavailable:
-        blocks.append(Heading(3, f"vLLM {version}'s connectors that cannot run on the machine that produced this"))
-        blocks.append(BulletList([f"{c}: {unavailable[c][len(CANNOT_RUN):].strip()}"
-                                  for c in sorted(unavailable, key=str.lower)]))
+        blocks.append(Heading(3, f"vLLM {version}'s connectors the suite could not check here"))
+        blocks.append(BulletList([
+            f"{c} ({'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`): "
+            f"{unavailable[c]}" for c in sorted(unavailable, key=str.lower)]))
     return Section(f"vllm-connectors-{version}", blocks)
 
 

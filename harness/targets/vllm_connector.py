@@ -11,11 +11,14 @@ lacks still loads: each of its checks is skipped with that one reason (`Connecto
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.errors import EXIT_TARGET, UsageError
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
@@ -23,7 +26,7 @@ from harness.targets.vllm_install import import_vllm_modules, installed_vllm_ver
 
 PREFIX = "vllm:"
 _MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
-DEFAULT_MULTI_CHILDREN = ("OffloadingConnector", "ExampleHiddenStatesConnector")
+DEFAULT_MULTI_CHILDREN = ("DecodeBenchConnector", "ExampleConnector")  # the two that run on a CPU
 
 
 @dataclass(frozen=True)
@@ -34,21 +37,28 @@ class Requirement:
     modules: tuple[str, ...] = ()
     cuda: bool = False
     why: str = ""
+    model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
 REQUIREMENTS: dict[str, Requirement] = {
+    "ExampleHiddenStatesConnector": Requirement(model="extracts hidden states into a KV cache group of their own "
+                                                      "(HiddenStateCacheSpec), which no preset has"),
+    "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
+                                           "(HiSparse groups), which no preset has"),
+    "OffloadingConnector": Requirement(cuda=True, why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses "
+                                                      "platforms other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, why="copy streams: the worker creates torch.cuda.Stream"),
     "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
     "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
-    "LMCacheConnectorV1": Requirement(("lmcache",), cuda=True, why="LMCache engine"),
-    "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process server"),
-    "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV"),
-    "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copy kernels"),
+    "LMCacheConnectorV1": Requirement(("lmcache",), why="LMCache engine"),
+    "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
+    "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
+    "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
     "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
-    "HiSparseConnector": Requirement(cuda=True, why="HiSparse CUDA kernels"),
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
 }
 
@@ -68,7 +78,7 @@ def default_extra_config(name: str) -> dict:
     if name in ("ExampleConnector", "ExampleHiddenStatesConnector"):
         return {"shared_storage_path": _store_dir(name)}
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
-        return {"cpu_bytes_to_use": 64 << 20}
+        return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
     return {}
 
 
@@ -86,6 +96,8 @@ def missing_requirement(name: str) -> str | None:
     need = REQUIREMENTS.get(name)
     if need is None:
         return None
+    if need.model:
+        return f"not applicable: {name} {need.model}"
     absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
@@ -96,6 +108,24 @@ def missing_requirement(name: str) -> str | None:
         if not torch.cuda.is_available():
             return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
     return None
+
+
+def declares_hma_in_source(name: str) -> bool:
+    """Whether the source of vLLM's class `name` lists SupportsHMA among its bases, read without importing
+    the module (for a connector whose module does not import here)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    loader = KVConnectorFactory._registry[name]
+    cells = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
+    module_path, class_name = cells.get("module_path"), cells.get("class_name", name)
+    spec = importlib.util.find_spec(module_path) if module_path else None
+    if spec is None or not spec.origin:
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return any((getattr(b, "id", None) or getattr(b, "attr", None)) == "SupportsHMA" for b in node.bases)
+    return False
 
 
 def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
@@ -145,3 +175,22 @@ def vllm_target(spec: str) -> VllmConnectorTarget:
     name, children = parse_name(spec)
     label = name + (f"[{','.join(children)}]" if children else "")
     return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, "--kv-connector")
+
+
+def main() -> int:
+    """`python -m harness.targets.vllm_connector`: the `--kv-connector vllm:Name` arguments for every connector
+    the installed vLLM registers, plus a MultiConnector over the ones that run on a CPU (for CI scripts)."""
+    try:
+        names = registered_names()
+    except UsageError as exc:
+        print(f"kvconform: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    specs = [f"{PREFIX}{n}" for n in names if n != "MultiConnector"]
+    if "MultiConnector" in names:
+        specs.append(f"{PREFIX}MultiConnector[{','.join(DEFAULT_MULTI_CHILDREN)}]")
+    print("\n".join(f"--kv-connector={s}" for s in specs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -134,7 +134,44 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
     sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
     vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
+    object.__setattr__(vllm_config, "model_config", PresetModelConfig(engine_config, kv_cache_config))
     return vllm_config
+
+
+class PresetModelConfig:
+    """What connectors read of `vllm_config.model_config`, answered from the preset (a real ModelConfig needs a
+    Hugging Face config; the attributes below are the ones vLLM 0.33's connectors read)."""
+
+    def __init__(self, engine_config, kv_cache_config: kspecs.KVCacheConfig):
+        attention = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups
+                     if isinstance(g.kv_cache_spec, kspecs.AttentionSpec)]
+        first = attention[0] if attention else None
+        tp = engine_config.parallel_config.tensor_parallel_size
+        self.model = engine_config.model_config.model
+        self.served_model_name = self.model
+        self.max_model_len = engine_config.max_model_len
+        self.dtype = first.dtype if first is not None else None
+        self.use_mla = False
+        self.is_hybrid = any(isinstance(g.kv_cache_spec, kspecs.MambaSpec) for g in kv_cache_config.kv_cache_groups)
+        self._kv_heads = first.num_kv_heads * tp if first is not None else 0
+        self._head_size = first.head_size if first is not None else 0
+        self._layers = sum(len(g.layer_names) for g in kv_cache_config.kv_cache_groups)
+
+    def get_total_num_kv_heads(self) -> int:
+        """KV heads of the whole model (the preset's per-rank heads times TP)."""
+        return self._kv_heads
+
+    def get_num_kv_heads(self, parallel_config) -> int:
+        """KV heads of one rank."""
+        return max(1, self._kv_heads // parallel_config.tensor_parallel_size)
+
+    def get_head_size(self) -> int:
+        """Head size of the attention layers."""
+        return self._head_size
+
+    def get_num_layers(self, parallel_config=None) -> int:
+        """Layers with a KV cache."""
+        return self._layers
 
 
 def _role(role: KVConnectorRole):
@@ -407,7 +444,10 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         if children:
             hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
     except ImportError as exc:
+        from harness.targets.vllm_connector import declares_hma_in_source
+
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
+        hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
     body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
