@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import pytest
+import torch
 
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
@@ -190,9 +191,19 @@ class _Layer:
 
 
 def standardized_view(tensor):
-    """vLLM 0.33's per-layer `[B, H, N, C]` view of kvconform's `[B, N, H, 2*head]` attention view (no copy)."""
+    """vLLM 0.33's per-layer `[B, H, N, C]` view of the engine's memory for one layer (no copy).
+
+    Attention: kvconform's `[B, N, H, 2*head]` view permuted to `[B, H, N, 2*head]` (K then V), in the layer's
+    dtype. Mamba: kvconform hands one tensor per state, packed from byte 0 of each block's page; vLLM 0.33
+    registers the whole state page as one int8 tensor `[B, 1, 1, state bytes]` and lets the layer split it.
+    """
     if isinstance(tensor, (list, tuple)):
-        return list(tensor)  # Mamba states: one tensor per state, blocks first, as vLLM registers them
+        first = tensor[0]
+        page_bytes = sum(t[0].numel() * t.element_size() for t in tensor)
+        raw = torch.empty(0, dtype=torch.int8, device=first.device).set_(first.untyped_storage())
+        block_stride = first.stride(0) * first.element_size()
+        return raw.as_strided((first.shape[0], 1, 1, page_bytes), (block_stride, page_bytes, page_bytes, 1),
+                              first.storage_offset() * first.element_size())
     return tensor.permute(0, 2, 1, 3)
 
 
@@ -356,7 +367,7 @@ class VllmConnectorAdapter:
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
         self._kv_caches = {name: standardized_view(t) for name, t in kv_caches.items()}
-        self._attention_layers = [name for name, t in self._kv_caches.items() if not isinstance(t, list)]
+        self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
         return self.inner.register_kv_caches(self._kv_caches)
 
     def _forward_context(self):

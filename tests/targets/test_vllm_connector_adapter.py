@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import torch
+
 import pytest
 
 pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.factory",
@@ -63,3 +65,17 @@ def test_adapter_declares_hma_as_vllm_does(name, hma):
 def test_multiconnector_is_hma_only_when_every_child_is():
     assert not supports_hma(adapter_class("MultiConnector", ("DecodeBenchConnector", "ExampleConnector")))
     assert supports_hma(adapter_class("MultiConnector", ("DecodeBenchConnector", "DecodeBenchConnector")))
+
+
+def test_mamba_layers_register_as_one_int8_page_tensor():
+    """vLLM 0.33 registers a Mamba layer as one [B, 1, 1, state bytes] int8 tensor over the page."""
+    engine = _engine(adapter_class("DecodeBenchConnector"), preset="fa+mamba_align")
+    worker = engine.workers[0]
+    name = next(n for n in worker.kv_caches if n.endswith(".mamba"))
+    view = worker.connector._kv_caches[name]
+    states = worker.kv_caches[name]
+    page = sum(s[0].numel() * s.element_size() for s in states)
+    assert view.dtype == torch.int8 and tuple(view.shape) == (len(states[0]), 1, 1, page)
+    view[5].fill_(3)
+    assert all((s[5].view(torch.int8) == 3).all() for s in states), "the view covers every state of block 5"
+    assert not any((s[4].view(torch.int8) == 3).all() for s in states), "and nothing of block 4"
