@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import types
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytest
@@ -74,6 +75,15 @@ def _make(cls, **values):
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs[f.name] = None
     return cls(**kwargs)
+
+
+def _call_with_supported(fn, **kwargs):
+    """`fn(**kwargs)` less the keywords this vLLM release's signature does not have."""
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+CPU_TORCH_REFUSAL = "Torch not compiled with CUDA enabled"
 
 
 # ---- construction -------------------------------------------------------------------------------
@@ -207,6 +217,45 @@ def standardized_view(tensor):
     return tensor.permute(0, 2, 1, 3)
 
 
+class StandardizedLayout:
+    """vLLM 0.33 (RFC #42082): per-layer `[B, H, N, C]` views that alias the engine's memory, no copies."""
+
+    name = "[B, H, N, C] views of the engine's memory"
+
+    def register(self, kv_caches):
+        """(what the connector registers, [(engine view, mirror)] to copy around hooks: none here)."""
+        return {name: standardized_view(t) for name, t in kv_caches.items()}, []
+
+
+class SplitKVLayout:
+    """Older vLLM (0.13): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
+    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it), so the connector gets a contiguous mirror that
+    is filled from the engine's memory before each worker hook and copied back after it. Mamba layers keep
+    their list of state tensors (aliasing), as those releases register them."""
+
+    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+
+    def register(self, kv_caches):
+        registered, pairs = {}, []
+        for name, t in kv_caches.items():
+            if isinstance(t, (list, tuple)):
+                registered[name] = list(t)
+                continue
+            blocks, tokens, heads, width = t.shape
+            engine_view = t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
+            mirror = engine_view.contiguous()
+            registered[name] = mirror
+            pairs.append((engine_view, mirror))
+        return registered, pairs
+
+
+def layout_for_installed_vllm():
+    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
+    if hasattr(_vllm().iface, "compute_layer_kv_cache_shape_bytes"):
+        return StandardizedLayout()
+    return SplitKVLayout()
+
+
 # ---- the adapter --------------------------------------------------------------------------------
 class VllmConnectorAdapter:
     """Drives `vllm_cls` (set per subclass) through the mini engine's connector calls."""
@@ -242,7 +291,9 @@ class VllmConnectorAdapter:
 
     # ---- requests: one vLLM Request mirrored per engine request ---------------------------------
     def _hasher(self):
-        size = self.vllm_kv_cache_config.hash_block_size or self.vllm_config.cache_config.block_size
+        # The engine hashes at the GCD of the group block sizes (vLLM 0.33's hash_block_size; older releases
+        # hash at the one block size).
+        size = math.gcd(*(g.kv_cache_spec.block_size for g in self.kv_cache_config.kv_cache_groups))
         if size not in self._hashers:
             v = _vllm()
             self._hashers[size] = v.utils.get_request_block_hasher(size, v.sha256)
@@ -259,10 +310,10 @@ class VllmConnectorAdapter:
 
                 lr = request.lora_request
                 lora = LoRARequest(lr.lora_name, lr.lora_int_id, lr.lora_path or f"/kvconform/{lr.lora_name}")
-            mirror = v.request.Request(
-                request.request_id, list(request.prompt_token_ids),
-                v.SamplingParams(max_tokens=getattr(request, "max_tokens", 1)), None,
-                block_hasher=self._hasher(), lora_request=lora, cache_salt=request.cache_salt)
+            mirror = _call_with_supported(
+                v.request.Request, request_id=request.request_id, prompt_token_ids=list(request.prompt_token_ids),
+                sampling_params=v.SamplingParams(max_tokens=getattr(request, "max_tokens", 1)), pooling_params=None,
+                eos_token_id=None, block_hasher=self._hasher(), lora_request=lora, cache_salt=request.cache_salt)
             self._requests[request.request_id] = mirror
         outputs = list(request.output_token_ids)
         if len(outputs) > len(mirror.output_token_ids):
@@ -315,8 +366,13 @@ class VllmConnectorAdapter:
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
         """Not forwarded: the engine's manager is kvconform's, not vLLM's (see the README)."""
 
+    def _optional(self, hook: str, *args, default=None):
+        """Call a hook older vLLM releases lack only when vLLM's connector has it."""
+        method = getattr(self.inner, hook, None)
+        return method(*args) if method is not None else default
+
     def on_new_request(self, request) -> None:
-        self.inner.on_new_request(self._request(request))
+        self._optional("on_new_request", self._request(request))
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         return self.inner.get_num_new_matched_tokens(self._request(request), num_computed_tokens)
@@ -356,30 +412,52 @@ class VllmConnectorAdapter:
         return result
 
     def take_events(self):
-        return list(self.inner.take_events() or ())
+        return list(self._optional("take_events") or ())
 
     def reset_cache(self):
-        return self.inner.reset_cache()
+        return self._optional("reset_cache")
 
     def shutdown(self):
-        return self.inner.shutdown()
+        return self._optional("shutdown")
 
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
-        self._kv_caches = {name: standardized_view(t) for name, t in kv_caches.items()}
         self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
-        return self.inner.register_kv_caches(self._kv_caches)
+        self._layout = layout_for_installed_vllm()
+        self._kv_caches, self._sync_pairs = self._layout.register(kv_caches)
+        with self._synced():
+            return self.inner.register_kv_caches(self._kv_caches)
 
     def _forward_context(self):
         v = _vllm()
         return _make(v.forward_context.ForwardContext,
                      no_compile_layers={name: _Layer(t) for name, t in self._kv_caches.items()},
                      attn_metadata={name: _AttentionMetadata() for name in self._attention_layers},
-                     slot_mapping={}, additional_kwargs={})
+                     slot_mapping={}, additional_kwargs={}, virtual_engine=0)
 
+    @contextmanager
+    def _synced(self):
+        """Around a worker hook: a copied layout (older vLLM) sees the engine's KV and hands writes back."""
+        for engine_view, mirror in self._sync_pairs:
+            mirror.copy_(engine_view)
+        try:
+            yield
+        finally:
+            for engine_view, mirror in self._sync_pairs:
+                engine_view.copy_(mirror)
+
+    @contextmanager
     def _in_forward(self):
         override = getattr(_vllm().forward_context, "override_forward_context", None)
-        return override(self._current_context) if override is not None else nullcontext()
+        try:
+            with (override(self._current_context) if override is not None else nullcontext()), self._synced():
+                yield
+        except AssertionError as exc:
+            # torch's own refusal on a CPU-only build (e.g. vLLM 0.13's ExampleConnector moves loads with
+            # .cuda()): the check cannot run on this machine, which says nothing about the connector.
+            if CPU_TORCH_REFUSAL not in str(exc):
+                raise
+            pytest.skip(f"cannot run here: {self.vllm_name}'s worker needs CUDA (torch: {exc})")
 
     def handle_preemptions(self, metadata):
         hook = getattr(self.inner, "handle_preemptions", None)
@@ -407,23 +485,27 @@ class VllmConnectorAdapter:
         with self._in_forward():
             return self.inner.wait_for_save()
 
+    def _worker_results(self, hook: str, *args):
+        with self._synced():  # asynchronous transfers may complete (and write) here
+            return getattr(self.inner, hook)(*args)
+
     def get_transfer_results(self, finished_req_ids):
         hook = getattr(self.inner, "get_transfer_results", None)
         if hook is not None:
-            results = hook(set(finished_req_ids))
+            results = self._worker_results("get_transfer_results", set(finished_req_ids))
             return KVConnectorTransferResults(set(results.finished_sending or ()), set(results.finished_recving or ()),
                                               set(getattr(results, "failed_recving", None) or ()))
-        sending, recving = self.inner.get_finished(set(finished_req_ids))
+        sending, recving = self._worker_results("get_finished", set(finished_req_ids))
         return KVConnectorTransferResults(set(sending or ()), set(recving or ()))
 
     def get_block_ids_with_load_errors(self):
         return set(self.inner.get_block_ids_with_load_errors() or ())
 
     def get_kv_connector_stats(self):
-        return self.inner.get_kv_connector_stats()
+        return self._optional("get_kv_connector_stats")
 
     def get_kv_connector_kv_cache_events(self):
-        return self.inner.get_kv_connector_kv_cache_events()
+        return self._optional("get_kv_connector_kv_cache_events")
 
     def build_connector_worker_meta(self):
         hook = getattr(self.inner, "build_connector_worker_meta", None)
