@@ -49,7 +49,8 @@ benchmarks=$(date +%s)
 # the report ("vLLM X's connectors", mergeable with `kvconform merge`), not a broken job: only pytest
 # exit codes other than 0/1 fail the step.
 echo "ci-vllm: [connectors] connector suite on vLLM $VLLM_VERSION's own connectors"
-mapfile -t vllm_connectors < <(PYTHONPATH=. "$VENV/bin/python" -m harness.targets.vllm_connector)
+# (vLLM logs to stdout on import: keep only the argument lines.)
+mapfile -t vllm_connectors < <(PYTHONPATH=. "$VENV/bin/python" -m harness.targets.vllm_connector | grep -x -e "--kv-connector=vllm:.*")
 connectors_status=0
 "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning "${vllm_connectors[@]}" \
     --kvconform-results "$OUT/results-connectors-vllm-$VLLM_VERSION.json" \
