@@ -51,6 +51,10 @@ benchmarks=$(date +%s)
 echo "ci-vllm: [connectors] connector suite on vLLM $VLLM_VERSION's own connectors"
 # (vLLM logs to stdout on import: keep only the argument lines.)
 mapfile -t vllm_connectors < <(PYTHONPATH=. "$VENV/bin/python" -m harness.targets.vllm_connector | grep -x -e "--kv-connector=vllm:.*")
+if [ "${#vllm_connectors[@]}" -eq 0 ]; then
+    echo "ci-vllm: harness.targets.vllm_connector listed no connector (is vLLM $VLLM_VERSION usable in $VENV?)" >&2
+    exit 4
+fi
 connectors_status=0
 "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning "${vllm_connectors[@]}" \
     --kvconform-results "$OUT/results-connectors-vllm-$VLLM_VERSION.json" \
