@@ -101,3 +101,15 @@ def test_pytest_unknown_vllm_connector_exits_4_before_running(tmp_path):
                      "'NoSuchConnector'; registered: ExampleConnector, MultiConnector, OffloadingConnector"], \
         result.stderr
     assert " passed" not in result.stdout and " failed" not in result.stdout
+
+
+def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
+    fake = write_fake_vllm(tmp_path / "fake-site", "0.33.0", MODULES)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--kv-connector", "vllm:Nope",
+                             "--output-dir", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
+                                     "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
+    assert result.stdout == "" and not any(out.iterdir()), "nothing runs and no report is written"
