@@ -9,7 +9,8 @@ The connector is vLLM's, unmodified. The adapter owns only translation, in both 
   connector sees vLLM's `block_hashes`), `KVCacheBlocks` of vLLM `KVCacheBlock`s, vLLM's
   `SchedulerOutput` for `build_connector_meta`, vLLM's `KVConnectorOutput` for `update_connector_output`;
 * worker side: the registered tensors as vLLM 0.33's standardized per-layer `[B, H, N, C]` views of the
-  engine's own memory (no copies: a write by the connector lands in the engine's KV), a `ForwardContext`
+  engine's own memory (no copies: a write by the connector lands in the engine's KV; older releases get
+  their split-KV layout as mirrors synced around every worker hook, `SplitKVLayout`), a `ForwardContext`
   (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
   forward context while the connector runs.
 
