@@ -116,9 +116,6 @@ def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
     iface = _vllm().iface
     groups = [_make(iface.KVCacheGroupSpec, layer_names=list(g.layer_names), kv_cache_spec=vllm_spec(g.kv_cache_spec),
                     enable_kv_transfer=g.enable_kv_transfer) for g in config.kv_cache_groups]
-    for g, src in zip(groups, config.kv_cache_groups):
-        if not src.enable_kv_transfer:
-            g.enable_kv_transfer = False
     tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
                      block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
                for t in config.kv_cache_tensors]
@@ -365,7 +362,7 @@ class VllmConnectorAdapter:
 
     # ---- scheduler side -------------------------------------------------------------------------
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
-        """Not forwarded: the engine's manager is kvconform's, not vLLM's (see the README)."""
+        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit the README states)."""
 
     def _optional(self, hook: str, *args, default=None):
         """Call a hook older vLLM releases lack only when vLLM's connector has it."""
