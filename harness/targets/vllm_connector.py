@@ -128,6 +128,12 @@ def declares_hma_in_source(name: str) -> bool:
     return False
 
 
+def needs_cuda(name: str) -> bool:
+    """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cuda)
+
+
 def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
     """`vllm:Name` -> (Name, ()); `vllm:MultiConnector[A,B]` -> ("MultiConnector", (A, B))."""
     name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec

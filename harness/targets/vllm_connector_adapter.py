@@ -247,6 +247,21 @@ class SplitKVLayout:
         return registered, pairs
 
 
+def on_device(registered: dict, device: str):
+    """Device copies of the registered tensors, for a connector whose worker needs CUDA: the engine's memory is
+    CPU memory, so the connector gets device mirrors synced around every worker hook (with the device
+    synchronised before the copy back). Returns (device tensors, [(host tensor, device mirror)])."""
+    moved, pairs = {}, []
+    for name, t in registered.items():
+        if isinstance(t, (list, tuple)):
+            moved[name] = [s.to(device, copy=True) for s in t]
+            pairs += list(zip(t, moved[name]))
+        else:
+            moved[name] = t.to(device, copy=True)
+            pairs.append((t, moved[name]))
+    return moved, pairs
+
+
 def layout_for_installed_vllm():
     """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
     if hasattr(_vllm().iface, "compute_layer_kv_cache_shape_bytes"):
@@ -261,6 +276,7 @@ class VllmConnectorAdapter:
     vllm_name: str = ""
     vllm_children: tuple[str, ...] = ()
     unavailable: str | None = None
+    device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable:
@@ -423,6 +439,9 @@ class VllmConnectorAdapter:
         self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
         self._layout = layout_for_installed_vllm()
         self._kv_caches, self._sync_pairs = self._layout.register(kv_caches)
+        if self.device is not None:
+            self._kv_caches, more = on_device(self._kv_caches, self.device)
+            self._sync_pairs = self._sync_pairs + more
         with self._synced():
             return self.inner.register_kv_caches(self._kv_caches)
 
@@ -436,12 +455,15 @@ class VllmConnectorAdapter:
     @contextmanager
     def _synced(self):
         """Around a worker hook: a copied layout (older vLLM) sees the engine's KV and hands writes back."""
+        # Pairs chain (engine -> host mirror -> device mirror): copied in order, and back in reverse order.
         for engine_view, mirror in self._sync_pairs:
             mirror.copy_(engine_view)
         try:
             yield
         finally:
-            for engine_view, mirror in self._sync_pairs:
+            if self.device is not None and torch.device(self.device).type == "cuda":
+                torch.cuda.synchronize()  # the connector's own streams: their writes land before the copy back
+            for engine_view, mirror in reversed(self._sync_pairs):
                 engine_view.copy_(mirror)
 
     @contextmanager
@@ -540,7 +562,10 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
         hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
-    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason,
+    from harness.targets.vllm_connector import needs_cuda
+
+    device = "cuda" if reason is None and any(needs_cuda(n) for n in (name, *children)) else None
+    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason, "device": device,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class

@@ -79,3 +79,25 @@ def test_mamba_layers_register_as_one_int8_page_tensor():
     view[5].fill_(3)
     assert all((s[5].view(torch.int8) == 3).all() for s in states), "the view covers every state of block 5"
     assert not any((s[4].view(torch.int8) == 3).all() for s in states), "and nothing of block 4"
+
+
+def test_device_mirrors_chain_back_to_the_engine(monkeypatch):
+    """A CUDA-only connector gets device mirrors; on this CPU machine the same chain runs with a CPU 'device':
+    what the connector writes into the mirror reaches the engine's memory after the hook."""
+    from harness.targets import vllm_connector_adapter as adapter
+
+    cls = adapter_class("DecodeBenchConnector")
+    monkeypatch.setattr(cls, "device", "cpu")
+    engine = _engine(cls)
+    connector = engine.workers[0].connector
+    name = next(iter(connector._kv_caches))
+    mirror = connector._kv_caches[name]
+    engine_view = engine.workers[0].kv_caches[name]
+    assert mirror.data_ptr() != standardized_view(engine_view).data_ptr(), "a mirror, not the engine's memory"
+    with connector._synced():
+        mirror[7].fill_(5)
+    assert (engine_view[7] == 5).all()
+    engine_view[8].fill_(6)
+    with connector._synced():
+        assert (mirror[8] == 6).all(), "the mirror sees the engine's writes at the next hook"
+    assert adapter.on_device({}, "cpu") == ({}, [])
