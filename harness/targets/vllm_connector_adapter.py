@@ -543,7 +543,7 @@ class _HMAMarker(_KvconformSupportsHMA):
 def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     """The adapter class for vLLM's connector `name` (MultiConnector over `children`).
 
-    Named like vLLM's class; declares SupportsHMA exactly when vLLM's factory would accept it with HMA on
+    Named like vLLM's class (a MultiConnector: `MultiConnector__A__B`); declares SupportsHMA exactly when vLLM's factory would accept it with HMA on
     (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
     no CUDA) gets a class whose every construction skips with that reason.
     """
@@ -569,9 +569,9 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class
-    cls = type(name, bases, body)
-    if not children:
-        # Importable as `harness.targets.vllm_connector_adapter:<Name>`, so a MultiConnector config (which names
-        # its children by module path and class) can hold the adapter too.
-        globals()[name] = cls
+    # One class name per composition, importable as `harness.targets.vllm_connector_adapter:<class name>`, so
+    # a MultiConnector config (which names its children by module path and class) can hold the adapter too.
+    class_name = "__".join((name, *children))
+    cls = type(class_name, bases, body)
+    globals()[class_name] = cls
     return cls
