@@ -12,9 +12,11 @@ lacks still loads: each of its checks is skipped with that one reason (`Connecto
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import importlib.util
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -64,13 +66,17 @@ REQUIREMENTS: dict[str, Requirement] = {
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
 # enough for it to start on this machine, with a private store.
-_STORE_ROOT = tempfile.mkdtemp(prefix="kvconform-vllm-")
+@functools.lru_cache(maxsize=None)
+def _store_root() -> str:
+    root = tempfile.mkdtemp(prefix="kvconform-vllm-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the stores live as long as the process
+    return root
 
 
 @functools.lru_cache(maxsize=None)
 def _store_dir(name: str) -> str:
     # One directory per connector and process: both roles, and every engine of a run, share the store.
-    return tempfile.mkdtemp(dir=_STORE_ROOT, prefix=f"{name}-")
+    return tempfile.mkdtemp(dir=_store_root(), prefix=f"{name}-")
 
 
 def default_extra_config(name: str) -> dict:
