@@ -4,6 +4,7 @@
 #   2. the allocator suite's scenarios on vLLM's own KVCacheManager/BlockPool (`--kv-allocator vllm`),
 #   3. once, the allocator throughput benchmarks, reference and vLLM side by side, timed (no xdist) with
 #      one round per workload: the results file carries both figures, so the report shows the ratio.
+#   then the connector suite against vLLM's own connectors (`--kv-connector vllm:Name`; step [connectors]).
 # Downloads are cached under .cache/ (pip cache and the vLLM wheel), so a second run on the same machine
 # skips them; an installed venv is reused as is. Results, JUnit files and the throughput report go to
 # .cache/ci-vllm/ (KVCONFORM_CI_VLLM_OUT), outside the committed reports/.
@@ -40,6 +41,29 @@ KVCONFORM_BENCHMARK_MAX_ROUNDS=1 "${PYTEST[@]}" suites/benchmarks/test_allocator
 # The throughput table (figures and ratio vs vLLM) rendered from the results file, into the log too.
 "$VENV/bin/kvconform" report --from "$OUT/results-benchmarks-vllm-$VLLM_VERSION.json" --output-dir "$OUT"
 awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$OUT/compatibility.md"
+benchmarks=$(date +%s)
+
+# The connector suite against every connector this vLLM registers (`--kv-connector vllm:Name`, one line
+# each from harness.targets.vllm_connector), plus a MultiConnector over the CPU-capable ones. Connectors
+# that need a package or a GPU skip with the reason. vLLM's connectors failing checks is a finding for
+# the report ("vLLM X's connectors", mergeable with `kvconform merge`), not a broken job: only pytest
+# exit codes other than 0/1 fail the step.
+echo "ci-vllm: [connectors] connector suite on vLLM $VLLM_VERSION's own connectors"
+# (vLLM logs to stdout on import: keep only the argument lines.)
+mapfile -t vllm_connectors < <(PYTHONPATH=. "$VENV/bin/python" -m harness.targets.vllm_connector | grep -x -e "--kv-connector=vllm:.*")
+if [ "${#vllm_connectors[@]}" -eq 0 ]; then
+    echo "ci-vllm: harness.targets.vllm_connector listed no connector (is vLLM $VLLM_VERSION usable in $VENV?)" >&2
+    exit 4
+fi
+connectors_status=0
+"${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning "${vllm_connectors[@]}" \
+    --kvconform-results "$OUT/results-connectors-vllm-$VLLM_VERSION.json" \
+    --junitxml "$OUT/junit-connectors-vllm-$VLLM_VERSION.xml" || connectors_status=$?
+if [ "$connectors_status" -gt 1 ]; then
+    echo "ci-vllm: the connector suite stopped with pytest exit status $connectors_status" >&2
+    exit "$connectors_status"
+fi
 end=$(date +%s)
 echo "ci-vllm: install $((installed - start))s, matrix $((matrix - installed))s," \
-     "allocator $((allocator - matrix))s, benchmarks $((end - allocator))s, total $((end - start))s"
+     "allocator $((allocator - matrix))s, benchmarks $((benchmarks - allocator))s," \
+     "connectors $((end - benchmarks))s, total $((end - start))s"

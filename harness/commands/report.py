@@ -182,6 +182,10 @@ def run(args) -> int:
     else:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
+        if (args.kv_connector or "").startswith("vllm:"):
+            from harness.targets.vllm_connector import validate_spec
+
+            validate_spec(args.kv_connector)  # the same for a vLLM connector (no vLLM, unknown name)
         results = _run_pytest(args, args.suites or list(DEFAULT_SUITES), xdist=True)
         # pytest-benchmark times nothing under xdist: the throughput figures need a second, serial pass
         timing = args.timing if args.timing is not None else not args.suites

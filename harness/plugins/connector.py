@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.targets.connector_target import ConnectorLoadError, select_targets
 
 
@@ -12,13 +14,28 @@ def pytest_addoption(parser):
     group = parser.getgroup("kvconform")
     group.addoption("--kv-connector", dest="kvconform_kv_connectors", action="append", default=[],
                     metavar="MODULE:CLASS",
-                    help="connector class for the connector suite (repeatable); default: the built-in connectors")
+                    help="connector class for the connector suite (repeatable; vllm:Name for a connector the "
+                         "installed vLLM registers); default: the built-in connectors")
     group.addoption("--kv-connector-builtins", dest="kvconform_kv_connector_builtins", action="store_true",
                     help="check the built-in connectors too when --kv-connector or entry points select others")
     group.addoption("--kv-connector-extra-config", dest="kvconform_kv_connector_extra_config", default=None,
                     metavar="JSON", help="kv_connector_extra_config (a JSON object) for --kv-connector classes")
     group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", type=float, default=60.0,
                     metavar="SECONDS", help="per-check time limit for the connector suite (default 60)")
+
+
+def pytest_configure(config):
+    # `vllm:Name` needs a usable vLLM that registers Name: otherwise one line and exit 4 before anything runs.
+    from harness.errors import UsageError
+
+    for spec in config.getoption("kvconform_kv_connectors", None) or ():
+        if spec.startswith("vllm:"):
+            from harness.targets.vllm_connector import validate_spec
+
+            try:
+                validate_spec(spec)
+            except UsageError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
 
 def connector_targets(config):

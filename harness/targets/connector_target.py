@@ -85,6 +85,13 @@ BUILTIN_TARGETS = (
 )
 
 
+def _vllm_target(spec: str) -> ConnectorTarget:
+    """`vllm:Name`: a connector of the installed vLLM (harness.targets.vllm_connector)."""
+    from harness.targets.vllm_connector import vllm_target
+
+    return vllm_target(spec)
+
+
 def entry_point_targets() -> list[ConnectorTarget]:
     """Targets registered by installed packages under the `kvconform.connectors` entry-point group."""
     targets = []
@@ -95,7 +102,8 @@ def entry_point_targets() -> list[ConnectorTarget]:
 
 def select_targets(cli_specs: list[str], include_builtins: bool) -> list[ConnectorTarget]:
     """`--kv-connector` targets, then entry points; the built-ins too when asked or nothing else is given."""
-    targets = [ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector") for spec in cli_specs]
+    targets = [_vllm_target(spec) if spec.startswith("vllm:") else
+               ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector") for spec in cli_specs]
     targets += entry_point_targets()
     if include_builtins or not targets:
         targets = list(BUILTIN_TARGETS) + targets

@@ -1,0 +1,112 @@
+"""The "vLLM X's connectors" sections: the connector suite run against the in-tree connectors of a vLLM
+release (`--kv-connector vllm:Name`), one section per release, connector x check.
+
+Their results are connector-suite entries whose connector is named `vllm-<release>:<Name>` (the name
+`harness.targets.vllm_connector` gives them), so they merge with the main results through `kvconform merge`
+and stay out of the main connector table. A cell aggregates the presets as the main connector table
+does (harness.report.connector_section.check_cell). A connector whose every check was skipped because
+it cannot run on the machine (`cannot run here: ...`) or that does not apply to the presets
+(`not applicable: ...`) gets one line with that reason instead of a column.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from harness.report.config_section import label
+from harness.report.connector_section import SUITE, _natural_key, check_cell, hma_verdict
+from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
+
+_NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
+# Skip reasons that hold for every check of a connector (harness.targets.vllm_connector.missing_requirement).
+WHOLE_CONNECTOR_SKIPS = ("cannot run here:", "not applicable:")
+
+
+def vllm_connector_of(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """(vLLM release, connector name) of a connector-suite entry about a vLLM connector, else None."""
+    if entry.get("suite") != SUITE:
+        return None
+    match = _NAME.match(str((entry.get("cell") or {}).get("connector") or ""))
+    return (match.group("version"), match.group("connector")) if match else None
+
+
+def without_vllm_connectors(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`entries` less those of vLLM's connectors (they have their own sections)."""
+    return [e for e in entries if vllm_connector_of(e) is None]
+
+
+def _cannot_run(entries: list[dict[str, Any]]) -> str | None:
+    """The one whole-connector reason when no check of a connector ran (multi-group presets of a connector
+    without SupportsHMA are skipped before it is built, with their own reason)."""
+    if not entries or any(e["status"] != "skipped" for e in entries):
+        return None
+    reasons = {(e.get("message") or "") for e in entries}
+    whole = sorted(r for r in reasons if r.startswith(WHOLE_CONNECTOR_SKIPS))
+    if whole and all(r.startswith(WHOLE_CONNECTOR_SKIPS) or r.lower().startswith("not hma-capable") for r in reasons):
+        return whole[0]
+    return None
+
+
+def _declares_hma(entries: list[dict[str, Any]]) -> bool:
+    return not any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
+                   for e in entries)
+
+
+def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
+    by_connector: dict[str, list] = defaultdict(list)
+    for entry in entries:
+        by_connector[vllm_connector_of(entry)[1]].append(entry)
+    unavailable = {c: r for c, es in by_connector.items() if (r := _cannot_run(es))}
+    ran = sorted((c for c in by_connector if c not in unavailable), key=str.lower)
+    grouped: dict[tuple[str, str], list] = defaultdict(list)
+    checks: dict[str, tuple[str, str]] = {}
+    for connector in ran:
+        for entry in by_connector[connector]:
+            cell = entry.get("cell") or {}
+            check = label(cell.get("check"))
+            grouped[(check, connector)].append(entry)
+            tier, description = checks.get(check, ("", ""))
+            checks[check] = (tier or label(cell.get("tier")),
+                             description or str((entry.get("extra") or {}).get("description", "")))
+    blocks: list = [
+        Heading(2, f"vLLM {version}'s connectors"),
+        Paragraph(f"The connector suite run against the connectors vLLM {version} registers, each vLLM's own class "
+                  "driven through kvconform's mini engine by a thin adapter (`--kv-connector vllm:Name`). "
+                  "✅ passes on every preset · ❌ fails (footnote: the first failing evidence) · "
+                  "➖ not applicable (e.g. multi-group presets of a connector without `SupportsHMA`) · "
+                  "❔ not run (footnote: why)."),
+    ]
+    if ran:
+        rows = []
+        for check in sorted(checks, key=_natural_key):
+            tier, description = checks[check]
+            rows.append([check, tier, description] + [
+                check_cell(grouped[(check, c)], check) if (check, c) in grouped
+                else Cell("❔", "unknown", (f"{check} was not run for {c}",))
+                for c in ran])
+        blocks.append(Table(headers=["check", "tier", "description"] + ran, rows=rows,
+                            column_filters=[{}, {}, {}] + [{"connector": c} for c in ran], search=True))
+        blocks.append(Heading(3, f"SupportsHMA in vLLM {version}'s connectors: declared, and backed?"))
+        blocks.append(BulletList([
+            f"{c} {'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`. "
+            + hma_verdict(c, by_connector[c]) for c in ran]))
+    if unavailable:
+        blocks.append(Heading(3, f"vLLM {version}'s connectors the suite could not check here"))
+        blocks.append(BulletList([
+            f"{c} ({'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`): "
+            f"{unavailable[c]}" for c in sorted(unavailable, key=str.lower)]))
+    return Section(f"vllm-connectors-{version}", blocks)
+
+
+def vllm_connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
+    """One section per vLLM release whose connectors were checked (none when there are no such results)."""
+    by_version: dict[str, list] = defaultdict(list)
+    for entry in entries:
+        found = vllm_connector_of(entry)
+        if found is not None:
+            by_version[found[0]].append(entry)
+    versions = sorted(by_version, key=lambda v: [int(p) if p.isdigit() else p for p in re.split(r"[.]", v)],
+                      reverse=True)
+    return [_release_section(v, by_version[v]) for v in versions]

@@ -1,0 +1,208 @@
+"""`--kv-connector vllm:Name`: an in-tree connector of the installed vLLM as the connector under test.
+
+`vllm:ExampleConnector` names a connector vLLM's `KVConnectorFactory` registers. The class is vLLM's,
+unmodified; kvconform's thin adapter (`harness.targets.vllm_connector_adapter`) translates the mini
+engine's objects into vLLM's. `vllm:MultiConnector[A,B]` wraps registered connectors A and B.
+
+Bad input is a target error (exit 4): no usable vLLM (with how to install one), or a name vLLM does not
+register (with the names it does). A registered connector that needs a package or a device this machine
+lacks still loads: each of its checks is skipped with that one reason (`ConnectorUnavailable`).
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import functools
+import importlib.util
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import EXIT_TARGET, UsageError
+from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
+from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
+
+PREFIX = "vllm:"
+_MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
+DEFAULT_MULTI_CHILDREN = ("DecodeBenchConnector", "ExampleConnector")  # the two that run on a CPU
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a connector needs beyond CPU torch: importable modules and/or a CUDA device (reviewed data,
+    read from each connector's imports and constructor in vLLM 0.33.0)."""
+
+    modules: tuple[str, ...] = ()
+    cuda: bool = False
+    why: str = ""
+    model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
+
+
+# Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
+REQUIREMENTS: dict[str, Requirement] = {
+    "ExampleHiddenStatesConnector": Requirement(model="extracts hidden states into a KV cache group of their own "
+                                                      "(HiddenStateCacheSpec), which no preset has"),
+    "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
+                                           "(HiSparse groups), which no preset has"),
+    "OffloadingConnector": Requirement(cuda=True, why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses "
+                                                      "platforms other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, why="copy streams: the worker creates torch.cuda.Stream"),
+    "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
+    "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
+    "LMCacheConnectorV1": Requirement(("lmcache",), why="LMCache engine"),
+    "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
+    "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
+    "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
+    "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
+    "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+}
+
+# Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
+# enough for it to start on this machine, with a private store.
+@functools.lru_cache(maxsize=None)
+def _store_root() -> str:
+    root = tempfile.mkdtemp(prefix="kvconform-vllm-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the stores live as long as the process
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _store_dir(name: str) -> str:
+    # One directory per connector and process: both roles, and every engine of a run, share the store.
+    return tempfile.mkdtemp(dir=_store_root(), prefix=f"{name}-")
+
+
+def default_extra_config(name: str) -> dict:
+    """The extra config `name` needs to start here (a private store directory, a CPU capacity)."""
+    if name in ("ExampleConnector", "ExampleHiddenStatesConnector"):
+        return {"shared_storage_path": _store_dir(name)}
+    if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
+        return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
+    return {}
+
+
+def registered_names() -> list[str]:
+    """The connector names the installed vLLM's factory registers (exit 4 when vLLM is unusable)."""
+    version = installed_vllm_version()
+    import_vllm_modules(version)
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    return sorted(KVConnectorFactory._registry)  # the factory has no public listing
+
+
+def missing_requirement(name: str) -> str | None:
+    """One line saying why `name` cannot run on this machine, or None when it can be tried."""
+    need = REQUIREMENTS.get(name)
+    if need is None:
+        return None
+    if need.model:
+        return f"not applicable: {name} {need.model}"
+    absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
+    if absent:
+        return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
+                "is not installed)")
+    if need.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
+    return None
+
+
+def declares_hma_in_source(name: str) -> bool:
+    """Whether the source of vLLM's class `name` lists SupportsHMA among its bases, read without importing
+    the module (for a connector whose module does not import here)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    loader = KVConnectorFactory._registry[name]
+    cells = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
+    module_path, class_name = cells.get("module_path"), cells.get("class_name", name)
+    spec = importlib.util.find_spec(module_path) if module_path else None
+    if spec is None or not spec.origin:
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return any((getattr(b, "id", None) or getattr(b, "attr", None)) == "SupportsHMA" for b in node.bases)
+    return False
+
+
+def needs_cuda(name: str) -> bool:
+    """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cuda)
+
+
+def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
+    """`vllm:Name` -> (Name, ()); `vllm:MultiConnector[A,B]` -> ("MultiConnector", (A, B))."""
+    name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
+    match = _MULTI.match(name)
+    if match:
+        return "MultiConnector", tuple(c for c in match.group("children").split(",") if c)
+    if name == "MultiConnector":
+        return name, DEFAULT_MULTI_CHILDREN
+    return name, ()
+
+
+def validate_spec(spec: str) -> None:
+    """UsageError (exit 4) unless every name in `spec` is registered by the installed vLLM."""
+    name, children = parse_name(spec)
+    known = registered_names()
+    for each in (name, *children):
+        if each not in known:
+            raise UsageError(f"--kv-connector {spec}: vLLM {installed_vllm_version()} registers no connector "
+                             f"{each!r}; registered: {', '.join(known)}", EXIT_TARGET)
+    if children and "MultiConnector" in children:
+        raise UsageError(f"--kv-connector {spec}: a MultiConnector child cannot be MultiConnector; "
+                         f"accepted: vllm:MultiConnector[A,B] with A, B from {', '.join(known)}", EXIT_TARGET)
+
+
+class VllmConnectorTarget(ConnectorTarget):
+    """A connector registered by the installed vLLM, loaded as kvconform's adapter class around it."""
+
+    def load(self) -> type:
+        if self._cls is not None or not self.spec.startswith(PREFIX):
+            return super().load()  # a plain module:Class target built from this one (e.g. check C33's wrapper)
+        from harness.targets.vllm_connector_adapter import adapter_class
+
+        name, children = parse_name(self.spec)
+        try:
+            validate_spec(self.spec)
+        except UsageError as exc:
+            raise ConnectorLoadError(str(exc)) from None
+        self._cls = adapter_class(name, children)
+        return self._cls
+
+
+def vllm_target(spec: str) -> VllmConnectorTarget:
+    """The target for `--kv-connector vllm:...`; its report name carries the vLLM release."""
+    validate_spec(spec)
+    name, children = parse_name(spec)
+    label = name + (f"[{','.join(children)}]" if children else "")
+    return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, "--kv-connector")
+
+
+def main() -> int:
+    """`python -m harness.targets.vllm_connector`: the `--kv-connector vllm:Name` arguments for every connector
+    the installed vLLM registers, plus a MultiConnector over the ones that run on a CPU (for CI scripts)."""
+    try:
+        names = registered_names()
+    except UsageError as exc:
+        print(f"kvconform: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    specs = [f"{PREFIX}{n}" for n in names if n != "MultiConnector"]
+    if "MultiConnector" in names:
+        specs.append(f"{PREFIX}MultiConnector[{','.join(DEFAULT_MULTI_CHILDREN)}]")
+    print("\n".join(f"--kv-connector={s}" for s in specs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

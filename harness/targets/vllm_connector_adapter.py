@@ -1,0 +1,577 @@
+"""kvconform's thin adapter around one of vLLM's own connector classes, so the mini engine can drive it.
+
+The connector is vLLM's, unmodified. The adapter owns only translation, in both directions:
+
+* construction: a real `vllm.config.VllmConfig` (block size, parallel, scheduler and KV-transfer configs;
+  HMA on when the preset has several groups, as on a GPU) and a `vllm.v1.kv_cache_interface.KVCacheConfig`
+  built from the preset's groups and tensors;
+* scheduler side: a mirrored `vllm.v1.request.Request` per engine request (vLLM's block hasher, so the
+  connector sees vLLM's `block_hashes`), `KVCacheBlocks` of vLLM `KVCacheBlock`s, vLLM's
+  `SchedulerOutput` for `build_connector_meta`, vLLM's `KVConnectorOutput` for `update_connector_output`;
+* worker side: the registered tensors as vLLM 0.33's standardized per-layer `[B, H, N, C]` views of the
+  engine's own memory (no copies: a write by the connector lands in the engine's KV; older releases get
+  their split-KV layout as mirrors synced around every worker hook, `SplitKVLayout`), a `ForwardContext`
+  (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
+  forward context while the connector runs.
+
+A connector that needs a package or device this machine lacks skips the check with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+import types
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import pytest
+import torch
+
+from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
+from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
+from reference_impl.kv_cache import specs as kspecs
+
+
+@functools.lru_cache(maxsize=None)
+def _vllm():
+    """vLLM's modules the adapter uses (imported once, on first use)."""
+    from vllm import config as config_mod
+    from vllm import forward_context
+    from vllm.distributed.kv_transfer.kv_connector import factory
+    from vllm.distributed.kv_transfer.kv_connector.v1 import base as connector_base
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1 import kv_cache_interface, outputs, request
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched import output as sched_output
+
+    kv_cache_utils.init_none_hash(sha256)
+    return types.SimpleNamespace(
+        config=config_mod, forward_context=forward_context, factory=factory.KVConnectorFactory,
+        base=connector_base, SamplingParams=SamplingParams, sha256=sha256, iface=kv_cache_interface,
+        outputs=outputs, request=request, utils=kv_cache_utils, KVCacheBlocks=KVCacheBlocks, sched=sched_output,
+    )
+
+
+def vllm_class(name: str) -> type:
+    """The class vLLM registers under `name` (imports its module)."""
+    return _vllm().factory.get_connector_class_by_name(name)
+
+
+def _make(cls, **values):
+    """A vLLM dataclass from the fields it has; required fields we do not know become None.
+
+    Keeps the adapter working across vLLM releases whose dataclasses gained or lost fields.
+    """
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.name in values:
+            kwargs[f.name] = values[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = None
+    return cls(**kwargs)
+
+
+def _call_with_supported(fn, **kwargs):
+    """`fn(**kwargs)` less the keywords this vLLM release's signature does not have."""
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+CPU_TORCH_REFUSAL = "Torch not compiled with CUDA enabled"
+
+
+# ---- construction -------------------------------------------------------------------------------
+def vllm_spec(spec):
+    """vLLM's KVCacheSpec for one of kvconform's specs (same geometry)."""
+    iface = _vllm().iface
+    name = type(spec).__name__
+    if isinstance(spec, kspecs.MambaSpec):
+        return _make(iface.MambaSpec, block_size=spec.block_size, shapes=tuple(spec.shapes),
+                     dtypes=tuple(spec.dtypes), page_size_padded=spec.page_size_padded,
+                     mamba_cache_mode=spec.mamba_cache_mode, num_speculative_blocks=spec.num_speculative_blocks)
+    common = dict(block_size=spec.block_size, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
+                  dtype=spec.dtype)
+    if isinstance(spec, kspecs.SlidingWindowSpec):
+        return _make(iface.SlidingWindowSpec, sliding_window=spec.sliding_window, **common)
+    if isinstance(spec, kspecs.ScratchSpec):
+        return _make(getattr(iface, "CircularBufferSpec", iface.FullAttentionSpec), **common)
+    if name == "CrossAttentionSpec":
+        return _make(iface.CrossAttentionSpec, **common)
+    if isinstance(spec, kspecs.ChunkedLocalAttentionSpec):
+        return _make(iface.ChunkedLocalAttentionSpec, attention_chunk_size=spec.attention_chunk_size, **common)
+    if isinstance(spec, kspecs.FullAttentionSpec):
+        return _make(iface.FullAttentionSpec, **common)
+    raise ValueError(f"kvconform spec {name} has no vLLM counterpart in the adapter")
+
+
+def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
+    """vLLM's KVCacheConfig with the same groups, tensors and block count."""
+    iface = _vllm().iface
+    groups = [_make(iface.KVCacheGroupSpec, layer_names=list(g.layer_names), kv_cache_spec=vllm_spec(g.kv_cache_spec),
+                    enable_kv_transfer=g.enable_kv_transfer) for g in config.kv_cache_groups]
+    tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
+                     block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
+               for t in config.kv_cache_tensors]
+    sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
+    values = dict(num_blocks=config.num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
+                  hash_block_size=math.gcd(*sizes))
+    fields = {f.name for f in dataclasses.fields(iface.KVCacheConfig)}
+    return iface.KVCacheConfig(**{k: v for k, v in values.items() if k in fields})
+
+
+def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: str, extra: dict):
+    """A real VllmConfig as the connector would get it from an engine serving the preset."""
+    v = _vllm()
+    cfg = v.config
+    block_size = kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
+    ktc = cfg.KVTransferConfig(kv_connector=name, kv_role="kv_both", kv_connector_extra_config=extra)
+    vllm_config = cfg.VllmConfig(cache_config=cfg.CacheConfig(block_size=block_size), kv_transfer_config=ktc,
+                                 device_config=cfg.DeviceConfig("cpu"))
+    parallel = vllm_config.parallel_config
+    parallel.tensor_parallel_size = engine_config.parallel_config.tensor_parallel_size
+    parallel.rank = engine_config.parallel_config.rank
+    sched = vllm_config.scheduler_config
+    sched.max_num_batched_tokens = engine_config.max_num_batched_tokens
+    sched.max_num_seqs = engine_config.max_num_seqs
+    # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
+    sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
+    vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
+    object.__setattr__(vllm_config, "model_config", PresetModelConfig(engine_config, kv_cache_config))
+    return vllm_config
+
+
+class PresetModelConfig:
+    """What connectors read of `vllm_config.model_config`, answered from the preset (a real ModelConfig needs a
+    Hugging Face config; the attributes below are the ones vLLM 0.33's connectors read)."""
+
+    def __init__(self, engine_config, kv_cache_config: kspecs.KVCacheConfig):
+        attention = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups
+                     if isinstance(g.kv_cache_spec, kspecs.AttentionSpec)]
+        first = attention[0] if attention else None
+        tp = engine_config.parallel_config.tensor_parallel_size
+        self.model = engine_config.model_config.model
+        self.served_model_name = self.model
+        self.max_model_len = engine_config.max_model_len
+        self.dtype = first.dtype if first is not None else None
+        self.use_mla = False
+        self.is_hybrid = any(isinstance(g.kv_cache_spec, kspecs.MambaSpec) for g in kv_cache_config.kv_cache_groups)
+        self._kv_heads = first.num_kv_heads * tp if first is not None else 0
+        self._head_size = first.head_size if first is not None else 0
+        self._layers = sum(len(g.layer_names) for g in kv_cache_config.kv_cache_groups)
+
+    def get_total_num_kv_heads(self) -> int:
+        """KV heads of the whole model (the preset's per-rank heads times TP)."""
+        return self._kv_heads
+
+    def get_num_kv_heads(self, parallel_config) -> int:
+        """KV heads of one rank."""
+        return max(1, self._kv_heads // parallel_config.tensor_parallel_size)
+
+    def get_head_size(self) -> int:
+        """Head size of the attention layers."""
+        return self._head_size
+
+    def get_num_layers(self, parallel_config=None) -> int:
+        """Layers with a KV cache."""
+        return self._layers
+
+
+def _role(role: KVConnectorRole):
+    return _vllm().base.KVConnectorRole[role.name]
+
+
+class _AttentionMetadata:
+    """Per-layer attention metadata of a plain (non-MLA) attention layer: what connectors type-check."""
+
+
+class _Layer:
+    """A model layer as `forward_context.no_compile_layers` holds it: connectors read `kv_cache`."""
+
+    def __init__(self, kv_cache):
+        self.kv_cache = kv_cache
+
+
+def standardized_view(tensor):
+    """vLLM 0.33's per-layer `[B, H, N, C]` view of the engine's memory for one layer (no copy).
+
+    Attention: kvconform's `[B, N, H, 2*head]` view permuted to `[B, H, N, 2*head]` (K then V), in the layer's
+    dtype. Mamba: kvconform hands one tensor per state, packed from byte 0 of each block's page; vLLM 0.33
+    registers the whole state page as one int8 tensor `[B, 1, 1, state bytes]` and lets the layer split it.
+    """
+    if isinstance(tensor, (list, tuple)):
+        first = tensor[0]
+        page_bytes = sum(t[0].numel() * t.element_size() for t in tensor)
+        raw = torch.empty(0, dtype=torch.int8, device=first.device).set_(first.untyped_storage())
+        block_stride = first.stride(0) * first.element_size()
+        return raw.as_strided((first.shape[0], 1, 1, page_bytes), (block_stride, page_bytes, page_bytes, 1),
+                              first.storage_offset() * first.element_size())
+    return tensor.permute(0, 2, 1, 3)
+
+
+class StandardizedLayout:
+    """vLLM 0.33 (RFC #42082): per-layer `[B, H, N, C]` views that alias the engine's memory, no copies."""
+
+    name = "[B, H, N, C] views of the engine's memory"
+
+    def register(self, kv_caches):
+        """(what the connector registers, [(engine view, mirror)] to copy around hooks: none here)."""
+        return {name: standardized_view(t) for name, t in kv_caches.items()}, []
+
+
+class SplitKVLayout:
+    """Older vLLM (0.13): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
+    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it), so the connector gets a contiguous mirror that
+    is filled from the engine's memory before each worker hook and copied back after it. Mamba layers keep
+    their list of state tensors (aliasing), as those releases register them."""
+
+    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+
+    def register(self, kv_caches):
+        registered, pairs = {}, []
+        for name, t in kv_caches.items():
+            if isinstance(t, (list, tuple)):
+                registered[name] = list(t)
+                continue
+            blocks, tokens, heads, width = t.shape
+            engine_view = t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
+            mirror = engine_view.contiguous()
+            registered[name] = mirror
+            pairs.append((engine_view, mirror))
+        return registered, pairs
+
+
+def on_device(registered: dict, device: str):
+    """Device copies of the registered tensors, for a connector whose worker needs CUDA: the engine's memory is
+    CPU memory, so the connector gets device mirrors synced around every worker hook (with the device
+    synchronised before the copy back). Returns (device tensors, [(host tensor, device mirror)])."""
+    moved, pairs = {}, []
+    for name, t in registered.items():
+        if isinstance(t, (list, tuple)):
+            moved[name] = [s.to(device, copy=True) for s in t]
+            pairs += list(zip(t, moved[name]))
+        else:
+            moved[name] = t.to(device, copy=True)
+            pairs.append((t, moved[name]))
+    return moved, pairs
+
+
+def layout_for_installed_vllm():
+    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
+    if hasattr(_vllm().iface, "compute_layer_kv_cache_shape_bytes"):
+        return StandardizedLayout()
+    return SplitKVLayout()
+
+
+# ---- the adapter --------------------------------------------------------------------------------
+class VllmConnectorAdapter:
+    """Drives `vllm_cls` (set per subclass) through the mini engine's connector calls."""
+
+    vllm_name: str = ""
+    vllm_children: tuple[str, ...] = ()
+    unavailable: str | None = None
+    device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        if self.unavailable:
+            pytest.skip(self.unavailable)
+        from harness.targets.vllm_connector import default_extra_config
+
+        self.role = role
+        self.engine_config = vllm_config
+        self.kv_cache_config = kv_cache_config
+        extra = dict(default_extra_config(self.vllm_name))
+        if self.vllm_children:
+            extra["connectors"] = [{"kv_connector": c, "kv_role": "kv_both",
+                                    "kv_connector_extra_config": default_extra_config(c)} for c in self.vllm_children]
+        ktc = getattr(vllm_config, "kv_transfer_config", None)
+        extra.update(getattr(ktc, "kv_connector_extra_config", None) or {})
+        self.vllm_config = vllm_config_for(vllm_config, kv_cache_config, self.vllm_name, extra)
+        self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
+        self._requests: dict[str, Any] = {}
+        self._hashers: dict[int, Any] = {}
+        self._kv_caches: dict[str, Any] = {}
+        self._attention_layers: list[str] = []
+        self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vLLM {self.vllm_name}, {self.role.name.lower()})"
+
+    # ---- requests: one vLLM Request mirrored per engine request ---------------------------------
+    def _hasher(self):
+        # The engine hashes at the GCD of the group block sizes (vLLM 0.33's hash_block_size; older releases
+        # hash at the one block size).
+        size = math.gcd(*(g.kv_cache_spec.block_size for g in self.kv_cache_config.kv_cache_groups))
+        if size not in self._hashers:
+            v = _vllm()
+            self._hashers[size] = v.utils.get_request_block_hasher(size, v.sha256)
+        return self._hashers[size]
+
+    def _request(self, request):
+        """The vLLM Request mirroring `request`, brought up to date (tokens, progress, status)."""
+        v = _vllm()
+        mirror = self._requests.get(request.request_id)
+        if mirror is None:
+            lora = None
+            if request.lora_request is not None:
+                from vllm.lora.request import LoRARequest
+
+                lr = request.lora_request
+                lora = LoRARequest(lr.lora_name, lr.lora_int_id, lr.lora_path or f"/kvconform/{lr.lora_name}")
+            mirror = _call_with_supported(
+                v.request.Request, request_id=request.request_id, prompt_token_ids=list(request.prompt_token_ids),
+                sampling_params=v.SamplingParams(max_tokens=getattr(request, "max_tokens", 1)), pooling_params=None,
+                eos_token_id=None, block_hasher=self._hasher(), lora_request=lora, cache_salt=request.cache_salt)
+            self._requests[request.request_id] = mirror
+        outputs = list(request.output_token_ids)
+        if len(outputs) > len(mirror.output_token_ids):
+            mirror.append_output_token_ids(outputs[len(mirror.output_token_ids):])
+        mirror.num_computed_tokens = request.num_computed_tokens
+        mirror.num_preemptions = getattr(request, "num_preemptions", 0)
+        status = getattr(getattr(request, "engine_status", None), "name", None)
+        if status is not None and status in v.request.RequestStatus.__members__:
+            mirror.status = v.request.RequestStatus[status]
+        elif status == "WAITING_FOR_REMOTE_KVS":
+            mirror.status = v.request.RequestStatus.WAITING_FOR_REMOTE_KVS
+        if getattr(request, "kv_transfer_params", None) is not None:
+            mirror.kv_transfer_params = request.kv_transfer_params
+        return mirror
+
+    def _blocks(self, blocks):
+        v = _vllm()
+        groups = tuple([v.utils.KVCacheBlock(b.block_id, is_null=b.block_id == 0 or bool(getattr(b, "is_null", False)))
+                        for b in group] for group in blocks.blocks)
+        return v.KVCacheBlocks(groups)
+
+    def _scheduler_output(self, so):
+        v = _vllm()
+        new_reqs = []
+        for new in so.scheduled_new_reqs:
+            mirror = self._requests.get(new.req_id)
+            new_reqs.append(_make(
+                v.sched.NewRequestData, req_id=new.req_id, prompt_token_ids=list(new.prompt_token_ids),
+                mm_features=[], sampling_params=getattr(mirror, "sampling_params", None), pooling_params=None,
+                block_ids=tuple(list(g) for g in new.block_ids), num_computed_tokens=new.num_computed_tokens,
+                lora_request=getattr(mirror, "lora_request", None), prompt_embeds=None))
+        c = so.scheduled_cached_reqs
+        cached = _make(
+            v.sched.CachedRequestData, req_ids=list(c.req_ids), resumed_req_ids=set(c.resumed_req_ids),
+            new_token_ids=[list(t) for t in c.new_token_ids],
+            all_token_ids={k: list(t) for k, t in c.all_token_ids.items()},
+            new_block_ids=[None if ids is None else tuple(list(g) for g in ids) for ids in c.new_block_ids],
+            num_computed_tokens=list(c.num_computed_tokens), num_output_tokens=list(c.num_output_tokens))
+        return _make(
+            v.sched.SchedulerOutput, scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
+            num_scheduled_tokens=dict(so.num_scheduled_tokens), total_num_scheduled_tokens=so.total_num_scheduled_tokens,
+            scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, num_common_prefix_blocks=[0] * len(
+                self.vllm_kv_cache_config.kv_cache_groups),
+            finished_req_ids=set(so.finished_req_ids), free_encoder_mm_hashes=[], preempted_req_ids=set(so.preempted_req_ids),
+            has_sync_kv_loads=so.has_sync_kv_loads, new_block_ids_to_zero=list(so.new_block_ids_to_zero),
+            has_structured_output_requests=False, pending_structured_output_tokens=False, num_invalid_spec_tokens=None,
+            kv_connector_metadata=None, kv_cache_block_copies=None, kv_connector_block_state=None)
+
+    # ---- scheduler side -------------------------------------------------------------------------
+    def bind_kv_cache_manager(self, kv_cache_manager) -> None:
+        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit the README states)."""
+
+    def _optional(self, hook: str, *args, default=None):
+        """Call a hook older vLLM releases lack only when vLLM's connector has it."""
+        method = getattr(self.inner, hook, None)
+        return method(*args) if method is not None else default
+
+    def on_new_request(self, request) -> None:
+        self._optional("on_new_request", self._request(request))
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return self.inner.get_num_new_matched_tokens(self._request(request), num_computed_tokens)
+
+    def get_loaded_kv_cache_group_ids(self, request):
+        hook = getattr(self.inner, "get_loaded_kv_cache_group_ids", None)
+        if hook is None:
+            return tuple(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups)
+                         if g.enable_kv_transfer and getattr(g.kv_cache_spec, "prefix_cacheable", True))
+        return tuple(hook(self._request(request)))
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        return self.inner.update_state_after_alloc(self._request(request), self._blocks(blocks), num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output):
+        return self.inner.build_connector_meta(self._scheduler_output(scheduler_output))
+
+    def update_connector_output(self, connector_output):
+        v = _vllm()
+        out = _make(
+            v.outputs.KVConnectorOutput, finished_sending=set(connector_output.finished_sending or ()) or None,
+            finished_recving=set(connector_output.finished_recving or ()) or None,
+            kv_connector_stats=connector_output.kv_connector_stats, kv_cache_events=connector_output.kv_cache_events,
+            kv_connector_worker_meta=connector_output.kv_connector_worker_meta,
+            invalid_block_ids=set(connector_output.invalid_block_ids or ()),
+            failed_recving=set(connector_output.failed_recving or ()))
+        return self.inner.update_connector_output(out)
+
+    def request_finished(self, request, block_ids):
+        result = self.inner.request_finished(self._request(request), list(block_ids))
+        self._requests.pop(request.request_id, None)
+        return result
+
+    def request_finished_all_groups(self, request, block_ids):
+        result = self.inner.request_finished_all_groups(self._request(request), tuple(list(g) for g in block_ids))
+        self._requests.pop(request.request_id, None)
+        return result
+
+    def take_events(self):
+        return list(self._optional("take_events") or ())
+
+    def reset_cache(self):
+        return self._optional("reset_cache")
+
+    def shutdown(self):
+        return self._optional("shutdown")
+
+    # ---- worker side ----------------------------------------------------------------------------
+    def register_kv_caches(self, kv_caches) -> None:
+        self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
+        self._layout = layout_for_installed_vllm()
+        self._kv_caches, self._sync_pairs = self._layout.register(kv_caches)
+        if self.device is not None:
+            self._kv_caches, more = on_device(self._kv_caches, self.device)
+            self._sync_pairs = self._sync_pairs + more
+        with self._synced():
+            return self.inner.register_kv_caches(self._kv_caches)
+
+    def _forward_context(self):
+        v = _vllm()
+        return _make(v.forward_context.ForwardContext,
+                     no_compile_layers={name: _Layer(t) for name, t in self._kv_caches.items()},
+                     attn_metadata={name: _AttentionMetadata() for name in self._attention_layers},
+                     slot_mapping={}, additional_kwargs={}, virtual_engine=0)
+
+    @contextmanager
+    def _synced(self):
+        """Around a worker hook: a copied layout (older vLLM) sees the engine's KV and hands writes back."""
+        # Pairs chain (engine -> host mirror -> device mirror): copied in order, and back in reverse order.
+        for engine_view, mirror in self._sync_pairs:
+            mirror.copy_(engine_view)
+        try:
+            yield
+        finally:
+            if self.device is not None and torch.device(self.device).type == "cuda":
+                torch.cuda.synchronize()  # the connector's own streams: their writes land before the copy back
+            for engine_view, mirror in reversed(self._sync_pairs):
+                engine_view.copy_(mirror)
+
+    @contextmanager
+    def _in_forward(self):
+        override = getattr(_vllm().forward_context, "override_forward_context", None)
+        try:
+            with (override(self._current_context) if override is not None else nullcontext()), self._synced():
+                yield
+        except AssertionError as exc:
+            # torch's own refusal on a CPU-only build (e.g. vLLM 0.13's ExampleConnector moves loads with
+            # .cuda()): the check cannot run on this machine, which says nothing about the connector.
+            if CPU_TORCH_REFUSAL not in str(exc):
+                raise
+            pytest.skip(f"cannot run here: {self.vllm_name}'s worker needs CUDA (torch: {exc})")
+
+    def handle_preemptions(self, metadata):
+        hook = getattr(self.inner, "handle_preemptions", None)
+        if hook is not None and metadata is not None:
+            return hook(metadata)
+        return None
+
+    def bind_connector_metadata(self, metadata):
+        self._current_context = self._forward_context()
+        return self.inner.bind_connector_metadata(metadata)
+
+    def start_load_kv(self, forward_context=None, **kwargs):
+        with self._in_forward():
+            return self.inner.start_load_kv(self._current_context, **kwargs)
+
+    def wait_for_layer_load(self, layer_name):
+        with self._in_forward():
+            return self.inner.wait_for_layer_load(layer_name)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata=None, **kwargs):
+        with self._in_forward():
+            return self.inner.save_kv_layer(layer_name, self._kv_caches[layer_name], _AttentionMetadata(), **kwargs)
+
+    def wait_for_save(self):
+        with self._in_forward():
+            return self.inner.wait_for_save()
+
+    def _worker_results(self, hook: str, *args):
+        with self._synced():  # asynchronous transfers may complete (and write) here
+            return getattr(self.inner, hook)(*args)
+
+    def get_transfer_results(self, finished_req_ids):
+        hook = getattr(self.inner, "get_transfer_results", None)
+        if hook is not None:
+            results = self._worker_results("get_transfer_results", set(finished_req_ids))
+            return KVConnectorTransferResults(set(results.finished_sending or ()), set(results.finished_recving or ()),
+                                              set(getattr(results, "failed_recving", None) or ()))
+        sending, recving = self._worker_results("get_finished", set(finished_req_ids))
+        return KVConnectorTransferResults(set(sending or ()), set(recving or ()))
+
+    def get_block_ids_with_load_errors(self):
+        return set(self.inner.get_block_ids_with_load_errors() or ())
+
+    def get_kv_connector_stats(self):
+        return self._optional("get_kv_connector_stats")
+
+    def get_kv_connector_kv_cache_events(self):
+        return self._optional("get_kv_connector_kv_cache_events")
+
+    def build_connector_worker_meta(self):
+        hook = getattr(self.inner, "build_connector_worker_meta", None)
+        return hook() if hook is not None else None
+
+    def clear_connector_metadata(self):
+        return self.inner.clear_connector_metadata()
+
+
+class _HMAMarker(_KvconformSupportsHMA):
+    """Declares HMA on the adapter exactly when vLLM's class declares it."""
+
+
+@functools.lru_cache(maxsize=None)
+def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
+    """The adapter class for vLLM's connector `name` (MultiConnector over `children`).
+
+    Named like vLLM's class (a MultiConnector: `MultiConnector__A__B`); declares SupportsHMA exactly when vLLM's factory would accept it with HMA on
+    (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
+    no CUDA) gets a class whose every construction skips with that reason.
+    """
+    from harness.targets.vllm_connector import missing_requirement
+
+    reason = next((r for r in (missing_requirement(n) for n in (name, *children)) if r), None)
+    cls, hma = None, False
+    try:
+        cls = vllm_class(name)
+        hma = _vllm().base.supports_hma(cls)
+        if children:
+            hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
+    except ImportError as exc:
+        from harness.targets.vllm_connector import declares_hma_in_source
+
+        reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
+        hma = declares_hma_in_source(name)
+    bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
+    from harness.targets.vllm_connector import needs_cuda
+
+    device = "cuda" if reason is None and any(needs_cuda(n) for n in (name, *children)) else None
+    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason, "device": device,
+            "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
+    if not hma:
+        body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class
+    # One class name per composition, importable as `harness.targets.vllm_connector_adapter:<class name>`, so
+    # a MultiConnector config (which names its children by module path and class) can hold the adapter too.
+    class_name = "__".join((name, *children))
+    cls = type(class_name, bases, body)
+    globals()[class_name] = cls
+    return cls

@@ -1,0 +1,115 @@
+"""`--kv-connector vllm:Name` bad input: no vLLM, an unknown name, a bad MultiConnector child -> exit 4 with
+one line; the requirement table turns a missing package or device into one skip reason.
+
+Runs in any venv: a fake `vllm` (tests/targets/fake_vllm.py) with a factory registry stands in for vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import EXIT_TARGET, UsageError
+from harness.targets import vllm_connector
+from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTERED = ("ExampleConnector", "MultiConnector", "OffloadingConnector")
+FACTORY = ("class KVConnectorFactory:\n"
+           f"    _registry = {{name: (lambda: None) for name in {REGISTERED!r}}}\n")
+MODULES = dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": FACTORY})
+
+
+def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
+    with pytest.raises(UsageError) as info:
+        vllm_connector.validate_spec("vllm:ExampleConnector")
+    assert info.value.exit_code == EXIT_TARGET
+    assert str(info.value).startswith("target vllm: vLLM is not installed in this Python environment; ")
+    assert "scripts/install-vllm.sh 0.33.0" in str(info.value)
+
+
+def test_unknown_name_is_exit_4_listing_registered_names(fake_vllm):
+    fake_vllm("0.33.0", MODULES)
+    with pytest.raises(UsageError) as info:
+        vllm_connector.validate_spec("vllm:NoSuchConnector")
+    assert info.value.exit_code == EXIT_TARGET
+    assert str(info.value) == ("--kv-connector vllm:NoSuchConnector: vLLM 0.33.0 registers no connector "
+                               "'NoSuchConnector'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
+
+
+@pytest.mark.parametrize("spec, bad", [("vllm:MultiConnector[ExampleConnector,Nope]", "Nope"),
+                                       ("vllm:MultiConnector[]", "MultiConnector[]")])
+def test_bad_multiconnector_child_is_exit_4(fake_vllm, spec, bad):
+    fake_vllm("0.33.0", MODULES)
+    with pytest.raises(UsageError) as info:
+        vllm_connector.validate_spec(spec)
+    assert info.value.exit_code == EXIT_TARGET and f"registers no connector {bad!r}" in str(info.value)
+
+
+def test_multiconnector_cannot_nest(fake_vllm):
+    fake_vllm("0.33.0", MODULES)
+    with pytest.raises(UsageError, match="a MultiConnector child cannot be MultiConnector"):
+        vllm_connector.validate_spec("vllm:MultiConnector[MultiConnector,ExampleConnector]")
+
+
+def test_parse_name():
+    assert vllm_connector.parse_name("vllm:ExampleConnector") == ("ExampleConnector", ())
+    assert vllm_connector.parse_name("vllm:MultiConnector[A,B]") == ("MultiConnector", ("A", "B"))
+    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", vllm_connector.DEFAULT_MULTI_CHILDREN)
+
+
+def test_target_name_carries_the_release(fake_vllm):
+    fake_vllm("0.33.0", MODULES)
+    target = vllm_connector.vllm_target("vllm:MultiConnector[ExampleConnector,OffloadingConnector]")
+    assert target.name == "vllm-0.33.0:MultiConnector[ExampleConnector,OffloadingConnector]"
+
+
+def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert vllm_connector.missing_requirement("NixlConnector") == (
+        "cannot run here: NixlConnector needs the NIXL transfer library (UCX/RDMA) (package 'nixl' is not installed)")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert vllm_connector.missing_requirement("OffloadingConnector").startswith(
+        "cannot run here: OffloadingConnector needs CUDA (")
+    assert vllm_connector.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
+    assert vllm_connector.missing_requirement("ExampleConnector") is None
+
+
+def _run_pytest(tmp_path, modules, *argv):
+    env = dict(os.environ)
+    paths = [str(ROOT)]
+    if modules is not None:
+        paths.insert(0, str(write_fake_vllm(tmp_path / "fake-site", "0.33.0", modules)))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return subprocess.run([sys.executable, "-m", "pytest", "suites/connector", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_pytest_unknown_vllm_connector_exits_4_before_running(tmp_path):
+    result = _run_pytest(tmp_path, MODULES, "--kv-connector", "vllm:NoSuchConnector")
+    assert result.returncode == 4, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == ["ERROR: --kv-connector vllm:NoSuchConnector: vLLM 0.33.0 registers no connector "
+                     "'NoSuchConnector'; registered: ExampleConnector, MultiConnector, OffloadingConnector"], \
+        result.stderr
+    assert " passed" not in result.stdout and " failed" not in result.stdout
+
+
+def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
+    fake = write_fake_vllm(tmp_path / "fake-site", "0.33.0", MODULES)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--kv-connector", "vllm:Nope",
+                             "--output-dir", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
+                                     "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
+    assert result.stdout == "" and not any(out.iterdir()), "nothing runs and no report is written"
