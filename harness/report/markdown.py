@@ -18,6 +18,8 @@ from harness.report.model import BulletList, Cell, Document, Heading, Paragraph,
 SECTION_START = "<!-- kvconform:section {key} -->"
 SECTION_END = "<!-- /kvconform:section {key} -->"
 RUN_INFO_MARK = "<!-- kvconform:run-info -->"
+MACHINE_DEPENDENT_NOTE = ("The measured figures ({rows} rows) depend on the machine, so they are not in this file: "
+                          "see `compatibility.html` or `results.json` next to it (neither is committed).")
 
 
 @contextlib.contextmanager
@@ -73,6 +75,8 @@ def render_markdown(document: Document) -> str:
                         out.append(block.text)
                     elif isinstance(block, BulletList):
                         out.append("\n".join(f"- {_inline(item)}" for item in block.items))
+                    elif isinstance(block, Table) and block.machine_dependent:
+                        out.append(MACHINE_DEPENDENT_NOTE.format(rows=len(block.rows)))
                     elif isinstance(block, Table):
                         out.append(_table(block, footnotes))
                     out.append("")

@@ -20,13 +20,18 @@ class Cell:
 
 @dataclass(slots=True)
 class Table:
-    """A table; `row_filters`/`column_filters` tag rows and columns for the HTML filters (e.g. connector)."""
+    """A table; `row_filters`/`column_filters` tag rows and columns for the HTML filters (e.g. connector).
+
+    A `machine_dependent` table (timings) is shown in the HTML only: the committed Markdown must not change
+    when the same results are produced on another machine.
+    """
 
     headers: list[str]
     rows: list[list[Cell | str]]
     row_filters: list[dict[str, str]] | None = None
     column_filters: list[dict[str, str]] | None = None
     search: bool = False
+    machine_dependent: bool = False
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.commands.report import with_timed_benchmarks
+from harness.report.passes import PytestPass, combine_passes, plan_passes
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
@@ -53,7 +53,7 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == REPORT_FILES
     assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
     if expected_exit == 1:
-        assert "conformance failure(s); the full report is in" in out
+        assert "did not behave as expected" in out
 
 
 def test_report_from_writes_the_same_results_back(tmp_path, capsys):
@@ -190,13 +190,16 @@ def test_report_runs_the_suite_with_xdist_and_writes_three_files(tmp_path, capfd
     captured = capfd.readouterr()
     assert status == 1, "one cell fails"
     assert sorted(p.name for p in out_dir.iterdir()) == REPORT_FILES
-    assert "[100%]" in captured.out, "pytest's progress is shown while the suite runs"
-    assert f"the full report is in {out_dir / 'compatibility.md'}" in captured.out
+    assert "[100%]" in captured.out, "with -q after --, pytest's own progress is shown"
+    assert f"Report: {out_dir / 'compatibility.md'}" in captured.out
+    assert "1 of 2 tests that ran did not behave as expected" in captured.out
     results = load_results(out_dir / "results.json")
     assert {e["id"].rsplit("::", 1)[1]: e["status"] for e in results.results} == {
         "test_cell[None]": "passed", "test_cell[False]": "failed"}
-    assert results.run_info["report_wall_seconds"] > 0 and results.run_info["workers"] == 2
-    assert "--kvconform-results" not in results.run_info["pytest_args"]
+    assert results.run_info["report_wall_seconds"] > 0 and results.run_info["passes"][0]["workers"] == 2
+    assert "--kvconform-results" not in results.run_info["passes"][0]["pytest_args"]
+    assert results.run_info["target"] == "reference", "run_info names the target, also the default one"
+    assert not any("kvconform-report-" in arg for arg in results.run_info["argv"]), "no temporary paths"
     md = (out_dir / "compatibility.md").read_text()
     assert "1 of 2 matrix cases agree with the oracle" in md
 
@@ -388,13 +391,34 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
     assert "### Era seed (vLLM 0.13.0)" in md and "### Era v0.33" not in md
 
 
-def test_with_timed_benchmarks_replaces_untimed_entries():
-    untimed = make_entry(nodeid="suites/benchmarks/t.py::a", suite="benchmark", status="passed",
-                         cell={"workload": "w", "implementation": "reference"}, extra={"metrics": None})
-    other = config_entry()
-    timed = dict(untimed, extra={"metrics": {"requests_per_s": 5.0}})
-    merged = with_timed_benchmarks(ResultsDocument(run_info=run_info(), results=[untimed, other]),
-                                   ResultsDocument(run_info=run_info(wall_seconds=9.0), results=[timed]))
-    assert [r["wall_seconds"] for r in merged.runs] == [30.0, 9.0], "the timed pass is kept as a second run"
-    assert {e["id"]: (e["extra"], e["run"]) for e in merged.results} == {
-        untimed["id"]: ({"metrics": {"requests_per_s": 5.0}}, 1), other["id"]: ({}, 0)}
+def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
+    """Hand-written plan: the matrix without xdist next to the other suites, benchmarks alone and timed."""
+    timed = plan_passes(["suites"], timing=True)
+    assert [(p.suites, p.xdist, p.concurrent) for p in timed] == [
+        (("suites.config",), False, True),
+        (("suites.allocator", "suites.connector"), True, True),
+        (("suites.benchmarks",), False, False),
+    ]
+    untimed = plan_passes(["suites"], timing=False)
+    assert [(p.suites, p.options) for p in untimed] == [
+        (("suites.config",), ()),
+        (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--benchmark-disable",)),
+    ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
+    assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
+    assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
+
+
+def test_combined_passes_are_one_run():
+    first = ResultsDocument(run_info=run_info(started_at="2026-01-01T00:00:05+00:00"), results=[config_entry()])
+    second = ResultsDocument(run_info=run_info(started_at="2026-01-01T00:00:01+00:00"),
+                             results=[make_entry(nodeid="suites/allocator/t.py::a", suite="allocator",
+                                                 status="passed", run=3)])
+    passes = [PytestPass("config matrix", ("suites.config",), xdist=False),
+              PytestPass("allocator suites", ("suites.allocator",), xdist=True)]
+    combined = combine_passes([(passes[0], first, {"wall_seconds": 1.0}), (passes[1], second, {"wall_seconds": 2.0})],
+                              {"target": "reference", "argv": ["kvconform", "report"]})
+    assert len(combined.runs) == 1 and all(e["run"] == 0 for e in combined.results)
+    assert combined.run_info["target"] == "reference" and combined.run_info["argv"] == ["kvconform", "report"]
+    assert combined.run_info["started_at"] == "2026-01-01T00:00:01+00:00", "the run starts with its first pass"
+    assert [(p["label"], p["tests"], p["wall_seconds"]) for p in combined.run_info["passes"]] == [
+        ("config matrix", 1, 1.0), ("allocator suites", 1, 2.0)]
