@@ -75,3 +75,16 @@ class Document:
     title: str
     run_line: str
     sections: list[Section]
+
+
+# A cell whose text is only a symbol also gets a word, so it reads without an emoji font.
+_SYMBOLS = frozenset("✅⚪❌❔➖❗")
+KIND_WORDS = {"on": "on", "off": "off", "error": "error", "unknown": "unknown", "pass": "pass", "fail": "fail",
+              "na": "n/a", "mismatch": "differs"}
+
+
+def display_text(cell: Cell) -> str:
+    """The cell's text, with its kind's word added when the text is nothing but symbols."""
+    if cell.text and set(cell.text) <= _SYMBOLS and cell.kind in KIND_WORDS:
+        return f"{cell.text} {KIND_WORDS[cell.kind]}"
+    return cell.text

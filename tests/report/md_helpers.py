@@ -20,9 +20,12 @@ def table_after(markdown: str, heading: str) -> list[list[str]]:
     return rows
 
 
-def footnotes(markdown: str) -> dict[str, str]:
-    """Footnote number -> text."""
-    return dict(re.findall(r"^\[\^(\d+)\]: (.*)$", markdown, flags=re.M))
+def footnotes(markdown: str, heading: str | None = None) -> dict[str, str]:
+    """Note number -> text of the first "Notes:" list after `heading` (notes are numbered per section)."""
+    text = markdown[markdown.index(heading):] if heading else markdown
+    block = text[text.index("Notes:\n\n") + len("Notes:\n\n"):]
+    block = block.split("\n\n", 1)[0]
+    return dict(re.findall(r"^- \[(\d+)\] (.*)$", block, flags=re.M))
 
 
 def html_table_after(page: str, heading: str) -> list[list[str]]:

@@ -232,9 +232,9 @@ def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
     cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
     assert out.splitlines() == [
         f"1 changed, 1 added, 1 removed between {base} and {head}",
-        f"added: {cell.format('false', 'cpu')}: — -> passed ✅",
-        f"removed: {cell.format('false', 'cuda')}: passed ✅ -> —",
-        f"changed: {cell.format('null', 'cuda')}: passed ✅ -> passed ⚪ (W-B1)",
+        f"added: {cell.format('false', 'cpu')}: — -> passed ✅ on",
+        f"removed: {cell.format('false', 'cuda')}: passed ✅ on -> —",
+        f"changed: {cell.format('null', 'cuda')}: passed ✅ on -> passed ⚪ off (warning: W-B1)",
     ]
 
 
@@ -370,7 +370,7 @@ def test_report_renders_a_merged_file(tmp_path, capsys):
     assert status == 0
     md = (tmp_path / "o" / "compatibility.md").read_text()
     assert "merged from 2 runs" in md
-    assert table_after(md, "### Era seed")[1] == ["none", "none", "✅", "⚪"]
+    assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
 
 
 def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, monkeypatch):
