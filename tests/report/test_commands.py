@@ -11,6 +11,7 @@ import pytest
 
 from harness.cli import main
 from harness.report.passes import PytestPass, combine_passes, plan_passes
+from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
@@ -57,9 +58,25 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
 
 
 def test_report_from_writes_the_same_results_back(tmp_path, capsys):
-    source = write_results(tmp_path / "in.json", [config_entry()])
+    """results.json keeps every entry's evidence; only params repeating the cell and expected keys equal to
+    actual's (a passed cell) are left out, and they come back by overlaying expected on actual."""
+    failing = config_entry(flag=True, status="failed", actual=outcome(resolved=True),
+                           expected=outcome(resolved=False, rules=["§2.2"]), message="differs")
+    passing = config_entry(actual=outcome(resolved=False, rules=["flag_none"]),
+                           expected=outcome(resolved=False, rules=["§2.2 1"]))
+    passing["params"] = {"config_cell": "Cell(era='seed', ...)"}
+    source = write_results(tmp_path / "in.json", [passing, failing])
     run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
-    assert load_results(tmp_path / "out" / "results.json").to_json() == load_results(source).to_json()
+    written = load_results(tmp_path / "out" / "results.json")
+    original = load_results(source)
+    assert written.run_info == original.run_info and len(written.results) == 2
+    kept_pass, kept_fail = sorted(written.results, key=lambda e: e["status"], reverse=True)
+    assert kept_fail == failing, "a failing entry is kept whole"
+    assert kept_pass["params"] == {} and kept_pass["expected"] == {"rules": ["§2.2 1"]}
+    assert expected_outcome(kept_pass) == passing["expected"] and kept_pass["actual"] == passing["actual"]
+    assert compact_results(written).to_json() == written.to_json(), "compacting twice changes nothing"
+    status, out, _ = run_cli(capsys, "diff", source, str(tmp_path / "out" / "results.json"))
+    assert status == 0, out
 
 
 def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
