@@ -115,7 +115,8 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
             progress = monitor.add(pytest_pass.label, scratch / f"{slug}.progress")
             with open(log_path, "w", encoding="utf-8") as log:
                 returncode = subprocess.run(command, check=False, stdout=log, stderr=subprocess.STDOUT,
-                                            env={**os.environ, PROGRESS_ENV: str(progress.path)}).returncode
+                                            env={**os.environ, PROGRESS_ENV: str(progress.path), "COLUMNS": "200"}
+                                            ).returncode
             monitor.finish(progress)
             print_pytest_log(log_path, returncode)
     except OSError as exc:
@@ -152,7 +153,8 @@ def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
     with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch:
         try:
             concurrent = [p for p in passes if p.concurrent and monitor is not None]
-            if len(concurrent) > 1:
+            concurrent = concurrent if len(concurrent) > 1 else []
+            if concurrent:
                 with ThreadPoolExecutor(len(concurrent)) as pool:
                     futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor)) for p in concurrent]
                     done += [(p, future.result()) for p, future in futures]

@@ -11,6 +11,8 @@ the query. The filters can be preset from the URL: ``compatibility.html?era=seed
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import re
 
@@ -42,6 +44,26 @@ ol.footnotes{font-size:.85em;color:#3d444d}
 
 _JS = """
 (function () {
+var packed = document.querySelectorAll('script[type="application/x-kv-section"]');
+function unpack(element) {
+  var binary = atob(element.textContent.trim());
+  var bytes = new Uint8Array(binary.length);
+  for (var i = 0; i < binary.length; i++) { bytes[i] = binary.charCodeAt(i); }
+  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Response(stream).text().then(function (html) {
+    element.insertAdjacentHTML("beforebegin", html);
+    element.remove();
+  });
+}
+if (!packed.length) {
+  setup();
+} else if (typeof DecompressionStream === "undefined") {
+  document.getElementById("kv-filter-status").textContent =
+    "this browser cannot unpack the packed sections (no DecompressionStream); see compatibility.md";
+} else {
+  Promise.all(Array.prototype.map.call(packed, unpack)).then(setup);
+}
+function setup() {
   var keys = ["era", "platform", "connector"];
   var box = document.getElementById("kv-q");
   var status = document.getElementById("kv-filter-status");
@@ -135,6 +157,7 @@ _JS = """
     }
   });
   apply();
+}
 })();
 """
 
@@ -216,6 +239,37 @@ def _filter_values(sections: list[Section]) -> dict[str, list[str]]:
     return {key: list(found) for key, found in values.items()}
 
 
+# A page whose sections pass PACK_ABOVE_BYTES keeps its big sections gzip-compressed (base64) in the page and
+# unpacks them when it loads (DecompressionStream): a full report is about 1 MB of tables, 10x less packed.
+PACK_ABOVE_BYTES = 400_000
+PACK_SECTION_BYTES = 16_000
+
+
+def _section(index: int, section: Section) -> str:
+    """One section's HTML; its notes are numbered per section and listed at its end, next to its tables."""
+    footnotes, prefix = Footnotes(), f"fn-{index}-"
+    parts = [f'<section data-key="{_esc(section.key)}"{_filter_attrs(section.filters)}>']
+    parts += [_block(block, footnotes, prefix) for block in section.blocks]
+    definitions = footnotes.take_new()
+    if definitions:
+        parts.append('<ol class="footnotes">' + "".join(
+            f'<li id="{prefix}{n}" value="{n}">{_linked(text)}</li>' for n, text in definitions) + "</ol>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _packed(section_html: str) -> str:
+    """The section as a gzip + base64 script element the page's script unpacks (deterministic: mtime 0)."""
+    data = base64.b64encode(gzip.compress(section_html.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    return f'<script type="application/x-kv-section">{data}</script>'
+
+
+def unpack_sections(page: str) -> str:
+    """The page with its packed sections replaced by their HTML (what the browser shows; for tests and tools)."""
+    return re.sub(r'<script type="application/x-kv-section">([^<]*)</script>',
+                  lambda m: gzip.decompress(base64.b64decode(m.group(1))).decode("utf-8"), page)
+
+
 def render_html(document: Document, run_details: list[str] | None = None) -> str:
     """The whole report as one HTML page; `run_details` adds lines about the run (times, commit)."""
     filter_values = _filter_values(document.sections)
@@ -231,16 +285,10 @@ def render_html(document: Document, run_details: list[str] | None = None) -> str
         f'<div id="kv-filters">{controls}<label>search <input id="kv-q" type="search" '
         f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span></div>',
     ]
-    for index, section in enumerate(document.sections):
-        # notes are numbered per section and listed at its end, next to the tables using them
-        footnotes, prefix = Footnotes(), f"fn-{index}-"
-        body.append(f'<section data-key="{_esc(section.key)}"{_filter_attrs(section.filters)}>')
-        body += [_block(block, footnotes, prefix) for block in section.blocks]
-        definitions = footnotes.take_new()
-        if definitions:
-            body.append('<ol class="footnotes">' + "".join(
-                f'<li id="{prefix}{n}" value="{n}">{_linked(text)}</li>' for n, text in definitions) + "</ol>")
-        body.append("</section>")
+    sections = [_section(index, section) for index, section in enumerate(document.sections)]
+    if sum(len(text.encode()) for text in sections) > PACK_ABOVE_BYTES:
+        sections = [_packed(text) if len(text.encode()) > PACK_SECTION_BYTES else text for text in sections]
+    body += sections
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -56,7 +56,7 @@ def plan_passes(suites: list[str], timing: bool) -> list[PytestPass]:
         plan.append(PytestPass("config matrix", tuple(matrix), xdist=False))
     if others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
-        plan.append(PytestPass(names if len(others) > 1 or "/" in names else f"{names} suite", tuple(others),
+        plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others),
                                xdist=True, options=() if timing else ("--benchmark-disable",)))
     if timing and benchmarks:
         plan.append(PytestPass("benchmarks (timed, alone)", tuple(benchmarks), xdist=False, concurrent=False))

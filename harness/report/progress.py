@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 PROGRESS_ENV = "KVCONFORM_PROGRESS_FILE"
 PLUGIN = "harness.report.progress"
 _WRITE_INTERVAL_S = 0.5
@@ -47,6 +49,7 @@ class _Counter:
         self.total = len(session.items)
         self.write(force=True)
 
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown in a pass without xdist
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.total = max(self.total, len(ids))
         self.write(force=True)
