@@ -111,7 +111,7 @@ function setup() {
     });
     return values;
   }
-  function css(value) { return value.replace(/["\\]/g, "\\$&"); }
+  function css(value) { return value.replace(/["\\\\]/g, "\\\\$&"); }
   function apply() {
     var values = selected();
     var rules = [];

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
+import subprocess
+
+import pytest
 
 from harness.report import render_reports
 from harness.report.build import build_document
@@ -11,7 +15,7 @@ from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.report.md_helpers import html_table_after, footnotes, table_after
-from tests.report.synthetic import E_F, E_H, TPU, W1, W2, config_document, config_entry, outcome, run_info
+from tests.report.synthetic import E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, outcome, run_info
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
 
@@ -364,3 +368,74 @@ def test_html_filter_options_are_single_values():
     assert 'value="cuda rocm"' not in page
     assert ('<option value="">all</option><option value="cuda">cuda</option><option value="rocm">rocm</option>'
             '</select>') in page
+
+
+def test_big_html_page_packs_its_sections_and_unpacks_to_the_plain_page(monkeypatch):
+    """A full-size report stays under 500 KB: big sections are gzip+base64 and the page unpacks them on load."""
+    import harness.report.html as html_module
+
+    document = build_document(big_matrix(20_000))
+    packed = render_html(document)
+    assert len(packed.encode()) < 500_000 and 'type="application/x-kv-section"' in packed
+    monkeypatch.setattr(html_module, "PACK_ABOVE_BYTES", 10**12)
+    plain = render_html(document)
+    assert len(plain.encode()) > len(packed.encode()) * 3
+    assert html_module.unpack_sections(packed) == plain, "unpacking gives exactly the plain page"
+
+
+def test_page_script_is_valid_javascript(tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (needed to syntax-check the page's script)")
+    page = render_html(build_document(config_document()))
+    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
+    (tmp_path / "page.js").write_text(script)
+    done = subprocess.run([node, "--check", str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+FAKE_DOM = """
+const inserted = [];
+const stub = () => ({value: "", textContent: "", setAttribute() {}, addEventListener() {}});
+const elements = {};
+const packed = JSON.parse(process.argv[2]).map((data) => ({
+  textContent: data,
+  insertAdjacentHTML(where, html) { inserted.push(html); },
+  remove() {},
+}));
+globalThis.window = {location: {search: ""}};
+globalThis.URLSearchParams = URLSearchParams;
+globalThis.document = {
+  querySelectorAll(selector) { return selector.includes("x-kv-section") ? packed : []; },
+  getElementById(id) { return elements[id] || (elements[id] = stub()); },
+  addEventListener() {},
+};
+require(process.argv[3]);
+setTimeout(() => {
+  console.log(JSON.stringify({inserted, status: elements["kv-filter-status"].textContent}));
+}, 1000);
+"""
+
+
+def test_page_script_unpacks_sections_in_node(tmp_path):
+    """The page's own script, run by node with a stand-in document: it unpacks every packed section exactly."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (needed to run the page's script)")
+    import base64
+    import gzip
+    import json
+
+    page = render_html(build_document(big_matrix(20_000)))
+    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
+    (tmp_path / "page.js").write_text(script)
+    (tmp_path / "run.js").write_text(FAKE_DOM)
+    data = re.findall(r'<script type="application/x-kv-section">([^<]*)</script>', page)
+    assert data
+    done = subprocess.run([node, str(tmp_path / "run.js"), json.dumps(data), str(tmp_path / "page.js")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    # each section goes in place of its own script element, so the order they finish in does not matter
+    assert sorted(result["inserted"]) == sorted(gzip.decompress(base64.b64decode(d)).decode() for d in data)
+    assert result["status"] == "0 rows shown", "after unpacking, the filter script ran (no rows in the stand-in)"
