@@ -169,7 +169,8 @@ def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
         raise UsageError("kvconform report: nothing ran (pytest collected no tests)", EXIT_NOTHING_RAN)
     command_info = {
         "target": args.target or "reference",
-        "argv": ["kvconform", *sys.argv[1:]] if Path(sys.argv[0]).name == "kvconform" else ["kvconform", "report"],
+        # the command as typed (`kvconform report ...`), not pytest's argv with its temporary results path
+        "argv": ["kvconform", *sys.argv[1:]] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
         "report_wall_seconds": round(time.perf_counter() - started, 3),
     }
     return combine_passes(ran, command_info)

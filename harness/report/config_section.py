@@ -318,14 +318,16 @@ def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list
                                                               []).append(platform)
             previous_era, previous = era, configuration
     rows, row_filters = [], []
-    for (between, before, after, era), configurations in changes.items():
-        listed = [f"{connector_label(c)} + {feature_label(f)}, {fl}, {', '.join(platforms)}"
+    in_release_order = sorted(changes.items(), key=lambda item: (era_sort_key(item[0][3]), item[0][1].text,
+                                                                  item[0][2].text))
+    for (between, before, after, era), configurations in in_release_order:
+        listed = [f"{connector_label(c)} + {feature_label(f)} · {fl} · {', '.join(platforms)}"
                   for (c, f, fl), platforms in configurations.items()]
         rows.append([between, before, after, str(len(listed)), "; ".join(listed)])
         row_filters.append({"era": era, "connector": " ".join(sorted({c for c, _, _ in configurations})),
                             "platform": " ".join(p for p in PLATFORM_ORDER
                                                  if any(p in ps for ps in configurations.values()))})
-    return Table(headers=["releases", "before", "after", "configurations", "which (connector + feature, flag, platforms)"],
+    return Table(headers=["releases", "before", "after", "configurations", "which (connector + feature · flag · platforms)"],
                  rows=rows, row_filters=row_filters, search=True)
 
 

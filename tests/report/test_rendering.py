@@ -142,8 +142,8 @@ def test_empty_assertion_is_named_not_an_empty_note():
 def test_changes_between_releases_golden():
     md = render_markdown(build_document(config_document()))
     assert table_after(md, "## What changed between releases") == [
-        ["releases", "before", "after", "configurations", "which (connector + feature, flag, platforms)"],
-        ["0.13.0 → 0.33.0", "⚪ off [1]", "⚪ off [2]", "1", "LMCacheConnectorV1 + no feature, auto, cuda"],
+        ["releases", "before", "after", "configurations", "which (connector + feature · flag · platforms)"],
+        ["0.13.0 → 0.33.0", "⚪ off [1]", "⚪ off [2]", "1", "LMCacheConnectorV1 + no feature · auto · cuda"],
     ]
     assert footnotes(md, "## What changed between releases") == {
         "1": f"[W-A1](../docs/rules.md#w-a1) (warning): {W1}", "2": f"warning: {W2}"}
@@ -169,8 +169,8 @@ def test_changes_group_configurations_and_skip_unknown_to_unknown():
     rows = table_after(md, "## What changed between releases")
     assert rows[1:] == [
         ["0.13.0 → 0.33.0", "❌ ValueError [1]", "✅ on", "2",
-         "no connector + KV events, --enable-…, cuda, rocm; NixlConnector + no feature, --enable-…, cuda"],
-        ["0.13.0 → 0.33.0", "❌ ValueError [1]", "❔ unknown [2]", "1", "no connector + KV events, --enable-…, tpu"],
+         "no connector + KV events · --enable-… · cuda, rocm; NixlConnector + no feature · --enable-… · cuda"],
+        ["0.13.0 → 0.33.0", "❌ ValueError [1]", "❔ unknown [2]", "1", "no connector + KV events · --enable-… · tpu"],
     ], rows
 
 
