@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from harness.errors import UsageError
 
@@ -71,26 +71,65 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-@contextmanager
-def _forwarding(group: list[int], received: list[int]) -> Iterator[None]:
-    """While the body runs, a forwarded signal is remembered in `received` and sent to the group whose id
-    `group` holds (once the child exists: a signal that comes earlier is sent right after the start).
+class SignalForwarder:
+    """Forwards SIGINT/SIGTERM to the process groups of the children started through it.
 
-    The handlers are installed before the child starts on purpose: a child inherits an *ignored* signal
-    across exec (a shell starts background jobs with SIGINT ignored), a handled one is reset to default.
+    Enter it in the main thread (only the main thread may install signal handlers); `run` may then be called
+    from any thread, so several passes can run at once. The handlers are installed before any child starts on
+    purpose: a child inherits an *ignored* signal across exec (a shell starts background jobs with SIGINT
+    ignored), a handled one is reset to default.
     """
 
-    def forward(signum, _frame):
-        received.append(signum)
-        if group:
-            _signal_group(group[0], signum)
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._groups: list[int] = []
+        self._lock = threading.Lock()
+        self._previous: dict = {}
 
-    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
+    def __enter__(self) -> "SignalForwarder":
+        self._previous = {signum: signal.signal(signum, self._forward) for signum in FORWARDED}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+
+    def _forward(self, signum, _frame) -> None:
+        self.received.append(signum)
+        with self._lock:
+            groups = list(self._groups)
+        for pgid in groups:
+            _signal_group(pgid, signum)
+
+    def run(self, command: Sequence[str], what: str, **popen_kwargs) -> int:
+        """Run `command` in a new session and return its exit status; `popen_kwargs` go to `subprocess.Popen`.
+
+        Once a forwarded signal stopped the child's group, `Interrupted` is raised naming `what` was stopped.
+        """
+        with self._lock:
+            process = subprocess.Popen(list(command), start_new_session=True, **popen_kwargs)
+            self._groups.append(process.pid)  # start_new_session makes the child its group's leader
+        if self.received:
+            _signal_group(process.pid, self.received[0])
+        try:
+            returncode = process.wait()
+            if self.received:
+                end_group(process)
+            elif group_alive(process.pid):
+                # pytest ended but left processes in its group (a worker that hung): do not leave them behind
+                end_group(process, grace=2.0)
+        except BaseException:
+            _signal_group(process.pid, signal.SIGTERM)
+            end_group(process)
+            raise
+        finally:
+            with self._lock:
+                self._groups.remove(process.pid)
+        if self.received:
+            name = signal.Signals(self.received[0]).name
+            raise Interrupted(f"kvconform report: interrupted by {name}; stopped {what} and every process it "
+                              "started; no report written, earlier reports left as they were", self.received[0])
+        return returncode
 
 
 def end_group(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
@@ -107,33 +146,3 @@ def end_group(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
     while group_alive(pgid) and time.monotonic() < deadline + grace:
         time.sleep(0.05)
 
-
-def run_in_own_group(command: Sequence[str], what: str) -> int:
-    """Run `command` in a new session and return its exit status.
-
-    A SIGINT/SIGTERM received meanwhile is forwarded to the child's group; once the group has ended,
-    `Interrupted` is raised naming `what` was stopped.
-    """
-    received: list[int] = []
-    group: list[int] = []
-    with _forwarding(group, received):
-        process = subprocess.Popen(list(command), start_new_session=True)
-        group.append(process.pid)  # start_new_session makes the child its group's leader
-        if received:
-            _signal_group(process.pid, received[0])
-        try:
-            returncode = process.wait()
-            if received:
-                end_group(process)
-            elif group_alive(process.pid):
-                # pytest ended but left processes in its group (a worker that hung): do not leave them behind
-                end_group(process, grace=2.0)
-        except BaseException:
-            _signal_group(process.pid, signal.SIGTERM)
-            end_group(process)
-            raise
-    if received:
-        name = signal.Signals(received[0]).name
-        raise Interrupted(f"kvconform report: interrupted by {name}; stopped {what} and every process it started; "
-                          "no report written, earlier reports left as they were", received[0])
-    return returncode

@@ -1,4 +1,4 @@
-"""`kvconform report`: run the suites with pytest-xdist and write the compatibility report.
+"""`kvconform report`: run the suites and write the compatibility report.
 
 Writes `compatibility.md`, `compatibility.html` and `results.json` into `reports/` (or `--output-dir`), all
 three atomically and only once everything rendered. `--from RESULTS.json` renders an earlier (or merged) run
@@ -6,8 +6,9 @@ without running anything. Arguments after `--` go to pytest unchanged:
 
     kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
-pytest-benchmark times nothing under xdist, so the throughput table of a plain run says "not timed";
-`--timing` runs the benchmark suite once more without xdist and puts its timed results in the report.
+The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to an
+xdist pass over the other suites, then the benchmarks alone and timed); one progress line per pass says
+what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
 be loaded, 5 nothing ran, 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM (pytest and its workers are stopped
@@ -17,24 +18,29 @@ too, no report is written and earlier reports stay as they were).
 from __future__ import annotations
 
 import argparse
-
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.eras import EraSelectionError, select_eras
-from harness.process_group import run_in_own_group
+from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
-from harness.results_model import ResultsDocument, ResultsFileError, load_results, sort_entries
+from harness.report.passes import BENCHMARK_SUITE, PytestPass, combine_passes, plan_passes
+from harness.report.summary_section import verdict
+from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
+from harness.report.pytest_output import print_pytest_log, wants_pytest_output
+from harness.results_model import ResultsDocument, ResultsFileError, load_results
 from harness.target_spec import load_target
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
-BENCHMARK_SUITE = "suites.benchmarks"
 # pytest's own exit codes (pytest.ExitCode) that mean something other than "tests ran".
 _PYTEST_INTERRUPTED, _PYTEST_INTERNAL_ERROR, _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 2, 3, 4, 5
 
@@ -77,10 +83,10 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
         raise UsageError(str(exc)) from None
 
 
-def _pytest_command(args, suites: list[str], results_path: Path, xdist: bool) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--pyargs", *suites, "-p", "no:cacheprovider",
-               "-rfE", "--kvconform-results", str(results_path)]
-    command += ["-n", str(args.workers)] if xdist else ["-p", "no:xdist"]
+def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
+               "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
+    command += ["-n", str(args.workers)] if pytest_pass.xdist else ["-p", "no:xdist"]
     if args.target:
         command += ["--hma-target", args.target]
     if args.vllm_version:
@@ -90,53 +96,86 @@ def _pytest_command(args, suites: list[str], results_path: Path, xdist: bool) ->
     return command + list(args.pytest_args)
 
 
-def _run_pytest(args, suites: list[str], xdist: bool) -> ResultsDocument:
-    """Run pytest in a subprocess (its progress goes straight to the terminal) and load its results."""
-    with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch:
-        results_path = Path(scratch) / "results.json"
-        command = _pytest_command(args, suites, results_path, xdist)
-        how = f"pytest-xdist (-n {args.workers})" if xdist else "pytest without xdist (timed)"
-        print(f"kvconform report: running {' '.join(suites)} with {how} on target {args.target or 'reference'}",
-              flush=True)
-        started = time.perf_counter()
-        try:
-            returncode = run_in_own_group(command, "pytest")  # SIGINT/SIGTERM stop its whole process group
-        except OSError as exc:
-            raise UsageError(f"kvconform report: cannot start pytest ({exc})", EXIT_TARGET) from None
-        wall = time.perf_counter() - started
-        if returncode == _PYTEST_NO_TESTS:
-            raise UsageError("kvconform report: nothing ran (pytest collected no tests)", EXIT_NOTHING_RAN)
-        if returncode == _PYTEST_INTERRUPTED and not results_path.exists():
-            raise UsageError("kvconform report: the run was interrupted; no report written", EXIT_TARGET)
-        if returncode == _PYTEST_USAGE_ERROR:
-            if args.target:
-                raise UsageError(f"kvconform report: pytest could not start with target {args.target!r} "
-                                 "(its message is above); no report written", EXIT_TARGET)
-            raise UsageError("kvconform report: pytest rejected the arguments (its message is above); "
-                             "no report written")
-        if returncode == _PYTEST_INTERNAL_ERROR or not results_path.exists():
-            raise UsageError(f"kvconform report: pytest stopped with exit status {returncode} before writing "
-                             "results (its message is above); no report written", EXIT_TARGET)
-        try:
-            results = load_results(results_path)
-        except ResultsFileError as exc:
-            raise UsageError(f"kvconform report: {exc}", EXIT_TARGET) from None
-    results.run_info["report_wall_seconds"] = round(wall, 3)
+def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressMonitor | None,
+                forwarder: SignalForwarder):
+    """Run one pass in a subprocess and load its results (None when it collected nothing).
+
+    With a monitor, pytest's own output goes to a log file and the monitor prints one progress line per
+    pass; the log's failure summary (or its tail, when pytest could not run) is printed afterwards.
+    Without one (`-v`/`-q` after `--`), pytest's output goes straight to the terminal.
+    """
+    slug = "".join(c if c.isalnum() else "-" for c in pytest_pass.label)
+    results_path, log_path = scratch / f"{slug}.json", scratch / f"{slug}.log"
+    command = _pytest_command(args, pytest_pass, results_path)
+    started = time.perf_counter()
+    try:
+        if monitor is None:
+            how = f"pytest-xdist (-n {args.workers})" if pytest_pass.xdist else "pytest without xdist"
+            print(f"kvconform report: running {pytest_pass.label} with {how} on target {args.target or 'reference'}",
+                  flush=True)
+            returncode = forwarder.run(command, "pytest")  # SIGINT/SIGTERM stop its whole process group
+        else:
+            progress = monitor.add(pytest_pass.label, scratch / f"{slug}.progress")
+            with open(log_path, "w", encoding="utf-8") as log:
+                returncode = forwarder.run(command, "pytest", stdout=log, stderr=subprocess.STDOUT,
+                                           env={**os.environ, PROGRESS_ENV: str(progress.path), "COLUMNS": "200"})
+            monitor.finish(progress)
+            print_pytest_log(log_path, returncode)
+    except OSError as exc:
+        raise UsageError(f"kvconform report: cannot start pytest ({exc})", EXIT_TARGET) from None
+    wall = time.perf_counter() - started
+    if returncode == _PYTEST_NO_TESTS:
+        return None
+    if returncode == _PYTEST_INTERRUPTED and not results_path.exists():
+        raise UsageError("kvconform report: the run was interrupted; no report written", EXIT_TARGET)
+    if returncode == _PYTEST_USAGE_ERROR:
+        if args.target:
+            raise UsageError(f"kvconform report: pytest could not start with target {args.target!r} "
+                             "(its message is above); no report written", EXIT_TARGET)
+        raise UsageError("kvconform report: pytest rejected the arguments (its message is above); "
+                         "no report written")
+    if returncode == _PYTEST_INTERNAL_ERROR or not results_path.exists():
+        raise UsageError(f"kvconform report: pytest stopped with exit status {returncode} before writing "
+                         "results (its message is above); no report written", EXIT_TARGET)
+    try:
+        results = load_results(results_path)
+    except ResultsFileError as exc:
+        raise UsageError(f"kvconform report: {exc}", EXIT_TARGET) from None
     pytest_args = command[3:]
     position = pytest_args.index("--kvconform-results")
     del pytest_args[position:position + 2]
-    results.run_info["pytest_args"] = pytest_args
-    return results
+    return results, {"pytest_args": pytest_args, "wall_seconds": round(wall, 3)}
 
 
-def with_timed_benchmarks(results: ResultsDocument, timed: ResultsDocument) -> ResultsDocument:
-    """`results` with each benchmark test replaced by its timed run (kept as a second run)."""
-    timed_ids = {entry["id"] for entry in timed.results}
-    second = len(results.runs)
-    entries = [e for e in results.results if e["id"] not in timed_ids]
-    entries += [dict(entry, run=second) for entry in timed.results]
-    return ResultsDocument(run_info=results.run_info, runs=[*results.runs, timed.run_info],
-                           results=sort_entries(entries))
+def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
+    """Run the passes (the concurrent ones at the same time) and combine their results into one run."""
+    monitor = None if wants_pytest_output(args.pytest_args) else ProgressMonitor()
+    started = time.perf_counter()
+    done: list = []
+    with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch, SignalForwarder() as forwarder:
+        try:
+            concurrent = [p for p in passes if p.concurrent and monitor is not None]
+            concurrent = concurrent if len(concurrent) > 1 else []
+            if concurrent:
+                with ThreadPoolExecutor(len(concurrent)) as pool:
+                    futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor, forwarder)) for p in concurrent]
+                    done += [(p, future.result()) for p, future in futures]
+            for pytest_pass in passes:
+                if pytest_pass not in concurrent:
+                    done.append((pytest_pass, _run_pytest(args, pytest_pass, Path(scratch), monitor, forwarder)))
+        finally:
+            if monitor is not None:
+                monitor.close()
+    ran = [(p, result[0], result[1]) for p, result in done if result is not None]
+    if not ran:
+        raise UsageError("kvconform report: nothing ran (pytest collected no tests)", EXIT_NOTHING_RAN)
+    command_info = {
+        "target": args.target or "reference",
+        # the command as typed (`kvconform report ...`), not pytest's argv with its temporary results path
+        "argv": ["kvconform", *sys.argv[1:]] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
+        "report_wall_seconds": round(time.perf_counter() - started, 3),
+    }
+    return combine_passes(ran, command_info)
 
 
 def _filtered(results: ResultsDocument, eras: tuple[str, ...] | None, connector: str | None) -> ResultsDocument:
@@ -186,24 +225,15 @@ def run(args) -> int:
             from harness.targets.vllm_connector import validate_spec
 
             validate_spec(args.kv_connector)  # the same for a vLLM connector (no vLLM, unknown name)
-        results = _run_pytest(args, args.suites or list(DEFAULT_SUITES), xdist=True)
-        # pytest-benchmark times nothing under xdist: the throughput figures need a second, serial pass
+        # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
-        if timing:
-            results = with_timed_benchmarks(results, _run_pytest(args, [BENCHMARK_SUITE], xdist=False))
+        results = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
     files = render_reports(results)
     try:
         write_files_atomic({output_dir / name: text for name, text in files.items()})
     except OSError as exc:
         raise UsageError(f"kvconform report: cannot write the report into {output_dir} ({exc.strerror or exc})") from None
     status = exit_status(results)
-    failures = sum(1 for e in results.results if e["status"] in ("failed", "error"))
     where = f"{output_dir / MARKDOWN_NAME} (and {output_dir / HTML_NAME}, {output_dir / RESULTS_NAME})"
-    if status == EXIT_FAILURES:
-        print(f"kvconform report: {failures} conformance failure(s); the full report is in {where}")
-    elif status == EXIT_NOTHING_RAN:
-        print(f"kvconform report: nothing ran (every test was skipped or none was selected); report in {where}")
-    else:
-        print(f"kvconform report: {len(results.results)} results as expected; report in {where}")
+    print(f"kvconform report: {verdict(results.results)} Report: {where}")
     return status
-

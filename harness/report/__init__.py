@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.report.build import build_document
 from harness.report.html import render_html
 from harness.report.markdown import render_markdown
+from harness.report.results_file import compact_results
 from harness.results_model import ResultsDocument
 
 MARKDOWN_NAME = "compatibility.md"
@@ -25,6 +26,9 @@ def run_details(results: ResultsDocument) -> list[str]:
             f"· {run.get('started_at')} → {run.get('finished_at')} · pytest session {run.get('wall_seconds')} s"
             + (f", whole run {run['report_wall_seconds']} s" if run.get("report_wall_seconds") else "")
         )
+        for step in run.get("passes") or ():
+            lines.append(f"Pass {step.get('label')}: {step.get('tests')} tests in {step.get('wall_seconds')} s "
+                         f"(pytest {' '.join(step.get('pytest_args') or ())})")
     return lines
 
 
@@ -34,5 +38,5 @@ def render_reports(results: ResultsDocument) -> dict[str, str]:
     return {
         MARKDOWN_NAME: render_markdown(document),
         HTML_NAME: render_html(document, run_details(results)),
-        RESULTS_NAME: results.dumps(),
+        RESULTS_NAME: compact_results(results).dumps(),
     }

@@ -15,6 +15,8 @@ def is_vllm(implementation: str) -> bool:
     """vLLM's own figures, recorded as "vllm" or with its release ("vllm-0.33.0")."""
     name = implementation.lower()
     return name == REFERENCE_IMPLEMENTATION or name.startswith(REFERENCE_IMPLEMENTATION + "-")
+
+
 _RATE_KEYS = ("requests_per_s", "block_ops_per_s")
 
 
@@ -35,34 +37,52 @@ def _ratio(metrics: dict[str, Any], baseline: dict[str, Any] | None) -> Cell:
 
 
 def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The throughput table, or nothing when the benchmarks did not record."""
+    """The throughput table, or nothing when the benchmarks did not record.
+
+    Tests without a workload record (the vLLM side skipped because vLLM is not importable) are said in one
+    line, not as a row of unknowns. The figures depend on the machine: the table is `machine_dependent`,
+    so the Markdown (committed) says where they are and the HTML shows them.
+    """
     records = [e for e in entries if e["suite"] == SUITE]
     if not records:
         return []
     figures: dict[tuple[str, str], dict[str, Any] | None] = {}
+    unrecorded: dict[str, int] = {}
     for entry in records:
         cell = entry.get("cell") or {}
+        if cell.get("workload") is None:
+            reason = entry.get("message") or entry["status"]
+            unrecorded[reason] = unrecorded.get(reason, 0) + 1
+            continue
         metrics = entry.get("extra", {}).get("metrics")
         key = (label(cell.get("workload")), label(cell.get("implementation")))
         if isinstance(metrics, dict) or key not in figures:
             figures[key] = metrics if isinstance(metrics, dict) else None
     vllm = {w: m for (w, i), m in figures.items() if is_vllm(i) and m is not None}
-    rows = []
+    rows, untimed = [], []
     for (workload, implementation), metrics in sorted(figures.items(), key=lambda kv: (kv[0][0], kv[0][1].lower())):
         if metrics is None:
-            not_timed = Cell("❔", "unknown", ("not timed (pytest-benchmark times nothing under xdist; run `kvconform report --timing`)",))
-            rows.append([workload, implementation, not_timed, not_timed, not_timed, not_timed])
+            untimed.append(f"{workload} ({implementation})")
             continue
-        if is_vllm(implementation):
-            ratio: Cell | str = "1.00×"
-        else:
-            ratio = _ratio(metrics, vllm.get(workload))
+        ratio: Cell | str = "1.00×" if is_vllm(implementation) else _ratio(metrics, vllm.get(workload))
         rows.append([workload, implementation, _number(metrics.get("requests_per_s"), 1),
                      _number(metrics.get("block_ops_per_s")), _number(metrics.get("median_s"), 6), ratio])
-    return [Section("benchmark", [
-        Heading(2, "Throughput"),
-        Paragraph("Ratios compare each implementation's requests/s (else block operations/s) with vLLM's "
-                  "on the same workload in the same session; ≥ 1.00× means at least as fast."),
-        Table(headers=["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
-              rows=rows),
-    ])]
+    blocks: list = [Heading(2, "Throughput")]
+    if rows:
+        blocks += [
+            Paragraph("Ratios compare each implementation's requests/s (else block operations/s) with vLLM's "
+                      "on the same workload in the same session; ≥ 1.00× means at least as fast."),
+            Table(headers=["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
+                  rows=rows, machine_dependent=True),
+        ]
+    if untimed:
+        blocks.append(Paragraph(f"Not timed ({len(untimed)} workloads: pytest-benchmark times nothing under "
+                                "xdist; `kvconform report` times them in a pass of its own unless `--no-timing`): "
+                                + ", ".join(untimed) + "."))
+    for reason, count in sorted(unrecorded.items()):
+        if reason.startswith("not applicable: vLLM is not importable"):
+            blocks.append(Paragraph(f"vLLM was not importable, so its side of the comparison did not run "
+                                    f"({count} benchmark tests skipped) and no ratio to vLLM is shown."))
+        else:
+            blocks.append(Paragraph(f"{count} benchmark test{'' if count == 1 else 's'} recorded no workload: {reason}"))
+    return [Section("benchmark", blocks)]

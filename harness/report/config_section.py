@@ -4,10 +4,14 @@ The main table of an era has rows connector x features and columns platform x fl
 matrix fills completely: every feature without a connector, and every connector without features. The
 cells where a connector meets a feature are a pairwise sample (not every platform and flag), so they are
 listed one per line under the table instead of leaving the rest of a row unrun. A cell shows the target's
-outcome (the deepest stage the matrix ran for that configuration): ✅ HMA on (resolved disable flag False),
-⚪ HMA off (the warnings as footnotes), ❌ an error (type, stage and message as a footnote), ❔ unknown or not
-run (why, as a footnote). A ❗ after the symbol marks a configuration whose outcome differs from the oracle
-at some stage.
+outcome (the deepest stage the matrix ran for that configuration) as a symbol *and* a word: "✅ on" (HMA on),
+"⚪ off" (the warnings as notes), "❌ E-F" (an error: its message id or type; stage and message as a note),
+"❔ unknown" (why, as a note). "❗ differs" marks a configuration whose outcome differs from the oracle.
+Fixture ids and flag values are shown with the readable labels of `harness.report.labels`.
+
+Before the era tables, "at a glance" says per connector and per feature, on cuda, how HMA resolves with the
+flag auto and with an explicit enable, release by release; after them, "what changed between releases"
+groups the changes of outcome by what changed (an unknown that stays unknown is no change).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
+from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
+from harness.report.spec_refs import message_id
 
 SUITE = "config"
 PLATFORM_ORDER = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
@@ -29,10 +35,14 @@ NOT_RUN = "not run: no result for this configuration (it was not selected or is 
 NO_CONNECTOR = frozenset({"none", "noconn"})
 NO_FEATURES = "none"
 LEGEND = (
-    "✅ HMA on (resolved `disable_hybrid_kv_cache_manager` is False) · ⚪ HMA off (footnote: the warning) · "
-    "❌ error (footnote: type, stage and message) · ❔ unknown or not run (footnote: why) · "
-    "❗ the outcome differs from the oracle"
+    "Cells: ✅ on = HMA on (resolved `disable_hybrid_kv_cache_manager` is False) · ⚪ off = HMA off (note: the "
+    "warning vLLM logs) · ❌ followed by a message id (E-F, E-B, ...) or an exception type = an error (note: "
+    "type, stage and message; the ids are explained in docs/rules.md) · ❔ unknown = cannot be known or not run "
+    "(note: why) · ❗ differs = the outcome differs from the oracle. Numbers in brackets refer to the notes under "
+    "each table."
 )
+GLANCE_PLATFORM = "cuda"
+ON, OFF, ERROR, UNKNOWN = "✅ on", "⚪ off", "❌", "❔ unknown"
 
 ConfigKey = tuple[str, str, str, Any]  # connector, features, platform, flag
 _ERA_RANK = {era: rank for rank, era in enumerate(ERA_IDS)}
@@ -56,11 +66,6 @@ def label(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def flag_label(flag: Any) -> str:
-    """The flag as a column label: absent, True or False."""
-    return "absent" if flag is None else str(flag)
 
 
 def _first_sort(value: str) -> tuple[int, str]:
@@ -88,21 +93,35 @@ def _stage_rank(stage: Any) -> int:
     return _STAGE_RANK.get(stage, -1)
 
 
+def _warning_note(text: str) -> str:
+    ident = message_id(text)
+    return f"{ident} (warning): {text}" if ident else f"warning: {text}"
+
+
+def error_note(error: dict[str, Any]) -> str:
+    """'E-F: ValueError at stage create_connector: Connector X does not support HMA ...'."""
+    message = str(error.get("message") or "")
+    kind, stage = error.get("type", "error"), error.get("stage", "?")
+    ident = message_id(message, kind)
+    text = f"{kind} at stage {stage}: {message}" if message.strip() else f"{kind} at stage {stage}, with no message"
+    return f"{ident}: {text}" if ident else text
+
+
 def outcome_cell(outcome: dict[str, Any]) -> Cell:
-    """The symbol and footnotes for one outcome in the `kvconform resolve` schema."""
-    warnings = tuple(str(w) for w in outcome.get("warnings") or ())
+    """The symbol, word and notes for one outcome in the `kvconform resolve` schema."""
+    warnings = tuple(_warning_note(str(w)) for w in outcome.get("warnings") or ())
     if outcome.get("unknown"):
-        return Cell("❔", "unknown", (f"unknown: {outcome['unknown']}",) + warnings)
+        return Cell(UNKNOWN, "unknown", (f"unknown: {outcome['unknown']}",) + warnings)
     error = outcome.get("error")
     if error:
-        note = f"{error.get('type', 'error')} at stage {error.get('stage', '?')}: {error.get('message', '')}"
-        return Cell("❌", "error", warnings + (note,))
+        ident = message_id(str(error.get("message") or ""), error.get("type"))
+        return Cell(f"{ERROR} {ident or error.get('type', 'error')}", "error", warnings + (error_note(error),))
     resolved = outcome.get("resolved_disable_hma")
     if resolved is False:
-        return Cell("✅", "on", warnings)
+        return Cell(ON, "on", warnings)
     if resolved is True:
-        return Cell("⚪", "off", warnings)
-    return Cell("❔", "unknown", ("no outcome: neither a resolved value, an error nor an unknown reason",))
+        return Cell(OFF, "off", warnings)
+    return Cell(UNKNOWN, "unknown", ("no outcome: neither a resolved value, an error nor an unknown reason",))
 
 
 def outcome_signature(outcome: dict[str, Any]) -> tuple:
@@ -148,14 +167,14 @@ class _Configuration:
             base = outcome_cell(outcome)
         else:
             reason = self.shown().get("message") or "no outcome was recorded"
-            base = Cell("❔", "unknown", (f"not run: {reason}",))
+            base = Cell(UNKNOWN, "unknown", (f"not run: {reason}",))
         mismatches = [
             f"differs from the oracle at stage {label(stage)}: {e.get('message') or e['status']}"
             for stage, e in sorted(self.by_stage.items(), key=lambda item: _stage_rank(item[0]))
             if e["status"] in ("failed", "error")
         ]
         if mismatches:
-            return Cell(base.text + "❗", "mismatch", base.notes + tuple(mismatches))
+            return Cell(base.text + " ❗ differs", "mismatch", base.notes + tuple(mismatches))
         return base
 
     def signature(self) -> tuple | None:
@@ -192,21 +211,21 @@ def _key_sort(key: ConfigKey) -> tuple:
     return (_row_sort((key[0], key[1])), _column_sort((key[2], key[3])))
 
 
-def _era_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
+def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Table:
     """The main table: the rows without a connector or without features, by the platform x flag they ran on."""
     shown = [key for key in configurations if is_main_row(key[0], key[1])]
     rows_keys = sorted({(c, f) for c, f, _, _ in shown}, key=_row_sort)
     column_keys = sorted({(p, fl) for _, _, p, fl in shown}, key=_column_sort)
-    missing = Cell("❔", "unknown", (NOT_RUN,))
+    missing = Cell(UNKNOWN, "unknown", (NOT_RUN,))
     rows = []
     for connector, features in rows_keys:
-        row: list[Cell | str] = [connector, features]
+        row: list[Cell | str] = [connector_label(connector), feature_label(features)]
         for platform, flag in column_keys:
             configuration = configurations.get((connector, features, platform, flag))
             row.append(configuration.cell() if configuration is not None else missing)
         rows.append(row)
     return Table(
-        headers=["connector", "features"] + [f"{p} · {flag_label(fl)}" for p, fl in column_keys],
+        headers=["connector", "feature"] + [f"{p} · {flag_label(fl, era)}" for p, fl in column_keys],
         rows=rows,
         row_filters=[{"connector": c} for c, _ in rows_keys],
         column_filters=[{}, {}] + [{"platform": p} for p, _ in column_keys],
@@ -214,35 +233,74 @@ def _era_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
     )
 
 
-def _interaction_table(configurations: dict[ConfigKey, _Configuration]) -> Table:
+def _interaction_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Table:
     """The configurations with a connector and a feature, one line each (only those that ran are listed)."""
     keys = sorted((key for key in configurations if not is_main_row(key[0], key[1])), key=_key_sort)
     return Table(
-        headers=["connector", "features", "platform", "flag", "outcome"],
-        rows=[[c, f, p, flag_label(fl), configurations[(c, f, p, fl)].cell()] for c, f, p, fl in keys],
+        headers=["connector", "feature", "platform", "flag", "outcome"],
+        rows=[[connector_label(c), feature_label(f), p, flag_label(fl, era), configurations[(c, f, p, fl)].cell()]
+              for c, f, p, fl in keys],
         row_filters=[{"connector": c, "platform": p} for c, _, p, _ in keys],
-        column_filters=[{}, {}, {}, {}, {}],
         search=True,
     )
 
 
 def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> list:
     blocks: list = [Heading(3, f"Era {era_title(era)}")]
-    main = _era_table(configurations)
+    main = _era_table(era, configurations)
     if main.rows:
         blocks.append(main)
-    interactions = _interaction_table(configurations)
+    interactions = _interaction_table(era, configurations)
     if interactions.rows:
         count = len(interactions.rows)
+        release = ERA_RELEASES.get(era, era)
         blocks += [Paragraph(f"A connector together with a feature in {era}: {count} configuration"
-                             f"{'' if count == 1 else 's'} (the matrix samples their platforms and flags pairwise)."),
+                             f"{'' if count == 1 else 's'} (the matrix samples their platforms and flags pairwise; "
+                             f"any other combination: `kvconform explain --vllm-version {release} --platform P "
+                             "[flag] --kv-transfer-config ... [feature options]`)."),
                    interactions]
     return blocks
 
 
+def _kind(configuration: _Configuration | None) -> str | None:
+    """'✅ on', '⚪ off', '❌ E-F', '❔ unknown' for the glance table (no notes), None when it did not run."""
+    if configuration is None or configuration.signature() is None:
+        return None
+    return configuration.cell().text.replace(" ❗ differs", "")
+
+
+def _timeline(series: list[tuple[str, str | None]]) -> str:
+    """'⚪ off; ✅ on from 0.23.0' from (era, kind) pairs in release order (eras that did not run skipped)."""
+    parts: list[str] = []
+    previous = None
+    for index, (era, kind) in enumerate(series):
+        if kind is None or kind == previous:
+            continue
+        # the first outcome needs no release when the configuration ran from the first era on
+        parts.append(kind if previous is None and index == 0 else f"{kind} from {ERA_RELEASES.get(era, era)}")
+        previous = kind
+    return "; ".join(parts) if parts else "not run"
+
+
+def _glance_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
+    """Per connector (no feature) and per feature (no connector), on cuda: flag auto and explicit enable."""
+    rows_keys = sorted({(c, f) for era in order for c, f, p, _ in eras[era]
+                        if p == GLANCE_PLATFORM and is_main_row(c, f)}, key=_row_sort)
+    rows = []
+    for connector, features in rows_keys:
+        auto = [(era, _kind(eras[era].get((connector, features, GLANCE_PLATFORM, None)))) for era in order]
+        enable = [(era, _kind(eras[era].get((connector, features, GLANCE_PLATFORM, False)))) for era in order]
+        rows.append([connector_label(connector), feature_label(features), _timeline(auto), _timeline(enable)])
+    return Table(headers=["connector", "feature", "flag auto (absent)", "explicit enable (--no-disable-… / --enable-…)"],
+                 rows=rows, row_filters=[{"connector": c} for c, _ in rows_keys], search=True)
+
+
 def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
-    """Every change of outcome between consecutive eras; platforms that change alike share one row."""
-    changes: dict[tuple, list[str]] = {}  # (connector, features, flag, between, before, after, era) -> platforms
+    """The changes of outcome between consecutive eras, one row per change, listing the configurations it hit.
+
+    An unknown that stays unknown is no change, however its reason is worded (the reason names the release).
+    """
+    changes: dict[tuple, dict[tuple, list[str]]] = {}  # (between, before, after, era) -> configuration -> platforms
     keys = sorted({key for era in order for key in eras[era]}, key=_key_sort)
     for key in keys:
         previous_era, previous = None, None
@@ -251,22 +309,26 @@ def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list
             if configuration is None or configuration.signature() is None:
                 continue
             if previous is not None and previous.signature() != configuration.signature():
-                connector, features, platform, flag = key
-                change = (connector, features, flag_label(flag), f"{previous_era} → {era}",
-                          previous.cell(), configuration.cell(), era)
-                changes.setdefault(change, []).append(platform)
+                before, after = previous.cell(), configuration.cell()
+                if not (before.kind == after.kind == "unknown"):
+                    connector, features, platform, flag = key
+                    change = (f"{ERA_RELEASES.get(previous_era, previous_era)} → {ERA_RELEASES.get(era, era)}",
+                              before, after, era)
+                    changes.setdefault(change, {}).setdefault((connector, features, flag_label(flag, era)),
+                                                              []).append(platform)
             previous_era, previous = era, configuration
     rows, row_filters = [], []
-    for (connector, features, flag, between, before, after, era), platforms in changes.items():
-        rows.append([connector, features, ", ".join(platforms), flag, between, before, after])
-        row_filters.append({"connector": connector, "era": era, "platform": " ".join(platforms)})
-    return Table(
-        headers=["connector", "features", "platforms", "flag", "between", "before", "after"],
-        rows=rows,
-        row_filters=row_filters,
-        column_filters=[{}, {}, {}, {}, {}, {}, {}],
-        search=True,
-    )
+    in_release_order = sorted(changes.items(), key=lambda item: (era_sort_key(item[0][3]), item[0][1].text,
+                                                                  item[0][2].text))
+    for (between, before, after, era), configurations in in_release_order:
+        listed = [f"{connector_label(c)} + {feature_label(f)} · {fl} · {', '.join(platforms)}"
+                  for (c, f, fl), platforms in configurations.items()]
+        rows.append([between, before, after, str(len(listed)), "; ".join(listed)])
+        row_filters.append({"era": era, "connector": " ".join(sorted({c for c, _, _ in configurations})),
+                            "platform": " ".join(p for p in PLATFORM_ORDER
+                                                 if any(p in ps for ps in configurations.values()))})
+    return Table(headers=["releases", "before", "after", "configurations", "which (connector + feature · flag · platforms)"],
+                 rows=rows, row_filters=row_filters, search=True)
 
 
 def oracle_summary(entries: list[dict[str, Any]]) -> str:
@@ -281,28 +343,46 @@ def oracle_summary(entries: list[dict[str, Any]]) -> str:
 
 
 def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The config section (summary, legend, era tables, what changed) and one filterable wrapper per era."""
+    """The config section (summary, at a glance, legends), one filterable section per era, what changed."""
     config_entries = [e for e in entries if e["suite"] == SUITE]
     if not config_entries:
         return []
     eras = _group(config_entries)
     order = sorted(eras, key=era_sort_key)
-    sections = [Section("config", [
+    used_connectors = {c for era in order for c, _, _, _ in eras[era]}
+    used_features = {f for era in order for _, f, _, _ in eras[era]}
+    blocks: list = [
         Heading(2, "Config resolution matrix"),
         Paragraph(oracle_summary(config_entries)),
         Paragraph(LEGEND),
-        Paragraph("Each cell shows the deepest stage the matrix ran for that configuration "
-                  "(create_connector where present, else config). Per era, the table has every feature without "
-                  "a connector and every connector without features, on every platform and flag; the list "
-                  "under it has the configurations where a connector meets a feature, which the matrix "
-                  "samples pairwise (every connector with every feature at least once)."),
-    ])]
+        Paragraph(FLAG_LEGEND),
+    ]
+    glance = _glance_table(eras, order)
+    if glance.rows:
+        blocks += [Heading(3, "At a glance (cuda)"),
+                   Paragraph("How HMA resolves on cuda for each connector (without features) and each feature "
+                             "(without a connector), release by release: the first outcome holds from the "
+                             "earliest release that ran, each later one from the release named."),
+                   glance]
+    legend = legend_rows(used_connectors, used_features)
+    if legend:
+        blocks += [Heading(3, "What the configurations are"),
+                   Table(headers=["label", "id in test names and results.json", "kind", "configuration"],
+                         rows=legend)]
+    blocks.append(Paragraph(
+        "Per era below: each cell shows the deepest stage the matrix ran for that configuration "
+        "(create_connector where present, else config). The table has every feature without a connector and "
+        "every connector without features, on every platform and flag; the list under it has the "
+        "configurations where a connector meets a feature, which the matrix samples pairwise (every connector "
+        "with every feature at least once)."))
+    sections = [Section("config", blocks)]
     for era in order:
         sections.append(Section("config", _era_blocks(era, eras[era]), filters={"era": era}))
     changes = _changes_table(eras, order)
     blocks = [Heading(2, "What changed between releases"),
-              Paragraph("Every configuration whose outcome differs from the previous era that ran it "
-                        "(the era filter of the HTML page selects the changes that arrive in that era).")]
+              Paragraph("Each row is one change of outcome between two consecutive eras, with every configuration "
+                        "it applies to (an unknown that stays unknown is not a change; the era filter of the HTML "
+                        "page selects the changes that arrive in that era).")]
     blocks.append(changes if changes.rows else Paragraph("No configuration changed its outcome between eras."))
     sections.append(Section("config", blocks))
     return sections

@@ -108,8 +108,9 @@ def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
     verdicts = [hma_verdict(c, [e for (_, conn), es in grouped.items() if conn == c for e in es]) for c in connectors]
     return [Section("connector", [
         Heading(2, "Connector conformance"),
-        Paragraph("✅ passes on every preset · ❌ fails (footnote: the first failing evidence) · "
-                  "➖ not applicable · ❔ not run (footnote: why)"),
+        Paragraph("✅ pass = passes on every preset · ❌ fail = fails (note: the first failing evidence) · "
+                  "➖ n/a = not applicable (note: why) · ❔ unknown = not run (note: why); the check ids are "
+                  "explained in the connector spec section 4.2."),
         table,
         Heading(3, "May each connector declare SupportsHMA?"),
         BulletList(verdicts),

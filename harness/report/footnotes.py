@@ -1,4 +1,4 @@
-"""Auto-numbered, de-duplicated footnotes shared by the Markdown and HTML renderers."""
+"""Auto-numbered, de-duplicated notes shared by the Markdown and HTML renderers (one numbering per section)."""
 
 from __future__ import annotations
 

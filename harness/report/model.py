@@ -20,13 +20,18 @@ class Cell:
 
 @dataclass(slots=True)
 class Table:
-    """A table; `row_filters`/`column_filters` tag rows and columns for the HTML filters (e.g. connector)."""
+    """A table; `row_filters`/`column_filters` tag rows and columns for the HTML filters (e.g. connector).
+
+    A `machine_dependent` table (timings) is shown in the HTML only: the committed Markdown must not change
+    when the same results are produced on another machine.
+    """
 
     headers: list[str]
     rows: list[list[Cell | str]]
     row_filters: list[dict[str, str]] | None = None
     column_filters: list[dict[str, str]] | None = None
     search: bool = False
+    machine_dependent: bool = False
 
 
 @dataclass(slots=True)
@@ -70,3 +75,16 @@ class Document:
     title: str
     run_line: str
     sections: list[Section]
+
+
+# A cell whose text is only a symbol also gets a word, so it reads without an emoji font.
+_SYMBOLS = frozenset("✅⚪❌❔➖❗")
+KIND_WORDS = {"on": "on", "off": "off", "error": "error", "unknown": "unknown", "pass": "pass", "fail": "fail",
+              "na": "n/a", "mismatch": "differs"}
+
+
+def display_text(cell: Cell) -> str:
+    """The cell's text, with its kind's word added when the text is nothing but symbols."""
+    if cell.text and set(cell.text) <= _SYMBOLS and cell.kind in KIND_WORDS:
+        return f"{cell.text} {KIND_WORDS[cell.kind]}"
+    return cell.text

@@ -11,6 +11,19 @@ STATUS_COLUMNS = ("passed", "failed", "error", "skipped")
 _LISTED_FAILURES = 20
 
 
+def verdict(entries: list[dict[str, Any]]) -> str:
+    """One sentence on the whole run; the report's summary and the command's last line both say it."""
+    counts = Counter(entry["status"] for entry in entries)
+    ran = len(entries) - counts["skipped"]
+    failing = counts["failed"] + counts["error"]
+    if not entries or not ran:
+        return "Nothing ran: every test was skipped or none was selected."
+    if failing:
+        return (f"{failing:,} of {ran:,} tests that ran did not behave as expected (failed or error); "
+                f"{counts['skipped']:,} skipped.")
+    return f"All {ran:,} tests that ran behaved as expected; {counts['skipped']:,} skipped."
+
+
 def summary_sections(entries: list[dict[str, Any]]) -> list[Section]:
     """Totals per suite, a one-line verdict and the first failures (the details are in the suites' sections)."""
     per_suite: dict[str, Counter] = {}
@@ -19,14 +32,7 @@ def summary_sections(entries: list[dict[str, Any]]) -> list[Section]:
     rows = [[suite] + [str(counts[s]) for s in STATUS_COLUMNS] + [str(sum(counts.values()))]
             for suite, counts in sorted(per_suite.items())]
     failing = sorted((e for e in entries if e["status"] in ("failed", "error")), key=lambda e: e["id"])
-    ran = sum(1 for e in entries if e["status"] != "skipped")
-    if not entries or not ran:
-        verdict = "Nothing ran: every test was skipped or none was selected."
-    elif failing:
-        verdict = f"{len(failing)} of {len(entries)} tests did not behave as expected (failed or error)."
-    else:
-        verdict = f"All {ran} tests that ran behaved as expected ({len(entries) - ran} skipped)."
-    blocks = [Heading(2, "Summary"), Paragraph(verdict),
+    blocks = [Heading(2, "Summary"), Paragraph(verdict(entries)),
               Table(headers=["suite", *STATUS_COLUMNS, "total"], rows=rows)]
     if failing:
         items = [f"`{e['id']}`: {e.get('message') or e['status']}" for e in failing[:_LISTED_FAILURES]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 
@@ -19,6 +20,20 @@ def table_after(markdown: str, heading: str) -> list[list[str]]:
     return rows
 
 
-def footnotes(markdown: str) -> dict[str, str]:
-    """Footnote number -> text."""
-    return dict(re.findall(r"^\[\^(\d+)\]: (.*)$", markdown, flags=re.M))
+def footnotes(markdown: str, heading: str | None = None) -> dict[str, str]:
+    """Note number -> text of the first "Notes:" list after `heading` (notes are numbered per section)."""
+    text = markdown[markdown.index(heading):] if heading else markdown
+    block = text[text.index("Notes:\n\n") + len("Notes:\n\n"):]
+    block = block.split("\n\n", 1)[0]
+    return dict(re.findall(r"^- \[(\d+)\] (.*)$", block, flags=re.M))
+
+
+def html_table_after(page: str, heading: str) -> list[list[str]]:
+    """The first HTML table after the heading text `heading`, as rows of cell texts (tags removed)."""
+    table = page[page.index(heading):]
+    table = table[table.index("<table"):table.index("</table>")]
+    rows = []
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, flags=re.S):
+        cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)
+        rows.append([html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in cells])
+    return rows

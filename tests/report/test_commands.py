@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.commands.report import with_timed_benchmarks
+from harness.report.passes import PytestPass, combine_passes, plan_passes
+from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
@@ -53,13 +54,29 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == REPORT_FILES
     assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
     if expected_exit == 1:
-        assert "conformance failure(s); the full report is in" in out
+        assert "did not behave as expected" in out
 
 
 def test_report_from_writes_the_same_results_back(tmp_path, capsys):
-    source = write_results(tmp_path / "in.json", [config_entry()])
+    """results.json keeps every entry's evidence; only params repeating the cell and expected keys equal to
+    actual's (a passed cell) are left out, and they come back by overlaying expected on actual."""
+    failing = config_entry(flag=True, status="failed", actual=outcome(resolved=True),
+                           expected=outcome(resolved=False, rules=["§2.2"]), message="differs")
+    passing = config_entry(actual=outcome(resolved=False, rules=["flag_none"]),
+                           expected=outcome(resolved=False, rules=["§2.2 1"]))
+    passing["params"] = {"config_cell": "Cell(era='seed', ...)"}
+    source = write_results(tmp_path / "in.json", [passing, failing])
     run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
-    assert load_results(tmp_path / "out" / "results.json").to_json() == load_results(source).to_json()
+    written = load_results(tmp_path / "out" / "results.json")
+    original = load_results(source)
+    assert written.run_info == original.run_info and len(written.results) == 2
+    kept_pass, kept_fail = sorted(written.results, key=lambda e: e["status"], reverse=True)
+    assert kept_fail == failing, "a failing entry is kept whole"
+    assert kept_pass["params"] == {} and kept_pass["expected"] == {"rules": ["§2.2 1"]}
+    assert expected_outcome(kept_pass) == passing["expected"] and kept_pass["actual"] == passing["actual"]
+    assert compact_results(written).to_json() == written.to_json(), "compacting twice changes nothing"
+    status, out, _ = run_cli(capsys, "diff", source, str(tmp_path / "out" / "results.json"))
+    assert status == 0, out
 
 
 def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
@@ -190,13 +207,16 @@ def test_report_runs_the_suite_with_xdist_and_writes_three_files(tmp_path, capfd
     captured = capfd.readouterr()
     assert status == 1, "one cell fails"
     assert sorted(p.name for p in out_dir.iterdir()) == REPORT_FILES
-    assert "[100%]" in captured.out, "pytest's progress is shown while the suite runs"
-    assert f"the full report is in {out_dir / 'compatibility.md'}" in captured.out
+    assert "[100%]" in captured.out, "with -q after --, pytest's own progress is shown"
+    assert f"Report: {out_dir / 'compatibility.md'}" in captured.out
+    assert "1 of 2 tests that ran did not behave as expected" in captured.out
     results = load_results(out_dir / "results.json")
     assert {e["id"].rsplit("::", 1)[1]: e["status"] for e in results.results} == {
         "test_cell[None]": "passed", "test_cell[False]": "failed"}
-    assert results.run_info["report_wall_seconds"] > 0 and results.run_info["workers"] == 2
-    assert "--kvconform-results" not in results.run_info["pytest_args"]
+    assert results.run_info["report_wall_seconds"] > 0 and results.run_info["passes"][0]["workers"] == 2
+    assert "--kvconform-results" not in results.run_info["passes"][0]["pytest_args"]
+    assert results.run_info["target"] == "reference", "run_info names the target, also the default one"
+    assert not any("kvconform-report-" in arg for arg in results.run_info["argv"]), "no temporary paths"
     md = (out_dir / "compatibility.md").read_text()
     assert "1 of 2 matrix cases agree with the oracle" in md
 
@@ -229,9 +249,9 @@ def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
     cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
     assert out.splitlines() == [
         f"1 changed, 1 added, 1 removed between {base} and {head}",
-        f"added: {cell.format('false', 'cpu')}: — -> passed ✅",
-        f"removed: {cell.format('false', 'cuda')}: passed ✅ -> —",
-        f"changed: {cell.format('null', 'cuda')}: passed ✅ -> passed ⚪ (W-B1)",
+        f"added: {cell.format('false', 'cpu')}: — -> passed ✅ on",
+        f"removed: {cell.format('false', 'cuda')}: passed ✅ on -> —",
+        f"changed: {cell.format('null', 'cuda')}: passed ✅ on -> passed ⚪ off (warning: W-B1)",
     ]
 
 
@@ -367,7 +387,7 @@ def test_report_renders_a_merged_file(tmp_path, capsys):
     assert status == 0
     md = (tmp_path / "o" / "compatibility.md").read_text()
     assert "merged from 2 runs" in md
-    assert table_after(md, "### Era seed")[1] == ["none", "none", "✅", "⚪"]
+    assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
 
 
 def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, monkeypatch):
@@ -388,13 +408,34 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
     assert "### Era seed (vLLM 0.13.0)" in md and "### Era v0.33" not in md
 
 
-def test_with_timed_benchmarks_replaces_untimed_entries():
-    untimed = make_entry(nodeid="suites/benchmarks/t.py::a", suite="benchmark", status="passed",
-                         cell={"workload": "w", "implementation": "reference"}, extra={"metrics": None})
-    other = config_entry()
-    timed = dict(untimed, extra={"metrics": {"requests_per_s": 5.0}})
-    merged = with_timed_benchmarks(ResultsDocument(run_info=run_info(), results=[untimed, other]),
-                                   ResultsDocument(run_info=run_info(wall_seconds=9.0), results=[timed]))
-    assert [r["wall_seconds"] for r in merged.runs] == [30.0, 9.0], "the timed pass is kept as a second run"
-    assert {e["id"]: (e["extra"], e["run"]) for e in merged.results} == {
-        untimed["id"]: ({"metrics": {"requests_per_s": 5.0}}, 1), other["id"]: ({}, 0)}
+def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
+    """Hand-written plan: the matrix without xdist next to the other suites, benchmarks alone and timed."""
+    timed = plan_passes(["suites"], timing=True)
+    assert [(p.suites, p.xdist, p.concurrent) for p in timed] == [
+        (("suites.config",), False, True),
+        (("suites.allocator", "suites.connector"), True, True),
+        (("suites.benchmarks",), False, False),
+    ]
+    untimed = plan_passes(["suites"], timing=False)
+    assert [(p.suites, p.options) for p in untimed] == [
+        (("suites.config",), ()),
+        (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--benchmark-disable",)),
+    ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
+    assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
+    assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
+
+
+def test_combined_passes_are_one_run():
+    first = ResultsDocument(run_info=run_info(started_at="2026-01-01T00:00:05+00:00"), results=[config_entry()])
+    second = ResultsDocument(run_info=run_info(started_at="2026-01-01T00:00:01+00:00"),
+                             results=[make_entry(nodeid="suites/allocator/t.py::a", suite="allocator",
+                                                 status="passed", run=3)])
+    passes = [PytestPass("config matrix", ("suites.config",), xdist=False),
+              PytestPass("allocator suites", ("suites.allocator",), xdist=True)]
+    combined = combine_passes([(passes[0], first, {"wall_seconds": 1.0}), (passes[1], second, {"wall_seconds": 2.0})],
+                              {"target": "reference", "argv": ["kvconform", "report"]})
+    assert len(combined.runs) == 1 and all(e["run"] == 0 for e in combined.results)
+    assert combined.run_info["target"] == "reference" and combined.run_info["argv"] == ["kvconform", "report"]
+    assert combined.run_info["started_at"] == "2026-01-01T00:00:01+00:00", "the run starts with its first pass"
+    assert [(p["label"], p["tests"], p["wall_seconds"]) for p in combined.run_info["passes"]] == [
+        ("config matrix", 1, 1.0), ("allocator suites", 1, 2.0)]

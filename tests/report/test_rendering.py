@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
+import subprocess
+
+import pytest
 
 from harness.report import render_reports
 from harness.report.build import build_document
 from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
-from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import E_F, E_H, TPU, W1, W2, config_document, config_entry, outcome, run_info
+from tests.report.md_helpers import html_table_after, footnotes, table_after
+from tests.report.synthetic import E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, outcome, run_info
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
 
@@ -19,33 +23,73 @@ NOT_RUN = "not run: no result for this configuration (it was not selected or is 
 def test_era_tables_golden():
     md = render_markdown(build_document(config_document()))
     assert table_after(md, "### Era seed (vLLM 0.13.0)") == [
-        ["connector", "features", "cuda · absent", "cuda · True", "cuda · False", "rocm · absent"],
-        ["none", "none", "✅", "⚪❗[^1]", "❔[^2]", "❔[^3]"],
-        ["LMCacheConnectorV1", "none", "⚪[^4]", "❔[^2]", "❌[^5]", "❔[^2]"],
+        ["connector", "feature", "cuda · auto", "cuda · --disable-…", "cuda · --no-disable-…", "rocm · auto"],
+        ["no connector", "no feature", "✅ on", "⚪ off ❗ differs [1]", "❔ unknown [2]", "❔ unknown [3]"],
+        ["LMCacheConnectorV1", "no feature", "⚪ off [4]", "❔ unknown [2]", "❌ E-F [5]", "❔ unknown [2]"],
     ]
     assert table_after(md, "A connector together with a feature in seed: 1 configuration (") == [
-        ["connector", "features", "platform", "flag", "outcome"],
-        ["LMCacheConnectorV1", "kv_events", "rocm", "True", "⚪[^4]"],
+        ["connector", "feature", "platform", "flag", "outcome"],
+        ["LMCacheConnectorV1", "KV events", "rocm", "--disable-…", "⚪ off [4]"],
     ]
-    assert table_after(md, "### Era v0.33 (vLLM 0.33.0)") == [
-        ["connector", "features", "cuda · absent", "tpu · absent"],
-        ["none", "none", "✅", "❔[^6]"],
-        ["LMCacheConnectorV1", "none", "⚪[^7]", "❔[^2]"],
-    ]
-    assert table_after(md, "A connector together with a feature in v0.33: 1 configuration (") == [
-        ["connector", "features", "platform", "flag", "outcome"],
-        ["LMCacheConnectorV1", "hisparse", "tpu", "absent", "❌[^8]"],
-    ]
-    assert footnotes(md) == {
+    assert footnotes(md, "### Era seed (vLLM 0.13.0)") == {
         "1": "differs from the oracle at stage config: expected resolved False",
         "2": NOT_RUN,
         "3": "not run: ROCm not modelled",
-        "4": W1,
-        "5": f"ValueError at stage create_connector: {E_F}",
-        "6": f"unknown: {TPU}",
-        "7": W2,
-        "8": f"ValueError at stage config: {E_H}",
+        "4": f"[W-A1](../docs/rules.md#w-a1) (warning): {W1}",
+        "5": f"[E-F](../docs/rules.md#e-f): ValueError at stage create_connector: {E_F}",
+    }, "notes are numbered per era and listed under its tables, message ids linked to docs/rules.md"
+    assert table_after(md, "### Era v0.33 (vLLM 0.33.0)") == [
+        ["connector", "feature", "cuda · auto", "tpu · auto"],
+        ["no connector", "no feature", "✅ on", "❔ unknown [1]"],
+        ["LMCacheConnectorV1", "no feature", "⚪ off [2]", "❔ unknown [3]"],
+    ]
+    assert table_after(md, "A connector together with a feature in v0.33: 1 configuration (") == [
+        ["connector", "feature", "platform", "flag", "outcome"],
+        ["LMCacheConnectorV1", "HiSparse", "tpu", "auto", "❌ E-HISPARSE-CUDA [4]"],
+    ]
+    assert footnotes(md, "### Era v0.33 (vLLM 0.33.0)") == {
+        "1": f"unknown: {TPU}",
+        "2": f"warning: {W2}",
+        "3": NOT_RUN,
+        "4": f"[E-HISPARSE-CUDA](../docs/rules.md#e-hisparse-cuda): ValueError at stage config: {E_H}",
     }
+
+
+def test_at_a_glance_per_connector_and_feature_on_cuda():
+    md = render_markdown(build_document(config_document()))
+    assert table_after(md, "### At a glance (cuda)") == [
+        ["connector", "feature", "flag auto (absent)", "explicit enable (--no-disable-… / --enable-…)"],
+        ["no connector", "no feature", "✅ on", "not run"],
+        ["LMCacheConnectorV1", "no feature", "⚪ off", "❌ E-F"],
+    ]
+    entries = [config_entry(era, None, "cuda", "none", "NixlConnector",
+                            actual=outcome(resolved=resolved, warnings=[] if resolved is False else [W1]))
+               for era, resolved in (("seed", True), ("v0.20", True), ("v0.22", False), ("v0.33", False))]
+    entries.append(config_entry("v0.22", None, "cuda", "none", "MoRIIOConnector"))
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert table_after(md, "### At a glance (cuda)")[1:] == [
+        ["MoRIIOConnector", "no feature", "✅ on from 0.22.0", "not run"],
+        ["NixlConnector", "no feature", "⚪ off; ✅ on from 0.22.0", "not run"],
+    ], "a connector that appears later says from which release; a change names the release it arrives in"
+
+
+def test_legend_explains_every_fixture_id_used():
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[
+        config_entry(connector="noconn", features="chunked_env0"),
+        config_entry(connector="MultiConnector"),
+        config_entry(connector="ExternalTwoArg")])))
+    assert table_after(md, "### What the configurations are") == [
+        ["label", "id in test names and results.json", "kind", "configuration"],
+        ["no feature", "`none`", "feature", "none of the features below"],
+        ["chunked local, env 0", "`chunked_env0`", "feature",
+         "chunked local attention with `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0`"],
+        ["no connector", "`noconn`", "connector", "no `--kv-transfer-config`"],
+        ["external, 2-arg constructor", "`ExternalTwoArg`", "connector",
+         "an out-of-tree connector with the old two-argument constructor (no `kv_cache_config`), not `SupportsHMA`"],
+        ['MultiConnector, no "connectors" key', "`MultiConnector`", "connector",
+         '`MultiConnector` whose `kv_connector_extra_config` has no `"connectors"` key'],
+    ]
+    assert ['MultiConnector, no "connectors" key', "no feature", "✅ on"] in table_after(md, "### Era seed")
 
 
 def test_matrix_spelling_noconn_is_the_no_connector_row():
@@ -59,34 +103,54 @@ def test_matrix_spelling_noconn_is_the_no_connector_row():
     ]
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
     assert table_after(md, "### Era seed") == [
-        ["connector", "features", "cuda · absent"],
-        ["noconn", "none", "✅"],
-        ["noconn", "kv_events", "⚪[^1]"],
-        ["ExampleConnector", "none", "⚪[^1]"],
+        ["connector", "feature", "cuda · auto"],
+        ["no connector", "no feature", "✅ on"],
+        ["no connector", "KV events", "⚪ off [1]"],
+        ["ExampleConnector", "no feature", "⚪ off [1]"],
     ], "the cpu column has no main-table cell, so the main table has no cpu column"
     assert table_after(md, "A connector together with a feature in seed: 2 configurations (") == [
-        ["connector", "features", "platform", "flag", "outcome"],
-        ["ExampleConnector", "chunked", "cpu", "absent", "✅"],
-        ["ExampleConnector", "kv_events", "cuda", "absent", "✅"],
+        ["connector", "feature", "platform", "flag", "outcome"],
+        ["ExampleConnector", "chunked local attention", "cpu", "auto", "✅ on"],
+        ["ExampleConnector", "KV events", "cuda", "auto", "✅ on"],
     ]
+
+
+def test_flag_columns_use_the_release_spelling():
+    entries = [config_entry(era, flag) for era in ("pre-seed", "v0.33") for flag in (None, True, False)]
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert table_after(md, "### Era pre-seed")[0][2:] == ["cuda · auto", "cuda · --disable-…", "cuda · --no-disable-…"]
+    assert table_after(md, "### Era v0.33")[0][2:] == ["cuda · auto", "cuda · --disable-…", "cuda · --enable-…"]
+    assert "**--enable-…** = `--enable-hybrid-kv-cache-manager` from 0.33.0" in md
 
 
 def test_era_without_interactions_has_no_list():
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[config_entry()])))
     assert "A connector together with a feature" not in md
-    assert table_after(md, "### Era seed") == [["connector", "features", "cuda · absent"], ["none", "none", "✅"]]
+    assert table_after(md, "### Era seed") == [["connector", "feature", "cuda · auto"],
+                                              ["no connector", "no feature", "✅ on"]]
+
+
+def test_empty_assertion_is_named_not_an_empty_note():
+    entry = config_entry(connector="MultiConnector", stage="create_connector", actual=outcome(
+        error={"type": "AssertionError", "stage": "create_connector", "message": ""}))
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
+    assert table_after(md, "### Era seed")[1][2] == "❌ E-MULTI-NO-CONNECTORS [1]"
+    assert footnotes(md, "### Era seed") == {"1": "[E-MULTI-NO-CONNECTORS](../docs/rules.md#e-multi-no-connectors): "
+                                                  "AssertionError at stage create_connector, with no message"}
 
 
 def test_changes_between_releases_golden():
     md = render_markdown(build_document(config_document()))
     assert table_after(md, "## What changed between releases") == [
-        ["connector", "features", "platforms", "flag", "between", "before", "after"],
-        ["LMCacheConnectorV1", "none", "cuda", "absent", "seed → v0.33", "⚪[^4]", "⚪[^7]"],
+        ["releases", "before", "after", "configurations", "which (connector + feature · flag · platforms)"],
+        ["0.13.0 → 0.33.0", "⚪ off [1]", "⚪ off [2]", "1", "LMCacheConnectorV1 + no feature · auto · cuda"],
     ]
+    assert footnotes(md, "## What changed between releases") == {
+        "1": f"[W-A1](../docs/rules.md#w-a1) (warning): {W1}", "2": f"warning: {W2}"}
 
 
-def test_changes_on_several_platforms_share_a_row():
-    """Platforms whose outcome changes alike between the same eras are one row; a different change is not."""
+def test_changes_group_configurations_and_skip_unknown_to_unknown():
+    """Configurations that change alike share one row; an unknown whose reason names another release is no change."""
     entries = [
         config_entry("seed", False, platform, "kv_events", "none",
                      actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"}))
@@ -95,19 +159,24 @@ def test_changes_on_several_platforms_share_a_row():
         config_entry("v0.33", False, "cuda", "kv_events", "none", actual=outcome(resolved=False)),
         config_entry("v0.33", False, "rocm", "kv_events", "none", actual=outcome(resolved=False)),
         config_entry("v0.33", False, "tpu", "kv_events", "none", actual=outcome(unknown=TPU)),
+        config_entry("seed", None, "cuda", "hisparse", "none", actual=outcome(unknown="no HiSparse in 0.13.0")),
+        config_entry("v0.33", None, "cuda", "hisparse", "none", actual=outcome(unknown="no HiSparse in 0.33.0")),
+        config_entry("seed", False, "cuda", "none", "NixlConnector",
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"})),
+        config_entry("v0.33", False, "cuda", "none", "NixlConnector", actual=outcome(resolved=False)),
     ]
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
     rows = table_after(md, "## What changed between releases")
-    assert [row[:5] for row in rows[1:]] == [
-        ["none", "kv_events", "cuda, rocm", "False", "seed → v0.33"],
-        ["none", "kv_events", "tpu", "False", "seed → v0.33"],
+    assert rows[1:] == [
+        ["0.13.0 → 0.33.0", "❌ ValueError [1]", "✅ on", "2",
+         "no connector + KV events · --enable-… · cuda, rocm; NixlConnector + no feature · --enable-… · cuda"],
+        ["0.13.0 → 0.33.0", "❌ ValueError [1]", "❔ unknown [2]", "1", "no connector + KV events · --enable-… · tpu"],
     ], rows
-    assert rows[1][6] == "✅" and rows[2][6].startswith("❔"), rows
 
 
 def test_summary_counts_against_the_oracle():
     md = render_markdown(build_document(config_document()))
-    assert "1 of 11 tests did not behave as expected (failed or error)." in md
+    assert "1 of 10 tests that ran did not behave as expected (failed or error); 1 skipped." in md
     assert table_after(md, "## Summary") == [
         ["suite", "passed", "failed", "error", "skipped", "total"],
         ["config", "9", "1", "0", "1", "11"],
@@ -135,7 +204,7 @@ def test_config_section_can_be_extracted():
     section = extract_section(md, "config")
     assert section.startswith("<!-- kvconform:section config -->")
     assert section.endswith("<!-- /kvconform:section config -->")
-    assert "## Summary" not in section and "### Era seed" in section and "[^8]: " in section
+    assert "## Summary" not in section and "### Era seed" in section and "Notes:" in section
 
 
 def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description=""):
@@ -172,12 +241,12 @@ def test_connector_check_table_golden():
     md = render_markdown(build_document(connector_document()))
     assert table_after(md, "## Connector conformance") == [
         ["check", "tier", "description", "ExampleNonHMA", "GoodHMA", "LMCacheLike"],
-        ["C01", "MUST", "C01 description", "✅", "✅", "✅"],
-        ["C02", "MUST", "C02 description", "➖[^1]", "✅", "❌[^2]"],
-        ["C03", "SHOULD", "C03 description", "➖[^3]", "✅", "✅"],
-        ["C10", "SHOULD", "C10 description", "❔[^4]", "❌[^5]", "❌[^6]"],
+        ["C01", "MUST", "C01 description", "✅ pass", "✅ pass", "✅ pass"],
+        ["C02", "MUST", "C02 description", "➖ n/a [1]", "✅ pass", "❌ fail [2]"],
+        ["C03", "SHOULD", "C03 description", "➖ n/a [3]", "✅ pass", "✅ pass"],
+        ["C10", "SHOULD", "C10 description", "❔ unknown [4]", "❌ fail [5]", "❌ fail [6]"],
     ]
-    assert footnotes(md) == {
+    assert footnotes(md, "## Connector conformance") == {
         "1": NOT_CAPABLE,
         "2": "C02 on preset fa+swa: block 5 of layer 2 differs",
         "3": "not applicable: no sliding window",
@@ -217,20 +286,24 @@ def test_allocator_and_throughput_sections():
         make_entry(nodeid="suites/benchmarks/test_b.py::d", suite="benchmark", status="passed",
                    cell={"workload": "lookup_32k", "implementation": "reference"}, extra={"metrics": None}),
     ]
-    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    document = build_document(ResultsDocument(run_info=run_info(), results=entries))
+    md, page = render_markdown(document), render_html(document)
     assert table_after(md, "## Allocator conformance") == [
         ["target", "section", "passed", "failed", "error", "skipped"],
         ["reference", "3 grouping", "2", "0", "0", "0"],
         ["reference", "5 block pool", "0", "1", "0", "0"],
     ]
     assert "- free_order (5 block pool, reference): free queue order" in md
-    assert table_after(md, "## Throughput") == [
+    assert html_table_after(page, "<h2>Throughput") == [
         ["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
-        ["lookup_32k", "reference", "❔[^1]", "❔[^1]", "❔[^1]", "❔[^1]"],
-        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "❔[^2]"],
+        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "❔ unknown1"],
         ["request_stream_full", "reference", "1,380.0", "2,000", "0.250000", "2.00×"],
         ["request_stream_full", "vllm", "690.0", "1,000", "0.500000", "1.00×"],
     ]
+    assert "Not timed (1 workloads" in md and "lookup_32k (reference)" in md
+    throughput_md = md[md.index("## Throughput"):]
+    assert "1,380" not in throughput_md and "The measured figures (3 rows) depend on the machine" in throughput_md, (
+        "the committed Markdown carries no machine-dependent figure")
     assert "## Config resolution matrix" not in md, "a suite without records gets no section"
 
 
@@ -244,8 +317,8 @@ def test_throughput_ratio_against_a_versioned_vllm_name():
                    cell={"workload": "stream.full", "implementation": "reference"},
                    extra={"metrics": {"requests_per_s": 1150.0}}),
     ]
-    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
-    rows = table_after(md, "## Throughput")
+    page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    rows = html_table_after(page, "<h2>Throughput")
     assert [row[0:2] + row[-1:] for row in rows[1:]] == [
         ["stream.full", "reference", "2.30×"],
         ["stream.full", "vllm-0.33.0", "1.00×"],
@@ -255,8 +328,8 @@ def test_throughput_ratio_against_a_versioned_vllm_name():
 def test_pipes_and_newlines_in_messages_do_not_break_tables():
     entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "message": "a | b\nc"}))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
-    assert "[^1]: ValueError at stage config: a \\| b c" in md
-    assert table_after(md, "### Era seed")[1] == ["none", "none", "❌[^1]"]
+    assert footnotes(md, "### Era seed") == {"1": "ValueError at stage config: a \\| b c"}
+    assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "❌ ValueError [1]"]
 
 
 def test_html_is_self_contained_and_filterable():
@@ -265,15 +338,104 @@ def test_html_is_self_contained_and_filterable():
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no network references"
     assert "<script>" in page and "<style>" in page, "JS and CSS are inline"
     for control in ('id="kv-f-era"', 'id="kv-f-platform"', 'id="kv-f-connector"', 'id="kv-q"',
-                    'id="kv-filter-status"'):
+                    'id="kv-filter-status"', 'id="kv-filter-style"'):
         assert control in page
     assert '<option value="seed">seed</option><option value="v0.33">v0.33</option>' in page
+    assert ('<select id="kv-f-platform"><option value="">all</option><option value="cuda">cuda</option>'
+            '<option value="rocm">rocm</option><option value="tpu">tpu</option></select>') in page, (
+        "platforms in the report's order")
     assert '<section data-key="config" data-f-era="seed">' in page
-    assert '<th data-f-platform="tpu">tpu · absent</th>' in page
+    assert '<th data-f-platform="tpu">tpu · auto</th>' in page
     assert '<tr data-f-connector="LMCacheConnectorV1">' in page
-    assert '<td class="k-off" data-f-platform="cuda">⚪<sup><a href="#fn-4">4</a></sup></td>' in page
-    assert f'<li id="fn-4" value="4">{W1}</li>' in page
+    assert "<td data-f" not in page, "only header cells carry a column's tag (the page stays small)"
+    assert '<td class="k-off">⚪ off<sup><a href="#fn-2-4">4</a></sup></td>' in page
+    assert ('<li id="fn-2-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
+            'cache manager because <code>--kv-transfer-config</code> is set.</li>') in page
     assert '<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm">' in page, (
         "a listed connector-with-feature row carries its platform for the platform filter")
-    assert '<td>kv_events</td>' in page and '<td class="k-error">❌<sup><a href="#fn-8">8</a></sup></td>' in page
+    assert '<td>KV events</td>' in page
+    assert '<td class="k-error">❌ E-HISPARSE-CUDA<sup><a href="#fn-3-4">4</a></sup></td>' in page
     assert "Run 1: commit 000" in page
+
+
+def test_html_filter_options_are_single_values():
+    """A row tagged with several platforms ("cuda rocm") adds each to the filter, never the pair."""
+    entries = [config_entry("seed", None, platform, "kv_events", "none", actual=outcome(resolved=True, warnings=[W1]))
+               for platform in ("rocm", "cuda")]
+    entries += [config_entry("v0.33", None, platform, "kv_events", "none") for platform in ("rocm", "cuda")]
+    page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert '<tr data-f-era="v0.33" data-f-connector="none" data-f-platform="cuda rocm">' in page
+    assert 'value="cuda rocm"' not in page
+    assert ('<option value="">all</option><option value="cuda">cuda</option><option value="rocm">rocm</option>'
+            '</select>') in page
+
+
+def test_big_html_page_packs_its_sections_and_unpacks_to_the_plain_page(monkeypatch):
+    """A full-size report stays under 500 KB: big sections are gzip+base64 and the page unpacks them on load."""
+    import harness.report.html as html_module
+
+    document = build_document(big_matrix(20_000))
+    packed = render_html(document)
+    assert len(packed.encode()) < 500_000 and 'type="application/x-kv-section"' in packed
+    monkeypatch.setattr(html_module, "PACK_ABOVE_BYTES", 10**12)
+    plain = render_html(document)
+    assert len(plain.encode()) > len(packed.encode()) * 3
+    assert html_module.unpack_sections(packed) == plain, "unpacking gives exactly the plain page"
+
+
+def test_page_script_is_valid_javascript(tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (needed to syntax-check the page's script)")
+    page = render_html(build_document(config_document()))
+    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
+    (tmp_path / "page.js").write_text(script)
+    done = subprocess.run([node, "--check", str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+FAKE_DOM = """
+const inserted = [];
+const stub = () => ({value: "", textContent: "", setAttribute() {}, addEventListener() {}});
+const elements = {};
+const packed = JSON.parse(process.argv[2]).map((data) => ({
+  textContent: data,
+  insertAdjacentHTML(where, html) { inserted.push(html); },
+  remove() {},
+}));
+globalThis.window = {location: {search: ""}};
+globalThis.URLSearchParams = URLSearchParams;
+globalThis.document = {
+  querySelectorAll(selector) { return selector.includes("x-kv-section") ? packed : []; },
+  getElementById(id) { return elements[id] || (elements[id] = stub()); },
+  addEventListener() {},
+};
+require(process.argv[3]);
+setTimeout(() => {
+  console.log(JSON.stringify({inserted, status: elements["kv-filter-status"].textContent}));
+}, 1000);
+"""
+
+
+def test_page_script_unpacks_sections_in_node(tmp_path):
+    """The page's own script, run by node with a stand-in document: it unpacks every packed section exactly."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (needed to run the page's script)")
+    import base64
+    import gzip
+    import json
+
+    page = render_html(build_document(big_matrix(20_000)))
+    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
+    (tmp_path / "page.js").write_text(script)
+    (tmp_path / "run.js").write_text(FAKE_DOM)
+    data = re.findall(r'<script type="application/x-kv-section">([^<]*)</script>', page)
+    assert data
+    done = subprocess.run([node, str(tmp_path / "run.js"), json.dumps(data), str(tmp_path / "page.js")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    # each section goes in place of its own script element, so the order they finish in does not matter
+    assert sorted(result["inserted"]) == sorted(gzip.decompress(base64.b64decode(d)).decode() for d in data)
+    assert result["status"] == "0 rows shown", "after unpacking, the filter script ran (no rows in the stand-in)"

@@ -1,0 +1,41 @@
+"""What `kvconform report` shows of pytest's own output when it prints progress lines instead.
+
+pytest's dots stay available: `-v`/`-q` (or `--verbose`/`--quiet`) after `--` stream pytest's output as
+pytest users expect. Otherwise each pass's output goes to a log; afterwards the failure summary lines are
+printed (failures), or the log's tail (pytest could not run), so nothing that explains a failure is lost.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+_VERBOSITY = re.compile(r"^(-v+|-q+|--verbose|--quiet|--verbosity(=.*)?)$")
+_SUMMARY_LINE = re.compile(r"^(FAILED|ERROR) ")
+SUMMARY_LIMIT = 20
+TAIL_LINES = 30
+
+
+def wants_pytest_output(pytest_args: list[str]) -> bool:
+    """True when the user asked pytest for its own verbosity (-v, -q, --verbose, ...)."""
+    return any(_VERBOSITY.match(arg) for arg in pytest_args)
+
+
+def print_pytest_log(log_path: Path, returncode: int, stream=None) -> None:
+    """Print the failure summary of a finished pass, or the log's tail when pytest itself failed."""
+    stream = stream or sys.stdout
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    if returncode in (0, 5):
+        return
+    summary = [line for line in lines if _SUMMARY_LINE.match(line)]
+    if returncode == 1 and summary:
+        shown = summary[:SUMMARY_LIMIT]
+        more = len(summary) - len(shown)
+        stream.write("\n".join(shown) + (f"\n... and {more} more (see the report)" if more else "") + "\n")
+    else:
+        stream.write(f"pytest said (last {TAIL_LINES} lines of {len(lines)}):\n" + "\n".join(lines[-TAIL_LINES:]) + "\n")
+    stream.flush()

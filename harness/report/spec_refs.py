@@ -1,0 +1,79 @@
+"""Message ids for vLLM's texts, and links from spec references to `docs/rules.md`.
+
+Every warning and error the report shows is labelled with its id (W-B1, E-F, ...) when it is one of the
+messages `docs/rules.md` describes; the labels and the section references the oracle cites (§2.2,
+"connector spec section 4.2") become links to that page. The patterns below are short distinctive
+fragments of each text (reviewed against config-rules.md §1.3, §2.4, §3.4 and the errors of §3.3/§10).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+DOCS_PAGE = "../docs/rules.md"  # relative to reports/, where the report files live
+
+# (id, pattern) in the order they are tried; the first match wins.
+_MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile(pattern, re.S)) for ident, pattern in (
+    ("W-B1", r"because `--kv-transfer-config` is set\..*--no-disable-hybrid-kv-cache-manager to start"),
+    ("W-A1", r"because `--kv-transfer-config` is set\."),
+    ("W-22", r"because connector \S+ does not subclass `SupportsHMA`"),
+    ("W-C1", r"because `--kv-transfer-config` selects a KV connector that does not support it"),
+    ("W-C", r"latency regression when using chunked local attention"),
+    ("W-U", r"Hybrid KV cache manager is disabled for this hybrid model"),
+    ("E-B", r"explicitly enabled but is not supported.*--no-disable-hybrid-kv-cache-manager"),
+    ("E-C", r"explicitly enabled but is not supported.*--enable-hybrid-kv-cache-manager"),
+    ("E-F", r"does not support HMA but HMA is enabled"),
+    ("E-H", r"HiSparse requires the hybrid KV cache manager"),
+    ("E-HISPARSE-CUDA", r"HiSparse currently requires NVIDIA CUDA"),
+    ("E-MULTI-ASSERT", r"HMA should not be enabled unless all sub-connectors support it"),
+    ("E-KV-ROLE", r"Please specify kv_role when kv_connector is set"),
+    ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
+    ("E-NO-LMCACHE", r"No module named 'lmcache'"),
+    ("E-NO-MOONCAKE", r"Please install mooncake"),
+    ("E-CLASS-NOT-FOUND", r"Class \S+ not found in \S+"),
+))
+EMPTY_ASSERTION_ID = "E-MULTI-NO-CONNECTORS"
+
+_REFERENCE = re.compile(
+    r"(?P<section>§\d+(?:\.\d+)?)"
+    r"|(?P<connector>connector spec section 4\.2)"
+    r"|\b(?P<message>(?:[EW]-[A-Z0-9]+(?:-[A-Z0-9]+)*))\b"
+)
+_CHAPTERS_WITH_SUBSECTIONS = frozenset({"1", "2", "3"})
+_KNOWN_IDS = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
+
+
+def message_id(text: str, error_type: str | None = None) -> str | None:
+    """The id of a warning or error text, or None when it is none of the described messages."""
+    if not text.strip():
+        return EMPTY_ASSERTION_ID if error_type == "AssertionError" else None
+    for ident, pattern in _MESSAGE_PATTERNS:
+        if pattern.search(text):
+            return ident
+    return None
+
+
+def anchor(reference: str) -> str | None:
+    """The anchor in docs/rules.md for '§2.2', 'E-F' or the connector checks; None for an unknown id."""
+    if reference.startswith("§"):
+        chapter, _, part = reference[1:].rstrip(".").partition(".")
+        # chapters 1-3 have numbered subsections; in the others "§8.3" is the 3rd item of chapter 8
+        return f"s{chapter}-{part}" if part and chapter in _CHAPTERS_WITH_SUBSECTIONS else f"s{chapter}"
+    if reference.startswith("connector spec"):
+        return "connector-checks"
+    return reference.lower() if reference in _KNOWN_IDS else None
+
+
+def link_references(text: str, link: Callable[[str, str], str], plain: Callable[[str], str]) -> str:
+    """`text` with each spec reference passed through `link(label, href)` and the rest through `plain`."""
+    out, position = [], 0
+    for match in _REFERENCE.finditer(text):
+        target = anchor(match.group(0))
+        if target is None:
+            continue
+        out.append(plain(text[position:match.start()]))
+        out.append(link(match.group(0), f"{DOCS_PAGE}#{target}"))
+        position = match.end()
+    out.append(plain(text[position:]))
+    return "".join(out)

@@ -1,0 +1,72 @@
+"""Progress of `kvconform report`: the counting plugin inside pytest and the one line per pass it prints."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.report.progress import PLUGIN, PROGRESS_ENV, PassProgress, ProgressMonitor
+from harness.report.pytest_output import wants_pytest_output
+
+REPO = Path(__file__).resolve().parents[2]
+THREE_TESTS = "import pytest\n\n@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_n(n):\n    assert n != 3, 'three fails'\n"
+
+
+@pytest.fixture
+def three_tests(tmp_path):
+    path = tmp_path / "suite" / "test_three.py"
+    path.parent.mkdir()
+    path.write_text(THREE_TESTS)
+    return path
+
+
+@pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["plain", "xdist"])
+def test_plugin_counts_done_and_total(tmp_path, three_tests, xdist):
+    progress = tmp_path / "progress"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-q", *xdist,
+                    str(three_tests)], cwd=REPO, env={**__import__("os").environ, PROGRESS_ENV: str(progress)},
+                   capture_output=True, text=True, timeout=300, check=False)
+    assert progress.read_text().split() == ["3", "3"], "done and total, written by the main (controller) process"
+
+
+def test_describe_says_what_runs_done_total_and_time_left(tmp_path):
+    progress = PassProgress("config matrix", tmp_path / "p", started=time.monotonic() - 10)
+    assert progress.describe().startswith("config matrix: collecting (")
+    (tmp_path / "p").write_text("250 1000\n")
+    progress.refresh()
+    assert progress.describe() == "config matrix: 250/1,000 tests, about 30 s left"
+    progress.finished = progress.started + 12
+    assert progress.describe() == "config matrix: 250/1,000 tests, done in 12 s"
+
+
+def test_monitor_prints_one_line_per_pass_start_and_end(tmp_path):
+    stream = io.StringIO()
+    monitor = ProgressMonitor(stream, interactive=False)
+    (tmp_path / "p").write_text("3 3\n")
+    progress = monitor.add("allocator suite", tmp_path / "p")
+    monitor.finish(progress)
+    monitor.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "kvconform report: allocator suite: started"
+    assert lines[1].startswith("kvconform report: allocator suite: 3/3 tests, done in ")
+
+
+def test_report_prints_progress_lines_not_dots_and_lists_failures(tmp_path, capfd, three_tests):
+    status = main(["report", "--suite", str(three_tests), "-n", "0", "--output-dir", str(tmp_path / "out")])
+    out = capfd.readouterr().out
+    assert status == 1
+    assert "[100%]" not in out, "pytest's dots are not shown by default"
+    assert f"{three_tests.name}" in out and "3/3 tests, done in" in out
+    assert "FAILED " in out and "three fails" in out, "the failure summary is printed after the pass"
+
+
+@pytest.mark.parametrize(("args", "wanted"), [(["-q"], True), (["-vv"], True), (["--verbose"], True),
+                                               (["-k", "x"], False), ([], False)])
+def test_pytest_output_on_request(args, wanted):
+    assert wants_pytest_output(args) is wanted
