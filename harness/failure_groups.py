@@ -19,6 +19,7 @@ FAILING_STATUSES = ("failed", "error")
 _NOISE_PREFIXES = ("Failed: ", "AssertionError: ")
 _WHAT_LIMIT = 300
 _PARAMS = re.compile(r"\[(.*)\](#\d+)?$")
+_DIGITS = re.compile(r"(\d+)")
 
 
 def first_line(message: str | None) -> str:
@@ -61,14 +62,22 @@ class FailureGroup:
         return f"{self.count:,} {self.suite} {noun}: {self.what or '(no message)'} — {first}{self.cells[0]}"
 
 
+def _natural(text: str) -> list:
+    """Sort key that orders 'c2' before 'c10'."""
+    return [int(part) if part.isdigit() else part for part in _DIGITS.split(text)]
+
+
 def group_failures(failures: Iterable[tuple[str, str, str]]) -> list[FailureGroup]:
-    """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what)."""
+    """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
+    group in natural order, so the first one named does not depend on the order reports arrived in (xdist)."""
     groups: dict[tuple[str, str], FailureGroup] = {}
     for suite, what, cell in failures:
         group = groups.get((suite, what))
         if group is None:
             group = groups[(suite, what)] = FailureGroup(suite, what)
         group.cells.append(cell)
+    for group in groups.values():
+        group.cells.sort(key=_natural)
     return sorted(groups.values(), key=lambda g: (-g.count, g.suite, g.what))
 
 
@@ -93,5 +102,5 @@ def format_groups(groups: list[FailureGroup], *, max_lines: int, see: str) -> li
     rest = groups[len(shown):]
     left = sum(group.count for group in rest)
     return [group.line() for group in shown] + [
-        f"… and {len(rest):,} more way{'s' if len(rest) != 1 else ''} of failing ({left:,} "
+        f"… and {len(rest):,} more group{'s' if len(rest) != 1 else ''} ({left:,} "
         f"cell{'s' if left != 1 else ''}), see {see}"]

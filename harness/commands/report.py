@@ -74,6 +74,7 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
 def _pytest_command(args, suites: list[str], results_path: Path, xdist: bool) -> list[str]:
     command = [sys.executable, "-m", "pytest", "--pyargs", *suites, "-p", "no:cacheprovider",
                "-rfE", "--kvconform-results", str(results_path)]
+    command += ["--kvconform-report-path", str(Path(args.output_dir) / MARKDOWN_NAME)]  # the console points there
     command += ["-n", str(args.workers)] if xdist else ["-p", "no:xdist"]
     if args.target:
         command += ["--hma-target", args.target]

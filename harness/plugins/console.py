@@ -25,6 +25,13 @@ _SCREEN_MARGIN = 6
 _DEFAULT_REPORT = "reports/compatibility.md"
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("kvconform")
+    group.addoption("--kvconform-report-path", dest="kvconform_report_path", default=None, metavar="PATH",
+                    help="where this run's compatibility report will be (the console summary points there; "
+                         "`kvconform report` sets it)")
+
+
 def grouped_console(config: pytest.Config) -> bool:
     """True unless the user asked for pytest's full failure output (-v, or --tb=STYLE other than auto)."""
     return config.get_verbosity() <= 0 and config.getoption("tbstyle", "auto") == "auto"
@@ -45,8 +52,14 @@ def _what(report: pytest.TestReport) -> str:
 
 
 def _see(config: pytest.Config) -> str:
+    report = config.getoption("kvconform_report_path", None)
     results = config.getoption("kvconform_results", None)
-    where = f"{results} and the report" if results else f"{_DEFAULT_REPORT} (kvconform report)"
+    if report:
+        where = report
+    elif results:
+        where = f"{results} (or the report of `kvconform report --from {results}`)"
+    else:
+        where = f"{_DEFAULT_REPORT} (`kvconform report`)"
     return f"{where}; -v for pytest's full output"
 
 
