@@ -20,6 +20,8 @@ _NOISE_PREFIXES = ("Failed: ", "AssertionError: ")
 _WHAT_LIMIT = 300
 _PARAMS = re.compile(r"\[(.*)\](#\d+)?$")
 _DIGITS = re.compile(r"(\d+)")
+# 'harness.targets.connector_target.ConnectorHookError: ...' -> 'ConnectorHookError: ...'
+_QUALIFIED_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )")
 
 
 def first_line(message: str | None) -> str:
@@ -29,6 +31,7 @@ def first_line(message: str | None) -> str:
         if line:
             for prefix in _NOISE_PREFIXES:
                 line = line.removeprefix(prefix)
+            line = _QUALIFIED_EXCEPTION.sub("", line)
             return line[:_WHAT_LIMIT] if len(line) <= _WHAT_LIMIT else line[:_WHAT_LIMIT - 1] + "…"
     return ""
 

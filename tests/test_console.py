@@ -76,3 +76,30 @@ def test_verbose_brings_back_pytests_full_output(tmp_path):
 def test_an_explicit_traceback_style_brings_back_pytests_full_output(tmp_path):
     out = run_demo(tmp_path, "--tb=short")
     assert "grouped by what went wrong" not in out and "config cell 0 ..." in out
+
+
+SHORT = '''
+import pytest
+
+def helper(depth):
+    if depth:
+        return helper(depth - 1)
+    pytest.fail("what went wrong\\nthe details", pytrace=False)
+
+def test_fails_deep_down():
+    helper(20)
+'''
+
+
+def test_a_pytrace_false_failure_keeps_its_message_and_location(tmp_path):
+    """harness.plugins.short_failures trims the stack it walks, not what the report says."""
+    (tmp_path / "test_short.py").write_text(SHORT)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tb=long",
+                           "--kvconform-results", "results.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1
+    assert "what went wrong\nthe details" in done.stdout, "pytest still shows the message as given"
+    assert "helper(20)" not in done.stdout, "and, as pytrace=False asks, no traceback"
+    import json
+    (entry,) = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert entry["message"] == "Failed: what went wrong\nthe details"
