@@ -103,3 +103,27 @@ def test_a_pytrace_false_failure_keeps_its_message_and_location(tmp_path):
     import json
     (entry,) = json.loads((tmp_path / "results.json").read_text())["results"]
     assert entry["message"] == "Failed: what went wrong\nthe details"
+
+
+def raising_target(case: dict) -> dict:
+    """A broken config target that raises for every cell but the plugin's probe."""
+    if case.get("id") == "kvconform-probe":
+        return {"id": case["id"], "resolved_disable_hma": False, "warnings": [], "error": None, "unknown": None}
+    raise RuntimeError("boom")
+
+
+def test_a_raising_target_fails_every_cell_in_one_group(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", str(repo / "suites" / "config"), "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-p", "no:randomly", "--vllm-version", "seed", "-k", "seed-N-cuda",
+                           "--hma-target", "tests.test_console:raising_target",
+                           "--kvconform-results", str(tmp_path / "results.json")],
+                          cwd=repo, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stdout[-3000:]
+    grouped = [line for line in done.stdout.splitlines() if "target raised RuntimeError" in line]
+    assert len(grouped) == 1 and grouped[0].startswith("108 config cells: "), done.stdout[-3000:]
+    assert "test_console.py" in grouped[0] and ": boom" in grouped[0], "the line names where the target raised"
+    assert "Traceback" not in done.stdout
+    import json
+    entries = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert entries and all(e["status"] == "failed" and e["actual"] is None for e in entries)

@@ -117,11 +117,12 @@ def _hma_named(summary: str) -> str:
 def what_went_wrong(expectation: Expectation, problems: list[str], actual: Any = None) -> str:
     """One line, the same for every cell that fails alike: the expected and the actual outcome in the golden
     files' short form (or the differences, where those forms agree) and the first spec rule the oracle applied."""
+    if not isinstance(actual, dict):  # the target raised or returned no outcome: no rule is to blame
+        return "; ".join(problems)
     unknown = expectation.outcome.get("unknown")
     first_rule = expectation.because[0] if expectation.because else (str(unknown) if unknown else "no rule fired")
     want, got = _hma_named(summarize(expectation.outcome)), _hma_named(summarize(actual))
-    differs = isinstance(actual, dict) and want != got
-    what = f"expected `{want}`, got `{got}`" if differs else "; ".join(problems)
+    what = f"expected `{want}`, got `{got}`" if want != got else "; ".join(problems)
     return f"{what} ({first_rule})"
 
 
