@@ -9,6 +9,8 @@ from __future__ import annotations
 PLUGIN_MODULES = (
     "harness.plugins.session_info",
     "harness.plugins.results",
+    "harness.plugins.console",
+    "harness.plugins.short_failures",
     "harness.plugins.config_matrix",
     "harness.plugins.allocator",
     "harness.plugins.connector",

@@ -86,6 +86,7 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
 def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
     command = [sys.executable, "-m", "pytest", "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
                "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
+    command += ["--kvconform-report-path", str(Path(args.output_dir) / MARKDOWN_NAME)]  # the console points there
     command += ["-n", str(args.workers)] if pytest_pass.xdist else ["-p", "no:xdist"]
     if args.target:
         command += ["--hma-target", args.target]

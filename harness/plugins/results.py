@@ -82,7 +82,7 @@ def _json_safe(value: Any) -> Any:
 _SUITE_OF_FOLDER = {"benchmarks": "benchmark"}
 
 
-def _suite_from_nodeid(nodeid: str) -> str:
+def suite_of_nodeid(nodeid: str) -> str:
     """'suites/config/test_x.py::t' -> 'config'; 'tests/test_y.py::t' -> 'tests'."""
     parts = nodeid.split("::", 1)[0].split("/")
     if "suites" in parts and parts.index("suites") + 1 < len(parts) - 1:
@@ -91,8 +91,9 @@ def _suite_from_nodeid(nodeid: str) -> str:
     return parts[0] if len(parts) > 1 else "tests"
 
 
-def _message(report: pytest.TestReport) -> str | None:
-    """The skip reason or a one-line failure summary of a report."""
+def failure_message(report: pytest.TestReport) -> str | None:
+    """The skip reason or failure message of a report, one line per line of the original (whitespace in
+    each collapsed, blank lines dropped): its first line says what went wrong (`harness.failure_groups`)."""
     longrepr = report.longrepr
     if longrepr is None:
         return None
@@ -108,8 +109,8 @@ def _message(report: pytest.TestReport) -> str | None:
             text = lines[-1] if lines else ""
     if getattr(report, "wasxfail", None) is not None and report.skipped:
         text = f"xfail: {report.wasxfail or text}"
-    text = " ".join(str(text).split())
-    return text[:_MESSAGE_LIMIT]
+    lines = (" ".join(line.split()) for line in str(text).splitlines())
+    return "\n".join(line for line in lines if line)[:_MESSAGE_LIMIT]
 
 
 class _TestProgress:
@@ -133,16 +134,16 @@ class _TestProgress:
             # A failing call is a failure; a failing setup or teardown is an error (as pytest counts it).
             # xdist reports a test whose worker crashed with when="???": that is a failure too.
             if report.when not in ("setup", "teardown"):
-                self.status, self.message = "failed", _message(report)
+                self.status, self.message = "failed", failure_message(report)
             elif self.status != "failed":
-                self.status, self.message = "error", _message(report)
+                self.status, self.message = "error", failure_message(report)
         elif report.skipped and self.status == "passed":
-            self.status, self.message = "skipped", _message(report)
+            self.status, self.message = "skipped", failure_message(report)
 
     def entries(self, nodeid: str) -> list[dict[str, Any]]:
         records = [payload for key, payload in self.properties if key == RECORD_KEY]
         if not records:
-            return [make_entry(nodeid=nodeid, suite=_suite_from_nodeid(nodeid), status=self.status,
+            return [make_entry(nodeid=nodeid, suite=suite_of_nodeid(nodeid), status=self.status,
                                params=self.params, message=self.message, duration=self.duration)]
         entries = []
         for index, record in enumerate(records):

@@ -6,6 +6,7 @@ from harness.report.allocator_section import allocator_sections
 from harness.report.benchmark_section import benchmark_sections
 from harness.report.config_section import config_sections
 from harness.report.connector_section import connector_sections
+from harness.report.failures_section import failures_sections
 from harness.report.model import Document
 from harness.report.summary_section import summary_sections
 from harness.report.vllm_connectors_section import vllm_connector_sections, without_vllm_connectors
@@ -33,7 +34,7 @@ def run_line(results: ResultsDocument) -> str:
 def build_document(results: ResultsDocument) -> Document:
     """The report document: summary, config matrix, allocator, connectors, throughput."""
     entries = results.results
-    sections = (summary_sections(entries) + config_sections(entries) + allocator_sections(entries)
-                + connector_sections(without_vllm_connectors(entries)) + vllm_connector_sections(entries)
-                + benchmark_sections(entries))
+    sections = (summary_sections(entries) + failures_sections(entries) + config_sections(entries)
+                + allocator_sections(entries) + connector_sections(without_vllm_connectors(entries))
+                + vllm_connector_sections(entries) + benchmark_sections(entries))
     return Document(title=TITLE, run_line=run_line(results), sections=sections)

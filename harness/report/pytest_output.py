@@ -13,6 +13,10 @@ from pathlib import Path
 
 _VERBOSITY = re.compile(r"^(-v+|-q+|--verbose|--quiet|--verbosity(=.*)?)$")
 _SUMMARY_LINE = re.compile(r"^(FAILED|ERROR) ")
+# The console plugin's grouped failures (harness/plugins/console.py): a "=== kvconform: N failing ... ===" rule,
+# then one line per group, until pytest's next rule.
+_GROUPED_RULE = re.compile(r"^=+ kvconform: .* grouped by what went wrong =+$")
+_RULE = re.compile(r"^=+( .* =+)?$")
 SUMMARY_LIMIT = 20
 TAIL_LINES = 30
 
@@ -32,10 +36,22 @@ def print_pytest_log(log_path: Path, returncode: int, stream=None) -> None:
     if returncode in (0, 5):
         return
     summary = [line for line in lines if _SUMMARY_LINE.match(line)]
-    if returncode == 1 and summary:
+    grouped = _grouped_block(lines)
+    if returncode == 1 and grouped:
+        stream.write("\n".join(grouped + summary[:SUMMARY_LIMIT]) + "\n")
+    elif returncode == 1 and summary:
         shown = summary[:SUMMARY_LIMIT]
         more = len(summary) - len(shown)
         stream.write("\n".join(shown) + (f"\n... and {more} more (see the report)" if more else "") + "\n")
     else:
         stream.write(f"pytest said (last {TAIL_LINES} lines of {len(lines)}):\n" + "\n".join(lines[-TAIL_LINES:]) + "\n")
     stream.flush()
+
+
+def _grouped_block(lines: list[str]) -> list[str]:
+    """The console plugin's grouped-failures block of a log (its rule and lines), or []."""
+    for start, line in enumerate(lines):
+        if _GROUPED_RULE.match(line):
+            end = next((i for i in range(start + 1, len(lines)) if _RULE.match(lines[i])), len(lines))
+            return lines[start:end]
+    return []

@@ -111,10 +111,39 @@ def outcome_mismatches(expected: dict, actual: Any) -> list[str]:
     return problems
 
 
-def explain(cell: Cell, expectation: Expectation, problems: list[str]) -> str:
-    """The assertion message of a failing cell: what the cell is, what differs, and the spec rules."""
+def _hma_named(summary: str) -> str:
+    """'off | warn W-C' -> 'HMA off | warn W-C' (a golden summary read outside its file)."""
+    return f"HMA {summary}" if summary.partition(" ")[0] in ("on", "off") else summary
+
+
+def what_went_wrong(expectation: Expectation, problems: list[str], actual: Any = None) -> str:
+    """One line, the same for every cell that fails alike: the expected and the actual outcome in the golden
+    files' short form (or the differences, where those forms agree) and the first spec rule the oracle applied."""
+    if not isinstance(actual, dict):  # the target raised or returned no outcome: no rule is to blame
+        return "; ".join(problems)
+    unknown = expectation.outcome.get("unknown")
+    first_rule = expectation.because[0] if expectation.because else (str(unknown) if unknown else "no rule fired")
+    want, got = _hma_named(summarize(expectation.outcome)), _hma_named(summarize(actual))
+    what = f"expected `{want}`, got `{got}`" if want != got else "; ".join(problems)
+    return f"{what} ({first_rule})"
+
+
+def explain(cell: Cell, expectation: Expectation, problems: list[str], actual: Any = None) -> str:
+    """The assertion message of a failing cell. Its first line says what went wrong without naming the cell
+    (`what_went_wrong`), so cells that fail alike group under it (`harness.failure_groups`); the next lines
+    name the cell, list each difference and every spec rule that fired."""
     dims = ", ".join(f"{key} {value!r}" for key, value in cell.dimensions.items())
-    lines = [f"config cell {cell.id} ({dims}) does not conform:"]
+    lines = [what_went_wrong(expectation, problems, actual), f"config cell {cell.id} ({dims}) does not conform:"]
     lines += [f"  - {problem}" for problem in problems]
     lines.append("  spec rules (oracle): " + ("; ".join(expectation.because) or "no rule fired"))
     return "\n".join(lines)
+
+
+def target_raised(exc: BaseException) -> str:
+    """The problem of a target that raised instead of returning an outcome: the exception and where it was
+    raised (the innermost frame), without building a traceback report for every failing cell."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = f" at {Path(frame.tb_frame.f_code.co_filename).name}:{frame.tb_lineno}" if frame is not None else ""
+    return f"target raised {type(exc).__name__}{where}: {exc}"

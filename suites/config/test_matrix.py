@@ -14,7 +14,8 @@ from harness.plugins.config_matrix import config_target, golden_mode, golden_sto
 from suites.config.divergences import known_divergence
 from suites.config.matrix import Cell, cells_for
 from suites.config.oracle import expected_outcome
-from suites.config.outcomes import explain, golden_header, golden_path, outcome_mismatches, summarize
+from suites.config.outcomes import (explain, golden_header, golden_path, outcome_mismatches, summarize,
+                                    target_raised)
 
 
 def pytest_generate_tests(metafunc):
@@ -33,14 +34,18 @@ def test_config_cell(config_cell: Cell, hma_target, kvconform_record, request):
     """One cell: the target's outcome matches the spec's (oracle) and, for the reference, its golden line."""
     case = config_cell.case()
     expectation = expected_outcome(case)
-    actual = hma_target(case)
     expected = {"id": case["id"], **expectation.outcome, "rules": list(expectation.because)}
     divergence = known_divergence(config_target(request.config).spec, config_cell.id)
     if divergence is not None:
         # Reviewed in known_divergences.toml: every assertion still runs; strict, so agreement fails loudly.
         request.applymarker(pytest.mark.xfail(strict=True, reason=divergence.describe()))
-    kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=actual,
-                     **({"known_divergence": divergence.describe()} if divergence else {}))
+    noted = {"known_divergence": divergence.describe()} if divergence else {}
+    try:
+        actual = hma_target(case)
+    except Exception as exc:  # a broken target: one short failure per cell, not a traceback report each
+        kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=None, **noted)
+        pytest.fail(explain(config_cell, expectation, [target_raised(exc)]), pytrace=False)
+    kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=actual, **noted)
 
     problems = outcome_mismatches(expectation.outcome, actual)
     mode = golden_mode(request.config)
@@ -55,4 +60,4 @@ def test_config_cell(config_cell: Cell, hma_target, kvconform_record, request):
             elif committed != observed:
                 problems.append(f"golden {path.name} changed: committed {committed!r}, now {observed!r}")
     if problems:
-        pytest.fail(explain(config_cell, expectation, problems), pytrace=False)
+        pytest.fail(explain(config_cell, expectation, problems, actual), pytrace=False)

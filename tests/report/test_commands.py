@@ -244,7 +244,7 @@ def diff_pair(tmp_path):
 
 def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
     base, head = diff_pair(tmp_path)
-    status, out, _ = run_cli(capsys, "diff", base, head)
+    status, out, _ = run_cli(capsys, "diff", base, head, "--all")
     assert status == 1
     cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
     assert out.splitlines() == [
@@ -257,12 +257,50 @@ def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
 
 def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
     base, head = diff_pair(tmp_path)
-    status, out, _ = run_cli(capsys, "diff", base, head, "--format", "md")
+    status, out, _ = run_cli(capsys, "diff", base, head, "--format", "md", "--all")
     assert status == 1
     lines = out.splitlines()
     assert lines[0] == f"**kvconform diff:** 1 changed, 1 added, 1 removed between {base} and {head}"
     assert lines[2:4] == ["| change | cell | base | head |", "|---|---|---|---|"]
     assert len(lines) == 7
+
+
+def test_diff_groups_changes_by_what_went_wrong(tmp_path, capsys):
+    """A target that breaks one rule in many cells reads as one line per way of failing."""
+    good, bad = outcome(resolved=True), outcome(resolved=False)
+    platforms = ["cuda", "rocm", "cpu", "xpu"]
+    base = [config_entry(platform=p, features=f, actual=good) for p in platforms for f in ("none", "chunked")]
+    base.append(config_entry(platform="tpu", actual=good))
+    head = [config_entry(platform=p, features=f, actual=bad, status="failed",
+                         message=f"Failed: expected `HMA off`, got `HMA on` (§3.2: {f})\nconfig cell {p}-{f} ...")
+            for p in platforms for f in ("none", "chunked")]
+    head.append(config_entry(platform="tpu", actual=outcome(resolved=True, warnings=["W-B1"])))
+    status, out, _ = run_cli(capsys, "diff", write_results(tmp_path / "base.json", base),
+                             write_results(tmp_path / "head.json", head))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("9 changed, 0 added, 0 removed between ")
+    assert lines[1:] == [
+        "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-none-config",
+        "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-none-config",
+        "1 config cell: passed ⚪ -> passed ⚪ (W-B1) — seed-N-tpu-none-none-config",
+    ]
+    status, md, _ = run_cli(capsys, "diff", str(tmp_path / "head.json"), str(tmp_path / "base.json"), "--format", "md")
+    rows = [line for line in md.splitlines() if line.startswith("| 4 |")]
+    assert rows == [
+        "| 4 | config | now passed ⚪, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
+        "| 4 | config | now passed ⚪, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
+    ], md
+
+
+def test_diff_caps_the_groups_for_a_pull_request_comment(tmp_path, capsys):
+    from harness.commands.diff import MAX_GROUPS
+    base = [config_entry(era=f"e{i:03d}") for i in range(MAX_GROUPS + 10)]
+    head = [config_entry(era=f"e{i:03d}", status="failed", message=f"Failed: way {i}") for i in range(MAX_GROUPS + 10)]
+    _, out, _ = run_cli(capsys, "diff", write_results(tmp_path / "b.json", base), write_results(tmp_path / "h.json", head))
+    lines = out.splitlines()
+    assert len(lines) == 1 + MAX_GROUPS, "a headline and a screenful of groups"
+    assert lines[-1] == f"… and 11 more groups (11 cells), see {tmp_path / 'h.json'} (or kvconform diff --all)"
 
 
 def test_diff_identical_runs_exit_0(tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.report.progress import PLUGIN, PROGRESS_ENV, PassProgress, ProgressMonitor
-from harness.report.pytest_output import wants_pytest_output
+from harness.report.pytest_output import print_pytest_log, wants_pytest_output
 
 REPO = Path(__file__).resolve().parents[2]
 THREE_TESTS = "import pytest\n\n@pytest.mark.parametrize('n', [1, 2, 3])\ndef test_n(n):\n    assert n != 3, 'three fails'\n"
@@ -70,3 +70,21 @@ def test_report_prints_progress_lines_not_dots_and_lists_failures(tmp_path, capf
                                                (["-k", "x"], False), ([], False)])
 def test_pytest_output_on_request(args, wanted):
     assert wants_pytest_output(args) is wanted
+
+
+GROUPED_LOG = """\
+suites/config/test_matrix.py FFFF
+========= kvconform: 4 failing cells, grouped by what went wrong =========
+4 config cells: expected `HMA off`, got `HMA on` - first: seed-T-cuda-noconn
+see reports/compatibility.md
+======================== 4 failed in 1.20s ========================
+"""
+
+
+def test_the_console_plugins_grouped_failures_are_what_the_report_prints(tmp_path):
+    log = tmp_path / "pass.log"
+    log.write_text(GROUPED_LOG)
+    stream = io.StringIO()
+    print_pytest_log(log, 1, stream)
+    assert stream.getvalue().splitlines() == GROUPED_LOG.splitlines()[1:4], (
+        "the grouped block (rule and group lines, without pytest's closing rule) is printed, not the log's tail")

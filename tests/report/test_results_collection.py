@@ -45,7 +45,7 @@ EXPECTED = {
     # id: (suite, status, message)
     "test_demo.py::test_cell[None]": ("config", "passed", None),
     "test_demo.py::test_cell[True]": ("config", "passed", None),
-    "test_demo.py::test_cell[False]": ("config", "failed", "AssertionError: flag False must not resolve assert False is not False"),
+    "test_demo.py::test_cell[False]": ("config", "failed", "AssertionError: flag False must not resolve\nassert False is not False"),
     "test_demo.py::test_not_applicable": ("tests", "skipped", "not HMA-capable: demo connector"),
     "test_demo.py::test_setup_error": ("tests", "error", "RuntimeError: setup broke"),
     "test_demo.py::test_known_gap": ("tests", "skipped", "xfail: known gap"),

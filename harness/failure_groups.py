@@ -1,0 +1,109 @@
+"""What went wrong: failing cells grouped by the first line of their failure message.
+
+One home for the grouping the console summary (`harness.plugins.console`), `kvconform diff` and the
+report's failures section share. A suite states what went wrong in the first line of a failure's message
+(the config matrix: the differences and the rule that decided; a connector check: "C07 [preset]: first
+evidence"; an allocator assertion: its message); cells that failed the same way form one group, so a
+target that breaks one rule reads as one line however many cells that rule covers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+FAILING_STATUSES = ("failed", "error")
+# pytest's prefixes that say nothing about what went wrong (pytest.fail's, a bare assert's)
+_NOISE_PREFIXES = ("Failed: ", "AssertionError: ")
+_WHAT_LIMIT = 300
+_PARAMS = re.compile(r"\[(.*)\](#\d+)?$")
+_DIGITS = re.compile(r"(\d+)")
+# 'harness.targets.connector_target.ConnectorHookError: ...' -> 'ConnectorHookError: ...'
+_QUALIFIED_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )")
+
+
+def first_line(message: str | None) -> str:
+    """The first non-empty line of a failure message, whitespace collapsed, pytest's noise prefix dropped."""
+    for line in (message or "").splitlines():
+        line = " ".join(line.split())
+        if line:
+            for prefix in _NOISE_PREFIXES:
+                line = line.removeprefix(prefix)
+            line = _QUALIFIED_EXCEPTION.sub("", line)
+            return line[:_WHAT_LIMIT] if len(line) <= _WHAT_LIMIT else line[:_WHAT_LIMIT - 1] + "…"
+    return ""
+
+
+def cell_name(nodeid: str) -> str:
+    """A short name of the cell a test id stands for: its parameter id ('seed-N-cuda-kv_events-noconn'),
+    else the test function's name; a second record of one test keeps its '#n'."""
+    match = _PARAMS.search(nodeid)
+    if match:
+        return match.group(1) + (match.group(2) or "")
+    return nodeid.rsplit("::", 1)[-1]
+
+
+@dataclass(slots=True)
+class FailureGroup:
+    """Cells of one suite that went wrong the same way (`what`), in the order they were added."""
+
+    suite: str
+    what: str
+    cells: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many cells failed this way."""
+        return len(self.cells)
+
+    def line(self) -> str:
+        """'2,304 config cells: <what> — first: <cell>'."""
+        noun = "cell" if self.count == 1 else "cells"
+        first = "first: " if self.count > 1 else ""
+        return f"{self.count:,} {self.suite} {noun}: {self.what or '(no message)'} — {first}{self.cells[0]}"
+
+
+def _natural(text: str) -> list:
+    """Sort key that orders 'c2' before 'c10'."""
+    return [int(part) if part.isdigit() else part for part in _DIGITS.split(text)]
+
+
+def group_failures(failures: Iterable[tuple[str, str, str]]) -> list[FailureGroup]:
+    """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
+    group in natural order, so the first one named does not depend on the order reports arrived in (xdist)."""
+    groups: dict[tuple[str, str], FailureGroup] = {}
+    for suite, what, cell in failures:
+        group = groups.get((suite, what))
+        if group is None:
+            group = groups[(suite, what)] = FailureGroup(suite, what)
+        group.cells.append(cell)
+    for group in groups.values():
+        group.cells.sort(key=_natural)
+    return sorted(groups.values(), key=lambda g: (-g.count, g.suite, g.what))
+
+
+def entry_what(entry: dict[str, Any]) -> str:
+    """What went wrong for one results entry: its message's first line (an error says so)."""
+    what = first_line(entry.get("message")) or entry["status"]
+    return f"error: {what}" if entry["status"] == "error" else what
+
+
+def group_entries(entries: Iterable[dict[str, Any]]) -> list[FailureGroup]:
+    """The failing (failed or error) results entries, grouped by suite and what went wrong."""
+    return group_failures((entry["suite"], entry_what(entry), cell_name(entry["id"]))
+                          for entry in entries if entry["status"] in FAILING_STATUSES)
+
+
+def format_groups(groups: list[FailureGroup], *, max_lines: int, see: str) -> list[str]:
+    """One line per group, at most `max_lines` lines in all; the last says how much was left out and where
+    to look (`see`)."""
+    if len(groups) <= max_lines:
+        return [group.line() for group in groups]
+    shown = groups[:max(1, max_lines - 1)]
+    rest = groups[len(shown):]
+    left = sum(group.count for group in rest)
+    return [group.line() for group in shown] + [
+        f"… and {len(rest):,} more group{'s' if len(rest) != 1 else ''} ({left:,} "
+        f"cell{'s' if left != 1 else ''}), see {see}"]

@@ -1,0 +1,99 @@
+"""Console output for the conformance suites: failing cells grouped by what went wrong, a screenful at most.
+
+pytest's default end-of-run summary prints every failure in full and then one `FAILED` line each; for a
+target that fails thousands of cells that is megabytes of text, and pytest's failure summary looks up each
+failure's teardown report in the list of all reports, so it costs time quadratic in the number of tests.
+By default this plugin takes the failing cells of the kvconform suites (config, allocator, connector,
+benchmark) out of that summary and prints them grouped instead (`harness.failure_groups`): one line per
+way of failing, capped at a screenful. The full per-cell evidence stays in the results file and the report.
+`-v` or an explicit `--tb=STYLE` brings pytest's full output back. Failures of other tests (the project's
+own `tests/`) are left to pytest.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from harness.failure_groups import FAILING_STATUSES, cell_name, first_line, format_groups, group_failures
+from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid
+
+# Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
+_MIN_LINES = 10
+_SCREEN_MARGIN = 6
+_DEFAULT_REPORT = "reports/compatibility.md"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kvconform")
+    group.addoption("--kvconform-report-path", dest="kvconform_report_path", default=None, metavar="PATH",
+                    help="where this run's compatibility report will be (the console summary points there; "
+                         "`kvconform report` sets it)")
+
+
+def grouped_console(config: pytest.Config) -> bool:
+    """True unless the user asked for pytest's full failure output (-v, or --tb=STYLE other than auto)."""
+    return config.get_verbosity() <= 0 and config.getoption("tbstyle", "auto") == "auto"
+
+
+def _cell_suite(report: pytest.TestReport) -> str | None:
+    """The kvconform suite a report's test belongs to, or None for any other test."""
+    for key, payload in report.user_properties:
+        if key == RECORD_KEY:
+            return str(payload.get("suite"))
+    suite = suite_of_nodeid(report.nodeid)
+    return suite if suite in ("config", "allocator", "connector", "benchmark") else None
+
+
+def _what(report: pytest.TestReport) -> str:
+    what = first_line(failure_message(report)) or report.outcome
+    return what if report.when == "call" else f"error in {report.when}: {what}"
+
+
+def _see(config: pytest.Config) -> str:
+    report = config.getoption("kvconform_report_path", None)
+    results = config.getoption("kvconform_results", None)
+    if report:
+        where = report
+    elif results:
+        where = f"{results} (or the report of `kvconform report --from {results}`)"
+    else:
+        where = f"{_DEFAULT_REPORT} (`kvconform report`)"
+    return f"{where}; -v for pytest's full output"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Around pytest's own summary: hold the suites' failing cells back from it and print them grouped."""
+    stats = terminalreporter.stats
+    if not grouped_console(config) or not any(stats.get(kind) for kind in FAILING_STATUSES):
+        return (yield)
+    held: dict[str, list] = {}
+    failures = []
+    for kind in FAILING_STATUSES:
+        reports = stats.get(kind)
+        if not reports:
+            continue
+        keep = []
+        for report in reports:
+            suite = _cell_suite(report) if isinstance(report, pytest.TestReport) else None
+            if suite is None:
+                keep.append(report)
+            else:
+                failures.append((suite, _what(report), cell_name(report.nodeid)))
+        held[kind] = reports
+        stats[kind] = keep
+    if failures:
+        groups = group_failures(failures)
+        rows = shutil.get_terminal_size().lines
+        lines = format_groups(groups, max_lines=max(_MIN_LINES, rows - _SCREEN_MARGIN), see=_see(config))
+        noun = "cell" if len(failures) == 1 else "cells"
+        terminalreporter.write_sep("=", f"kvconform: {len(failures):,} failing {noun}, grouped by what went wrong",
+                                   red=True, bold=True)
+        for line in lines:
+            terminalreporter.write_line(line)
+    try:
+        return (yield)
+    finally:
+        stats.update(held)  # the final counts ("13514 failed, ...") still see every report

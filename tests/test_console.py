@@ -1,0 +1,131 @@
+"""The console summary (harness.plugins.console): a suite's failing cells grouped by what went wrong, a
+screenful at most; other tests' failures and `-v` keep pytest's full output."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = '''
+import pytest
+
+@pytest.mark.parametrize("index", range(300))
+def test_cell(kvconform_record, index):
+    kvconform_record(suite="config", cell={"era": "seed", "index": index})
+    if index % 3 == 0:
+        pytest.fail(f"expected `HMA off`, got `HMA on` (rule A)\\nconfig cell {index} ...", pytrace=False)
+    if index % 3 == 1:
+        assert index < 0, f"C07 [cpu]: block {index % 2} lost"
+
+@pytest.mark.parametrize("way", range(40))
+def test_many_ways(kvconform_record, way):
+    kvconform_record(suite="connector", cell={"check": way})
+    pytest.fail(f"C{way:02d} [cpu]: evidence", pytrace=False)
+
+def test_own_test():
+    assert 1 == 2, "an ordinary test of the project"
+'''
+COUNTS = "241 failed, 100 passed"
+
+
+def run_demo(directory: Path, *args: str) -> str:
+    (directory / "test_demo.py").write_text(DEMO)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-rfE", *args],
+                          cwd=directory, capture_output=True, text=True, timeout=300, check=False,
+                          env={"COLUMNS": "120", "LINES": "30", **_env()})
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _env() -> dict:
+    import os
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["no-xdist", "xdist-2"])
+def test_failing_cells_are_grouped_in_one_screen(tmp_path, workers):
+    out = run_demo(tmp_path, *workers)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if "kvconform: 240 failing cells, grouped by what went wrong" in line)
+    grouped = lines[start + 1:start + 1 + 24]  # LINES=30 less the margin
+    assert grouped[:3] == [
+        "100 config cells: expected `HMA off`, got `HMA on` (rule A) — first: 0",
+        "50 config cells: C07 [cpu]: block 0 lost — first: 4",
+        "50 config cells: C07 [cpu]: block 1 lost — first: 1",
+    ]
+    assert grouped[3] == "1 connector cell: C00 [cpu]: evidence — 0"
+    assert grouped[-1] == ("… and 20 more groups (20 cells), see reports/compatibility.md (`kvconform report`); "
+                           "-v for pytest's full output")
+    assert not any(line.startswith("FAILED test_demo.py::test_cell") for line in lines), "no line per failing cell"
+    assert "config cell 0 ..." not in out, "the full failure reports stay out of the console"
+    assert "an ordinary test of the project" in out and "FAILED test_demo.py::test_own_test" in out, \
+        "tests outside the suites keep pytest's own report"
+    assert COUNTS in lines[-1], "the final counts still include every failure"
+
+
+def test_verbose_brings_back_pytests_full_output(tmp_path):
+    out = run_demo(tmp_path, "-v")
+    assert "grouped by what went wrong" not in out
+    assert "config cell 0 ..." in out and "FAILED test_demo.py::test_cell[0]" in out
+    assert COUNTS in out.splitlines()[-1]
+
+
+def test_an_explicit_traceback_style_brings_back_pytests_full_output(tmp_path):
+    out = run_demo(tmp_path, "--tb=short")
+    assert "grouped by what went wrong" not in out and "config cell 0 ..." in out
+
+
+SHORT = '''
+import pytest
+
+def helper(depth):
+    if depth:
+        return helper(depth - 1)
+    pytest.fail("what went wrong\\nthe details", pytrace=False)
+
+def test_fails_deep_down():
+    helper(20)
+'''
+
+
+def test_a_pytrace_false_failure_keeps_its_message_and_location(tmp_path):
+    """harness.plugins.short_failures trims the stack it walks, not what the report says."""
+    (tmp_path / "test_short.py").write_text(SHORT)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tb=long",
+                           "--kvconform-results", "results.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1
+    assert "what went wrong\nthe details" in done.stdout, "pytest still shows the message as given"
+    assert "helper(20)" not in done.stdout, "and, as pytrace=False asks, no traceback"
+    import json
+    (entry,) = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert entry["message"] == "Failed: what went wrong\nthe details"
+
+
+def raising_target(case: dict) -> dict:
+    """A broken config target that raises for every cell but the plugin's probe."""
+    if case.get("id") == "kvconform-probe":
+        return {"id": case["id"], "resolved_disable_hma": False, "warnings": [], "error": None, "unknown": None}
+    raise RuntimeError("boom")
+
+
+def test_a_raising_target_fails_every_cell_in_one_group(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", str(repo / "suites" / "config"), "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-p", "no:randomly", "--vllm-version", "seed", "-k", "seed-N-cuda",
+                           "--hma-target", "tests.test_console:raising_target",
+                           "--kvconform-results", str(tmp_path / "results.json")],
+                          cwd=repo, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stdout[-3000:]
+    grouped = [line for line in done.stdout.splitlines() if "target raised RuntimeError" in line]
+    failed = int(re.search(r"=+ (\d+) failed", done.stdout).group(1))  # pytest's own count of failing cells
+    assert len(grouped) == 1 and grouped[0].startswith(f"{failed} config cells: "), done.stdout[-3000:]
+    assert "test_console.py" in grouped[0] and ": boom" in grouped[0], "the line names where the target raised"
+    assert "Traceback" not in done.stdout
+    import json
+    entries = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert entries and all(e["status"] == "failed" and e["actual"] is None for e in entries)
