@@ -81,7 +81,8 @@ def filter_style(dom: str) -> str:
 
 def test_tables_render_and_era_filter_hides_other_eras(page, tmp_path):
     dom = dump_dom(page, "?era=seed&platform=cuda", tmp_path / "profile")
-    assert dom.count("<table") == 8, "summary, at a glance, legend, two eras with a table and a list each, what changed"
+    assert dom.count("<table") == 9, ("summary, what went wrong (the synthetic run has a failing cell), at a glance, "
+                                      "legend, two eras with a table and a list each, what changed")
     style = filter_style(dom)
     assert '[data-f-era]:not([data-f-era~="seed"])' in style, "sections and rows of other eras are hidden"
     assert '[data-f-platform]:not([data-f-platform~="cuda"])' in style, "listed rows of other platforms are hidden"
