@@ -104,7 +104,7 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 
 
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
-               log: Path) -> int:
+               log: Path, files: tuple[str, ...] = TEST_FILES) -> int:
     """Run TEST_FILES under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
     conftest needs the HF hub and model-test dependencies that these files do not use)."""
     env = dict(os.environ)
@@ -112,7 +112,7 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
     env.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the network
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
-           "-p", "no:cacheprovider", "-p", "no:kvconform", "-q", f"--junitxml={junit}", *TEST_FILES]
+           "-p", "no:cacheprovider", "-p", "no:kvconform", "-q", f"--junitxml={junit}", *files]
     if workers > 1:
         cmd += ["-n", str(workers)]
     with open(log, "w") as out:
@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path(".cache/upstream"))
     parser.add_argument("--out", type=Path, help="JSON results (default: WORK/upstream-vllm-VERSION.json)")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (1: no xdist)")
+    parser.add_argument("--only", action="append", default=None, metavar="FILE",
+                        help="run only this one of the test files (repeatable; for iterating on one file)")
     parser.add_argument("--min-pass-rate", type=float, default=None,
                         help="fail (exit 1) below this share, 0..1, of vLLM-passing tests passing on the reference")
     args = parser.parse_args(argv)
@@ -186,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_pass_rate is not None and not 0.0 <= args.min_pass_rate <= 1.0:
         print(f"upstream: --min-pass-rate must be in 0..1, got {args.min_pass_rate}", file=sys.stderr)
         return 2
+    files = TEST_FILES
+    if args.only:
+        unknown = [f for f in args.only if f not in TEST_FILES]
+        if unknown:
+            print(f"upstream: --only {unknown[0]!r} is not one of: {', '.join(TEST_FILES)}", file=sys.stderr)
+            return 2
+        files = tuple(args.only)
     work = args.work.resolve()
     out = args.out or work / f"upstream-vllm-{args.vllm_version}.json"
     try:
@@ -197,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         for target, root, extra in (("vllm", vllm_root, []), ("reference", ref_root, [_REPO_ROOT])):
             junit = work / f"junit-{target}.xml"
             junit.unlink(missing_ok=True)
-            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log")
+            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files)
             outcomes[target] = read_junit(junit)
     except UpstreamError as exc:
         print(f"upstream: {exc}", file=sys.stderr)
         return 2
     result = compare(outcomes["vllm"], outcomes["reference"])
-    result = {"vllm_version": args.vllm_version, "files": list(TEST_FILES),
+    result = {"vllm_version": args.vllm_version, "files": list(files),
               "mapped_modules": MAPPED_MODULES, **result}
     write_text_atomic(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(summary_line(args.vllm_version, result))

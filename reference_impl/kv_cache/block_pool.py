@@ -164,6 +164,13 @@ class BlockPool:
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(("BlockRemoved", key))
 
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop the block's prefix-cache entry if it has one; whether it had."""
+        if block._block_hash is None:
+            return False
+        self._evict_cached(block)
+        return True
+
     # --------------------------------------------------------------------------------------- alloc / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Pop `num_blocks` from the head of the free queue (evicting cached ones), ref_cnt = 1 each."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from reference_impl.kv_cache.kv_cache_interface import (
 )
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
+
+logger = logging.getLogger(__name__)
 
 _WAITING_STATES = frozenset({"waiting", "preempted"})
 
@@ -43,9 +46,9 @@ class KVCacheBlocks:
             raise ValueError("get_unhashed_block_ids() needs exactly one KV cache group")
         return [b.block_id for b in self.blocks[0] if b.block_hash is None]
 
-    def get_unhashed_block_ids_all_groups(self) -> list[int]:
-        """Ids of unhashed non-null blocks over all groups."""
-        return [b.block_id for g in self.blocks for b in g if not b.is_null and b.block_hash is None]
+    def get_unhashed_block_ids_all_groups(self) -> list[list[int]]:
+        """Ids of the unhashed non-null blocks, one list per group."""
+        return [[b.block_id for b in g if not b.is_null and b.block_hash is None] for g in self.blocks]
 
     def new_empty(self) -> "KVCacheBlocks":
         """An empty KVCacheBlocks with the same number of groups."""
@@ -106,8 +109,8 @@ class KVCacheManager:
                 )
             if not any(isinstance(g.kv_cache_spec, (SlidingWindowSpec, MambaSpec)) for g in groups):
                 raise ValueError(
-                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) > 0 needs a sliding-window or "
-                    "Mamba group"
+                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) is set but this model has no "
+                    "sliding-window or Mamba KV cache group, so retention has no effect; accepted: 0"
                 )
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -131,6 +134,8 @@ class KVCacheManager:
         self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
+        self.prefix_cache_stats = None
 
     # ---------------------------------------------------------------------------------------- properties
     @property

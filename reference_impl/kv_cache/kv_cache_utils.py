@@ -8,7 +8,6 @@ stable across processes: nothing here uses Python's randomised `hash()`.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -415,12 +414,11 @@ def get_request_block_hasher(hash_block_size: int, caching_hash_fn: Callable = s
     """
     if isinstance(hash_block_size, bool) or not isinstance(hash_block_size, int) or hash_block_size <= 0:
         raise ValueError(f"hash_block_size must be a positive integer, got {hash_block_size!r}")
-    if isinstance(num_hash_lookahead_tokens, bool) or not isinstance(num_hash_lookahead_tokens, int) \
-            or num_hash_lookahead_tokens < 0:
+    if not isinstance(num_hash_lookahead_tokens, int) or num_hash_lookahead_tokens < 0:
         raise ValueError(f"num_hash_lookahead_tokens must be a non-negative integer, got {num_hash_lookahead_tokens!r}")
     block_size = hash_block_size
     hash_fn = caching_hash_fn
-    lookahead = num_hash_lookahead_tokens
+    lookahead = int(num_hash_lookahead_tokens)
 
     def request_block_hasher(request) -> list[BlockHash]:
         hashes = request.block_hashes
