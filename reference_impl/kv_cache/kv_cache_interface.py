@@ -62,6 +62,13 @@ class KVQuantMode(IntEnum):
     FP8_PER_TENSOR = 1
     INT8_PER_TOKEN_HEAD = 2
     FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+
+    @property
+    def is_per_token_head(self) -> bool:
+        """Whether scales are kept per token and head."""
+        return self in (KVQuantMode.INT8_PER_TOKEN_HEAD, KVQuantMode.FP8_PER_TOKEN_HEAD,
+                        KVQuantMode.INT4_PER_TOKEN_HEAD)
 
 
 class KVCacheSpecKind(str, Enum):
@@ -107,6 +114,8 @@ class KVCacheSpec:
     #: Whether decode context parallelism shards this cache's token positions across ranks (attention
     #: layers do; a Mamba state does not, so its block size is not scaled by the DCP world size).
     dcp_sharded: bool = field(default=False, kw_only=True)
+    #: Whether a draft model owns the layer (never part of equality, so it never affects grouping).
+    is_draft: bool = field(default=False, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         _require_positive_int(type(self).__name__, "block_size", self.block_size)
@@ -167,13 +176,18 @@ class AttentionSpec(KVCacheSpec):
     head_size_v: int | None = None
     kv_quant_mode: KVQuantMode = KVQuantMode.NONE
     page_size_padded: int | None = None
+    # vLLM's tensor-parallel and packed-state geometry; the reference's pages ignore them.
+    max_tp_shards: int | None = None
+    num_head_slots: int | None = None
+    state_content_bytes: int | None = None
+    tokens_per_state: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
         _require_positive_int(name, "num_kv_heads", self.num_kv_heads)
         _require_positive_int(name, "head_size", self.head_size)
-        if self.head_size_v is not None:
+        if self.head_size_v:  # None: same as head_size; 0: no separate V (latent attention)
             _require_positive_int(name, "head_size_v", self.head_size_v)
         if not isinstance(self.dtype, torch.dtype):
             raise ValueError(f"{name}.dtype must be a torch.dtype, got {self.dtype!r}")
@@ -206,6 +220,7 @@ class FullAttentionSpec(AttentionSpec):
 
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+    non_causal: bool = False
 
     @classmethod
     def merge(cls, specs: list["KVCacheSpec"]) -> "KVCacheSpec":
@@ -416,6 +431,11 @@ class KVCacheConfig:
     cache_hit_alignment_tokens: int | None = None
     hisparse_host_num_blocks: int | None = None
 
+    @property
+    def transfer_group_ids(self) -> tuple[int, ...]:
+        """Ids of the groups that take part in external KV transfer."""
+        return tuple(i for i, g in enumerate(self.kv_cache_groups) if g.enable_kv_transfer)
+
     def __post_init__(self) -> None:
         if isinstance(self.num_blocks, bool) or not isinstance(self.num_blocks, int) or self.num_blocks < 1:
             raise ValueError(
@@ -434,9 +454,12 @@ class MLAAttentionSpec(FullAttentionSpec):
     """Multi-head latent attention: one latent vector per token (no separate V; `head_size_v` 0)."""
 
     cache_dtype_str: str | None = None
+    topk_buffer_width: int | None = None
     alignment: int | None = None
     model_version: str | None = None
     cache_role: SparseCacheRole = SparseCacheRole.SPARSE
+    is_index_group_leader: bool = False
+    non_causal_multi_token_decode: bool = False
     head_size_v: int | None = 0
 
     def __post_init__(self) -> None:
@@ -470,6 +493,7 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     cache_dtype_str: str | None = None
     alignment: int | None = None
     model_version: str | None = None
+    bounded_replay: bool = False
     head_size_v: int | None = 0
 
     @property

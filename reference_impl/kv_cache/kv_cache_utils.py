@@ -231,10 +231,19 @@ class KVCacheBlockCopy(NamedTuple):
 NONE_HASH: BlockHash | None = None
 
 
+# Hash functions that are not collision resistant: their seed must stay secret, so it is random per process.
+_NON_CRYPTO_HASH_NAMES = frozenset({"xxhash", "xxhash_cbor"})
+
+
 def resolve_none_hash_seed(hash_fn: Callable) -> str:
-    """$PYTHONHASHSEED if set, else DEFAULT_NONE_HASH_SEED (the reference only ships cryptographic hashes)."""
+    """$PYTHONHASHSEED if set; else DEFAULT_NONE_HASH_SEED for cryptographic hashes (shareable across
+    processes) and fresh random bytes for non-cryptographic ones (xxhash)."""
     seed = os.environ.get("PYTHONHASHSEED")
-    return DEFAULT_NONE_HASH_SEED if seed is None else seed
+    if seed is not None:
+        return seed
+    if getattr(hash_fn, "__name__", "") in _NON_CRYPTO_HASH_NAMES:
+        return os.urandom(32).hex()
+    return DEFAULT_NONE_HASH_SEED
 
 
 def init_none_hash(hash_fn: Callable = sha256) -> bytes:

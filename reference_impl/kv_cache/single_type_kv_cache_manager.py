@@ -76,7 +76,15 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
         self.new_block_ids: list[int] = []
+        # Workers zero new attention blocks when the cache needs it (scratch rings excepted).
+        self._record_new_block_ids = needs_kv_cache_zeroing and hasattr(kv_cache_spec, "num_kv_heads") \
+            and not isinstance(kv_cache_spec, CircularBufferSpec)
         self._null_block = block_pool.null_block
+
+    @property
+    def records_new_block_ids(self) -> bool:
+        """Whether this manager's new blocks are zeroed by the worker (so their ids are recorded)."""
+        return self._record_new_block_ids
 
     @property
     def alignment_tokens(self) -> int:
@@ -174,6 +182,8 @@ class SingleTypeKVCacheManager:
         table.extend([self._null_block] * num_null)
         new = self.block_pool.get_new_blocks(target - len(table))
         table.extend(new)
+        if self._record_new_block_ids and record_for_zeroing:
+            self.new_block_ids.extend(b.block_id for b in new)
         return new
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
@@ -185,6 +195,8 @@ class SingleTypeKVCacheManager:
             return []
         new = self.block_pool.get_new_blocks(n)
         table.extend(new)
+        if self._record_new_block_ids:
+            self.new_block_ids.extend(b.block_id for b in new)
         return new
 
     # ------------------------------------------------------------------------------------------ caching
@@ -572,7 +584,35 @@ class RSWAManager(FullAttentionManager):
 
 
 class CircularBufferManager(FullAttentionManager):
-    """Scratch attention memory never read back by later tokens: never cached, never hit."""
+    """Scratch attention memory never read back by later tokens: one ring block per request for its whole
+    life; never cached, never hit, never skipped."""
+
+    def _claim_ring_block(self, request_id: str) -> list[KVCacheBlock]:
+        table = self.req_to_blocks[request_id]
+        if table:
+            return []
+        new = self.block_pool.get_new_blocks(1)
+        table.extend(new)
+        return new
+
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                                   num_local_computed_tokens=0, num_tokens_main_model=None,
+                                   apply_admission_cap=False, prefill_end=0):
+        return 0 if self.req_to_blocks.get(request_id) else 1
+
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model=None):
+        return self._claim_ring_block(request_id)
+
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        return self._claim_ring_block(request_id)
+
+    def add_local_computed_blocks(self, request_id, new_computed_blocks, num_local_computed_tokens,
+                                  num_external_computed_tokens=0):
+        return None
+
+    def remove_skipped_blocks(self, request_id, processed_computed_tokens, num_prompt_tokens=None):
+        return None
 
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         return None
