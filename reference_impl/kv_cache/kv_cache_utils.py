@@ -43,6 +43,9 @@ __all__ = [
     "resolve_dcp_kv_block_size",
     "resolve_dcp_kv_cache_spec",
     "get_max_concurrency_for_kv_cache_config",
+    "partial_hash_hits_enabled",
+    "resolve_cache_hit_alignment_tokens",
+    "eagle_proof_margin",
     "get_kv_cache_capacity",
     "generate_scheduler_kv_cache_config",
 ]
@@ -510,3 +513,45 @@ def generate_scheduler_kv_cache_config(kv_cache_configs: list):
         if specs:
             group.kv_cache_spec = next(iter(specs.values()))
     return cfg
+
+
+def _layer_specs(spec) -> tuple:
+    specs = getattr(spec, "kv_cache_specs", None)
+    return tuple(specs.values()) if specs else (spec,)
+
+
+def partial_hash_hits_enabled(kv_cache_groups, hash_block_size: int, dcp_world_size: int = 1,
+                              manager_classes=None) -> bool:
+    """Whether hits may end on any hash boundary (below a block): needs a Mamba "align" group whose block
+    is larger than the hash block, and (when `manager_classes` are given, one per group) every other
+    prefix-cacheable group able to look hits up at hash granularity."""
+    if not any(type(s).__name__ == "MambaSpec" and s.mamba_cache_mode == "align"
+               and (s.block_size > hash_block_size if dcp_world_size == 1 else s.block_size >= hash_block_size)
+               for g in kv_cache_groups for s in _layer_specs(g.kv_cache_spec)):
+        return False
+    if manager_classes is None:
+        return True
+    return all(not g.kv_cache_spec.prefix_cacheable or cls.supports_fine_grained_hash_lookup
+               or resolve_dcp_kv_block_size(g.kv_cache_spec, dcp_world_size) == hash_block_size
+               for g, cls in zip(kv_cache_groups, manager_classes))
+
+
+def resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_block_size: int,
+                                       hash_block_size: int) -> int:
+    """Token granularity prefix-cache hits land on: the hash block size when partial hits are enabled
+    (hybrid, caching on), else the scheduler block size."""
+    from reference_impl.kv_cache.single_type_kv_cache_manager import spec_manager_map  # managers import us
+
+    groups = kv_cache_config.kv_cache_groups
+    if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
+        return scheduler_block_size
+    classes = [spec_manager_map[type(_layer_specs(g.kv_cache_spec)[0])] for g in groups]
+    dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1)
+    return hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, dcp, classes) \
+        else scheduler_block_size
+
+
+def eagle_proof_margin(block_size: int, hash_block_size: int, fine_grained_lookup: bool) -> int:
+    """Tokens an EAGLE group looks past a hit before dropping them: one hash unit for fine-grained lookups
+    (block larger than the hash block), else one block."""
+    return hash_block_size if fine_grained_lookup and block_size > hash_block_size else block_size

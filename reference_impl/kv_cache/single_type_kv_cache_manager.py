@@ -284,6 +284,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     """Full attention: every position keeps its block; hits are contiguous prefixes."""
 
     downward_closed = True
+    supports_fine_grained_hash_lookup = True
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
