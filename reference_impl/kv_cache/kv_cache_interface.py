@@ -242,8 +242,22 @@ class FullAttentionSpec(AttentionSpec):
         )
 
 
+class _AdmissionCapped:
+    """Specs whose blocks recycle across chunks (sliding window, chunked local): one request holds at most
+    `max_admission_blocks_per_request` blocks, which also sizes its worst-case memory."""
+
+    def max_admission_blocks(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        """`max_admission_blocks_per_request` with the arguments in the reference's former order."""
+        return self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
+
+    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
+        """Worst-case bytes one request needs from this layer."""
+        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
+        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size_bytes
+
+
 @dataclass(frozen=True, kw_only=True)
-class SlidingWindowSpec(AttentionSpec):
+class SlidingWindowSpec(_AdmissionCapped, AttentionSpec):
     """Sliding-window attention over the last `sliding_window` tokens."""
 
     sliding_window: int
@@ -275,17 +289,9 @@ class SlidingWindowSpec(AttentionSpec):
         tokens = min(self.sliding_window - 1 + self.extra_retained_tokens + max_in_flight_tokens, max_model_len)
         return cdiv(tokens, self.block_size) + 1
 
-    def max_admission_blocks(self, max_model_len: int, max_in_flight_tokens: int) -> int:
-        """`max_admission_blocks_per_request` with the arguments in the reference's former order."""
-        return self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
-
-    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
-        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
-        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size_bytes
-
 
 @dataclass(frozen=True, kw_only=True)
-class ChunkedLocalAttentionSpec(AttentionSpec):
+class ChunkedLocalAttentionSpec(_AdmissionCapped, AttentionSpec):
     """Chunked local attention: a token attends within its chunk of `attention_chunk_size` tokens."""
 
     attention_chunk_size: int
@@ -304,14 +310,6 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     def max_admission_blocks_per_request(self, max_in_flight_tokens: int, max_model_len: int) -> int:
         """Blocks one request can hold at once."""
         return cdiv(min(self.attention_chunk_size + max_in_flight_tokens, max_model_len), self.block_size)
-
-    def max_admission_blocks(self, max_model_len: int, max_in_flight_tokens: int) -> int:
-        """`max_admission_blocks_per_request` with the arguments in the reference's former order."""
-        return self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
-
-    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
-        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
-        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
