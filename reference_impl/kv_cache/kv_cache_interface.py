@@ -520,11 +520,10 @@ class CrossAttentionSpec(AttentionSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HiSparseHotSpec(KVCacheSpec):
-    """HiSparse's per-request hot pages on the device (`blocks_per_request` pages of `page_size` bytes)."""
+class _HiSparsePageSpec(KVCacheSpec):
+    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached."""
 
     page_size: int
-    blocks_per_request: int
 
     @property
     def prefix_cacheable(self) -> bool:
@@ -533,24 +532,21 @@ class HiSparseHotSpec(KVCacheSpec):
     @property
     def page_size_bytes(self) -> int:
         return self.page_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class HiSparseHotSpec(_HiSparsePageSpec):
+    """HiSparse's per-request hot pages on the device (`blocks_per_request` pages)."""
+
+    blocks_per_request: int
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
         return self.blocks_per_request * self.page_size
 
 
 @dataclass(frozen=True, kw_only=True)
-class HiSparseResidentSpec(KVCacheSpec):
+class HiSparseResidentSpec(_HiSparsePageSpec):
     """HiSparse's device-resident pages of the host-held source group."""
-
-    page_size: int
-
-    @property
-    def prefix_cacheable(self) -> bool:
-        return False
-
-    @property
-    def page_size_bytes(self) -> int:
-        return self.page_size
 
     def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
         max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
