@@ -58,8 +58,10 @@ class AllocatorTarget(Protocol):
     def make_manager(self, groups: Sequence[GroupDesc], num_blocks: int, max_model_len: int, *,
                      enable_caching: bool = True, retention_interval: int | None = None,
                      hash_block_size: int | None = None, scheduler_block_size: int | None = None,
-                     max_in_flight_tokens: int | None = None) -> Any:
-        """A `KVCacheManager` over one pool of `num_blocks` with one group per description."""
+                     max_in_flight_tokens: int | None = None, use_eagle: bool = False,
+                     dcp_world_size: int = 1) -> Any:
+        """A `KVCacheManager` over one pool of `num_blocks` with one group per description (EAGLE's
+        last-block drop with `use_eagle`; decode context parallelism over `dcp_world_size` ranks)."""
 
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int], hash_block_size: int, *,
                      lora: tuple[str, int, str] | None = None, cache_salt: str | None = None) -> Any:
@@ -133,7 +135,8 @@ class ReferenceAllocatorTarget:
         return build_kv_cache_config(self._mod, groups, num_blocks, retention_interval, self._dtype)
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
-                     hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None):
+                     hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
+                     use_eagle=False, dcp_world_size=1):
         import math
 
         config = self.make_kv_cache_config(groups, num_blocks, retention_interval)
@@ -141,7 +144,8 @@ class ReferenceAllocatorTarget:
         sbs = scheduler_block_size or math.lcm(*sizes)
         hbs = hash_block_size or (math.gcd(*sizes) if enable_caching else sbs)
         return self._mod.KVCacheManager(config, max_model_len, sbs, hbs, max_in_flight_tokens=max_in_flight_tokens,
-                                        enable_caching=enable_caching)
+                                        enable_caching=enable_caching, use_eagle=use_eagle,
+                                        dcp_world_size=dcp_world_size)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)

@@ -7,7 +7,7 @@ Modules: `specs` (layer specs, groups, config), `grouping` (layer specs -> group
 
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
 from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups, resolve_groups
-from reference_impl.kv_cache.hashing import (
+from reference_impl.kv_cache.kv_cache_utils import (
     BlockHashListWithBlockSize,
     get_request_block_hasher,
     hash_block_tokens,
@@ -16,7 +16,7 @@ from reference_impl.kv_cache.hashing import (
 )
 from reference_impl.kv_cache.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from reference_impl.kv_cache.request import LoRARequest, MultiModalFeature, Request
-from reference_impl.kv_cache.specs import (
+from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,

@@ -9,141 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from reference_impl.kv_cache.hashing import BlockHashListWithBlockSize
+from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, FreeKVCacheBlockQueue, KVCacheBlock
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool"]
 
 logger = logging.getLogger(__name__)
-
-
-class KVCacheBlock:
-    """Metadata of one block id: ref count, prefix-cache key and the free-queue links."""
-
-    __slots__ = ("block_id", "ref_cnt", "_block_hash", "block_hash_num_tokens", "prev_free_block",
-                 "next_free_block", "is_null", "pool")
-
-    def __init__(self, block_id: int, pool=None):
-        self.block_id = block_id
-        self.ref_cnt = 0
-        self._block_hash: bytes | None = None
-        self.block_hash_num_tokens = 0
-        self.prev_free_block: KVCacheBlock | None = None
-        self.next_free_block: KVCacheBlock | None = None
-        self.is_null = False
-        self.pool = pool
-
-    @property
-    def block_hash(self) -> bytes | None:
-        """The prefix-cache key (hash + group id) while the block is registered, else None."""
-        return self._block_hash
-
-    def set_block_hash(self, block_hash: bytes, num_tokens: int = 0) -> None:
-        """Register the block's key; a block carries at most one key at a time."""
-        assert self._block_hash is None, "The block already has a hash. This should not happen."
-        self._block_hash = block_hash
-        self.block_hash_num_tokens = num_tokens
-
-    def reset_hash(self) -> None:
-        """Forget the key (on eviction)."""
-        self._block_hash = None
-        self.block_hash_num_tokens = 0
-
-    def __repr__(self) -> str:
-        return f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, cached={self._block_hash is not None})"
-
-
-class FreeKVCacheBlockQueue:
-    """Doubly linked free list threaded through the blocks, with sentinel head/tail (id -1).
-
-    The head is reused first; with prefix caching it doubles as the LRU list of evictable cached blocks.
-    """
-
-    __slots__ = ("num_free_blocks", "fake_free_list_head", "fake_free_list_tail")
-
-    def __init__(self, blocks: Sequence[KVCacheBlock]):
-        self.num_free_blocks = 0
-        head = KVCacheBlock(-1)
-        tail = KVCacheBlock(-1)
-        head.next_free_block, tail.prev_free_block = tail, head
-        self.fake_free_list_head = head
-        self.fake_free_list_tail = tail
-        self.append_n(blocks)
-
-    def popleft(self) -> KVCacheBlock:
-        """Remove and return the head block."""
-        if self.num_free_blocks == 0:
-            raise ValueError("No free blocks available")
-        return self.popleft_n(1)[0]
-
-    def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        """Remove and return the first n blocks in queue order (caller guarantees n <= free)."""
-        if n == 0:
-            return []
-        head = self.fake_free_list_head
-        cur = head.next_free_block
-        out = []
-        append = out.append
-        for _ in range(n):
-            append(cur)
-            nxt = cur.next_free_block
-            cur.prev_free_block = cur.next_free_block = None
-            cur = nxt
-        head.next_free_block = cur
-        cur.prev_free_block = head
-        self.num_free_blocks -= n
-        return out
-
-    def remove(self, block: KVCacheBlock) -> None:
-        """Unlink a block from anywhere in the queue."""
-        prev, nxt = block.prev_free_block, block.next_free_block
-        if prev is None or nxt is None:
-            raise RuntimeError(f"remove() called on a block that is not free: {block}")
-        prev.next_free_block = nxt
-        nxt.prev_free_block = prev
-        block.prev_free_block = block.next_free_block = None
-        self.num_free_blocks -= 1
-
-    def append(self, block: KVCacheBlock) -> None:
-        """Link a block at the tail."""
-        self.append_n((block,))
-
-    def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
-        """Link blocks at the tail, in the given order."""
-        if not blocks:
-            return
-        tail = self.fake_free_list_tail
-        prev = tail.prev_free_block
-        for block in blocks:
-            prev.next_free_block = block
-            block.prev_free_block = prev
-            prev = block
-        prev.next_free_block = tail
-        tail.prev_free_block = prev
-        self.num_free_blocks += len(blocks)
-
-    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
-        """Link blocks at the head; blocks[0] becomes the new head."""
-        if not blocks:
-            return
-        head = self.fake_free_list_head
-        nxt = head.next_free_block
-        for block in reversed(blocks):
-            nxt.prev_free_block = block
-            block.next_free_block = nxt
-            nxt = block
-        head.next_free_block = nxt
-        nxt.prev_free_block = head
-        self.num_free_blocks += len(blocks)
-
-    def get_all_free_blocks(self) -> list[KVCacheBlock]:
-        """Head-to-tail list of the free blocks (for tests)."""
-        out = []
-        cur = self.fake_free_list_head.next_free_block
-        tail = self.fake_free_list_tail
-        while cur is not tail:
-            out.append(cur)
-            cur = cur.next_free_block
-        return out
 
 
 class BlockHashToBlockMap:
@@ -218,7 +88,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.enable_kv_cache_events = enable_kv_cache_events
-        self.blocks = [KVCacheBlock(i, self) for i in range(num_gpu_blocks)]
+        self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
@@ -264,7 +134,7 @@ class BlockPool:
                 raise AssertionError("The block already has a hash. This should not happen.")
             key = hashes[(i + 1) * k - 1] + suffix
             block._block_hash = key
-            block.block_hash_num_tokens = (i + 1) * block_size
+            block._block_hash_num_tokens = (i + 1) * block_size
             entry = cache.get(key)
             if entry is None:
                 cache[key] = block
@@ -280,7 +150,7 @@ class BlockPool:
     def _evict_cached(self, block: KVCacheBlock) -> None:
         key = block._block_hash
         block._block_hash = None
-        block.block_hash_num_tokens = 0
+        block._block_hash_num_tokens = None
         cache = self.cached_block_hash_to_block._cache
         entry = cache.get(key)
         if entry is block:
@@ -293,6 +163,13 @@ class BlockPool:
                 cache[key] = next(iter(entry.values()))
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(("BlockRemoved", key))
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop the block's prefix-cache entry if it has one; whether it had."""
+        if block._block_hash is None:
+            return False
+        self._evict_cached(block)
+        return True
 
     # --------------------------------------------------------------------------------------- alloc / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -426,7 +303,7 @@ class BlockPool:
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         for block in self.blocks:
             block._block_hash = None
-            block.block_hash_num_tokens = 0
+            block._block_hash_num_tokens = None
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(("AllBlocksCleared",))
         return True

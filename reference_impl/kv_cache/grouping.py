@@ -13,7 +13,7 @@ import torch
 
 from reference_impl.config import messages
 
-from reference_impl.kv_cache.specs import (
+from reference_impl.kv_cache.kv_cache_interface import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,

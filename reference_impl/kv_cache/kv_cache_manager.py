@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_impl.kv_cache.block_pool import KVCacheBlock
-from reference_impl.kv_cache.coordinator import get_kv_cache_coordinator
-from reference_impl.kv_cache.request import RequestStatus
-from reference_impl.kv_cache.specs import (
+from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
+from reference_impl.kv_cache.request import Request, RequestStatus
+from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
     MambaSpec,
     SlidingWindowSpec,
 )
 
-__all__ = ["KVCacheBlocks", "KVCacheManager"]
+__all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
+
+logger = logging.getLogger(__name__)
+
+_WAITING_STATES = frozenset({"waiting", "preempted"})
 
 
 @dataclass
@@ -41,13 +46,19 @@ class KVCacheBlocks:
             raise ValueError("get_unhashed_block_ids() needs exactly one KV cache group")
         return [b.block_id for b in self.blocks[0] if b.block_hash is None]
 
-    def get_unhashed_block_ids_all_groups(self) -> list[int]:
-        """Ids of unhashed non-null blocks over all groups."""
-        return [b.block_id for g in self.blocks for b in g if not b.is_null and b.block_hash is None]
+    def get_unhashed_block_ids_all_groups(self) -> list[list[int]]:
+        """Ids of the unhashed non-null blocks, one list per group."""
+        return [[b.block_id for b in g if not b.is_null and b.block_hash is None] for g in self.blocks]
 
     def new_empty(self) -> "KVCacheBlocks":
         """An empty KVCacheBlocks with the same number of groups."""
         return KVCacheBlocks(tuple(() for _ in self.blocks))
+
+
+def _is_waiting(status) -> bool:
+    # The reference's RequestStatus or vLLM's (scenario code may pass vLLM requests): compare by name.
+    return status is RequestStatus.WAITING or status is RequestStatus.PREEMPTED or \
+        getattr(status, "name", "").lower() in _WAITING_STATES
 
 
 def _positive_int(name: str, value) -> None:
@@ -75,8 +86,6 @@ class KVCacheManager:
             hash_block_size = math.gcd(*sizes) if sizes else scheduler_block_size
         _positive_int("scheduler_block_size", scheduler_block_size)
         _positive_int("hash_block_size", hash_block_size)
-        if use_eagle:
-            raise ValueError("KVCacheManager.use_eagle=True is not supported by the reference allocator")
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"KVCacheManager.watermark must be in [0, 1), got {watermark!r}")
         if groups and kv_cache_config.num_blocks < 2:
@@ -100,8 +109,8 @@ class KVCacheManager:
                 )
             if not any(isinstance(g.kv_cache_spec, (SlidingWindowSpec, MambaSpec)) for g in groups):
                 raise ValueError(
-                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) > 0 needs a sliding-window or "
-                    "Mamba group"
+                    f"KVCacheConfig.prefix_cache_retention_interval ({rti}) is set but this model has no "
+                    "sliding-window or Mamba KV cache group, so retention has no effect; accepted: 0"
                 )
         self.kv_cache_config = kv_cache_config
         self.max_model_len = max_model_len
@@ -113,8 +122,10 @@ class KVCacheManager:
         self.num_kv_cache_groups = len(groups)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self.coordinator = get_kv_cache_coordinator(
-            kv_cache_config, max_model_len, use_eagle, enable_caching, enable_kv_cache_events, hash_block_size,
-            scheduler_block_size, max_in_flight_tokens, dcp_world_size, pcp_world_size, metrics_collector)
+            kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching, enable_kv_cache_events,
+            dcp_world_size=dcp_world_size, pcp_world_size=pcp_world_size, scheduler_block_size=scheduler_block_size,
+            hash_block_size=hash_block_size, metrics_collector=metrics_collector,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_prefill_lookahead=num_prefill_lookahead)
         self.block_pool = self.coordinator.block_pool
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
@@ -123,6 +134,8 @@ class KVCacheManager:
         self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
+        self.prefix_cache_stats = None
 
     # ---------------------------------------------------------------------------------------- properties
     @property
@@ -188,29 +201,34 @@ class KVCacheManager:
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
         adopting = num_external_computed_tokens > 0 or any(hits)
 
-        for m in self._skipping:
-            m.remove_skipped_blocks(request_id, total - request.num_in_flight_tokens)
-
-        free = pool.free_block_queue.num_free_blocks - reserved_blocks
-        if self.watermark_blocks and has_scheduled_reqs and request.status in (
-                RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            free -= self.watermark_blocks
+        free = pool.free_block_queue.num_free_blocks
+        watermark = 0
+        if self.watermark_blocks and has_scheduled_reqs and _is_waiting(request.status):
+            watermark = self.watermark_blocks
+        main_model = total + num_new_tokens
         if full_sequence_must_fit:
+            # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
+            # chunk only (below), not from this check.
             whole = min(request.num_tokens, max_len)
             needed_whole = 0
             for i, m in enumerate(managers):
-                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, True)
-            if needed_whole > free:
+                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True)
+            if needed_whole + watermark > free:
                 return None
+
+        for m in self._skipping:
+            m.remove_skipped_blocks(request_id, max(0, total - request.num_in_flight_tokens),
+                                    request.num_prompt_tokens)
+        free = pool.free_block_queue.num_free_blocks - reserved_blocks - watermark
         needed = 0
         for i, m in enumerate(managers):
-            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total)
+            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model)
         if needed > free:
             return None
 
         if adopting:
             self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens)
-        new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots) for m in managers)
+        new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
 
         if self.enable_caching and not delay_cache_blocks:
             n = total + num_new_tokens
@@ -221,7 +239,7 @@ class KVCacheManager:
                 n = n // align * align
             boundaries = (request.num_prompt_tokens - 1,)
             for m in managers:
-                m.cache_blocks(request, n, boundaries)
+                m.cache_blocks(request, n, replay_boundaries=boundaries)
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)
@@ -232,27 +250,20 @@ class KVCacheManager:
         if self.enable_caching:
             self.coordinator.cache_blocks(request, num_computed_tokens)
 
-    def remove_skipped_blocks(self, request_id: str, processed_tokens: int, num_prompt_tokens: int | None = None) -> None:
-        """Null and free the blocks that no group needs after `processed_tokens`."""
-        self.coordinator.remove_skipped_blocks(request_id, processed_tokens)
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """Null and free the blocks that no group needs after `processed_computed_tokens`."""
+        self.coordinator.remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
 
     # ------------------------------------------------------------------------------------------- freeing
     def free(self, request) -> None:
-        """Release every block of the request (per group, tail first)."""
-        request_id = request.request_id
-        if not self.coordinator.has_request(request_id):
-            raise ValueError(f"free: request_id {request_id!r} is not known to this KVCacheManager")
-        self.coordinator.free(request_id)
+        """Release every block of the request (per group, tail first). A request holding no blocks (e.g.
+        aborted while waiting) is a no-op, as in vLLM."""
+        self.coordinator.free(request.request_id)
 
     def pop_blocks_for_free(self, request) -> list[KVCacheBlock]:
-        """Detach the request's blocks for a deferred free (caller frees them reversed)."""
-        out: list[KVCacheBlock] = []
-        for m in self._managers:
-            table = m.req_to_blocks.pop(request.request_id, None)
-            m.num_cached_block.pop(request.request_id, None)
-            if table:
-                out.extend(b for b in table if not b.is_null)
-        return out
+        """Detach the request's blocks for a deferred free, in freeing order (each group tail first)."""
+        return self.coordinator.pop_blocks_for_free(request.request_id)
 
     def reset_prefix_cache(self) -> bool:
         """Clear the prefix cache (refused while any block is in use)."""

@@ -1,4 +1,5 @@
-"""The request as the allocator sees it (the subset of vLLM's `v1.request.Request` it reads)."""
+"""The request as the allocator sees it (the subset of vLLM's `v1.request.Request` it reads, with
+vLLM's constructor, so scenario code builds either the same way)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Request", "RequestStatus", "LoRARequest", "MultiModalFeature"]
+__all__ = ["Request", "RequestStatus", "LoRARequest", "MultiModalFeature", "PlaceholderRange"]
 
 
 class RequestStatus(enum.Enum):
@@ -28,12 +29,25 @@ class LoRARequest:
 
 
 @dataclass(frozen=True)
+class PlaceholderRange:
+    """Prompt tokens [offset, offset + length) taken by one multimodal item (vLLM's name)."""
+
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
 class MultiModalFeature:
     """A multimodal item occupying prompt tokens [offset, offset + length), identified by a content hash."""
 
     identifier: str
     offset: int
     length: int
+
+    @property
+    def mm_position(self) -> PlaceholderRange:
+        """The item's placeholder range, as vLLM's `MultiModalFeatureSpec` carries it."""
+        return PlaceholderRange(self.offset, self.length)
 
 
 class Request:
@@ -43,16 +57,33 @@ class Request:
         "request_id", "prompt_token_ids", "num_prompt_tokens", "_all_token_ids", "_output_token_ids",
         "num_computed_tokens", "block_hashes", "_block_hasher", "lora_request", "cache_salt", "mm_features",
         "prompt_embeds", "has_no_extra_keys", "status", "shared_prefix_boundary",
-        "skip_reading_prefix_cache", "num_in_flight_tokens",
+        "skip_reading_prefix_cache", "num_in_flight_tokens", "sampling_params", "pooling_params",
+        "client_index", "arrival_time", "priority", "session_id", "spec_token_ids", "num_preemptions",
     )
 
-    def __init__(self, request_id: str, prompt_token_ids: Sequence[int], *,
-                 block_hasher: Callable | None = None, lora_request: LoRARequest | None = None,
-                 cache_salt: str | None = None, mm_features: Sequence[MultiModalFeature] | None = None,
-                 prompt_embeds: bytes | None = None):
+    def __init__(self, request_id: str, prompt_token_ids: Sequence[int] | None, sampling_params=None,
+                 pooling_params=None, client_index: int = 0, arrival_time: float | None = None,
+                 prompt_embeds=None, prompt_is_token_ids=None,
+                 mm_features: Sequence[MultiModalFeature] | None = None, lora_request: LoRARequest | None = None,
+                 cache_salt: str | None = None, priority: int = 0, trace_headers=None,
+                 block_hasher: Callable | None = None, resumable: bool = False, session_id: str | None = None,
+                 **_engine_only):
+        # `_engine_only`: vLLM's serving-side arguments (reasoning, KV hints, ...) the allocator never reads.
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"Request.request_id must be a non-empty string, got {request_id!r}")
         self.request_id = request_id
+        self.sampling_params = sampling_params
+        self.pooling_params = pooling_params
+        self.client_index = client_index
+        self.arrival_time = arrival_time
+        self.priority = priority
+        self.session_id = session_id
+        self.spec_token_ids: list[int] = []
+        self.num_preemptions = 0
+        if prompt_token_ids is None:
+            if prompt_embeds is None:
+                raise ValueError("Request needs prompt_token_ids or prompt_embeds")
+            prompt_token_ids = [0] * len(prompt_embeds)
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self._all_token_ids = list(self.prompt_token_ids)
@@ -68,10 +99,21 @@ class Request:
             and prompt_embeds is None
         self.status = RequestStatus.WAITING
         self.shared_prefix_boundary = 0
-        self.skip_reading_prefix_cache = False
+        # Prompt logprobs (or all-token pooling) need every prompt token recomputed: no prefix-cache read.
+        self.skip_reading_prefix_cache = _skip_reading_prefix_cache(sampling_params, pooling_params)
         self.num_in_flight_tokens = 0
         if block_hasher is not None:
             self.block_hashes.extend(block_hasher(self))
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """Tokens including the speculative (draft) ones."""
+        return len(self._all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Generated tokens so far."""
+        return len(self._output_token_ids)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -98,3 +140,11 @@ class Request:
             self._all_token_ids.extend(token_ids)
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
+
+
+def _skip_reading_prefix_cache(sampling_params, pooling_params) -> bool:
+    for params in (sampling_params, pooling_params):
+        flag = getattr(params, "skip_reading_prefix_cache", None)
+        if flag is not None:
+            return bool(flag)
+    return getattr(sampling_params, "prompt_logprobs", None) is not None

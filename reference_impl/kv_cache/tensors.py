@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
 
 __all__ = ["default_device", "KVCacheTensors"]
 

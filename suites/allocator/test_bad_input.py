@@ -44,16 +44,6 @@ def test_page_sizes_that_cannot_be_unified(strict):
         get_kv_cache_groups(specs)
 
 
-def test_free_unknown_request_keeps_state(strict):
-    m = strict.make_manager([GroupDesc("full", 4)], 8, 100)
-    a = strict.make_request("a", list(range(5)), 4)
-    m.allocate_slots(a, 5)
-    before = queue_ids(m.block_pool)
-    with pytest.raises(ValueError, match="request_id 'ghost' is not known"):
-        m.free(strict.make_request("ghost", [1], 4))
-    assert queue_ids(m.block_pool) == before, "a refused free changes nothing"
-
-
 def test_append_past_max_model_len(strict):
     m = strict.make_manager([GroupDesc("full", 4)], 8, 10)
     a = strict.make_request("a", list(range(8)), 4)

@@ -1,8 +1,10 @@
 """Random allocate / decode / free / hit / evict / reset sequences with invariant checks after every step.
 
-Configurations: full, full+SWA, full+SWA+Mamba (bs 4, a 48-block pool, prompts from 4 shared prefixes so
-hits happen). Hypothesis derandomizes (the seed derives from the test id) and prints the failing rule
-sequence as a repro.
+Configurations: full, full+SWA, full+SWA+Mamba (bs 4), each with and without EAGLE's last-block drop; a
+48-block pool, prompts from 4 shared prefixes so hits happen. (A Mamba block larger than the hash block
+turns on vLLM's partial-block hits, with copy-on-write references these invariants do not model, so Mamba
+stays at bs 4 here; test_vllm_behaviours covers Mamba blocks spanning several chunks.) Hypothesis derandomizes (the seed derives from the
+test id) and prints the failing rule sequence as a repro.
 """
 
 import pytest
@@ -24,14 +26,17 @@ MAX_LEN = 96
 PREFIXES = [[p * 1000 + i for i in range(24)] for p in range(4)]
 
 
-def make_machine(target, groups):
+def make_machine(target, groups, use_eagle=False):
     """A Hypothesis state machine class over one allocator target and KV cache group layout."""
+    sizes = [g.block_size for g in groups]
+
     class AllocatorMachine(RuleBasedStateMachine):
         """Drives one KVCacheManager; a shadow content map stamps what each block holds."""
 
         @initialize(retention=st.sampled_from([None, 0]))
         def setup(self, retention):
-            self.m = target.make_manager(groups, NUM_BLOCKS, MAX_LEN, retention_interval=retention)
+            self.m = target.make_manager(groups, NUM_BLOCKS, MAX_LEN, retention_interval=retention,
+                                         use_eagle=use_eagle)
             self.pool = self.m.block_pool
             self.live = {}  # request_id -> (request, stamped positions per group)
             self.content = {}  # block_id -> content tag (the token prefix its KV covers)
@@ -40,11 +45,12 @@ def make_machine(target, groups):
         def _stamp(self, req, stamped):
             tokens = req.all_token_ids
             for g, table in enumerate(self.m.get_block_ids(req.request_id)):
+                bs = sizes[g]
                 for p in range(stamped[g], len(table)):
-                    if (p + 1) * 4 > req.num_computed_tokens:
+                    if (p + 1) * bs > req.num_computed_tokens:
                         break
                     if table[p] != 0:
-                        self.content[table[p]] = hash(tuple(tokens[: (p + 1) * 4]))
+                        self.content[table[p]] = hash(tuple(tokens[: (p + 1) * bs]))
                     stamped[g] = p + 1
 
         @rule(prefix=st.integers(0, 3), shared=st.integers(0, 24), extra=st.integers(1, 20),
@@ -55,18 +61,23 @@ def make_machine(target, groups):
             tokens = PREFIXES[prefix][:shared] + [10_000 * self.counter + i for i in range(extra)]
             req = target.make_request(rid, tokens, 4)
             blocks, hit, boundary = self.m.get_computed_blocks(req)
-            assert hit % 4 == 0 and hit <= len(tokens) - 1, f"hit {hit} must be aligned and below {len(tokens)}"
+            align = max(sizes)
+            assert hit % align == 0 and hit <= len(tokens) - 1, f"hit {hit} must be aligned and below {len(tokens)}"
+            if use_eagle and hit and len(groups) == 1:
+                # One group: EAGLE drops the last hit block, so a hit never reaches the last full block. (A
+                # hybrid lookup may look one block past its candidate first, landing back on it.)
+                assert hit <= (len(tokens) - 1) // align * align - align, f"EAGLE hit {hit} kept its last block"
             for g, lst in enumerate(blocks.get_block_ids() if hit else ()):
                 for p, bid in enumerate(lst):
                     if bid:
-                        assert self.content.get(bid) == hash(tuple(tokens[: (p + 1) * 4])), \
+                        assert self.content.get(bid) == hash(tuple(tokens[: (p + 1) * sizes[g]])), \
                             f"hit block {bid} (group {g}, position {p}) holds overwritten content"
             req.shared_prefix_boundary = boundary
             n = min(chunk, len(tokens) - hit)
             if self.m.allocate_slots(req, n, hit, blocks if hit else None) is None:
                 return
             req.num_computed_tokens = hit + n
-            stamped = [hit // 4] * len(groups)
+            stamped = [hit // bs for bs in sizes]
             self.live[rid] = (req, stamped)
             self._stamp(req, stamped)
 
@@ -142,9 +153,10 @@ def make_machine(target, groups):
     return AllocatorMachine
 
 
+@pytest.mark.parametrize("use_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_allocator_state_machine(target, config):
-    machine = make_machine(target, CONFIGS[config])
+def test_allocator_state_machine(target, config, use_eagle):
+    machine = make_machine(target, CONFIGS[config], use_eagle)
     machine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, derandomize=True,
                                          deadline=None, database=None)
     machine.TestCase().runTest()

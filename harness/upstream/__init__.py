@@ -1,0 +1,1 @@
+"""Running vLLM's own test files against the reference implementation (the "upstream" CI job)."""

@@ -1,0 +1,683 @@
+"""Layer specs (`KVCacheSpec` family) and the KV cache configuration types, named as in vLLM 0.33 `v1`.
+
+A layer spec says what one attention (or Mamba) layer needs from the block pool: tokens per block and the
+bytes of one block of that layer (`page_size_bytes`). `KVCacheGroupSpec` gathers layers sharing one block
+table; `KVCacheConfig` is the whole plan (pool size, tensors, groups, resolved knobs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from enum import Enum, IntEnum
+from typing import ClassVar
+
+import torch
+
+__all__ = [
+    "KVQuantMode",
+    "KVCacheSpecKind",
+    "SparseCacheRole",
+    "KVCacheGroupRole",
+    "MLAAttentionSpec",
+    "SinkFullAttentionSpec",
+    "RSWASpec",
+    "SlidingWindowMLASpec",
+    "CircularBufferSpec",
+    "EncoderOnlyAttentionSpec",
+    "CrossAttentionSpec",
+    "HiSparseHotSpec",
+    "HiSparseResidentSpec",
+    "UniformTypeKVCacheSpecs",
+    "iter_layer_specs",
+    "is_full_attention_spec",
+    "get_kv_cache_spec_kind",
+    "get_kv_cache_spec_sliding_window",
+    "get_mamba_prefill_checkpoint_position",
+    "is_mamba_prefill_checkpoint_valid",
+    "KVCacheSpec",
+    "AttentionSpec",
+    "FullAttentionSpec",
+    "SlidingWindowSpec",
+    "ChunkedLocalAttentionSpec",
+    "ScratchSpec",
+    "MambaSpec",
+    "KVCacheTensor",
+    "KVCacheGroupSpec",
+    "KVCacheConfig",
+    "cdiv",
+]
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+class KVQuantMode(IntEnum):
+    """How a layer's KV cache is quantized (the reference sizes pages from `dtype` only)."""
+
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+
+    @property
+    def is_per_token_head(self) -> bool:
+        """Whether scales are kept per token and head."""
+        return self in (KVQuantMode.INT8_PER_TOKEN_HEAD, KVQuantMode.FP8_PER_TOKEN_HEAD,
+                        KVQuantMode.INT4_PER_TOKEN_HEAD)
+
+
+class KVCacheSpecKind(str, Enum):
+    """A spec's kind, as KV events and offloading configs name it."""
+
+    FULL_ATTENTION = "full_attention"
+    MLA_ATTENTION = "mla_attention"
+    SLIDING_WINDOW = "sliding_window"
+    SLIDING_WINDOW_MLA = "sliding_window_mla"
+    MAMBA = "mamba"
+    CHUNKED_LOCAL_ATTENTION = "chunked_local_attention"
+    SINK_FULL_ATTENTION = "sink_full_attention"
+    ENCODER_ONLY_ATTENTION = "encoder_only_attention"
+    CROSS_ATTENTION = "cross_attention"
+    UNKNOWN = "unknown"
+
+
+class SparseCacheRole(str, Enum):
+    """Which cache of a sparse-attention (MLA) layer a spec describes."""
+
+    SPARSE = "sparse"
+    INDEXER = "indexer"
+
+
+class KVCacheGroupRole(str, Enum):
+    """A group's role: an ordinary group, or the source / indexer group of HiSparse."""
+
+    DEFAULT = "default"
+    HISPARSE_SOURCE = "hisparse_source"
+    HISPARSE_INDEXER = "hisparse_indexer"
+
+
+def _require_positive_int(owner: str, name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCacheSpec:
+    """Base of all layer specs: `block_size` tokens per block."""
+
+    block_size: int
+    #: Whether decode context parallelism shards this cache's token positions across ranks (attention
+    #: layers do; a Mamba state does not, so its block size is not scaled by the DCP world size).
+    dcp_sharded: bool = field(default=False, kw_only=True)
+    #: Whether a draft model owns the layer (never part of equality, so it never affects grouping).
+    is_draft: bool = field(default=False, kw_only=True, compare=False)
+
+    def __post_init__(self) -> None:
+        _require_positive_int(type(self).__name__, "block_size", self.block_size)
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """Whether this spec's group takes part in prefix caching."""
+        return True
+
+    def copy_with_new_block_size(self, block_size: int) -> "KVCacheSpec":
+        """This spec with another block size."""
+        return replace(self, block_size=block_size)
+
+    @property
+    def page_size_bytes(self) -> int:
+        """Bytes of one block of one layer."""
+        raise NotImplementedError
+
+    def max_memory_usage_bytes(self, max_model_len: int, max_in_flight_tokens: int | None = None) -> int:
+        """Worst-case bytes one request needs from this layer."""
+        raise NotImplementedError
+
+    def validate_for_model_len(self, max_model_len: int) -> None:
+        """Raise ValueError when the spec cannot serve `max_model_len` (window larger than the model length)."""
+
+    @classmethod
+    def merge(cls, specs: list["KVCacheSpec"]) -> "KVCacheSpec":
+        """Merge equal specs into one; AssertionError (as vLLM asserts) when they differ."""
+        first = specs[0]
+        for other in specs[1:]:
+            if other != first:
+                raise AssertionError(
+                    f"All layers in the same KV cache group must be the same: {first!r} != {other!r}")
+        return first
+
+
+def _lengths(vllm_config_or_max_model_len, max_in_flight_tokens: int | None) -> tuple[int, int]:
+    """(max_model_len, max_in_flight_tokens) from vLLM's `vllm_config` or from plain numbers."""
+    if isinstance(vllm_config_or_max_model_len, int):
+        max_model_len = vllm_config_or_max_model_len
+        return max_model_len, max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
+    config = vllm_config_or_max_model_len
+    max_model_len = config.model_config.max_model_len
+    in_flight = getattr(config, "max_in_flight_tokens", None)
+    if in_flight is None:
+        in_flight = getattr(getattr(config, "scheduler_config", None), "max_num_batched_tokens", max_model_len)
+    return max_model_len, in_flight if max_in_flight_tokens is None else max_in_flight_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec(KVCacheSpec):
+    """An attention layer: `num_kv_heads` x `head_size` per token for K (and `head_size_v` for V)."""
+
+    dcp_sharded: bool = True
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    head_size_v: int | None = None
+    kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+    page_size_padded: int | None = None
+    # vLLM's tensor-parallel and packed-state geometry; the reference's pages ignore them.
+    max_tp_shards: int | None = None
+    num_head_slots: int | None = None
+    state_content_bytes: int | None = None
+    tokens_per_state: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        _require_positive_int(name, "num_kv_heads", self.num_kv_heads)
+        _require_positive_int(name, "head_size", self.head_size)
+        if self.head_size_v:  # None: same as head_size; 0: no separate V (latent attention)
+            _require_positive_int(name, "head_size_v", self.head_size_v)
+        if not isinstance(self.dtype, torch.dtype):
+            raise ValueError(f"{name}.dtype must be a torch.dtype, got {self.dtype!r}")
+        if self.page_size_padded is not None:
+            _require_positive_int(name, "page_size_padded", self.page_size_padded)
+            if self.page_size_padded < self.real_page_size_bytes:
+                raise ValueError(
+                    f"{name}.page_size_padded ({self.page_size_padded}) is smaller than the page "
+                    f"({self.real_page_size_bytes} bytes)"
+                )
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        """Unpadded bytes of one block: K and V for every token, head and element."""
+        head_v = self.head_size if self.head_size_v is None else self.head_size_v
+        return self.block_size * self.num_kv_heads * (self.head_size + head_v) * self.dtype.itemsize
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size_padded if self.page_size_padded is not None else self.real_page_size_bytes
+
+    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
+        max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
+        return cdiv(max_model_len, self.block_size) * self.page_size_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullAttentionSpec(AttentionSpec):
+    """Full attention; records `sliding_window` / `attention_chunk_size` when a local layer was promoted."""
+
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    non_causal: bool = False
+
+    @classmethod
+    def merge(cls, specs: list["KVCacheSpec"]) -> "KVCacheSpec":
+        # Full-attention layers that differ only in the recorded window/chunk still share a group.
+        if not all(isinstance(s, FullAttentionSpec) for s in specs):
+            raise AssertionError("FullAttentionSpec.merge needs full-attention specs only")
+        stripped = {replace(s, sliding_window=None, attention_chunk_size=None) for s in specs}
+        if len(stripped) != 1:
+            raise AssertionError(
+                f"All attention layers in the same KV cache group must be the same: {sorted(map(repr, stripped))}")
+        windows = {s.sliding_window for s in specs} - {None}
+        chunks = {s.attention_chunk_size for s in specs} - {None}
+        if len(windows) > 1 or len(chunks) > 1:
+            raise ValueError("cannot merge full-attention specs recording different windows or chunk sizes")
+        return replace(
+            specs[0],
+            sliding_window=next(iter(windows), None),
+            attention_chunk_size=next(iter(chunks), None),
+        )
+
+
+class _AdmissionCapped:
+    """Specs whose blocks recycle across chunks (sliding window, chunked local): one request holds at most
+    `max_admission_blocks_per_request` blocks, which also sizes its worst-case memory."""
+
+    def max_admission_blocks(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        """`max_admission_blocks_per_request` with the arguments in the reference's former order."""
+        return self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
+
+    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
+        """Worst-case bytes one request needs from this layer."""
+        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
+        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowSpec(_AdmissionCapped, AttentionSpec):
+    """Sliding-window attention over the last `sliding_window` tokens."""
+
+    sliding_window: int
+    extra_retained_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int("SlidingWindowSpec", "sliding_window", self.sliding_window)
+        if not isinstance(self.extra_retained_tokens, int) or self.extra_retained_tokens < 0:
+            raise ValueError(
+                f"SlidingWindowSpec.extra_retained_tokens must be a non-negative integer, "
+                f"got {self.extra_retained_tokens!r}"
+            )
+
+    def validate_for_model_len(self, max_model_len: int) -> None:
+        if self.sliding_window > max_model_len:
+            raise ValueError(
+                f"SlidingWindowSpec.sliding_window ({self.sliding_window}) exceeds max_model_len "
+                f"({max_model_len}); accepted: 1..max_model_len"
+            )
+
+    @property
+    def num_retained_tokens(self) -> int:
+        """Tokens below a request's first scheduled position that must stay readable."""
+        return self.sliding_window - 1 + self.extra_retained_tokens
+
+    def max_admission_blocks_per_request(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """Blocks one request can hold at once (the +1: the window need not start on a block boundary)."""
+        tokens = min(self.sliding_window - 1 + self.extra_retained_tokens + max_in_flight_tokens, max_model_len)
+        return cdiv(tokens, self.block_size) + 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedLocalAttentionSpec(_AdmissionCapped, AttentionSpec):
+    """Chunked local attention: a token attends within its chunk of `attention_chunk_size` tokens."""
+
+    attention_chunk_size: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int("ChunkedLocalAttentionSpec", "attention_chunk_size", self.attention_chunk_size)
+
+    def validate_for_model_len(self, max_model_len: int) -> None:
+        if self.attention_chunk_size > max_model_len:
+            raise ValueError(
+                f"ChunkedLocalAttentionSpec.attention_chunk_size ({self.attention_chunk_size}) exceeds "
+                f"max_model_len ({max_model_len}); accepted: 1..max_model_len"
+            )
+
+    def max_admission_blocks_per_request(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """Blocks one request can hold at once."""
+        return cdiv(min(self.attention_chunk_size + max_in_flight_tokens, max_model_len), self.block_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScratchSpec(AttentionSpec):
+    """Per-request working memory of an attention layer that no later token reads back (vLLM's scratch
+    specs such as `CircularBufferSpec`): `prefix_cacheable` is False, so connectors never transfer it.
+
+    The reference allocator gives it a full-attention table (a superset of the one block vLLM keeps).
+    """
+
+    prefix_cacheable: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MambaSpec(KVCacheSpec):
+    """A Mamba (SSM) layer: one block is one state snapshot made of `shapes`/`dtypes` tensors.
+
+    Only `mamba_cache_mode="align"` supports prefix caching (a cached block is the state after exactly
+    `(i+1)*block_size` tokens); "none" keeps one running state per request.
+    """
+
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[torch.dtype, ...]
+    page_size_padded: int | None = None
+    mamba_type: str = "mamba2"
+    mamba_cache_mode: str = "align"
+    num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
+    num_heads: int = 1
+    tokens_per_state: int = -1
+    tp_replicated: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.shapes or not self.dtypes:
+            raise ValueError(
+                f"MambaSpec.shapes and MambaSpec.dtypes must be non-empty, "
+                f"got {len(self.shapes)} shapes and {len(self.dtypes)} dtypes"
+            )
+        if self.mamba_cache_mode not in ("align", "none", "all"):
+            raise ValueError(
+                f"MambaSpec.mamba_cache_mode must be 'align', 'none' or 'all', got {self.mamba_cache_mode!r}")
+        if not isinstance(self.num_speculative_blocks, int) or self.num_speculative_blocks < 0:
+            raise ValueError(
+                f"MambaSpec.num_speculative_blocks must be a non-negative integer, got {self.num_speculative_blocks!r}"
+            )
+        if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
+            raise ValueError(
+                f"MambaSpec.page_size_padded ({self.page_size_padded}) is smaller than the state "
+                f"({self.real_page_size_bytes} bytes)"
+            )
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        """Bytes of the state tensors of one snapshot."""
+        return sum(math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
+                   for shape, dtype in zip(self.shapes, self.dtypes))
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size_padded if self.page_size_padded is not None else self.real_page_size_bytes
+
+    def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
+        pages = (2 if self.mamba_cache_mode == "align" else 1) + self.num_speculative_blocks
+        return pages * self.page_size_bytes
+
+
+@dataclass(frozen=True)
+class KVCacheTensor:
+    """One physical placement: `size` bytes at `offset` of the shared backing allocation, holding `layers`.
+
+    Layer j of the tensor starts at `offset + j * layer_stride`; block b of that layer at `+ b * block_stride`.
+    """
+
+    size: int
+    layers: tuple[str, ...]
+    layer_stride: int
+    block_stride: int
+    offset: int = 0
+    host_resident: bool = False
+
+    @property
+    def shared_by(self) -> list[str]:
+        """The layers placed in this tensor (vLLM's older name)."""
+        return list(self.layers)
+
+
+@dataclass
+class KVCacheGroupSpec:
+    """Layers sharing one block table per request; the manager treats the group as one logical layer."""
+
+    layer_names: list[str]
+    kv_cache_spec: KVCacheSpec
+    is_eagle_group: bool = False
+    host_resident: bool = False
+    enable_kv_transfer: bool = True
+    role: KVCacheGroupRole = KVCacheGroupRole.DEFAULT
+
+
+@dataclass
+class KVCacheConfig:
+    """The allocation plan: `num_blocks` in one pool, the tensors, the groups and the resolved knobs.
+
+    `prefix_cache_retention_interval`: None caches every reachable block (dense, the hand-built default);
+    0 is the engine default (sparse: only boundary states of sliding-window/Mamba groups); > 0 keeps one
+    state per interval.
+    """
+
+    num_blocks: int
+    kv_cache_tensors: list[KVCacheTensor]
+    kv_cache_groups: list[KVCacheGroupSpec]
+    prefix_cache_retention_interval: int | None = None
+    layer_specs: dict[str, KVCacheSpec] = field(default_factory=dict)
+    kv_cache_layout: str | None = None
+    hash_block_size: int | None = None
+    cache_hit_alignment_tokens: int | None = None
+    hisparse_host_num_blocks: int | None = None
+
+    @property
+    def transfer_group_ids(self) -> tuple[int, ...]:
+        """Ids of the groups that take part in external KV transfer."""
+        return tuple(i for i, g in enumerate(self.kv_cache_groups) if g.enable_kv_transfer)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_blocks, bool) or not isinstance(self.num_blocks, int) or self.num_blocks < 1:
+            raise ValueError(
+                f"KVCacheConfig.num_blocks must be an integer >= 1 (block 0 is the null block), got {self.num_blocks!r}"
+            )
+        rti = self.prefix_cache_retention_interval
+        if rti is not None and (isinstance(rti, bool) or not isinstance(rti, int) or rti < 0):
+            raise ValueError(
+                f"KVCacheConfig.prefix_cache_retention_interval must be None or a non-negative integer, got {rti!r}"
+            )
+
+
+# ------------------------------------------------------------------------------- vLLM's other spec types
+@dataclass(frozen=True, kw_only=True)
+class MLAAttentionSpec(FullAttentionSpec):
+    """Multi-head latent attention: one latent vector per token (no separate V; `head_size_v` 0)."""
+
+    cache_dtype_str: str | None = None
+    topk_buffer_width: int | None = None
+    alignment: int | None = None
+    model_version: str | None = None
+    cache_role: SparseCacheRole = SparseCacheRole.SPARSE
+    is_index_group_leader: bool = False
+    non_causal_multi_token_decode: bool = False
+    head_size_v: int | None = 0
+
+    def __post_init__(self) -> None:
+        KVCacheSpec.__post_init__(self)
+        _require_positive_int("MLAAttentionSpec", "num_kv_heads", self.num_kv_heads)
+        _require_positive_int("MLAAttentionSpec", "head_size", self.head_size)
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkFullAttentionSpec(FullAttentionSpec):
+    """Full attention with `sink_len` learned sink tokens."""
+
+    sink_len: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RSWASpec(FullAttentionSpec):
+    """Full attention whose reads are limited to a recent window of `rswa_window` tokens."""
+
+    rswa_window: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowMLASpec(SlidingWindowSpec):
+    """Sliding-window multi-head latent attention."""
+
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    model_version: str | None = None
+    bounded_replay: bool = False
+    head_size_v: int | None = 0
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircularBufferSpec(ScratchSpec):
+    """vLLM's name for per-request scratch attention memory that no later token reads back."""
+
+    prefix_cacheable: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderOnlyAttentionSpec(AttentionSpec):
+    """Encoder-only attention: nothing is kept after the forward pass."""
+
+    def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
+        return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossAttentionSpec(AttentionSpec):
+    """Encoder-decoder cross attention (sized by the encoder length)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _HiSparsePageSpec(KVCacheSpec):
+    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached."""
+
+    page_size: int
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return False
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class HiSparseHotSpec(_HiSparsePageSpec):
+    """HiSparse's per-request hot pages on the device (`blocks_per_request` pages)."""
+
+    blocks_per_request: int
+
+    def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
+        return self.blocks_per_request * self.page_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class HiSparseResidentSpec(_HiSparsePageSpec):
+    """HiSparse's device-resident pages of the host-held source group."""
+
+    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
+        max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
+        return cdiv(max_model_len, self.block_size) * self.page_size
+
+
+@dataclass(frozen=True)
+class UniformTypeKVCacheSpecs(KVCacheSpec):
+    """Layers of one attention type that differ in shape (e.g. head size) but share a block table:
+    one group whose page is the sum of the layers' pages."""
+
+    kv_cache_specs: dict = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return hash((self.block_size, tuple(self.kv_cache_specs.items())))
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return all(s.prefix_cacheable for s in self.kv_cache_specs.values())
+
+    @property
+    def first_spec(self) -> KVCacheSpec:
+        """A representative layer spec (the scheduler's)."""
+        return next(iter(self.kv_cache_specs.values()))
+
+    @property
+    def page_size_bytes(self) -> int:
+        return sum(s.page_size_bytes for s in self.kv_cache_specs.values())
+
+    def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
+        return max((s.max_memory_usage_bytes(vllm_config, max_in_flight_tokens)
+                    for s in self.kv_cache_specs.values()), default=0) * len(self.kv_cache_specs)
+
+    @classmethod
+    def is_uniform_type(cls, kv_cache_specs: dict) -> bool:
+        """Whether the layers are of one attention type with one block size (and one window / chunk)."""
+        specs = list(kv_cache_specs.values())
+        if not specs:
+            return False
+        first = specs[0]
+        kind = get_kv_cache_spec_kind(first)
+        if kind not in (KVCacheSpecKind.FULL_ATTENTION, KVCacheSpecKind.MLA_ATTENTION,
+                        KVCacheSpecKind.SLIDING_WINDOW, KVCacheSpecKind.CHUNKED_LOCAL_ATTENTION):
+            return False
+        return all(get_kv_cache_spec_kind(s) == kind and s.block_size == first.block_size
+                   and get_kv_cache_spec_sliding_window(s) == get_kv_cache_spec_sliding_window(first)
+                   and getattr(s, "attention_chunk_size", None) == getattr(first, "attention_chunk_size", None)
+                   for s in specs)
+
+    @classmethod
+    def from_specs(cls, kv_cache_specs: dict) -> "UniformTypeKVCacheSpecs | None":
+        """The wrapper of these layers, or None when they are not of one type."""
+        if not cls.is_uniform_type(kv_cache_specs):
+            return None
+        block_size = next(iter(kv_cache_specs.values())).block_size
+        return cls(block_size=block_size, kv_cache_specs=dict(kv_cache_specs))
+
+
+def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
+    """The per-layer specs of a group's spec (the wrapper's layers, or the spec itself)."""
+    if isinstance(kv_cache_spec, UniformTypeKVCacheSpecs):
+        return kv_cache_spec.kv_cache_specs.values()
+    return (kv_cache_spec,)
+
+
+def is_full_attention_spec(kv_cache_spec: KVCacheSpec) -> bool:
+    """Whether every layer of the spec is full attention."""
+    layers = iter_layer_specs(kv_cache_spec)
+    return len(layers) > 0 and all(isinstance(s, FullAttentionSpec) for s in layers)
+
+
+_KIND_ORDER = (
+    # subclasses before their bases, so a spec gets its most precise kind
+    ("SlidingWindowMLASpec", KVCacheSpecKind.SLIDING_WINDOW_MLA),
+    ("MLAAttentionSpec", KVCacheSpecKind.MLA_ATTENTION),
+    ("SinkFullAttentionSpec", KVCacheSpecKind.SINK_FULL_ATTENTION),
+    ("FullAttentionSpec", KVCacheSpecKind.FULL_ATTENTION),
+    ("ChunkedLocalAttentionSpec", KVCacheSpecKind.CHUNKED_LOCAL_ATTENTION),
+    ("SlidingWindowSpec", KVCacheSpecKind.SLIDING_WINDOW),
+    ("MambaSpec", KVCacheSpecKind.MAMBA),
+    ("EncoderOnlyAttentionSpec", KVCacheSpecKind.ENCODER_ONLY_ATTENTION),
+    ("CrossAttentionSpec", KVCacheSpecKind.CROSS_ATTENTION),
+)
+
+
+def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
+    """The spec's kind (a wrapper of one kind has that kind; UNKNOWN otherwise)."""
+    if isinstance(kv_cache_spec, UniformTypeKVCacheSpecs):
+        kinds = {get_kv_cache_spec_kind(s) for s in kv_cache_spec.kv_cache_specs.values()}
+        return next(iter(kinds)) if len(kinds) == 1 else KVCacheSpecKind.UNKNOWN
+    namespace = globals()
+    for name, kind in _KIND_ORDER:
+        if isinstance(kv_cache_spec, namespace[name]):
+            return kind
+    return KVCacheSpecKind.UNKNOWN
+
+
+def get_kv_cache_spec_sliding_window(kv_cache_spec: KVCacheSpec) -> int | None:
+    """The sliding window of a sliding-window spec (or of a wrapper whose layers share one), else None."""
+    if isinstance(kv_cache_spec, UniformTypeKVCacheSpecs):
+        windows = {get_kv_cache_spec_sliding_window(s) for s in kv_cache_spec.kv_cache_specs.values()}
+        return next(iter(windows)) if len(windows) == 1 else None
+    if isinstance(kv_cache_spec, SlidingWindowSpec):
+        return kv_cache_spec.sliding_window
+    return None
+
+
+def get_mamba_prefill_checkpoint_position(num_tokens: int, hash_block_size: int, drop_eagle_block: bool,
+                                          num_hash_lookahead_tokens: int = 0) -> int:
+    """The hash boundary at which a prefill of `num_tokens` checkpoints its Mamba state for reuse.
+
+    At least one token (or the hash lookahead) stays after it, to recompute logits and to complete the
+    checkpoint's hash; with EAGLE's last-block drop the checkpoint moves one hash block earlier.
+    """
+    limit = num_tokens if drop_eagle_block else num_tokens - max(1, num_hash_lookahead_tokens)
+    position = limit // hash_block_size * hash_block_size
+    if drop_eagle_block:
+        position -= hash_block_size
+    return max(position, 0)
+
+
+def is_mamba_prefill_checkpoint_valid(query_start: int, query_end: int, checkpoint_position: int,
+                                      hash_block_size: int, mamba_block_size: int,
+                                      checkpoint_alignment: int | None) -> bool:
+    """Whether a prefill chunk [query_start, query_end) can export the checkpoint at `checkpoint_position`."""
+    if checkpoint_alignment is None:
+        return False
+    assert checkpoint_alignment > 0
+    initial_state_col = (query_start - 1) // mamba_block_size
+    checkpoint_col = cdiv(query_end, mamba_block_size) - 2
+    return (query_start % hash_block_size == 0 and checkpoint_col > initial_state_col
+            and query_start + hash_block_size <= checkpoint_position
+            and query_start < checkpoint_position < query_end
+            and (checkpoint_position - query_start) % checkpoint_alignment == 0)

@@ -1,0 +1,64 @@
+"""The upstream job's import mapping and its per-test bookkeeping (no network, no vLLM needed)."""
+
+import textwrap
+
+from harness.upstream.import_mapping import map_source, stage_mapped_tests
+from harness.upstream.vllm_core_tests import compare, read_junit, summary_line
+
+SOURCE = textwrap.dedent('''\
+    import vllm.v1.core.kv_cache_utils as kv_cache_utils
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.request import Request
+    from vllm.v1.core.kv_cache_utils_extra import thing
+    monkeypatch.setattr("vllm.v1.core.kv_cache_manager.logger", fake)
+''')
+
+EXPECTED = textwrap.dedent('''\
+    import reference_impl.kv_cache.kv_cache_utils as kv_cache_utils
+    from reference_impl.kv_cache.block_pool import BlockPool
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from reference_impl.kv_cache.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.request import Request
+    from vllm.v1.core.kv_cache_utils_extra import thing
+    monkeypatch.setattr("reference_impl.kv_cache.kv_cache_manager.logger", fake)
+''')
+
+
+def test_map_source_swaps_only_the_allocator_modules():
+    assert map_source(SOURCE) == EXPECTED, "only vllm.v1.core.<allocator module> and kv_cache_interface move"
+
+
+def test_stage_maps_only_the_core_package(tmp_path):
+    src = tmp_path / "src"
+    (src / "tests/v1/core").mkdir(parents=True)
+    (src / "tests/v1/core/test_x.py").write_text(SOURCE)
+    (src / "tests/utils.py").write_text(SOURCE)
+    mapped = stage_mapped_tests(src, tmp_path / "dst")
+    assert [p.name for p in mapped] == ["test_x.py"]
+    assert (tmp_path / "dst/tests/v1/core/test_x.py").read_text() == EXPECTED
+    assert (tmp_path / "dst/tests/utils.py").read_text() == SOURCE, "shared vLLM helpers are copied unchanged"
+
+
+JUNIT = '''<?xml version="1.0"?><testsuites><testsuite>
+<testcase classname="tests.v1.core.test_a" name="test_ok"/>
+<testcase classname="tests.v1.core.test_a" name="test_bad"><failure message="AssertionError: assert 0 == 1248">x</failure></testcase>
+<testcase classname="tests.v1.core.test_a" name="test_hub"><failure message="ValidationError: no HF hub">x</failure></testcase>
+</testsuite></testsuites>'''
+
+
+def test_compare_counts_only_tests_passing_on_vllm(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(JUNIT)
+    on_vllm = read_junit(junit)
+    assert on_vllm["tests/v1/core/test_a.py::test_hub"] == {"outcome": "failed",
+                                                            "reason": "ValidationError: no HF hub"}
+    on_vllm["tests/v1/core/test_a.py::test_bad"] = {"outcome": "passed", "reason": ""}
+    on_ref = read_junit(junit)
+    result = compare(on_vllm, on_ref)
+    assert (result["collected"], result["pass_on_vllm"], result["pass_on_reference"]) == (3, 2, 1)
+    assert result["tests"]["tests/v1/core/test_a.py::test_hub"]["excluded"] == "ValidationError: no HF hub"
+    assert result["tests"]["tests/v1/core/test_a.py::test_bad"]["reference_reason"] == \
+        "AssertionError: assert 0 == 1248"
+    assert summary_line("0.33.0", result).endswith("2 pass on vLLM (CPU), 1 of them pass on the reference (50.0%)")
