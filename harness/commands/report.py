@@ -27,6 +27,8 @@ from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
 from harness.results_model import ResultsDocument, ResultsFileError, load_results, sort_entries
 from harness.target_spec import load_target
+from harness.plugins.connector import check_pytest_args
+from harness.targets.connector_target import check_loadable
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
@@ -180,6 +182,12 @@ def run(args) -> int:
     else:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
+        if args.kv_connector:
+            check_loadable(args.kv_connector)  # the same for a connector
+        try:
+            check_pytest_args(list(args.extra))
+        except ValueError as exc:
+            raise UsageError(f"kvconform report: {exc}") from None
         results = _run_pytest(args, args.suites or list(DEFAULT_SUITES), xdist=True)
         # pytest-benchmark times nothing under xdist: the throughput figures need a second, serial pass
         timing = args.timing if args.timing is not None else not args.suites
