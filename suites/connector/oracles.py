@@ -114,6 +114,15 @@ def broken_canaries(engine, blocks) -> list[str]:
     return broken
 
 
+def fence_evidence(broken: list[str], what: str) -> str:
+    """Evidence for broken canaries that names the real cause: a write into the null block is reported as
+    such, whatever other blocks the fence covered."""
+    null = [b for b in broken if b.endswith(" block 0")]
+    if null:
+        return f"the null block (block 0) was written: {null[:1]}"
+    return f"{what}: {broken[:1]}"
+
+
 def all_blocks(engine) -> set[int]:
     """Every block id except the null block."""
     return set(range(1, engine.kv_cache_config.num_blocks))

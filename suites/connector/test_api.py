@@ -15,7 +15,7 @@ from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import PRESETS, get_preset
 from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
-from suites.connector.oracles import broken_canaries, fill_canaries
+from suites.connector.oracles import broken_canaries, fence_evidence, fill_canaries
 
 ALL_PRESETS = list(PRESETS)
 
@@ -141,7 +141,7 @@ def test_c03_group_discovery_scratch(ctx, preset):
         blocks = fenced.pop("blocks", None)
         if blocks:
             broken = broken_canaries(engine, blocks)
-            expect(not broken, f"the load wrote a block of the scratch group (prefix_cacheable=False): {broken[:1]}")
+            expect(not broken, fence_evidence(broken, "the load wrote a block of the scratch group (prefix_cacheable=False)"))
 
     ctx.around["start_load_kv"] = (before, after)
     reload = ctx.run(engine, tokens + [7, 8, 9])

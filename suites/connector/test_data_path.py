@@ -15,6 +15,7 @@ from suites.connector.oracles import (
     all_blocks,
     broken_canaries,
     canary_rows,
+    fence_evidence,
     fill_canaries,
     first_kv_mismatch,
     owned_or_cached_blocks,
@@ -111,7 +112,7 @@ def _fence(ctx, engine):
     def after(so, kv_output):
         blocks = fenced.pop()
         broken = broken_canaries(engine, blocks)
-        expect(not broken, f"step {engine.step_count}: a block the request does not own was written: {broken[:1]}")
+        expect(not broken, fence_evidence(broken, f"step {engine.step_count}: a block the request does not own was written"))
 
     return {"before_execute": before, "after_execute": after}
 
@@ -146,8 +147,8 @@ def _own_blocks_fence(ctx, engine):
         if blocks is None:
             return
         broken = broken_canaries(engine, blocks)
-        expect(not broken, f"the load wrote a block the request owns beyond its hit (another group's block, or "
-                           f"one the forward has yet to write): {broken[:1]}")
+        expect(not broken, fence_evidence(broken, "the load wrote a block the request owns beyond its hit (another "
+                                                  "group's block, or one the forward has yet to write)"))
         for request, table, end in loads:
             mismatch = first_kv_mismatch(engine, request.all_token_ids, table, request.num_local_computed_tokens, end)
             expect(mismatch is None, f"after the load, {mismatch} (a write through another group's layer?)")
@@ -266,7 +267,7 @@ def test_c19_skip_local_prefix(ctx, preset):
             return
         broken = broken_canaries(engine, blocks)
         restore_blocks(engine, local_blocks.pop("saved"))
-        expect(not broken, f"the load wrote a block of the local prefix hit: {broken[:1]}")
+        expect(not broken, fence_evidence(broken, "the load wrote a block of the local prefix hit"))
 
     ctx.around["start_load_kv"] = (before, after)
     reload = ctx.run(engine, tokens + [3])

@@ -48,7 +48,9 @@ def test_c30_key_isolation(ctx, preset):
         for j in range(len(tokens) // chunk):
             evict(probe, swa[0], j)
         after, _ = engine.connector.get_num_new_matched_tokens(probe, 0)
-        expect(not after, f"hit {after} with every sliding-window object gone: group objects alias")
+        expect(not after, f"hit {after} with every sliding-window object gone: the hit does not depend on the "
+                          "sliding-window group's own objects (its objects alias another group's, or the hit rule "
+                          "ignores the group, see C07)")
         engine.add_request(probe)
         engine.abort_request(probe.request_id)
 

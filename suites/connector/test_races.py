@@ -11,7 +11,7 @@ import pytest
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
-from suites.connector.oracles import all_blocks, broken_canaries, fill_canaries, owned_or_cached_blocks
+from suites.connector.oracles import all_blocks, broken_canaries, fence_evidence, fill_canaries, owned_or_cached_blocks
 
 ALL_PRESETS = list(PRESETS)
 SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba"]
@@ -113,7 +113,7 @@ def test_c27_abort_midflight(ctx, preset):
     for _ in range(3):
         engine.step()
     broken = broken_canaries(engine, fenced)
-    expect(not broken, f"a freed block was written after the abort: {broken[:1]}")
+    expect(not broken, fence_evidence(broken, "a freed block was written after the abort"))
     ctx.run(engine, stored + [2])
     expect_no_read_errors(engine, "after aborts")
 
