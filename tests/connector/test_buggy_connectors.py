@@ -53,7 +53,7 @@ def run_suite(tmp_path: Path, backdoors: str) -> tuple[dict, str]:
     selection.append(f"(LMCacheLikeConnector and ({' or '.join(NAMED_TESTS)}))")
     selection += [f"(test_c14 and fa_only and {cls})" for cls, _ in MISBEHAVING]
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider", "-q",
-           "-p", "no:randomly", "--tb=line", "-k", " or ".join(selection), "--kv-connector-timeout", "45",
+           "-p", "no:randomly", "--tb=line", "-k", " or ".join(selection), "--kv-connector-timeout", "60",
            "--kv-connector-extra-config", EXTRA_CONFIG, "--kv-connector-backdoors", backdoors,
            "--kvconform-results", str(results), "--kv-connector", REFERENCE]
     for cls in [c for c, _, _ in CAUGHT] + [c for c, _ in MISBEHAVING]:
