@@ -38,6 +38,8 @@ from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, Pro
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
 from harness.results_model import ResultsDocument, ResultsFileError, load_results
 from harness.target_spec import load_target
+from harness.plugins.connector import check_pytest_args
+from harness.targets.connector_target import check_loadable
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
@@ -222,10 +224,12 @@ def run(args) -> int:
     else:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
-        if (args.kv_connector or "").startswith("vllm:"):
-            from harness.targets.vllm_connector import validate_spec
-
-            validate_spec(args.kv_connector)  # the same for a vLLM connector (no vLLM, unknown name)
+        if args.kv_connector:
+            check_loadable(args.kv_connector)  # the same for a connector (a vLLM one too: no vLLM, unknown name)
+        try:
+            check_pytest_args(args.pytest_args)  # --kv-connector-extra-config / --kv-connector-timeout after `--`
+        except ValueError as exc:
+            raise UsageError(f"kvconform report: {exc}") from None
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         results = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))

@@ -22,6 +22,53 @@ def pytest_addoption(parser):
                     metavar="JSON", help="kv_connector_extra_config (a JSON object) for --kv-connector classes")
     group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", type=float, default=60.0,
                     metavar="SECONDS", help="per-check time limit for the connector suite (default 60)")
+    group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors", choices=("on", "off"),
+                    default="on", help="use the optional kvconform_* backdoor methods of a connector when it has "
+                                       "them (default on); 'off' decides every check from behaviour alone")
+
+
+def pytest_configure(config):
+    """Reject bad connector options up front: one line, pytest's usage-error exit status."""
+    try:
+        check_timeout(config.getoption("kvconform_kv_connector_timeout", None))
+        raw = config.getoption("kvconform_kv_connector_extra_config", None)
+        if raw:
+            parse_extra_config(raw)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def check_timeout(timeout) -> None:
+    """ValueError unless `--kv-connector-timeout` is a positive number of seconds."""
+    if timeout is not None and not float(timeout) > 0:
+        raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {timeout}")
+
+
+def parse_extra_config(raw: str) -> dict:
+    """The `--kv-connector-extra-config` JSON object; ValueError naming the problem otherwise."""
+    try:
+        extra = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--kv-connector-extra-config is not JSON ({exc.msg} at character {exc.pos}): "
+                         f"{raw!r}; accepted: a JSON object") from None
+    if not isinstance(extra, dict):
+        raise ValueError(f"--kv-connector-extra-config must be a JSON object, got {raw!r}")
+    return extra
+
+
+def check_pytest_args(args: list[str]) -> None:
+    """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`)."""
+    for index, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if not sep and index + 1 < len(args):
+            value = args[index + 1]
+        if name == "--kv-connector-extra-config":
+            parse_extra_config(value)
+        elif name == "--kv-connector-timeout":
+            try:
+                check_timeout(float(value))
+            except ValueError:
+                raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {value}") from None
 
 
 def pytest_configure(config):
@@ -43,12 +90,7 @@ def connector_targets(config):
     targets = getattr(config, "_kvconform_connector_targets", None)
     if targets is None:
         raw = config.getoption("kvconform_kv_connector_extra_config")
-        try:
-            extra = json.loads(raw) if raw else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--kv-connector-extra-config is not JSON ({exc}); accepted: a JSON object") from None
-        if not isinstance(extra, dict):
-            raise ValueError(f"--kv-connector-extra-config must be a JSON object, got {raw!r}")
+        extra = parse_extra_config(raw) if raw else {}
         targets = select_targets(config.getoption("kvconform_kv_connectors"),
                                  config.getoption("kvconform_kv_connector_builtins"))
         for target in targets:
@@ -56,6 +98,18 @@ def connector_targets(config):
                 target.extra_config = dict(extra)
         config._kvconform_connector_targets = targets
     return targets
+
+
+def unusable_targets(config) -> dict[str, str]:
+    """name -> one-line reason, for every selected target that cannot be loaded (import, class, hooks,
+    constructor)."""
+    reasons = {}
+    for target in connector_targets(config):
+        try:
+            target.load()
+        except ConnectorLoadError as exc:
+            reasons[target.name] = str(exc)
+    return reasons
 
 
 def pytest_report_header(config):

@@ -16,6 +16,14 @@ from reference_impl.connector.base import supports_hma
 from reference_impl.connector.factory import check_constructor
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
+BACKDOOR_PREFIX = "kvconform_"  # optional white-box accessors a connector may offer the suite
+
+
+# Hooks the engine calls on every connector (vLLM 0.33's base class has them all).
+REQUIRED_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                  "update_connector_output", "register_kv_caches", "bind_connector_metadata", "start_load_kv",
+                  "wait_for_layer_load", "save_kv_layer", "wait_for_save", "clear_connector_metadata")
+REQUIRED_ONE_OF = (("request_finished", "request_finished_all_groups"), ("get_transfer_results", "get_finished"))
 
 
 class ConnectorLoadError(Exception):
@@ -55,6 +63,10 @@ class ConnectorTarget:
             check_constructor(cls)
         except ValueError as exc:
             raise ConnectorLoadError(str(exc)) from None
+        missing = [hook for hook in REQUIRED_HOOKS if not callable(getattr(cls, hook, None))]
+        missing += [" or ".join(pair) for pair in REQUIRED_ONE_OF if not any(callable(getattr(cls, h, None)) for h in pair)]
+        if missing:
+            raise ConnectorLoadError(f"{self.spec}: class {class_name} lacks the connector hooks {', '.join(missing)}")
         self._cls = cls
         return cls
 
@@ -92,6 +104,24 @@ def _vllm_target(spec: str) -> ConnectorTarget:
     return vllm_target(spec)
 
 
+def check_loadable(spec: str) -> None:
+    """Fail fast for `kvconform report --kv-connector SPEC`: UsageError (exit 4, one line) unless SPEC is a
+    built-in connector's name or a `module:Class` that loads."""
+    from harness.errors import EXIT_TARGET, UsageError
+
+    if ":" not in spec and spec in {t.name for t in BUILTIN_TARGETS}:
+        return
+    if spec.startswith("vllm:"):
+        from harness.targets.vllm_connector import validate_spec
+
+        validate_spec(spec)  # exit 4 with the registered names, or how to install vLLM
+        return
+    try:
+        ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector").load()
+    except ConnectorLoadError as exc:
+        raise UsageError(f"kvconform report: the target could not be loaded: {exc}", EXIT_TARGET) from None
+
+
 def entry_point_targets() -> list[ConnectorTarget]:
     """Targets registered by installed packages under the `kvconform.connectors` entry-point group."""
     targets = []
@@ -118,10 +148,12 @@ class ConnectorGuard:
     """Forwards every attribute to the wrapped connector; a raising hook becomes ConnectorHookError.
 
     `calls` logs (role, hook, args, result); `around[hook] = (before, after)` instruments one hook;
-    `current` is the hook running now (named when a check times out).
+    `current` is the hook running now (named when a check times out). With `backdoors=False` the optional
+    `kvconform_*` methods are hidden, as if the connector had none.
     """
 
-    def __init__(self, inner, role, calls: list, around: dict, state: dict):
+    def __init__(self, inner, role, calls: list, around: dict, state: dict, backdoors: bool = True):
+        object.__setattr__(self, "_backdoors", backdoors)
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_role", role)
         object.__setattr__(self, "calls", calls)
@@ -134,6 +166,8 @@ class ConnectorGuard:
         return self._inner
 
     def __getattr__(self, name):
+        if name.startswith(BACKDOOR_PREFIX) and not self._backdoors:
+            raise AttributeError(f"{name} (backdoors are off)")
         attr = getattr(self._inner, name)
         if not callable(attr) or name.startswith("_"):
             return attr

@@ -137,6 +137,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self.lookup_latency_steps = int(options["lookup_latency_steps"])
         self._step = 0  # scheduler steps (build_connector_meta calls), the clock of the simulated backend
         self._lookup_ready: dict[str, int] = {}  # req_id -> step at which its backend query answers
+        self._bypass: set[str] = set()  # requests whose load failed: recomputed locally, never offered again
         self._stats: dict[str, float] = {}
         # worker side
         self._layers: dict[str, list[torch.Tensor]] = {}
@@ -168,7 +169,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         req_id = request.request_id
         self.store.unpin(req_id)
         self._lookups.pop(req_id, None)
-        if getattr(request, "skip_reading_prefix_cache", False) or not self.groups:
+        if getattr(request, "skip_reading_prefix_cache", False) or not self.groups or req_id in self._bypass:
             return 0, False
         if self.lookup_latency_steps > 0:
             ready = self._lookup_ready.setdefault(req_id, self._step + self.lookup_latency_steps)
@@ -321,9 +322,11 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         return ops
 
     def update_connector_output(self, connector_output) -> None:
-        """Release lookup pins of loads that completed (or failed)."""
+        """Release lookup pins of loads that completed (or failed); a failed request is recomputed locally
+        (LMCache's bypass), so its restart does not run into the same failure again."""
         for req_id in set(connector_output.finished_recving or ()) | set(connector_output.failed_recving or ()):
             self.store.unpin(req_id)
+        self._bypass.update(connector_output.failed_recving or ())
 
     def request_finished_all_groups(self, request, block_ids: tuple[list[int], ...]) -> tuple[bool, dict | None]:
         """Drop the request's state; stores already completed in `wait_for_save`, so no delay is needed."""
@@ -331,6 +334,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self._trackers.pop(req_id, None)
         self._lookups.pop(req_id, None)
         self._lookup_ready.pop(req_id, None)
+        self._bypass.discard(req_id)
         self.store.unpin(req_id)
         return False, None
 
@@ -385,6 +389,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
             "trackers": len(self._trackers),
             "lookups": len(self._lookups),
             "lookups_in_flight": len(self._lookup_ready),
+            "bypassed": len(self._bypass),
             "pending_async": len(self._pending_async),
             "finished_recving": len(self._finished_recving),
             "store_pins": self.store.num_pins,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import uuid
@@ -49,6 +50,9 @@ class EngineConfig:
     max_num_seqs: int = 16
     enable_prefix_caching: bool = True
     kernel_block_ratio: int = 1  # kernel blocks per manager block in the tensors connectors register
+    # Fault injection: the model name the worker-role connectors see. A different name than the scheduler's
+    # makes their store keys differ, so a load of what the scheduler found fails like a lost backend object.
+    worker_model: str | None = None
 
 
 ConnectorFactory = Callable[[Any, KVConnectorRole, Any], Any]
@@ -85,18 +89,43 @@ class EngineCore:
         for rank in range(tp):
             worker_connector = None
             if connector_factory is not None:
-                worker_connector = connector_factory(self._rank_config(rank), KVConnectorRole.WORKER,
+                worker_connector = connector_factory(self._rank_config(rank, worker=True), KVConnectorRole.WORKER,
                                                      self.preset.kv_cache_config(self.config.num_blocks, tp))
             self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp,
                                        vocab_size=self.preset.vocab_size, connector=worker_connector,
                                        kernel_block_ratio=self.config.kernel_block_ratio))
         self.aggregator = KVOutputAggregator(tp)
         self.step_count = 0
+        # observer(so) runs after the workers executed a step and before the scheduler applies it: tables
+        # still hold every block the step used (test instrumentation that every step gets).
+        self.observers: list[Callable[[SchedulerOutput], None]] = []
+        # pre_execute(so) runs after schedule and before the workers (and before `before_execute`): a test
+        # can act as another owner of blocks the schedule just freed.
+        self.pre_execute: list[Callable[[SchedulerOutput], None]] = []
 
-    def _rank_config(self, rank: int) -> EngineConfig:
+    def _rank_config(self, rank: int, worker: bool = False) -> EngineConfig:
         config = copy.copy(self.config)
         config.parallel_config = ParallelConfig(self.config.parallel_config.tensor_parallel_size, rank)
+        if worker and self.config.worker_model is not None:
+            config.model_config = ModelConfig(self.config.worker_model)
         return config
+
+    @contextlib.contextmanager
+    def connector_detached(self):
+        """Run requests the connectors never see (their KV enters only the local prefix cache), as when a
+        connector is attached to an engine that already served traffic. Only between requests."""
+        if self.scheduler.has_unfinished_requests():
+            raise RuntimeError("connector_detached: requests are in flight")
+        saved = (self.scheduler.connector, [w.connector for w in self.workers])
+        self.scheduler.connector = None
+        for worker in self.workers:
+            worker.connector = None
+        try:
+            yield self
+        finally:
+            self.scheduler.connector = saved[0]
+            for worker, connector in zip(self.workers, saved[1]):
+                worker.connector = connector
 
     @property
     def connector(self):
@@ -125,6 +154,8 @@ class EngineCore:
         the workers and before the scheduler applies the results (test instrumentation).
         """
         so = self.scheduler.schedule()
+        for hook in self.pre_execute:
+            hook(so)
         if before_execute is not None:
             before_execute(so)
         marks = [len(w.read_errors) for w in self.workers]
@@ -134,6 +165,8 @@ class EngineCore:
             # A failed sync load's step is discarded and recomputed: its reads are not model output.
             for w, mark in zip(self.workers, marks):
                 w.read_errors[mark:] = [e for e in w.read_errors[mark:] if e.req_id not in kv_output.failed_recving]
+        for observer in self.observers:
+            observer(so)
         if after_execute is not None:
             after_execute(so, kv_output)
         sampled = outputs[0].sampled_token_ids

@@ -40,3 +40,28 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "C35": ("SHOULD", "capacity-pressure", "a full backend degrades without wrong hits"),
     "C36": ("MUST", "determinism-across-processes", "store keys are identical across processes with different PYTHONHASHSEED"),
 }
+
+# Which optional backdoor each check uses, and how: every MUST check decides from observable behaviour; a
+# backdoor only adds evidence ("sharpens"). A check whose verdict needs one is a SHOULD ("needs").
+BACKDOORS: dict[str, tuple[str, str]] = {
+    "C04": ("sharpens", "kvconform_open_state"),
+    "C05": ("sharpens", "kvconform_open_state"),
+    "C07": ("sharpens", "kvconform_evict, kvconform_chunk_size"),
+    "C08": ("needs", "kvconform_evict, kvconform_chunk_size"),
+    "C10": ("sharpens", "kvconform_tracked_block_ids"),
+    "C11": ("sharpens", "kvconform_tracked_block_ids"),
+    "C30": ("sharpens", "kvconform_evict"),
+    "C31": ("sharpens", "kvconform_open_state"),
+    "C36": ("sharpens", "kvconform_object_keys (only when the store does not outlive its process)"),
+}
+
+
+def black_box_summary(backdoors: bool) -> str:
+    """One header line: which checks decide black-box and what the backdoors add."""
+    needs = sorted(c for c, (how, _) in BACKDOORS.items() if how == "needs")
+    sharpened = sorted(c for c, (how, _) in BACKDOORS.items() if how == "sharpens")
+    if not backdoors:
+        return (f"connector checks: backdoors off; every check decides from behaviour ({', '.join(needs)} "
+                "(SHOULD) skip: they need a backdoor)")
+    return (f"connector checks: every MUST check decides from behaviour; backdoors, when the connector has them, "
+            f"sharpen {', '.join(sharpened)}; {', '.join(needs)} (SHOULD) needs one")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugins.connector import connector_targets
+from harness.plugins.connector import connector_targets, unusable_targets
 from harness.targets.connector_target import run_with_timeout
-from suites.connector.catalogue import CHECKS
+from suites.connector.catalogue import CHECKS, black_box_summary
 from suites.connector.context import CheckContext
 
 
@@ -15,10 +15,24 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kv_check(check_id): a connector conformance check of the catalogue")
 
 
+def pytest_collection_finish(session):
+    """Under the header: which checks decide black-box, and what the backdoors add in this run."""
+    if any(item.get_closest_marker("kv_check") for item in session.items):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(black_box_summary(session.config.getoption("kvconform_kv_connector_backdoors") != "off"))
+
+
 def pytest_generate_tests(metafunc):
     if "connector_target" in metafunc.fixturenames:
         targets = connector_targets(metafunc.config)
-        metafunc.parametrize("connector_target", targets, ids=[t.name for t in targets])
+        unusable = unusable_targets(metafunc.config)
+        if unusable and not getattr(metafunc.config, "_kvconform_load_error_shown", False):
+            # One collection error for the whole suite (pytest then runs nothing), not one failure per check.
+            metafunc.config._kvconform_load_error_shown = True
+            pytest.fail("the connector could not be loaded: " + "; ".join(unusable.values()), pytrace=False)
+        usable = [t for t in targets if t.name not in unusable]
+        metafunc.parametrize("connector_target", usable, ids=[t.name for t in usable])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -32,8 +46,10 @@ def pytest_runtest_makereport(item, call):
 def ctx(connector_target, request):
     """The check's context for the parametrized connector and preset (None when preset-independent)."""
     preset = request.node.callspec.params.get("preset") if hasattr(request.node, "callspec") else None
-    context = CheckContext(connector_target, preset)
+    backdoors = request.config.getoption("kvconform_kv_connector_backdoors") != "off"
+    context = CheckContext(connector_target, preset, backdoors=backdoors)
     yield context
+    context.close()
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +67,7 @@ def _record_check(request, kvconform_record):
     if rep is not None and rep.failed:
         evidence = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
         evidence = evidence.splitlines()[0][:500] if evidence else "failed"
+        evidence = evidence.removeprefix("Failed: ")
     kvconform_record(
         suite="connector",
         cell={"connector": getattr(target, "name", "?"), "check": f"{check_id} {name}", "tier": tier,
@@ -69,5 +86,21 @@ def pytest_pyfunc_call(pyfuncitem):
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
-    run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    failure = None
+    try:
+        run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    except (AssertionError, pytest.fail.Exception) as exc:
+        failure = summarised(pyfuncitem, exc)
+    if failure is not None:  # raised outside the except block: no chained traceback in the report
+        pytest.fail(failure, pytrace=False)
     return True
+
+
+def summarised(item, exc: BaseException) -> str:
+    """"C07 [fa+swa]: <first line of evidence>", then the full evidence (one line per failing check)."""
+    check_id = item.get_closest_marker("kv_check").args[0]
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    preset = params.get("preset", "-")
+    message = str(getattr(exc, "msg", None) or exc) or type(exc).__name__
+    first, _, rest = message.strip().partition("\n")
+    return f"{check_id} [{preset}]: {first}" + (f"\n{rest}" if rest else "")

@@ -16,9 +16,11 @@ import pytest
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget, guard_class
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
+from reference_impl.connector.store import drop_shared_store
 from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.specs import MambaSpec
+from suites.connector.oracles import Exposure, fill_canaries
 
 _counter = itertools.count()
 
@@ -34,16 +36,25 @@ def prompt(seed: int, length: int, vocab: int = 32000) -> list[int]:
 
 
 class CheckContext:
-    """One check's view of the connector under test on one preset."""
+    """One check's view of the connector under test on one preset.
 
-    def __init__(self, target: ConnectorTarget, preset: str | None):
+    Every engine of one check shares one store (built-ins get a private one per check, so one check's
+    leftovers never decide another's verdict); `exposure` records which KV the engines ever showed the
+    connectors (the hit oracle's upper bound). `backdoors=False` hides the optional `kvconform_*` methods,
+    so a run shows what the suite decides from observable behaviour alone.
+    """
+
+    def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True):
         self.target = target
         self.preset = preset
+        self.backdoors = backdoors
         self.load_error: str | None = None
         self.calls: list = []
         self.around: dict = {}
         self.state: dict = {"current": None}
         self.engines: list[EngineCore] = []
+        self.exposure = Exposure()
+        self.store_name = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         try:
             self.cls = target.load()
         except ConnectorLoadError as exc:
@@ -60,7 +71,7 @@ class CheckContext:
         """The target's extra config; built-ins also get a private store and `builtin_options`."""
         extra = copy.deepcopy(self.target.extra_config)
         if self.target.builtin:
-            store = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
+            store = self.store_name
             extra.update(store_name=store, **builtin_options)
             for index, child in enumerate(extra.get("connectors") or ()):
                 child["kv_connector_extra_config"] = dict(child.get("kv_connector_extra_config") or {},
@@ -68,29 +79,56 @@ class CheckContext:
         return extra
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
-               max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, **builtin_options) -> EngineCore:
-        """A fresh engine whose connectors are guarded instances of the target class.
+               max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, worker_model: str | None = None,
+               **builtin_options) -> EngineCore:
+        """A fresh engine (on the check's store) whose connectors are guarded instances of the target class.
 
-        `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own).
+        `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own);
+        `worker_model` gives the workers another model name (fault injection: their loads miss).
         """
         ktc = KVTransferConfig(kv_connector=self.cls.__name__, kv_role="kv_both",
                                kv_connector_module_path=self.cls.__module__,
                                kv_connector_extra_config=extra if extra is not None else self.extra_config(**builtin_options))
         preset = preset or self.preset
-        # One model name per model (and kernel layout): a vendor's store outlives the engine, and objects of
-        # one preset must not be offered to another whose groups differ.
-        model = f"kvconform/{preset}" + (f"@kernel{kernel_block_ratio}" if kernel_block_ratio > 1 else "")
+        # One model name per check and model (and kernel layout): a vendor's store outlives the check, and
+        # objects of one check or preset must not be offered to another.
+        model = f"kvconform/{preset}/{self.store_name}" + (f"@kernel{kernel_block_ratio}" if kernel_block_ratio > 1 else "")
         config = EngineConfig(model_config=ModelConfig(model), kv_transfer_config=ktc, num_blocks=num_blocks,
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
-                              max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio)
+                              max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
+                              worker_model=f"{model}@{worker_model}" if worker_model else None)
         engine = EngineCore(preset, config, connector_factory=self.factory)
+        engine.observers.append(self.exposure.observer(engine))
         self.engines.append(engine)
         return engine
 
     def factory(self, vllm_config, role, kv_cache_config):
         """Build and guard one connector instance."""
         inner = self.cls(vllm_config, role, kv_cache_config)
-        return guard_class(self.cls)(inner, role, self.calls, self.around, self.state)
+        return guard_class(self.cls)(inner, role, self.calls, self.around, self.state, backdoors=self.backdoors)
+
+    def close(self) -> None:
+        """Abandon the check's engines: abort what is still in flight (so the connectors release what those
+        requests hold in a store that outlives the check), shut the connectors down, and forget a built-in's
+        private store."""
+        for engine in self.engines:
+            for req_id in [r.request_id for r in engine.scheduler.requests.values() if not r.is_finished]:
+                try:
+                    engine.abort_request(req_id)
+                except Exception:  # a verdict was already given; cleanup must not add another
+                    pass
+            for connector in [engine.connector] + [w.connector for w in engine.workers]:
+                shutdown = getattr(getattr(connector, "inner", None), "shutdown", None)
+                if shutdown is not None:
+                    try:
+                        shutdown()
+                    except Exception:  # a verdict was already given; cleanup must not add another
+                        pass
+        self.engines.clear()
+        if self.target.builtin:
+            drop_shared_store(self.store_name)
+            for index in range(len(self.target.extra_config.get("connectors") or ())):
+                drop_shared_store(f"{self.store_name}-child{index}")
 
     def calls_of(self, hook: str, role: KVConnectorRole | None = None) -> list:
         """(role, hook, args, result) entries of `hook`."""
@@ -127,20 +165,163 @@ class CheckContext:
             self.forget_local_cache(engine)
         return self.run(engine, reload_tokens if reload_tokens is not None else tokens + [7, 8, 9], **kwargs)
 
-    def chunk_size(self, engine: EngineCore) -> int | None:
-        """The connector's chunk size through the `kvconform_chunk_size` backdoor, if it has one."""
-        probe = getattr(engine.connector, "kvconform_chunk_size", None)
-        if probe is None and hasattr(engine.connector.inner, "connectors"):
-            probe = getattr(engine.connector.inner.connectors[0], "kvconform_chunk_size", None)
-        return probe() if probe is not None else None
+    def optional_backdoor(self, instance, name: str):
+        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden."""
+        if not self.backdoors:
+            return None
+        method = getattr(getattr(instance, "inner", instance), name, None)
+        if method is None and name == "kvconform_chunk_size" and hasattr(getattr(instance, "inner", None), "connectors"):
+            method = getattr(instance.inner.connectors[0], name, None)  # children share one chunking
+        return method
 
     def backdoor(self, engine: EngineCore, name: str):
-        """The connector's backdoor method `name`, or skip the check as not applicable."""
-        inner = engine.connector.inner
-        method = getattr(inner, name, None)
+        """The connector's backdoor method `name`, or skip the (SHOULD) check as not applicable."""
+        method = self.optional_backdoor(engine.connector, name)
         if method is None:
-            pytest.skip(f"not applicable: {self.cls.__name__} has no {name}() backdoor")
+            why = "backdoors are off" if not self.backdoors else f"{self.cls.__name__} has no {name}() backdoor"
+            pytest.skip(f"not applicable: {why}")
         return method
+
+    def lookup(self, engine: EngineCore, tokens, **kwargs) -> int:
+        """The connector's hit for a new request of `tokens` (nothing local counted); the request is then
+        added and aborted, so the connector sees the finish of every request it was asked about."""
+        request = engine.make_request(list(tokens), **kwargs)
+        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        engine.add_request(request)
+        engine.abort_request(request.request_id)
+        return int(n or 0)
+
+    def chunk_size(self, engine: EngineCore, tokens=None) -> int | None:
+        """The connector's hit granularity: the `kvconform_chunk_size` backdoor, else probed black-box as the
+        smallest hit among growing prefixes of the stored `tokens` (None when nothing hits)."""
+        probe = self.optional_backdoor(engine.connector, "kvconform_chunk_size")
+        if probe is not None:
+            return probe()
+        if tokens is None:
+            return None
+        hits = {self.lookup(engine, tokens[:n]) for n in range(17, len(tokens) + 1, 16)}
+        hits.discard(0)
+        return min(hits) if hits else None
+
+
+    def drain(self, engine: EngineCore, what: str, max_steps: int = 400, idle_steps: int = 4) -> None:
+        """Run the engine until it is empty; fail naming what is left (a delayed free never reported as
+        finished_sending keeps blocks of every group allocated) and check every group's blocks came back."""
+        try:
+            engine.run_until_done(max_steps=max_steps, idle_steps=idle_steps)
+        except RuntimeError:
+            pass
+        left = leftovers(engine)
+        expect(not left, f"{what}: the engine does not drain after {max_steps} steps: {'; '.join(left)}")
+        expect(engine.manager.reset_prefix_cache(),
+               f"{what}: blocks are still allocated after every request finished (never released)")
+
+    def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048) -> int:
+        """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
+        on a connector-less engine: a second request then gets exactly the blocks the first one freed."""
+        probe = EngineCore(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
+        peak = [0]
+
+        def observe(so):
+            for req_id in so.num_scheduled_tokens:
+                ids = probe.manager.get_block_ids(req_id)
+                peak[0] = max(peak[0], len({b for group in ids for b in group if b}))
+
+        probe.observers.append(observe)
+        self.run(probe, prompt(987654, length), max_tokens=1)
+        return peak[0] + 1
+
+    def forced_finish_reuse(self, length: int = 512, preset: str | None = None) -> tuple[EngineCore, list]:
+        """Request A finishes; in the very next step B (waiting for lack of blocks) gets every block A freed
+        and its forward writes them; only then does anything A's connector left pending run. Returns the
+        engine and A's prompt (stored or not, never with B's bytes). The default length ends on a
+        256-token (and Mamba) boundary: the last chunk completes in A's final step, window tail still allocated."""
+        preset = preset or self.preset
+        engine = self.engine(preset, num_blocks=self.pool_for_one(preset, length))
+        first = prompt(9100 + length, length)
+        a = engine.add_request(engine.make_request(first, max_tokens=1))
+        for _ in range(100):
+            if a.is_finished:
+                break
+            engine.step()
+        expect(a.is_finished, "scenario: the first request did not finish within 100 steps")
+        # The pool holds one request: B's allocation takes the blocks A just freed (or waits for a
+        # delayed free), and B's forward writes them before this step's wait_for_save.
+        engine.add_request(engine.make_request(prompt(9200 + length, length), max_tokens=1))
+        return engine, first
+
+    def reuse_freed_blocks(self, engine: EngineCore) -> None:
+        """Force reuse races on `engine`: every block that left a request's table since the last step (out of
+        the sliding window, a finished request's, a preempted one's) and that the schedule did not hand to
+        another request is dropped from the prefix cache and overwritten before the workers run, as a new
+        owner's forward would. Whatever a connector copies from such a block afterwards is not the old KV."""
+        owned_before: set[int] = set()
+
+        def owned() -> set[int]:
+            live = set()
+            for req_id in engine.scheduler.requests:
+                if engine.manager.coordinator.has_request(req_id):
+                    for ids in engine.manager.get_block_ids(req_id):
+                        live.update(ids)
+            live.discard(0)
+            return live
+
+        def record(so) -> None:
+            owned_before.clear()
+            owned_before.update(owned())
+
+        def scribble(so) -> None:
+            freed = owned_before - owned()
+            if freed:
+                engine.manager.evict_blocks(sorted(freed))
+                fill_canaries(engine, freed)
+
+        engine.observers.append(record)
+        engine.pre_execute.append(scribble)
+
+    def expect_reload_correct(self, tokens_list, what: str, preset: str | None = None) -> EngineCore:
+        """On a fresh engine (same store, wiped memory), every prompt of `tokens_list` reads oracle KV."""
+        fresh = self.engine(preset)
+        for tokens in tokens_list:
+            self.wipe(fresh)
+            self.run(fresh, list(tokens) + [11])
+        expect_no_read_errors(fresh, what)
+        return fresh
+
+
+# Capacity probes: prompts of this length are stored until the store must evict (built-ins get a small
+# store for it; a vendor's store decides only if it fills within the probe, see the README).
+CAPACITY_PROMPTS, CAPACITY_PROMPT_LENGTH = 10, 1100
+SMALL_STORE_BYTES = 400_000
+
+
+def expect_store_makes_room(ctx: CheckContext, engine: EngineCore, what: str, seed: int) -> int:
+    """Store prompt after prompt, each looked up twice by requests that are then aborted (never admitted):
+    every prompt just stored must hit. A connector whose pins or per-request state leak ends up with a full
+    store it can no longer evict from. Returns the number of prompts stored."""
+    for i in range(CAPACITY_PROMPTS):
+        tokens = prompt(seed + i, CAPACITY_PROMPT_LENGTH)
+        ctx.run(engine, tokens)
+        for extra in (1, 2):
+            ctx.lookup(engine, tokens + [extra])
+        expect(ctx.lookup(engine, tokens + [3]) > 0,
+               f"{what}: prompt {i + 1} of {CAPACITY_PROMPTS} ({CAPACITY_PROMPT_LENGTH} tokens each) no longer hits "
+               "right after it was stored: the full store cannot make room (objects of finished or aborted "
+               "lookups stay pinned, or per-request state leaks)")
+    return CAPACITY_PROMPTS
+
+
+def leftovers(engine: EngineCore) -> list[str]:
+    """What keeps the engine from being empty: requests, unreported delayed frees, half-reported ids."""
+    s = engine.scheduler
+    left = []
+    if s.waiting or s.running:
+        left.append(f"{len(s.waiting)} waiting / {len(s.running)} running requests")
+    if s.delayed_free:
+        left.append(f"delayed frees never reported as finished_sending: {sorted(s.delayed_free)}")
+    if engine.aggregator.pending:
+        left.append(f"ids reported by only some workers: {engine.aggregator.pending}")
+    return left
 
 
 def expect(condition: bool, evidence: str) -> None:
@@ -153,9 +334,9 @@ def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -
     """`request`'s prompt (less its last token) was stored in full: its hit is that length rounded down to
     the connector's chunk and to every Mamba state boundary (just > 0 when the chunk size is unknown)."""
     got = request.num_external_computed_tokens
-    chunk = ctx.chunk_size(engine)
+    expect(got > 0, f"{what}: the stored prompt was never loaded")
+    chunk = ctx.chunk_size(engine, request.prompt_token_ids)
     if chunk is None:
-        expect(got > 0, f"{what}: the stored prompt was never loaded")
         return
     want = (request.num_tokens - 1) // chunk * chunk
     for group in engine.kv_cache_config.kv_cache_groups:

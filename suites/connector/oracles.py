@@ -114,6 +114,15 @@ def broken_canaries(engine, blocks) -> list[str]:
     return broken
 
 
+def fence_evidence(broken: list[str], what: str) -> str:
+    """Evidence for broken canaries that names the real cause: a write into the null block is reported as
+    such, whatever other blocks the fence covered."""
+    null = [b for b in broken if b.endswith(" block 0")]
+    if null:
+        return f"the null block (block 0) was written: {null[:1]}"
+    return f"{what}: {broken[:1]}"
+
+
 def all_blocks(engine) -> set[int]:
     """Every block id except the null block."""
     return set(range(1, engine.kv_cache_config.num_blocks))
@@ -141,3 +150,97 @@ def restore_blocks(engine, snapshot) -> None:
     """Put back what `snapshot_blocks` saved."""
     for tensor, ids, values in snapshot:
         tensor.index_copy_(0, ids, values)
+
+
+class Exposure:
+    """What the engines ever showed the connectors, the upper bound of anything a store can hold.
+
+    After every step, for every scheduled request: each block whose tokens were computed and which was in
+    the request's table (non-null) for group g, keyed by (g, the token prefix up to the block's end); and
+    for Mamba groups the state at the step's end when it lies on a state boundary. A connector can only
+    serve KV that it could have copied while it was exposed, whatever its chunking or keys.
+    """
+
+    def __init__(self):
+        self.blocks: set[tuple[int, int]] = set()
+        self.states: set[tuple[int, int]] = set()
+        self._seen: set[tuple] = set()
+
+    @staticmethod
+    def key(tokens, end: int) -> int:
+        """In-process key of the token prefix of length `end`."""
+        return hash(tuple(tokens[:end]))
+
+    def observer(self, engine):
+        """An `EngineCore.observers` callback recording this engine's exposure."""
+        specs = [g.kv_cache_spec for g in engine.kv_cache_config.kv_cache_groups]
+
+        def observe(so) -> None:
+            if engine.scheduler.connector is None:
+                return  # a detached run: the connector saw none of it
+            for req_id in so.num_scheduled_tokens:
+                request = engine.scheduler.requests.get(req_id)
+                if request is None or not engine.manager.coordinator.has_request(req_id):
+                    continue
+                computed, tokens = request.num_computed_tokens, request.all_token_ids
+                for gid, (ids, spec) in enumerate(zip(engine.manager.get_block_ids(req_id), specs)):
+                    bs = spec.block_size
+                    # Block i of an attention group holds tokens [i*bs, (i+1)*bs); of a Mamba group (align
+                    # mode) the state after (i+1)*bs tokens, once that many are computed.
+                    into = self.states if isinstance(spec, MambaSpec) else self.blocks
+                    for index in range(min(len(ids), computed // bs)):
+                        marker = (req_id, request.num_preemptions, gid, index, ids[index])
+                        if ids[index] and marker not in self._seen:
+                            self._seen.add(marker)
+                            into.add((gid, self.key(tokens, (index + 1) * bs)))
+
+        return observe
+
+    def unservable(self, engine, tokens, end: int) -> str | None:
+        """Why a hit ending at `end` cannot be served from anything ever exposed (None: it can)."""
+        for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
+            spec = group.kv_cache_spec
+            if not getattr(spec, "prefix_cacheable", True):
+                continue
+            bs = spec.block_size
+            if end % bs:
+                return f"group {gid} ({type(spec).__name__}) has no block boundary at {end} (block size {bs})"
+            if isinstance(spec, MambaSpec):
+                if (gid, self.key(tokens, end)) not in self.states:
+                    return (f"Mamba group {gid} never held the state after exactly {end} tokens "
+                            "(no step ended there while the connector watched)")
+                continue
+            first = max(0, end - spec.sliding_window + 1) if isinstance(spec, SlidingWindowSpec) else 0
+            for index in range(first // bs, end // bs):
+                if (gid, self.key(tokens, (index + 1) * bs)) not in self.blocks:
+                    kind = "sliding-window" if isinstance(spec, SlidingWindowSpec) else "full-attention"
+                    return (f"{kind} group {gid} never exposed tokens {index * bs}-{(index + 1) * bs - 1} "
+                            "(their block was null or not computed whenever the connector could copy it)")
+        return None
+
+
+def canary_rows(engine, table: tuple[list[int], ...], start: int, end: int) -> list[str]:
+    """Where blocks of `table` holding tokens [start, end) (and the Mamba state at `end`) carry a token row
+    (or a state) made entirely of the canary value: bytes copied from the null block."""
+    found = []
+    for worker in engine.workers:
+        for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
+            spec = group.kv_cache_spec
+            bs = spec.block_size
+            ids = table[gid]
+            if isinstance(spec, MambaSpec):
+                pos = end // bs - 1
+                blocks = [ids[pos]] if end % bs == 0 and 0 <= pos < len(ids) and ids[pos] else []
+            else:
+                blocks = [b for b in ids[start // bs: cdiv(end, bs)] if b]
+            for layer in group.layer_names[:1]:
+                view = worker.kv_caches[layer]
+                for block in blocks:
+                    parts = view if isinstance(view, list) else [view[block].reshape(bs, -1)]
+                    if isinstance(view, list):
+                        hit = any(bool((t[block] == CANARY_VALUE).all()) for t in parts)
+                    else:
+                        hit = bool((parts[0] == CANARY_VALUE).all(dim=1).any())
+                    if hit:
+                        found.append(f"rank {worker.rank} group {gid} layer {layer} block {block}")
+    return found

@@ -15,7 +15,7 @@ from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import PRESETS, get_preset
 from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
-from suites.connector.oracles import broken_canaries, fill_canaries
+from suites.connector.oracles import broken_canaries, fence_evidence, fill_canaries
 
 ALL_PRESETS = list(PRESETS)
 
@@ -35,6 +35,13 @@ def test_c01_declares_hma(ctx):
     engine = ctx.engine("fa+swa")
     expect(engine.connector is not None and engine.workers[0].connector is not None,
            "both roles must construct with a two-group KVCacheConfig")
+    # The declaration is exercised: on a two-group model the engine calls only request_finished_all_groups,
+    # and the blocks it frees go straight to the next request.
+    engine, first = ctx.forced_finish_reuse(preset="fa+swa")
+    ctx.drain(engine, "SupportsHMA declared, on a two-group model")
+    ctx.expect_reload_correct([first], "SupportsHMA declared: a request whose blocks were handed to the next request "
+                                       "right after request_finished_all_groups was stored with that request's bytes",
+                              preset="fa+swa")
 
 
 @pytest.mark.kv_check("C02")
@@ -51,6 +58,8 @@ def test_c02_scheduler_role_cpu(ctx, preset, monkeypatch):
     expect(not misplaced, f"engine bug: worker hooks on the scheduler instance: {sorted(misplaced)}")
     expect(ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER),
            "the scheduler instance never built metadata")
+    ctx.drain(engine, "after a 3-request script")
+    ctx.expect_reload_correct([prompt(seed, 300) for seed in range(3)], "reloading the 3-request script")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,7 +141,7 @@ def test_c03_group_discovery_scratch(ctx, preset):
         blocks = fenced.pop("blocks", None)
         if blocks:
             broken = broken_canaries(engine, blocks)
-            expect(not broken, f"the load wrote a block of the scratch group (prefix_cacheable=False): {broken[:1]}")
+            expect(not broken, fence_evidence(broken, "the load wrote a block of the scratch group (prefix_cacheable=False)"))
 
     ctx.around["start_load_kv"] = (before, after)
     reload = ctx.run(engine, tokens + [7, 8, 9])

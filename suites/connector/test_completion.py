@@ -7,22 +7,13 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
-from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.context import expect, expect_no_read_errors, leftovers, prompt
 
 ALL_PRESETS = list(PRESETS)
 MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
 
 
-def _scheduler_drained(engine) -> list[str]:
-    s = engine.scheduler
-    left = []
-    if s.waiting or s.running:
-        left.append(f"{len(s.waiting)} waiting / {len(s.running)} running requests")
-    if s.delayed_free:
-        left.append(f"delayed frees never reported as finished_sending: {sorted(s.delayed_free)}")
-    if engine.aggregator.pending:
-        left.append(f"ids reported by only some workers: {engine.aggregator.pending}")
-    return left
+_scheduler_drained = leftovers
 
 
 @pytest.mark.kv_check("C21")
@@ -48,15 +39,28 @@ def test_c21_async_completion_liveness(ctx, preset):
     expect_no_read_errors(engine, "TP=2 async loads")
 
 
-def _evict_between_lookup_and_load(ctx, engine, evict):
-    """Evict the first stored object of every request that has a pending external load."""
-    def before(so):
-        for request in engine.scheduler.requests.values():
-            if request.num_external_computed_tokens and not getattr(request, "_kvconform_evicted", False):
-                request._kvconform_evicted = True
-                evict(request, 1, 0)
-                evict(request, 0, 0)
-    return before
+def _failing_load(ctx, tokens, outputs: list | None = None, check_each=None):
+    """Store `tokens`, then load them on a fresh engine whose workers cannot reach what its scheduler found
+    (they run under another model name, so every object the lookup saw is missing for them): a backend read
+    failure, injected without any backdoor. Returns (engine, request, whether a load was attempted)."""
+    ctx.run(ctx.engine(), tokens)
+    engine = ctx.engine(worker_model="unreachable")
+
+    def after(so, kv_output):
+        if outputs is not None:
+            outputs.append(kv_output)
+        if check_each is not None:
+            check_each(kv_output)
+
+    request = engine.add_request(engine.make_request(tokens + [5], max_tokens=2))
+    engine.run_until_done(after_execute=after)
+    attempted = request.num_external_computed_tokens > 0 or request.num_preemptions > 0
+    return engine, request, attempted
+
+
+def _skip_unless_attempted(ctx, attempted: bool) -> None:
+    if not attempted:
+        pytest.skip("not applicable: the connector offered no hit for the stored prompt, so no load could fail")
 
 
 @pytest.mark.kv_check("C22")
@@ -64,20 +68,22 @@ def _evict_between_lookup_and_load(ctx, engine, evict):
 def test_c22_failure_by_request(ctx, preset):
     """A backend read failure on a multi-group model is reported in failed_recving (and finished_recving),
     never as block ids; the request recovers by recomputing."""
-    engine = ctx.engine()
-    evict = ctx.backdoor(engine, "kvconform_evict")
-    tokens = prompt(22, 800)
-    ctx.run(engine, tokens)
-    ctx.forget_local_cache(engine)
-    outputs = []
-    request = engine.add_request(engine.make_request(tokens + [5], max_tokens=2))
-    engine.run_until_done(before_execute=_evict_between_lookup_and_load(ctx, engine, evict),
-                          after_execute=lambda so, out: outputs.append(out))
+    outputs: list = []
+
+    def per_block(kv_output):
+        # Checked before the scheduler sees it: vLLM 0.33 raises on block ids with several groups.
+        expect(not kv_output.invalid_block_ids,
+               f"load errors reported as block ids {sorted(kv_output.invalid_block_ids)[:8]} on a multi-group "
+               "model (vLLM 0.33 raises; report failed_recving per request)")
+
+    engine, request, attempted = _failing_load(ctx, prompt(22, 800), outputs, per_block)
+    _skip_unless_attempted(ctx, attempted)
     failed = set().union(*(o.failed_recving for o in outputs))
     finished = set().union(*(o.finished_recving for o in outputs))
-    invalid = set().union(*(o.invalid_block_ids for o in outputs))
-    expect(not invalid, f"load errors reported as block ids {sorted(invalid)[:8]} on a multi-group model")
-    expect(request.request_id in failed, "the failed load was not reported in failed_recving")
+    if request.request_id not in failed:
+        expect_no_read_errors(engine, "a load whose objects were missing was not reported, and the model read")
+        pytest.skip("not applicable: the load did not fail (the connector's keys ignore the model name, so the "
+                    "failure could not be injected; see C30)")
     expect(failed <= finished, f"failed_recving {sorted(failed - finished)} not also in finished_recving")
     expect_no_read_errors(engine, "recovery after a failed load")
 
@@ -85,17 +91,15 @@ def test_c22_failure_by_request(ctx, preset):
 @pytest.mark.kv_check("C23")
 @pytest.mark.parametrize("preset", MULTI_PRESETS)
 def test_c23_failure_no_partial_poison(ctx, preset):
-    """After a failed load, the same prompt again only gets hits whose bytes are right."""
-    engine = ctx.engine()
-    evict = ctx.backdoor(engine, "kvconform_evict")
+    """After a failed load, the same prompt again only gets hits whose bytes are right (on the engine that
+    failed and on a fresh one)."""
     tokens = prompt(23, 800)
-    ctx.run(engine, tokens)
-    ctx.forget_local_cache(engine)
-    engine.add_request(engine.make_request(tokens + [5], max_tokens=2))
-    engine.run_until_done(before_execute=_evict_between_lookup_and_load(ctx, engine, evict))
+    engine, _request, attempted = _failing_load(ctx, tokens)
+    _skip_unless_attempted(ctx, attempted)
     ctx.wipe(engine)
     ctx.run(engine, tokens + [6])
-    expect_no_read_errors(engine, "lookup after a failed load")
+    expect_no_read_errors(engine, "the same prompt after a failed load")
+    ctx.expect_reload_correct([tokens + [7]], "a fresh engine after a failed load")
 
 
 @pytest.mark.kv_check("C29")

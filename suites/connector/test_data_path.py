@@ -10,9 +10,12 @@ import pytest
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
+from reference_impl.kv_cache.specs import cdiv
 from suites.connector.oracles import (
     all_blocks,
     broken_canaries,
+    canary_rows,
+    fence_evidence,
     fill_canaries,
     first_kv_mismatch,
     owned_or_cached_blocks,
@@ -62,17 +65,39 @@ def test_c14_round_trip_bytes(ctx, preset):
 @pytest.mark.kv_check("C15")
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c15_null_block_untouched(ctx, preset):
-    """Block 0 keeps its canary through stores and loads, and its bytes never come back as data."""
-    engine = ctx.engine()
+    """Block 0 keeps its canary through stores and loads, and its bytes never come back as data.
+
+    The prompt is prefilled in small steps, so sliding-window blocks leave the window (become null) while
+    the request runs. Then every prefix the connector offers is reloaded on a fresh engine: no loaded block
+    may hold the null block's bytes, and every read must match the content oracle."""
+    engine = ctx.engine(max_num_batched_tokens=128)
+    tokens = prompt(15, 900)
     fill_canaries(engine, [])
-    ctx.run(engine, prompt(15, 800))
+    ctx.run(engine, tokens)
     expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}")
-    ctx.wipe(engine)
-    fill_canaries(engine, [])
-    reload = ctx.run(engine, prompt(15, 800) + [1, 2])
-    _expect_hit(reload, "null-block scenario")
-    expect(not broken_canaries(engine, []), f"null block written during load: {broken_canaries(engine, [])[:1]}")
-    expect_no_read_errors(engine, "after reload")
+    fresh = ctx.engine()
+    ends = sorted({ctx.lookup(fresh, tokens[:n]) for n in range(40, len(tokens) + 1, 40)} - {0})
+    expect(ends, "null-block scenario: the connector reported no hit for any prefix of a prompt it had just stored")
+    nulls: list[str] = []
+
+    def after_load(role, result, *args):
+        for req_id in fresh.scheduler.pending_cache:  # the sync loads of this step
+            request = fresh.scheduler.requests[req_id]
+            if fresh.manager.coordinator.has_request(req_id):
+                end = request.num_local_computed_tokens + request.num_external_computed_tokens
+                nulls.extend(canary_rows(fresh, fresh.manager.get_block_ids(request.request_id),
+                                         request.num_local_computed_tokens, end))
+
+    ctx.around["start_load_kv"] = (None, after_load)
+    for end in ends:
+        ctx.wipe(fresh)
+        fill_canaries(fresh, [])
+        ctx.run(fresh, tokens[:end] + [1, 2])
+        expect(not nulls, f"a stored object holds the null block's bytes: loading the {end}-token prefix put "
+                          f"them into {nulls[:2]} (a null or out-of-window block was stored as data)")
+        expect(not broken_canaries(fresh, []), f"null block written during the load of the {end}-token prefix: "
+                                               f"{broken_canaries(fresh, [])[:1]}")
+        expect_no_read_errors(fresh, f"after reloading the {end}-token prefix")
 
 
 def _fence(ctx, engine):
@@ -87,21 +112,62 @@ def _fence(ctx, engine):
     def after(so, kv_output):
         blocks = fenced.pop()
         broken = broken_canaries(engine, blocks)
-        expect(not broken, f"step {engine.step_count}: a block the request does not own was written: {broken[:1]}")
+        expect(not broken, fence_evidence(broken, f"step {engine.step_count}: a block the request does not own was written"))
 
     return {"before_execute": before, "after_execute": after}
+
+
+def _own_blocks_fence(ctx, engine):
+    """Around each start_load_kv: the loading request's blocks beyond its hit (in every group) carry canaries
+    and must keep them; blocks inside the hit must hold their own group's oracle bytes afterwards. A load
+    through another group's layer lands on a block the request owns in that other group."""
+    fenced: dict = {}
+
+    def before(role, *args):
+        if role != KVConnectorRole.WORKER:
+            return
+        blocks = set()
+        for req_id in engine.scheduler.pending_cache:  # the sync loads of this step
+            request = engine.scheduler.requests[req_id]
+            if engine.manager.coordinator.has_request(req_id):
+                end = request.num_local_computed_tokens + request.num_external_computed_tokens
+                table = engine.manager.get_block_ids(request.request_id)
+                for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
+                    bs = group.kv_cache_spec.block_size
+                    blocks.update(b for b in table[gid][cdiv(end, bs):] if b)
+                fenced.setdefault("loads", []).append((request, table, end))
+        blocks -= {b for _, table, end in fenced.get("loads", ()) for gid, ids in enumerate(table)
+                   for b in ids[: end // engine.kv_cache_config.kv_cache_groups[gid].kv_cache_spec.block_size]}
+        fill_canaries(engine, blocks)
+        fenced["blocks"] = blocks
+
+    def after(role, result, *args):
+        blocks = fenced.pop("blocks", None)
+        loads = fenced.pop("loads", [])
+        if blocks is None:
+            return
+        broken = broken_canaries(engine, blocks)
+        expect(not broken, fence_evidence(broken, "the load wrote a block the request owns beyond its hit (another "
+                                                  "group's block, or one the forward has yet to write)"))
+        for request, table, end in loads:
+            mismatch = first_kv_mismatch(engine, request.all_token_ids, table, request.num_local_computed_tokens, end)
+            expect(mismatch is None, f"after the load, {mismatch} (a write through another group's layer?)")
+
+    return before, after
 
 
 @pytest.mark.kv_check("C16")
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c16_ownership_fence(ctx, preset):
-    """With two concurrent requests, loads write only blocks of the loading request."""
+    """With two concurrent requests, loads write only blocks of the loading request, and within it only the
+    blocks of the right group inside the hit."""
     engine = ctx.engine()
     first, second = prompt(160, 800), prompt(161, 700)
     ctx.run(engine, first)
     ctx.run(engine, second)
     ctx.forget_local_cache(engine)
     hooks = _fence(ctx, engine)
+    ctx.around["start_load_kv"] = _own_blocks_fence(ctx, engine)
     a = engine.add_request(engine.make_request(first + [5], max_tokens=3))
     engine.add_request(engine.make_request(second + [6], max_tokens=3))
     engine.run_until_done(**hooks)
@@ -201,7 +267,7 @@ def test_c19_skip_local_prefix(ctx, preset):
             return
         broken = broken_canaries(engine, blocks)
         restore_blocks(engine, local_blocks.pop("saved"))
-        expect(not broken, f"the load wrote a block of the local prefix hit: {broken[:1]}")
+        expect(not broken, fence_evidence(broken, "the load wrote a block of the local prefix hit"))
 
     ctx.around["start_load_kv"] = (before, after)
     reload = ctx.run(engine, tokens + [3])

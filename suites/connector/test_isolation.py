@@ -39,16 +39,18 @@ def test_c30_key_isolation(ctx, preset):
     expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)")
     engine.add_request(same)
     engine.abort_request(same.request_id)
-    evict = getattr(engine.connector.inner, "kvconform_evict", None)
+    evict = ctx.optional_backdoor(engine.connector, "kvconform_evict")
     swa = [g for g, grp in enumerate(engine.kv_cache_config.kv_cache_groups)
            if isinstance(grp.kv_cache_spec, SlidingWindowSpec)]
-    if evict is not None and swa:
+    chunk = ctx.chunk_size(engine) if evict is not None else None
+    if evict is not None and swa and chunk:
         probe = engine.make_request(tokens + [1], cache_salt="tenant-a")
-        chunk = engine.connector.inner.kvconform_chunk_size()
         for j in range(len(tokens) // chunk):
             evict(probe, swa[0], j)
         after, _ = engine.connector.get_num_new_matched_tokens(probe, 0)
-        expect(not after, f"hit {after} with every sliding-window object gone: group objects alias")
+        expect(not after, f"hit {after} with every sliding-window object gone: the hit does not depend on the "
+                          "sliding-window group's own objects (its objects alias another group's, or the hit rule "
+                          "ignores the group, see C07)")
         engine.add_request(probe)
         engine.abort_request(probe.request_id)
 
@@ -63,31 +65,78 @@ def test_c34_tp_rank_shards(ctx, preset):
     expect_no_read_errors(engine, "TP=2 reload")
 
 
-_KEYS_SCRIPT = """
-import json, sys
+_PROCESS_SCRIPT = """
+import json, os, sys, time
 from harness.targets.connector_target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
-target = ConnectorTarget(*json.loads(sys.argv[1]))
-ctx = CheckContext(target, "fa+swa")
-engine = ctx.engine(extra=json.loads(sys.argv[2]))
-print(json.dumps(engine.connector.inner.kvconform_object_keys(engine.make_request(prompt(36, 600), cache_salt="s"))))
+name, spec, source, builtin, extra, preset, store_name, mode, seed, flag, backdoors = json.loads(sys.argv[1])
+ctx = CheckContext(ConnectorTarget(name, spec, source, builtin=builtin), preset)
+ctx.store_name = store_name  # the parent check's model name (and built-in store)
+tokens = prompt(seed, 700)
+if mode == "store":
+    engine = ctx.engine(extra=extra)
+    ctx.run(engine, tokens)
+    open(flag, "w").close()
+    print(json.dumps({"hit": 0}))
+else:
+    deadline = time.monotonic() + 100
+    while flag and not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine = ctx.engine(extra=extra)  # after the store: a store may read its tier once, at start
+    keys_of = ctx.optional_backdoor(engine.connector, "kvconform_object_keys")
+    probe = engine.make_request(prompt(36, 600), cache_salt="s")  # one prompt for the keys in every process
+    keys = keys_of(probe) if backdoors and keys_of is not None else None
+    print(json.dumps({"hit": ctx.lookup(engine, tokens + [1]), "keys": keys}))
 """
 
 
-@pytest.mark.kv_check("C36")
-def test_c36_determinism_across_processes(ctx):
-    """Object keys of one prompt are identical in two processes with different PYTHONHASHSEED."""
-    if not ctx.is_hma:
-        pytest.skip(f"not HMA-capable: {ctx.cls.__name__} does not declare SupportsHMA")
-    probe = ctx.engine("fa+swa")
-    ctx.backdoor(probe, "kvconform_object_keys")
+def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int,
+                flag: str | None = None) -> subprocess.Popen:
+    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`) (then
+    creates `flag`), or waits for `flag` (if any) and looks it up. Started together, imports overlap."""
     target = ctx.target
-    args = json.dumps([target.name, target.spec, target.source, ctx.extra_config(), target.builtin])
-    keys = []
-    for seed in ("1", "4242"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", _KEYS_SCRIPT, args, json.dumps(ctx.extra_config())],
-                             capture_output=True, text=True, env=env, timeout=120)
-        expect(out.returncode == 0, f"key probe failed: {out.stderr.strip().splitlines()[-1:]}")
-        keys.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    expect(keys[0] and keys[0] == keys[1], f"keys differ across processes: {keys[0][:1]} vs {keys[1][:1]}")
+    args = json.dumps([target.name, target.spec, target.source, target.builtin, extra, preset, ctx.store_name, mode,
+                       prompt_seed, flag, ctx.backdoors])
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _answer(proc: subprocess.Popen, what: str) -> dict:
+    out, err = proc.communicate(timeout=120)
+    expect(proc.returncode == 0, f"{what} failed: {(err.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.kv_check("C36")
+def test_c36_determinism_across_processes(ctx, tmp_path):
+    """A prompt stored in this process must hit the same in a fresh process with PYTHONHASHSEED=4242. When it
+    does not, two more processes tell salted keys from a store that does not outlive its process: one stores
+    with PYTHONHASHSEED=1, another with the same seed looks up. If that finds nothing either, the
+    `kvconform_object_keys` backdoor (keys of one prompt under both seeds) decides, if present."""
+    preset = "fa+swa" if ctx.is_hma else "fa_only"
+    extra = ctx.extra_config(disk_path=str(tmp_path / "disk"))  # built-ins: a disk tier other processes read
+    engine = ctx.engine(preset, extra=extra)
+    tokens = prompt(36, 700)
+    ctx.run(engine, tokens)
+    here = ctx.lookup(ctx.engine(preset, extra=extra), tokens + [1])
+    expect(here > 0, "the prompt just stored does not hit on a fresh engine in the same process")
+    flag = str(tmp_path / "stored")
+    # Started together, so their imports overlap.
+    other = _in_process(ctx, preset, extra, "lookup", "4242", 36)
+    store = _in_process(ctx, preset, extra, "store", "1", 37, flag)
+    same = _in_process(ctx, preset, extra, "lookup", "1", 37, flag)
+    other, same = _answer(other, "the lookup process (PYTHONHASHSEED=4242)"), _answer(same, "the lookup process")
+    _answer(store, "the storing process (PYTHONHASHSEED=1)")
+    if other["hit"]:
+        expect(other["hit"] == here, f"keys depend on the process: a prompt that hits {here} tokens here hits "
+                                     f"{other['hit']} in a process with PYTHONHASHSEED=4242")
+        return
+    expect(not same["hit"], f"keys depend on the process: a prompt that hits {here} tokens here hits nothing in a "
+                            "process with PYTHONHASHSEED=4242, while two processes with the same seed share their "
+                            "objects (unseeded hash()?)")
+    if other.get("keys") is None or same.get("keys") is None:
+        pytest.skip("not applicable: the store does not outlive its process (a second process with the same "
+                    "PYTHONHASHSEED found nothing) and there is no kvconform_object_keys() backdoor")
+    expect(other["keys"] and other["keys"] == same["keys"],
+           f"keys differ across processes (PYTHONHASHSEED 4242 vs 1): {other['keys'][:1]} vs {same['keys'][:1]}")

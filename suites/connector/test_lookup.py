@@ -10,7 +10,14 @@ import pytest
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import PRESETS
 from reference_impl.kv_cache.specs import MambaSpec, SlidingWindowSpec
-from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
+from suites.connector.context import (
+    SMALL_STORE_BYTES,
+    expect,
+    expect_full_hit,
+    expect_no_read_errors,
+    expect_store_makes_room,
+    prompt,
+)
 from suites.connector.oracles import oracle_hit_tokens
 
 ALL_PRESETS = list(PRESETS)
@@ -22,6 +29,8 @@ MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
 def test_c04_lookup_idempotent(ctx, preset):
     """Five lookups of a waiting request agree; aborting it leaves no per-request state or pins."""
     engine = ctx.engine()
+    probe = ctx.optional_backdoor(engine.connector, "kvconform_open_state")
+    baseline = probe() if probe is not None else {}  # a vendor's store is shared with earlier checks
     tokens = prompt(4, 800)
     ctx.run(engine, tokens)
     ctx.forget_local_cache(engine)
@@ -31,10 +40,15 @@ def test_c04_lookup_idempotent(ctx, preset):
     engine.add_request(request)
     engine.abort_request(request.request_id)
     engine.run_until_done()
-    probe = getattr(engine.connector.inner, "kvconform_open_state", None)
     if probe is not None:
-        leftovers = {k: v for k, v in probe().items() if v}
+        leftovers = {k: v for k, v in probe().items() if v > baseline.get(k, 0)}
         expect(not leftovers, f"state left after a never-admitted request was aborted: {leftovers}")
+    if preset in LEAK_PRESETS:
+        expect_store_makes_room(ctx, ctx.engine(cpu_bytes=SMALL_STORE_BYTES), "repeated lookups of aborted requests",
+                                seed=4000)
+
+
+LEAK_PRESETS = ("fa_only", "fa+swa")  # where C04 also drives the store past its capacity
 
 
 LOOKUP_LATENCY_STEPS = 2  # built-ins: the simulated backend answers a lookup two scheduler steps late
@@ -51,7 +65,7 @@ def test_c05_lookup_none_then_value(ctx, preset, load_async):
     answers (its None answers must resolve the same way).
     """
     engine = ctx.engine(lookup_latency_steps=LOOKUP_LATENCY_STEPS, load_async=load_async)
-    probe = getattr(engine.connector.inner, "kvconform_open_state", None)
+    probe = ctx.optional_backdoor(engine.connector, "kvconform_open_state")
     baseline = probe() if probe is not None else {}  # a vendor's store is shared with earlier checks
     seed = 500 + 10 * load_async + len(preset)  # own prompts per variant: a vendor's store outlives the check
     tokens = prompt(seed, 700)
@@ -124,16 +138,45 @@ EVICTION_PATTERNS = {
 }
 
 
+def _expect_servable_hits(ctx, tokens, what: str) -> list[int]:
+    """On a fresh engine, look up every 32-token-longer prefix of `tokens`: each hit must end where every
+    group can be served from KV the engines ever exposed (`Exposure`). Returns the distinct hit ends."""
+    fresh = ctx.engine()
+    ends = set()
+    for n in range(32, len(tokens) + 1, 32):
+        hit = ctx.lookup(fresh, tokens[:n])
+        if hit:
+            why = ctx.exposure.unservable(fresh, tokens[:n], hit)
+            expect(why is None, f"{what}: a {n}-token prompt hit {hit} tokens, but {why}")
+            ends.add(hit)
+    return sorted(ends)
+
+
 @pytest.mark.kv_check("C07")
 @pytest.mark.parametrize("preset", MULTI_PRESETS)
 def test_c07_hit_min_over_groups(ctx, preset):
-    """With chosen (group, chunk) objects evicted, the hit equals the windowed min-over-groups oracle."""
+    """Hits are the windowed min over groups, decided black-box: the connector sees a prompt's first 300
+    tokens, then not the next 600 (served from the local prefix cache only), then all 1300 with a local hit,
+    so sliding-window blocks and Mamba states in the middle were never exposed while full-attention blocks
+    were. Every prefix's hit must be servable by every group from what was exposed, and every prefix the
+    connector offers must reload byte-exact on a fresh engine. With `kvconform_evict`, the §3.7 eviction
+    patterns are checked against the fold oracle as well."""
     engine = ctx.engine()
-    evict = ctx.backdoor(engine, "kvconform_evict")
+    tokens = prompt(7, 1300)
+    ctx.run(engine, tokens[:300])
+    with engine.connector_detached():
+        ctx.run(engine, tokens[:900])
+    ctx.run(engine, tokens)
+    ends = _expect_servable_hits(ctx, tokens, "after a hole in what the connector saw")
+    expect(ends, "scenario: the connector offered no hit for any prefix of a prompt it had seen")
+    ctx.expect_reload_correct([tokens[:end] + [1] for end in ends], "reloading every prefix the connector offered")
+    evict = ctx.optional_backdoor(engine.connector, "kvconform_evict")
+    chunk = ctx.chunk_size(engine) if evict is not None else None
+    if evict is None or chunk is None:
+        return
     specs = [g.kv_cache_spec for g in engine.kv_cache_config.kv_cache_groups]
     kinds = ["mamba" if isinstance(s, MambaSpec) else "swa" if isinstance(s, SlidingWindowSpec) else "full"
              for s in specs]
-    chunk, _ = _stored_chunks(engine, ctx, 0)
     for name, pattern in EVICTION_PATTERNS.items():
         tokens = prompt(700 + len(name), 5 * chunk + 20)
         ctx.run(engine, tokens)
@@ -153,6 +196,8 @@ def test_c07_hit_min_over_groups(ctx, preset):
         engine.add_request(request)
         engine.run_until_done()
         expect_no_read_errors(engine, f"pattern {name}")
+        if want:
+            ctx.expect_reload_correct([tokens[:want] + [1]], f"pattern {name}: reloading the {want}-token hit")
 
 
 @pytest.mark.kv_check("C08")
@@ -185,8 +230,12 @@ def test_c09_mamba_boundary_only(ctx, preset):
     ctx.forget_local_cache(engine)
     mamba_bs = next(g.kv_cache_spec.block_size for g in engine.kv_cache_config.kv_cache_groups
                     if isinstance(g.kv_cache_spec, MambaSpec))
-    reload = ctx.run(engine, tokens + prompt(99, 100))
+    longer = tokens + prompt(99, 100)
+    reload = ctx.run(engine, longer)
     hit = reload.num_local_computed_tokens + reload.num_external_computed_tokens
     expect(hit <= 512, f"hit {hit} beyond the last stored Mamba boundary 512")
+    if hit:
+        why = ctx.exposure.unservable(engine, longer, hit)
+        expect(why is None, f"hit {hit}, but {why}")
     expect(hit % mamba_bs == 0, f"hit {hit} is not on a Mamba state boundary ({mamba_bs})")
     expect_no_read_errors(engine, "Mamba state after the hit")

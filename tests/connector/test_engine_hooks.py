@@ -1,0 +1,71 @@
+"""The mini engine's test hooks the connector suite observes through: step observers, a detached connector,
+and workers under another model name (fault injection)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from reference_impl.config.objects import KVTransferConfig
+from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig
+from suites.connector.context import prompt
+
+
+def _engine(store: str, **config) -> EngineCore:
+    ktc = KVTransferConfig(kv_connector="LMCacheLikeConnector", kv_role="kv_both",
+                           kv_connector_module_path="reference_impl.connector.lmcache_like",
+                           kv_connector_extra_config={"store_name": store})
+    return EngineCore("fa+swa", EngineConfig(model_config=ModelConfig("hooks"), kv_transfer_config=ktc, **config))
+
+
+def _run(engine, tokens, max_tokens=1):
+    request = engine.add_request(engine.make_request(tokens, max_tokens=max_tokens))
+    engine.run_until_done()
+    return request
+
+
+def test_observers_see_every_step_with_tables_still_allocated():
+    engine = _engine(uuid.uuid4().hex)
+    seen = []
+    engine.observers.append(lambda so: seen.append(
+        {r: engine.manager.get_block_ids(r) for r in so.num_scheduled_tokens}))
+    request = _run(engine, prompt(1, 300), max_tokens=2)
+    assert len(seen) == engine.step_count, "one observer call per step, idle steps included"
+    assert seen[0][request.request_id][0], "the first step's table is visible to the observer"
+    assert seen[-1] == {}, "idle steps schedule nothing"
+
+
+def test_detached_connector_sees_nothing_and_comes_back():
+    store = uuid.uuid4().hex
+    engine = _engine(store)
+    tokens = prompt(2, 600)
+    with engine.connector_detached():
+        _run(engine, tokens)
+    assert engine.connector is not None and all(w.connector is not None for w in engine.workers)
+    fresh = _engine(store)
+    probe = fresh.make_request(tokens + [1])
+    assert fresh.connector.get_num_new_matched_tokens(probe, 0) == (0, False), "a detached run stored something"
+    _run(_engine(store), tokens + [2])  # attached (a fresh engine: no local hit to leave holes)
+    assert fresh.connector.get_num_new_matched_tokens(fresh.make_request(tokens + [3]), 0)[0] == 512
+
+
+def test_detaching_with_requests_in_flight_is_refused():
+    engine = _engine(uuid.uuid4().hex)
+    engine.add_request(engine.make_request(prompt(3, 100)))
+    with pytest.raises(RuntimeError, match="in flight"):
+        with engine.connector_detached():
+            pass
+
+
+def test_workers_under_another_model_name_cannot_load_what_the_scheduler_found():
+    store = uuid.uuid4().hex
+    tokens = prompt(4, 600)
+    _run(_engine(store), tokens)
+    faulty = _engine(store, worker_model="hooks@elsewhere")
+    outputs = []
+    request = faulty.add_request(faulty.make_request(tokens + [1], max_tokens=2))
+    faulty.run_until_done(after_execute=lambda so, out: outputs.append(out))
+    assert any(request.request_id in o.failed_recving for o in outputs), "the workers' load must fail"
+    assert request.num_preemptions == 1, "the failed load restarts the request once (then it is not offered again)"
+    assert request.is_finished and not faulty.read_errors, "the request recomputes and reads right KV"
