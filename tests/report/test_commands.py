@@ -283,13 +283,13 @@ def test_diff_groups_changes_by_what_went_wrong(tmp_path, capsys):
     assert lines[1:] == [
         "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-none-config",
         "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-none-config",
-        "1 config cell: passed ⚪ -> passed ⚪ (W-B1) — seed-N-tpu-none-none-config",
+        "1 config cell: passed ⚪ off -> passed ⚪ off (warning: W-B1) — seed-N-tpu-none-none-config",
     ]
     status, md, _ = run_cli(capsys, "diff", str(tmp_path / "head.json"), str(tmp_path / "base.json"), "--format", "md")
     rows = [line for line in md.splitlines() if line.startswith("| 4 |")]
     assert rows == [
-        "| 4 | config | now passed ⚪, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
-        "| 4 | config | now passed ⚪, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
+        "| 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
+        "| 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
     ], md
 
 
