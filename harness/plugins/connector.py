@@ -28,7 +28,12 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    """Reject bad connector options up front: one line, pytest's usage-error exit status."""
+    """Reject bad connector options up front: one line, pytest's usage-error exit status.
+
+    A `vllm:Name` target needs a usable vLLM that registers Name, checked here too, before anything runs.
+    """
+    from harness.errors import UsageError
+
     try:
         check_timeout(config.getoption("kvconform_kv_connector_timeout", None))
         raw = config.getoption("kvconform_kv_connector_extra_config", None)
@@ -36,6 +41,14 @@ def pytest_configure(config):
             parse_extra_config(raw)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    for spec in config.getoption("kvconform_kv_connectors", None) or ():
+        if spec.startswith("vllm:"):
+            from harness.targets.vllm_connector import validate_spec
+
+            try:
+                validate_spec(spec)
+            except UsageError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
 
 def check_timeout(timeout) -> None:
@@ -69,20 +82,6 @@ def check_pytest_args(args: list[str]) -> None:
                 check_timeout(float(value))
             except ValueError:
                 raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {value}") from None
-
-
-def pytest_configure(config):
-    # `vllm:Name` needs a usable vLLM that registers Name: otherwise one line and exit 4 before anything runs.
-    from harness.errors import UsageError
-
-    for spec in config.getoption("kvconform_kv_connectors", None) or ():
-        if spec.startswith("vllm:"):
-            from harness.targets.vllm_connector import validate_spec
-
-            try:
-                validate_spec(spec)
-            except UsageError as exc:
-                raise pytest.UsageError(str(exc)) from None
 
 
 def connector_targets(config):
