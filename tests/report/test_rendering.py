@@ -348,13 +348,13 @@ def test_html_is_self_contained_and_filterable():
     assert '<th data-f-platform="tpu">tpu · auto</th>' in page
     assert '<tr data-f-connector="LMCacheConnectorV1">' in page
     assert "<td data-f" not in page, "only header cells carry a column's tag (the page stays small)"
-    assert '<td class="k-off">⚪ off<sup><a href="#fn-2-4">4</a></sup></td>' in page
-    assert ('<li id="fn-2-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
+    assert '<td class="k-off">⚪ off<sup><a href="#fn-3-4">4</a></sup></td>' in page  # section 3: after the summary and "What went wrong"
+    assert ('<li id="fn-3-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
             'cache manager because <code>--kv-transfer-config</code> is set.</li>') in page
     assert '<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm">' in page, (
         "a listed connector-with-feature row carries its platform for the platform filter")
     assert '<td>KV events</td>' in page
-    assert '<td class="k-error">❌ E-HISPARSE-CUDA<sup><a href="#fn-3-4">4</a></sup></td>' in page
+    assert '<td class="k-error">❌ E-HISPARSE-CUDA<sup><a href="#fn-4-4">4</a></sup></td>' in page
     assert "Run 1: commit 000" in page
 
 

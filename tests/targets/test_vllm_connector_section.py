@@ -45,11 +45,11 @@ def test_release_section_table_and_evidence():
     cells = {row[0]: row[3:] for row in rows[1:]}
     notes = footnotes(md)
     decode_c14, example_c14 = cells["C14 round-trip-bytes"]
-    assert example_c14 == "✅", "the multi-group skip of a non-HMA connector does not hide its pass"
+    assert example_c14 == "✅ pass", "the multi-group skip of a non-HMA connector does not hide its pass"
     assert decode_c14.startswith("❌")
     assert notes[decode_c14.split("[^")[1].rstrip("]")] == (
         "C14 round-trip-bytes on preset fa+swa: block 1 differs from the content oracle")
-    assert cells["C30 key-isolation"][0] == "✅" and cells["C30 key-isolation"][1].startswith("❌")
+    assert cells["C30 key-isolation"][0] == "✅ pass" and cells["C30 key-isolation"][1].startswith("❌")
 
 
 def test_connectors_that_could_not_run_get_one_line_each():
