@@ -47,7 +47,7 @@ def test_release_section_table_and_evidence():
     decode_c14, example_c14 = cells["C14 round-trip-bytes"]
     assert example_c14 == "✅ pass", "the multi-group skip of a non-HMA connector does not hide its pass"
     assert decode_c14.startswith("❌")
-    assert notes[decode_c14.split("[^")[1].rstrip("]")] == (
+    assert notes[decode_c14.split("[")[1].rstrip("]")] == (
         "C14 round-trip-bytes on preset fa+swa: block 1 differs from the content oracle")
     assert cells["C30 key-isolation"][0] == "✅ pass" and cells["C30 key-isolation"][1].startswith("❌")
 
