@@ -36,6 +36,7 @@ def pytest_configure(config):
             parse_extra_config(raw)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_vllm_specs(config)
 
 
 def check_timeout(timeout) -> None:
@@ -71,7 +72,8 @@ def check_pytest_args(args: list[str]) -> None:
                 raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {value}") from None
 
 
-def pytest_configure(config):
+def _check_vllm_specs(config) -> None:
+    # Called from the one pytest_configure above (a second hook of that name here would replace the first).
     # `vllm:Name` needs a usable vLLM that registers Name: otherwise one line and exit 4 before anything runs.
     from harness.errors import UsageError
 
