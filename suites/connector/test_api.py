@@ -68,8 +68,21 @@ class CrossAttentionSpec(AttentionSpec):
 
 
 def _loaded_groups(inner, probe, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The groups `inner` would load for `probe`, asked as vLLM's scheduler asks: after a lookup.
+
+    vLLM calls `get_loaded_kv_cache_group_ids` only for a request the same instance has just looked up (and
+    only after a hit); a MultiConnector answers from the child that served that lookup. A hook that cannot
+    answer for a request without a hit is outside that contract: such a request loads nothing."""
     hook = getattr(inner, "get_loaded_kv_cache_group_ids", None)
-    return tuple(hook(probe)) if hook is not None else default
+    hit, _ = inner.get_num_new_matched_tokens(probe, 0)
+    if hook is None:
+        return default
+    try:
+        return tuple(hook(probe))
+    except Exception:
+        if hit:
+            raise
+        return ()
 
 
 def _start_or_skip(ctx, engine, kv_cache_config, gid: int, what: str, names: tuple[str, ...]) -> None:
