@@ -107,11 +107,17 @@ class BlockPool:
             out.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))
         return out
 
+    def is_block_writable(self, block: KVCacheBlock) -> bool:
+        """Whether the block's sole owner may overwrite it: not the null block, one reference, no hash."""
+        return not block.is_null and block.ref_cnt == 1 and block.block_hash is None
+
     # ---------------------------------------------------------------------------------------------- caching
     def cache_full_blocks(self, request, blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
                           num_full_blocks: int, block_size: int, kv_cache_group_id: int,
                           block_mask: Sequence[bool] | None = None) -> None:
-        """Register blocks[num_cached_blocks:num_full_blocks] (non-null, unmasked) under the request's hashes."""
+        """Register blocks[num_cached_blocks:num_full_blocks] (non-null, unmasked) under the request's hashes.
+
+        `block_mask` covers only that range (entry 0 is block `num_cached_blocks`)."""
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -128,7 +134,7 @@ class BlockPool:
         stored = [] if self.enable_kv_cache_events else None
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.is_null or (block_mask is not None and not block_mask[i]):
+            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
             if block._block_hash is not None:
                 raise AssertionError("The block already has a hash. This should not happen.")

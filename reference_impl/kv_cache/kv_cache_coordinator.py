@@ -71,6 +71,9 @@ class KVCacheCoordinator:
                 pcp_world_size=pcp_world_size, max_admission_blocks_per_request=cap, retention_interval=rti))
         self.retention_interval = rti
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(managers)
+        # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
+        for gid, m in enumerate(managers):
+            m.use_eagle = gid in self.drop_eagle_group_ids
         # Managers whose skipped-token count can be non-zero (full attention never skips).
         self._skipping_managers = tuple(m for m in managers if not isinstance(m, FullAttentionManager))
 
@@ -238,6 +241,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                                  any(g in drop for g in by_key[(spec, cls)]), spec.block_size)
                        for spec, cls in order]
         spec_groups.sort(key=lambda sg: not sg.is_full_attention)  # stable: full attention first
+        for sg in spec_groups:  # the drop applies to the whole spec group, so does its caching
+            for gid in sg.group_ids:
+                self.single_type_managers[gid].use_eagle = sg.use_eagle
         self.attention_groups = spec_groups
         self.full_attention_group_id = next((sg.group_ids[0] for sg in spec_groups if sg.is_full_attention), None)
         self._num_groups = len(self.single_type_managers)

@@ -73,6 +73,8 @@ class SingleTypeKVCacheManager:
         self.cache_hit_alignment_tokens = scheduler_block_size
         self.max_admission_blocks_per_request = max_admission_blocks_per_request
         self.retention_interval = retention_interval
+        # Whether this group's hits drop the EAGLE lookahead block (only sparse SWA masks read it).
+        self.use_eagle = False
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
         self.new_block_ids: list[int] = []
@@ -200,33 +202,29 @@ class SingleTypeKVCacheManager:
         return new
 
     # ------------------------------------------------------------------------------------------ caching
-    def blocks_needed_for_hit(self) -> int:
-        """Contiguous cached blocks a hit of this type needs at its end (0: all of them)."""
-        return 0
+    @classmethod
+    def reachable_block_mask(cls, start_block: int, end_block: int, alignment_tokens: int | None,
+                             kv_cache_spec: KVCacheSpec, use_eagle: bool, retention_interval: int | None = None,
+                             reachable_boundaries: Sequence[int] = (), dcp_world_size: int = 1,
+                             final_segment_end_block: int | None = None) -> list[bool] | None:
+        """Which of the full blocks [start_block, end_block) can ever serve a hit, as a mask over that
+        range (None: all of them). Dense types cache every block; windowed/state types override.
 
-    def reachable_block_mask(self, request, num_full_blocks: int,
-                             replay_boundaries: Sequence[int]) -> list[bool] | None:
-        """Which full blocks can ever serve a hit (None: all). Sparse for windowed/state types."""
-        need = self.blocks_needed_for_hit()
-        if need <= 0:
-            return None
-        rti = self.retention_interval
-        segment = self.alignment_tokens if rti is None else rti
-        bs = self.block_size
-        if segment:
-            per = segment // bs
-            if need >= per:
-                return None
-            mask = [i % per >= per - need for i in range(num_full_blocks)]
-        else:
-            mask = [False] * num_full_blocks
-        if rti is not None:
-            align = self.alignment_tokens
-            for boundary in (*replay_boundaries, getattr(request, "shared_prefix_boundary", 0) or 0):
-                end = boundary // align * align // bs
-                for j in range(max(0, end - need), min(end, num_full_blocks)):
-                    mask[j] = True
-        return mask
+        `retention_interval`: None keeps a tail at every `alignment_tokens` boundary, 0 keeps only the
+        `reachable_boundaries` (replay points, shared-prefix junctions), n > 0 one tail per n tokens.
+        """
+        return None
+
+    def _reachable_boundaries(self, request, replay_boundaries: Sequence[int]) -> list[int]:
+        """Token positions whose reachable tail sparse retention must keep: replay points and the
+        request's shared-prefix junction (one block lower too under EAGLE, whose hit drops a block)."""
+        boundaries = [*replay_boundaries]
+        junction = getattr(request, "shared_prefix_boundary", 0) or 0
+        if junction:
+            boundaries.append(junction)
+            if self.use_eagle:
+                boundaries.append(junction - self.block_size)
+        return boundaries
 
     def cache_blocks(self, request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: Sequence[int] = ()) -> None:
@@ -238,7 +236,12 @@ class SingleTypeKVCacheManager:
         if num_full <= num_cached:
             return
         table = self.req_to_blocks[request_id]
-        mask = self.reachable_block_mask(request, num_full, replay_boundaries)
+        mask = self.reachable_block_mask(
+            start_block=num_cached, end_block=num_full, alignment_tokens=self.cache_hit_alignment_tokens,
+            kv_cache_spec=self.kv_cache_spec, use_eagle=self.use_eagle,
+            retention_interval=self.retention_interval if retention_interval is None else retention_interval,
+            reachable_boundaries=self._reachable_boundaries(request, replay_boundaries),
+            dcp_world_size=self.dcp_world_size)
         self.block_pool.cache_full_blocks(request, table, num_cached, num_full, bs, self.kv_cache_group_id, mask)
         self.num_cached_block[request_id] = num_full
 
@@ -336,8 +339,50 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - self._skip_offset)
 
-    def blocks_needed_for_hit(self) -> int:
-        return cdiv(self.sliding_window - 1, self.block_size)
+    @classmethod
+    def _contiguous_blocks_for_hit(cls, window_size: int, block_size: int, use_eagle: bool) -> int:
+        """Cached blocks a hit needs right before its end: the window's reach, plus the block EAGLE drops."""
+        return cdiv(window_size - 1, block_size) + (1 if use_eagle else 0)
+
+    @classmethod
+    def reachable_block_mask(cls, start_block, end_block, alignment_tokens, kv_cache_spec, use_eagle,
+                             retention_interval=None, reachable_boundaries=(), dcp_world_size=1,
+                             final_segment_end_block=None):
+        """Keep only the window-sized tail before each boundary a hit can land on."""
+        assert isinstance(kv_cache_spec, SlidingWindowSpec)
+        if alignment_tokens is None:
+            return None
+        block_size = kv_cache_spec.block_size * dcp_world_size
+        if alignment_tokens % block_size:
+            # A block-granular mask cannot express a sub-block alignment: keep every block.
+            return None
+        need = cls._contiguous_blocks_for_hit(kv_cache_spec.sliding_window, block_size, use_eagle)
+        # Under EAGLE the hit peeks one block past the boundary, so tails end one block later.
+        shift = 1 if use_eagle else 0
+        mask = [False] * (end_block - start_block)
+        if retention_interval is None:
+            segment_tokens = alignment_tokens
+        else:
+            segment_tokens = retention_interval or None
+        if segment_tokens is not None:
+            per_segment = segment_tokens // block_size
+            if need >= per_segment:
+                return None
+            for i in range(start_block, end_block):
+                if i >= shift and (i - shift) % per_segment >= per_segment - need:
+                    mask[i - start_block] = True
+            if final_segment_end_block is not None and not use_eagle:
+                partial = final_segment_end_block % per_segment
+                if partial:
+                    tail_start = max(final_segment_end_block - partial, final_segment_end_block - need)
+                    for i in range(max(start_block, tail_start), min(end_block, final_segment_end_block)):
+                        mask[i - start_block] = True
+        if retention_interval is not None:
+            for boundary in reachable_boundaries:
+                end = boundary // alignment_tokens * alignment_tokens // block_size + shift
+                for j in range(max(start_block, end - need), min(end_block, end)):
+                    mask[j - start_block] = True
+        return mask
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
@@ -427,9 +472,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def __init__(self, kv_cache_spec: MambaSpec, block_pool: BlockPool, enable_caching: bool, *args, **kwargs):
         assert kv_cache_spec.mamba_cache_mode == "align" or not enable_caching, \
             "Mamba prefix caching requires mamba_cache_mode='align'"
-        if kv_cache_spec.num_speculative_blocks:
-            raise ValueError("MambaSpec.num_speculative_blocks > 0 is not supported by the reference allocator")
         super().__init__(kv_cache_spec, block_pool, enable_caching, *args, **kwargs)
+        #: Scratch state blocks kept past the running state for speculative decoding (MTP/EAGLE).
+        self.num_speculative_blocks = kv_cache_spec.num_speculative_blocks
         self.mamba_cache_mode = kv_cache_spec.mamba_cache_mode
         self._align = self.mamba_cache_mode == "align"
         #: Prefix-cache keys registered this step: their state is written at the end of the step's forward
@@ -443,8 +488,28 @@ class MambaManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens - 1
 
-    def blocks_needed_for_hit(self) -> int:
-        return 1
+    @classmethod
+    def reachable_block_mask(cls, start_block, end_block, alignment_tokens, kv_cache_spec, use_eagle,
+                             retention_interval=None, reachable_boundaries=(), dcp_world_size=1,
+                             final_segment_end_block=None):
+        """Sparse state retention: a hit needs only the one state block ending on its boundary."""
+        if retention_interval is None or alignment_tokens is None:
+            return None  # dense: every state is cached
+        assert isinstance(kv_cache_spec, MambaSpec)
+        block_size = kv_cache_spec.block_size
+        mask = [False] * (end_block - start_block)
+        if retention_interval:
+            per_segment = retention_interval // block_size
+            if per_segment <= 1:
+                return None
+            first = (start_block + per_segment) // per_segment * per_segment - 1
+            for i in range(first - start_block, len(mask), per_segment):
+                mask[i] = True
+        for boundary in reachable_boundaries:
+            block = boundary // alignment_tokens * alignment_tokens // block_size - 1
+            if start_block <= block < end_block:
+                mask[block - start_block] = True
+        return mask
 
     def _remove_blocks_in_range(self, request_id: str, first_block: int, last_block: int) -> None:
         if not self._align:
@@ -486,14 +551,22 @@ class MambaManager(SingleTypeKVCacheManager):
         if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_blocks_this_step:
             # The state is written at the end of this step's forward pass: defer the request.
             return self.block_pool.num_gpu_blocks + 1
+        spec = self.num_speculative_blocks
         if not self._align:
             return super().get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks, total_computed_tokens, num_local_computed_tokens,
-                num_tokens_main_model, apply_admission_cap, prefill_end)
+                request_id, num_tokens + spec * self.block_size, new_computed_blocks, total_computed_tokens,
+                num_local_computed_tokens, num_tokens_main_model, apply_admission_cap, prefill_end)
+        # Align mode ignores lookahead tokens (draft models have no Mamba layers): main-model tokens only.
         n = num_tokens if num_tokens_main_model is None else num_tokens_main_model
         table = self.req_to_blocks.get(request_id)
-        num_new = cdiv(n, self.block_size) - len(new_computed_blocks) - (len(table) if table else 0)
-        num_new = 1 if num_new > 0 else 0  # one state block per step, whatever the chunk spans
+        num_new = cdiv(n, self.block_size) + spec - len(new_computed_blocks) - (len(table) if table else 0)
+        if num_new > 0:
+            # One state block per step, whatever the chunk spans; the speculative blocks come with the
+            # first allocation and are moved along (not reallocated) afterwards.
+            cap = 1 if request_id in self._allocated_block_reqs else 1 + spec
+            num_new = min(num_new, cap)
+        else:
+            num_new = 0
         evictable = 0
         for block in new_computed_blocks:
             if block.ref_cnt == 0 and not block.is_null:
@@ -502,26 +575,47 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int | None = None) -> list[KVCacheBlock]:
+        spec = self.num_speculative_blocks
         if not self._align:
-            return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+            return super().allocate_new_blocks(request_id, num_tokens + spec * self.block_size,
+                                               num_tokens_main_model)
         n = num_tokens if num_tokens_main_model is None else num_tokens_main_model
         table = self.req_to_blocks[request_id]
-        required = cdiv(n, self.block_size)
+        required = cdiv(n, self.block_size) + spec
         prev = len(table)
-        if required <= prev:
+        if required <= prev:  # over-allocated last round (rejected drafts)
             self._allocated_block_reqs.add(request_id)
             return []
-        if prev:
-            self.last_state_block_idx[request_id] = prev - 1
+        allocated = request_id in self._allocated_block_reqs
+        if allocated:
+            # The running state sits just before the request's speculative blocks.
+            self.last_state_block_idx[request_id] = prev - 1 - spec
+        elif prev:
+            self.last_state_block_idx[request_id] = prev - 1  # the prefix hit's state
         # Positions before the new running state hold nothing: pad with the null block. The pads are part
         # of the returned new entries, so a worker extending its table by them stays position-aligned.
-        if prev < required - 1:
-            table.extend([self._null_block] * (required - 1 - prev))
-        new = self.block_pool.get_new_blocks(1)
+        running = required - spec - 1
+        if prev < running:
+            table.extend([self._null_block] * (running - prev))
+        if allocated:
+            # Speculative blocks the step leaves behind move to the tail (their scratch content is dead).
+            for i in range(prev - spec, min(prev, running)):
+                self._relocate_speculative_block(table, i)
+        new = self.block_pool.get_new_blocks(max(required - len(table), 0))
         returned = table[prev:] + new
         table.extend(new)
         self._allocated_block_reqs.add(request_id)
         return returned
+
+    def _relocate_speculative_block(self, table: list[KVCacheBlock], block_idx: int) -> None:
+        """Move the speculative block at `block_idx` to the table's tail, leaving the null block behind;
+        only a block this request alone owns and that is not in the prefix cache may move."""
+        block = table[block_idx]
+        assert self.block_pool.is_block_writable(block), \
+            f"Speculative Mamba blocks must be exclusively owned and unhashed before relocation " \
+            f"(block {block.block_id})"
+        table.append(block)
+        table[block_idx] = self._null_block
 
     def _forget(self, request_id: str) -> None:
         self._allocated_block_reqs.discard(request_id)
