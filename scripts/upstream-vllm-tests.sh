@@ -16,6 +16,9 @@ VENV=${1:-.cache/venvs/vllm-$VLLM_VERSION}
 OUT=${2:-.cache/upstream}
 shift $(( $# > 2 ? 2 : $# ))
 [[ -x "$VENV/bin/python" ]] || { echo "upstream: no Python in $VENV (run scripts/install-vllm.sh $VLLM_VERSION $VENV)" >&2; exit 2; }
+# Absolute paths: the runner starts pytest inside the extracted sdist, where relative ones would not resolve.
+VENV=$(cd "$VENV" && pwd)
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 
 # The runner is kvconform code; it drives the vLLM venv's Python for both runs.
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m harness.upstream.vllm_core_tests \
