@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.results_model import ResultsDocument, sort_entries

@@ -5,7 +5,6 @@ import torch
 
 from harness.targets.allocator_target import GroupDesc
 from suites.allocator.conftest import require
-from suites.allocator.helpers import queue_ids
 
 SECTION = "bad-input"
 

@@ -61,7 +61,7 @@ def judge(target: str | None, era: str | None, scratch: Path) -> tuple[float, di
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rendering = time.perf_counter()
     document = load_results(results)
-    files = render_reports(document)
+    render_reports(document)  # rendered as `kvconform report` does: timed, the text itself is not needed
     seconds = time.perf_counter() - started
     statuses = [entry["status"] for entry in document.results]
     # CPU seconds of the pytest process: on a shared machine a steadier figure than the wall time
