@@ -9,7 +9,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, FreeKVCacheBlockQueue, KVCacheBlock
+from reference_impl.kv_cache.kv_cache_utils import (
+    BlockHashListWithBlockSize,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    generate_block_hash_extra_keys,
+    maybe_convert_block_hash,
+    to_event_extra_keys,
+)
+from reference_impl.kv_cache.kv_events import MEDIUM_GPU, event_classes
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool"]
 
@@ -57,8 +65,6 @@ class BlockHashToBlockMap:
         block = entry.pop(block_id, None)
         if not entry:
             del cache[key]
-        elif len(entry) == 1:
-            cache[key] = next(iter(entry.values()))
         return block
 
     def items(self) -> list[tuple[bytes, list[KVCacheBlock]]]:
@@ -77,7 +83,8 @@ class BlockPool:
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16,
-                 enable_kv_cache_events: bool = False, metrics_collector=None, num_hash_lookahead_tokens: int = 0):
+                 enable_kv_cache_events: bool = False, metrics_collector=None, num_hash_lookahead_tokens: int = 0,
+                 medium: str = MEDIUM_GPU):
         if isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise ValueError(
                 f"BlockPool.num_gpu_blocks must be an integer >= 1 (block 0 is the null block), got {num_gpu_blocks!r}"
@@ -88,12 +95,15 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.enable_kv_cache_events = enable_kv_cache_events
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        self.medium = medium
         self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
-        self.kv_event_queue: list[tuple] = []
+        # BlockStored / BlockRemoved / AllBlocksCleared objects (vLLM's classes when vLLM is importable)
+        self.kv_event_queue: list = []
 
     # ----------------------------------------------------------------------------------------------- lookup
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
@@ -149,10 +159,73 @@ class BlockPool:
             else:
                 entry[block.block_id] = block
             if stored is not None:
-                stored.append(block.block_id)
-        if stored:
-            self.kv_event_queue.append(("BlockStored", kv_cache_group_id, stored))
+                stored.append(i)
+        if stored is not None:
+            parent = hashes[num_cached_blocks * k - 1] if num_cached_blocks else None
+            self.kv_event_queue.append(self._block_stored_event(
+                request, [hashes[(i + 1) * k - 1] for i in stored], parent, [i * block_size for i in stored],
+                num_cached_blocks * block_size, num_full_blocks * block_size, block_size, kv_cache_group_id))
 
+    # ------------------------------------------------------------------------------------------- events
+    def _event_extra_keys(self, request, block_starts: Sequence[int], block_size: int) -> list:
+        """Each block's hash extra keys; with lookahead hashing they cover the lookahead tokens too."""
+        lookahead = self.num_hash_lookahead_tokens
+        out = []
+        mm_idx = 0
+        for start in block_starts:
+            if lookahead:
+                # the window reaches into the next block, so its multimodal items are rescanned from 0
+                keys, _ = generate_block_hash_extra_keys(request, start, start + block_size + lookahead, 0)
+            else:
+                keys, mm_idx = generate_block_hash_extra_keys(request, start, start + block_size, mm_idx)
+            out.append(keys)
+        return out
+
+    def _block_stored_event(self, request, block_hashes: Sequence[bytes], parent_block_hash: bytes | None,
+                            block_starts: Sequence[int], start_token: int, end_token: int, block_size: int,
+                            kv_cache_group_id: int):
+        """A BlockStored for the run of blocks starting at `block_starts` (one per hash) within tokens
+        [start_token, end_token): what a consumer needs to recompute each hash from its parent."""
+        tokens = request.all_token_ids
+        lookahead = self.num_hash_lookahead_tokens
+        lora = getattr(request, "lora_request", None)
+        return event_classes().BlockStored(
+            block_hashes=[maybe_convert_block_hash(h) for h in block_hashes],
+            parent_block_hash=None if parent_block_hash is None else maybe_convert_block_hash(parent_block_hash),
+            token_ids=list(tokens[start_token:end_token]),
+            block_size=block_size,
+            lora_id=_lora_id(lora),
+            medium=self.medium,
+            lora_name=_lora_name(lora),
+            extra_keys=to_event_extra_keys(self._event_extra_keys(request, block_starts, block_size)),
+            group_idx=kv_cache_group_id,
+            session_id=getattr(request, "session_id", None),
+            lookahead_token_ids=[list(tokens[s + block_size:s + block_size + lookahead]) for s in block_starts]
+            if lookahead else None,
+        )
+
+    def _emit_block_removed(self, key: bytes) -> None:
+        """Queue a BlockRemoved for one prefix-cache key (hash + group id)."""
+        self.kv_event_queue.append(event_classes().BlockRemoved(
+            block_hashes=[maybe_convert_block_hash(key[:-4])], medium=self.medium,
+            group_idx=int.from_bytes(key[-4:], "big")))
+
+    def emit_cached_block_events(self, request, num_cached_blocks: int, block_size: int,
+                                 kv_cache_group_id: int) -> None:
+        """Report the request's first `num_cached_blocks` blocks (prefix-cache hits) as one BlockStored.
+
+        Block state is untouched: the blocks are already cached; consumers that only see new blocks (a
+        gateway) learn which prefixes this request reused. A hit starts at token 0, so the parent is None.
+        """
+        if not self.enable_kv_cache_events or num_cached_blocks <= 0:
+            return
+        hashes = self.hashes_at(request, block_size)
+        starts = [i * block_size for i in range(num_cached_blocks)]
+        self.kv_event_queue.append(self._block_stored_event(
+            request, [hashes[i] for i in range(num_cached_blocks)], None, starts, 0,
+            num_cached_blocks * block_size, block_size, kv_cache_group_id))
+
+    # ------------------------------------------------------------------------------------------ eviction
     def _evict_cached(self, block: KVCacheBlock) -> None:
         key = block._block_hash
         block._block_hash = None
@@ -162,13 +235,12 @@ class BlockPool:
         if entry is block:
             del cache[key]
         elif entry is not None and type(entry) is not KVCacheBlock:
+            # a dict entry stays a dict down to one block (vLLM's map shape); emptied, it goes
             entry.pop(block.block_id, None)
             if not entry:
                 del cache[key]
-            elif len(entry) == 1:
-                cache[key] = next(iter(entry.values()))
         if self.enable_kv_cache_events:
-            self.kv_event_queue.append(("BlockRemoved", key))
+            self._emit_block_removed(key)
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop the block's prefix-cache entry if it has one; whether it had."""
@@ -311,7 +383,7 @@ class BlockPool:
             block._block_hash = None
             block._block_hash_num_tokens = None
         if self.enable_kv_cache_events:
-            self.kv_event_queue.append(("AllBlocksCleared",))
+            self.kv_event_queue.append(event_classes().AllBlocksCleared())
         return True
 
     # ---------------------------------------------------------------------------------------------- stats
@@ -326,8 +398,10 @@ class BlockPool:
             return 0.0
         return 1.0 - self.get_num_free_blocks() / total
 
-    def take_events(self) -> list[tuple]:
-        """Drain the KV cache events emitted since the last call."""
+    def take_events(self) -> list:
+        """Drain the KV cache events emitted since the last call ([] when events are off)."""
+        if not self.enable_kv_cache_events:
+            return []
         events, self.kv_event_queue = self.kv_event_queue, []
         return events
 
@@ -336,3 +410,16 @@ class BlockPool:
         if block_size == self.hash_block_size:
             return request.block_hashes
         return BlockHashListWithBlockSize(request.block_hashes, self.hash_block_size, block_size)
+
+
+def _lora_id(lora) -> int | None:
+    # vLLM's LoRARequest says adapter_id, the reference's lora_int_id
+    if not lora:
+        return None
+    return getattr(lora, "adapter_id", None) if hasattr(lora, "adapter_id") else getattr(lora, "lora_int_id", None)
+
+
+def _lora_name(lora) -> str | None:
+    if not lora:
+        return None
+    return getattr(lora, "name", None) if hasattr(lora, "name") else getattr(lora, "lora_name", None)

@@ -137,6 +137,14 @@ class KVCacheCoordinator:
             out.extend(m.pop_blocks_for_free(request_id))
         return out
 
+    def emit_cached_block_events(self, request, computed_blocks: Sequence[Sequence[KVCacheBlock]]) -> None:
+        """Report each group's prefix-cache hit blocks as a BlockStored (no state change)."""
+        groups = self.kv_cache_config.kv_cache_groups
+        for gid, blocks in enumerate(computed_blocks):
+            if blocks:
+                self.block_pool.emit_cached_block_events(request, len(blocks), groups[gid].kv_cache_spec.block_size,
+                                                         gid)
+
     def reset_prefix_cache(self) -> bool:
         """Clear the prefix cache (refused while any block is in use)."""
         return self.block_pool.reset_prefix_cache()

@@ -14,6 +14,8 @@ from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
     MambaSpec,
     SlidingWindowSpec,
+    get_kv_cache_spec_kind,
+    get_kv_cache_spec_sliding_window,
 )
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
@@ -127,6 +129,11 @@ class KVCacheManager:
             hash_block_size=hash_block_size, metrics_collector=metrics_collector,
             num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_prefill_lookahead=num_prefill_lookahead)
         self.block_pool = self.coordinator.block_pool
+        self.enable_kv_cache_events = enable_kv_cache_events
+        # (spec kind, sliding window) per group: the manager, not the pool, annotates BlockStored events
+        self.kv_cache_event_metadata = tuple(
+            (get_kv_cache_spec_kind(g.kv_cache_spec).value, get_kv_cache_spec_sliding_window(g.kv_cache_spec))
+            for g in groups)
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
@@ -159,6 +166,9 @@ class KVCacheManager:
         if max_cache_hit_length is None:
             max_cache_hit_length = request.num_tokens - 1
         blocks, hit, uncached = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        if hit > 0 and self.enable_kv_cache_events and getattr(request, "kv_cache_report_mode", None) == "full":
+            # "full" reporting: consumers also hear of the prefix blocks this request reused
+            self.coordinator.emit_cached_block_events(request, blocks)
         self.prefix_cache_queries += request.num_tokens
         self.prefix_cache_hits += hit
         return self.create_kv_cache_blocks(blocks), hit, (hit + uncached if uncached else 0)
@@ -273,9 +283,22 @@ class KVCacheManager:
         """Drop these blocks from the prefix cache."""
         self.block_pool.evict_blocks(block_ids)
 
-    def take_events(self) -> list[tuple]:
-        """Drain KV cache events."""
-        return self.block_pool.take_events()
+    def take_events(self) -> list:
+        """Drain KV cache events; each BlockStored gets its group's spec kind and sliding window.
+
+        An event naming a group this config lacks is returned unannotated, with a warning.
+        """
+        events = self.block_pool.take_events()
+        metadata = self.kv_cache_event_metadata
+        for event in events:
+            gid = getattr(event, "group_idx", None)
+            if gid is None or not hasattr(event, "kv_cache_spec_kind"):
+                continue  # BlockRemoved / AllBlocksCleared carry no spec metadata
+            if not 0 <= gid < len(metadata):
+                logger.warning("Group index `%s` not in KV cache metadata", gid)
+                continue
+            event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = metadata[gid]
+        return events
 
     def new_step_starts(self) -> None:
         """Start of a scheduling step (releases Mamba same-step deferrals)."""
