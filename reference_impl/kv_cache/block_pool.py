@@ -316,7 +316,7 @@ class BlockPool:
         Unhashed (or caching off) ones are prepended in the given order (reused first); hashed ones are
         appended in the given order (evicted last). Callers pass a request's blocks tail first.
         """
-        if type(ordered_blocks) is list and len(ordered_blocks) == 1:
+        if type(ordered_blocks) is list and len(ordered_blocks) == 1 and ordered_blocks[0].pool is self:
             block = ordered_blocks[0]
             if block.is_null:
                 return
@@ -346,8 +346,14 @@ class BlockPool:
         to_head = []
         to_tail = []
         caching = self.enable_caching
+        foreign = None
         for block in ordered_blocks:
             if block.is_null:
+                continue
+            if block.pool is not self:
+                if foreign is None:
+                    foreign = []
+                foreign.append(block)
                 continue
             rc = block.ref_cnt - 1
             if rc < 0:
@@ -361,6 +367,21 @@ class BlockPool:
         # one linking pass per end of the queue (the batch helpers), not one call per block
         self.free_block_queue.prepend_n(to_head)
         self.free_block_queue.append_n(to_tail)
+        if foreign:
+            self._free_foreign_blocks(foreign)
+
+    @staticmethod
+    def _free_foreign_blocks(blocks: list[KVCacheBlock]) -> None:
+        """Release blocks this pool does not own: another pool's go back to it; a detached block (built
+        outside any pool, e.g. a test's hand-made table) only loses a reference and never enters a queue."""
+        by_pool: dict[int, tuple[BlockPool, list[KVCacheBlock]]] = {}
+        for block in blocks:
+            if block.pool is None:
+                block.ref_cnt -= 1
+            else:
+                by_pool.setdefault(id(block.pool), (block.pool, []))[1].append(block)
+        for pool, owned in by_pool.values():
+            pool.free_blocks(owned)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the prefix-cache entries of these blocks (ref counts unchanged)."""

@@ -11,6 +11,7 @@ from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize
 from reference_impl.kv_cache.single_type_kv_cache_manager import (
     FullAttentionManager,
     MambaManager,
+    RSWAManager,
     SingleTypeKVCacheManager,
     get_manager_for_kv_cache_spec,
 )
@@ -74,8 +75,9 @@ class KVCacheCoordinator:
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
         for gid, m in enumerate(managers):
             m.use_eagle = gid in self.drop_eagle_group_ids
-        # Managers whose skipped-token count can be non-zero (full attention never skips).
-        self._skipping_managers = tuple(m for m in managers if not isinstance(m, FullAttentionManager))
+        # Managers that may free blocks mid-request (plain full attention never does; R-SWA frees its gap).
+        self._skipping_managers = tuple(m for m in managers
+                                        if not isinstance(m, FullAttentionManager) or isinstance(m, RSWAManager))
 
     # ----------------------------------------------------------------------------------------- counting
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,

@@ -674,8 +674,25 @@ class MambaManager(SingleTypeKVCacheManager):
 
 
 class RSWAManager(FullAttentionManager):
-    """Full attention whose reads stop `rswa_window` tokens back: hits are full-attention prefixes; the
-    reference keeps every block (a superset of what vLLM keeps)."""
+    """Full attention over the prompt plus a decode window of `rswa_window` tokens: hits are full-attention
+    prefixes; decode blocks between the prompt's last block and the window are nulled and freed (the gap)."""
+
+    def __init__(self, kv_cache_spec: RSWASpec, *args, **kwargs):
+        super().__init__(kv_cache_spec, *args, **kwargs)
+        self.rswa_window = kv_cache_spec.rswa_window
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """Free the gap: blocks wholly in [prompt end rounded up to a block, window start), where the window
+        starts `rswa_window` tokens before `processed_computed_tokens` but never inside the prompt. Without
+        `num_prompt_tokens` nothing is freed (the gap is undefined)."""
+        if num_prompt_tokens is None:
+            return
+        first_gap_block = cdiv(num_prompt_tokens, self.block_size)
+        window_start = max(num_prompt_tokens, processed_computed_tokens - self.rswa_window)
+        last_gap_block = window_start // self.block_size
+        if first_gap_block < last_gap_block:
+            self._remove_blocks_in_range(request_id, first_gap_block, last_gap_block)
 
 
 class CircularBufferManager(FullAttentionManager):
