@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_impl.kv_cache.block_pool import KVCacheBlock
+from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
 from reference_impl.kv_cache.request import Request, RequestStatus
 from reference_impl.kv_cache.kv_cache_interface import (
@@ -316,6 +317,40 @@ class KVCacheManager:
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
         """Deprecated in vLLM 0.33: zeros, one per group."""
         return [0] * self.num_kv_cache_groups
+
+    # ---------------------------------------------------------------------------- connector hand-offs
+    def take_kv_cache_block_copies(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
+        """Drain the queued copy-on-write copies: (copies for the worker, their endpoint blocks). Each
+        endpoint still holds the reference taken for the copy; the caller frees them once it has run."""
+        pairs = [pair for m in self._managers for pair in m.take_pending_cow_copies()]
+        copies = [KVCacheBlockCopy(src_block_id=src.block_id, dst_block_id=dst.block_id) for src, dst in pairs]
+        return copies, [block for pair in pairs for block in pair]
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Drain this step's boundary-state offers: {request id: [(group id, block id, boundary tokens)]}.
+
+        Mamba "align" groups offer each committed boundary state and, after a sub-block partial hit, the
+        copy of the prompt's last boundary state; a connector reads exactly these blocks (never by table
+        position) and offloads them so a later request can hit that prefix. Empty for other groups.
+        """
+        offloads: dict[str, list[tuple[int, int, int]]] = {}
+        for m in self._managers:
+            for request_id, group_id, block, boundary_tokens in m.take_pending_boundary_state_offloads():
+                offloads.setdefault(request_id, []).append((group_id, block.block_id, boundary_tokens))
+        return offloads
+
+    def finalize_partial_tail_offloads(self, request) -> list[tuple[int, int, int]]:
+        """At a request's finish, its own partial-tail states still safe to offload (nothing computed or
+        in flight past the boundary): [(group id, block id, boundary tokens)]. The connector pins them
+        before the request's blocks are freed."""
+        out = []
+        for m in self._managers:
+            tail = m.finalize_partial_tail_offload(request.request_id, request.num_computed_tokens,
+                                                   getattr(request, "num_in_flight_tokens", 0))
+            if tail is not None:
+                group_id, block, boundary_tokens = tail
+                out.append((group_id, block.block_id, boundary_tokens))
+        return out
 
     def take_new_block_ids(self) -> list[int]:
         """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""

@@ -82,6 +82,13 @@ class SingleTypeKVCacheManager:
         self._record_new_block_ids = needs_kv_cache_zeroing and hasattr(kv_cache_spec, "num_kv_heads") \
             and not isinstance(kv_cache_spec, CircularBufferSpec)
         self._null_block = block_pool.null_block
+        # Copy-on-write copies queued for the worker: (source, destination) pairs, both endpoints holding a
+        # reference until the scheduler releases them after the copy has run.
+        self._pending_cow_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
+        # Boundary states a KV connector may offload: (request id, group id, block, exact token boundary).
+        # Only Mamba "align" offers them: its table is not positional (interior states are nulled,
+        # speculative blocks move), so a connector must be told which block holds which boundary.
+        self._pending_boundary_state_offloads: list[tuple[str, int, KVCacheBlock, int]] = []
 
     @property
     def records_new_block_ids(self) -> bool:
@@ -267,6 +274,31 @@ class SingleTypeKVCacheManager:
 
     def new_step_starts(self) -> None:
         """Hook called at the start of every scheduling step."""
+
+    # ------------------------------------------------------------------------------- connector hand-offs
+    def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """Drain the queued (source, destination) copy-on-write pairs."""
+        pending, self._pending_cow_copies = self._pending_cow_copies, []
+        return pending
+
+    def take_pending_boundary_state_offloads(self) -> list[tuple[str, int, KVCacheBlock, int]]:
+        """Drain the queued (request id, group id, block, boundary tokens) offers. The request's table
+        does not keep these blocks alive for long: a caller reading them later must take a reference."""
+        pending, self._pending_boundary_state_offloads = self._pending_boundary_state_offloads, []
+        return pending
+
+    def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      num_in_flight_tokens: int) -> tuple[int, KVCacheBlock, int] | None:
+        """(group id, block, boundary tokens) of a finished request's own partial-tail state, if it may
+        still be offloaded; only Mamba "align" has such tails."""
+        return None
+
+    def _drop_pending_offloads(self, request_id: str) -> None:
+        # An offer holds only until its blocks go back to the pool: a freed request's unclaimed offers
+        # would let a connector read a block another request already owns.
+        if self._pending_boundary_state_offloads:
+            self._pending_boundary_state_offloads = [
+                entry for entry in self._pending_boundary_state_offloads if entry[0] != request_id]
 
     # ------------------------------------------------------------------------------------------- lookup
     @classmethod
@@ -484,6 +516,10 @@ class MambaManager(SingleTypeKVCacheManager):
         self.last_state_block_idx: dict[str, int] = {}
         self._num_retired_blocks: dict[str, int] = {}
         self._allocated_block_reqs: set[str] = set()
+        #: Requests that cached their own last-prompt-boundary partial tail: (table block, boundary tokens).
+        #: A finished request hands that block to the connector (finalize_partial_tail_offload); a running
+        #: one's copy-on-write copy is offered instead.
+        self._producer_partial_tail_reqs: dict[str, tuple[KVCacheBlock, int]] = {}
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens - 1
@@ -621,6 +657,8 @@ class MambaManager(SingleTypeKVCacheManager):
         self._allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
+        self._producer_partial_tail_reqs.pop(request_id, None)
+        self._drop_pending_offloads(request_id)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self._forget(request_id)
@@ -639,9 +677,36 @@ class MambaManager(SingleTypeKVCacheManager):
             for block in table[before:after]:
                 if block._block_hash is not None:
                     self.cached_blocks_this_step.add(block._block_hash)
+                    if self._align:
+                        # every retained boundary state is offered with its exact block and boundary; the
+                        # connector filters by its own save window (which may pass the prompt on resume)
+                        self._pending_boundary_state_offloads.append(
+                            (request.request_id, self.kv_cache_group_id, block, block._block_hash_num_tokens))
 
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()
+
+    def finalize_partial_tail_offload(self, request_id: str, num_computed_tokens: int,
+                                      num_in_flight_tokens: int) -> tuple[int, KVCacheBlock, int] | None:
+        """The finished request's own partial-tail block, consumed once; only while nothing past its
+        boundary was computed or is in flight (a later token would have overwritten the state)."""
+        if not self._align:
+            return None
+        tail = self._producer_partial_tail_reqs.pop(request_id, None)
+        if tail is None:
+            return None
+        block, boundary_tokens = tail
+        if num_in_flight_tokens != 0 or num_computed_tokens != boundary_tokens:
+            return None
+        return self.kv_cache_group_id, block, boundary_tokens
+
+    def _offer_producer_tail_copy(self, request_id: str, cow_block: KVCacheBlock) -> None:
+        """After a running producer's partial tail was copied into `cow_block`, offer that durable copy
+        (the table block is overwritten by the next forward pass)."""
+        tail = self._producer_partial_tail_reqs.pop(request_id, None)
+        if tail is not None:
+            self._pending_boundary_state_offloads.append(
+                (request_id, self.kv_cache_group_id, cow_block, tail[1]))
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
