@@ -23,7 +23,7 @@ CAPABILITIES = {
     "kv_tensors": "target allocates the KV cache tensors itself",
 }
 
-GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
+GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class GroupDesc:
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     num_layers: int = 1
+    rswa_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in GROUP_KINDS:
@@ -43,6 +44,8 @@ class GroupDesc:
             raise ValueError("GroupDesc.sliding_window is required for kind 'sliding_window'")
         if self.kind == "chunked_local" and self.attention_chunk_size is None:
             raise ValueError("GroupDesc.attention_chunk_size is required for kind 'chunked_local'")
+        if self.kind == "rswa" and self.rswa_window is None:
+            raise ValueError("GroupDesc.rswa_window is required for kind 'rswa'")
 
 
 @runtime_checkable
@@ -52,16 +55,18 @@ class AllocatorTarget(Protocol):
     name: str
     capabilities: frozenset[str]
 
-    def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16) -> Any:
-        """A `BlockPool`."""
+    def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16,
+                        enable_kv_cache_events: bool = False) -> Any:
+        """A `BlockPool` (queueing KV cache events with `enable_kv_cache_events`)."""
 
     def make_manager(self, groups: Sequence[GroupDesc], num_blocks: int, max_model_len: int, *,
                      enable_caching: bool = True, retention_interval: int | None = None,
                      hash_block_size: int | None = None, scheduler_block_size: int | None = None,
                      max_in_flight_tokens: int | None = None, use_eagle: bool = False,
-                     dcp_world_size: int = 1) -> Any:
+                     dcp_world_size: int = 1, enable_kv_cache_events: bool = False) -> Any:
         """A `KVCacheManager` over one pool of `num_blocks` with one group per description (EAGLE's
-        last-block drop with `use_eagle`; decode context parallelism over `dcp_world_size` ranks)."""
+        last-block drop with `use_eagle`; decode context parallelism over `dcp_world_size` ranks; KV cache
+        events with `enable_kv_cache_events`)."""
 
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int], hash_block_size: int, *,
                      lora: tuple[str, int, str] | None = None, cache_salt: str | None = None) -> Any:
@@ -87,6 +92,8 @@ def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
         return mod.SlidingWindowSpec(**attn, sliding_window=desc.sliding_window)
     if desc.kind == "chunked_local":
         return mod.ChunkedLocalAttentionSpec(**attn, attention_chunk_size=desc.attention_chunk_size)
+    if desc.kind == "rswa":
+        return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
     page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
                          mamba_cache_mode="align")
@@ -127,8 +134,9 @@ class ReferenceAllocatorTarget:
         self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
 
-    def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16):
-        return self._mod.BlockPool(num_gpu_blocks, enable_caching, hash_block_size)
+    def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16, enable_kv_cache_events=False):
+        return self._mod.BlockPool(num_gpu_blocks, enable_caching, hash_block_size,
+                                   enable_kv_cache_events=enable_kv_cache_events)
 
     def make_kv_cache_config(self, groups, num_blocks, retention_interval=None):
         """The reference `KVCacheConfig` for these group descriptions."""
@@ -136,7 +144,7 @@ class ReferenceAllocatorTarget:
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
                      hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
-                     use_eagle=False, dcp_world_size=1):
+                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False):
         import math
 
         config = self.make_kv_cache_config(groups, num_blocks, retention_interval)
@@ -145,7 +153,8 @@ class ReferenceAllocatorTarget:
         hbs = hash_block_size or (math.gcd(*sizes) if enable_caching else sbs)
         return self._mod.KVCacheManager(config, max_model_len, sbs, hbs, max_in_flight_tokens=max_in_flight_tokens,
                                         enable_caching=enable_caching, use_eagle=use_eagle,
-                                        dcp_world_size=dcp_world_size)
+                                        dcp_world_size=dcp_world_size,
+                                        enable_kv_cache_events=enable_kv_cache_events)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)

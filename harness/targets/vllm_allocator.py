@@ -44,12 +44,13 @@ class VllmAllocatorTarget:
         kv_cache_utils.init_none_hash(sha256)
         self.name = f"vllm-{self.version}"
 
-    def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16):
-        return self._block_pool.BlockPool(num_gpu_blocks, enable_caching, hash_block_size)
+    def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16, enable_kv_cache_events=False):
+        return self._block_pool.BlockPool(num_gpu_blocks, enable_caching, hash_block_size,
+                                          enable_kv_cache_events=enable_kv_cache_events)
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
                      hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
-                     use_eagle=False, dcp_world_size=1):
+                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False):
         config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval, self._dtype)
         sizes = [g.block_size for g in groups]
         sbs = scheduler_block_size or math.lcm(*sizes)
@@ -57,7 +58,8 @@ class VllmAllocatorTarget:
         return self._manager.KVCacheManager(config, max_model_len, sbs, hbs,
                                             max_in_flight_tokens=max_in_flight_tokens,
                                             enable_caching=enable_caching, use_eagle=use_eagle,
-                                            dcp_world_size=dcp_world_size)
+                                            dcp_world_size=dcp_world_size,
+                                            enable_kv_cache_events=enable_kv_cache_events)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)

@@ -23,6 +23,7 @@ from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheGroupSpec,
     KVCacheTensor,
     MambaSpec,
+    RSWASpec,
     SlidingWindowSpec,
 )
 
@@ -30,6 +31,6 @@ __all__ = [
     "BlockHashListWithBlockSize", "BlockHashToBlockMap", "BlockPool", "ChunkedLocalAttentionSpec",
     "FreeKVCacheBlockQueue", "FullAttentionSpec", "KVCacheBlock", "KVCacheBlocks", "KVCacheConfig",
     "KVCacheGroupSpec", "KVCacheManager", "KVCacheTensor", "LoRARequest", "MambaSpec", "MultiModalFeature",
-    "Request", "SlidingWindowSpec", "get_kv_cache_config_from_groups", "get_kv_cache_groups",
+    "RSWASpec", "Request", "SlidingWindowSpec", "get_kv_cache_config_from_groups", "get_kv_cache_groups",
     "get_request_block_hasher", "hash_block_tokens", "make_block_hash_with_group_id", "resolve_groups", "sha256",
 ]

@@ -285,9 +285,14 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
 
 
 def maybe_convert_block_hash(hash_bytes: BlockHash) -> ExternalBlockHash:
-    """The hash as KV events publish it: the bytes, or their low 64 bits when
-    $VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set to a true value."""
-    if os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0").lower() in ("", "0", "false"):
+    """The hash as KV events publish it: its low 64 bits as an int (big-endian), vLLM's default, or the
+    bytes themselves when $VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is 0."""
+    raw = os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1")
+    try:
+        as_int = bool(int(raw))
+    except ValueError:
+        raise ValueError(f"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES must be an integer (0 or 1), got {raw!r}") from None
+    if not as_int:
         return hash_bytes
     return int.from_bytes(hash_bytes, "big") & ((1 << 64) - 1)
 
