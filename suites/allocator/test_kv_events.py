@@ -47,15 +47,21 @@ def kind(event) -> str:
     return type(event).__name__
 
 
-# -------------------------------------------------------------------------------------------- stored
-# Full bs 4, pool of 8. A 12-token prompt in two chunks of 6: the first chunk fills block 0 (one hash, no
-# parent); the second fills blocks 1 and 2 (two hashes, parent = block 0's hash, tokens 5..12).
-def test_block_stored_per_chunk_chains_from_its_parent(target):
+def chunked_prompt(target):
+    """Full bs 4, pool of 8, events on; the 12-token prompt 1..12 prefilled in two chunks of 6.
+    Returns (manager, request)."""
     m = target.make_manager(FULL4, 8, 100, enable_kv_cache_events=True)
-    tokens = list(range(1, 13))
-    h = oracle_chain(tokens, 4)
-    req = target.make_request("a", tokens, 4)
+    req = target.make_request("a", list(range(1, 13)), 4)
     prefill(m, req, chunk=6, use_hits=False)
+    return m, req
+
+
+# -------------------------------------------------------------------------------------------- stored
+# The chunked prompt: the first chunk fills block 0 (one hash, no parent); the second fills blocks 1 and 2
+# (two hashes, parent = block 0's hash, tokens 5..12).
+def test_block_stored_per_chunk_chains_from_its_parent(target):
+    m, _ = chunked_prompt(target)
+    h = oracle_chain(list(range(1, 13)), 4)
     events = m.take_events()
     assert [kind(e) for e in events] == ["BlockStored", "BlockStored"], "one BlockStored per caching call"
     first, second = events
@@ -110,11 +116,8 @@ def test_hybrid_groups_each_store_with_their_spec(target):
 # takes all 7 blocks: cached blocks 3, 2, 1 are evicted in queue order, one BlockRemoved per key, before
 # the new run is stored.
 def test_eviction_emits_block_removed_per_key_in_queue_order(target):
-    m = target.make_manager(FULL4, 8, 100, enable_kv_cache_events=True)
-    tokens = list(range(1, 13))
-    h = oracle_chain(tokens, 4)
-    first = target.make_request("a", tokens, 4)
-    prefill(m, first, chunk=6, use_hits=False)
+    m, first = chunked_prompt(target)
+    h = oracle_chain(list(range(1, 13)), 4)
     m.free(first)
     m.take_events()
     other = list(range(100, 128))
@@ -159,10 +162,8 @@ def test_reset_prefix_cache_emits_all_blocks_cleared(target):
 def test_bytes_hashes_when_int_hashes_switched_off(target, monkeypatch):
     """With VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 events carry the full hash bytes."""
     monkeypatch.setenv(INT_HASHES, "0")
-    m = target.make_manager(FULL4, 8, 100, enable_kv_cache_events=True)
-    tokens = list(range(1, 13))
-    h = oracle_hashes(tokens, 4)
-    prefill(m, target.make_request("b", tokens, 4), chunk=6, use_hits=False)
+    m, _ = chunked_prompt(target)
+    h = oracle_hashes(list(range(1, 13)), 4)
     first, second = m.take_events()
     assert first.block_hashes == [h[0]] and second.block_hashes == h[1:], "full 32-byte hashes"
     assert second.parent_block_hash == h[0], "the parent too"
