@@ -606,9 +606,14 @@ class CrossAttentionSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class _HiSparsePageSpec(KVCacheSpec):
-    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached."""
+    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached (the host source group
+    owns prefix caching)."""
 
     page_size: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int(type(self).__name__, "page_size", self.page_size)
 
     @property
     def prefix_cacheable(self) -> bool:
@@ -621,21 +626,36 @@ class _HiSparsePageSpec(KVCacheSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class HiSparseHotSpec(_HiSparsePageSpec):
-    """HiSparse's per-request hot pages on the device (`blocks_per_request` pages)."""
+    """HiSparse's per-request hot region on the device: a fixed `blocks_per_request` pages, taken only
+    once the request reads history from the host."""
 
     blocks_per_request: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int("HiSparseHotSpec", "blocks_per_request", self.blocks_per_request)
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
         return self.blocks_per_request * self.page_size
 
+    def max_num_blocks_per_req(self, vllm_config=None, max_len: int | None = None) -> int:
+        """Block-table row length: the hot region, whatever the sequence length."""
+        return self.blocks_per_request
+
 
 @dataclass(frozen=True, kw_only=True)
 class HiSparseResidentSpec(_HiSparsePageSpec):
-    """HiSparse's device-resident pages of the host-held source group."""
+    """HiSparse's device-resident copies of the host-held source pages: a write-back cache whose pages
+    are released once their host copy is durable, so one request pins at most its in-flight window."""
+
+    def max_admission_blocks_per_request(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """Resident pages one request needs to be admitted: its in-flight tokens (capped by the model
+        length), not its whole context."""
+        return cdiv(min(max_in_flight_tokens, max_model_len), self.block_size)
 
     def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
-        max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
-        return cdiv(max_model_len, self.block_size) * self.page_size
+        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
+        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size
 
 
 @dataclass(frozen=True)
