@@ -13,10 +13,12 @@ from reference_impl.kv_cache.single_type_kv_cache_manager import (
     MambaManager,
     RSWAManager,
     SingleTypeKVCacheManager,
+    bind_hisparse_host_pool,
     get_manager_for_kv_cache_spec,
 )
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
+    HiSparseResidentSpec,
     KVCacheConfig,
     KVCacheSpec,
     SlidingWindowSpec,
@@ -64,12 +66,13 @@ class KVCacheCoordinator:
         for gid, group in enumerate(kv_cache_config.kv_cache_groups):
             spec = group.kv_cache_spec
             cap = None
-            if isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
+            if isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec, HiSparseResidentSpec)):
                 cap = spec.max_admission_blocks_per_request(in_flight, max_model_len)
             managers.append(get_manager_for_kv_cache_spec(
-                spec, block_pool=self.block_pool, enable_caching=enable_caching, kv_cache_group_id=gid,
-                scheduler_block_size=scheduler_block_size, dcp_world_size=dcp_world_size,
+                spec, role=group.role, block_pool=self.block_pool, enable_caching=enable_caching,
+                kv_cache_group_id=gid, scheduler_block_size=scheduler_block_size, dcp_world_size=dcp_world_size,
                 pcp_world_size=pcp_world_size, max_admission_blocks_per_request=cap, retention_interval=rti))
+        bind_hisparse_host_pool(kv_cache_config, managers)
         self.retention_interval = rti
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(managers)
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).

@@ -187,7 +187,10 @@ class AttentionSpec(KVCacheSpec):
         name = type(self).__name__
         _require_positive_int(name, "num_kv_heads", self.num_kv_heads)
         _require_positive_int(name, "head_size", self.head_size)
-        if self.head_size_v:  # None: same as head_size; 0: no separate V (latent attention)
+        if self.head_size_v is None:
+            # As in vLLM: V is as wide as K unless said otherwise (so both spellings compare equal).
+            object.__setattr__(self, "head_size_v", self.head_size)
+        if self.head_size_v:  # 0: no separate V (latent attention)
             _require_positive_int(name, "head_size_v", self.head_size_v)
         if not isinstance(self.dtype, torch.dtype):
             raise ValueError(f"{name}.dtype must be a torch.dtype, got {self.dtype!r}")
@@ -200,10 +203,36 @@ class AttentionSpec(KVCacheSpec):
                 )
 
     @property
+    def num_heads(self) -> int:
+        """Head slots of one page: `num_head_slots` when a backend packs heads differently, else one per
+        KV head."""
+        return self.num_kv_heads if self.num_head_slots is None else self.num_head_slots
+
+    @property
+    def num_states(self) -> int:
+        """Stored states per block: `tokens_per_state` tokens share one state (a fraction below 1 stores
+        several states per token); 0 or less means one state per block."""
+        if self.tokens_per_state > 0:
+            return int(self.block_size // self.tokens_per_state)
+        return 1
+
+    @property
+    def state_content_size_bytes(self) -> int:
+        """Bytes of one (head slot, state) cell: the backend's packed width (e.g. data plus inline
+        per-token-head scales) when it publishes one, else K and V elements."""
+        if self.state_content_bytes is not None:
+            return self.state_content_bytes
+        return (self.head_size + (self.head_size_v or 0)) * self.dtype.itemsize
+
+    @property
+    def unpadded_page_size_bytes(self) -> int:
+        """Bytes of one block before padding: head slots x states x cell bytes."""
+        return self.num_heads * self.num_states * self.state_content_size_bytes
+
+    @property
     def real_page_size_bytes(self) -> int:
-        """Unpadded bytes of one block: K and V for every token, head and element."""
-        head_v = self.head_size if self.head_size_v is None else self.head_size_v
-        return self.block_size * self.num_kv_heads * (self.head_size + head_v) * self.dtype.itemsize
+        """Unpadded bytes of one block (vLLM's older name of `unpadded_page_size_bytes`)."""
+        return self.unpadded_page_size_bytes
 
     @property
     def page_size_bytes(self) -> int:
@@ -428,11 +457,75 @@ class KVCacheConfig:
     hash_block_size: int | None = None
     cache_hit_alignment_tokens: int | None = None
     hisparse_host_num_blocks: int | None = None
+    #: Bytes between consecutive HiSparse host blocks, and whether local TP ranks share one host pool.
+    hisparse_host_block_stride: int | None = None
+    hisparse_shared_host_pool: bool = False
+    #: Consecutive TP ranks holding identical KV for every layer (1: none).
+    kv_tp_replicas: int = 1
 
+    # Group selections are plain properties (not cached): groups may be edited after construction.
     @property
     def transfer_group_ids(self) -> tuple[int, ...]:
         """Ids of the groups that take part in external KV transfer."""
         return tuple(i for i, g in enumerate(self.kv_cache_groups) if g.enable_kv_transfer)
+
+    @property
+    def transfer_groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        """The groups that take part in external KV transfer, in group order."""
+        return tuple(self.kv_cache_groups[i] for i in self.transfer_group_ids)
+
+    @property
+    def transfer_group_index_by_layer(self) -> dict[str, int]:
+        """Layer name -> index of its group within `transfer_groups` (transferable layers only)."""
+        return {name: index for index, group in enumerate(self.transfer_groups) for name in group.layer_names}
+
+    @property
+    def prefix_cacheable_group_ids(self) -> tuple[int, ...]:
+        """Ids of the transferable groups whose blocks may be stored by hash (scratch state excluded)."""
+        return tuple(i for i in self.transfer_group_ids if self.kv_cache_groups[i].kv_cache_spec.prefix_cacheable)
+
+    @property
+    def prefix_cacheable_groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        """The groups of `prefix_cacheable_group_ids`."""
+        return tuple(self.kv_cache_groups[i] for i in self.prefix_cacheable_group_ids)
+
+    def select_transfer_block_ids(self, block_ids) -> tuple[list[int], ...]:
+        """The per-group block-id lists of the transferable groups, from one list per group."""
+        if len(block_ids) != len(self.kv_cache_groups):
+            raise ValueError(f"block_ids: expected one list per KV cache group ({len(self.kv_cache_groups)}), "
+                             f"got {len(block_ids)}")
+        return tuple(block_ids[i] for i in self.transfer_group_ids)
+
+    @property
+    def host_group_ids(self) -> tuple[int, ...]:
+        """Ids of the groups whose blocks live in HiSparse's host pool."""
+        return tuple(i for i, g in enumerate(self.kv_cache_groups) if g.host_resident)
+
+    def num_blocks_of(self, tensor: KVCacheTensor) -> int:
+        """Blocks addressable in the pool backing `tensor`: the host pool's for a host tensor."""
+        if not tensor.host_resident:
+            return self.num_blocks
+        if self.hisparse_host_num_blocks is None:
+            raise ValueError("KVCacheConfig.hisparse_host_num_blocks is None but a tensor is host_resident")
+        return self.hisparse_host_num_blocks
+
+    @property
+    def has_mamba_layers(self) -> bool:
+        """Whether any layer (wrapped or not) is a Mamba layer."""
+        return any(isinstance(s, MambaSpec) for g in self.kv_cache_groups for s in iter_layer_specs(g.kv_cache_spec))
+
+    @property
+    def has_mixed_precision_kv_cache(self) -> bool:
+        """Whether the device attention layers use more than one (dtype, quantization) precision."""
+        precisions = {(s.dtype, s.kv_quant_mode) for g in self.kv_cache_groups if not g.host_resident
+                      for s in iter_layer_specs(g.kv_cache_spec) if isinstance(s, AttentionSpec)}
+        return len(precisions) > 1
+
+    @property
+    def needs_kv_cache_zeroing(self) -> bool:
+        """Whether new blocks must be zeroed before use: a Mamba state is read before it is fully
+        written, and under mixed precision a reused block would decode stale bytes of another format."""
+        return self.has_mamba_layers or self.has_mixed_precision_kv_cache
 
     def __post_init__(self) -> None:
         if isinstance(self.num_blocks, bool) or not isinstance(self.num_blocks, int) or self.num_blocks < 1:
@@ -465,10 +558,6 @@ class MLAAttentionSpec(FullAttentionSpec):
         _require_positive_int("MLAAttentionSpec", "num_kv_heads", self.num_kv_heads)
         _require_positive_int("MLAAttentionSpec", "head_size", self.head_size)
 
-    @property
-    def real_page_size_bytes(self) -> int:
-        return self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
-
 
 @dataclass(frozen=True, kw_only=True)
 class SinkFullAttentionSpec(FullAttentionSpec):
@@ -494,10 +583,6 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     bounded_replay: bool = False
     head_size_v: int | None = 0
 
-    @property
-    def real_page_size_bytes(self) -> int:
-        return self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
-
 
 @dataclass(frozen=True, kw_only=True)
 class CircularBufferSpec(ScratchSpec):
@@ -521,9 +606,14 @@ class CrossAttentionSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class _HiSparsePageSpec(KVCacheSpec):
-    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached."""
+    """HiSparse's device-side pages: `page_size` bytes each, never prefix-cached (the host source group
+    owns prefix caching)."""
 
     page_size: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int(type(self).__name__, "page_size", self.page_size)
 
     @property
     def prefix_cacheable(self) -> bool:
@@ -536,21 +626,36 @@ class _HiSparsePageSpec(KVCacheSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class HiSparseHotSpec(_HiSparsePageSpec):
-    """HiSparse's per-request hot pages on the device (`blocks_per_request` pages)."""
+    """HiSparse's per-request hot region on the device: a fixed `blocks_per_request` pages, taken only
+    once the request reads history from the host."""
 
     blocks_per_request: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_positive_int("HiSparseHotSpec", "blocks_per_request", self.blocks_per_request)
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
         return self.blocks_per_request * self.page_size
 
+    def max_num_blocks_per_req(self, vllm_config=None, max_len: int | None = None) -> int:
+        """Block-table row length: the hot region, whatever the sequence length."""
+        return self.blocks_per_request
+
 
 @dataclass(frozen=True, kw_only=True)
 class HiSparseResidentSpec(_HiSparsePageSpec):
-    """HiSparse's device-resident pages of the host-held source group."""
+    """HiSparse's device-resident copies of the host-held source pages: a write-back cache whose pages
+    are released once their host copy is durable, so one request pins at most its in-flight window."""
+
+    def max_admission_blocks_per_request(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """Resident pages one request needs to be admitted: its in-flight tokens (capped by the model
+        length), not its whole context."""
+        return cdiv(min(max_in_flight_tokens, max_model_len), self.block_size)
 
     def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
-        max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
-        return cdiv(max_model_len, self.block_size) * self.page_size
+        max_model_len, in_flight = _lengths(vllm_config, max_in_flight_tokens)
+        return self.max_admission_blocks_per_request(in_flight, max_model_len) * self.page_size
 
 
 @dataclass(frozen=True)
@@ -559,6 +664,12 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     one group whose page is the sum of the layers' pages."""
 
     kv_cache_specs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kv_cache_specs:
+            # The wrapper spans tokens as its layers do, so DCP scales it exactly when it scales them.
+            object.__setattr__(self, "dcp_sharded", self.first_spec.dcp_sharded)
 
     def __hash__(self) -> int:
         return hash((self.block_size, tuple(self.kv_cache_specs.items())))

@@ -29,6 +29,7 @@ __all__ = [
     "resolve_none_hash_seed",
     "init_none_hash",
     "get_none_hash",
+    "get_none_hash_seed",
     "hash_block_tokens",
     "make_block_hash_with_group_id",
     "get_block_hash",
@@ -171,6 +172,7 @@ class FreeKVCacheBlockQueue:
             return
         tail = self.fake_free_list_tail
         prev = tail.prev_free_block
+        assert prev is not None, "prev_free_block of fake_free_list_tail should always exist"
         for block in blocks:
             prev.next_free_block = block
             block.prev_free_block = prev
@@ -249,11 +251,22 @@ def resolve_none_hash_seed(hash_fn: Callable) -> str:
     return DEFAULT_NONE_HASH_SEED
 
 
+# The seed NONE_HASH was last derived from (None until `init_none_hash` runs).
+_NONE_HASH_SEED: str | None = None
+
+
 def init_none_hash(hash_fn: Callable = sha256) -> bytes:
     """Set and return NONE_HASH = hash_fn(seed)."""
-    global NONE_HASH
-    NONE_HASH = hash_fn(resolve_none_hash_seed(hash_fn))
+    global NONE_HASH, _NONE_HASH_SEED
+    _NONE_HASH_SEED = resolve_none_hash_seed(hash_fn)
+    NONE_HASH = hash_fn(_NONE_HASH_SEED)
     return NONE_HASH
+
+
+def get_none_hash_seed() -> str:
+    """The seed NONE_HASH was derived from (a random one included), for peers that must agree on it;
+    DEFAULT_NONE_HASH_SEED before `init_none_hash` has run."""
+    return DEFAULT_NONE_HASH_SEED if _NONE_HASH_SEED is None else _NONE_HASH_SEED
 
 
 def get_none_hash(hash_fn: Callable = sha256) -> bytes:
@@ -387,10 +400,28 @@ def _extra_keys(request, start: int, end: int, start_mm_idx: int = 0) -> tuple[t
         keys.append(("cache_salt", salt))
     embeds = getattr(request, "prompt_embeds", None)
     if embeds is not None:
+        keys.append(("prompt_embeds", _prompt_embeds_digest(request, embeds, start, end)))
+    return (tuple(keys) if keys else None), mm_idx
+
+
+def _prompt_embeds_digest(request, embeds, start: int, end: int) -> bytes:
+    """SHA-256 of the block's prompt embeddings, memoised on the request per (start, end): hashing a
+    block's embeddings is costly and a block is hashed again on every lookup."""
+    memo = getattr(request, "_prompt_embeds_per_block_hashes", None)
+    if memo is None:
+        memo = {}
+        try:
+            request._prompt_embeds_per_block_hashes = memo
+        except AttributeError:  # a request type with fixed slots: no memo, hash every time
+            memo = None
+    digest = memo.get((start, end)) if memo is not None else None
+    if digest is None:
         chunk = embeds[start:end]
         data = bytes(chunk) if isinstance(chunk, (bytes, bytearray, memoryview)) else tensor_data(chunk)
-        keys.append(("prompt_embeds", hashlib.sha256(data).digest()))
-    return (tuple(keys) if keys else None), mm_idx
+        digest = hashlib.sha256(data).digest()
+        if memo is not None:
+            memo[(start, end)] = digest
+    return digest
 
 
 def generate_block_hash_extra_keys(request, start_token_idx: int, end_token_idx: int,
@@ -483,6 +514,11 @@ def resolve_dcp_kv_cache_spec(spec, dcp_world_size: int):
     block_size = resolve_dcp_kv_block_size(spec, dcp_world_size)
     if block_size == spec.block_size:
         return spec
+    layers = getattr(spec, "kv_cache_specs", None)
+    if layers:  # a same-type wrapper: its layers span what it spans
+        return replace(spec, block_size=block_size,
+                       kv_cache_specs={name: resolve_dcp_kv_cache_spec(layer, dcp_world_size)
+                                       for name, layer in layers.items()})
     return replace(spec, block_size=block_size)
 
 
@@ -545,12 +581,12 @@ def resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_b
                                        hash_block_size: int) -> int:
     """Token granularity prefix-cache hits land on: the hash block size when partial hits are enabled
     (hybrid, caching on), else the scheduler block size."""
-    from reference_impl.kv_cache.single_type_kv_cache_manager import spec_manager_map  # managers import us
+    from reference_impl.kv_cache.single_type_kv_cache_manager import manager_class_for_spec  # managers import us
 
     groups = kv_cache_config.kv_cache_groups
     if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
         return scheduler_block_size
-    classes = [spec_manager_map[type(_layer_specs(g.kv_cache_spec)[0])] for g in groups]
+    classes = [manager_class_for_spec(g.kv_cache_spec, g.role) for g in groups]
     dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1)
     return hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, dcp, classes) \
         else scheduler_block_size

@@ -59,6 +59,7 @@ class Request:
         "prompt_embeds", "has_no_extra_keys", "status", "shared_prefix_boundary",
         "skip_reading_prefix_cache", "num_in_flight_tokens", "sampling_params", "pooling_params",
         "client_index", "arrival_time", "priority", "session_id", "spec_token_ids", "num_preemptions",
+        "_prompt_embeds_per_block_hashes",  # set lazily by kv_cache_utils: block range -> embeds digest
     )
 
     def __init__(self, request_id: str, prompt_token_ids: Sequence[int] | None, sampling_params=None,

@@ -17,6 +17,9 @@ from reference_impl.kv_cache.kv_cache_interface import (
     CircularBufferSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
+    HiSparseHotSpec,
+    HiSparseResidentSpec,
+    KVCacheGroupRole,
     KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
@@ -38,6 +41,13 @@ __all__ = [
     "CircularBufferManager",
     "ChunkedLocalAttentionManager",
     "MambaManager",
+    "HiSparseSourceManager",
+    "HiSparseHotManager",
+    "HiSparseResidentManager",
+    "UnsupportedKVCacheSpecError",
+    "bind_hisparse_host_pool",
+    "manager_class_for_spec",
+    "role_manager_map",
     "spec_manager_map",
     "get_manager_for_kv_cache_spec",
     "register_all_kvcache_specs",
@@ -800,6 +810,317 @@ class CircularBufferManager(FullAttentionManager):
         return tuple([] for _ in kv_cache_group_ids), 0
 
 
+# ---------------------------------------------------------------------------------------------- HiSparse
+# HiSparse keeps a sparse-MLA model's source KV in a host pool (the "source" group, role HISPARSE_SOURCE)
+# and on the device only: an indexer group (ordinary full attention), resident copies of recent source
+# pages (HiSparseResidentSpec) and a per-request hot region (HiSparseHotSpec). vLLM's HiSparseCoordinator
+# (outside v1/core) drives spills, residency changes and host publication; it binds itself to these
+# managers through their `coordinator` attribute. The reference has no such coordinator: with none bound,
+# a source page counts as durable once computed, so it is published at once.
+
+
+class HiSparseSourceManager(FullAttentionManager):
+    """The host-tier group: full-attention tables over a private host pool (`bind_host_pool`).
+
+    Host blocks never count against the device pool; an allocation the host pool cannot back is refused
+    with the same sentinel Mamba uses (more blocks than the device pool has), so every page computed on
+    the device has a host block to be written back to.
+    """
+
+    coordinator = None
+    # The host tier keeps prefixes the device groups have already lost.
+    retains_longer_hit = True
+
+    def __init__(self, kv_cache_spec: KVCacheSpec, *args, **kwargs):
+        super().__init__(kv_cache_spec, *args, **kwargs)
+        self.device_pool: BlockPool = self.block_pool
+        self._pending_cow_copies: list = []
+
+    @property
+    def records_new_block_ids(self) -> bool:
+        return False  # host blocks are never zeroed by the device worker
+
+    def take_new_block_ids(self) -> list[int]:
+        self.new_block_ids = []
+        return []
+
+    def bind_host_pool(self, num_blocks: int) -> None:
+        """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
+        device_pool = self.device_pool
+        self.block_pool = BlockPool(
+            num_blocks, self.enable_caching and self.kv_cache_spec.prefix_cacheable, device_pool.hash_block_size,
+            device_pool.enable_kv_cache_events)
+        self._null_block = self.block_pool.null_block
+
+    @property
+    def host_pool_bound(self) -> bool:
+        """Whether the group allocates from a host pool of its own."""
+        return self.block_pool is not self.device_pool
+
+    def take_pending_cow_copies(self) -> list:
+        """Host copies never go through the device worker's block-copy path."""
+        return []
+
+    def take_host_cow_copies(self) -> list:
+        """Drain the host copies (for whoever moves host data)."""
+        copies, self._pending_cow_copies = self._pending_cow_copies, []
+        return copies
+
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                                   num_local_computed_tokens=0, num_tokens_main_model=None,
+                                   apply_admission_cap=False, prefill_end=0):
+        required = super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
+                                                      total_computed_tokens, num_local_computed_tokens,
+                                                      num_tokens_main_model)
+        if not self.host_pool_bound:
+            return required
+        if required > self.block_pool.get_num_free_blocks():
+            return self.device_pool.num_gpu_blocks + 1
+        return 0
+
+    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
+        if self.coordinator is not None:
+            self.coordinator.publish_when_ready(request, num_tokens, retention_interval,
+                                                replay_boundaries=replay_boundaries)
+            return
+        self.publish_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+
+    def publish_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
+        """Register the request's full host pages in the host pool's prefix cache."""
+        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        if self.coordinator is not None:
+            self.coordinator.free(request_id)
+        if not self.host_pool_bound:
+            return super().pop_blocks_for_free(request_id)
+        # The caller frees what it gets into the device pool; host blocks go back to their own pool now.
+        self.free(request_id)
+        return []
+
+
+class _HiSparseAuxiliaryManager(SingleTypeKVCacheManager):
+    """Device groups derived from the host source: never cached, never hit (the source owns caching)."""
+
+    coordinator = None
+
+    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
+        return None
+
+    @classmethod
+    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
+                               drop_eagle_block, alignment_tokens, dcp_world_size=1, pcp_world_size=1):
+        return tuple([] for _ in kv_cache_group_ids), 0
+
+
+class HiSparseHotManager(_HiSparseAuxiliaryManager):
+    """The hot region: `blocks_per_request` blocks, allocated only once the request needs to read history
+    from the host (an external import, a resumed host prefix, or `require_hot`), then kept until free."""
+
+    def __init__(self, kv_cache_spec: HiSparseHotSpec, *args, **kwargs):
+        super().__init__(kv_cache_spec, *args, **kwargs)
+        self.blocks_per_request = kv_cache_spec.blocks_per_request
+        self.hot_required: set[str] = set()
+
+    def require_hot(self, request_id: str) -> None:
+        """Mark the request as reading from the host: its next allocation takes the hot region."""
+        self.hot_required.add(request_id)
+
+    def has_hot(self, request_id: str) -> bool:
+        """Whether the request holds its whole hot region."""
+        return len(self.req_to_blocks.get(request_id, ())) == self.blocks_per_request
+
+    def get_num_required_blocks(self, request_id: str) -> int:
+        """Blocks still missing from the request's hot region."""
+        return max(self.blocks_per_request - len(self.req_to_blocks.get(request_id, ())), 0)
+
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                                   num_local_computed_tokens=0, num_tokens_main_model=None,
+                                   apply_admission_cap=False, prefill_end=0):
+        assert not new_computed_blocks, "HiSparse hot groups never take prefix hits"
+        # A running request keeps the answer it got at admission; a new one needs the region when it
+        # imports external tokens or resumes a host prefix.
+        host_import = total_computed_tokens > num_local_computed_tokens
+        resumes_host_prefix = num_local_computed_tokens > 0 and request_id not in self.num_cached_block
+        if host_import or resumes_host_prefix or request_id in self.hot_required:
+            return self.get_num_required_blocks(request_id)
+        return 0
+
+    def add_local_computed_blocks(self, request_id, new_computed_blocks, num_local_computed_tokens,
+                                  num_external_computed_tokens=0):
+        assert not new_computed_blocks, "HiSparse hot groups never take prefix hits"
+        self.num_cached_block[request_id] = 0
+        no_resident_groups = self.coordinator is not None and not self.coordinator.resident_managers
+        if num_local_computed_tokens > 0 or no_resident_groups:
+            self.require_hot(request_id)
+
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        self.require_hot(request_id)
+        return []
+
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model=None):
+        # A cold admission may bypass add_local_computed_blocks: mark the request as admitted here too.
+        self.num_cached_block[request_id] = 0
+        if request_id not in self.hot_required:
+            return []
+        table = self.req_to_blocks[request_id]
+        n = self.blocks_per_request - len(table)
+        if n <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(n)
+        table.extend(new)
+        return new
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        self.hot_required.discard(request_id)
+        return super().pop_blocks_for_free(request_id)
+
+    def free(self, request_id: str) -> None:
+        self.hot_required.discard(request_id)
+        super().free(request_id)
+
+
+class HiSparseResidentManager(_HiSparseAuxiliaryManager):
+    """Device-resident copies of source pages, position-indexed like a full-attention table; a page that
+    lives only on the host is the null block. Residency changes after allocation (adopting a surviving
+    device copy, dropping a page) are kept apart from the append-only table (`residency_changes`)."""
+
+    def __init__(self, kv_cache_spec: HiSparseResidentSpec, *args, **kwargs):
+        super().__init__(kv_cache_spec, *args, **kwargs)
+        self.residency_changes: dict[str, dict[int, KVCacheBlock]] = {}
+
+    def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                                   num_local_computed_tokens=0, num_tokens_main_model=None,
+                                   apply_admission_cap=False, prefill_end=0):
+        assert not new_computed_blocks, "HiSparse resident groups never take prefix hits"
+        existing = len(self.req_to_blocks.get(request_id, ()))
+        if total_computed_tokens > num_local_computed_tokens:
+            # Imported pages stay on the host except the last, which must stay writable (it is replayed
+            # on a full prompt hit).
+            imported_pages = cdiv(total_computed_tokens, self.block_size)
+            needs_tail = self.get_resident_page(request_id, imported_pages - 1) is None
+            return int(needs_tail) + max(cdiv(num_tokens, self.block_size) - max(imported_pages, existing), 0)
+        host_pages = cdiv(num_local_computed_tokens, self.block_size)
+        required = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap and self.max_admission_blocks_per_request is not None:
+            required = min(required, self.max_admission_blocks_per_request)
+        return max(required - max(existing, host_pages), 0)
+
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        """Reserve the writable last page of an import; the earlier imported pages stay on the host."""
+        if num_external_computed_tokens <= 0:
+            raise ValueError(f"num_external_computed_tokens must be > 0 for an import, "
+                             f"got {num_external_computed_tokens!r}")
+        table = self.req_to_blocks[request_id]
+        tail_page = (num_local_computed_tokens + num_external_computed_tokens - 1) // self.block_size
+        if len(table) <= tail_page:
+            table.extend([self._null_block] * (tail_page + 1 - len(table)))
+        if self.get_resident_page(request_id, tail_page) is not None:
+            return []
+        table[tail_page] = self.block_pool.get_new_blocks(1)[0]
+        return [table[tail_page]]
+
+    def add_local_computed_blocks(self, request_id, new_computed_blocks, num_local_computed_tokens,
+                                  num_external_computed_tokens=0):
+        assert not new_computed_blocks, "HiSparse resident groups never take prefix hits"
+        if self.req_to_blocks.get(request_id):
+            raise ValueError(f"request {request_id!r} already has blocks in group {self.kv_cache_group_id}; "
+                             "prefix hits can only be adopted by a new request")
+        num_host_pages = cdiv(num_local_computed_tokens, self.block_size)
+        self.req_to_blocks[request_id] = [self._null_block] * num_host_pages
+        self.num_cached_block[request_id] = 0
+        if self.coordinator is not None:
+            self.coordinator.commit_computed_blocks(request_id, num_host_pages)
+
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model=None):
+        table = self.req_to_blocks[request_id]
+        n = cdiv(num_tokens, self.block_size) - len(table)
+        if n <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(n)
+        table.extend(new)
+        return new
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        if self.coordinator is not None:
+            self.coordinator.free(request_id)
+        row = self.get_residency_row(request_id)
+        self.residency_changes.pop(request_id, None)
+        super().pop_blocks_for_free(request_id)
+        return trim_null_head(row)
+
+    def free(self, request_id: str) -> None:
+        row = self.pop_blocks_for_free(request_id)
+        if row:
+            self.block_pool.free_blocks(reversed(row))
+
+    def adopt_resident_page(self, request_id: str, block_idx: int, block: KVCacheBlock) -> bool:
+        """Point a host-only page at a device copy of its content; False when the page is out of the
+        table or already resident."""
+        table = self.req_to_blocks.get(request_id)
+        if table is None or block_idx >= len(table) or self.get_resident_page(request_id, block_idx) is not None:
+            return False
+        self.residency_changes.setdefault(request_id, {})[block_idx] = block
+        return True
+
+    def drop_resident_page(self, request_id: str, block_idx: int) -> KVCacheBlock | None:
+        """Stop reading a page from the device; returns the block it was read from (None if host-only)."""
+        block = self.get_resident_page(request_id, block_idx)
+        if block is not None:
+            self.residency_changes.setdefault(request_id, {})[block_idx] = self._null_block
+        return block
+
+    def get_resident_page(self, request_id: str, block_idx: int) -> KVCacheBlock | None:
+        """The device block page `block_idx` is read from, residency changes applied; None if host-only."""
+        table = self.req_to_blocks.get(request_id)
+        if table is None or block_idx >= len(table):
+            return None
+        block = table[block_idx]
+        changes = self.residency_changes.get(request_id)
+        if changes:
+            block = changes.get(block_idx, block)
+        return None if block.is_null else block
+
+    def get_residency_row(self, request_id: str, start: int = 0) -> list[KVCacheBlock]:
+        """The request's pages from `start` with residency changes applied (host-only pages: null)."""
+        table = self.req_to_blocks.get(request_id, [])[start:]
+        changes = self.residency_changes.get(request_id)
+        if not changes:
+            return table
+        return [changes.get(i, block) for i, block in enumerate(table, start)]
+
+
+def bind_hisparse_host_pool(kv_cache_config, managers: Sequence[SingleTypeKVCacheManager]) -> None:
+    """Give the HiSparse source group (if any) its host pool of `hisparse_host_num_blocks`, after checking
+    the layout vLLM's HiSparse coordinator requires (ValueError otherwise, with vLLM's wording)."""
+    sources = [i for i, m in enumerate(managers) if isinstance(m, HiSparseSourceManager)]
+    if not sources:
+        return
+    if len(sources) > 1:
+        raise ValueError(f"Only one HiSparse host group is supported; groups {sources} have role "
+                         f"{KVCacheGroupRole.HISPARSE_SOURCE.value!r}")
+    host_id = sources[0]
+    num_host_blocks = kv_cache_config.hisparse_host_num_blocks
+    if num_host_blocks is None:
+        raise ValueError(f"HiSparse host group needs host capacity: group {host_id} has role "
+                         f"{KVCacheGroupRole.HISPARSE_SOURCE.value!r} but KVCacheConfig.hisparse_host_num_blocks "
+                         "is None; accepted: an integer >= 1")
+    resident = [i for i, m in enumerate(managers) if isinstance(m, HiSparseResidentManager)]
+    if resident:
+        if host_id > min(resident):
+            raise ValueError(f"HiSparse host group must precede resident groups: host group {host_id}, "
+                             f"resident groups {resident}")
+        sizes = {managers[i].block_size for i in resident}
+        if len(sizes) != 1:
+            raise ValueError(f"HiSparse resident cache groups must use one block size, got {sorted(sizes)}")
+        if managers[host_id].block_size not in sizes:
+            raise ValueError(f"HiSparse host and resident block sizes must match: host "
+                             f"{managers[host_id].block_size}, resident {sizes.pop()}")
+    managers[host_id].bind_host_pool(num_host_blocks)
+
+
 spec_manager_map: dict[type, type[SingleTypeKVCacheManager]] = {
     FullAttentionSpec: FullAttentionManager,
     MLAAttentionSpec: FullAttentionManager,
@@ -812,6 +1133,13 @@ spec_manager_map: dict[type, type[SingleTypeKVCacheManager]] = {
     CircularBufferSpec: CircularBufferManager,
     ScratchSpec: FullAttentionManager,  # never read back, so any table that covers the tokens will do
     CrossAttentionSpec: FullAttentionManager,
+    HiSparseHotSpec: HiSparseHotManager,
+    HiSparseResidentSpec: HiSparseResidentManager,
+}
+
+#: Managers chosen by a group's role rather than its spec (vLLM's role registry).
+role_manager_map: dict[str, type[SingleTypeKVCacheManager]] = {
+    KVCacheGroupRole.HISPARSE_SOURCE: HiSparseSourceManager,
 }
 
 
@@ -820,13 +1148,29 @@ def register_all_kvcache_specs(vllm_config=None) -> dict[type, type[SingleTypeKV
     return spec_manager_map
 
 
-def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, **kwargs) -> SingleTypeKVCacheManager:
-    """Instantiate the manager class registered for the spec's type (a same-type wrapper: its layers')."""
+class UnsupportedKVCacheSpecError(ValueError, AssertionError):
+    """No manager is registered for a spec's type. vLLM asserts here, so this is an AssertionError as
+    well as the reference's ValueError for bad input."""
+
+
+def manager_class_for_spec(kv_cache_spec: KVCacheSpec, role: str | None = None) -> type[SingleTypeKVCacheManager]:
+    """The manager class for a group: its role's manager if the role has one, else the class registered
+    for the spec's type or its nearest registered base (a same-type wrapper: its layers')."""
+    if role is not None and role in role_manager_map:
+        return role_manager_map[role]
     spec_type = type(kv_cache_spec)
     if spec_type is UniformTypeKVCacheSpecs:
         spec_type = type(kv_cache_spec.first_spec)
-    manager_cls = spec_manager_map.get(spec_type)
-    if manager_cls is None:
-        raise ValueError(f"kv_cache_spec: unsupported spec type {type(kv_cache_spec).__name__}; accepted: "
-                         f"{', '.join(t.__name__ for t in spec_manager_map)}")
-    return manager_cls(kv_cache_spec, **kwargs)
+    for base in spec_type.__mro__:
+        manager_cls = spec_manager_map.get(base)
+        if manager_cls is not None:
+            return manager_cls
+    raise UnsupportedKVCacheSpecError(
+        f"kv_cache_spec: unsupported spec type {type(kv_cache_spec).__name__}; accepted: "
+        f"{', '.join(t.__name__ for t in spec_manager_map)} (or a subclass)")
+
+
+def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, role: str | None = None,
+                                  **kwargs) -> SingleTypeKVCacheManager:
+    """Instantiate the manager class for the spec (and the group's `role`, see `manager_class_for_spec`)."""
+    return manager_class_for_spec(kv_cache_spec, role)(kv_cache_spec, **kwargs)
