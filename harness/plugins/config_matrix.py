@@ -162,14 +162,48 @@ def hma_target(request) -> Callable[[dict], dict]:
     return target.call
 
 
-def pytest_report_header(config):
+MATRIX_TEST = "test_config_cell"  # the matrix's test function (suites/config/test_matrix.py)
+
+
+def header_line(config) -> str | None:
+    """The line saying what the config matrix runs against: target, its version, eras, golden mode."""
     target = config.stash.get(_TARGET, None)
     if target is None:
-        return []
+        return None
     eras = config.stash[_ERAS]
     era_text = f"all {len(eras)} ({eras[0]} .. {eras[-1]})" if eras == ERA_IDS else ", ".join(eras)
     state = target.unavailable or target.version
-    return [f"kvconform config matrix: target {target.spec} ({state}); eras {era_text}; golden {golden_mode(config)}"]
+    return f"kvconform config matrix: target {target.spec} ({state}); eras {era_text}; golden {golden_mode(config)}"
+
+
+def _write_header_once(config) -> None:
+    line = header_line(config)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line is None or reporter is None or getattr(config, "_kvconform_matrix_header_shown", False):
+        return
+    config._kvconform_matrix_header_shown = True
+    reporter.write_line(line)
+
+
+# The header line only when the session collected the matrix (a run of the other suites says nothing of it),
+# so it comes under pytest's "collected N items" line rather than in pytest's header.
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: `-k <no cell>` still names the target it would run
+def pytest_collection_modifyitems(session, config, items):
+    if not hasattr(config, "workerinput") and any(item.originalname == MATRIX_TEST for item in items
+                                                  if isinstance(item, pytest.Function)):
+        config._kvconform_matrix_collected = True
+
+
+def pytest_collection_finish(session):
+    if getattr(session.config, "_kvconform_matrix_collected", False):
+        _write_header_once(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """xdist controller (it collects nothing itself): the workers' ids say whether the matrix runs."""
+    if any(f"::{MATRIX_TEST}[" in nodeid for nodeid in ids):
+        _write_header_once(node.config)
 
 
 def pytest_sessionfinish(session):

@@ -55,26 +55,35 @@ def check_cell(entries: list[dict[str, Any]], check: str) -> Cell:
     return Cell("✅", "pass")
 
 
+def declares_hma(entries: list[dict[str, Any]]) -> bool:
+    """Whether the connector declares SupportsHMA: one that does not is skipped as "not HMA-capable"."""
+    return not any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
+                   for e in entries)
+
+
 def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
-    """One line: may this connector declare SupportsHMA, judged by the checks that ran?"""
+    """One line: does this connector declare SupportsHMA, and may it, judged by the checks that ran?"""
     failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
                           if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") == "MUST"},
                          key=_natural_key)
     failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
                             if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") != "MUST"},
                            key=_natural_key)
-    not_capable = any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
-                      for e in entries)
+    declares = declares_hma(entries)
     ran = [e for e in entries if e["status"] != "skipped"]
     if failed_must:
-        return f"❌ {connector} must not declare `SupportsHMA`: it fails MUST check(s) {', '.join(failed_must)}."
-    if not_capable:
+        failing = f"it fails MUST check(s) {', '.join(failed_must)}"
+        if declares:
+            return f"❌ {connector} declares `SupportsHMA` but must not: {failing}."
+        return (f"❌ {connector} does not declare `SupportsHMA` and may not: {failing}, "
+                "and its HMA checks were not run.")
+    if not declares:
         return (f"➖ {connector} does not declare `SupportsHMA`; its HMA checks were not run, "
                 "so it must pass them before it declares it.")
     if not ran:
-        return f"❔ {connector}: no check ran, so whether it may declare `SupportsHMA` is unknown."
+        return f"❔ {connector} declares `SupportsHMA`, but no check ran, so whether it may is unknown."
     suffix = f" (SHOULD checks failing: {', '.join(failed_should)})" if failed_should else ""
-    return f"✅ {connector} may declare `SupportsHMA`: it passes every MUST check on every preset{suffix}."
+    return f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check on every preset{suffix}."
 
 
 def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:

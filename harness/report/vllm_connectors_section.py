@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness.report.config_section import label
-from harness.report.connector_section import SUITE, _natural_key, check_cell, hma_verdict
+from harness.report.connector_section import SUITE, _natural_key, check_cell, declares_hma, hma_verdict
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
@@ -47,11 +47,6 @@ def _cannot_run(entries: list[dict[str, Any]]) -> str | None:
     if whole and all(r.startswith(WHOLE_CONNECTOR_SKIPS) or r.lower().startswith("not hma-capable") for r in reasons):
         return whole[0]
     return None
-
-
-def _declares_hma(entries: list[dict[str, Any]]) -> bool:
-    return not any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
-                   for e in entries)
 
 
 def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
@@ -89,13 +84,11 @@ def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
         blocks.append(Table(headers=["check", "tier", "description"] + ran, rows=rows,
                             column_filters=[{}, {}, {}] + [{"connector": c} for c in ran], search=True))
         blocks.append(Heading(3, f"SupportsHMA in vLLM {version}'s connectors: declared, and backed?"))
-        blocks.append(BulletList([
-            f"{c} {'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`. "
-            + hma_verdict(c, by_connector[c]) for c in ran]))
+        blocks.append(BulletList([hma_verdict(c, by_connector[c]) for c in ran]))
     if unavailable:
         blocks.append(Heading(3, f"vLLM {version}'s connectors the suite could not check here"))
         blocks.append(BulletList([
-            f"{c} ({'declares' if _declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`): "
+            f"{c} ({'declares' if declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`): "
             f"{unavailable[c]}" for c in sorted(unavailable, key=str.lower)]))
     return Section(f"vllm-connectors-{version}", blocks)
 

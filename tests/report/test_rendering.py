@@ -11,6 +11,7 @@ import pytest
 
 from harness.report import render_reports
 from harness.report.build import build_document
+from harness.report.connector_section import hma_verdict
 from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
@@ -260,9 +261,34 @@ def test_connector_hma_verdicts():
     md = render_markdown(build_document(connector_document()))
     assert ("- ➖ ExampleNonHMA does not declare `SupportsHMA`; its HMA checks were not run, so it must pass "
             "them before it declares it.") in md
-    assert ("- ✅ GoodHMA may declare `SupportsHMA`: it passes every MUST check on every preset "
+    assert ("- ✅ GoodHMA declares `SupportsHMA` and may: it passes every MUST check on every preset "
             "(SHOULD checks failing: C10).") in md
-    assert "- ❌ LMCacheLike must not declare `SupportsHMA`: it fails MUST check(s) C02." in md
+    assert "- ❌ LMCacheLike declares `SupportsHMA` but must not: it fails MUST check(s) C02." in md
+
+
+@pytest.mark.parametrize(("statuses", "expected"), [
+    # (C01 status, C02 status) of a connector that declares SupportsHMA
+    (("passed", "passed"), "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check on every preset."),
+    (("passed", "failed"), "❌ Vendor declares `SupportsHMA` but must not: it fails MUST check(s) C02."),
+    (("skipped", "skipped"), "❔ Vendor declares `SupportsHMA`, but no check ran, so whether it may is unknown."),
+])
+def test_hma_verdict_of_a_declaring_connector(statuses, expected):
+    entries = [connector_entry("Vendor", check, "MUST", "fa_only", status=status,
+                               message="cannot run here: no GPU" if status == "skipped" else None)
+               for check, status in zip(("C01", "C02"), statuses)]
+    assert hma_verdict("Vendor", entries) == expected
+
+
+def test_hma_verdict_of_a_connector_that_does_not_declare_it():
+    """A failing MUST check of a connector without SupportsHMA: it may not declare it, and it does not."""
+    entries = [connector_entry("Plain", "C01", "MUST", "fa_only", status="skipped",
+                               message="not HMA-capable: Plain does not declare SupportsHMA"),
+               connector_entry("Plain", "C14", "MUST", "fa_only", status="failed", evidence="block 1 differs")]
+    verdict = hma_verdict("Plain", entries)
+    assert verdict == ("❌ Plain does not declare `SupportsHMA` and may not: it fails MUST check(s) C14, "
+                       "and its HMA checks were not run.")
+    assert "must not declare" not in verdict
+    assert hma_verdict("Plain", entries[:1]).startswith("➖ Plain does not declare `SupportsHMA`")
 
 
 def test_allocator_and_throughput_sections():

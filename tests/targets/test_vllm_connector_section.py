@@ -61,8 +61,10 @@ def test_connectors_that_could_not_run_get_one_line_each():
 def test_hma_declaration_and_verdict_per_connector():
     md = _markdown(ENTRIES_033)
     section = md[md.index("### SupportsHMA in vLLM 0.33.0's connectors"):]
-    assert "- DecodeBenchConnector declares `SupportsHMA`. ❌ DecodeBenchConnector must not declare" in section
-    assert "- ExampleConnector does not declare `SupportsHMA`. ❌ ExampleConnector must not declare" in section
+    assert "- ❌ DecodeBenchConnector declares `SupportsHMA` but must not: it fails MUST check(s) " in section
+    assert ("- ❌ ExampleConnector does not declare `SupportsHMA` and may not: it fails MUST check(s) C30 "
+            "key-isolation, and its HMA checks were not run.") in section
+    assert "ExampleConnector must not declare" not in section, "it does not declare SupportsHMA, so say so"
 
 
 def test_vllm_connectors_stay_out_of_the_main_connector_table():
