@@ -74,6 +74,12 @@ class KVCacheCoordinator:
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
         for gid, m in enumerate(managers):
             m.use_eagle = gid in self.drop_eagle_group_ids
+        # Mamba checkpoints follow EAGLE's replay boundary (draft models have no Mamba layers, so the
+        # drop applies whenever EAGLE is on, whichever groups are flagged).
+        if use_eagle:
+            for m in managers:
+                if isinstance(m, MambaManager):
+                    m.drop_eagle_checkpoint_block = True
         # Managers whose skipped-token count can be non-zero (full attention never skips).
         self._skipping_managers = tuple(m for m in managers if not isinstance(m, FullAttentionManager))
 
@@ -86,6 +92,8 @@ class KVCacheCoordinator:
         """Free-queue blocks the allocation needs, summed over groups."""
         if num_tokens_main_model is None:
             num_tokens_main_model = num_tokens
+        if self.retention_interval != 0:
+            prefill_end = 0  # dense retention publishes a checkpoint on every chunk
         return sum(
             m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
                                          num_local_computed_tokens, num_tokens_main_model, apply_admission_cap,
@@ -117,7 +125,7 @@ class KVCacheCoordinator:
         """Register the request's newly full blocks in every group."""
         boundaries = (request.num_prompt_tokens - 1,)
         for m in self.single_type_managers:
-            m.cache_blocks(request, num_computed_tokens, replay_boundaries=boundaries)
+            m.cache_blocks(request, num_computed_tokens, self.retention_interval, replay_boundaries=boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:

@@ -206,13 +206,20 @@ class KVCacheManager:
         if self.watermark_blocks and has_scheduled_reqs and _is_waiting(request.status):
             watermark = self.watermark_blocks
         main_model = total + num_new_tokens
+        coordinator = self.coordinator
+        # Sparse retention (interval 0) keeps only the prefill end's Mamba checkpoint, so only the chunk
+        # reaching it reserves one; a resumed request replays its outputs as prefill too.
+        prefill_end = 0
+        if coordinator.retention_interval == 0:
+            prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if full_sequence_must_fit:
             # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
             # chunk only (below), not from this check.
             whole = min(request.num_tokens, max_len)
             needed_whole = 0
             for i, m in enumerate(managers):
-                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True)
+                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True,
+                                                             prefill_end)
             if needed_whole + watermark > free:
                 return None
 
@@ -222,7 +229,8 @@ class KVCacheManager:
         free = pool.free_block_queue.num_free_blocks - reserved_blocks - watermark
         needed = 0
         for i, m in enumerate(managers):
-            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model)
+            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model,
+                                                   False, prefill_end)
         if needed > free:
             return None
 
@@ -238,8 +246,9 @@ class KVCacheManager:
             if align > 1:
                 n = n // align * align
             boundaries = (request.num_prompt_tokens - 1,)
+            retention_interval = coordinator.retention_interval
             for m in managers:
-                m.cache_blocks(request, n, replay_boundaries=boundaries)
+                m.cache_blocks(request, n, retention_interval, replay_boundaries=boundaries)
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)
