@@ -88,13 +88,12 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.enable_kv_cache_events = enable_kv_cache_events
-        if isinstance(num_hash_lookahead_tokens, bool) or not isinstance(num_hash_lookahead_tokens, int) \
-                or num_hash_lookahead_tokens < 0:
+        if not isinstance(num_hash_lookahead_tokens, int) or num_hash_lookahead_tokens < 0:
             raise ValueError(f"BlockPool.num_hash_lookahead_tokens must be a non-negative integer, "
                              f"got {num_hash_lookahead_tokens!r}")
         #: Tokens after each hash block that its hash also covers (MTP lookahead), so a prefix is only
         #: provable once that many tokens past it are known.
-        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        self.num_hash_lookahead_tokens = int(num_hash_lookahead_tokens)
         self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()

@@ -131,7 +131,6 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
-        self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -239,16 +238,8 @@ class KVCacheManager:
         new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
 
         if self.enable_caching and not delay_cache_blocks:
-            n = total + num_new_tokens
-            if n > request.num_tokens:
-                n = request.num_tokens
-            align = self._hybrid_cache_align
-            if align > 1:
-                n = n // align * align
-            boundaries = (request.num_prompt_tokens - 1,)
-            retention_interval = coordinator.retention_interval
-            for m in managers:
-                m.cache_blocks(request, n, retention_interval, replay_boundaries=boundaries)
+            # Only finalized tokens are cached (not drafts that may be rejected).
+            coordinator.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)
