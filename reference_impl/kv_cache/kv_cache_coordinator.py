@@ -103,6 +103,11 @@ class KVCacheCoordinator:
         self._skipping_managers = tuple(m for m in managers if not isinstance(m, FullAttentionManager))
 
     # ----------------------------------------------------------------------------------------- counting
+    def checkpoint_prefill_end(self, prefill_end: int) -> int:
+        """The prefill end Mamba checkpoint reservations are keyed on: under sparse retention (interval 0)
+        only the chunk reaching `prefill_end` reserves one; otherwise every chunk publishes a state (0)."""
+        return prefill_end if self.retention_interval == 0 else 0
+
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
                                    num_encoder_tokens: int, total_computed_tokens: int,
@@ -111,8 +116,7 @@ class KVCacheCoordinator:
         """Free-queue blocks the allocation needs, summed over groups."""
         if num_tokens_main_model is None:
             num_tokens_main_model = num_tokens
-        if self.retention_interval != 0:
-            prefill_end = 0  # dense retention publishes a checkpoint on every chunk
+        prefill_end = self.checkpoint_prefill_end(prefill_end)
         return sum(
             m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
                                          num_local_computed_tokens, num_tokens_main_model, apply_admission_cap,

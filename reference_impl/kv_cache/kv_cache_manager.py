@@ -206,11 +206,8 @@ class KVCacheManager:
             watermark = self.watermark_blocks
         main_model = total + num_new_tokens
         coordinator = self.coordinator
-        # Sparse retention (interval 0) keeps only the prefill end's Mamba checkpoint, so only the chunk
-        # reaching it reserves one; a resumed request replays its outputs as prefill too.
-        prefill_end = 0
-        if coordinator.retention_interval == 0:
-            prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        # The scheduler's prefill boundary (a resumed request replays its outputs as prefill too).
+        prefill_end = coordinator.checkpoint_prefill_end(max(request.num_prompt_tokens, request.num_tokens - 1))
         if full_sequence_must_fit:
             # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
             # chunk only (below), not from this check.
