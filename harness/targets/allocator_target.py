@@ -36,6 +36,11 @@ class GroupDesc:
     attention_chunk_size: int | None = None
     num_layers: int = 1
     rswa_window: int | None = None
+    #: Mamba only: scratch state blocks for speculative decoding, and prefill checkpoint blocks with the
+    #: token alignment the worker exports checkpoints at.
+    num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in GROUP_KINDS:
@@ -63,10 +68,12 @@ class AllocatorTarget(Protocol):
                      enable_caching: bool = True, retention_interval: int | None = None,
                      hash_block_size: int | None = None, scheduler_block_size: int | None = None,
                      max_in_flight_tokens: int | None = None, use_eagle: bool = False,
-                     dcp_world_size: int = 1, enable_kv_cache_events: bool = False) -> Any:
+                     dcp_world_size: int = 1, enable_kv_cache_events: bool = False,
+                     num_hash_lookahead_tokens: int = 0) -> Any:
         """A `KVCacheManager` over one pool of `num_blocks` with one group per description (EAGLE's
         last-block drop with `use_eagle`; decode context parallelism over `dcp_world_size` ranks; KV cache
-        events with `enable_kv_cache_events`)."""
+        events with `enable_kv_cache_events`; block hashes covering `num_hash_lookahead_tokens` tokens past
+        their block)."""
 
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int], hash_block_size: int, *,
                      lora: tuple[str, int, str] | None = None, cache_salt: str | None = None) -> Any:
@@ -96,7 +103,9 @@ def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
         return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
     page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
-                         mamba_cache_mode="align")
+                         mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
+                         num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
+                         prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
 
 
 def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, dtype,
@@ -144,7 +153,7 @@ class ReferenceAllocatorTarget:
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
                      hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
-                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False):
+                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False, num_hash_lookahead_tokens=0):
         import math
 
         config = self.make_kv_cache_config(groups, num_blocks, retention_interval)
@@ -154,7 +163,8 @@ class ReferenceAllocatorTarget:
         return self._mod.KVCacheManager(config, max_model_len, sbs, hbs, max_in_flight_tokens=max_in_flight_tokens,
                                         enable_caching=enable_caching, use_eagle=use_eagle,
                                         dcp_world_size=dcp_world_size,
-                                        enable_kv_cache_events=enable_kv_cache_events)
+                                        enable_kv_cache_events=enable_kv_cache_events,
+                                        num_hash_lookahead_tokens=num_hash_lookahead_tokens)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)

@@ -50,7 +50,7 @@ class VllmAllocatorTarget:
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
                      hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
-                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False):
+                     use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False, num_hash_lookahead_tokens=0):
         config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval, self._dtype)
         sizes = [g.block_size for g in groups]
         sbs = scheduler_block_size or math.lcm(*sizes)
@@ -59,7 +59,8 @@ class VllmAllocatorTarget:
                                             max_in_flight_tokens=max_in_flight_tokens,
                                             enable_caching=enable_caching, use_eagle=use_eagle,
                                             dcp_world_size=dcp_world_size,
-                                            enable_kv_cache_events=enable_kv_cache_events)
+                                            enable_kv_cache_events=enable_kv_cache_events,
+                                            num_hash_lookahead_tokens=num_hash_lookahead_tokens)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)

@@ -95,7 +95,12 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.enable_kv_cache_events = enable_kv_cache_events
-        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        if not isinstance(num_hash_lookahead_tokens, int) or num_hash_lookahead_tokens < 0:
+            raise ValueError(f"BlockPool.num_hash_lookahead_tokens must be a non-negative integer, "
+                             f"got {num_hash_lookahead_tokens!r}")
+        #: Tokens after each hash block that its hash also covers (MTP lookahead), so a prefix is only
+        #: provable once that many tokens past it are known.
+        self.num_hash_lookahead_tokens = int(num_hash_lookahead_tokens)
         self.medium = medium
         self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
@@ -248,6 +253,41 @@ class BlockPool:
             return False
         self._evict_cached(block)
         return True
+
+    def cache_partial_block(self, request, block: KVCacheBlock, num_tokens: int, kv_cache_group_id: int,
+                            block_size: int, replace_existing_hashes: bool = False) -> bytes | None:
+        """Key an existing block by the prefix hash at `num_tokens` (a hash boundary, possibly inside the
+        block), e.g. a Mamba checkpoint or prompt-end state. Returns the key, or None for the null block.
+
+        With `replace_existing_hashes` the block's content changed: its old key is dropped first. Without
+        it, an older key covering fewer tokens is superseded.
+        """
+        if block.is_null:
+            return None
+        hbs = self.hash_block_size
+        if block_size % hbs:
+            raise ValueError(f"block_size ({block_size}) must be a multiple of hash_block_size ({hbs})")
+        num_hash_blocks = num_tokens // hbs
+        if num_tokens % hbs or not 0 < num_hash_blocks <= len(request.block_hashes):
+            raise ValueError(
+                f"cache_partial_block: num_tokens ({num_tokens}) must be a positive multiple of hash_block_size "
+                f"({hbs}) covered by the {len(request.block_hashes)} block hashes of request {request.request_id}"
+            )
+        key = request.block_hashes[num_hash_blocks - 1] + kv_cache_group_id.to_bytes(4, "big")
+        if block._block_hash is not None:
+            if block._block_hash == key and not replace_existing_hashes:
+                return key
+            if not replace_existing_hashes and (block._block_hash_num_tokens or 0) >= num_tokens:
+                raise AssertionError(
+                    f"block {block.block_id} already carries a key over {block._block_hash_num_tokens} tokens; "
+                    f"a second key at {num_tokens} tokens needs per-block secondary keys")
+            self._evict_cached(block)
+        block._block_hash = key
+        block._block_hash_num_tokens = num_tokens
+        self.cached_block_hash_to_block.insert(key, block)
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(("BlockStored", kv_cache_group_id, [block.block_id]))
+        return key
 
     # --------------------------------------------------------------------------------------- alloc / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

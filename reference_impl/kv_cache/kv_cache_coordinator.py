@@ -32,7 +32,24 @@ __all__ = [
     "HybridKVCacheCoordinator",
     "SpecGroup",
     "get_kv_cache_coordinator",
+    "replay_boundaries",
 ]
+
+
+def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
+    """Token positions a later request replaying this prompt can resume at; sparse retention keeps the
+    state (or window tail) at each.
+
+    Without EAGLE that is the resend limit `num_prompt_tokens - 1` (its last token is recomputed for
+    logits). With EAGLE a hit ends one scheduler block below the block it proved, for both a resend (limit
+    `P - 1`) and a longer prompt (limit `P`); on a block-aligned prompt the two differ, and both are kept.
+    """
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    block = scheduler_block_size
+    resend = (num_prompt_tokens - 1) // block * block - block
+    extension = num_prompt_tokens // block * block - block
+    return tuple(sorted({max(resend, 0), max(extension, 0)}))
 
 
 class KVCacheCoordinator:
@@ -52,6 +69,8 @@ class KVCacheCoordinator:
         self.scheduler_block_size = scheduler_block_size
         self.dcp_world_size = dcp_world_size
         self.pcp_world_size = pcp_world_size
+        # Multi-module MTP may re-prefill the last `num_prefill_lookahead - 1` tokens: not yet final.
+        self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
         self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching, hash_block_size,
                                     enable_kv_cache_events, metrics_collector, num_hash_lookahead_tokens)
         # EAGLE drops the last hit block of its groups: the flagged ones, or every group when none is.
@@ -78,11 +97,22 @@ class KVCacheCoordinator:
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
         for gid, m in enumerate(managers):
             m.use_eagle = gid in self.drop_eagle_group_ids
+        # Mamba checkpoints follow EAGLE's replay boundary (draft models have no Mamba layers, so the
+        # drop applies whenever EAGLE is on, whichever groups are flagged).
+        if use_eagle:
+            for m in managers:
+                if isinstance(m, MambaManager):
+                    m.drop_eagle_checkpoint_block = True
         # Managers that may free blocks mid-request (plain full attention never does; R-SWA frees its gap).
         self._skipping_managers = tuple(m for m in managers
                                         if not isinstance(m, FullAttentionManager) or isinstance(m, RSWAManager))
 
     # ----------------------------------------------------------------------------------------- counting
+    def checkpoint_prefill_end(self, prefill_end: int) -> int:
+        """The prefill end Mamba checkpoint reservations are keyed on: under sparse retention (interval 0)
+        only the chunk reaching `prefill_end` reserves one; otherwise every chunk publishes a state (0)."""
+        return prefill_end if self.retention_interval == 0 else 0
+
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
                                    new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
                                    num_encoder_tokens: int, total_computed_tokens: int,
@@ -91,6 +121,7 @@ class KVCacheCoordinator:
         """Free-queue blocks the allocation needs, summed over groups."""
         if num_tokens_main_model is None:
             num_tokens_main_model = num_tokens
+        prefill_end = self.checkpoint_prefill_end(prefill_end)
         return sum(
             m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
                                          num_local_computed_tokens, num_tokens_main_model, apply_admission_cap,
@@ -118,11 +149,18 @@ class KVCacheCoordinator:
         return tuple(m.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
                      for m in self.single_type_managers)
 
+    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
+        """The prefix of `num_computed_tokens` group `kv_cache_group_id` may cache: final tokens only."""
+        return max(0, num_computed_tokens - self.num_reprefillable_tokens)
+
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's newly full blocks in every group."""
-        boundaries = (request.num_prompt_tokens - 1,)
-        for m in self.single_type_managers:
-            m.cache_blocks(request, num_computed_tokens, replay_boundaries=boundaries)
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
+                                       bool(self.drop_eagle_group_ids))
+        retention_interval = self.retention_interval
+        for gid, m in enumerate(self.single_type_managers):
+            m.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, gid), retention_interval,
+                           replay_boundaries=boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
@@ -272,10 +310,20 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     f"(group {m.kv_cache_group_id} has {m.block_size})"
                 )
 
-    def cache_blocks(self, request, num_computed_tokens: int) -> None:
-        # Blocks past the last aligned boundary can never serve a hit.
+    def _align_cacheable(self, num_tokens: int) -> int:
+        """The longest prefix of `num_tokens` a later hit could match: hits are scheduler-block aligned."""
         sbs = self.scheduler_block_size
-        super().cache_blocks(request, num_computed_tokens // sbs * sbs)
+        return num_tokens // sbs * sbs
+
+    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
+        # Blocks past the last aligned boundary can never serve a hit, except in an EAGLE group: its
+        # lookup proves one block past the boundary before dropping it, so that block is cached too.
+        aligned = self._align_cacheable(num_computed_tokens)
+        manager = self.single_type_managers[kv_cache_group_id]
+        if manager.use_eagle and aligned > 0:
+            final = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+            return min(final, self._align_cacheable(final) + manager.block_size)
+        return aligned
 
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
         sbs = self.scheduler_block_size

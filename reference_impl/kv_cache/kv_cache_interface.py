@@ -403,7 +403,10 @@ class MambaSpec(KVCacheSpec):
         return self.page_size_padded if self.page_size_padded is not None else self.real_page_size_bytes
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
-        pages = (2 if self.mamba_cache_mode == "align" else 1) + self.num_speculative_blocks
+        pages = 1 + self.num_speculative_blocks
+        if self.mamba_cache_mode == "align":
+            # the previous state until it is consumed, and the prefill checkpoints' blocks
+            pages += 1 + self.num_prefill_checkpoint_blocks
         return pages * self.page_size_bytes
 
 

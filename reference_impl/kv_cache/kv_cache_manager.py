@@ -139,7 +139,6 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
-        self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -217,13 +216,17 @@ class KVCacheManager:
         if self.watermark_blocks and has_scheduled_reqs and _is_waiting(request.status):
             watermark = self.watermark_blocks
         main_model = total + num_new_tokens
+        coordinator = self.coordinator
+        # The scheduler's prefill boundary (a resumed request replays its outputs as prefill too).
+        prefill_end = coordinator.checkpoint_prefill_end(max(request.num_prompt_tokens, request.num_tokens - 1))
         if full_sequence_must_fit:
             # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
             # chunk only (below), not from this check.
             whole = min(request.num_tokens, max_len)
             needed_whole = 0
             for i, m in enumerate(managers):
-                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True)
+                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True,
+                                                             prefill_end)
             if needed_whole + watermark > free:
                 return None
 
@@ -233,7 +236,8 @@ class KVCacheManager:
         free = pool.free_block_queue.num_free_blocks - reserved_blocks - watermark
         needed = 0
         for i, m in enumerate(managers):
-            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model)
+            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model,
+                                                   False, prefill_end)
         if needed > free:
             return None
 
@@ -242,15 +246,8 @@ class KVCacheManager:
         new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
 
         if self.enable_caching and not delay_cache_blocks:
-            n = total + num_new_tokens
-            if n > request.num_tokens:
-                n = request.num_tokens
-            align = self._hybrid_cache_align
-            if align > 1:
-                n = n // align * align
-            boundaries = (request.num_prompt_tokens - 1,)
-            for m in managers:
-                m.cache_blocks(request, n, replay_boundaries=boundaries)
+            # Only finalized tokens are cached (not drafts that may be rejected).
+            coordinator.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)

@@ -30,6 +30,8 @@ from reference_impl.kv_cache.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     cdiv,
+    get_mamba_prefill_checkpoint_position,
+    is_mamba_prefill_checkpoint_valid,
 )
 from reference_impl.kv_cache.kv_cache_utils import resolve_block_hashes, trim_null_head
 
@@ -530,6 +532,13 @@ class MambaManager(SingleTypeKVCacheManager):
         #: A finished request hands that block to the connector (finalize_partial_tail_offload); a running
         #: one's copy-on-write copy is offered instead.
         self._producer_partial_tail_reqs: dict[str, tuple[KVCacheBlock, int]] = {}
+        #: Whether the worker can export a prefill checkpoint: the state at a hash boundary inside a chunk,
+        #: written into an extra block just below the chunk's running state.
+        self.has_prefill_checkpoint_blocks = self._align and kv_cache_spec.num_prefill_checkpoint_blocks > 0
+        #: Whether checkpoints sit one hash block lower, at EAGLE's replay boundary (set by the coordinator).
+        self.drop_eagle_checkpoint_block = False
+        #: Per request, the current allocation's checkpoint: (token position, block-table column).
+        self._checkpoints: dict[str, tuple[int, int]] = {}
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens - 1
@@ -591,6 +600,76 @@ class MambaManager(SingleTypeKVCacheManager):
                     self.block_pool.free_blocks([table[idx]])
                     table[idx] = self._null_block
 
+    # ------------------------------------------------------------------------------ prefill checkpoints
+    def _checkpoint_position(self, num_tokens: int) -> int:
+        """The hash boundary a prefill ending at `num_tokens` checkpoints its state at (0: none): the
+        last hit boundary that leaves a token to recompute (or the hash lookahead), one hash block lower
+        under EAGLE's replay drop. The worker derives the same position from the same inputs."""
+        return get_mamba_prefill_checkpoint_position(
+            num_tokens, self.cache_hit_alignment_tokens, self.drop_eagle_checkpoint_block,
+            num_hash_lookahead_tokens=self.block_pool.num_hash_lookahead_tokens)
+
+    def _needs_internal_checkpoint(self, request_id: str, query_start: int, query_end: int,
+                                   checkpoint_position: int, prefill_end: int) -> bool:
+        """Whether the chunk [query_start, query_end) gets a checkpoint block: the spec has checkpoint
+        blocks, the chunk reaches `prefill_end` (0 under dense retention: every chunk), the worker can export
+        the position in this chunk, and the checkpoint column holds nothing the request still needs (it is
+        past the table, null, or one of the request's own speculative scratch blocks)."""
+        if not self.has_prefill_checkpoint_blocks or query_end < prefill_end:
+            return False
+        if not is_mamba_prefill_checkpoint_valid(
+                query_start=query_start, query_end=query_end, checkpoint_position=checkpoint_position,
+                hash_block_size=self.block_pool.hash_block_size, mamba_block_size=self.block_size,
+                checkpoint_alignment=self.kv_cache_spec.prefill_checkpoint_alignment):
+            return False
+        column = cdiv(query_end, self.block_size) - 2
+        if column < 0:
+            return False
+        table = self.req_to_blocks.get(request_id) or ()
+        return (column >= len(table) or table[column].is_null
+                or (request_id in self._allocated_block_reqs
+                    and column >= len(table) - self.num_speculative_blocks))
+
+    def _plan_checkpoint(self, request_id: str, query_start: int, query_end: int, prefill_end: int,
+                         record: bool) -> int:
+        """1 if this allocation reserves a checkpoint block, else 0. With `record` (a real allocation, not
+        the admission estimate) the checkpoint's position and column are kept for `allocate_new_blocks`
+        and `cache_blocks`, or any earlier one dropped."""
+        position = self._checkpoint_position(query_end)
+        if not self._needs_internal_checkpoint(request_id, query_start, query_end, position, prefill_end):
+            position = 0
+        if record:
+            if position:
+                self._checkpoints[request_id] = (position, cdiv(query_end, self.block_size) - 2)
+            else:
+                self._checkpoints.pop(request_id, None)
+        return int(position > 0)
+
+    def _cache_checkpoint_block(self, request, retention_interval: int | None) -> bytes | None:
+        """Key the checkpoint block by the prefix hash at its checkpoint position, dropping whatever key
+        it had (full-block caching may just have keyed that column at its block end, a state the column
+        does not hold). A checkpoint that is neither the prompt's own, nor on a retained boundary, nor the
+        shared-prefix junction is transient: its block loses every key. Returns the new key, if any."""
+        position, column = self._checkpoints[request.request_id]
+        block = self.req_to_blocks[request.request_id][column]
+        is_prompt_checkpoint = position == self._checkpoint_position(request.num_prompt_tokens)
+        is_retained = False
+        if position % self.block_size == 0:
+            block_idx = position // self.block_size - 1
+            mask = self.reachable_block_mask(block_idx, block_idx + 1, self.cache_hit_alignment_tokens,
+                                             self.kv_cache_spec, self.drop_eagle_checkpoint_block,
+                                             retention_interval=retention_interval)
+            is_retained = mask is None or mask[0]
+        junction = getattr(request, "shared_prefix_boundary", 0)
+        if not is_prompt_checkpoint and not is_retained and position != junction:
+            self.block_pool._maybe_evict_cached_block(block)
+            return None
+        if block.block_hash_num_tokens == position:
+            return None
+        return self.block_pool.cache_partial_block(request=request, block=block, num_tokens=position,
+                                                   kv_cache_group_id=self.kv_cache_group_id,
+                                                   block_size=self.block_size, replace_existing_hashes=True)
+
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
                                    num_local_computed_tokens=0, num_tokens_main_model=None,
                                    apply_admission_cap=False, prefill_end=0):
@@ -606,10 +685,12 @@ class MambaManager(SingleTypeKVCacheManager):
         n = num_tokens if num_tokens_main_model is None else num_tokens_main_model
         table = self.req_to_blocks.get(request_id)
         num_new = cdiv(n, self.block_size) + spec - len(new_computed_blocks) - (len(table) if table else 0)
+        checkpoint_block = self._plan_checkpoint(request_id, total_computed_tokens, n, prefill_end,
+                                                 record=not apply_admission_cap)
         if num_new > 0:
-            # One state block per step, whatever the chunk spans; the speculative blocks come with the
-            # first allocation and are moved along (not reallocated) afterwards.
-            cap = 1 if request_id in self._allocated_block_reqs else 1 + spec
+            # One state block per step (plus the checkpoint's), whatever the chunk spans; the speculative
+            # blocks come with the first allocation and are moved along (not reallocated) afterwards.
+            cap = (1 if request_id in self._allocated_block_reqs else 1 + spec) + checkpoint_block
             num_new = min(num_new, cap)
         else:
             num_new = 0
@@ -629,7 +710,8 @@ class MambaManager(SingleTypeKVCacheManager):
         table = self.req_to_blocks[request_id]
         required = cdiv(n, self.block_size) + spec
         prev = len(table)
-        if required <= prev:  # over-allocated last round (rejected drafts)
+        checkpoint_block = int(request_id in self._checkpoints)
+        if required <= prev and not checkpoint_block:  # over-allocated last round (rejected drafts)
             self._allocated_block_reqs.add(request_id)
             return []
         allocated = request_id in self._allocated_block_reqs
@@ -641,11 +723,14 @@ class MambaManager(SingleTypeKVCacheManager):
         # Positions before the new running state hold nothing: pad with the null block. The pads are part
         # of the returned new entries, so a worker extending its table by them stays position-aligned.
         running = required - spec - 1
-        if prev < running:
-            table.extend([self._null_block] * (running - prev))
+        # A checkpoint step keeps the column just below the running state for the checkpoint's block.
+        first_kept = running - checkpoint_block
+        if prev < first_kept:
+            table.extend([self._null_block] * (first_kept - prev))
         if allocated:
-            # Speculative blocks the step leaves behind move to the tail (their scratch content is dead).
-            for i in range(prev - spec, min(prev, running)):
+            # Speculative blocks the step leaves behind move to the tail (their scratch content is dead);
+            # one already at the checkpoint column stays there and receives the checkpoint.
+            for i in range(prev - spec, min(prev, first_kept)):
                 self._relocate_speculative_block(table, i)
         new = self.block_pool.get_new_blocks(max(required - len(table), 0))
         returned = table[prev:] + new
@@ -669,6 +754,7 @@ class MambaManager(SingleTypeKVCacheManager):
         self._num_retired_blocks.pop(request_id, None)
         self._producer_partial_tail_reqs.pop(request_id, None)
         self._drop_pending_offloads(request_id)
+        self._checkpoints.pop(request_id, None)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self._forget(request_id)
@@ -681,6 +767,11 @@ class MambaManager(SingleTypeKVCacheManager):
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         before = self.num_cached_block.get(request.request_id, 0)
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+        if self._align and request.request_id in self._checkpoints:
+            checkpoint_key = self._cache_checkpoint_block(
+                request, self.retention_interval if retention_interval is None else retention_interval)
+            if checkpoint_key is not None:
+                self.cached_blocks_this_step.add(checkpoint_key)
         after = self.num_cached_block.get(request.request_id, 0)
         if after > before:
             table = self.req_to_blocks[request.request_id]
