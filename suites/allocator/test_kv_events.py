@@ -238,11 +238,16 @@ def replay(events, counts: Counter) -> None:
                 del counts[key]
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+# The state machine's layouts plus R-SWA, whose decode gap is freed (and its blocks reused) mid-request.
+REPLAY_CONFIGS = {**CONFIGS, "full+rswa": [GroupDesc("full", 4), GroupDesc("rswa", 4, rswa_window=8)]}
+
+
+@pytest.mark.parametrize("config", list(REPLAY_CONFIGS))
 def test_events_replay_to_the_prefix_cache_map(target, config):
-    """Random admit / decode / free / evict / reset sequences (the allocator state machine): after every
-    step, replaying all events so far gives exactly the prefix-cache map, key by key, block count by count."""
-    machine = make_machine(_EventsOn(target), CONFIGS[config])
+    """Random admit / decode / free / evict / reset sequences (the allocator state machine, whose own
+    invariants run too): after every step, replaying all events so far gives exactly the prefix-cache map,
+    key by key, block count by count."""
+    machine = make_machine(_EventsOn(target), REPLAY_CONFIGS[config])
 
     class ReplayMachine(machine):
         @invariant()
