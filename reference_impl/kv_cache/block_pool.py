@@ -477,10 +477,10 @@ def _lora_id(lora) -> int | None:
     # vLLM's LoRARequest says adapter_id, the reference's lora_int_id
     if not lora:
         return None
-    return getattr(lora, "adapter_id", None) if hasattr(lora, "adapter_id") else getattr(lora, "lora_int_id", None)
+    return lora.adapter_id if hasattr(lora, "adapter_id") else lora.lora_int_id
 
 
 def _lora_name(lora) -> str | None:
     if not lora:
         return None
-    return getattr(lora, "name", None) if hasattr(lora, "name") else getattr(lora, "lora_name", None)
+    return lora.name if hasattr(lora, "name") else lora.lora_name

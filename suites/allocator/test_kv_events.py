@@ -6,11 +6,16 @@ from NONE_HASH); expected block ids, event order and fields were worked out by h
 events alone, so every field it reads is checked.
 """
 
+from collections import Counter
+
 import pytest
+from hypothesis import settings
+from hypothesis.stateful import invariant
 
 from harness.targets.allocator_target import GroupDesc
 from suites.allocator.helpers import prefill
 from suites.allocator.test_data_structures import oracle_none_hash, oracle_sha256
+from suites.allocator.test_state_machine import CONFIGS, make_machine
 
 SECTION = "2.7"
 
@@ -37,9 +42,14 @@ def oracle_hashes(tokens, block_size, extra_per_block=None) -> list[bytes]:
     return out
 
 
+def published(block_hash: bytes) -> int:
+    """A hash as events publish it by default: its low 64 bits, big-endian."""
+    return int.from_bytes(block_hash, "big") & (2**64 - 1)
+
+
 def oracle_chain(tokens, block_size, extra_per_block=None) -> list[int]:
-    """The published form of `oracle_hashes`: the low 64 bits of each big-endian hash."""
-    return [int.from_bytes(h, "big") & (2**64 - 1) for h in oracle_hashes(tokens, block_size, extra_per_block)]
+    """The published form of `oracle_hashes`."""
+    return [published(h) for h in oracle_hashes(tokens, block_size, extra_per_block)]
 
 
 def kind(event) -> str:
@@ -196,3 +206,60 @@ def test_emit_cached_block_events_reports_hit_without_state_change(target):
     assert event.token_ids == list(range(1, 13)) and event.group_idx == 1 and event.block_size == 4
     assert pool.get_num_free_blocks() == free_before, "no block allocated"
     assert target.cache_entries(pool) == {}, "nothing inserted into the prefix-cache map"
+
+
+# ------------------------------------------------------------------------------------------- replay
+class _EventsOn:
+    """The target, with KV cache events on in every manager it makes."""
+
+    def __init__(self, target):
+        self._target = target
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    def make_manager(self, *args, **kwargs):
+        return self._target.make_manager(*args, enable_kv_cache_events=True, **kwargs)
+
+
+def replay(events, counts: Counter) -> None:
+    """What a KV-aware router does: fold events into {(published hash, group): blocks under that key}."""
+    for event in events:
+        name = kind(event)
+        if name == "AllBlocksCleared":
+            counts.clear()
+            continue
+        step = 1 if name == "BlockStored" else -1
+        for h in event.block_hashes:
+            key = (h, event.group_idx)
+            counts[key] += step
+            assert counts[key] >= 0, f"BlockRemoved for {key} without a matching BlockStored"
+            if not counts[key]:
+                del counts[key]
+
+
+# The state machine's layouts plus R-SWA, whose decode gap is freed (and its blocks reused) mid-request.
+REPLAY_CONFIGS = {**CONFIGS, "full+rswa": [GroupDesc("full", 4), GroupDesc("rswa", 4, rswa_window=8)]}
+
+
+@pytest.mark.parametrize("config", list(REPLAY_CONFIGS))
+def test_events_replay_to_the_prefix_cache_map(target, config):
+    """Random admit / decode / free / evict / reset sequences (the allocator state machine, whose own
+    invariants run too): after every step, replaying all events so far gives exactly the prefix-cache map,
+    key by key, block count by count."""
+    machine = make_machine(_EventsOn(target), REPLAY_CONFIGS[config])
+
+    class ReplayMachine(machine):
+        @invariant()
+        def events_rebuild_the_map(self):
+            if not hasattr(self, "m"):
+                return
+            counts = self.__dict__.setdefault("replayed", Counter())
+            replay(self.m.take_events(), counts)
+            expected = Counter({(published(key[:-4]), int.from_bytes(key[-4:], "big")): len(bids)
+                                for key, bids in target.cache_entries(self.pool).items()})
+            assert counts == expected, "events replayed by a consumer must equal the prefix-cache map"
+
+    ReplayMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, derandomize=True,
+                                               deadline=None, database=None)
+    ReplayMachine.TestCase().runTest()
