@@ -191,3 +191,30 @@ def test_prompt_checkpoint_survives_decode_under_sparse_retention(target):
         m.new_step_starts()
     assert _mamba_keyed_hashes(target, m, req) == [5], \
         "decode steps publish no Mamba state under sparse retention; only the prompt's checkpoint stays"
+
+
+# ------------------------------------------------------------------ sparse retention replay boundaries
+# Full 16 + Mamba 16 (no checkpoint blocks), retention 0, a 64-token prompt in 16-token chunks: each
+# chunk's running state ends on its block, and sparse retention keeps only the states at the replay
+# boundaries. Without EAGLE that is the resend limit 63 -> block ending at 48 (hash index 2). With EAGLE
+# a hit ends one block below what it proved: a resend (limit 63 -> 48 - 16 = 32) and a longer prompt
+# (limit 64 -> 64 - 16 = 48) both stay reachable: indices 1 and 2. An identical resend proves 64 in
+# full attention, drops a block and resumes at 48 either way.
+REPLAY_CASES = [
+    # (use_eagle, keyed indices, identical-prompt hit)
+    (False, [2], 48),
+    (True, [1, 2], 48),
+]
+
+
+@pytest.mark.parametrize("use_eagle,keyed,hit", REPLAY_CASES, ids=["plain", "eagle"])
+def test_sparse_retention_keeps_replay_boundary_states(target, use_eagle, keyed, hit):
+    m = target.make_manager(_groups(checkpoint_blocks=0), POOL, 512, retention_interval=0, use_eagle=use_eagle)
+    prompt = _prompt(64)
+    req = target.make_request("producer", prompt, BS)
+    _prefill_to(m, req, [16, 32, 48, 64])
+    assert _mamba_keyed_hashes(target, m, req) == keyed, \
+        f"use_eagle={use_eagle}: sparse retention keeps Mamba states only at hash indices {keyed}"
+    m.free(req)
+    got = _replay_hit(target, m, prompt, "resend")
+    assert got == hit, f"use_eagle={use_eagle}: an identical resend resumes at {hit} tokens, got {got}"

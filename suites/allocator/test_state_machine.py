@@ -1,6 +1,7 @@
 """Random allocate / decode / free / hit / evict / reset sequences with invariant checks after every step.
 
-Configurations: full, full+SWA, full+SWA+Mamba (bs 4), each with and without EAGLE's last-block drop; a
+Configurations: full, full+SWA, full+SWA+Mamba (bs 4), each with and without EAGLE's last-block drop, and
+full+Mamba with prefill checkpoint blocks (without EAGLE); a
 48-block pool, prompts from 4 shared prefixes so hits happen. (A Mamba block larger than the hash block
 turns on vLLM's partial-block hits, with copy-on-write references these invariants do not model, so Mamba
 stays at bs 4 here; test_vllm_behaviours covers Mamba blocks spanning several chunks.) Hypothesis derandomizes (the seed derives from the
@@ -20,7 +21,13 @@ CONFIGS = {
     "full": [GroupDesc("full", 4)],
     "full+swa": [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=8)],
     "full+swa+mamba": [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=8), GroupDesc("mamba", 4)],
+    # Mamba prefill checkpoints: without EAGLE a checkpoint block's state ends on its own block boundary
+    # (bs = hash block), so the content stamps below hold for it too.
+    "full+mamba-checkpoint": [GroupDesc("full", 4), GroupDesc("mamba", 4, num_prefill_checkpoint_blocks=1,
+                                                               prefill_checkpoint_alignment=4)],
 }
+# EAGLE moves a checkpoint one block below its column's end, which the block-end content stamps cannot model.
+NO_EAGLE = {"full+mamba-checkpoint"}
 NUM_BLOCKS = 48
 MAX_LEN = 96
 PREFIXES = [[p * 1000 + i for i in range(24)] for p in range(4)]
@@ -156,6 +163,8 @@ def make_machine(target, groups, use_eagle=False):
 @pytest.mark.parametrize("use_eagle", [False, True], ids=["plain", "eagle"])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_allocator_state_machine(target, config, use_eagle):
+    if use_eagle and config in NO_EAGLE:
+        pytest.skip(f"not applicable: {config} under EAGLE keys checkpoints below their block end")
     machine = make_machine(target, CONFIGS[config], use_eagle)
     machine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, derandomize=True,
                                          deadline=None, database=None)
