@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
+from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
+from reference_impl.kv_cache.single_type_kv_cache_manager import MambaManager
 from reference_impl.kv_cache.request import Request, RequestStatus
 from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
@@ -131,7 +133,16 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
-        self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
+        # Shared-prefix junction checkpoints: EAGLE + partial hits, and no multi-token re-prefill (which
+        # would make the cached count differ from the chunk end the scheduler stops at).
+        coord = self.coordinator
+        self.mamba_shared_prefix_checkpoint = bool(
+            enable_mamba_shared_prefix_checkpoint and coord.eagle_group_ids and coord.enable_partial_hash_hits
+            and coord.num_reprefillable_tokens == 0)
+        if self.mamba_shared_prefix_checkpoint:
+            for m in self._managers:
+                if isinstance(m, MambaManager):
+                    m.shared_prefix_checkpoint = True
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -231,19 +242,44 @@ class KVCacheManager:
         new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
 
         if self.enable_caching and not delay_cache_blocks:
+            # Only finalized tokens are cached (not unverified drafts past `request.num_tokens`).
             n = total + num_new_tokens
-            if n > request.num_tokens:
-                n = request.num_tokens
-            align = self._hybrid_cache_align
-            if align > 1:
-                n = n // align * align
-            boundaries = (request.num_prompt_tokens - 1,)
-            for m in managers:
-                m.cache_blocks(request, n, replay_boundaries=boundaries)
+            self.coordinator.cache_blocks(request, n if n < request.num_tokens else request.num_tokens)
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)
         return self.empty_kv_cache_blocks
+
+    def truncate_computed_blocks(self, blocks: KVCacheBlocks, num_computed_tokens: int) -> KVCacheBlocks:
+        """A lookup result cut at `num_computed_tokens` (a multiple of every cacheable group's block size).
+
+        Every group must cover the endpoint except Mamba, whose hit may end below it (an external hit can
+        supply the final state); scratch groups never carry hits. Pure slicing: no ref count changes.
+        """
+        out: list[list[KVCacheBlock]] = []
+        for group_blocks, m, group in zip(blocks.blocks, self._managers, self.kv_cache_config.kv_cache_groups):
+            if not group.kv_cache_spec.prefix_cacheable:
+                assert not group_blocks, "a scratch group never carries prefix-cache hits"
+                out.append([])
+                continue
+            assert num_computed_tokens % m.block_size == 0, \
+                f"num_computed_tokens ({num_computed_tokens}) must be a multiple of group " \
+                f"{m.kv_cache_group_id}'s block_size ({m.block_size})"
+            n = num_computed_tokens // m.block_size
+            if isinstance(m, MambaManager):
+                n = min(n, len(group_blocks))
+            else:
+                assert n <= len(group_blocks), \
+                    f"group {m.kv_cache_group_id} hit {len(group_blocks)} blocks, fewer than the {n} to keep"
+            out.append(list(group_blocks[:n]))
+        return self.create_kv_cache_blocks(tuple(out))
+
+    def take_kv_cache_block_copies(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
+        """Drain the queued copy-on-write copies: (copies for the worker, their retained endpoints, which
+        the caller frees once the copies have run)."""
+        pairs = [pair for m in self._managers for pair in m.take_pending_cow_copies()]
+        copies = [KVCacheBlockCopy(src_block_id=src.block_id, dst_block_id=dst.block_id) for src, dst in pairs]
+        return copies, [block for pair in pairs for block in pair]
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's full blocks up to `num_computed_tokens` in the prefix cache."""
