@@ -149,7 +149,7 @@ class KVCacheCoordinator:
                                        bool(self.drop_eagle_group_ids))
         for gid, m in enumerate(self.single_type_managers):
             m.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, gid),
-                           replay_boundaries=boundaries)
+                           retention_interval=self.retention_interval, replay_boundaries=boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:

@@ -589,6 +589,9 @@ class MambaManager(SingleTypeKVCacheManager):
         self.drop_eagle_checkpoint_block = False
         #: Whether a request's shared-prefix junction may also be registered as a partial entry.
         self.shared_prefix_checkpoint = False
+        #: Prefill checkpoint of the current allocation per request: (token position, table index of the
+        #: reserved block the worker exports the state at that position into).
+        self._checkpoints: dict[str, tuple[int, int]] = {}
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return num_computed_tokens - 1
@@ -748,6 +751,7 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def _forget(self, request_id: str) -> None:
         self._allocated_block_reqs.discard(request_id)
+        self._checkpoints.pop(request_id, None)
         self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
 
@@ -764,7 +768,9 @@ class MambaManager(SingleTypeKVCacheManager):
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         after = self.num_cached_block.get(request.request_id, 0)
         if self._align and self.enable_caching:
-            partial_key = self._cache_partial_tail_block(request, num_tokens)
+            if retention_interval is None:
+                retention_interval = self.retention_interval
+            partial_key = self._cache_partial_tail_block(request, num_tokens, retention_interval)
             if partial_key is not None:
                 self.cached_blocks_this_step.add(partial_key)
         if after > before:
@@ -776,7 +782,8 @@ class MambaManager(SingleTypeKVCacheManager):
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()
 
-    def _cache_partial_tail_block(self, request, num_tokens: int) -> bytes | None:
+    def _cache_partial_tail_block(self, request, num_tokens: int, retention_interval: int | None = None
+                                  ) -> bytes | None:
         """Register the state at the prompt's last reusable hash boundary (or, with shared-prefix
         checkpoints, at the request's junction) when this step's computation ends exactly there; the key,
         or None.
@@ -785,6 +792,9 @@ class MambaManager(SingleTypeKVCacheManager):
         request is then recorded as owning a partial tail, and its next allocation moves the entry to a
         private copy (see `_preserve_partial_tail`).
         """
+        checkpoint = self._checkpoints.get(request.request_id) if self._checkpoints else None
+        if checkpoint is not None:
+            return self._cache_checkpoint_block(request, *checkpoint, retention_interval)
         hbs = self.block_pool.hash_block_size
         if num_tokens <= 0 or num_tokens % hbs:
             return None
@@ -809,6 +819,34 @@ class MambaManager(SingleTypeKVCacheManager):
             self._partial_hit_reqs[request.request_id] = (block_idx, source)
             self.num_cached_block[request.request_id] = block_idx
         return key
+
+    def _cache_checkpoint_block(self, request, position: int, block_idx: int,
+                                retention_interval: int | None) -> bytes | None:
+        """Key the block reserved for this step's prefill checkpoint at the checkpoint's exact position
+        (replacing whatever it was keyed under), if that state is reusable: the prompt's checkpoint, one
+        sparse retention keeps, or the request's shared-prefix junction. A transient checkpoint's block is
+        overwritten later, so any key it got this step is dropped instead."""
+        table = self.req_to_blocks[request.request_id]
+        assert 0 <= block_idx < len(table), f"checkpoint index {block_idx} outside the table"
+        block = table[block_idx]
+        alignment = self.cache_hit_alignment_tokens
+        is_prompt = position == get_mamba_prefill_checkpoint_position(
+            request.num_prompt_tokens, alignment, self.drop_eagle_checkpoint_block,
+            self.block_pool.num_hash_lookahead_tokens)
+        is_retained = False
+        if position % self.block_size == 0:
+            idx = position // self.block_size - 1
+            mask = self.reachable_block_mask(idx, idx + 1, alignment, self.kv_cache_spec,
+                                             self.drop_eagle_checkpoint_block, retention_interval=retention_interval)
+            is_retained = mask is None or mask[0]
+        junction = getattr(request, "shared_prefix_boundary", 0) or 0
+        if not is_prompt and not is_retained and position != junction:
+            self.block_pool._maybe_evict_cached_block(block)
+            return None
+        if block.block_hash_num_tokens == position:
+            return None
+        return self.block_pool.cache_partial_block(request, block, position, self.kv_cache_group_id,
+                                                   self.block_size, replace_existing_hashes=True)
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
