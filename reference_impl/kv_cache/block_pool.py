@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 class BlockHashToBlockMap:
-    """Prefix-cache map: key -> block, or key -> {block_id: block} when several blocks share a key."""
+    """Prefix-cache map: key -> block, or key -> {block_id: block} once several blocks have shared the key
+    (the dict stays a dict as blocks leave it, as in vLLM)."""
 
     __slots__ = ("_cache",)
 
@@ -71,8 +72,6 @@ class BlockHashToBlockMap:
         block = entry.pop(block_id, None)
         if not entry:
             del cache[key]
-        elif len(entry) == 1:
-            cache[key] = next(iter(entry.values()))
         return block
 
     def items(self) -> list[tuple[bytes, list[KVCacheBlock]]]:
@@ -190,8 +189,6 @@ class BlockPool:
             entry.pop(block.block_id, None)
             if not entry:
                 del cache[key]
-            elif len(entry) == 1:
-                cache[key] = next(iter(entry.values()))
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(("BlockRemoved", key))
 
