@@ -174,6 +174,34 @@ class KVCacheManager:
         self.prefix_cache_hits += hit
         return self.create_kv_cache_blocks(blocks), hit, (hit + uncached if uncached else 0)
 
+    def get_computed_blocks_for_connector(self, request, max_cache_hit_length: int | None = None
+                                          ) -> tuple[KVCacheBlocks, int, int, bool]:
+        """Local lookup for a request scheduled with a KV connector: `get_computed_blocks`' triple plus
+        `hit_diverged`.
+
+        In a hybrid model with Mamba and full attention, groups' own hits can diverge (a full-attention
+        tail evicted while a deeper Mamba state survives, or the reverse). The full-attention hit is then
+        reported as the local prefix, with each group's own blocks, and flagged when a group lags behind
+        it (the connector must supply that group's state; without external tokens the caller falls back
+        to `get_computed_blocks`). A group hitting deeper than full attention, and every other model,
+        gets the reconciled lookup.
+        """
+        coord = self.coordinator
+        fa_gid = getattr(coord, "full_attention_group_id", None)
+        has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in self.kv_cache_config.kv_cache_groups)
+        if not has_mamba or fa_gid is None:
+            return *self.get_computed_blocks(request, max_cache_hit_length), False
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0, False
+        if max_cache_hit_length is None:
+            max_cache_hit_length = request.num_tokens - 1
+        blocks, hits = coord.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
+        num_local = hits[fa_gid]
+        if any(hit > num_local for hit in hits):
+            return *self.get_computed_blocks(request, max_cache_hit_length), False
+        # A per-group lookup does not detect an uncached shared prefix: boundary 0.
+        return self.create_kv_cache_blocks(blocks), num_local, 0, min(hits) < num_local
+
     # ---------------------------------------------------------------------------------------- allocation
     def allocate_slots(self, request, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,

@@ -149,3 +149,31 @@ def test_partial_hits_need_mamba_align_and_fine_grained_groups(target):
         m = target.make_manager(groups, 64, 256, hash_block_size=hbs)
         got = m.coordinator.enable_partial_hash_hits
         assert got is expected, f"{name}: enable_partial_hash_hits must be {expected}, got {got}"
+
+
+# ------------------------------------------------------------------------------ connector-facing lookup
+# Full attention bs 4 + Mamba bs 8, hash block 4 (partial hits on), 32 blocks. The owner computes 16 of a
+# 17-token prompt: full attention [1, 2, 3, 4] (all cached), Mamba [null, 5] with state 5 cached as the
+# full state after 16 tokens (it already carries the key at 16, so no partial entry is added). A request
+# sharing those 16 tokens then hits 16 in both groups: nothing diverges. With state 5 evicted, Mamba's own
+# hit is 0 while full attention's stays 16: the connector lookup reports full attention's 16 with each
+# group's own blocks and flags the divergence; the reconciled lookup hits 0.
+def test_connector_lookup_reports_full_attention_hit_and_divergence(target):
+    m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 8)], 32, 256, hash_block_size=4)
+    owner_prompt = list(range(1, 18))
+    owner = target.make_request("owner", owner_prompt, 4)
+    assert _ids(m.allocate_slots(owner, 16)) == [[1, 2, 3, 4], [0, 5]]
+    m.free(owner)
+    m.new_step_starts()
+    req = target.make_request("later", owner_prompt[:16] + list(range(100, 108)), 4)
+
+    blocks, hit, boundary, diverged = m.get_computed_blocks_for_connector(req)
+    assert (_ids(blocks), hit, boundary, diverged) == ([[1, 2, 3, 4], [0, 5]], 16, 0, False), \
+        "both groups hit 16: the per-group lookup agrees and nothing diverges"
+
+    m.evict_blocks({5})
+    blocks, hit, boundary, diverged = m.get_computed_blocks_for_connector(req)
+    assert (_ids(blocks), hit, boundary, diverged) == ([[1, 2, 3, 4], []], 16, 0, True), \
+        "Mamba lost its state: full attention's 16 is reported, flagged as diverged"
+    _, reconciled, _ = m.get_computed_blocks(req)
+    assert reconciled == 0, "the reconciled hit needs a Mamba state: 0"
