@@ -303,9 +303,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             by_key[key].append(gid)
         drop = self.drop_eagle_group_ids
         managers = self.single_type_managers
-        spec_groups = [SpecGroup(spec, tuple(by_key[(spec, cls)]), cls,
-                                 any(g in drop for g in by_key[(spec, cls)]), managers[by_key[(spec, cls)][0]].block_size)
-                       for spec, cls in order]
+        # A spec group's block size is its managers' (decode context parallelism may scale the spec's).
+        spec_groups = [SpecGroup(spec, tuple(gids), cls, any(g in drop for g in gids), managers[gids[0]].block_size)
+                       for spec, cls in order for gids in (by_key[(spec, cls)],)]
         spec_groups.sort(key=lambda sg: not sg.is_full_attention)  # stable: full attention first
         for sg in spec_groups:  # the drop applies to the whole spec group, so does its caching
             for gid in sg.group_ids:
@@ -347,6 +347,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             m.dcp_world_size, m.pcp_world_size)
 
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
+        if not self.attention_groups:  # only scratch groups: nothing is ever shared
+            return tuple([] for _ in range(self._num_groups)), 0, 0
         results: list = [None] * self._num_groups
         full_hits: dict[int, int] = {}
         candidate = max_cache_hit_length
