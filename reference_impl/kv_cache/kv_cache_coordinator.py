@@ -101,6 +101,25 @@ class KVCacheCoordinator:
                 m.drop_eagle_checkpoint_block = True  # checkpoints follow EAGLE's replay boundary
         # Managers whose skipped-token count can be non-zero (full attention never skips).
         self._skipping_managers = tuple(m for m in managers if not isinstance(m, FullAttentionManager))
+        self._uniform_cache_align = self._plan_uniform_caching()
+
+    def _plan_uniform_caching(self) -> int:
+        """When every group may cache the same prefix (no EAGLE block kept past a boundary, no tokens
+        awaiting re-prefill), the alignment `_align_cacheable` applies to it; 0 otherwise. Lets
+        `cache_blocks` skip the per-group computation on the hot path."""
+        if self.drop_eagle_group_ids or self.num_reprefillable_tokens:
+            return 0
+        return self._cacheable_alignment
+
+    @property
+    def _cacheable_alignment(self) -> int:
+        """Tokens a cacheable prefix is rounded down to (1: no rounding, one group's hits end anywhere)."""
+        return 1
+
+    def _align_cacheable(self, num_tokens: int) -> int:
+        """The longest prefix of `num_tokens` a later hit could match."""
+        align = self._cacheable_alignment
+        return num_tokens // align * align
 
     # ----------------------------------------------------------------------------------------- counting
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
@@ -145,6 +164,13 @@ class KVCacheCoordinator:
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's newly full blocks in every group."""
+        align = self._uniform_cache_align
+        if align:
+            n = num_computed_tokens // align * align if align > 1 else num_computed_tokens
+            boundaries = (request.num_prompt_tokens - 1,)  # replay_boundaries without EAGLE
+            for m in self.single_type_managers:
+                m.cache_blocks(request, n, retention_interval=self.retention_interval, replay_boundaries=boundaries)
+            return
         boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
                                        bool(self.drop_eagle_group_ids))
         for gid, m in enumerate(self.single_type_managers):
@@ -282,6 +308,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         for m in self.single_type_managers:
             m.cache_hit_alignment_tokens = alignment
         self.verify_and_split_kv_cache_groups()
+        self._uniform_cache_align = self._plan_uniform_caching()
 
     @property
     def _cache_hit_alignment_tokens(self) -> int:
@@ -314,13 +341,11 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         self.full_attention_group_id = next((sg.group_ids[0] for sg in spec_groups if sg.is_full_attention), None)
         self._num_groups = len(managers)
 
-    def _align_cacheable(self, num_tokens: int) -> int:
-        """The longest prefix of `num_tokens` a later hit could match: aligned to the scheduler block, or
-        unrounded with partial hits (rounding would drop the prompt's partial tail)."""
-        if self.enable_partial_hash_hits:
-            return num_tokens
-        sbs = self.scheduler_block_size
-        return num_tokens // sbs * sbs
+    @property
+    def _cacheable_alignment(self) -> int:
+        # Hits land on the scheduler block, or anywhere with partial hits (rounding, even to the hash
+        # block, would drop the prompt's partial tail).
+        return 1 if self.enable_partial_hash_hits else self.scheduler_block_size
 
     def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
         aligned = self._align_cacheable(num_computed_tokens)

@@ -272,7 +272,8 @@ class KVCacheManager:
         if self.enable_caching and not delay_cache_blocks:
             # Only finalized tokens are cached (not unverified drafts past `request.num_tokens`).
             n = total + num_new_tokens
-            self.coordinator.cache_blocks(request, n if n < request.num_tokens else request.num_tokens)
+            num_tokens = request.num_tokens
+            self.coordinator.cache_blocks(request, n if n < num_tokens else num_tokens)
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)

@@ -669,8 +669,9 @@ class MambaManager(SingleTypeKVCacheManager):
         table = self.req_to_blocks.get(request_id)
         num_new = cdiv(n, self.block_size) + spec - len(new_computed_blocks) - (len(table) if table else 0)
         # A partial hit (or a partial tail this request registered itself) needs one copy-on-write block.
-        partial = int(self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens)
-                      or request_id in self._partial_hit_reqs)
+        partial = int(bool(self._partial_hit_reqs) and request_id in self._partial_hit_reqs
+                      or bool(new_computed_blocks)
+                      and self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens))
         if partial:
             num_new = max(num_new, 0) + 1
         if num_new > 0:
@@ -767,7 +768,10 @@ class MambaManager(SingleTypeKVCacheManager):
         before = self.num_cached_block.get(request.request_id, 0)
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         after = self.num_cached_block.get(request.request_id, 0)
-        if self._align and self.enable_caching:
+        # A partial entry needs a checkpoint this step, or a step ending on a hash boundary within the prompt
+        # (cheap tests first: decode steps are neither).
+        if self._align and self.enable_caching and (self._checkpoints or (
+                num_tokens <= request.num_prompt_tokens and num_tokens % self.block_pool.hash_block_size == 0)):
             if retention_interval is None:
                 retention_interval = self.retention_interval
             partial_key = self._cache_partial_tail_block(request, num_tokens, retention_interval)
