@@ -14,6 +14,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     generate_block_hash_extra_keys,
+    make_block_hash_with_group_id,
     maybe_convert_block_hash,
     to_event_extra_keys,
 )
@@ -25,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 class BlockHashToBlockMap:
-    """Prefix-cache map: key -> block, or key -> {block_id: block} when several blocks share a key."""
+    """Prefix-cache map: key -> block, or key -> {block_id: block} once several blocks have shared the key
+    (the dict stays a dict as blocks leave it, as in vLLM)."""
 
     __slots__ = ("_cache",)
 
@@ -38,6 +40,15 @@ class BlockHashToBlockMap:
         if entry is None or type(entry) is KVCacheBlock:
             return entry
         return next(iter(entry.values()))
+
+    def contain(self, key: bytes, block_id: int) -> bool:
+        """Whether `key` maps (among others) to block `block_id`."""
+        entry = self._cache.get(key)
+        if entry is None:
+            return False
+        if type(entry) is KVCacheBlock:
+            return entry.block_id == block_id
+        return block_id in entry
 
     def insert(self, key: bytes, block: KVCacheBlock) -> None:
         """Add `block` under `key` (promotes the entry to a dict on the second distinct block)."""
@@ -94,6 +105,7 @@ class BlockPool:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.enable_kv_cache_events = enable_kv_cache_events
         if not isinstance(num_hash_lookahead_tokens, int) or num_hash_lookahead_tokens < 0:
             raise ValueError(f"BlockPool.num_hash_lookahead_tokens must be a non-negative integer, "
@@ -105,6 +117,9 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # Extra keys a block is reachable under besides its primary `block_hash` (partial prefix entries
+        # registered on a block that already had a key). Never non-empty for a block without a primary key.
+        self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         # BlockStored / BlockRemoved / AllBlocksCleared objects (vLLM's classes when vLLM is importable)
@@ -152,7 +167,11 @@ class BlockPool:
             if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
             if block._block_hash is not None:
-                raise AssertionError("The block already has a hash. This should not happen.")
+                # Only a partial entry may be there already: the block has filled up since (promotion).
+                held = block._block_hash_num_tokens
+                if held is None or held >= (i + 1) * block_size:
+                    raise AssertionError("The block already has a hash. This should not happen.")
+                self._emit_block_removed_events(self._remove_cached_block_hashes(block))
             key = hashes[(i + 1) * k - 1] + suffix
             block._block_hash = key
             block._block_hash_num_tokens = (i + 1) * block_size
@@ -232,6 +251,9 @@ class BlockPool:
 
     # ------------------------------------------------------------------------------------------ eviction
     def _evict_cached(self, block: KVCacheBlock) -> None:
+        if self.cached_block_hashes_by_block and block.block_id in self.cached_block_hashes_by_block:
+            self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+            return
         key = block._block_hash
         block._block_hash = None
         block._block_hash_num_tokens = None
@@ -254,40 +276,85 @@ class BlockPool:
         self._evict_cached(block)
         return True
 
+    # ------------------------------------------------------------------------------------ partial entries
     def cache_partial_block(self, request, block: KVCacheBlock, num_tokens: int, kv_cache_group_id: int,
                             block_size: int, replace_existing_hashes: bool = False) -> bytes | None:
-        """Key an existing block by the prefix hash at `num_tokens` (a hash boundary, possibly inside the
-        block), e.g. a Mamba checkpoint or prompt-end state. Returns the key, or None for the null block.
+        """Make `block` reachable from the hash boundary `num_tokens` that lies inside it (a partial prefix
+        entry); the key (hash + group id), or None for the null block.
 
-        With `replace_existing_hashes` the block's content changed: its old key is dropped first. Without
-        it, an older key covering fewer tokens is superseded.
+        The key is the request's fine-grained chain hash at `num_tokens` (a positive multiple of the hash
+        block size). A block without a key takes it as its primary key; otherwise it is an extra key of the
+        block. An entry for fewer tokens is replaced; with `replace_existing_hashes` (the block's content was
+        rewritten) every key of the block is dropped first.
         """
         if block.is_null:
             return None
         hbs = self.hash_block_size
-        if block_size % hbs:
-            raise ValueError(f"block_size ({block_size}) must be a multiple of hash_block_size ({hbs})")
+        assert block_size % hbs == 0, f"block_size ({block_size}) must be a multiple of hash_block_size ({hbs})"
+        assert num_tokens > 0 and num_tokens % hbs == 0, \
+            f"num_tokens ({num_tokens}) must be a positive multiple of hash_block_size ({hbs})"
         num_hash_blocks = num_tokens // hbs
-        if num_tokens % hbs or not 0 < num_hash_blocks <= len(request.block_hashes):
-            raise ValueError(
-                f"cache_partial_block: num_tokens ({num_tokens}) must be a positive multiple of hash_block_size "
-                f"({hbs}) covered by the {len(request.block_hashes)} block hashes of request {request.request_id}"
-            )
-        key = request.block_hashes[num_hash_blocks - 1] + kv_cache_group_id.to_bytes(4, "big")
-        if block._block_hash is not None:
-            if block._block_hash == key and not replace_existing_hashes:
-                return key
-            if not replace_existing_hashes and (block._block_hash_num_tokens or 0) >= num_tokens:
-                raise AssertionError(
-                    f"block {block.block_id} already carries a key over {block._block_hash_num_tokens} tokens; "
-                    f"a second key at {num_tokens} tokens needs per-block secondary keys")
-            self._evict_cached(block)
-        block._block_hash = key
-        block._block_hash_num_tokens = num_tokens
-        self.cached_block_hash_to_block.insert(key, block)
-        if self.enable_kv_cache_events:
-            self.kv_event_queue.append(("BlockStored", kv_cache_group_id, [block.block_id]))
+        assert num_hash_blocks <= len(request.block_hashes), \
+            f"request {request.request_id} has no block hash at token {num_tokens}"
+        key = make_block_hash_with_group_id(request.block_hashes[num_hash_blocks - 1], kv_cache_group_id)
+        already = block._block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id)
+        if replace_existing_hashes:
+            self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+            already = False
+        elif not already and block._block_hash is not None and block._block_hash_num_tokens is not None \
+                and block._block_hash_num_tokens < num_tokens:
+            # The block's content has grown past its old boundary: that entry no longer describes it.
+            self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+        self._insert_block_hash(key, block, num_tokens)
+        if self.enable_kv_cache_events and not already:
+            self._emit_partial_block_stored(request, block, num_tokens, kv_cache_group_id)
         return key
+
+    def move_block_hashes(self, src_block: KVCacheBlock, dst_block: KVCacheBlock) -> None:
+        """Re-point every prefix-cache key of `src_block` to `dst_block` (an unkeyed private copy), for an
+        owner that keeps writing into `src_block`. The entries stay live, so no events are emitted."""
+        assert dst_block._block_hash is None and dst_block.block_id not in self.cached_block_hashes_by_block, \
+            f"block {dst_block.block_id} must not be cached before it receives moved keys"
+        num_tokens = src_block._block_hash_num_tokens
+        for key in self._remove_cached_block_hashes(src_block):
+            self._insert_block_hash(key, dst_block, num_tokens)
+
+    def _insert_block_hash(self, key: bytes, block: KVCacheBlock, num_tokens: int | None) -> None:
+        """Register `key` -> `block`: as the primary key of an unkeyed block, else as an extra key."""
+        if block._block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id):
+            return
+        if block._block_hash is None:
+            block._block_hash = key
+            block._block_hash_num_tokens = num_tokens
+        else:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, set()).add(key)
+        self.cached_block_hash_to_block.insert(key, block)
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[bytes]:
+        """Drop every key of `block` (primary and extra) from the map; the keys that were removed."""
+        keys = [] if block._block_hash is None else [block._block_hash]
+        keys.extend(self.cached_block_hashes_by_block.pop(block.block_id, ()))
+        removed = [key for key in keys if self.cached_block_hash_to_block.pop(key, block.block_id) is not None]
+        block._block_hash = None
+        block._block_hash_num_tokens = None
+        return removed
+
+    def _emit_block_removed_events(self, keys: Sequence[bytes]) -> None:
+        if self.enable_kv_cache_events:
+            for key in keys:
+                self._emit_block_removed(key)
+
+    def _emit_partial_block_stored(self, request, block: KVCacheBlock, num_tokens: int,
+                                   kv_cache_group_id: int) -> None:
+        # A partial entry's event covers only the last hash unit before `num_tokens`, chained to the hash
+        # before it (vLLM's shape), so a consumer can recompute the key from its parent.
+        hbs = self.hash_block_size
+        num_hash_blocks = num_tokens // hbs
+        parent = request.block_hashes[num_hash_blocks - 2] if num_hash_blocks > 1 else None
+        start = num_tokens - hbs
+        self.kv_event_queue.append(self._block_stored_event(
+            request, [request.block_hashes[num_hash_blocks - 1]], parent, [start], start, num_tokens, hbs,
+            kv_cache_group_id))
 
     # --------------------------------------------------------------------------------------- alloc / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -440,6 +507,7 @@ class BlockPool:
             logger.warning("Failed to reset prefix cache because some blocks (%d) are not freed yet", num_used - 1)
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.cached_block_hashes_by_block.clear()
         for block in self.blocks:
             block._block_hash = None
             block._block_hash_num_tokens = None

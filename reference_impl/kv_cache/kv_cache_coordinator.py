@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock
-from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize
+from reference_impl.kv_cache.kv_cache_utils import eagle_proof_margin, partial_hash_hits_enabled
 from reference_impl.kv_cache.single_type_kv_cache_manager import (
     FullAttentionManager,
     MambaManager,
@@ -20,6 +20,7 @@ from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     HiSparseResidentSpec,
     KVCacheConfig,
+    MambaSpec,
     KVCacheSpec,
     SlidingWindowSpec,
     cdiv,
@@ -37,23 +38,26 @@ __all__ = [
 
 
 def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
-    """Token positions a later request replaying this prompt can resume at; sparse retention keeps the
-    state (or window tail) at each.
+    """Token positions a later request replaying this prompt can resume at (sparse retention keeps them).
 
-    Without EAGLE that is the resend limit `num_prompt_tokens - 1` (its last token is recomputed for
-    logits). With EAGLE a hit ends one scheduler block below the block it proved, for both a resend (limit
-    `P - 1`) and a longer prompt (limit `P`); on a block-aligned prompt the two differ, and both are kept.
+    Without EAGLE: `num_prompt_tokens - 1` (a resend recomputes its last token). With EAGLE a hit drops one
+    scheduler block from where it matched, so both a resend (matching up to the last block boundary below
+    `num_prompt_tokens - 1`) and a longer sibling (matching up to the last boundary below the prompt end)
+    land one block lower; on a block-aligned prompt those two differ.
     """
     if not use_eagle:
         return (num_prompt_tokens - 1,)
     block = scheduler_block_size
-    resend = (num_prompt_tokens - 1) // block * block - block
-    extension = num_prompt_tokens // block * block - block
-    return tuple(sorted({max(resend, 0), max(extension, 0)}))
+    resend = (num_prompt_tokens - 1) // block * block
+    extension = num_prompt_tokens // block * block
+    return tuple(sorted({max(resend - block, 0), max(extension - block, 0)}))
 
 
 class KVCacheCoordinator:
     """Owns the single pool and the per-group managers; fans every operation out group by group."""
+
+    #: Whether hits may end on any hash boundary, inside a block (set by the hybrid coordinator).
+    enable_partial_hash_hits = False
 
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, max_in_flight_tokens: int | None,
                  use_eagle: bool, enable_caching: bool, enable_kv_cache_events: bool, dcp_world_size: int = 1,
@@ -69,7 +73,7 @@ class KVCacheCoordinator:
         self.scheduler_block_size = scheduler_block_size
         self.dcp_world_size = dcp_world_size
         self.pcp_world_size = pcp_world_size
-        # Multi-module MTP may re-prefill the last `num_prefill_lookahead - 1` tokens: not yet final.
+        # Multi-token prediction may re-prefill this many trailing tokens: their KV is not final yet.
         self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
         self.block_pool = BlockPool(kv_cache_config.num_blocks, enable_caching, hash_block_size,
                                     enable_kv_cache_events, metrics_collector, num_hash_lookahead_tokens)
@@ -97,15 +101,30 @@ class KVCacheCoordinator:
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
         for gid, m in enumerate(managers):
             m.use_eagle = gid in self.drop_eagle_group_ids
-        # Mamba checkpoints follow EAGLE's replay boundary (draft models have no Mamba layers, so the
-        # drop applies whenever EAGLE is on, whichever groups are flagged).
-        if use_eagle:
-            for m in managers:
-                if isinstance(m, MambaManager):
-                    m.drop_eagle_checkpoint_block = True
+            if use_eagle and isinstance(m, MambaManager):
+                m.drop_eagle_checkpoint_block = True  # checkpoints follow EAGLE's replay boundary
         # Managers that may free blocks mid-request (plain full attention never does; R-SWA frees its gap).
         self._skipping_managers = tuple(m for m in managers
                                         if not isinstance(m, FullAttentionManager) or isinstance(m, RSWAManager))
+        self._uniform_cache_align = self._plan_uniform_caching()
+
+    def _plan_uniform_caching(self) -> int:
+        """When every group may cache the same prefix (no EAGLE block kept past a boundary, no tokens
+        awaiting re-prefill), the alignment `_align_cacheable` applies to it; 0 otherwise. Lets
+        `cache_blocks` skip the per-group computation on the hot path."""
+        if self.drop_eagle_group_ids or self.num_reprefillable_tokens:
+            return 0
+        return self._cacheable_alignment
+
+    @property
+    def _cacheable_alignment(self) -> int:
+        """Tokens a cacheable prefix is rounded down to (1: no rounding, one group's hits end anywhere)."""
+        return 1
+
+    def _align_cacheable(self, num_tokens: int) -> int:
+        """The longest prefix of `num_tokens` a later hit could match."""
+        align = self._cacheable_alignment
+        return num_tokens // align * align
 
     # ----------------------------------------------------------------------------------------- counting
     def checkpoint_prefill_end(self, prefill_end: int) -> int:
@@ -150,17 +169,24 @@ class KVCacheCoordinator:
                      for m in self.single_type_managers)
 
     def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
-        """The prefix of `num_computed_tokens` group `kv_cache_group_id` may cache: final tokens only."""
+        """The prefix of `num_computed_tokens` group `kv_cache_group_id` may register: all but the tokens
+        multi-token prediction may still re-prefill."""
         return max(0, num_computed_tokens - self.num_reprefillable_tokens)
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's newly full blocks in every group."""
+        align = self._uniform_cache_align
+        if align:
+            n = num_computed_tokens // align * align if align > 1 else num_computed_tokens
+            boundaries = (request.num_prompt_tokens - 1,)  # replay_boundaries without EAGLE
+            for m in self.single_type_managers:
+                m.cache_blocks(request, n, retention_interval=self.retention_interval, replay_boundaries=boundaries)
+            return
         boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
                                        bool(self.drop_eagle_group_ids))
-        retention_interval = self.retention_interval
         for gid, m in enumerate(self.single_type_managers):
-            m.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, gid), retention_interval,
-                           replay_boundaries=boundaries)
+            m.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, gid),
+                           retention_interval=self.retention_interval, replay_boundaries=boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
@@ -275,75 +301,108 @@ class SpecGroup:
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
-    """Several groups: hits are the fixed point of per-type searches, aligned to `scheduler_block_size`."""
+    """Several groups: hits are the fixed point of per-type searches, aligned to `scheduler_block_size`, or
+    to the hash block size when fine-grained partial hits are enabled (a Mamba "align" group whose block is
+    larger than the hash block, and every other cacheable group able to look hits up inside a block)."""
 
-    def __init__(self, kv_cache_config: KVCacheConfig, *args, **kwargs):
+    def __init__(self, kv_cache_config: KVCacheConfig, *args, allow_partial_hash_hits: bool = True, **kwargs):
         super().__init__(kv_cache_config, *args, **kwargs)
-        by_key: dict[tuple, list[int]] = {}
-        order: list[tuple] = []
-        for gid, m in enumerate(self.single_type_managers):
-            key = (m.kv_cache_spec, type(m))
-            if key not in by_key:
-                by_key[key] = []
-                order.append(key)
-            by_key[key].append(gid)
-        drop = self.drop_eagle_group_ids
-        spec_groups = [SpecGroup(spec, tuple(by_key[(spec, cls)]), cls,
-                                 any(g in drop for g in by_key[(spec, cls)]), spec.block_size)
-                       for spec, cls in order]
-        spec_groups.sort(key=lambda sg: not sg.is_full_attention)  # stable: full attention first
-        for sg in spec_groups:  # the drop applies to the whole spec group, so does its caching
-            for gid in sg.group_ids:
-                self.single_type_managers[gid].use_eagle = sg.use_eagle
-        self.attention_groups = spec_groups
-        self.full_attention_group_id = next((sg.group_ids[0] for sg in spec_groups if sg.is_full_attention), None)
-        self._num_groups = len(self.single_type_managers)
+        groups = kv_cache_config.kv_cache_groups
         for m in self.single_type_managers:
             if self.scheduler_block_size % m.block_size:
                 raise ValueError(
                     f"scheduler_block_size ({self.scheduler_block_size}) must be a multiple of every group's "
                     f"block_size (group {m.kv_cache_group_id} has {m.block_size})"
                 )
-            if self.enable_caching and m.block_size % self.hash_block_size:
+            # Scratch groups (no prefix caching) never read hashes, so their block size is free.
+            if self.enable_caching and groups[m.kv_cache_group_id].kv_cache_spec.prefix_cacheable \
+                    and m.block_size % self.hash_block_size:
                 raise ValueError(
-                    f"hash_block_size ({self.hash_block_size}) must divide every group's block_size "
-                    f"(group {m.kv_cache_group_id} has {m.block_size})"
+                    f"hash_block_size ({self.hash_block_size}) must divide every prefix-cacheable group's "
+                    f"block_size (group {m.kv_cache_group_id} has {m.block_size})"
                 )
+        self.enable_partial_hash_hits = allow_partial_hash_hits and partial_hash_hits_enabled(
+            groups, self.hash_block_size, self.dcp_world_size, [type(m) for m in self.single_type_managers])
+        alignment = self._cache_hit_alignment_tokens
+        for m in self.single_type_managers:
+            m.cache_hit_alignment_tokens = alignment
+        self.verify_and_split_kv_cache_groups()
+        self._uniform_cache_align = self._plan_uniform_caching()
 
-    def _align_cacheable(self, num_tokens: int) -> int:
-        """The longest prefix of `num_tokens` a later hit could match: hits are scheduler-block aligned."""
-        sbs = self.scheduler_block_size
-        return num_tokens // sbs * sbs
+    @property
+    def _cache_hit_alignment_tokens(self) -> int:
+        """Token granularity hits land on: the hash block size with partial hits, else the scheduler's."""
+        return self.hash_block_size if self.enable_partial_hash_hits else self.scheduler_block_size
+
+    def verify_and_split_kv_cache_groups(self) -> None:
+        """Batch the prefix-cacheable groups by (spec, manager class) into `attention_groups`, full
+        attention first (its downward-closed hit bounds the others cheaply)."""
+        by_key: dict[tuple, list[int]] = {}
+        order: list[tuple] = []
+        for gid, m in enumerate(self.single_type_managers):
+            if not self.kv_cache_config.kv_cache_groups[gid].kv_cache_spec.prefix_cacheable:
+                continue  # per-request scratch: never shared, its slot of the hit stays empty
+            key = (m.kv_cache_spec, type(m))
+            if key not in by_key:
+                by_key[key] = []
+                order.append(key)
+            by_key[key].append(gid)
+        drop = self.drop_eagle_group_ids
+        managers = self.single_type_managers
+        # A spec group's block size is its managers' (decode context parallelism may scale the spec's).
+        spec_groups = [SpecGroup(spec, tuple(gids), cls, any(g in drop for g in gids), managers[gids[0]].block_size)
+                       for spec, cls in order for gids in (by_key[(spec, cls)],)]
+        spec_groups.sort(key=lambda sg: not sg.is_full_attention)  # stable: full attention first
+        for sg in spec_groups:  # the drop applies to the whole spec group, so does its caching
+            for gid in sg.group_ids:
+                managers[gid].use_eagle = sg.use_eagle
+        self.attention_groups = spec_groups
+        self.full_attention_group_id = next((sg.group_ids[0] for sg in spec_groups if sg.is_full_attention), None)
+        self._num_groups = len(managers)
+
+    @property
+    def _cacheable_alignment(self) -> int:
+        # Hits land on the scheduler block, or anywhere with partial hits (rounding, even to the hash
+        # block, would drop the prompt's partial tail).
+        return 1 if self.enable_partial_hash_hits else self.scheduler_block_size
 
     def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
-        # Blocks past the last aligned boundary can never serve a hit, except in an EAGLE group: its
-        # lookup proves one block past the boundary before dropping it, so that block is cached too.
         aligned = self._align_cacheable(num_computed_tokens)
         manager = self.single_type_managers[kv_cache_group_id]
         if manager.use_eagle and aligned > 0:
-            final = max(0, num_computed_tokens - self.num_reprefillable_tokens)
-            return min(final, self._align_cacheable(final) + manager.block_size)
+            # An EAGLE hit matches one block past its boundary and drops it: keep that block too.
+            finalized = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+            return min(finalized, self._align_cacheable(finalized) + manager.block_size)
         return aligned
 
+    def _eagle_lookup_length(self, sg: "SpecGroup", length: int, num_hashes: int) -> int:
+        """How far an EAGLE spec group looks past `length`: one drop unit, capped at the hashed tokens.
+        Mamba never drops (draft models have no Mamba layers), so it gets no margin."""
+        if sg.manager_cls is MambaManager or isinstance(sg.spec, MambaSpec):
+            return length
+        margin = eagle_proof_margin(sg.block_size, self.hash_block_size,
+                                    self.enable_partial_hash_hits and sg.manager_cls.supports_fine_grained_hash_lookup)
+        return min(length + margin, num_hashes * self.hash_block_size)
+
+    def _lookup(self, sg: "SpecGroup", block_hashes, max_length: int, drop: bool):
+        m = self.single_type_managers[sg.group_ids[0]]
+        return sg.manager_cls.find_longest_cache_hit(
+            block_hashes, max_length, sg.group_ids, m.block_pool, sg.spec, drop, self._cache_hit_alignment_tokens,
+            m.dcp_world_size, m.pcp_world_size)
+
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
-        sbs = self.scheduler_block_size
-        hbs = self.hash_block_size
-        pool = self.block_pool
-        views = {}
-        for sg in self.attention_groups:
-            if sg.block_size not in views:
-                views[sg.block_size] = block_hashes if sg.block_size == hbs else \
-                    BlockHashListWithBlockSize(block_hashes, hbs, sg.block_size)
+        if not self.attention_groups:  # only scratch groups: nothing is ever shared
+            return tuple([] for _ in range(self._num_groups)), 0, 0
         results: list = [None] * self._num_groups
         full_hits: dict[int, int] = {}
-        candidate = max_cache_hit_length // sbs * sbs
+        candidate = max_cache_hit_length
         longest = 0
         groups = self.attention_groups
         two_with_full_first = len(groups) == 2 and groups[0].is_full_attention
-        # EAGLE groups drop their last block at most once per candidate length: they look one block past
+        # EAGLE groups drop their last unit at most once per candidate length: they look one unit past
         # the candidate and drop it, landing back on the candidate (re-verified when the candidate shrinks).
         eagle_verified: set[int] = set()
-        max_hashed = len(block_hashes) * hbs
+        num_hashes = len(block_hashes)
         while True:
             cur = candidate
             for idx, sg in enumerate(groups):
@@ -351,11 +410,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     cur = min(cur, full_hits[idx])
                     continue
                 drop = sg.use_eagle and idx not in eagle_verified
-                max_length = cur
-                if drop and sg.manager_cls is not MambaManager:
-                    max_length = min(cur + sg.block_size, max_hashed)
-                blocks, new_hit = sg.manager_cls.find_longest_cache_hit(
-                    views[sg.block_size], max_length, sg.group_ids, pool, sg.spec, drop, sbs)
+                max_length = self._eagle_lookup_length(sg, cur, num_hashes) if drop else cur
+                blocks, new_hit = self._lookup(sg, block_hashes, max_length, drop)
                 if drop:
                     eagle_verified.add(idx)
                 elif new_hit < cur:
@@ -373,11 +429,26 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             if two_with_full_first:
                 break
         for sg in groups:
-            if sg.is_full_attention:
+            if sg.is_full_attention and not self.single_type_managers[sg.group_ids[0]].retains_longer_hit:
                 keep = cdiv(candidate, sg.block_size)
                 for gid in sg.group_ids:
                     del results[gid][keep:]
-        return tuple(results), candidate, longest - candidate
+        return tuple([] if r is None else r for r in results), candidate, longest - candidate
+
+    def find_longest_cache_hit_per_group(self, block_hashes, max_cache_hit_length: int
+                                         ) -> tuple[tuple[list[KVCacheBlock], ...], tuple[int, ...]]:
+        """Each spec group's own longest hit (no reconciliation): (blocks per group, hit tokens per group)."""
+        blocks_out: list[list[KVCacheBlock]] = [[] for _ in range(self._num_groups)]
+        hits: list[int] = [0] * self._num_groups
+        num_hashes = len(block_hashes)
+        for sg in self.attention_groups:
+            length = self._eagle_lookup_length(sg, max_cache_hit_length, num_hashes) if sg.use_eagle \
+                else max_cache_hit_length
+            blocks, hit = self._lookup(sg, block_hashes, length, sg.use_eagle)
+            for gid, lst in zip(sg.group_ids, blocks):
+                blocks_out[gid] = lst
+                hits[gid] = hit
+        return tuple(blocks_out), tuple(hits)
 
 
 def get_kv_cache_coordinator(kv_cache_config: KVCacheConfig, max_model_len: int, max_in_flight_tokens: int | None,
@@ -395,6 +466,8 @@ def get_kv_cache_coordinator(kv_cache_config: KVCacheConfig, max_model_len: int,
     if not enable_caching:
         return KVCacheCoordinatorNoPrefixCache(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle,
                                                enable_kv_cache_events, **tail)
-    cls = UnitaryKVCacheCoordinator if len(kv_cache_config.kv_cache_groups) == 1 else HybridKVCacheCoordinator
-    return cls(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching,
-               enable_kv_cache_events, **tail)
+    if len(kv_cache_config.kv_cache_groups) == 1:
+        return UnitaryKVCacheCoordinator(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle,
+                                         enable_caching, enable_kv_cache_events, **tail)
+    return HybridKVCacheCoordinator(kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching,
+                                    enable_kv_cache_events, allow_partial_hash_hits=allow_partial_hash_hits, **tail)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
+from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
+from reference_impl.kv_cache.single_type_kv_cache_manager import MambaManager
 from reference_impl.kv_cache.request import Request, RequestStatus
 from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
@@ -139,6 +141,16 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
+        # Shared-prefix junction checkpoints: EAGLE + partial hits, and no multi-token re-prefill (which
+        # would make the cached count differ from the chunk end the scheduler stops at).
+        coord = self.coordinator
+        self.mamba_shared_prefix_checkpoint = bool(
+            enable_mamba_shared_prefix_checkpoint and coord.eagle_group_ids and coord.enable_partial_hash_hits
+            and coord.num_reprefillable_tokens == 0)
+        if self.mamba_shared_prefix_checkpoint:
+            for m in self._managers:
+                if isinstance(m, MambaManager):
+                    m.shared_prefix_checkpoint = True
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -172,6 +184,34 @@ class KVCacheManager:
         self.prefix_cache_queries += request.num_tokens
         self.prefix_cache_hits += hit
         return self.create_kv_cache_blocks(blocks), hit, (hit + uncached if uncached else 0)
+
+    def get_computed_blocks_for_connector(self, request, max_cache_hit_length: int | None = None
+                                          ) -> tuple[KVCacheBlocks, int, int, bool]:
+        """Local lookup for a request scheduled with a KV connector: `get_computed_blocks`' triple plus
+        `hit_diverged`.
+
+        In a hybrid model with Mamba and full attention, groups' own hits can diverge (a full-attention
+        tail evicted while a deeper Mamba state survives, or the reverse). The full-attention hit is then
+        reported as the local prefix, with each group's own blocks, and flagged when a group lags behind
+        it (the connector must supply that group's state; without external tokens the caller falls back
+        to `get_computed_blocks`). A group hitting deeper than full attention, and every other model,
+        gets the reconciled lookup.
+        """
+        coord = self.coordinator
+        fa_gid = getattr(coord, "full_attention_group_id", None)
+        has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in self.kv_cache_config.kv_cache_groups)
+        if not has_mamba or fa_gid is None:
+            return *self.get_computed_blocks(request, max_cache_hit_length), False
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0, 0, False
+        if max_cache_hit_length is None:
+            max_cache_hit_length = request.num_tokens - 1
+        blocks, hits = coord.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
+        num_local = hits[fa_gid]
+        if any(hit > num_local for hit in hits):
+            return *self.get_computed_blocks(request, max_cache_hit_length), False
+        # A per-group lookup does not detect an uncached shared prefix: boundary 0.
+        return self.create_kv_cache_blocks(blocks), num_local, 0, min(hits) < num_local
 
     # ---------------------------------------------------------------------------------------- allocation
     def allocate_slots(self, request, num_new_tokens: int, num_new_computed_tokens: int = 0,
@@ -252,6 +292,30 @@ class KVCacheManager:
             if g:
                 return KVCacheBlocks(new_blocks)
         return self.empty_kv_cache_blocks
+
+    def truncate_computed_blocks(self, blocks: KVCacheBlocks, num_computed_tokens: int) -> KVCacheBlocks:
+        """A lookup result cut at `num_computed_tokens` (a multiple of every cacheable group's block size).
+
+        Every group must cover the endpoint except Mamba, whose hit may end below it (an external hit can
+        supply the final state); scratch groups never carry hits. Pure slicing: no ref count changes.
+        """
+        out: list[list[KVCacheBlock]] = []
+        for group_blocks, m, group in zip(blocks.blocks, self._managers, self.kv_cache_config.kv_cache_groups):
+            if not group.kv_cache_spec.prefix_cacheable:
+                assert not group_blocks, "a scratch group never carries prefix-cache hits"
+                out.append([])
+                continue
+            assert num_computed_tokens % m.block_size == 0, \
+                f"num_computed_tokens ({num_computed_tokens}) must be a multiple of group " \
+                f"{m.kv_cache_group_id}'s block_size ({m.block_size})"
+            n = num_computed_tokens // m.block_size
+            if isinstance(m, MambaManager):
+                n = min(n, len(group_blocks))
+            else:
+                assert n <= len(group_blocks), \
+                    f"group {m.kv_cache_group_id} hit {len(group_blocks)} blocks, fewer than the {n} to keep"
+            out.append(list(group_blocks[:n]))
+        return self.create_kv_cache_blocks(tuple(out))
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's full blocks up to `num_computed_tokens` in the prefix cache."""

@@ -33,7 +33,8 @@ from reference_impl.kv_cache.kv_cache_interface import (
     get_mamba_prefill_checkpoint_position,
     is_mamba_prefill_checkpoint_valid,
 )
-from reference_impl.kv_cache.kv_cache_utils import resolve_block_hashes, trim_null_head
+from reference_impl.kv_cache.kv_cache_interface import get_mamba_prefill_checkpoint_position
+from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, resolve_block_hashes, trim_null_head
 
 __all__ = [
     "SingleTypeKVCacheManager",
@@ -65,6 +66,9 @@ class SingleTypeKVCacheManager:
     #: Whether a hit of this type may end inside a block (on a hash boundary) when the coordinator
     #: aligns hits below the block size.
     supports_fine_grained_hash_lookup = False
+
+    #: Whether the group keeps its own longer hit instead of being trimmed to the common one.
+    retains_longer_hit = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, enable_caching: bool,
                  kv_cache_group_id: int, scheduler_block_size: int, dcp_world_size: int = 1,
@@ -101,6 +105,9 @@ class SingleTypeKVCacheManager:
         # Only Mamba "align" offers them: its table is not positional (interior states are nulled,
         # speculative blocks move), so a connector must be told which block holds which boundary.
         self._pending_boundary_state_offloads: list[tuple[str, int, KVCacheBlock, int]] = []
+        # Partial hits (a hit ending inside a block): request -> (table index, shared source block) until
+        # the request's next allocation redirects that position to a private copy-on-write block.
+        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
 
     @property
     def records_new_block_ids(self) -> bool:
@@ -172,7 +179,15 @@ class SingleTypeKVCacheManager:
         for block in new_computed_blocks[skipped:]:
             if block.ref_cnt == 0 and not block.is_null:
                 evictable += 1
+        if self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):
+            num_new += 1  # the private copy of the shared tail block
         return num_new + evictable
+
+    def _has_partial_local_hit(self, new_computed_blocks: Sequence[KVCacheBlock],
+                               num_local_computed_tokens: int) -> bool:
+        """Whether the local hit ends inside one of this group's blocks (its tail block is then shared
+        with the request that cached it and must be copied before this request writes into it)."""
+        return bool(new_computed_blocks) and num_local_computed_tokens % self.block_size != 0
 
     # -------------------------------------------------------------------------------------- allocation
     def add_local_computed_blocks(self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock],
@@ -188,6 +203,12 @@ class SingleTypeKVCacheManager:
         self.block_pool.touch(kept)
         self.req_to_blocks[request_id] = [self._null_block] * skipped + list(kept)
         self.num_cached_block[request_id] = skipped + len(kept)
+        if self._has_partial_local_hit(kept, num_local_computed_tokens):
+            # The tail block is only partly valid for this request: copy it on the next allocation, and
+            # count only the full blocks as cached so the copy gets registered once it fills up.
+            block_idx = num_local_computed_tokens // self.block_size
+            self._partial_hit_reqs[request_id] = (block_idx, kept[-1])
+            self.num_cached_block[request_id] = block_idx
 
     def allocate_external_computed_blocks(self, request_id: str, num_local_computed_tokens: int,
                                           num_external_computed_tokens: int = 0,
@@ -209,16 +230,49 @@ class SingleTypeKVCacheManager:
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int | None = None) -> list[KVCacheBlock]:
-        """Append blocks so the table covers `num_tokens`; returns the new ones."""
+        """Append blocks so the table covers `num_tokens`; returns the new ones (a partial hit's private
+        copy of its tail block first)."""
+        cow = self._redirect_partial_hit(request_id) if self._partial_hit_reqs else []
         table = self.req_to_blocks[request_id]
         n = cdiv(num_tokens, self.block_size) - len(table)
         if n <= 0:
-            return []
+            return cow
         new = self.block_pool.get_new_blocks(n)
         table.extend(new)
         if self._record_new_block_ids:
             self.new_block_ids.extend(b.block_id for b in new)
-        return new
+        return cow + new if cow else new
+
+    def _redirect_partial_hit(self, request_id: str) -> list[KVCacheBlock]:
+        """Replace a pending partial hit's shared tail block by a fresh private copy; [copy] or []."""
+        partial = self._partial_hit_reqs.pop(request_id, None)
+        if partial is None:
+            return []
+        cow = self.block_pool.get_new_blocks(1)[0]
+        self._apply_cow(request_id, partial[0], partial[1], cow)
+        if self._record_new_block_ids:
+            self.new_block_ids.append(cow.block_id)
+        return [cow]
+
+    def _apply_cow(self, request_id: str, block_idx: int, source_block: KVCacheBlock,
+                   cow_block: KVCacheBlock) -> None:
+        """Point table position `block_idx` at `cow_block` and queue the copy from `source_block`.
+
+        Both ends stay referenced until the copy has run (the source keeps the hit's reference, the copy
+        takes one more besides the table's), so a same-step free cannot recycle either.
+        """
+        table = self.req_to_blocks[request_id]
+        assert block_idx < len(table) and table[block_idx] is source_block, \
+            f"request {request_id!r}: position {block_idx} no longer holds the partially hit block"
+        assert not source_block.is_null and source_block.ref_cnt > 0
+        table[block_idx] = cow_block
+        self._pending_cow_copies.append((source_block, cow_block))
+        cow_block.ref_cnt += 1
+
+    def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """Drain the queued (source, destination) copy-on-write pairs."""
+        pending, self._pending_cow_copies = self._pending_cow_copies, []
+        return pending
 
     # ------------------------------------------------------------------------------------------ caching
     @classmethod
@@ -270,12 +324,14 @@ class SingleTypeKVCacheManager:
         dropped. The caller frees them reversed (so the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        self._partial_hit_reqs.pop(request_id, None)
         return trim_null_head(table) if table else []
 
     def free(self, request_id: str) -> None:
         """Release the request's table, tail first; a request holding nothing is a no-op."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        self._partial_hit_reqs.pop(request_id, None)
         if table:
             self.block_pool.free_blocks(reversed(table))
 
@@ -339,7 +395,14 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         assert isinstance(kv_cache_spec, (FullAttentionSpec, ChunkedLocalAttentionSpec, ScratchSpec)), \
             "FullAttentionManager can only be used for full attention and chunked local attention groups"
         bs = kv_cache_spec.block_size * (dcp_world_size if dcp_world_size > 1 else 1)
-        block_hashes = resolve_block_hashes(block_hashes, block_pool.hash_block_size, bs)
+        fine_hashes = block_hashes
+        block_hashes = resolve_block_hashes(block_hashes, block_pool.hash_block_size, bs,
+                                            supports_fine_grained_hash_lookup=True, alignment_tokens=alignment_tokens)
+        fine = block_hashes is fine_hashes and alignment_tokens < bs
+        if fine:
+            # Partial hits: full blocks are looked up through a coarse view; the raw list at hash
+            # granularity (== alignment_tokens) is kept for the boundaries inside the first missing block.
+            block_hashes = BlockHashListWithBlockSize(fine_hashes, alignment_tokens, bs)
         max_blocks = min(max_length // bs, len(block_hashes))
         cache = block_pool.cached_block_hash_to_block._cache
         block_type = KVCacheBlock
@@ -362,7 +425,20 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 for lst, block in zip(computed, cached):
                     lst.append(block)
         hit = len(computed[0]) * bs
+        if fine:
+            # Extend into the first missing block: its latest cached interior boundary (partial entry).
+            scale = bs // alignment_tokens
+            first = len(computed[0]) * scale
+            last = min(first + scale - 1, max_length // alignment_tokens, len(fine_hashes))
+            for j in range(last - 1, first - 1, -1):
+                cached = block_pool.get_cached_block(fine_hashes[j], kv_cache_group_ids)
+                if cached is not None:
+                    for lst, block in zip(computed, cached):
+                        lst.append(block)
+                    hit = (j + 1) * alignment_tokens
+                    break
         if drop_eagle_block and hit:
+            # One hash unit when fine-grained (the tail block still covers the shorter hit), else one block.
             hit -= min(alignment_tokens, bs)
         aligned = hit // alignment_tokens * alignment_tokens
         keep = cdiv(aligned, bs)
@@ -370,6 +446,29 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             for lst in computed:
                 del lst[keep:]
         return computed, aligned
+
+    def cache_blocks(self, request, num_tokens: int, retention_interval: int | None = None, *,
+                     replay_boundaries: Sequence[int] = ()) -> None:
+        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+        if self.block_size != self.block_pool.hash_block_size and self.enable_caching:
+            self._cache_partial_tail_block(request, num_tokens)
+
+    def _cache_partial_tail_block(self, request, num_tokens: int) -> None:
+        """Register the prompt's last hash boundary when it falls inside a block (a partial entry), so a
+        later request sharing the prompt can hit up to it. Only that boundary: interior boundaries of
+        the same block are not registered."""
+        hbs = self.block_pool.hash_block_size
+        # A resend hits at most `num_prompt_tokens - 1` tokens; an EAGLE lookup reads the whole prompt
+        # before dropping a hash unit.
+        limit = request.num_prompt_tokens if self.use_eagle else request.num_prompt_tokens - 1
+        boundary = min(limit // hbs, len(request.block_hashes)) * hbs
+        if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
+            return
+        table = self.req_to_blocks[request.request_id]
+        block_idx = boundary // self.block_size
+        if block_idx < len(table):
+            self.block_pool.cache_partial_block(request, table[block_idx], boundary, self.kv_cache_group_id,
+                                                self.block_size)
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
@@ -537,7 +636,10 @@ class MambaManager(SingleTypeKVCacheManager):
         self.has_prefill_checkpoint_blocks = self._align and kv_cache_spec.num_prefill_checkpoint_blocks > 0
         #: Whether checkpoints sit one hash block lower, at EAGLE's replay boundary (set by the coordinator).
         self.drop_eagle_checkpoint_block = False
-        #: Per request, the current allocation's checkpoint: (token position, block-table column).
+        #: Whether a request's shared-prefix junction may also be registered as a partial entry.
+        self.shared_prefix_checkpoint = False
+        #: Prefill checkpoint of the current allocation per request: (token position, table index of the
+        #: reserved block the worker exports the state at that position into).
         self._checkpoints: dict[str, tuple[int, int]] = {}
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -687,10 +789,16 @@ class MambaManager(SingleTypeKVCacheManager):
         num_new = cdiv(n, self.block_size) + spec - len(new_computed_blocks) - (len(table) if table else 0)
         checkpoint_block = self._plan_checkpoint(request_id, total_computed_tokens, n, prefill_end,
                                                  record=not apply_admission_cap)
+        # A partial hit (or a partial tail this request registered itself) needs one copy-on-write block.
+        partial = int(bool(self._partial_hit_reqs) and request_id in self._partial_hit_reqs
+                      or bool(new_computed_blocks)
+                      and self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens))
+        if partial:
+            num_new = max(num_new, 0) + 1
         if num_new > 0:
-            # One state block per step (plus the checkpoint's), whatever the chunk spans; the speculative
-            # blocks come with the first allocation and are moved along (not reallocated) afterwards.
-            cap = (1 if request_id in self._allocated_block_reqs else 1 + spec) + checkpoint_block
+            # One state block per step (plus the checkpoint's and a copy-on-write target), whatever the chunk
+            # spans; the speculative blocks come with the first allocation and are moved along afterwards.
+            cap = (1 if request_id in self._allocated_block_reqs else 1 + spec) + checkpoint_block + partial
             num_new = min(num_new, cap)
         else:
             num_new = 0
@@ -711,7 +819,8 @@ class MambaManager(SingleTypeKVCacheManager):
         required = cdiv(n, self.block_size) + spec
         prev = len(table)
         checkpoint_block = int(request_id in self._checkpoints)
-        if required <= prev and not checkpoint_block:  # over-allocated last round (rejected drafts)
+        partial = self._partial_hit_reqs.pop(request_id, None) if self._partial_hit_reqs else None
+        if required <= prev and not checkpoint_block and partial is None:  # over-allocated last round
             self._allocated_block_reqs.add(request_id)
             return []
         allocated = request_id in self._allocated_block_reqs
@@ -732,11 +841,30 @@ class MambaManager(SingleTypeKVCacheManager):
             # one already at the checkpoint column stays there and receives the checkpoint.
             for i in range(prev - spec, min(prev, first_kept)):
                 self._relocate_speculative_block(table, i)
-        new = self.block_pool.get_new_blocks(max(required - len(table), 0))
-        returned = table[prev:] + new
+        new = self.block_pool.get_new_blocks(max(required - len(table), 0) + (partial is not None))
+        returned = table[prev:]
+        if partial is not None:
+            cow, new = new[0], new[1:]
+            if allocated:
+                self._preserve_partial_tail(partial[1], cow)
+                self._offer_producer_tail_copy(request_id, cow)
+            else:
+                self._apply_cow(request_id, partial[0], partial[1], cow)
+                returned.insert(0, cow)
+        returned += new
         table.extend(new)
         self._allocated_block_reqs.add(request_id)
         return returned
+
+    def _preserve_partial_tail(self, source_block: KVCacheBlock, cow_block: KVCacheBlock) -> None:
+        """A running request keeps writing its state into `source_block`, which a partial entry points at:
+        move the entry to `cow_block` and queue the copy (the worker's table is append-only, so the
+        request itself stays on `source_block`). Hits on the moved entry wait for the next step."""
+        self.block_pool.move_block_hashes(source_block, cow_block)
+        self._pending_cow_copies.append((source_block, cow_block))
+        source_block.ref_cnt += 1  # held until the copy has run
+        if cow_block.block_hash is not None:
+            self.cached_blocks_this_step.add(cow_block.block_hash)
 
     def _relocate_speculative_block(self, table: list[KVCacheBlock], block_idx: int) -> None:
         """Move the speculative block at `block_idx` to the table's tail, leaving the null block behind;
@@ -750,11 +878,11 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def _forget(self, request_id: str) -> None:
         self._allocated_block_reqs.discard(request_id)
+        self._checkpoints.pop(request_id, None)
         self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
         self._producer_partial_tail_reqs.pop(request_id, None)
         self._drop_pending_offloads(request_id)
-        self._checkpoints.pop(request_id, None)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self._forget(request_id)
@@ -772,6 +900,13 @@ class MambaManager(SingleTypeKVCacheManager):
                 request, self.retention_interval if retention_interval is None else retention_interval)
             if checkpoint_key is not None:
                 self.cached_blocks_this_step.add(checkpoint_key)
+        # Without a checkpoint this step, a step ending on a hash boundary within the prompt may register
+        # the prompt's partial tail (cheap tests first: decode steps are not).
+        elif self._align and self.enable_caching and (
+                num_tokens <= request.num_prompt_tokens and num_tokens % self.block_pool.hash_block_size == 0):
+            partial_key = self._cache_partial_tail_block(request, num_tokens)
+            if partial_key is not None:
+                self.cached_blocks_this_step.add(partial_key)
         after = self.num_cached_block.get(request.request_id, 0)
         if after > before:
             table = self.req_to_blocks[request.request_id]
@@ -808,6 +943,42 @@ class MambaManager(SingleTypeKVCacheManager):
         if tail is not None:
             self._pending_boundary_state_offloads.append(
                 (request_id, self.kv_cache_group_id, cow_block, tail[1]))
+
+    def _cache_partial_tail_block(self, request, num_tokens: int) -> bytes | None:
+        """Register the state at the prompt's last reusable hash boundary (or, with shared-prefix
+        checkpoints, at the request's junction) when this step's computation ends exactly there; the key,
+        or None.
+
+        The boundary usually falls inside the running state block, which the next step overwrites: the
+        request is then recorded as owning a partial tail, and its next allocation moves the entry to a
+        private copy (see `_preserve_partial_tail`).
+        """
+        hbs = self.block_pool.hash_block_size
+        if num_tokens <= 0 or num_tokens % hbs:
+            return None
+        boundary = get_mamba_prefill_checkpoint_position(request.num_prompt_tokens, hbs,
+                                                         self.drop_eagle_checkpoint_block,
+                                                         self.block_pool.num_hash_lookahead_tokens)
+        junction = getattr(request, "shared_prefix_boundary", 0) or 0
+        if num_tokens != boundary and not (
+                self.shared_prefix_checkpoint and num_tokens == junction
+                and request.num_computed_tokens < num_tokens <= request.num_prompt_tokens):
+            return None
+        block_idx = cdiv(num_tokens, self.block_size) - 1
+        table = self.req_to_blocks[request.request_id]
+        if block_idx >= len(table) or table[block_idx].is_null:
+            return None
+        source = table[block_idx]
+        if source.block_hash_num_tokens == num_tokens:
+            return None  # already keyed here (a hit or an earlier step): re-keying would defer siblings
+        key = self.block_pool.cache_partial_block(request, source, num_tokens, self.kv_cache_group_id,
+                                                  self.block_size)
+        if key is not None and num_tokens % self.block_size:
+            self._partial_hit_reqs[request.request_id] = (block_idx, source)
+            self.num_cached_block[request.request_id] = block_idx
+            # A finished producer hands this block to its connector; a running one offers the copy.
+            self._producer_partial_tail_reqs[request.request_id] = (source, num_tokens)
+        return key
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
