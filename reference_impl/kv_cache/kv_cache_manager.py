@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
-from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.single_type_kv_cache_manager import MambaManager
 from reference_impl.kv_cache.request import Request, RequestStatus
 from reference_impl.kv_cache.kv_cache_interface import (

@@ -33,7 +33,6 @@ from reference_impl.kv_cache.kv_cache_interface import (
     get_mamba_prefill_checkpoint_position,
     is_mamba_prefill_checkpoint_valid,
 )
-from reference_impl.kv_cache.kv_cache_interface import get_mamba_prefill_checkpoint_position
 from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, resolve_block_hashes, trim_null_head
 
 __all__ = [
@@ -268,11 +267,6 @@ class SingleTypeKVCacheManager:
         table[block_idx] = cow_block
         self._pending_cow_copies.append((source_block, cow_block))
         cow_block.ref_cnt += 1
-
-    def take_pending_cow_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
-        """Drain the queued (source, destination) copy-on-write pairs."""
-        pending, self._pending_cow_copies = self._pending_cow_copies, []
-        return pending
 
     # ------------------------------------------------------------------------------------------ caching
     @classmethod
