@@ -84,6 +84,13 @@ def make_machine(target, groups, use_eagle=False):
                     ref = self.pool.blocks[bid].ref_cnt
                     assert ref == 1, f"step [{start}, {end}) writes block {bid} (group {g}) held {ref} times"
                     self.content[bid] = tokens[: end if is_mamba[g] else min((p + 1) * bs, end)]
+            # A prefill checkpoint: the worker also exports the state at the reserved position into the
+            # reserved column's block (vLLM's and the reference's MambaManager both record it per request).
+            managers = self.m.coordinator.single_type_managers
+            for g, table in enumerate(self.m.get_block_ids(req.request_id)):
+                reserved = getattr(managers[g], "_checkpoints", {}).get(req.request_id) if is_mamba[g] else None
+                if reserved is not None and table[reserved[1]]:
+                    self.content[table[reserved[1]]] = tokens[:reserved[0]]
 
         def _schedule(self, req, start, n):
             """Tokens of a prefill chunk as vLLM's scheduler clips it for Mamba "align" with partial hits:
