@@ -1088,7 +1088,19 @@ def manager_class_for_spec(kv_cache_spec: KVCacheSpec, role: str | None = None) 
         f"{', '.join(t.__name__ for t in spec_manager_map)} (or a subclass)")
 
 
-def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, role: str | None = None,
+def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, max_in_flight_tokens: int | None = None,
+                                  max_model_len: int | None = None, role: str | None = None,
                                   **kwargs) -> SingleTypeKVCacheManager:
-    """Instantiate the manager class for the spec (and the group's `role`, see `manager_class_for_spec`)."""
-    return manager_class_for_spec(kv_cache_spec, role)(kv_cache_spec, **kwargs)
+    """Instantiate the manager class for the spec (and the group's `role`, see `manager_class_for_spec`).
+
+    Given `max_in_flight_tokens` and `max_model_len` (vLLM's arguments), a spec whose blocks recycle or
+    spill (sliding window, chunked local, HiSparse resident) gets its admission cap from them, unless
+    `max_admission_blocks_per_request` is passed explicitly.
+    """
+    manager_cls = manager_class_for_spec(kv_cache_spec, role)
+    if max_in_flight_tokens is not None and max_model_len is not None \
+            and kwargs.get("max_admission_blocks_per_request") is None \
+            and isinstance(kv_cache_spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec, HiSparseResidentSpec)):
+        kwargs["max_admission_blocks_per_request"] = kv_cache_spec.max_admission_blocks_per_request(
+            max_in_flight_tokens, max_model_len)
+    return manager_cls(kv_cache_spec, **kwargs)
