@@ -344,7 +344,9 @@ def resolve_block_hashes(block_hashes, hash_block_size: int, block_size: int, *,
     fine-grained lookup aligned below the block size), else a coarser view."""
     if block_size == hash_block_size:
         return block_hashes
-    if isinstance(block_hashes, BlockHashListWithBlockSize):
+    # Duck-typed, not isinstance: a view built before this module was reloaded (vLLM's tests reload it)
+    # is an instance of the previous class object and must not be wrapped a second time.
+    if getattr(block_hashes, "scale_factor", None) is not None:
         assert block_hashes.scale_factor == block_size // hash_block_size
         return block_hashes
     if supports_fine_grained_hash_lookup and alignment_tokens is not None \
