@@ -2,7 +2,8 @@
 
 Modules: `specs` (layer specs, groups, config), `grouping` (layer specs -> groups, HMA-off promotion),
 `hashing` (prefix block hashes), `request`, `block_pool` (blocks, free queue, prefix-cache map),
-`single_type_manager`, `coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself).
+`single_type_manager`, `coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
+`hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound).
 """
 
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock

@@ -349,7 +349,9 @@ def resolve_block_hashes(block_hashes, hash_block_size: int, block_size: int, *,
     fine-grained lookup aligned below the block size), else a coarser view."""
     if block_size == hash_block_size:
         return block_hashes
-    if isinstance(block_hashes, BlockHashListWithBlockSize):
+    # Duck-typed, not isinstance: a view built before this module was reloaded (vLLM's tests reload it)
+    # is an instance of the previous class object and must not be wrapped a second time.
+    if getattr(block_hashes, "scale_factor", None) is not None:
         assert block_hashes.scale_factor == block_size // hash_block_size
         return block_hashes
     if supports_fine_grained_hash_lookup and alignment_tokens is not None \
@@ -528,12 +530,23 @@ def _max_model_len(vllm_config) -> int:
 
 def get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config) -> float:
     """Requests of max_model_len tokens the pool holds at once: num_blocks / blocks one request needs,
-    summed over the groups (they share one pool)."""
-    per_request = 0
+    summed over the device groups (they share one pool). HiSparse's host groups draw from the host pool
+    instead, which bounds concurrency too: the smaller limit applies."""
+    per_request = host_per_request = 0
     for group in kv_cache_config.kv_cache_groups:
         spec = group.kv_cache_spec
-        per_request += -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
-    return kv_cache_config.num_blocks / per_request
+        blocks = -(-spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes)
+        if getattr(group, "host_resident", False):
+            host_per_request += blocks
+        else:
+            per_request += blocks
+    concurrency = kv_cache_config.num_blocks / per_request
+    if host_per_request:
+        host_blocks = kv_cache_config.hisparse_host_num_blocks
+        if host_blocks is None:
+            raise ValueError("KVCacheConfig.hisparse_host_num_blocks is None but a group is host_resident")
+        concurrency = min(concurrency, host_blocks / host_per_request)
+    return concurrency
 
 
 def get_kv_cache_capacity(vllm_config, kv_cache_config) -> tuple[int, float]:

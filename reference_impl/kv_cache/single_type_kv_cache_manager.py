@@ -1026,7 +1026,19 @@ class RSWAManager(FullAttentionManager):
             self._remove_blocks_in_range(request_id, first_gap_block, last_gap_block)
 
 
-class CircularBufferManager(FullAttentionManager):
+class _NoPrefixCacheMixin:
+    """Groups whose blocks are never registered in, nor found in, the prefix cache."""
+
+    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
+        return None
+
+    @classmethod
+    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
+                               drop_eagle_block, alignment_tokens, dcp_world_size=1, pcp_world_size=1):
+        return tuple([] for _ in kv_cache_group_ids), 0
+
+
+class CircularBufferManager(_NoPrefixCacheMixin, FullAttentionManager):
     """Scratch attention memory never read back by later tokens: one ring block per request for its whole
     life; never cached, never hit, never skipped."""
 
@@ -1056,14 +1068,6 @@ class CircularBufferManager(FullAttentionManager):
 
     def remove_skipped_blocks(self, request_id, processed_computed_tokens, num_prompt_tokens=None):
         return None
-
-    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
-        return None
-
-    @classmethod
-    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
-                               drop_eagle_block, alignment_tokens, dcp_world_size=1, pcp_world_size=1):
-        return tuple([] for _ in kv_cache_group_ids), 0
 
 
 # ---------------------------------------------------------------------------------------------- HiSparse
@@ -1155,18 +1159,20 @@ class HiSparseSourceManager(FullAttentionManager):
         return []
 
 
-class _HiSparseAuxiliaryManager(SingleTypeKVCacheManager):
+class _HiSparseAuxiliaryManager(_NoPrefixCacheMixin, SingleTypeKVCacheManager):
     """Device groups derived from the host source: never cached, never hit (the source owns caching)."""
 
     coordinator = None
 
-    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
-        return None
-
-    @classmethod
-    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
-                               drop_eagle_block, alignment_tokens, dcp_world_size=1, pcp_world_size=1):
-        return tuple([] for _ in kv_cache_group_ids), 0
+    def _grow_to(self, request_id: str, num_blocks: int) -> list[KVCacheBlock]:
+        """Append fresh blocks until the request's table has `num_blocks`; returns the new ones."""
+        table = self.req_to_blocks[request_id]
+        n = num_blocks - len(table)
+        if n <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(n)
+        table.extend(new)
+        return new
 
 
 class HiSparseHotManager(_HiSparseAuxiliaryManager):
@@ -1220,13 +1226,7 @@ class HiSparseHotManager(_HiSparseAuxiliaryManager):
         self.num_cached_block[request_id] = 0
         if request_id not in self.hot_required:
             return []
-        table = self.req_to_blocks[request_id]
-        n = self.blocks_per_request - len(table)
-        if n <= 0:
-            return []
-        new = self.block_pool.get_new_blocks(n)
-        table.extend(new)
-        return new
+        return self._grow_to(request_id, self.blocks_per_request)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         self.hot_required.discard(request_id)
@@ -1291,13 +1291,7 @@ class HiSparseResidentManager(_HiSparseAuxiliaryManager):
             self.coordinator.commit_computed_blocks(request_id, num_host_pages)
 
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model=None):
-        table = self.req_to_blocks[request_id]
-        n = cdiv(num_tokens, self.block_size) - len(table)
-        if n <= 0:
-            return []
-        new = self.block_pool.get_new_blocks(n)
-        table.extend(new)
-        return new
+        return self._grow_to(request_id, cdiv(num_tokens, self.block_size))
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         if self.coordinator is not None:
@@ -1426,7 +1420,19 @@ def manager_class_for_spec(kv_cache_spec: KVCacheSpec, role: str | None = None) 
         f"{', '.join(t.__name__ for t in spec_manager_map)} (or a subclass)")
 
 
-def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, role: str | None = None,
+def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, max_in_flight_tokens: int | None = None,
+                                  max_model_len: int | None = None, role: str | None = None,
                                   **kwargs) -> SingleTypeKVCacheManager:
-    """Instantiate the manager class for the spec (and the group's `role`, see `manager_class_for_spec`)."""
-    return manager_class_for_spec(kv_cache_spec, role)(kv_cache_spec, **kwargs)
+    """Instantiate the manager class for the spec (and the group's `role`, see `manager_class_for_spec`).
+
+    Given `max_in_flight_tokens` and `max_model_len` (vLLM's arguments), a spec whose blocks recycle or
+    spill (sliding window, chunked local, HiSparse resident) gets its admission cap from them, unless
+    `max_admission_blocks_per_request` is passed explicitly.
+    """
+    manager_cls = manager_class_for_spec(kv_cache_spec, role)
+    if max_in_flight_tokens is not None and max_model_len is not None \
+            and kwargs.get("max_admission_blocks_per_request") is None \
+            and isinstance(kv_cache_spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec, HiSparseResidentSpec)):
+        kwargs["max_admission_blocks_per_request"] = kv_cache_spec.max_admission_blocks_per_request(
+            max_in_flight_tokens, max_model_len)
+    return manager_cls(kv_cache_spec, **kwargs)
