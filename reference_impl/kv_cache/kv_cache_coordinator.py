@@ -115,7 +115,8 @@ class KVCacheCoordinator:
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's newly full blocks in every group."""
-        boundaries = (request.num_prompt_tokens - 1,)
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
+                                       bool(self.drop_eagle_group_ids))
         for m in self.single_type_managers:
             m.cache_blocks(request, num_computed_tokens, replay_boundaries=boundaries)
 
@@ -317,6 +318,21 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 for gid in sg.group_ids:
                     del results[gid][keep:]
         return tuple(results), candidate, longest - candidate
+
+
+def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
+    """Token positions a later request replaying this prompt can resume at (sparse retention keeps the
+    reachable tail ending on each).
+
+    Without EAGLE that is the resend cap, `num_prompt_tokens - 1`. Under EAGLE a hit drops its last block,
+    so the reachable positions sit one scheduler block below both the resend's aligned cap and a longer
+    sibling's last aligned block (they differ only when the prompt is block-aligned).
+    """
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    resend = (num_prompt_tokens - 1) // scheduler_block_size * scheduler_block_size
+    extension = num_prompt_tokens // scheduler_block_size * scheduler_block_size
+    return tuple(sorted({max(resend - scheduler_block_size, 0), max(extension - scheduler_block_size, 0)}))
 
 
 def get_kv_cache_coordinator(kv_cache_config: KVCacheConfig, max_model_len: int, max_in_flight_tokens: int | None,

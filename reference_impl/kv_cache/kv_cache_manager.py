@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_impl.kv_cache.block_pool import KVCacheBlock
-from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
+from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator, replay_boundaries
 from reference_impl.kv_cache.request import Request, RequestStatus
 from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
@@ -237,7 +237,8 @@ class KVCacheManager:
             align = self._hybrid_cache_align
             if align > 1:
                 n = n // align * align
-            boundaries = (request.num_prompt_tokens - 1,)
+            boundaries = replay_boundaries(request.num_prompt_tokens, self.coordinator.scheduler_block_size,
+                                           bool(self.coordinator.drop_eagle_group_ids))
             for m in managers:
                 m.cache_blocks(request, n, replay_boundaries=boundaries)
         for g in new_blocks:
