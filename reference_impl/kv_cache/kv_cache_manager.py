@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator, replay_boundaries
 from reference_impl.kv_cache.request import Request, RequestStatus
+from reference_impl.kv_cache.single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
 from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
     MambaSpec,
@@ -132,6 +133,11 @@ class KVCacheManager:
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
         self._hybrid_cache_align = scheduler_block_size if len(groups) > 1 else 1
+        # (block table map, block size, cached-block counts) per group when every group is plain attention
+        # (base-class allocation and caching): allocate_slots then has a fast path for steps that need no
+        # new block (most decode steps). None for any other layout.
+        self._plain_groups = tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in self._managers) \
+            if all(type(m) in (FullAttentionManager, SlidingWindowManager) for m in self._managers) else None
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -198,6 +204,18 @@ class KVCacheManager:
             need_slots = max_len
         pool = self.block_pool
         managers = self._managers
+        plain = self._plain_groups
+        if plain is not None and new_computed_blocks is None and not num_new_computed_tokens \
+                and not num_external_computed_tokens and not full_sequence_must_fit:
+            for tables, bs, _ in plain:
+                table = tables.get(request_id)
+                if not table or len(table) * bs < need_slots:
+                    break
+            else:
+                # Every table already covers the new slots: nothing to allocate or adopt (what the general
+                # path below computes as needed == 0), only window skipping and the newly full blocks.
+                return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
+                                              has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
         adopting = num_external_computed_tokens > 0 or any(hits)
 
@@ -244,6 +262,37 @@ class KVCacheManager:
         for g in new_blocks:
             if g:
                 return KVCacheBlocks(new_blocks)
+        return self.empty_kv_cache_blocks
+
+    def _allocate_nothing(self, request, total: int, num_new_tokens: int, reserved_blocks: int,
+                          has_scheduled_reqs: bool, delay_cache_blocks: bool) -> KVCacheBlocks | None:
+        """allocate_slots for a step whose plain-attention tables already cover every new slot: the same
+        skipping, free-pool check and caching as the general path, without the per-group counting."""
+        request_id = request.request_id
+        for m in self._skipping:
+            m.remove_skipped_blocks(request_id, max(0, total - request.num_in_flight_tokens),
+                                    request.num_prompt_tokens)
+        free = self.block_pool.free_block_queue.num_free_blocks - reserved_blocks
+        if self.watermark_blocks and has_scheduled_reqs and _is_waiting(request.status):
+            free -= self.watermark_blocks
+        if free < 0:
+            return None
+        if self.enable_caching and not delay_cache_blocks:
+            n = total + num_new_tokens
+            if n > request.num_tokens:
+                n = request.num_tokens
+            align = self._hybrid_cache_align
+            if align > 1:
+                n = n // align * align
+            boundaries = None
+            for (_, bs, cached), m in zip(self._plain_groups, self._managers):
+                # cache_blocks returns at once unless a block filled up since the last call
+                if n // bs > cached.get(request_id, 0):
+                    if boundaries is None:
+                        boundaries = replay_boundaries(request.num_prompt_tokens,
+                                                       self.coordinator.scheduler_block_size,
+                                                       bool(self.coordinator.drop_eagle_group_ids))
+                    m.cache_blocks(request, n, replay_boundaries=boundaries)
         return self.empty_kv_cache_blocks
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
