@@ -246,7 +246,7 @@ class KVCacheManager:
 
         if adopting:
             self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens)
-        new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
+        new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
 
         if self.enable_caching and not delay_cache_blocks:
             n = total + num_new_tokens

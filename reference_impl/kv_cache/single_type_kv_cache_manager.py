@@ -112,9 +112,13 @@ class SingleTypeKVCacheManager:
         if not table:
             return
         last = min(num_skipped // self.block_size, len(table))
-        # Most steps skip nothing new: the last skipped position was nulled by an earlier call (and the
-        # range walk would stop right there), so save the call.
-        if last <= 0 or table[last - 1] is self._null_block:
+        if last <= 0:
+            return
+        # Most steps skip nothing new: the last skipped position was nulled by an earlier call and the base
+        # range walk would stop right there, so save the call (not for a subclass whose walk goes on past
+        # nulls, e.g. Mamba's gaps between states).
+        if table[last - 1] is self._null_block \
+                and type(self)._remove_blocks_in_range is SingleTypeKVCacheManager._remove_blocks_in_range:
             return
         self._remove_blocks_in_range(request_id, 0, last)
 

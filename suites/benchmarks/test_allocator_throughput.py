@@ -134,6 +134,15 @@ def test_lookup_32k(impls, side_fixtures, kvconform_record, case):
         _record(kvconform_record, side, f"lookup32k.{case}", impl, requests=1)
 
 
+def test_vllm_peer_loads():
+    """The peer every ratio needs: vLLM's allocator target builds here (else the workloads above time the
+    reference alone, and this skip says why no ratio is shown)."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not importable in this environment")
+    target = load_allocator_target("vllm")
+    assert target.name.startswith("vllm-"), f"the vLLM target should name its release, got {target.name!r}"
+
+
 @pytest.mark.parametrize("config", STREAMS)
 def test_block_tables_identical_to_vllm(kvconform_record, config):
     """The reference hands out exactly vLLM's block ids on the request stream (CI scale)."""
