@@ -271,8 +271,10 @@ class BlockPool:
                 block.prev_free_block = head
             queue.num_free_blocks += 1
             return
-        to_head = []
-        to_tail = []
+        # One pass: the blocks reaching 0 are chained as they come (head chain and tail chain, each in the
+        # given order), then each chain is spliced into the queue once.
+        head_first = head_last = tail_first = tail_last = None
+        num_freed = 0
         caching = self.enable_caching
         for block in ordered_blocks:
             if block.is_null:
@@ -282,13 +284,39 @@ class BlockPool:
                 raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
             block.ref_cnt = rc
             if rc == 0:
+                num_freed += 1
                 if caching and block._block_hash is not None:
-                    to_tail.append(block)
+                    if tail_last is None:
+                        tail_first = block
+                    else:
+                        tail_last.next_free_block = block
+                        block.prev_free_block = tail_last
+                    tail_last = block
                 else:
-                    to_head.append(block)
-        # one linking pass per end of the queue (the batch helpers), not one call per block
-        self.free_block_queue.prepend_n(to_head)
-        self.free_block_queue.append_n(to_tail)
+                    if head_last is None:
+                        head_first = block
+                    else:
+                        head_last.next_free_block = block
+                        block.prev_free_block = head_last
+                    head_last = block
+        if not num_freed:
+            return
+        queue = self.free_block_queue
+        if head_first is not None:
+            head = queue.fake_free_list_head
+            nxt = head.next_free_block
+            head.next_free_block = head_first
+            head_first.prev_free_block = head
+            head_last.next_free_block = nxt
+            nxt.prev_free_block = head_last
+        if tail_first is not None:
+            tail = queue.fake_free_list_tail
+            prev = tail.prev_free_block
+            prev.next_free_block = tail_first
+            tail_first.prev_free_block = prev
+            tail_last.next_free_block = tail
+            tail.prev_free_block = tail_last
+        queue.num_free_blocks += num_freed
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the prefix-cache entries of these blocks (ref counts unchanged)."""
