@@ -69,6 +69,14 @@ class BlockHashToBlockMap:
         return len(self._cache)
 
 
+def _splice(before: KVCacheBlock, first: KVCacheBlock, last: KVCacheBlock, after: KVCacheBlock) -> None:
+    """Link the chain first..last between the adjacent queue nodes `before` and `after`."""
+    before.next_free_block = first
+    first.prev_free_block = before
+    last.next_free_block = after
+    after.prev_free_block = last
+
+
 class BlockPool:
     """The single pool of `num_gpu_blocks` block ids shared by every KV cache group.
 
@@ -304,18 +312,10 @@ class BlockPool:
         queue = self.free_block_queue
         if head_first is not None:
             head = queue.fake_free_list_head
-            nxt = head.next_free_block
-            head.next_free_block = head_first
-            head_first.prev_free_block = head
-            head_last.next_free_block = nxt
-            nxt.prev_free_block = head_last
+            _splice(head, head_first, head_last, head.next_free_block)
         if tail_first is not None:
             tail = queue.fake_free_list_tail
-            prev = tail.prev_free_block
-            prev.next_free_block = tail_first
-            tail_first.prev_free_block = prev
-            tail_last.next_free_block = tail
-            tail.prev_free_block = tail_last
+            _splice(tail.prev_free_block, tail_first, tail_last, tail)
         queue.num_free_blocks += num_freed
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:

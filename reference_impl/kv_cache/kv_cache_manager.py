@@ -249,14 +249,8 @@ class KVCacheManager:
         new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
 
         if self.enable_caching and not delay_cache_blocks:
-            n = total + num_new_tokens
-            if n > request.num_tokens:
-                n = request.num_tokens
-            align = self._hybrid_cache_align
-            if align > 1:
-                n = n // align * align
-            boundaries = replay_boundaries(request.num_prompt_tokens, self.coordinator.scheduler_block_size,
-                                           bool(self.coordinator.drop_eagle_group_ids))
+            n = self._num_cacheable_tokens(request, total + num_new_tokens)
+            boundaries = self._replay_boundaries(request)
             for m in managers:
                 m.cache_blocks(request, n, replay_boundaries=boundaries)
         for g in new_blocks:
@@ -278,22 +272,28 @@ class KVCacheManager:
         if free < 0:
             return None
         if self.enable_caching and not delay_cache_blocks:
-            n = total + num_new_tokens
-            if n > request.num_tokens:
-                n = request.num_tokens
-            align = self._hybrid_cache_align
-            if align > 1:
-                n = n // align * align
+            n = self._num_cacheable_tokens(request, total + num_new_tokens)
             boundaries = None
             for (_, bs, cached), m in zip(self._plain_groups, self._managers):
                 # cache_blocks returns at once unless a block filled up since the last call
                 if n // bs > cached.get(request_id, 0):
                     if boundaries is None:
-                        boundaries = replay_boundaries(request.num_prompt_tokens,
-                                                       self.coordinator.scheduler_block_size,
-                                                       bool(self.coordinator.drop_eagle_group_ids))
+                        boundaries = self._replay_boundaries(request)
                     m.cache_blocks(request, n, replay_boundaries=boundaries)
         return self.empty_kv_cache_blocks
+
+    def _num_cacheable_tokens(self, request, num_tokens: int) -> int:
+        """Tokens whose full blocks allocate_slots caches: the computed ones after this step, at most the
+        request's tokens, on a scheduler-block boundary when groups differ in block size."""
+        if num_tokens > request.num_tokens:
+            num_tokens = request.num_tokens
+        align = self._hybrid_cache_align
+        return num_tokens // align * align if align > 1 else num_tokens
+
+    def _replay_boundaries(self, request) -> tuple[int, ...]:
+        """Where a later request replaying this prompt can resume (kept by sparse retention)."""
+        return replay_boundaries(request.num_prompt_tokens, self.coordinator.scheduler_block_size,
+                                 bool(self.coordinator.drop_eagle_group_ids))
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's full blocks up to `num_computed_tokens` in the prefix cache."""
