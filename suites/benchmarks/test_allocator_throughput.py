@@ -59,11 +59,11 @@ def _rounds(timing: bool, rounds: int) -> int:
     return min(rounds, int(cap))
 
 
-def _side_by_side(impls, side_fixtures, make_side, rounds) -> list[Side]:
+def _side_by_side(impls, side_fixtures, make_side, rounds, freeze=True) -> list[Side]:
     """Every implementation's (setup, target) from `make_side(impl)`, run with rounds interleaved; the sides
-    in `impls` order."""
-    sides = [Side(impl.name, *make_side(impl), fixture=side_fixtures[impl.name] if side_fixtures else None)
-             for impl in impls]
+    in `impls` order (`freeze`: see `Side`)."""
+    sides = [Side(impl.name, *make_side(impl), fixture=side_fixtures[impl.name] if side_fixtures else None,
+                  freeze=freeze) for impl in impls]
     run_interleaved(sides, _rounds(side_fixtures is not None, rounds))
     return sides
 
@@ -129,7 +129,7 @@ def test_lookup_32k(impls, side_fixtures, kvconform_record, case):
         assert hit == (32_752 if case == "hit" else 0), f"32k {case} on {impl.name}: expected hit length, got {hit}"
         return (lambda: (req,)), manager.get_computed_blocks
 
-    sides = _side_by_side(impls, side_fixtures, make_side, 20)
+    sides = _side_by_side(impls, side_fixtures, make_side, 20, freeze=False)
     for impl, side in zip(impls, sides):
         _record(kvconform_record, side, f"lookup32k.{case}", impl, requests=1)
 
