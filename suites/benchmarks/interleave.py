@@ -48,13 +48,16 @@ class Side:
 
 def make_side_fixtures(request: pytest.FixtureRequest, names: Sequence[str]) -> dict[str, Any] | None:
     """One pytest-benchmark fixture per implementation name for the running test, built as pytest-benchmark
-    builds its own `benchmark` fixture; None when pytest-benchmark does not time (disabled or under xdist).
+    builds its own `benchmark` fixture; None when pytest-benchmark does not time (disabled, not loaded, or
+    under xdist).
 
     Each is named `<test name>::<implementation>` and grouped under the test's name.
     """
+    session = getattr(request.config, "_benchmarksession", None)
+    if session is None:  # pytest-benchmark not loaded (-p no:benchmark): run untimed
+        return None
     from pytest_benchmark.fixture import BenchmarkFixture
 
-    session = request.config._benchmarksession
     if session.skip:
         pytest.skip("Benchmarks are skipped (--benchmark-skip was used).")
     if session.disabled:
