@@ -86,6 +86,14 @@ class BlockHashToBlockMap:
         return len(self._cache)
 
 
+def _splice(before: KVCacheBlock, first: KVCacheBlock, last: KVCacheBlock, after: KVCacheBlock) -> None:
+    """Link the chain first..last between the adjacent queue nodes `before` and `after`."""
+    before.next_free_block = first
+    first.prev_free_block = before
+    last.next_free_block = after
+    after.prev_free_block = last
+
+
 class BlockPool:
     """The single pool of `num_gpu_blocks` block ids shared by every KV cache group.
 
@@ -450,8 +458,10 @@ class BlockPool:
                 block.prev_free_block = head
             queue.num_free_blocks += 1
             return
-        to_head = []
-        to_tail = []
+        # One pass: the blocks reaching 0 are chained as they come (head chain and tail chain, each in the
+        # given order), then each chain is spliced into the queue once.
+        head_first = head_last = tail_first = tail_last = None
+        num_freed = 0
         caching = self.enable_caching
         foreign = None
         for block in ordered_blocks:
@@ -467,15 +477,33 @@ class BlockPool:
                 raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
             block.ref_cnt = rc
             if rc == 0:
+                num_freed += 1
                 if caching and block._block_hash is not None:
-                    to_tail.append(block)
+                    if tail_last is None:
+                        tail_first = block
+                    else:
+                        tail_last.next_free_block = block
+                        block.prev_free_block = tail_last
+                    tail_last = block
                 else:
-                    to_head.append(block)
-        # one linking pass per end of the queue (the batch helpers), not one call per block
-        self.free_block_queue.prepend_n(to_head)
-        self.free_block_queue.append_n(to_tail)
+                    if head_last is None:
+                        head_first = block
+                    else:
+                        head_last.next_free_block = block
+                        block.prev_free_block = head_last
+                    head_last = block
         if foreign:
             self._free_foreign_blocks(foreign)
+        if not num_freed:
+            return
+        queue = self.free_block_queue
+        if head_first is not None:
+            head = queue.fake_free_list_head
+            _splice(head, head_first, head_last, head.next_free_block)
+        if tail_first is not None:
+            tail = queue.fake_free_list_tail
+            _splice(tail.prev_free_block, tail_first, tail_last, tail)
+        queue.num_free_blocks += num_freed
 
     @staticmethod
     def _free_foreign_blocks(blocks: list[KVCacheBlock]) -> None:

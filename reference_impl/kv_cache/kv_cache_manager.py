@@ -10,8 +10,12 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
-from reference_impl.kv_cache.single_type_kv_cache_manager import MambaManager
 from reference_impl.kv_cache.request import Request, RequestStatus
+from reference_impl.kv_cache.single_type_kv_cache_manager import (
+    FullAttentionManager,
+    MambaManager,
+    SlidingWindowManager,
+)
 from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
     MambaSpec,
@@ -150,6 +154,13 @@ class KVCacheManager:
             for m in self._managers:
                 if isinstance(m, MambaManager):
                     m.shared_prefix_checkpoint = True
+        # (block table map, block size, cached-block counts) per group when every group is plain attention
+        # hashed at its own block size (base-class allocation and caching, no partial entries): allocate_slots
+        # then has a fast path for steps that need no new block (most decode steps). None for any other layout.
+        hbs = self.block_pool.hash_block_size
+        self._plain_groups = tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in self._managers) \
+            if all(type(m) in (FullAttentionManager, SlidingWindowManager) and m.block_size == hbs
+                   for m in self._managers) else None
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -247,6 +258,18 @@ class KVCacheManager:
             need_slots = max_len
         pool = self.block_pool
         managers = self._managers
+        plain = self._plain_groups
+        if plain is not None and new_computed_blocks is None and not num_new_computed_tokens \
+                and not num_external_computed_tokens and not full_sequence_must_fit:
+            for tables, bs, _ in plain:
+                table = tables.get(request_id)
+                if not table or len(table) * bs < need_slots:
+                    break
+            else:
+                # Every table already covers the new slots: nothing to allocate or adopt (what the general
+                # path below computes as needed == 0), only window skipping and the newly full blocks.
+                return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
+                                              has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
         adopting = num_external_computed_tokens > 0 or any(hits)
 
@@ -282,7 +305,7 @@ class KVCacheManager:
 
         if adopting:
             self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens)
-        new_blocks = tuple(m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers)
+        new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
 
         if self.enable_caching and not delay_cache_blocks:
             # Only finalized tokens are cached (not drafts that may be rejected).
@@ -315,6 +338,28 @@ class KVCacheManager:
                     f"group {m.kv_cache_group_id} hit {len(group_blocks)} blocks, fewer than the {n} to keep"
             out.append(list(group_blocks[:n]))
         return self.create_kv_cache_blocks(tuple(out))
+
+    def _allocate_nothing(self, request, total: int, num_new_tokens: int, reserved_blocks: int,
+                          has_scheduled_reqs: bool, delay_cache_blocks: bool) -> KVCacheBlocks | None:
+        """allocate_slots for a step whose plain-attention tables already cover every new slot: the same
+        skipping, free-pool check and caching as the general path, without the per-group counting."""
+        request_id = request.request_id
+        for m in self._skipping:
+            m.remove_skipped_blocks(request_id, max(0, total - request.num_in_flight_tokens),
+                                    request.num_prompt_tokens)
+        free = self.block_pool.free_block_queue.num_free_blocks - reserved_blocks
+        if self.watermark_blocks and has_scheduled_reqs and _is_waiting(request.status):
+            free -= self.watermark_blocks
+        if free < 0:
+            return None
+        if self.enable_caching and not delay_cache_blocks:
+            n = min(total + num_new_tokens, request.num_tokens)
+            # The coordinator caches at most `n` tokens per group: skip it unless a block filled up since.
+            for _, bs, cached in self._plain_groups:
+                if n // bs > cached.get(request_id, 0):
+                    self.coordinator.cache_blocks(request, n)
+                    break
+        return self.empty_kv_cache_blocks
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's full blocks up to `num_computed_tokens` in the prefix cache."""

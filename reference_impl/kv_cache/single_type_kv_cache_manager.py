@@ -136,7 +136,16 @@ class SingleTypeKVCacheManager:
         table = self.req_to_blocks.get(request_id)
         if not table:
             return
-        self._remove_blocks_in_range(request_id, 0, min(num_skipped // self.block_size, len(table)))
+        last = min(num_skipped // self.block_size, len(table))
+        if last <= 0:
+            return
+        # Most steps skip nothing new: the last skipped position was nulled by an earlier call and the base
+        # range walk would stop right there, so save the call (not for a subclass whose walk goes on past
+        # nulls, e.g. Mamba's gaps between states).
+        if table[last - 1] is self._null_block \
+                and type(self)._remove_blocks_in_range is SingleTypeKVCacheManager._remove_blocks_in_range:
+            return
+        self._remove_blocks_in_range(request_id, 0, last)
 
     def _remove_blocks_in_range(self, request_id: str, first_block: int, last_block: int) -> None:
         """Null and free the table's blocks in [first_block, last_block), stopping at a null (the earlier

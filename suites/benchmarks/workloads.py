@@ -7,6 +7,7 @@ vLLM-named methods on the objects it builds, so the reference and vLLM run ident
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -15,18 +16,48 @@ from dataclasses import dataclass
 from harness.targets.allocator_target import GroupDesc
 
 __all__ = [
-    "STREAM_CONFIGS", "StreamShape", "FULL_SCALE", "CI_SCALE", "make_stream_requests", "run_stream",
-    "pool_churn", "make_steady_pool", "steady_pairs", "make_evict_pool", "evict_all", "count_block_ops",
-    "prefill_and_free", "lookup_prompts",
+    "STREAMS", "StreamConfig", "StreamShape", "FULL_SCALE", "CI_SCALE", "make_stream_manager",
+    "make_stream_requests", "run_stream", "mamba_aligned_chunk", "pool_churn", "make_steady_pool", "steady_pairs",
+    "make_evict_pool", "evict_all", "count_block_ops", "prefill_and_free", "lookup_prompts",
 ]
 
 BLOCK_SIZE = 16
-STREAM_CONFIGS = {
-    "full": [GroupDesc("full", BLOCK_SIZE)],
-    "hybrid": [GroupDesc("full", BLOCK_SIZE), GroupDesc("sliding_window", BLOCK_SIZE, sliding_window=4096)],
+# Mamba state block of the full + Mamba stream: 34 hash blocks (the size of issue 10's example), so the shared
+# 4096-token prefix ends 288 tokens past a Mamba block boundary and only a fine-grained hit reaches it.
+MAMBA_BLOCK_SIZE = 544
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """A request stream's KV cache groups and what the engine does around the allocator for it."""
+
+    groups: tuple[GroupDesc, ...]
+    # prefix-cache retention interval; 0 is the engine default (sparse) for hybrid layouts
+    retention_interval: int | None = None
+    use_eagle: bool = False
+    # draft-token slots the scheduler reserves on every allocate_slots call (EAGLE's num_lookahead_tokens)
+    num_lookahead_tokens: int = 0
+    # the stream opens with each bare shared prefix as a request of its own (a system prompt sent alone)
+    prefix_requests: bool = False
+
+    @property
+    def mamba_block_size(self) -> int | None:
+        """The Mamba group's block size when the layout has one (chunks then end where states are cached)."""
+        return next((g.block_size for g in self.groups if g.kind == "mamba"), None)
+
+
+_SWA = GroupDesc("sliding_window", BLOCK_SIZE, sliding_window=4096)
+STREAMS = {
+    "full": StreamConfig((GroupDesc("full", BLOCK_SIZE),)),
+    "hybrid": StreamConfig((GroupDesc("full", BLOCK_SIZE), _SWA), retention_interval=0),
+    # full + SWA under EAGLE: the last matching block is dropped from every hit, 2 draft slots per step
+    "hybrid_eagle": StreamConfig((GroupDesc("full", BLOCK_SIZE), _SWA), retention_interval=0, use_eagle=True,
+                                 num_lookahead_tokens=2),
+    # full + Mamba (align): the Mamba block is larger than the hash block, so vLLM 0.33 enables fine-grained
+    # (partial) hash hits; the bare prefixes checkpoint their state at their last hash boundary (4080)
+    "full_mamba_partial": StreamConfig((GroupDesc("full", BLOCK_SIZE), GroupDesc("mamba", MAMBA_BLOCK_SIZE)),
+                                       retention_interval=0, prefix_requests=True),
 }
-# retention interval per config: the engine default 0 (sparse) for the hybrid stream
-STREAM_RETENTION = {"full": None, "hybrid": 0}
 
 
 @dataclass(frozen=True)
@@ -48,44 +79,113 @@ FULL_SCALE = StreamShape()
 CI_SCALE = StreamShape(num_requests=100)
 
 
-def make_stream_requests(target, shape: StreamShape, seed: int = 0) -> list:
-    """The stream's requests (prompt hashing happens here, outside any timed region)."""
+def make_stream_manager(target, config: str, shape: StreamShape):
+    """A `KVCacheManager` of `target` laid out as stream `config` (one pool of `shape.num_blocks`)."""
+    stream = STREAMS[config]
+    return target.make_manager(list(stream.groups), shape.num_blocks, 1 << 20,
+                               retention_interval=stream.retention_interval, use_eagle=stream.use_eagle)
+
+
+def make_stream_requests(target, shape: StreamShape, seed: int = 0, config: str = "full") -> list:
+    """The stream's requests (prompt hashing happens here, outside any timed region).
+
+    Request i is shared prefix i mod `num_prefixes` followed by its own tokens; a stream with
+    `prefix_requests` first sends every bare prefix as a request of its own.
+    """
     rng = random.Random(seed)
     prefixes = [[rng.randrange(1, 50_000) for _ in range(shape.prefix_tokens)] for _ in range(shape.num_prefixes)]
     out = []
-    for i in range(shape.num_requests):
+    if STREAMS[config].prefix_requests:
+        out = [target.make_request(f"prefix-{j}", p, BLOCK_SIZE) for j, p in enumerate(prefixes)]
+    for i in range(shape.num_requests - len(out)):
         unique = [rng.randrange(1, 50_000) for _ in range(shape.unique_tokens)]
         out.append(target.make_request(f"req-{i}", prefixes[i % shape.num_prefixes] + unique, BLOCK_SIZE))
     return out
 
 
-def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable | None = None) -> int:
+def mamba_aligned_chunk(request, start: int, num_new_tokens: int, block_size: int, hash_block_size: int,
+                        max_prefill_tokens: int) -> int:
+    """How many of `num_new_tokens` prefill tokens from `start` the engine schedules under Mamba "align".
+
+    What vLLM 0.33's scheduler does (no EAGLE drop, no lookahead hashes, no in-chunk checkpoint): Mamba
+    state is written only at chunk ends, so a prefill chunk ends on a Mamba block boundary, never runs past
+    the last boundary before the prompt's end, stops at the prompt's last hash boundary (the fine-grained
+    checkpoint a later prompt extending this one hits) and at the block-floored shared-prefix junction the
+    manager reported. The prompt's final chunk is exempt from the block alignment.
+    """
+    prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+    if start >= prefill_end:
+        return num_new_tokens
+    end = start + num_new_tokens
+    if end < prefill_end:
+        aligned_end = end // block_size * block_size
+        if aligned_end > start or block_size <= max_prefill_tokens:
+            end = aligned_end
+    # the last block boundary strictly inside the sequence (one token is always left to compute)
+    last_cache_position = (request.num_tokens - 1) // block_size * block_size
+    tail_boundary = (request.num_prompt_tokens - 1) // hash_block_size * hash_block_size
+    junction = request.shared_prefix_boundary
+    stops = (
+        (start // block_size + 1) * block_size if start % block_size else 0,
+        last_cache_position,
+        tail_boundary if last_cache_position < tail_boundary < request.num_prompt_tokens else 0,
+        start + (junction - start) // block_size * block_size if start < junction < end else 0,
+    )
+    end = min((s for s in stops if start < s < end), default=end)
+    return max(end - start, 0)
+
+
+def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable | None = None,
+               config: str = "full") -> int:
     """Admit up to `max_concurrent` requests, prefill in chunks, decode `decode_steps` tokens, free.
 
-    Returns the number of allocate_slots calls. `on_finish(request)` runs just before each free.
+    Every step starts with `new_step_starts()`, as the engine's scheduler does. Stream `config` says the
+    draft slots reserved per call and whether chunks follow Mamba's alignment (`mamba_aligned_chunk`).
+    A request the manager does not admit waits for the next step. Returns the number of allocate_slots
+    calls. `on_finish(request)` runs just before each free.
     """
+    stream = STREAMS[config]
+    lookahead = stream.num_lookahead_tokens
+    mamba_block = stream.mamba_block_size
+    hash_block = math.gcd(*(g.block_size for g in stream.groups))
     pending = deque(requests)
     active: list[list] = []
     chunk = shape.prefill_chunk
     steps = shape.decode_steps
     calls = 0
     allocate = manager.allocate_slots
+    step = manager.new_step_starts
+
+    def prefill_tokens(req, start: int) -> int:
+        n = min(chunk, req.num_prompt_tokens - start)
+        if mamba_block is not None:
+            n = mamba_aligned_chunk(req, start, n, mamba_block, hash_block, chunk)
+            if n <= 0:
+                raise RuntimeError(f"{req.request_id}: no prefill token schedulable from {start}")
+        return n
+
     while pending or active:
+        step()
         while pending and len(active) < shape.max_concurrent:
             req = pending.popleft()
             blocks, hit, boundary = manager.get_computed_blocks(req)
             req.shared_prefix_boundary = boundary
-            n = min(chunk, req.num_prompt_tokens - hit)
-            if allocate(req, n, hit, blocks) is None:
-                raise RuntimeError(f"allocation failed for {req.request_id}; the pool is sized never to fail")
+            n = prefill_tokens(req, hit)
             calls += 1
+            if allocate(req, n, hit, blocks, lookahead) is None:
+                # Not admitted this step (Mamba defers a hit on a state cached in the same step): like the
+                # scheduler, keep it first in line and stop admitting until the next step.
+                if not active:
+                    raise RuntimeError(f"allocation failed for {req.request_id}; the pool is sized never to fail")
+                pending.appendleft(req)
+                break
             req.num_computed_tokens = hit + n
             active.append([req, 0])
         still = []
         for entry in active:
             req = entry[0]
             if req.num_computed_tokens < req.num_prompt_tokens:
-                n = min(chunk, req.num_prompt_tokens - req.num_computed_tokens)
+                n = prefill_tokens(req, req.num_computed_tokens)
             else:
                 if entry[1] == steps:
                     if on_finish is not None:
@@ -95,7 +195,7 @@ def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable 
                 req.append_output_token_ids((req.num_tokens * 31) % 50_000 + 1)
                 entry[1] += 1
                 n = 1
-            if allocate(req, n) is None:
+            if allocate(req, n, 0, None, lookahead) is None:
                 raise RuntimeError(f"allocation failed for {req.request_id}; the pool is sized never to fail")
             calls += 1
             req.num_computed_tokens += n
@@ -106,11 +206,11 @@ def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable 
 
 def stream_tables_digest(target, config: str, shape: StreamShape) -> tuple[str, int]:
     """SHA-256 over every request's final block ids (per group) and the allocate_slots call count."""
-    manager = target.make_manager(STREAM_CONFIGS[config], shape.num_blocks, 1 << 20,
-                                  retention_interval=STREAM_RETENTION[config])
+    manager = make_stream_manager(target, config, shape)
     digest = hashlib.sha256()
-    calls = run_stream(manager, make_stream_requests(target, shape), shape,
-                       on_finish=lambda r: digest.update(repr(manager.get_block_ids(r.request_id)).encode()))
+    calls = run_stream(manager, make_stream_requests(target, shape, config=config), shape,
+                       on_finish=lambda r: digest.update(repr(manager.get_block_ids(r.request_id)).encode()),
+                       config=config)
     return digest.hexdigest(), calls
 
 
@@ -210,8 +310,7 @@ def evict_all(pool, k: int = 16) -> int:
 # --------------------------------------------------------------------------------------- 32k lookup
 def prefill_and_free(target, config: str, prompt_tokens: list[int], chunk: int = 8192):
     """A manager in which a 32k prompt was prefilled in chunks of `chunk` and freed."""
-    manager = target.make_manager(STREAM_CONFIGS[config], 100_000, 1 << 20,
-                                  retention_interval=STREAM_RETENTION[config])
+    manager = make_stream_manager(target, config, StreamShape(num_blocks=100_000))
     req = target.make_request("warm", prompt_tokens, BLOCK_SIZE)
     while req.num_computed_tokens < req.num_prompt_tokens:
         n = min(chunk, req.num_prompt_tokens - req.num_computed_tokens)

@@ -1,0 +1,58 @@
+"""The side-by-side runner alternates implementations round by round and records each side's own rounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from suites.benchmarks.interleave import Side, run_interleaved
+
+
+class _Stats:
+    def __init__(self):
+        self.durations = []
+
+    def update(self, duration):
+        self.durations.append(duration)
+
+
+class _FakeBenchmarkFixture:
+    """pytest-benchmark's runner/stats hooks, with a clock that ticks once per timed call."""
+
+    def __init__(self):
+        self.made_stats = []
+
+    def _make_runner(self, target, args, kwargs):
+        def runner(loops_range):
+            assert loops_range is None, "one call per round"
+            return 1.0, target(*args, **kwargs)
+        return runner
+
+    def _make_stats(self, iterations):
+        stats = _Stats()
+        self.made_stats.append(stats)
+        return stats
+
+
+def _logging_side(name, log, fixture):
+    return Side(name, setup=lambda: (name,), target=lambda tag: log.append(tag) or tag, fixture=fixture)
+
+
+def test_rounds_alternate_a_b_a_b():
+    log: list[str] = []
+    a, b = _FakeBenchmarkFixture(), _FakeBenchmarkFixture()
+    run_interleaved([_logging_side("A", log, a), _logging_side("B", log, b)], rounds=3)
+    assert log == ["A", "B", "A", "B", "A", "B"], f"rounds must alternate per round, ran {log}"
+    assert [len(f.made_stats) for f in (a, b)] == [1, 1], "one statistics series per side"
+    assert a.made_stats[0].durations == [1.0] * 3 and b.made_stats[0].durations == [1.0] * 3, \
+        "every timed round lands in its own side's statistics"
+
+
+def test_untimed_runs_each_side_once():
+    log: list[str] = []
+    run_interleaved([_logging_side("A", log, None), _logging_side("B", log, None)], rounds=5)
+    assert log == ["A", "B"], f"without pytest-benchmark timing each side runs once, ran {log}"
+
+
+def test_rounds_must_be_positive():
+    with pytest.raises(ValueError, match="rounds: 0"):
+        run_interleaved([], rounds=0)
