@@ -1150,13 +1150,17 @@ class HiSparseSourceManager(FullAttentionManager):
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        # The coordinator detaches the request first: a finished request's in-flight write-backs take their
+        # own references on the host blocks they still need. The caller's `free_blocks` returns host blocks
+        # to the host pool (a block is freed into the pool it belongs to).
         if self.coordinator is not None:
             self.coordinator.free(request_id)
-        if not self.host_pool_bound:
-            return super().pop_blocks_for_free(request_id)
-        # The caller frees what it gets into the device pool; host blocks go back to their own pool now.
-        self.free(request_id)
-        return []
+        return super().pop_blocks_for_free(request_id)
+
+    def free(self, request_id: str) -> None:
+        if self.coordinator is not None:
+            self.coordinator.free(request_id)
+        super().free(request_id)
 
 
 class _HiSparseAuxiliaryManager(_NoPrefixCacheMixin, SingleTypeKVCacheManager):
