@@ -20,7 +20,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_GPU, event_classes
 
-__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool"]
+__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool", "SharedEventQueueBlockPool"]
 
 logger = logging.getLogger(__name__)
 
@@ -586,3 +586,24 @@ def _lora_name(lora) -> str | None:
     if not lora:
         return None
     return lora.name if hasattr(lora, "name") else lora.lora_name
+
+
+class SharedEventQueueBlockPool(BlockPool):
+    """A pool whose KV cache events go into another pool's queue (HiSparse's host pool reports through the
+    device pool, so one `take_events` drains both). The queue is read through the owner on every access:
+    the owner swaps in a fresh list each time it is drained."""
+
+    def __init__(self, *args, event_owner: BlockPool, **kwargs):
+        self._event_owner = event_owner
+        super().__init__(*args, **kwargs)
+
+    @property
+    def kv_event_queue(self) -> list:
+        """The owner's live event queue."""
+        return self._event_owner.kv_event_queue
+
+    @kv_event_queue.setter
+    def kv_event_queue(self, events: list) -> None:
+        # Only BlockPool.__init__ (and a drain through this pool) assign here; the owner keeps the queue.
+        if events:
+            raise ValueError("SharedEventQueueBlockPool: the event queue belongs to the owner pool")

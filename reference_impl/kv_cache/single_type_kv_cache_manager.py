@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock
+from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock, SharedEventQueueBlockPool
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     CircularBufferSpec,
@@ -34,6 +34,7 @@ from reference_impl.kv_cache.kv_cache_interface import (
     is_mamba_prefill_checkpoint_valid,
 )
 from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, resolve_block_hashes, trim_null_head
+from reference_impl.kv_cache.kv_events import MEDIUM_CPU
 
 __all__ = [
     "SingleTypeKVCacheManager",
@@ -1107,9 +1108,9 @@ class HiSparseSourceManager(FullAttentionManager):
     def bind_host_pool(self, num_blocks: int) -> None:
         """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
         device_pool = self.device_pool
-        self.block_pool = BlockPool(
+        self.block_pool = SharedEventQueueBlockPool(
             num_blocks, self.enable_caching and self.kv_cache_spec.prefix_cacheable, device_pool.hash_block_size,
-            device_pool.enable_kv_cache_events)
+            device_pool.enable_kv_cache_events, medium=MEDIUM_CPU, event_owner=device_pool)
         self._null_block = self.block_pool.null_block
 
     @property
@@ -1137,6 +1138,16 @@ class HiSparseSourceManager(FullAttentionManager):
         if required > self.block_pool.get_num_free_blocks():
             return self.device_pool.num_gpu_blocks + 1
         return 0
+
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        # The connector is still writing these host pages: they become readable (and publishable) when
+        # the load succeeds, which the coordinator learns from `finish_host_import`, not from here.
+        if num_external_computed_tokens > 0 and self.coordinator is not None:
+            self.coordinator.record_pending_host_import(
+                request_id, num_local_computed_tokens + num_external_computed_tokens)
+        return super().allocate_external_computed_blocks(request_id, num_local_computed_tokens,
+                                                         num_external_computed_tokens, record_for_zeroing)
 
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         if self.coordinator is not None:
