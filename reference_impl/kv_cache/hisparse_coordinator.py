@@ -32,8 +32,16 @@ from reference_impl.kv_cache.hisparse_types import (
     SparseKVResidencyUpdate,
     SparseKVRowMirror,
 )
-from reference_impl.kv_cache.kv_cache_interface import HiSparseResidentSpec, KVCacheConfig, cdiv
-from reference_impl.kv_cache.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock, KVCacheBlockCopy
+from reference_impl.kv_cache.kv_cache_interface import (
+    HiSparseResidentSpec,
+    KVCacheConfig,
+    cdiv,
+)
+from reference_impl.kv_cache.kv_cache_utils import (
+    BlockHashWithGroupId,
+    KVCacheBlock,
+    KVCacheBlockCopy,
+)
 from reference_impl.kv_cache.single_type_kv_cache_manager import (
     HiSparseHotManager,
     HiSparseResidentManager,

@@ -1075,8 +1075,8 @@ class CircularBufferManager(_NoPrefixCacheMixin, FullAttentionManager):
 # HiSparse keeps a sparse-MLA model's source KV in a host pool (the "source" group, role HISPARSE_SOURCE)
 # and on the device only: an indexer group (ordinary full attention), resident copies of recent source
 # pages (HiSparseResidentSpec) and a per-request hot region (HiSparseHotSpec). vLLM's HiSparseCoordinator
-# (outside v1/core) drives spills, residency changes and host publication; it binds itself to these
-# managers through their `coordinator` attribute. The reference has no such coordinator: with none bound,
+# (outside v1/core; the reference's is `hisparse_coordinator`) drives spills, residency changes and host
+# publication; it binds itself to these managers through their `coordinator` attribute. With none bound,
 # a source page counts as durable once computed, so it is published at once.
 
 
