@@ -1,8 +1,9 @@
 """The import mapping that points vLLM's allocator tests at the reference allocator.
 
-vLLM's `tests/v1/core` files import the allocator from `vllm.v1.core.<module>` and the layer specs from
-`vllm.v1.kv_cache_interface`. The mapping swaps exactly those module prefixes for
-`reference_impl.kv_cache.<module>`, in import statements and in dotted strings (`monkeypatch.setattr`
+vLLM's `tests/v1/core` files import the allocator from `vllm.v1.core.<module>`, the layer specs from
+`vllm.v1.kv_cache_interface` and, since 0.33, HiSparse's allocator side (its group layout and the
+coordinator that drives residency, spills and host publication) from `vllm.v1.hisparse.<module>`. The
+mapping swaps exactly those module names for `reference_impl.kv_cache.<module>`, in import statements and in dotted strings (`monkeypatch.setattr`
 targets) alike; everything else (Request, SamplingParams, vllm.utils, the scheduler) stays vLLM's. No
 adapter sits in between: a name the reference lacks fails the test, as it would fail a user's code.
 
@@ -18,7 +19,8 @@ from pathlib import Path
 
 __all__ = ["MAPPED_MODULES", "map_source", "stage_mapped_tests"]
 
-# vLLM module -> reference module: the allocator's `v1/core` modules and the spec module.
+# vLLM module -> reference module: the allocator's `v1/core` modules, the spec module and HiSparse's
+# allocator-side modules (its worker runtime and connector stay vLLM's).
 MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.core.block_pool": "reference_impl.kv_cache.block_pool",
     "vllm.v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
@@ -26,6 +28,8 @@ MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.core.kv_cache_coordinator": "reference_impl.kv_cache.kv_cache_coordinator",
     "vllm.v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
     "vllm.v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
+    "vllm.v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
+    "vllm.v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
 }
 
 # A mapped name followed by a non-identifier character: `vllm.v1.core.block_pool_x` is not mapped.

@@ -3,7 +3,9 @@
 Modules: `specs` (layer specs, groups, config), `grouping` (layer specs -> groups, HMA-off promotion),
 `hashing` (prefix block hashes), `request`, `block_pool` (blocks, free queue, prefix-cache map),
 `single_type_manager`, `coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
-`hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound).
+`hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound), `hisparse_coordinator`
+(HiSparse's write-back spills, device residency and host publication) and `hisparse_types` (what it
+hands the worker).
 """
 
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock

@@ -7,7 +7,7 @@ calling the queue's methods per block: this module is what the throughput benchm
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from reference_impl.kv_cache.kv_cache_utils import (
     BlockHashListWithBlockSize,
@@ -20,7 +20,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_GPU, event_classes
 
-__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool"]
+__all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool", "SharedEventQueueBlockPool"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,9 @@ class BlockPool:
         self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        # Blocks released by `unpin_blocks` whose old contents someone still reads, with the callback
+        # that tells the reader when the pool hands the block out again.
+        self._reuse_watchers: dict[int, Callable[[KVCacheBlock], None]] = {}
         # BlockStored / BlockRemoved / AllBlocksCleared objects (vLLM's classes when vLLM is importable)
         self.kv_event_queue: list = []
 
@@ -385,6 +388,8 @@ class BlockPool:
                 self._evict_cached(cur)
             cur.ref_cnt = 1
             queue.num_free_blocks -= 1
+            if self._reuse_watchers:
+                self._notify_reuse([cur])
             return [cur]
         out = []
         append = out.append
@@ -408,7 +413,34 @@ class BlockPool:
         head.next_free_block = cur
         cur.prev_free_block = head
         queue.num_free_blocks -= num_blocks
+        if self._reuse_watchers:
+            self._notify_reuse(out)
         return out
+
+    def _notify_reuse(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Tell the readers of unpinned blocks that the pool has handed them out (their data is gone)."""
+        watchers = self._reuse_watchers
+        for block in blocks:
+            watcher = watchers.pop(block.block_id, None)
+            if watcher is not None:
+                watcher(block)
+
+    def unpin_blocks(self, blocks: Iterable[KVCacheBlock], on_reuse: Callable[[KVCacheBlock], None]) -> None:
+        """Drop one reference per block while its contents stay readable until the pool reuses it.
+
+        A block reaching ref_cnt 0 joins the tail of the free queue (evicted last, hashed or not) and counts
+        as free; `on_reuse(block)` fires when `get_new_blocks` hands it out or the prefix cache is reset.
+        """
+        released = []
+        for block in blocks:
+            if block.is_null or block.ref_cnt <= 0:
+                raise AssertionError(f"unpin_blocks needs a referenced non-null block, got block "
+                                     f"{block.block_id} with ref_cnt {block.ref_cnt}")
+            block.ref_cnt -= 1
+            self._reuse_watchers[block.block_id] = on_reuse
+            if block.ref_cnt == 0:
+                released.append(block)
+        self.free_block_queue.append_n(released)
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each non-null block (prefix hit), unlinking free ones from the queue."""
@@ -536,6 +568,8 @@ class BlockPool:
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.cached_block_hashes_by_block.clear()
+        if self._reuse_watchers:
+            self._notify_reuse([self.blocks[i] for i in list(self._reuse_watchers)])
         for block in self.blocks:
             block._block_hash = None
             block._block_hash_num_tokens = None
@@ -580,3 +614,24 @@ def _lora_name(lora) -> str | None:
     if not lora:
         return None
     return lora.name if hasattr(lora, "name") else lora.lora_name
+
+
+class SharedEventQueueBlockPool(BlockPool):
+    """A pool whose KV cache events go into another pool's queue (HiSparse's host pool reports through the
+    device pool, so one `take_events` drains both). The queue is read through the owner on every access:
+    the owner swaps in a fresh list each time it is drained."""
+
+    def __init__(self, *args, event_owner: BlockPool, **kwargs):
+        self._event_owner = event_owner
+        super().__init__(*args, **kwargs)
+
+    @property
+    def kv_event_queue(self) -> list:
+        """The owner's live event queue."""
+        return self._event_owner.kv_event_queue
+
+    @kv_event_queue.setter
+    def kv_event_queue(self, events: list) -> None:
+        # Only BlockPool.__init__ (and a drain through this pool) assign here; the owner keeps the queue.
+        if events:
+            raise ValueError("SharedEventQueueBlockPool: the event queue belongs to the owner pool")

@@ -106,6 +106,10 @@ class Request:
         if block_hasher is not None:
             self.block_hashes.extend(block_hasher(self))
 
+    def is_finished(self) -> bool:
+        """Whether the request reached a terminal state (vLLM's FINISHED_* statuses are accepted too)."""
+        return self.status.name.startswith("FINISHED")
+
     @property
     def num_tokens_with_spec(self) -> int:
         """Tokens including the speculative (draft) ones."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock
+from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock, SharedEventQueueBlockPool
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     CircularBufferSpec,
@@ -34,6 +34,7 @@ from reference_impl.kv_cache.kv_cache_interface import (
     is_mamba_prefill_checkpoint_valid,
 )
 from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, resolve_block_hashes, trim_null_head
+from reference_impl.kv_cache.kv_events import MEDIUM_CPU
 
 __all__ = [
     "SingleTypeKVCacheManager",
@@ -1083,8 +1084,8 @@ class CircularBufferManager(_NoPrefixCacheMixin, FullAttentionManager):
 # HiSparse keeps a sparse-MLA model's source KV in a host pool (the "source" group, role HISPARSE_SOURCE)
 # and on the device only: an indexer group (ordinary full attention), resident copies of recent source
 # pages (HiSparseResidentSpec) and a per-request hot region (HiSparseHotSpec). vLLM's HiSparseCoordinator
-# (outside v1/core) drives spills, residency changes and host publication; it binds itself to these
-# managers through their `coordinator` attribute. The reference has no such coordinator: with none bound,
+# (outside v1/core; the reference's is `hisparse_coordinator`) drives spills, residency changes and host
+# publication; it binds itself to these managers through their `coordinator` attribute. With none bound,
 # a source page counts as durable once computed, so it is published at once.
 
 
@@ -1116,9 +1117,9 @@ class HiSparseSourceManager(FullAttentionManager):
     def bind_host_pool(self, num_blocks: int) -> None:
         """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
         device_pool = self.device_pool
-        self.block_pool = BlockPool(
+        self.block_pool = SharedEventQueueBlockPool(
             num_blocks, self.enable_caching and self.kv_cache_spec.prefix_cacheable, device_pool.hash_block_size,
-            device_pool.enable_kv_cache_events)
+            device_pool.enable_kv_cache_events, medium=MEDIUM_CPU, event_owner=device_pool)
         self._null_block = self.block_pool.null_block
 
     @property
@@ -1147,6 +1148,16 @@ class HiSparseSourceManager(FullAttentionManager):
             return self.device_pool.num_gpu_blocks + 1
         return 0
 
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        # The connector is still writing these host pages: they become readable (and publishable) when
+        # the load succeeds, which the coordinator learns from `finish_host_import`, not from here.
+        if num_external_computed_tokens > 0 and self.coordinator is not None:
+            self.coordinator.record_pending_host_import(
+                request_id, num_local_computed_tokens + num_external_computed_tokens)
+        return super().allocate_external_computed_blocks(request_id, num_local_computed_tokens,
+                                                         num_external_computed_tokens, record_for_zeroing)
+
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         if self.coordinator is not None:
             self.coordinator.publish_when_ready(request, num_tokens, retention_interval,
@@ -1159,13 +1170,17 @@ class HiSparseSourceManager(FullAttentionManager):
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        # The coordinator detaches the request first: a finished request's in-flight write-backs take their
+        # own references on the host blocks they still need. The caller's `free_blocks` returns host blocks
+        # to the host pool (a block is freed into the pool it belongs to).
         if self.coordinator is not None:
             self.coordinator.free(request_id)
-        if not self.host_pool_bound:
-            return super().pop_blocks_for_free(request_id)
-        # The caller frees what it gets into the device pool; host blocks go back to their own pool now.
-        self.free(request_id)
-        return []
+        return super().pop_blocks_for_free(request_id)
+
+    def free(self, request_id: str) -> None:
+        if self.coordinator is not None:
+            self.coordinator.free(request_id)
+        super().free(request_id)
 
 
 class _HiSparseAuxiliaryManager(_NoPrefixCacheMixin, SingleTypeKVCacheManager):

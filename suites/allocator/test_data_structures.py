@@ -154,3 +154,20 @@ def test_coarse_block_uses_last_fine_hash(target):
     fine = req.block_hashes
     group1 = sorted(k[:-4] for k in entries if k[-4:] == (1).to_bytes(4, "big"))
     assert group1 == sorted([fine[1], fine[3]]), "coarse hash j = fine hash (j+1)*k-1: [A,B,C,D] k=2 -> [B,D]"
+
+
+def test_unpinned_blocks_count_as_free_and_report_their_reuse(target):
+    """`unpin_blocks` (vLLM 0.33, HiSparse residency): the block loses a reference but stays readable; at
+    ref_cnt 0 it joins the tail of the free queue (reused last), and the callback fires once, when
+    `get_new_blocks` hands it out. Pool of 8: blocks 1-3 taken, queue 4..7; unpinning 2 -> queue 4..7, 2."""
+    pool = target.make_block_pool(8, enable_caching=True, hash_block_size=4)
+    if not hasattr(pool, "unpin_blocks"):
+        pytest.skip("not applicable: this target's BlockPool has no unpin_blocks (before vLLM 0.33)")
+    blocks = pool.get_new_blocks(3)  # 1, 2, 3
+    reused = []
+    pool.unpin_blocks([blocks[1]], reused.append)
+    assert blocks[1].ref_cnt == 0 and pool.get_num_free_blocks() == 5, "an unpinned block counts as free"
+    assert queue_ids(pool) == [4, 5, 6, 7, 2], "an unpinned block is reused last (queue tail)"
+    assert ids(pool.get_new_blocks(4)) == [4, 5, 6, 7] and reused == [], "no callback before its reuse"
+    assert ids(pool.get_new_blocks(1)) == [2]
+    assert ids(reused) == [2], "the callback fires once, with the block, when the pool hands it out"

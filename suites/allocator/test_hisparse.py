@@ -7,8 +7,8 @@ none is computed by the allocator under test. With `--kv-allocator vllm` these g
 HiSparse specs, managers, host-pool sizing or concurrency bound.
 
 vLLM keeps HiSparse's layout helpers and its coordinator in `vllm.v1.hisparse` (outside `v1/core`); the
-reference has them in `reference_impl.kv_cache.hisparse_layout` and binds the host pool itself. `_api`
-is the one place that knows where each target keeps them.
+reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. `_api` is
+the one place that knows where each target keeps them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _api(target) -> SimpleNamespace:
             stm=importlib.import_module(f"{pkg}.single_type_kv_cache_manager"),
             manager=importlib.import_module(f"{pkg}.kv_cache_manager"),
             layout=importlib.import_module(f"{pkg}.hisparse_layout"),
-            bind=lambda manager: None)
+            bind=importlib.import_module(f"{pkg}.hisparse_coordinator").get_hisparse_coordinator)
     if target.name.startswith("vllm"):
         coordinator = importlib.import_module("vllm.v1.hisparse.coordinator")
         return SimpleNamespace(
@@ -328,3 +328,50 @@ def test_block_size_that_is_not_a_multiple_of_the_hash_block_size(api, target):
     if "strict_input_validation" in target.capabilities:
         assert "24" in str(info.value) and str(BS) in str(info.value), \
             f"the message names the block size 24 and the hash block size {BS}: {info.value}"
+
+
+# -------------------------------------------------------------------------------------- coordinator
+def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
+    """40 tokens = 2 sealed pages + 1 partial. After the step, the coordinator plans one device -> host
+    write-back per sealed page (host blocks 1, 2 <- resident blocks 4, 5; the partial page 2 waits). Each
+    transfer holds a second reference on both ends until every worker reports it done. The host prefix
+    is published only then: a second request with the same 40-token prompt hits 0 tokens before and
+    32 after (2 pages; the last prompt token is always recomputed)."""
+    manager = _hisparse_manager(api, 32, 16)
+    coordinator = api.bind(manager)
+    source = manager.coordinator.single_type_managers[0]
+    first = target.make_request("first", list(range(40)), BS)
+    assert manager.allocate_slots(first, 40) is not None
+    coordinator.advance_scheduled([("first", 40)])
+    transfers = coordinator.build_offload_command().page_transfers
+    assert [(t.host_block_id, tuple(t.resident_block_ids), t.after_forward, t.restore) for t in transfers] \
+        == [(1, (4,), True, False), (2, (5,), True, False)], "one write-back per sealed page, oldest first"
+    host, resident = source.block_pool.blocks, manager.block_pool.blocks
+    assert [host[1].ref_cnt, host[2].ref_cnt, resident[4].ref_cnt, resident[5].ref_cnt] == [2, 2, 2, 2], \
+        "a transfer in flight pins both of its ends"
+    assert coordinator.has_pending_work()
+
+    hit = manager.get_computed_blocks(target.make_request("early", list(range(40)), BS))[1]
+    assert hit == 0, "host pages are not published before their write-back completes"
+
+    done = {t.transfer_id: 1 for t in transfers}
+    coordinator.update_spills(done, done)
+    assert [host[1].ref_cnt, host[2].ref_cnt, resident[4].ref_cnt, resident[5].ref_cnt] == [1, 1, 1, 1]
+    assert not coordinator.has_pending_work()
+    hit = manager.get_computed_blocks(target.make_request("late", list(range(40)), BS))[1]
+    assert hit == 32, "the two written-back pages are published"
+
+
+def test_hisparse_write_back_waits_for_every_worker(api, target):
+    """A transfer enqueued on 2 workers stays pending (and pinned) until both completions arrive."""
+    manager = _hisparse_manager(api, 32, 16)
+    coordinator = api.bind(manager)
+    req = target.make_request("r", list(range(16)), BS)
+    assert manager.allocate_slots(req, 16) is not None
+    coordinator.advance_scheduled([("r", 16)])
+    [transfer] = coordinator.build_offload_command().page_transfers
+    resident_block = manager.block_pool.blocks[transfer.resident_block_ids[0]]
+    coordinator.update_spills({transfer.transfer_id: 2}, {transfer.transfer_id: 1})
+    assert resident_block.ref_cnt == 2 and coordinator.has_pending_work(), "1 of 2 workers done"
+    coordinator.update_spills({}, {transfer.transfer_id: 1})
+    assert resident_block.ref_cnt == 1 and not coordinator.has_pending_work(), "2 of 2 workers done"

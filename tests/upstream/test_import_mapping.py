@@ -13,6 +13,9 @@ SOURCE = textwrap.dedent('''\
     from vllm.v1.request import Request
     from vllm.v1.core.kv_cache_utils_extra import thing
     monkeypatch.setattr("vllm.v1.core.kv_cache_manager.logger", fake)
+    from vllm.v1.hisparse.layout import create_hisparse_layout
+    from vllm.v1.hisparse.coordinator import get_hisparse_coordinator
+    import vllm.v1.hisparse.runtime as hisparse_runtime_module
 ''')
 
 EXPECTED = textwrap.dedent('''\
@@ -23,11 +26,14 @@ EXPECTED = textwrap.dedent('''\
     from vllm.v1.request import Request
     from vllm.v1.core.kv_cache_utils_extra import thing
     monkeypatch.setattr("reference_impl.kv_cache.kv_cache_manager.logger", fake)
+    from reference_impl.kv_cache.hisparse_layout import create_hisparse_layout
+    from reference_impl.kv_cache.hisparse_coordinator import get_hisparse_coordinator
+    import vllm.v1.hisparse.runtime as hisparse_runtime_module
 ''')
 
 
 def test_map_source_swaps_only_the_allocator_modules():
-    assert map_source(SOURCE) == EXPECTED, "only vllm.v1.core.<allocator module> and kv_cache_interface move"
+    assert map_source(SOURCE) == EXPECTED, "only vllm.v1.core.<allocator module>, kv_cache_interface and HiSparse's layout/coordinator move; its runtime stays"
 
 
 def test_stage_maps_only_the_core_package(tmp_path):
