@@ -1,7 +1,10 @@
 """The connector suite catches each deliberately buggy connector with the check named for its bug, with the
 connector's optional `kvconform_*` backdoors and without them (`--kv-connector-backdoors off`), while the
-correct reference connector, run the same way as a vendor connector, passes those checks. Unusable
-connectors are one collection error, not a failure per check."""
+correct reference connector, run the same way as a vendor connector, passes those checks. A connector that
+raises or hangs in a hook fails with a message naming the hook. Unusable connectors are one collection
+error, not a failure per check.
+
+The suite runs behind these tests happen once per test session (`tests.once`), started together."""
 
 from __future__ import annotations
 
@@ -84,12 +87,18 @@ def suite_runs(folder: Path) -> dict[str, dict]:
         command = suite_command(folder / f"{name}.json", backdoors, selection, connectors, timeout)
         running[name] = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     runs = {}
-    for name, proc in running.items():
-        stdout, _ = proc.communicate(timeout=1200)
-        results = folder / f"{name}.json"
-        assert results.exists(), f"{name}: no results written; pytest said:\n{stdout[-3000:]}"
-        entries = json.loads(results.read_text())["results"]
-        runs[name] = {"results": {e["id"].split("::")[-1]: e for e in entries}, "stdout": stdout}
+    try:
+        for name, proc in running.items():
+            stdout, _ = proc.communicate(timeout=1200)
+            results = folder / f"{name}.json"
+            assert results.exists(), f"{name}: no results written; pytest said:\n{stdout[-3000:]}"
+            entries = json.loads(results.read_text())["results"]
+            runs[name] = {"results": {e["id"].split("::")[-1]: e for e in entries}, "stdout": stdout}
+    finally:
+        for proc in running.values():  # after a failure, the runs not waited for yet
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return runs
 
 
