@@ -101,11 +101,12 @@ def test_golden_store_keeps_deselected_and_drops_undeclared(tmp_path):
     assert path.read_text().startswith("# header line\n")
 
 
-def _run_matrix(golden_dir: Path, *args: str) -> subprocess.CompletedProcess:
+def _run_matrix(golden_dir: Path, *args: str, xdist: bool) -> subprocess.CompletedProcess:
     env = {**os.environ, "KVCONFORM_GOLDEN_DIR": str(golden_dir)}
     env.pop("KVCONFORM_TARGET", None)
     command = [sys.executable, "-m", "pytest", str(REPO / "suites" / "config"), "-p", "no:cacheprovider",
-               "-p", "no:randomly", "-n", "2", "-q", "--vllm-version", "v0.10", *args]
+               "-p", "no:randomly", *(("-n", "2") if xdist else ("-p", "no:xdist")), "-q", "--vllm-version", "v0.10",
+               *args]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -113,7 +114,8 @@ def test_golden_update_then_a_changed_cell_fails_by_name(tmp_path):
     golden_dir = tmp_path / "golden"
     shutil.copytree(REPO / "suites" / "config" / "golden", golden_dir)
     (golden_dir / "v0.10.txt").unlink()
-    update = _run_matrix(golden_dir, "--update-golden")
+    # Under xdist: the workers' golden records reach the controller, which writes the file.
+    update = _run_matrix(golden_dir, "--update-golden", xdist=True)
     assert (golden_dir / "v0.10.txt").is_file(), f"--update-golden should write v0.10.txt:\n{update.stdout[-2000:]}"
     assert read_golden(golden_dir / "v0.10.txt") == read_golden(REPO / "suites" / "config" / "golden" / "v0.10.txt"), (
         "rewriting the golden file from the reference should reproduce the committed one"
@@ -122,7 +124,7 @@ def test_golden_update_then_a_changed_cell_fails_by_name(tmp_path):
     cell = "v0.10-N-cpu-none-noconn"
     entries[cell] = "on" if entries[cell] != "on" else "off"
     (golden_dir / "v0.10.txt").write_text(render_golden(entries, "edited"))
-    check = _run_matrix(golden_dir)
+    check = _run_matrix(golden_dir, xdist=False)  # the comparison is per cell: no xdist needed to see it
     assert check.returncode == 1, f"a changed golden line must fail the run:\n{check.stdout[-2000:]}"
     grouped = [line for line in check.stdout.splitlines() if "golden v0.10.txt changed" in line]
     assert len(grouped) == 1 and grouped[0].endswith(cell), (

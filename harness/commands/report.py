@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.atomic_write import ensure_writable_dir, write_files_atomic
+from harness.bytecode import share_bytecode
 from harness.eras import EraSelectionError, select_eras
 from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
@@ -232,6 +233,7 @@ def run(args) -> int:
             raise UsageError(f"kvconform report: {exc}") from None
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
+        share_bytecode()  # a dozen Python processes follow
         results = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
     files = render_reports(results)
     try:

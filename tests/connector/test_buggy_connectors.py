@@ -1,7 +1,10 @@
 """The connector suite catches each deliberately buggy connector with the check named for its bug, with the
 connector's optional `kvconform_*` backdoors and without them (`--kv-connector-backdoors off`), while the
-correct reference connector, run the same way as a vendor connector, passes those checks. Unusable
-connectors are one collection error, not a failure per check."""
+correct reference connector, run the same way as a vendor connector, passes those checks. A connector that
+raises or hangs in a hook fails with a message naming the hook. Unusable connectors are one collection
+error, not a failure per check.
+
+The suite runs behind these tests happen once per test session (`tests.once`), started together."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from harness.cli import main
+from tests.once import once_per_session
 
 REPO = Path(__file__).resolve().parents[2]
 BUGGY = "tests.connector.buggy"
@@ -45,29 +51,75 @@ MISBEHAVING = [  # load fine, then misbehave in every check: the check names the
 NAMED_TESTS = sorted({test for _, _, test in CAUGHT})
 
 
-def run_suite(tmp_path: Path, backdoors: str) -> tuple[dict, str]:
-    """One suite run: every buggy connector on the check named for it, the reference connector on all of
-    those checks, the misbehaving ones on one check."""
-    results = tmp_path / f"results-{backdoors}.json"
-    selection = [f"({test} and {cls})" for cls, _, test in CAUGHT]
-    selection.append(f"(LMCacheLikeConnector and ({' or '.join(NAMED_TESTS)}))")
-    selection += [f"(test_c14 and fa_only and {cls})" for cls, _ in MISBEHAVING]
+# The misbehaving connectors run apart, under a short per-check time limit: the hanging one then costs
+# seconds, not the minute the other checks are allowed (a loaded CI machine must not make those time out).
+MISBEHAVING_TIMEOUT_S = 5
+BACKDOOR_MODES = ("on", "off")
+
+
+def suite_command(results: Path, backdoors: str, selection: list[str], connectors: list[str], timeout: float) -> list[str]:
+    """`pytest` over the connector suite: the selected checks of `connectors`, one results file."""
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider", "-q",
-           "-p", "no:randomly", "--tb=line", "-k", " or ".join(selection), "--kv-connector-timeout", "60",
-           "--kv-connector-extra-config", EXTRA_CONFIG, "--kv-connector-backdoors", backdoors,
-           "--kvconform-results", str(results), "--kv-connector", REFERENCE]
-    for cls in [c for c, _, _ in CAUGHT] + [c for c, _ in MISBEHAVING]:
-        cmd += ["--kv-connector", f"{BUGGY}:{cls}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    assert results.exists(), f"no results written; pytest said:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    entries = json.loads(results.read_text())["results"]
-    return {e["id"].split("::")[-1]: e for e in entries}, proc.stdout
+           "-p", "no:randomly", "-p", "no:xdist", "--tb=line", "-k", " or ".join(selection),
+           "--kv-connector-timeout", str(timeout), "--kv-connector-extra-config", EXTRA_CONFIG,
+           "--kv-connector-backdoors", backdoors, "--kvconform-results", str(results)]
+    for spec in connectors:
+        cmd += ["--kv-connector", spec]
+    return cmd
 
 
-@pytest.fixture(scope="module", params=["on", "off"], ids=["with-backdoors", "without-backdoors"])
-def suite_run(request, tmp_path_factory):
-    """The suite run with backdoors on, then off."""
-    return request.param, *run_suite(tmp_path_factory.mktemp("buggy"), request.param)
+def suite_runs(folder: Path) -> dict[str, dict]:
+    """Every suite run this module judges, started together (they share the cores; the hang waits):
+    with backdoors on and off, every buggy connector on the check named for its bug and the reference
+    connector on all of those checks; the misbehaving connectors on one check, also on and off.
+
+    Returns run name -> {"results": test id -> entry, "stdout": pytest's output}."""
+    named = [f"({test} and {cls})" for cls, _, test in CAUGHT]
+    named.append(f"(LMCacheLikeConnector and ({' or '.join(NAMED_TESTS)}))")
+    misbehaving = [f"(test_c14 and fa_only and {cls})" for cls, _ in MISBEHAVING]
+    plans = {}
+    for backdoors in BACKDOOR_MODES:
+        plans[f"named-{backdoors}"] = (backdoors, named, [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT], 60)
+        plans[f"misbehaving-{backdoors}"] = (backdoors, misbehaving, [f"{BUGGY}:{c}" for c, _ in MISBEHAVING],
+                                             MISBEHAVING_TIMEOUT_S)
+    running = {}
+    for name, (backdoors, selection, connectors, timeout) in plans.items():
+        command = suite_command(folder / f"{name}.json", backdoors, selection, connectors, timeout)
+        running[name] = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs = {}
+    try:
+        for name, proc in running.items():
+            stdout, _ = proc.communicate(timeout=1200)
+            results = folder / f"{name}.json"
+            assert results.exists(), f"{name}: no results written; pytest said:\n{stdout[-3000:]}"
+            entries = json.loads(results.read_text())["results"]
+            runs[name] = {"results": {e["id"].split("::")[-1]: e for e in entries}, "stdout": stdout}
+    finally:
+        for proc in running.values():  # after a failure, the runs not waited for yet
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return runs
+
+
+@pytest.fixture(scope="module")
+def all_runs(request) -> dict[str, dict]:
+    """The suite runs, once per test session however xdist spreads this module's tests."""
+    return once_per_session(request, "buggy-connector-runs", suite_runs)
+
+
+@pytest.fixture(params=BACKDOOR_MODES, ids=["with-backdoors", "without-backdoors"])
+def suite_run(request, all_runs):
+    """The named-check run with backdoors on, then off."""
+    run = all_runs[f"named-{request.param}"]
+    return request.param, run["results"], run["stdout"]
+
+
+@pytest.fixture(params=BACKDOOR_MODES, ids=["with-backdoors", "without-backdoors"])
+def misbehaving_run(request, all_runs):
+    """The misbehaving connectors' run with backdoors on, then off."""
+    run = all_runs[f"misbehaving-{request.param}"]
+    return request.param, run["results"], run["stdout"]
 
 
 @pytest.mark.parametrize("cls, check_id, test_name", CAUGHT, ids=[c[0] for c in CAUGHT])
@@ -93,8 +145,8 @@ def test_reference_connector_passes_as_a_vendor(suite_run, test_name):
 
 
 @pytest.mark.parametrize("cls, needle", MISBEHAVING, ids=[c[0] for c in MISBEHAVING])
-def test_misbehaving_connector_is_a_clear_failure(suite_run, cls, needle):
-    _, results, stdout = suite_run
+def test_misbehaving_connector_is_a_clear_failure(misbehaving_run, cls, needle):
+    _, results, stdout = misbehaving_run
     entry = results.get(f"test_c14_round_trip_bytes[{cls}-fa_only]")
     assert entry is not None, stdout[-1500:]
     assert entry["status"] == "failed", entry
@@ -110,19 +162,25 @@ UNUSABLE = [
 
 
 @pytest.mark.parametrize("spec, needle", UNUSABLE, ids=[u[0].rpartition(":")[2] for u in UNUSABLE])
-def test_unusable_connector_is_one_collection_error(spec, needle):
-    """pytest: one collection error naming the reason, nothing runs; `kvconform report`: exit 4, one line."""
+def test_unusable_connector_is_one_collection_error(spec, needle, tmp_path, capsys):
+    """pytest: one collection error naming the reason, nothing runs; `kvconform report`: exit 4, one line.
+
+    pytest runs in a fresh process, as a vendor would run it; `kvconform report` stops in its own argument
+    checks before it starts anything, so its `main` runs here (tests/config/test_commands.py holds the
+    console script's exit status in a fresh process)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider",
-                           "-q", "--kv-connector", spec], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "-p", "no:xdist", "-q", "--kv-connector", spec], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 2, proc.stdout[-1500:]
     assert proc.stdout.count("ERROR collecting") == 1, proc.stdout[-1500:]
     assert "could not be loaded" in proc.stdout and needle in proc.stdout, proc.stdout[-1500:]
     assert " passed" not in proc.stdout and " failed" not in proc.stdout, proc.stdout[-1500:]
-    report = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--kv-connector", spec, "--output-dir",
-                             str(REPO / ".kvconform-unused")], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert report.returncode == 4, report.stderr
-    lines = report.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the target could not be loaded" in lines[0] and needle in lines[0], report.stderr
+    status = main(["report", "--kv-connector", spec, "--output-dir", str(tmp_path / "unused")])
+    err = capsys.readouterr().err
+    assert status == 4, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "the target could not be loaded" in lines[0] and needle in lines[0], err
+    assert not list((tmp_path / "unused").iterdir()), "no report is written"
 
 
 @pytest.mark.parametrize("option, value, needle", [
@@ -131,16 +189,17 @@ def test_unusable_connector_is_one_collection_error(spec, needle):
     ("--kv-connector-timeout", "0", "must be a positive number"),
     ("--kv-connector-timeout", "-5", "must be a positive number"),
 ])
-def test_bad_connector_options_are_usage_errors(option, value, needle):
-    """pytest's usage error (one line); through `kvconform report` exit 2 with one line of its own."""
+def test_bad_connector_options_are_usage_errors(option, value, needle, tmp_path, capsys):
+    """pytest's usage error (one line); through `kvconform report` exit 2 with one line of its own (its `main`
+    runs here: it stops in its argument checks, before it starts pytest)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider",
-                           "-q", option, value], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "-p", "no:xdist", "-q", option, value], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4, proc.stdout[-800:] + proc.stderr[-800:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and needle in errors[0] and option in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
-    report = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--suite", "suites.connector",
-                             "--output-dir", str(REPO / ".kvconform-unused"), "-n", "0", "--", option, value],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert report.returncode == 2, report.stdout[-800:] + report.stderr[-800:]
-    assert len(report.stderr.strip().splitlines()) == 1, report.stderr
+    status = main(["report", "--suite", "suites.connector", "--output-dir", str(tmp_path / "unused"), "-n", "0",
+                   "--", option, value])
+    captured = capsys.readouterr()
+    assert status == 2, captured.out[-800:] + captured.err[-800:]
+    assert len(captured.err.strip().splitlines()) == 1 and option in captured.err, captured.err

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.results_model import STATUSES, load_results
+from tests.once import once_per_session
 
 DEMO_SUITE = '''
 import os
@@ -60,18 +61,24 @@ def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
-@pytest.fixture(scope="module")
-def demo_runs(tmp_path_factory) -> dict[str, Path]:
+def run_demo(folder: Path) -> dict[str, str]:
     """The demo suite run once without xdist, once with two workers and once without the option."""
     runs = {}
     for mode, extra in (("no-xdist", ()), ("xdist-2", ("-n", "2")), ("no-option", ())):
-        directory = tmp_path_factory.mktemp(mode)
+        directory = folder / mode
+        directory.mkdir()
         (directory / "test_demo.py").write_text(DEMO_SUITE)
         option = () if mode == "no-option" else ("--kvconform-results", "out/results.json")
         done = run_pytest(directory, *option, *extra)
         assert done.returncode == 1, f"{mode}: the demo has one failure and one error; pytest said:\n{done.stdout}"
-        runs[mode] = directory
+        runs[mode] = str(directory)
     return runs
+
+
+@pytest.fixture(scope="module")
+def demo_runs(request) -> dict[str, Path]:
+    """The demo runs, once per test session however xdist spreads this module's tests."""
+    return {mode: Path(path) for mode, path in once_per_session(request, "demo-suite-runs", run_demo).items()}
 
 
 @pytest.fixture(params=["no-xdist", "xdist-2"])
