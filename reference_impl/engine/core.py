@@ -76,7 +76,11 @@ class EngineCore:
         self.hash_block_size = math.gcd(*sizes)
         self.manager = KVCacheManager(self.kv_cache_config, self.config.max_model_len,
                                       enable_caching=self.config.enable_prefix_caching,
-                                      hash_block_size=self.hash_block_size)
+                                      hash_block_size=self.hash_block_size,
+                                      # This engine's scheduler neither ends chunks at the prompt's last hash
+                                      # boundary nor runs copy-on-write block copies, which fine-grained
+                                      # Mamba hits need: its presets keep block-aligned hits.
+                                      allow_partial_hash_hits=False)
         self._block_hasher = get_request_block_hasher(self.hash_block_size)
         scheduler_connector = None
         if connector_factory is not None:

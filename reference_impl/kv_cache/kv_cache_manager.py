@@ -75,14 +75,20 @@ def _positive_int(name: str, value) -> None:
 
 
 class KVCacheManager:
-    """Allocation, prefix-cache lookup and freeing of KV cache blocks for requests, over all groups."""
+    """Allocation, prefix-cache lookup and freeing of KV cache blocks for requests, over all groups.
+
+    vLLM 0.33's constructor, plus one reference-only keyword: `allow_partial_hash_hits=False` keeps hits
+    block-aligned where vLLM would enable fine-grained (hash-boundary) Mamba hits, for a scheduler that
+    cannot split chunks at the prompt's last hash boundary or run copy-on-write copies.
+    """
 
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, scheduler_block_size: int | None = None,
                  hash_block_size: int | None = None, max_in_flight_tokens: int | None = None,
                  enable_caching: bool = True, use_eagle: bool = False, num_hash_lookahead_tokens: int = 0,
                  num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
                  dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector=None,
-                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False):
+                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False, *,
+                 allow_partial_hash_hits: bool = True):
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise ValueError(f"kv_cache_config must be a KVCacheConfig, got {type(kv_cache_config).__name__}")
         _positive_int("max_model_len", max_model_len)
@@ -133,7 +139,8 @@ class KVCacheManager:
             kv_cache_config, max_model_len, max_in_flight_tokens, use_eagle, enable_caching, enable_kv_cache_events,
             dcp_world_size=dcp_world_size, pcp_world_size=pcp_world_size, scheduler_block_size=scheduler_block_size,
             hash_block_size=hash_block_size, metrics_collector=metrics_collector,
-            num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_prefill_lookahead=num_prefill_lookahead)
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_prefill_lookahead=num_prefill_lookahead,
+            allow_partial_hash_hits=allow_partial_hash_hits)
         self.block_pool = self.coordinator.block_pool
         self.enable_kv_cache_events = enable_kv_cache_events
         # (spec kind, sliding window) per group: the manager, not the pool, annotates BlockStored events
