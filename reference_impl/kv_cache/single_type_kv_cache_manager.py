@@ -697,14 +697,21 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        super().remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
-        if self._align:
-            idx = self.last_state_block_idx.get(request_id)
-            if idx is not None and idx < cdiv(processed_computed_tokens, self.block_size) - 1:
-                table = self.req_to_blocks[request_id]
-                if idx < len(table) and not table[idx].is_null:
-                    self.block_pool.free_blocks([table[idx]])
-                    table[idx] = self._null_block
+        if not self._align:
+            return super().remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
+        # Most steps retire nothing new: the skipped prefix ends within the already retired blocks (what
+        # `_remove_blocks_in_range` would find after clamping), so skip the call.
+        table = self.req_to_blocks.get(request_id)
+        if table:
+            last = min((processed_computed_tokens - 1) // self.block_size, len(table))
+            if last > self._num_retired_blocks.get(request_id, 0):
+                self._remove_blocks_in_range(request_id, 0, last)
+        idx = self.last_state_block_idx.get(request_id)
+        if idx is not None and idx < cdiv(processed_computed_tokens, self.block_size) - 1:
+            table = self.req_to_blocks[request_id]
+            if idx < len(table) and not table[idx].is_null:
+                self.block_pool.free_blocks([table[idx]])
+                table[idx] = self._null_block
 
     # ------------------------------------------------------------------------------ prefill checkpoints
     def _checkpoint_position(self, num_tokens: int) -> int:
@@ -741,9 +748,14 @@ class MambaManager(SingleTypeKVCacheManager):
         """1 if this allocation reserves a checkpoint block, else 0. With `record` (a real allocation, not
         the admission estimate) the checkpoint's position and column are kept for `allocate_new_blocks`
         and `cache_blocks`, or any earlier one dropped."""
-        position = self._checkpoint_position(query_end)
-        if not self._needs_internal_checkpoint(request_id, query_start, query_end, position, prefill_end):
+        # A chunk below `prefill_end`, or of one token (a decode step: no position lies strictly inside
+        # it), never checkpoints; skip computing the position then.
+        if not self.has_prefill_checkpoint_blocks or query_end < prefill_end or query_end <= query_start + 1:
             position = 0
+        else:
+            position = self._checkpoint_position(query_end)
+            if not self._needs_internal_checkpoint(request_id, query_start, query_end, position, prefill_end):
+                position = 0
         if record:
             if position:
                 self._checkpoints[request_id] = (position, cdiv(query_end, self.block_size) - 2)
