@@ -453,8 +453,13 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: Sequence[int] = ()) -> None:
+        if self.block_size == self.block_pool.hash_block_size:
+            # No partial tails: only newly full blocks, if any (most decode steps complete none).
+            if num_tokens // self.block_size > self.num_cached_block.get(request.request_id, 0):
+                super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+            return
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
-        if self.block_size != self.block_pool.hash_block_size and self.enable_caching:
+        if self.enable_caching:
             self._cache_partial_tail_block(request, num_tokens)
 
     def _cache_partial_tail_block(self, request, num_tokens: int) -> None:
@@ -910,6 +915,10 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         before = self.num_cached_block.get(request.request_id, 0)
+        if num_tokens // self.block_size <= before and (not self._align or (
+                num_tokens > request.num_prompt_tokens and request.request_id not in self._checkpoints)):
+            # A decode step that completes no state block: no full block, checkpoint or partial tail to key.
+            return
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         if self._align and request.request_id in self._checkpoints:
             checkpoint_key = self._cache_checkpoint_block(
