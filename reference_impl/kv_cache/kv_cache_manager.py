@@ -161,6 +161,15 @@ class KVCacheManager:
         self._plain_groups = tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in self._managers) \
             if all(type(m) in (FullAttentionManager, SlidingWindowManager) and m.block_size == hbs
                    for m in self._managers) else None
+        # The same for full attention hashed at its block size plus one align-mode Mamba group: (plain
+        # groups, Mamba manager), whose decode steps mostly need no block either. None for any other layout.
+        self._state_decode_groups = None
+        mambas = tuple(m for m in self._managers if type(m) is MambaManager)
+        plain = tuple(m for m in self._managers if type(m) is FullAttentionManager and m.block_size == hbs)
+        if len(mambas) == 1 and plain and len(plain) + 1 == len(self._managers) \
+                and mambas[0].mamba_cache_mode == "align":
+            self._state_decode_groups = (tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in plain),
+                                         mambas[0])
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -270,6 +279,12 @@ class KVCacheManager:
                 # path below computes as needed == 0), only window skipping and the newly full blocks.
                 return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
                                               has_scheduled_reqs, delay_cache_blocks)
+        state = self._state_decode_groups
+        if state is not None and num_new_tokens == 1 and new_computed_blocks is None \
+                and not num_new_computed_tokens and not num_external_computed_tokens and not full_sequence_must_fit:
+            if self._state_step_allocates_nothing(request_id, state, need_slots, total + num_new_tokens):
+                return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
+                                              has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
         adopting = num_external_computed_tokens > 0 or any(hits)
 
@@ -339,9 +354,20 @@ class KVCacheManager:
             out.append(list(group_blocks[:n]))
         return self.create_kv_cache_blocks(tuple(out))
 
+    @staticmethod
+    def _state_step_allocates_nothing(request_id: str, state, need_slots: int, main_model: int) -> bool:
+        """Whether a one-token step of a full attention + Mamba layout needs no block in any group (then
+        recorded as such by the Mamba managers)."""
+        plain, mamba = state
+        for tables, bs, _ in plain:
+            table = tables.get(request_id)
+            if not table or len(table) * bs < need_slots:
+                return False
+        return mamba.step_allocates_nothing(request_id, 1, main_model)
+
     def _allocate_nothing(self, request, total: int, num_new_tokens: int, reserved_blocks: int,
                           has_scheduled_reqs: bool, delay_cache_blocks: bool) -> KVCacheBlocks | None:
-        """allocate_slots for a step whose plain-attention tables already cover every new slot: the same
+        """allocate_slots for a step whose tables already cover every new slot (no group allocates): the same
         skipping, free-pool check and caching as the general path, without the per-group counting."""
         request_id = request.request_id
         for m in self._skipping:
@@ -354,6 +380,9 @@ class KVCacheManager:
             return None
         if self.enable_caching and not delay_cache_blocks:
             n = min(total + num_new_tokens, request.num_tokens)
+            if self._plain_groups is None:
+                self.coordinator.cache_blocks(request, n)
+                return self.empty_kv_cache_blocks
             # The coordinator caches at most `n` tokens per group: skip it unless a block filled up since.
             for _, bs, cached in self._plain_groups:
                 if n // bs > cached.get(request_id, 0):

@@ -877,6 +877,20 @@ class MambaManager(SingleTypeKVCacheManager):
         self._allocated_block_reqs.add(request_id)
         return returned
 
+    def step_allocates_nothing(self, request_id: str, num_new_tokens: int, num_tokens_main_model: int) -> bool:
+        """Whether an align-mode step of at most one new token without hits needs no block here (the
+        table already covers the running state and speculative blocks, no copy-on-write is pending).
+        If so, records the step as `get_num_blocks_to_allocate` + `allocate_new_blocks` would (no
+        checkpoint: none lies inside a one-token chunk); otherwise changes nothing."""
+        if not self._align or num_new_tokens > 1 or request_id not in self._allocated_block_reqs \
+                or (self._partial_hit_reqs and request_id in self._partial_hit_reqs):
+            return False
+        table = self.req_to_blocks.get(request_id)
+        if not table or len(table) < cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks:
+            return False
+        self._checkpoints.pop(request_id, None)
+        return True
+
     def _preserve_partial_tail(self, source_block: KVCacheBlock, cow_block: KVCacheBlock) -> None:
         """A running request keeps writing its state into `source_block`, which a partial entry points at:
         move the entry to `cow_block` and queue the copy (the worker's table is append-only, so the
