@@ -267,22 +267,17 @@ class KVCacheManager:
             need_slots = max_len
         pool = self.block_pool
         managers = self._managers
-        plain = self._plain_groups
-        if plain is not None and new_computed_blocks is None and not num_new_computed_tokens \
-                and not num_external_computed_tokens and not full_sequence_must_fit:
-            for tables, bs, _ in plain:
-                table = tables.get(request_id)
-                if not table or len(table) * bs < need_slots:
-                    break
-            else:
-                # Every table already covers the new slots: nothing to allocate or adopt (what the general
-                # path below computes as needed == 0), only window skipping and the newly full blocks.
-                return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
-                                              has_scheduled_reqs, delay_cache_blocks)
-        state = self._state_decode_groups
-        if state is not None and num_new_tokens == 1 and new_computed_blocks is None \
+        plain, state = self._plain_groups, self._state_decode_groups
+        if (plain is not None or state is not None) and new_computed_blocks is None \
                 and not num_new_computed_tokens and not num_external_computed_tokens and not full_sequence_must_fit:
-            if self._state_step_allocates_nothing(request_id, state, need_slots, total + num_new_tokens):
+            # Every table already covers the new slots: nothing to allocate or adopt (what the general path
+            # below computes as needed == 0), only window skipping and the newly full blocks.
+            if plain is not None:
+                nothing = _tables_cover(plain, request_id, need_slots)
+            else:
+                nothing = num_new_tokens == 1 and _tables_cover(state[0], request_id, need_slots) \
+                    and state[1].step_allocates_nothing(request_id, 1, total + 1)
+            if nothing:
                 return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
                                               has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
@@ -353,17 +348,6 @@ class KVCacheManager:
                     f"group {m.kv_cache_group_id} hit {len(group_blocks)} blocks, fewer than the {n} to keep"
             out.append(list(group_blocks[:n]))
         return self.create_kv_cache_blocks(tuple(out))
-
-    @staticmethod
-    def _state_step_allocates_nothing(request_id: str, state, need_slots: int, main_model: int) -> bool:
-        """Whether a one-token step of a full attention + Mamba layout needs no block in any group (then
-        recorded as such by the Mamba managers)."""
-        plain, mamba = state
-        for tables, bs, _ in plain:
-            table = tables.get(request_id)
-            if not table or len(table) * bs < need_slots:
-                return False
-        return mamba.step_allocates_nothing(request_id, 1, main_model)
 
     def _allocate_nothing(self, request, total: int, num_new_tokens: int, reserved_blocks: int,
                           has_scheduled_reqs: bool, delay_cache_blocks: bool) -> KVCacheBlocks | None:
@@ -489,3 +473,13 @@ class KVCacheManager:
     def take_new_block_ids(self) -> list[int]:
         """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""
         return []
+
+
+def _tables_cover(groups, request_id: str, num_slots: int) -> bool:
+    """Whether the request's table in every (block table map, block size, cached counts) group already
+    holds `num_slots` slots."""
+    for tables, bs, _ in groups:
+        table = tables.get(request_id)
+        if not table or len(table) * bs < num_slots:
+            return False
+    return True
