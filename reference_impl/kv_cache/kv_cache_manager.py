@@ -168,6 +168,15 @@ class KVCacheManager:
         self._plain_groups = tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in self._managers) \
             if all(type(m) in (FullAttentionManager, SlidingWindowManager) and m.block_size == hbs
                    for m in self._managers) else None
+        # The same for full attention hashed at its block size plus one align-mode Mamba group: (plain
+        # groups, Mamba manager), whose decode steps mostly need no block either. None for any other layout.
+        self._state_decode_groups = None
+        mambas = tuple(m for m in self._managers if type(m) is MambaManager)
+        plain = tuple(m for m in self._managers if type(m) is FullAttentionManager and m.block_size == hbs)
+        if len(mambas) == 1 and plain and len(plain) + 1 == len(self._managers) \
+                and mambas[0].mamba_cache_mode == "align":
+            self._state_decode_groups = (tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in plain),
+                                         mambas[0])
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -265,16 +274,17 @@ class KVCacheManager:
             need_slots = max_len
         pool = self.block_pool
         managers = self._managers
-        plain = self._plain_groups
-        if plain is not None and new_computed_blocks is None and not num_new_computed_tokens \
-                and not num_external_computed_tokens and not full_sequence_must_fit:
-            for tables, bs, _ in plain:
-                table = tables.get(request_id)
-                if not table or len(table) * bs < need_slots:
-                    break
+        plain, state = self._plain_groups, self._state_decode_groups
+        if (plain is not None or state is not None) and new_computed_blocks is None \
+                and not num_new_computed_tokens and not num_external_computed_tokens and not full_sequence_must_fit:
+            # Every table already covers the new slots: nothing to allocate or adopt (what the general path
+            # below computes as needed == 0), only window skipping and the newly full blocks.
+            if plain is not None:
+                nothing = _tables_cover(plain, request_id, need_slots)
             else:
-                # Every table already covers the new slots: nothing to allocate or adopt (what the general
-                # path below computes as needed == 0), only window skipping and the newly full blocks.
+                nothing = num_new_tokens == 1 and _tables_cover(state[0], request_id, need_slots) \
+                    and state[1].step_allocates_nothing(request_id, 1, total + 1)
+            if nothing:
                 return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
                                               has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
@@ -348,7 +358,7 @@ class KVCacheManager:
 
     def _allocate_nothing(self, request, total: int, num_new_tokens: int, reserved_blocks: int,
                           has_scheduled_reqs: bool, delay_cache_blocks: bool) -> KVCacheBlocks | None:
-        """allocate_slots for a step whose plain-attention tables already cover every new slot: the same
+        """allocate_slots for a step whose tables already cover every new slot (no group allocates): the same
         skipping, free-pool check and caching as the general path, without the per-group counting."""
         request_id = request.request_id
         for m in self._skipping:
@@ -361,6 +371,9 @@ class KVCacheManager:
             return None
         if self.enable_caching and not delay_cache_blocks:
             n = min(total + num_new_tokens, request.num_tokens)
+            if self._plain_groups is None:
+                self.coordinator.cache_blocks(request, n)
+                return self.empty_kv_cache_blocks
             # The coordinator caches at most `n` tokens per group: skip it unless a block filled up since.
             for _, bs, cached in self._plain_groups:
                 if n // bs > cached.get(request_id, 0):
@@ -467,3 +480,13 @@ class KVCacheManager:
     def take_new_block_ids(self) -> list[int]:
         """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""
         return []
+
+
+def _tables_cover(groups, request_id: str, num_slots: int) -> bool:
+    """Whether the request's table in every (block table map, block size, cached counts) group already
+    holds `num_slots` slots."""
+    for tables, bs, _ in groups:
+        table = tables.get(request_id)
+        if not table or len(table) * bs < num_slots:
+            return False
+    return True

@@ -453,8 +453,13 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: Sequence[int] = ()) -> None:
+        if self.block_size == self.block_pool.hash_block_size:
+            # No partial tails: only newly full blocks, if any (most decode steps complete none).
+            if num_tokens // self.block_size > self.num_cached_block.get(request.request_id, 0):
+                super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+            return
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
-        if self.block_size != self.block_pool.hash_block_size and self.enable_caching:
+        if self.enable_caching:
             self._cache_partial_tail_block(request, num_tokens)
 
     def _cache_partial_tail_block(self, request, num_tokens: int) -> None:
@@ -697,14 +702,21 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        super().remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
-        if self._align:
-            idx = self.last_state_block_idx.get(request_id)
-            if idx is not None and idx < cdiv(processed_computed_tokens, self.block_size) - 1:
-                table = self.req_to_blocks[request_id]
-                if idx < len(table) and not table[idx].is_null:
-                    self.block_pool.free_blocks([table[idx]])
-                    table[idx] = self._null_block
+        if not self._align:
+            return super().remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
+        # Most steps retire nothing new: the skipped prefix ends within the already retired blocks (what
+        # `_remove_blocks_in_range` would find after clamping), so skip the call.
+        table = self.req_to_blocks.get(request_id)
+        if table:
+            last = min((processed_computed_tokens - 1) // self.block_size, len(table))
+            if last > self._num_retired_blocks.get(request_id, 0):
+                self._remove_blocks_in_range(request_id, 0, last)
+        idx = self.last_state_block_idx.get(request_id)
+        if idx is not None and idx < cdiv(processed_computed_tokens, self.block_size) - 1:
+            table = self.req_to_blocks[request_id]
+            if idx < len(table) and not table[idx].is_null:
+                self.block_pool.free_blocks([table[idx]])
+                table[idx] = self._null_block
 
     # ------------------------------------------------------------------------------ prefill checkpoints
     def _checkpoint_position(self, num_tokens: int) -> int:
@@ -741,9 +753,14 @@ class MambaManager(SingleTypeKVCacheManager):
         """1 if this allocation reserves a checkpoint block, else 0. With `record` (a real allocation, not
         the admission estimate) the checkpoint's position and column are kept for `allocate_new_blocks`
         and `cache_blocks`, or any earlier one dropped."""
-        position = self._checkpoint_position(query_end)
-        if not self._needs_internal_checkpoint(request_id, query_start, query_end, position, prefill_end):
+        # A chunk below `prefill_end`, or of one token (a decode step: no position lies strictly inside
+        # it), never checkpoints; skip computing the position then.
+        if not self.has_prefill_checkpoint_blocks or query_end < prefill_end or query_end <= query_start + 1:
             position = 0
+        else:
+            position = self._checkpoint_position(query_end)
+            if not self._needs_internal_checkpoint(request_id, query_start, query_end, position, prefill_end):
+                position = 0
         if record:
             if position:
                 self._checkpoints[request_id] = (position, cdiv(query_end, self.block_size) - 2)
@@ -860,6 +877,20 @@ class MambaManager(SingleTypeKVCacheManager):
         self._allocated_block_reqs.add(request_id)
         return returned
 
+    def step_allocates_nothing(self, request_id: str, num_new_tokens: int, num_tokens_main_model: int) -> bool:
+        """Whether an align-mode step of at most one new token without hits needs no block here (the
+        table already covers the running state and speculative blocks, no copy-on-write is pending).
+        If so, records the step as `get_num_blocks_to_allocate` + `allocate_new_blocks` would (no
+        checkpoint: none lies inside a one-token chunk); otherwise changes nothing."""
+        if not self._align or num_new_tokens > 1 or request_id not in self._allocated_block_reqs \
+                or (self._partial_hit_reqs and request_id in self._partial_hit_reqs):
+            return False
+        table = self.req_to_blocks.get(request_id)
+        if not table or len(table) < cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks:
+            return False
+        self._checkpoints.pop(request_id, None)
+        return True
+
     def _preserve_partial_tail(self, source_block: KVCacheBlock, cow_block: KVCacheBlock) -> None:
         """A running request keeps writing its state into `source_block`, which a partial entry points at:
         move the entry to `cow_block` and queue the copy (the worker's table is append-only, so the
@@ -898,6 +929,10 @@ class MambaManager(SingleTypeKVCacheManager):
 
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         before = self.num_cached_block.get(request.request_id, 0)
+        if num_tokens // self.block_size <= before and (not self._align or (
+                num_tokens > request.num_prompt_tokens and request.request_id not in self._checkpoints)):
+            # A decode step that completes no state block: no full block, checkpoint or partial tail to key.
+            return
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         if self._align and request.request_id in self._checkpoints:
             checkpoint_key = self._cache_checkpoint_block(
