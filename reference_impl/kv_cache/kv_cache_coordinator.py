@@ -106,15 +106,9 @@ class KVCacheCoordinator:
         # Managers that may free blocks mid-request (plain full attention never does; R-SWA frees its gap).
         self._skipping_managers = tuple(m for m in managers
                                         if not isinstance(m, FullAttentionManager) or isinstance(m, RSWAManager))
-        self._uniform_cache_align = self._plan_uniform_caching()
-
-    def _plan_uniform_caching(self) -> int:
-        """When every group may cache the same prefix (no EAGLE block kept past a boundary, no tokens
-        awaiting re-prefill), the alignment `_align_cacheable` applies to it; 0 otherwise. Lets
-        `cache_blocks` skip the per-group computation on the hot path."""
-        if self.drop_eagle_group_ids or self.num_reprefillable_tokens:
-            return 0
-        return self._cacheable_alignment
+        # Every group may cache the same prefix when no EAGLE block is kept past a boundary and no tokens
+        # await re-prefill: `cache_blocks` then skips the per-group computation on the hot path.
+        self._uniform_caching = not self.drop_eagle_group_ids and not self.num_reprefillable_tokens
 
     @property
     def _cacheable_alignment(self) -> int:
@@ -175,10 +169,9 @@ class KVCacheCoordinator:
 
     def cache_blocks(self, request, num_computed_tokens: int) -> None:
         """Register the request's newly full blocks in every group."""
-        align = self._uniform_cache_align
-        if align:
-            n = num_computed_tokens // align * align if align > 1 else num_computed_tokens
-            boundaries = (request.num_prompt_tokens - 1,)  # replay_boundaries without EAGLE
+        if self._uniform_caching:
+            n = self._align_cacheable(num_computed_tokens)
+            boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size, False)
             for m in self.single_type_managers:
                 m.cache_blocks(request, n, retention_interval=self.retention_interval, replay_boundaries=boundaries)
             return
@@ -327,7 +320,6 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         for m in self.single_type_managers:
             m.cache_hit_alignment_tokens = alignment
         self.verify_and_split_kv_cache_groups()
-        self._uniform_cache_align = self._plan_uniform_caching()
 
     @property
     def _cache_hit_alignment_tokens(self) -> int:

@@ -165,7 +165,7 @@ class KVCacheManager:
         # hashed at its own block size (base-class allocation and caching, no partial entries): allocate_slots
         # then has a fast path for steps that need no new block (most decode steps). None for any other layout.
         hbs = self.block_pool.hash_block_size
-        self._plain_groups = tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in self._managers) \
+        self._plain_groups = _table_views(self._managers) \
             if all(type(m) in (FullAttentionManager, SlidingWindowManager) and m.block_size == hbs
                    for m in self._managers) else None
         # The same for full attention hashed at its block size plus one align-mode Mamba group: (plain
@@ -175,8 +175,7 @@ class KVCacheManager:
         plain = tuple(m for m in self._managers if type(m) is FullAttentionManager and m.block_size == hbs)
         if len(mambas) == 1 and plain and len(plain) + 1 == len(self._managers) \
                 and mambas[0].mamba_cache_mode == "align":
-            self._state_decode_groups = (tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in plain),
-                                         mambas[0])
+            self._state_decode_groups = (_table_views(plain), mambas[0])
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
@@ -480,6 +479,11 @@ class KVCacheManager:
     def take_new_block_ids(self) -> list[int]:
         """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""
         return []
+
+
+def _table_views(managers) -> tuple:
+    """(block table map, block size, cached-block counts) per manager: what the fast paths read."""
+    return tuple((m.req_to_blocks, m.block_size, m.num_cached_block) for m in managers)
 
 
 def _tables_cover(groups, request_id: str, num_slots: int) -> bool:
