@@ -7,8 +7,8 @@ without running anything. Arguments after `--` go to pytest unchanged:
     kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
 The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to an
-xdist pass over the other suites, then the benchmarks alone and timed); one progress line per pass says
-what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
+xdist pass over the other suites, then the benchmarks timed, with nothing else running); one progress line
+per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
 be loaded, 5 nothing ran, 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM (pytest and its workers are stopped
@@ -33,7 +33,8 @@ from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
-from harness.report.passes import BENCHMARK_SUITE, PytestPass, combine_passes, plan_passes
+from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
+                                   plan_passes)
 from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
@@ -71,7 +72,8 @@ def register(subparsers) -> None:
     parser.add_argument("-n", "--workers", default="auto", metavar="N|auto",
                         help="pytest-xdist worker processes (default: auto)")
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=None,
-                        help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures "
+                        help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures, "
+                             f"{REPORT_TIMED_ROUNDS} timed round per workload unless ${MAX_ROUNDS_ENV} says otherwise "
                              "(default: on when the default suites run; --no-timing skips it)")
     own = tuple(o for action in parser._actions for o in action.option_strings)
     parser.set_defaults(run=run, accepts_extra=True, own_options=own)
@@ -111,18 +113,19 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
     slug = "".join(c if c.isalnum() else "-" for c in pytest_pass.label)
     results_path, log_path = scratch / f"{slug}.json", scratch / f"{slug}.log"
     command = _pytest_command(args, pytest_pass, results_path)
+    env = {**dict(pytest_pass.env), **os.environ}  # the environment's own settings win
     started = time.perf_counter()
     try:
         if monitor is None:
             how = f"pytest-xdist (-n {args.workers})" if pytest_pass.xdist else "pytest without xdist"
             print(f"kvconform report: running {pytest_pass.label} with {how} on target {args.target or 'reference'}",
                   flush=True)
-            returncode = forwarder.run(command, "pytest")  # SIGINT/SIGTERM stop its whole process group
+            returncode = forwarder.run(command, "pytest", env=env)  # SIGINT/SIGTERM stop its whole process group
         else:
             progress = monitor.add(pytest_pass.label, scratch / f"{slug}.progress")
             with open(log_path, "w", encoding="utf-8") as log:
                 returncode = forwarder.run(command, "pytest", stdout=log, stderr=subprocess.STDOUT,
-                                           env={**os.environ, PROGRESS_ENV: str(progress.path), "COLUMNS": "200"})
+                                           env={**env, PROGRESS_ENV: str(progress.path), "COLUMNS": "200"})
             monitor.finish(progress)
             print_pytest_log(log_path, returncode)
     except OSError as exc:
@@ -152,21 +155,21 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
 
 
 def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
-    """Run the passes (the concurrent ones at the same time) and combine their results into one run."""
+    """Run the passes stage by stage (a stage's passes at the same time, or one after another when pytest's
+    own output goes to the terminal) and combine their results into one run."""
     monitor = None if wants_pytest_output(args.pytest_args) else ProgressMonitor()
     started = time.perf_counter()
     done: list = []
     with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch, SignalForwarder() as forwarder:
         try:
-            concurrent = [p for p in passes if p.concurrent and monitor is not None]
-            concurrent = concurrent if len(concurrent) > 1 else []
-            if concurrent:
-                with ThreadPoolExecutor(len(concurrent)) as pool:
-                    futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor, forwarder)) for p in concurrent]
+            for stage in sorted({p.stage for p in passes}):
+                together = [p for p in passes if p.stage == stage]
+                if monitor is None or len(together) == 1:
+                    done += [(p, _run_pytest(args, p, Path(scratch), monitor, forwarder)) for p in together]
+                    continue
+                with ThreadPoolExecutor(len(together)) as pool:
+                    futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor, forwarder)) for p in together]
                     done += [(p, future.result()) for p, future in futures]
-            for pytest_pass in passes:
-                if pytest_pass not in concurrent:
-                    done.append((pytest_pass, _run_pytest(args, pytest_pass, Path(scratch), monitor, forwarder)))
         finally:
             if monitor is not None:
                 monitor.close()

@@ -1,15 +1,22 @@
 """How `kvconform report` splits the suites into pytest passes, and how their results become one run.
 
-The config matrix is thousands of tiny tests: under pytest-xdist the controller's per-test bookkeeping costs
-more than the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process
-*next to* an xdist pass over the other suites; the operating system shares the cores between them. The
-benchmarks time nothing under xdist, so when the throughput table needs figures they run once, alone and
-without xdist, after the other passes (and not in the xdist pass as well).
+The passes run in two stages; the passes of one stage run at the same time and the operating system shares
+the cores between them.
+
+1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
+   the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process *next to*
+   an xdist pass (work stealing) over the other suites.
+2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run after stage
+   1, without xdist and with nothing else running: the allocator throughput workloads in one process and the
+   other benchmark modules in another, one per core (each process is single-threaded Python, and every
+   comparison in them interleaves its rounds), or in one process on a single core. Each workload gets
+   `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import pkgutil
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +26,12 @@ from harness.results_model import ResultsDocument, sort_entries
 MATRIX_SUITE = "suites.config"
 BENCHMARK_SUITE = "suites.benchmarks"
 WHOLE_PACKAGE = "suites"
+# The benchmark module that gets a timed process of its own (about half of the benchmarks' time).
+ALLOCATOR_BENCHMARKS = "suites.benchmarks.test_allocator_throughput"
+MAX_ROUNDS_ENV = "KVCONFORM_BENCHMARK_MAX_ROUNDS"
+# Timed rounds per workload in the report: one, as in CI's vLLM job; the README's figures come from the
+# benchmarks' own command with their full rounds.
+REPORT_TIMED_ROUNDS = "1"
 
 
 @dataclass(frozen=True)
@@ -29,23 +42,48 @@ class PytestPass:
     suites: tuple[str, ...]
     xdist: bool
     options: tuple[str, ...] = ()
-    concurrent: bool = True  # may run at the same time as the other concurrent passes
+    stage: int = 1  # passes of one stage run at the same time; stages run in order
+    env: tuple[tuple[str, str], ...] = ()  # set for this pass unless the environment already has them
 
 
-def _subpackages(package: str) -> list[str]:
-    """'suites' -> ['suites.allocator', 'suites.benchmarks', ...] (the installed package's own folders)."""
-    spec = importlib.util.find_spec(package)
+def _members(package: str, *, packages: bool) -> list[str]:
+    """The installed package's sub-packages ('suites' -> ['suites.allocator', ...]) or, with `packages`
+    false, its test modules ('suites.benchmarks' -> ['suites.benchmarks.test_...', ...]); sorted, empty
+    when `package` is not an importable package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        return []
     if spec is None or not spec.submodule_search_locations:
         return []
     return sorted(f"{package}.{info.name}" for info in pkgutil.iter_modules(spec.submodule_search_locations)
-                  if info.ispkg)
+                  if info.ispkg == packages and (packages or info.name.startswith("test_")))
 
 
-def plan_passes(suites: list[str], timing: bool) -> list[PytestPass]:
-    """The passes for `suites` (the whole `suites` package counts as its sub-packages), as the module says."""
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _timed_benchmark_passes(cpus: int) -> list[PytestPass]:
+    env = ((MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS),)
+    modules = _members(BENCHMARK_SUITE, packages=False)
+    rest = tuple(m for m in modules if m != ALLOCATOR_BENCHMARKS)
+    if cpus < 2 or ALLOCATOR_BENCHMARKS not in modules or not rest:
+        return [PytestPass("benchmarks (timed)", (BENCHMARK_SUITE,), xdist=False, stage=2, env=env)]
+    return [PytestPass("allocator benchmarks (timed)", (ALLOCATOR_BENCHMARKS,), xdist=False, stage=2, env=env),
+            PytestPass("other benchmarks (timed)", rest, xdist=False, stage=2, env=env)]
+
+
+def plan_passes(suites: list[str], timing: bool, cpus: int | None = None) -> list[PytestPass]:
+    """The passes for `suites` (the whole `suites` package counts as its sub-packages), as the module says;
+    `cpus`: how many the timed benchmarks may use (default: this process's)."""
     packages: list[str] = []
     for suite in suites:
-        packages += (_subpackages(WHOLE_PACKAGE) or [suite]) if suite == WHOLE_PACKAGE else [suite]
+        packages += (_members(WHOLE_PACKAGE, packages=True) or [suite]) if suite == WHOLE_PACKAGE else [suite]
     matrix = [p for p in packages if p == MATRIX_SUITE]
     benchmarks = [p for p in packages if p == BENCHMARK_SUITE]
     others = [p for p in packages if p not in (MATRIX_SUITE, BENCHMARK_SUITE)]
@@ -56,10 +94,10 @@ def plan_passes(suites: list[str], timing: bool) -> list[PytestPass]:
         plan.append(PytestPass("config matrix", tuple(matrix), xdist=False))
     if others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
-        plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others),
-                               xdist=True, options=() if timing else ("--benchmark-disable",)))
+        plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others), xdist=True,
+                               options=("--dist", "worksteal") + (() if timing else ("--benchmark-disable",))))
     if timing and benchmarks:
-        plan.append(PytestPass("benchmarks (timed, alone)", tuple(benchmarks), xdist=False, concurrent=False))
+        plan += _timed_benchmark_passes(usable_cpus() if cpus is None else cpus)
     return plan
 
 

@@ -206,6 +206,7 @@ class Worker:
             view[block, lo - block_index * bs : hi - block_index * bs] = values[lo - start : hi - start]
 
     def _verify_range(self, req_id, layer, view, table, tokens, first, end, bs) -> None:
+        expected = self.expected_kv(layer, tokens[first:end], range(first, end))  # once for the range
         for block_index in range(first // bs, cdiv(end, bs)):
             lo = max(first, block_index * bs)
             hi = min(end, (block_index + 1) * bs)
@@ -214,7 +215,7 @@ class Worker:
                 self.read_errors.append(ReadError(req_id, layer, lo, "needed block is the null block"))
                 return
             got = view[block, lo - block_index * bs : hi - block_index * bs]
-            want = self.expected_kv(layer, tokens[lo:hi], range(lo, hi))
+            want = expected[lo - first : hi - first]
             if not torch.equal(got, want):
                 bad = int((got != want).reshape(hi - lo, -1).any(dim=1).nonzero()[0])
                 self.read_errors.append(ReadError(req_id, layer, lo + bad, f"KV differs from the oracle (block {block})"))

@@ -13,13 +13,29 @@ The rounds are driven through the fixture's runner and stats (pytest-benchmark 4
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-__all__ = ["Side", "make_side_fixtures", "run_interleaved"]
+from harness.report.passes import MAX_ROUNDS_ENV
+
+__all__ = ["Side", "make_side_fixtures", "run_interleaved", "timed_rounds"]
+
+
+def timed_rounds(timing: bool, rounds: int) -> int:
+    """`rounds` when timing, capped by $KVCONFORM_BENCHMARK_MAX_ROUNDS (`kvconform report` and CI's vLLM job
+    set 1: they want the figures and ratios of the run, not their precision); one untimed pass otherwise."""
+    if not timing:
+        return 1
+    cap = os.environ.get(MAX_ROUNDS_ENV)
+    if cap is None:
+        return rounds
+    if not cap.isdigit() or int(cap) < 1:
+        raise ValueError(f"{MAX_ROUNDS_ENV}: {cap!r} is not accepted; expected a whole number >= 1")
+    return min(rounds, int(cap))
 
 
 @dataclass

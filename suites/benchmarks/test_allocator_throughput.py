@@ -9,17 +9,14 @@ engine, which freezes its heap at start.
 """
 
 import importlib.util
-import os
 
 import pytest
 
 from harness.plugins.allocator import load_allocator_target
 from suites.benchmarks import workloads as w
-from suites.benchmarks.interleave import Side, make_side_fixtures, run_interleaved
+from suites.benchmarks.interleave import Side, make_side_fixtures, run_interleaved, timed_rounds
 
 IMPLEMENTATIONS = ["reference", "vllm"]
-# Caps every workload's timed rounds (e.g. 1 in the real-vLLM CI job, which wants the ratio, not precision).
-MAX_ROUNDS_ENV = "KVCONFORM_BENCHMARK_MAX_ROUNDS"
 
 
 @pytest.fixture(scope="module")
@@ -47,24 +44,12 @@ def _record(kvconform_record, side: Side, workload, impl, requests=None, block_o
     kvconform_record(suite="benchmark", cell={"workload": workload, "implementation": impl.name}, **extra)
 
 
-def _rounds(timing: bool, rounds: int) -> int:
-    """`rounds` when timing (capped by $KVCONFORM_BENCHMARK_MAX_ROUNDS), else one untimed pass."""
-    if not timing:
-        return 1
-    cap = os.environ.get(MAX_ROUNDS_ENV)
-    if cap is None:
-        return rounds
-    if not cap.isdigit() or int(cap) < 1:
-        raise ValueError(f"{MAX_ROUNDS_ENV}: {cap!r} is not accepted; expected a whole number >= 1")
-    return min(rounds, int(cap))
-
-
 def _side_by_side(impls, side_fixtures, make_side, rounds, freeze=True) -> list[Side]:
     """Every implementation's (setup, target) from `make_side(impl)`, run with rounds interleaved; the sides
     in `impls` order (`freeze`: see `Side`)."""
     sides = [Side(impl.name, *make_side(impl), fixture=side_fixtures[impl.name] if side_fixtures else None,
                   freeze=freeze) for impl in impls]
-    run_interleaved(sides, _rounds(side_fixtures is not None, rounds))
+    run_interleaved(sides, timed_rounds(side_fixtures is not None, rounds))
     return sides
 
 

@@ -25,6 +25,7 @@ import pytest
 from harness.eras import ERA_IDS
 from harness.report import render_reports
 from harness.results_model import load_results
+from suites.benchmarks.interleave import timed_rounds
 
 ERA_ENV = "KVCONFORM_JUDGE_ERA"
 BROKEN_TARGET = f"{__name__}:always_hma_on"
@@ -86,8 +87,8 @@ def test_good_and_broken_target_are_judged_alike(benchmark, kvconform_record, tm
             cpu[name].append(facts[name]["pytest_cpu_s"])
 
     # Two timed rounds (reference, broken, reference, broken) interleave the targets against drifting load; each
-    # round is two fresh pytest runs of the era (about 8 CPU seconds), paid inside `kvconform report`.
-    benchmark.pedantic(one_round, rounds=2 if timing else 1, iterations=1)
+    # round is two fresh pytest runs of the era (about 8 CPU seconds). `kvconform report` caps them at one.
+    benchmark.pedantic(one_round, rounds=timed_rounds(timing, 2), iterations=1)
 
     good, broken = facts["reference resolver"], facts["always HMA on"]
     assert good["returncode"] == 0 and good["failed"] == 0, f"the reference must pass:\n{good['console'][-3000:]}"

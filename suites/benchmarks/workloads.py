@@ -6,6 +6,7 @@ vLLM-named methods on the objects it builds, so the reference and vLLM run ident
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -92,15 +93,25 @@ def make_stream_requests(target, shape: StreamShape, seed: int = 0, config: str 
     Request i is shared prefix i mod `num_prefixes` followed by its own tokens; a stream with
     `prefix_requests` first sends every bare prefix as a request of its own.
     """
-    rng = random.Random(seed)
-    prefixes = [[rng.randrange(1, 50_000) for _ in range(shape.prefix_tokens)] for _ in range(shape.num_prefixes)]
+    prefixes, uniques = _stream_tokens(shape, seed)
     out = []
     if STREAMS[config].prefix_requests:
-        out = [target.make_request(f"prefix-{j}", p, BLOCK_SIZE) for j, p in enumerate(prefixes)]
+        out = [target.make_request(f"prefix-{j}", list(p), BLOCK_SIZE) for j, p in enumerate(prefixes)]
     for i in range(shape.num_requests - len(out)):
-        unique = [rng.randrange(1, 50_000) for _ in range(shape.unique_tokens)]
-        out.append(target.make_request(f"req-{i}", prefixes[i % shape.num_prefixes] + unique, BLOCK_SIZE))
+        out.append(target.make_request(f"req-{i}", [*prefixes[i % shape.num_prefixes], *uniques[i]], BLOCK_SIZE))
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _stream_tokens(shape: StreamShape, seed: int) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """The stream's shared prefixes and per-request unique tokens (drawing them is most of a round's setup,
+    so every round and implementation reuses one draw; tuples, so no request can change them)."""
+    rng = random.Random(seed)
+    prefixes = tuple(tuple(rng.randrange(1, 50_000) for _ in range(shape.prefix_tokens))
+                     for _ in range(shape.num_prefixes))
+    uniques = tuple(tuple(rng.randrange(1, 50_000) for _ in range(shape.unique_tokens))
+                    for _ in range(shape.num_requests))
+    return prefixes, uniques
 
 
 def mamba_aligned_chunk(request, start: int, num_new_tokens: int, block_size: int, hash_block_size: int,

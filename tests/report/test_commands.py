@@ -447,17 +447,25 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
 
 
 def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
-    """Hand-written plan: the matrix without xdist next to the other suites, benchmarks alone and timed."""
-    timed = plan_passes(["suites"], timing=True)
-    assert [(p.suites, p.xdist, p.concurrent) for p in timed] == [
-        (("suites.config",), False, True),
-        (("suites.allocator", "suites.connector"), True, True),
-        (("suites.benchmarks",), False, False),
+    """Hand-written plan: stage 1 the matrix without xdist next to the other suites (xdist stealing work),
+    stage 2 the benchmarks timed, one process per core on two cores, at one timed round per workload."""
+    timed = plan_passes(["suites"], timing=True, cpus=2)
+    assert [(p.suites, p.xdist, p.stage) for p in timed] == [
+        (("suites.config",), False, 1),
+        (("suites.allocator", "suites.connector"), True, 1),
+        (("suites.benchmarks.test_allocator_throughput",), False, 2),
+        (("suites.benchmarks.test_config_resolution", "suites.benchmarks.test_connector_store_load",
+          "suites.benchmarks.test_judging_time"), False, 2),
     ]
+    assert timed[1].options == ("--dist", "worksteal")
+    assert all(p.env == (("KVCONFORM_BENCHMARK_MAX_ROUNDS", "1"),) for p in timed[2:])
+    assert all(p.env == () for p in timed[:2]), "only the timed passes cap their rounds"
+    single = plan_passes(["suites"], timing=True, cpus=1)
+    assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
     untimed = plan_passes(["suites"], timing=False)
     assert [(p.suites, p.options) for p in untimed] == [
         (("suites.config",), ()),
-        (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--benchmark-disable",)),
+        (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--dist", "worksteal", "--benchmark-disable")),
     ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
     assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
     assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
