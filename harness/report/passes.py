@@ -8,9 +8,11 @@ the cores between them.
    an xdist pass (work stealing) over the other suites.
 2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run after stage
    1, without xdist and with nothing else running: the allocator throughput workloads in one process and the
-   other benchmark modules in another, one per core (each process is single-threaded Python, and every
-   comparison in them interleaves its rounds), or in one process on a single core. Each workload gets
+   other benchmark modules in another, one per core (each process is single-threaded, and every comparison
+   in them interleaves its rounds), or in one process on a single core. Each workload gets
    `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise.
+
+Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ WHOLE_PACKAGE = "suites"
 # The benchmark module that gets a timed process of its own (about half of the benchmarks' time).
 ALLOCATOR_BENCHMARKS = "suites.benchmarks.test_allocator_throughput"
 MAX_ROUNDS_ENV = "KVCONFORM_BENCHMARK_MAX_ROUNDS"
+# Every pass runs torch single-threaded: the suites' tensors are tiny, and an intra-op thread pool per process
+# only spins on cores the other passes (and the other benchmark process) need.
+SINGLE_THREADED = (("OMP_NUM_THREADS", "1"),)
 # Timed rounds per workload in the report: one, as in CI's vLLM job; the README's figures come from the
 # benchmarks' own command with their full rounds.
 REPORT_TIMED_ROUNDS = "1"
@@ -43,7 +48,7 @@ class PytestPass:
     xdist: bool
     options: tuple[str, ...] = ()
     stage: int = 1  # passes of one stage run at the same time; stages run in order
-    env: tuple[tuple[str, str], ...] = ()  # set for this pass unless the environment already has them
+    env: tuple[tuple[str, str], ...] = SINGLE_THREADED  # set for this pass unless the environment has them
 
 
 def _members(package: str, *, packages: bool) -> list[str]:
@@ -69,7 +74,7 @@ def usable_cpus() -> int:
 
 
 def _timed_benchmark_passes(cpus: int) -> list[PytestPass]:
-    env = ((MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS),)
+    env = SINGLE_THREADED + ((MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS),)
     modules = _members(BENCHMARK_SUITE, packages=False)
     rest = tuple(m for m in modules if m != ALLOCATOR_BENCHMARKS)
     if cpus < 2 or ALLOCATOR_BENCHMARKS not in modules or not rest:

@@ -458,8 +458,8 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
           "suites.benchmarks.test_judging_time"), False, 2),
     ]
     assert timed[1].options == ("--dist", "worksteal")
-    assert all(p.env == (("KVCONFORM_BENCHMARK_MAX_ROUNDS", "1"),) for p in timed[2:])
-    assert all(p.env == () for p in timed[:2]), "only the timed passes cap their rounds"
+    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
+    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1"} for p in timed[:2]), "only the timed passes cap their rounds"
     single = plan_passes(["suites"], timing=True, cpus=1)
     assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
     untimed = plan_passes(["suites"], timing=False)
