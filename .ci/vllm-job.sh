@@ -38,7 +38,7 @@ echo "ci-vllm: [2/5] allocator suite on vLLM $VLLM_VERSION's own allocator"
 allocator=$(date +%s)
 
 echo "ci-vllm: [3/5] allocator throughput, reference vs vLLM $VLLM_VERSION (timed once, no xdist)"
-KVCONFORM_BENCHMARK_MAX_ROUNDS=1 "${PYTEST[@]}" suites/benchmarks/test_allocator_throughput.py -p no:xdist \
+KVCONFORM_BENCHMARK_MAX_ROUNDS=1 "${PYTEST[@]}" suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
     --kvconform-results "$OUT/results-benchmarks-vllm-$VLLM_VERSION.json" \
     --junitxml "$OUT/junit-benchmarks-vllm-$VLLM_VERSION.xml"
 # The throughput table (figures and ratio vs vLLM) rendered from the results file, into the log too.

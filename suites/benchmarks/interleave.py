@@ -22,7 +22,7 @@ import pytest
 
 from harness.report.passes import MAX_ROUNDS_ENV
 
-__all__ = ["Side", "make_side_fixtures", "run_interleaved", "timed_rounds"]
+__all__ = ["Side", "make_side_fixtures", "run_interleaved", "timed_rounds", "side_by_side", "record_side"]
 
 
 def timed_rounds(timing: bool, rounds: int) -> int:
@@ -128,3 +128,25 @@ def run_interleaved(sides: Sequence[Side], rounds: int) -> None:
     for _ in range(rounds if all(s is not None for s in all_stats) else 1):
         for side, stats in zip(sides, all_stats):
             _one_round(side, stats)
+
+
+def side_by_side(impls, side_fixtures, make_side, rounds: int, freeze: bool = True) -> list[Side]:
+    """Every implementation's (setup, target) from `make_side(impl)`, run with rounds interleaved (`rounds`,
+    capped as `timed_rounds` says); the sides in `impls` order (`freeze`: see `Side`)."""
+    sides = [Side(impl.name, *make_side(impl), fixture=side_fixtures[impl.name] if side_fixtures else None,
+                  freeze=freeze) for impl in impls]
+    run_interleaved(sides, timed_rounds(side_fixtures is not None, rounds))
+    return sides
+
+
+def record_side(kvconform_record, side: Side, workload: str, impl, requests=None, block_ops=None) -> None:
+    """One results record for `side`'s run of `workload`: its median and rates when it was timed."""
+    extra = {}
+    stats = side.stats
+    if stats:
+        median = stats.median
+        extra["metrics"] = {"median_s": median,
+                            "requests_per_s": requests / median if requests else None,
+                            "block_ops_per_s": block_ops / median if block_ops else None,
+                            "rounds": stats.rounds}
+    kvconform_record(suite="benchmark", cell={"workload": workload, "implementation": impl.name}, **extra)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.benchmarks.interleave import Side, run_interleaved
+from suites.benchmarks.interleave import Side, run_interleaved, timed_rounds
 
 
 class _Stats:
@@ -56,3 +56,20 @@ def test_untimed_runs_each_side_once():
 def test_rounds_must_be_positive():
     with pytest.raises(ValueError, match="rounds: 0"):
         run_interleaved([], rounds=0)
+
+
+@pytest.mark.parametrize("cap,timing,rounds,expected", [
+    (None, True, 3, 3), ("1", True, 3, 1), ("5", True, 3, 3), (None, False, 3, 1), ("2", False, 3, 1)])
+def test_timed_rounds_follow_the_cap(monkeypatch, cap, timing, rounds, expected):
+    if cap is None:
+        monkeypatch.delenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", raising=False)
+    else:
+        monkeypatch.setenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", cap)
+    assert timed_rounds(timing, rounds) == expected, f"cap {cap}, timing {timing}: {rounds} rounds asked"
+
+
+@pytest.mark.parametrize("cap", ["0", "x", "-1", ""])
+def test_a_bad_round_cap_names_the_variable(monkeypatch, cap):
+    monkeypatch.setenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", cap)
+    with pytest.raises(ValueError, match=f"KVCONFORM_BENCHMARK_MAX_ROUNDS: {cap!r} is not accepted; expected a whole"):
+        timed_rounds(True, 3)

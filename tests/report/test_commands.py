@@ -454,8 +454,8 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
         (("suites.config",), False, 1),
         (("suites.allocator", "suites.connector"), True, 1),
         (("suites.benchmarks.test_allocator_throughput",), False, 2),
-        (("suites.benchmarks.test_config_resolution", "suites.benchmarks.test_connector_store_load",
-          "suites.benchmarks.test_judging_time"), False, 2),
+        (("suites.benchmarks.test_block_pool_throughput", "suites.benchmarks.test_config_resolution",
+          "suites.benchmarks.test_connector_store_load", "suites.benchmarks.test_judging_time"), False, 2),
     ]
     assert timed[1].options == ("--dist", "worksteal")
     assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
