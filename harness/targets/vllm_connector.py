@@ -75,14 +75,17 @@ def _store_root() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _store_dir(name: str) -> str:
-    # One directory per connector and process: both roles, and every engine of a run, share the store.
+    # One directory per connector under test and process: both roles, and every engine of a run, share the
+    # store; a MultiConnector's child gets its own ("MultiConnector.ExampleConnector"), so what the
+    # MultiConnector's checks store never shows up as a hit in the checks of the connector on its own.
     return tempfile.mkdtemp(dir=_store_root(), prefix=f"{name}-")
 
 
-def default_extra_config(name: str) -> dict:
-    """The extra config `name` needs to start here (a private store directory, a CPU capacity)."""
+def default_extra_config(name: str, within: str | None = None) -> dict:
+    """The extra config `name` needs to start here (a private store directory, a CPU capacity); `within`:
+    the connector under test when `name` is one of its children."""
     if name in ("ExampleConnector", "ExampleHiddenStatesConnector"):
-        return {"shared_storage_path": _store_dir(name)}
+        return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
     return {}

@@ -113,3 +113,14 @@ def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
     assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
                                      "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
     assert result.stdout == "" and not any(out.iterdir()), "nothing runs and no report is written"
+
+
+def test_each_connector_under_test_gets_its_own_store_directory():
+    """vLLM's ExampleConnector keys its files by tokens only: a MultiConnector's ExampleConnector child must not
+    share the directory of the ExampleConnector checked on its own (its prompts would hit there)."""
+    alone = vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"]
+    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector")["shared_storage_path"]
+    assert alone != child, "the child and the connector on its own share one store"
+    assert vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
+        "every engine of one connector in one process shares its store"
+    assert all(Path(p).is_dir() for p in (alone, child))
