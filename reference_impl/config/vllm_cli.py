@@ -12,9 +12,8 @@ import argparse
 import json
 from typing import Any
 
-from reference_impl.config import messages
+from reference_impl.config import kv_transfer_json, messages
 from reference_impl.config.errors import HMAConfigError
-from reference_impl.config.objects import KV_ROLES
 
 FLAG = "hybrid-kv-cache-manager"
 
@@ -27,16 +26,27 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def kv_transfer_config(text: str) -> dict[str, Any]:
-    """argparse type of --kv-transfer-config: vLLM validates the JSON as a KVTransferConfig while parsing
-    (pydantic `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0), so a bad kv_role is an argparse error."""
-    value = json_object(text)
-    role = value.get("kv_role")
-    if role is not None and role not in KV_ROLES:
-        raise argparse.ArgumentTypeError(messages.E_KV_ROLE_INVALID)
-    if value.get("kv_connector") is not None and role is None:
-        raise argparse.ArgumentTypeError(messages.E_KV_ROLE_MISSING)
-    return value
+def kv_transfer_config_type(forbid_extra: bool):
+    """argparse type of --kv-transfer-config: vLLM validates the text as a KVTransferConfig while parsing
+    (pydantic `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0), so broken JSON, a value that is not an
+    object and a field of the wrong type are argparse errors in pydantic's words; an empty value is no
+    config at all."""
+
+    def parse(text: str) -> dict[str, Any] | None:
+        if text == "":
+            return None
+        invalid = kv_transfer_json.syntax_error(text)
+        if invalid is not None:
+            raise argparse.ArgumentTypeError(kv_transfer_json.render([(kv_transfer_json.TITLE, invalid)]))
+        value = json.loads(text)
+        errors = kv_transfer_json.field_errors(value, forbid_extra)
+        if errors:
+            raise argparse.ArgumentTypeError(kv_transfer_json.render(errors))
+        if value.get("kv_connector") is not None and value.get("kv_role") is None:
+            raise argparse.ArgumentTypeError(messages.E_KV_ROLE_MISSING)
+        return value
+
+    return parse
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -51,12 +61,12 @@ class _EnableDisableAction(argparse.Action):
         setattr(namespace, self.dest, option_string.startswith("--disable-"))
 
 
-_PARSERS: dict[tuple[bool, bool], argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[bool, bool, bool], argparse.ArgumentParser] = {}
 
 
 def build_parser(era) -> argparse.ArgumentParser:
     """An argparse parser with this era's spellings of the HMA-related options."""
-    key = (era.cli_enable_form, era.offloading_shortcut != "absent")
+    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.kv_transfer_forbids_extra)
     parser = _PARSERS.get(key)
     if parser is not None:
         return parser
@@ -68,7 +78,8 @@ def build_parser(era) -> argparse.ArgumentParser:
         )
     else:
         parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--kv-transfer-config", dest="kv_transfer_config", type=kv_transfer_config)
+    parser.add_argument("--kv-transfer-config", dest="kv_transfer_config",
+                        type=kv_transfer_config_type(era.kv_transfer_forbids_extra))
     parser.add_argument("--kv-events-config", dest="kv_events_config", type=json_object)
     parser.add_argument("--speculative-config", dest="speculative_config", type=json_object)
     parser.add_argument("--hf-overrides", dest="hf_overrides", type=json_object)
