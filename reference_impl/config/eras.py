@@ -131,9 +131,9 @@ class Era:
     multi_init_asserts: bool = False
     hisparse: bool = False
     cli_enable_form: bool = False
-    # KVTransferConfig's fields as of 0.33.0 with unknown keys refused (pydantic extra="forbid"); before,
-    # 0.13.0's fields with unknown keys ignored (`reference_impl.config.kv_transfer_json`)
-    kv_transfer_forbids_extra: bool = False
+    # the release whose config classes the command line's JSON flags are validated against: "0.33" (its
+    # fields, unknown keys refused, human-readable numbers) or "0.13" (`reference_impl.config.json_configs`)
+    cli_json_release: str = "0.13"
     explicit_enable_error: str | None = None
     unify_warns_before_error: bool = True
 
@@ -228,7 +228,7 @@ def _build_eras() -> tuple[Era, ...]:
         module_path_first=True,
         deprecated_constructor_error=True,
         cli_enable_form=True,
-        kv_transfer_forbids_extra=True,
+        cli_json_release="0.33",
         explicit_enable_error=messages.E_C,
         unify_warns_before_error=False,
     )

@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from reference_impl.config import kv_transfer_json, messages
+from reference_impl.config import json_configs, messages
 from reference_impl.config.errors import HMAConfigError
 
 FLAG = "hybrid-kv-cache-manager"
@@ -26,23 +26,34 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def kv_transfer_config_type(forbid_extra: bool):
-    """argparse type of --kv-transfer-config: vLLM validates the text as a KVTransferConfig while parsing
-    (pydantic `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0), so broken JSON, a value that is not an
-    object and a field of the wrong type are argparse errors in pydantic's words; an empty value is no
-    config at all."""
+_SCHEMAS = {
+    "kv_transfer_config": {"0.13": json_configs.KV_TRANSFER_0_13, "0.33": json_configs.KV_TRANSFER_0_33},
+    "kv_events_config": {"0.13": json_configs.KV_EVENTS_0_13, "0.33": json_configs.KV_EVENTS_0_33},
+}
+
+
+def validated_config_type(dest: str, release: str):
+    """argparse type of a JSON flag vLLM validates as a config class while parsing (pydantic
+    `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0): broken JSON, a value that is not an object and a
+    field of the wrong type are argparse errors in pydantic's words; an empty value is no config at all."""
+    schema = _SCHEMAS[dest][release]
 
     def parse(text: str) -> dict[str, Any] | None:
         if text == "":
             return None
-        invalid = kv_transfer_json.syntax_error(text)
+        if release == "0.33":
+            try:
+                text = json_configs.expand_human_numbers(text)
+            except json_configs.HumanNumberError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        invalid = json_configs.syntax_error(text)
         if invalid is not None:
-            raise argparse.ArgumentTypeError(kv_transfer_json.render([(kv_transfer_json.TITLE, invalid)]))
+            raise argparse.ArgumentTypeError(json_configs.render([(schema.title, invalid)], schema.title))
         value = json.loads(text)
-        errors = kv_transfer_json.field_errors(value, forbid_extra)
+        errors = json_configs.field_errors(value, schema)
         if errors:
-            raise argparse.ArgumentTypeError(kv_transfer_json.render(errors))
-        if value.get("kv_connector") is not None and value.get("kv_role") is None:
+            raise argparse.ArgumentTypeError(json_configs.render(errors, schema.title))
+        if dest == "kv_transfer_config" and value.get("kv_connector") is not None and value.get("kv_role") is None:
             raise argparse.ArgumentTypeError(messages.E_KV_ROLE_MISSING)
         return value
 
@@ -61,12 +72,12 @@ class _EnableDisableAction(argparse.Action):
         setattr(namespace, self.dest, option_string.startswith("--disable-"))
 
 
-_PARSERS: dict[tuple[bool, bool, bool], argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[bool, bool, str], argparse.ArgumentParser] = {}
 
 
 def build_parser(era) -> argparse.ArgumentParser:
     """An argparse parser with this era's spellings of the HMA-related options."""
-    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.kv_transfer_forbids_extra)
+    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.cli_json_release)
     parser = _PARSERS.get(key)
     if parser is not None:
         return parser
@@ -79,8 +90,9 @@ def build_parser(era) -> argparse.ArgumentParser:
     else:
         parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--kv-transfer-config", dest="kv_transfer_config",
-                        type=kv_transfer_config_type(era.kv_transfer_forbids_extra))
-    parser.add_argument("--kv-events-config", dest="kv_events_config", type=json_object)
+                        type=validated_config_type("kv_transfer_config", era.cli_json_release))
+    parser.add_argument("--kv-events-config", dest="kv_events_config",
+                        type=validated_config_type("kv_events_config", era.cli_json_release))
     parser.add_argument("--speculative-config", dest="speculative_config", type=json_object)
     parser.add_argument("--hf-overrides", dest="hf_overrides", type=json_object)
     if key[1]:

@@ -1,4 +1,4 @@
-"""`--kv-transfer-config` errors in pydantic's words (`reference_impl.config.kv_transfer_json`).
+"""`--kv-transfer-config` / `--kv-events-config` errors in pydantic's words (`reference_impl.config.json_configs`).
 
 Every expected message below was observed: the JSON errors with pydantic 2.14.4's `validate_json` (the
 pydantic of the vLLM 0.13.0 and 0.33.0 venvs), the field errors and whole command lines on vLLM 0.13.0 and
@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.config import resolve_case
-from reference_impl.config.kv_transfer_json import field_errors, render, syntax_error
+from reference_impl.config.json_configs import (KV_EVENTS_0_13, KV_EVENTS_0_33, KV_TRANSFER_0_13, KV_TRANSFER_0_33,
+                                                 expand_human_numbers, field_errors, render, syntax_error)
 
 # text -> what pydantic 2.14.4 said after "Invalid JSON: "
 JSON_ERRORS = {
@@ -85,13 +86,32 @@ def test_json_pydantic_accepts_is_not_an_error(text):
         ("kv_port", "Input should be a valid integer, unable to parse string as an integer")]),
 ])
 def test_fields_are_checked_as_pydantic_does(value, forbid, expected):
-    assert field_errors(value, forbid) == expected, f"{value!r} ({'0.33' if forbid else '0.13'} fields)"
+    schema = KV_TRANSFER_0_33 if forbid else KV_TRANSFER_0_13
+    assert field_errors(value, schema) == expected, f"{value!r} ({'0.33' if forbid else '0.13'} fields)"
+
+
+@pytest.mark.parametrize("value,schema,expected", [
+    ({"enable_kv_cache_events": "x"}, KV_EVENTS_0_33,
+     [("enable_kv_cache_events", "Input should be a valid boolean, unable to interpret input")]),
+    ({"nope": 1}, KV_EVENTS_0_33, [("nope", "Unexpected keyword argument")]),
+    ({"nope": 1}, KV_EVENTS_0_13, []),
+    ([1], KV_EVENTS_0_13, [("KVEventsConfig", "Input should be an object")]),
+])
+def test_kv_events_fields(value, schema, expected):
+    assert field_errors(value, schema) == expected, f"{value!r} as {schema.title} ({schema.forbid_extra=})"
+
+
+@pytest.mark.parametrize("text,expanded", [
+    ('{"kv_port": 2k}', '{"kv_port": 2000}'), ('{"a": 1K, "b": 1.5m}', '{"a": 1024, "b": 1500000}'),
+    ('{"kv_connector": "2k"}', '{"kv_connector": "2k"}'), ('{"a": 12kb}', '{"a": 12kb}')])
+def test_0_33_expands_bare_human_readable_numbers(text, expanded):
+    assert expand_human_numbers(text) == expanded
 
 
 def test_errors_render_on_one_line():
-    assert render([("kv_port", "Input should be a valid integer")]) == \
+    assert render([("kv_port", "Input should be a valid integer")], "KVTransferConfig") == \
         "1 validation error for KVTransferConfig: kv_port: Input should be a valid integer"
-    assert render([("a", "x"), ("b", "y")]) == "2 validation errors for KVTransferConfig: a: x; b: y"
+    assert render([("a", "x"), ("b", "y")], "KVEventsConfig") == "2 validation errors for KVEventsConfig: a: x; b: y"
 
 
 @pytest.mark.parametrize("profile,text,message", [
@@ -104,6 +124,9 @@ def test_errors_render_on_one_line():
     ("seed", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port":"x"}',
      "argument --kv-transfer-config: 1 validation error for KVTransferConfig: kv_port: Input should be a valid "
      "integer, unable to parse string as an integer"),
+    ("seed", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
+     "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: Invalid JSON: "
+     "expected `,` or `}` at line 1 column 68"),
 ])
 def test_the_command_line_stops_with_vllms_message(profile, text, message):
     outcome = resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", text]})
@@ -116,3 +139,17 @@ def test_an_unknown_key_before_0_33_and_an_empty_value_are_no_error(profile):
         text = '{"kv_connector":"ExampleConnector","kv_role":"kv_both","nope":1}'
         assert resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", text]})["error"] is None
     assert resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", ""]})["error"] is None
+
+
+@pytest.mark.parametrize("profile,text,message", [
+    ("v0.33", "{bad", "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: "
+                      "Invalid JSON: key must be a string at line 1 column 2"),
+    ("seed", "null", "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: "
+                     "Input should be an object"),
+    ("v0.33", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
+     "argument --kv-events-config: 3 validation errors for KVEventsConfig: kv_connector: Unexpected keyword "
+     "argument; kv_role: Unexpected keyword argument; kv_port: Unexpected keyword argument"),
+])
+def test_kv_events_config_stops_with_vllms_message(profile, text, message):
+    outcome = resolve_case({"profile": profile, "cli_args": ["--kv-events-config", text]})
+    assert outcome["error"] == {"type": "SystemExit", "message": message, "stage": "cli_parse"}, outcome

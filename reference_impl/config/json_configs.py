@@ -1,37 +1,50 @@
-"""`--kv-transfer-config` as vLLM parses it: the JSON validated as a `KVTransferConfig` while parsing.
+"""vLLM's JSON-valued config flags that it validates while parsing: `--kv-transfer-config` (a
+`KVTransferConfig`) and `--kv-events-config` (a `KVEventsConfig`).
 
-vLLM 0.13.0 and 0.33.0 hand the option's text to pydantic (`TypeAdapter(KVTransferConfig).validate_json`), so
-broken JSON, a value that is not an object and a field of the wrong type all stop the command line with
-pydantic's own words. This module reproduces them without pydantic: `syntax_error` says what pydantic's JSON
-parser (jiter) reports for text that is not JSON, `field_errors` checks the object against the era's fields
-the way pydantic's lax mode does. Each error is `(location, message)`; `render` puts them on one line as the
-vllm target reports a `ValidationError` ("1 validation error for KVTransferConfig: kv_port: Input should be
-a valid integer, unable to parse string as an integer").
+vLLM 0.13.0 and 0.33.0 hand the option's text to pydantic (`TypeAdapter(cls).validate_json`; 0.33 first
+expands bare human-readable numbers such as `2k`), so broken JSON, a value that is not an object and a field
+of the wrong type all stop the command line with pydantic's own words. This module reproduces them without
+pydantic: `syntax_error` says what pydantic's JSON parser (jiter) reports for text that is not JSON,
+`field_errors` checks the object against the release's fields the way pydantic's lax mode does. Each error
+is `(location, message)`; `render` puts them on one line as the vllm target reports a `ValidationError`
+("1 validation error for KVTransferConfig: kv_port: Input should be a valid integer, unable to parse string
+as an integer").
 
-Field lists are vLLM's (0.13.0: 13 fields, unknown keys ignored; 0.33.0: 9 fields, unknown keys forbidden);
-the eras between take 0.13.0's and those before it too, the releases this was checked against being those two.
+Field lists are vLLM's: 0.13.0's (unknown keys ignored) and 0.33.0's (unknown keys refused, pydantic
+extra="forbid"); the eras between take 0.13.0's and those before it too, the releases this was checked
+against being those two.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.config.objects import KV_ROLES
 
-TITLE = "KVTransferConfig"
 _WHITESPACE = " \t\n\r"
 _IDENTS = ("true", "false", "null", "NaN", "Infinity")
 
-# field -> (kind, optional); kinds: "str", "int", "float", "bool", "object", or a tuple of Literal choices
-_COMMON = {
+
+@dataclass(frozen=True)
+class ConfigSchema:
+    """One config class as a release validates it: field -> (kind, optional), and whether unknown keys are
+    refused. Kinds: "str", "int", "float", "bool", "object", or a tuple of Literal choices."""
+
+    title: str
+    fields: dict[str, tuple[Any, bool]]
+    forbid_extra: bool
+
+
+_TRANSFER_COMMON = {
     "kv_connector": ("str", True),
     "engine_id": ("str", True),
     "kv_buffer_device": ("str", False),
 }
-_FIELDS_0_13 = {
-    **_COMMON,
+KV_TRANSFER_0_13 = ConfigSchema("KVTransferConfig", {
+    **_TRANSFER_COMMON,
     "kv_buffer_size": ("float", False),
     "kv_role": (KV_ROLES, True),
     "kv_rank": ("int", True),
@@ -42,16 +55,28 @@ _FIELDS_0_13 = {
     "kv_connector_module_path": ("str", True),
     "enable_permute_local_kv": ("bool", False),
     "kv_load_failure_policy": (("recompute", "fail"), False),
-}
-_FIELDS_0_33 = {
-    **_COMMON,
+}, forbid_extra=False)
+KV_TRANSFER_0_33 = ConfigSchema("KVTransferConfig", {
+    **_TRANSFER_COMMON,
     "kv_role": (KV_ROLES, True),
     "kv_port": ("int", False),
     "kv_connector_extra_config": ("object", False),
     "kv_connector_module_path": ("str", True),
     "enable_permute_local_kv": ("bool", False),
     "kv_load_failure_policy": (("recompute", "fail"), False),
+}, forbid_extra=True)
+_EVENTS_FIELDS = {
+    "enable_kv_cache_events": ("bool", False),
+    "publisher": (("null", "zmq"), False),
+    "endpoint": ("str", False),
+    "replay_endpoint": ("str", True),
+    "buffer_steps": ("int", False),
+    "hwm": ("int", False),
+    "max_queue_size": ("int", False),
+    "topic": ("str", False),
 }
+KV_EVENTS_0_13 = ConfigSchema("KVEventsConfig", _EVENTS_FIELDS, forbid_extra=False)
+KV_EVENTS_0_33 = ConfigSchema("KVEventsConfig", _EVENTS_FIELDS, forbid_extra=True)
 
 
 class _Invalid(Exception):
@@ -311,26 +336,52 @@ def _field_error(kind, value: Any) -> str | None:
     raise ValueError(f"field kind {kind!r} is not known")
 
 
-def field_errors(value: Any, forbid_extra: bool) -> list[tuple[str, str]]:
-    """pydantic's errors for a parsed `--kv-transfer-config` value: (location, message) in pydantic's order
-    (the fields in declaration order, then unknown keys where the release forbids them)."""
+def field_errors(value: Any, schema: ConfigSchema) -> list[tuple[str, str]]:
+    """pydantic's errors for a parsed value of `schema`: (location, message) in pydantic's order (the fields
+    in declaration order, then unknown keys where the release forbids them)."""
     if not isinstance(value, dict):
-        return [(TITLE, "Input should be an object")]
-    fields = _FIELDS_0_33 if forbid_extra else _FIELDS_0_13
+        return [(schema.title, "Input should be an object")]
     errors = []
-    for name, (kind, optional) in fields.items():
+    for name, (kind, optional) in schema.fields.items():
         if name not in value or (optional and value[name] is None):
             continue
         message = _field_error(kind, value[name])
         if message is not None:
             errors.append((name, message))
-    if forbid_extra:
-        errors += [(key, "Unexpected keyword argument") for key in value if key not in fields]
+    if schema.forbid_extra:
+        errors += [(key, "Unexpected keyword argument") for key in value if key not in schema.fields]
     return errors
 
 
-def render(errors: list[tuple[str, str]]) -> str:
-    """The errors on one line: "N validation error(s) for KVTransferConfig: loc: message; ..."."""
+def render(errors: list[tuple[str, str]], title: str) -> str:
+    """The errors on one line: "N validation error(s) for TITLE: loc: message; ..."."""
     count = len(errors)
-    return (f"{count} validation error{'s' if count != 1 else ''} for {TITLE}: "
+    return (f"{count} validation error{'s' if count != 1 else ''} for {title}: "
             + "; ".join(f"{where}: {message}" for where, message in errors))
+
+
+_HUMAN_NUMBER = re.compile(r"\b(\d+(?:\.\d+)?)([kKmMgGtT])\b")
+_QUOTED = re.compile(r'("(?:[^"\\]|\\.)*")')
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class HumanNumberError(ValueError):
+    """A decimal with a binary suffix (`1.5K`), which vLLM 0.33 refuses."""
+
+
+def expand_human_numbers(text: str) -> str:
+    """vLLM 0.33's pass over the text before validation: bare `2k` becomes 2000, `1K` 1024 (never inside
+    a JSON string)."""
+
+    def number(match: re.Match) -> str:
+        digits, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return str(int(float(digits) * _DECIMAL[suffix]))
+        if "." in digits:
+            raise HumanNumberError(f"Decimals are not allowed with binary suffixes like {suffix}. "
+                                   f"Did you mean to use {digits}{suffix.lower()} instead?")
+        return str(int(digits) * _BINARY[suffix])
+
+    parts = _QUOTED.split(text)
+    return "".join(part if index % 2 else _HUMAN_NUMBER.sub(number, part) for index, part in enumerate(parts))
