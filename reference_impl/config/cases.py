@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reference_impl.config import eras as E
+from reference_impl.config import eras as E, messages
 from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.objects import (
@@ -255,9 +255,9 @@ def _apply_cli(case: Case, given: dict[str, Any]) -> None:
         }
     if "kv_events_config" in given:
         case.kv_events = True
-    if "speculative_config" in given:
+    if isinstance(given.get("speculative_config"), dict):
         case.speculative_method = given["speculative_config"].get("method")
-    if "hf_overrides" in given and "attention_chunk_size" in given["hf_overrides"]:
+    if isinstance(given.get("hf_overrides"), dict) and "attention_chunk_size" in given["hf_overrides"]:
         case.attention_chunk_size = given["hf_overrides"]["attention_chunk_size"]
     for key in ("kv_offloading_backend", "kv_offloading_size"):
         if key in given:
@@ -327,6 +327,10 @@ def run_case(case: Case) -> dict[str, Any]:
             _apply_cli(case, given)
             if case.stage == "cli_parse":
                 return outcome(case.id, resolved=case.flag, rules=prefix)
+            if given.get("speculative_config") is not None and not isinstance(given["speculative_config"], dict):
+                # pydantic checks VllmConfig's fields before its __post_init__ resolves anything
+                raise HMAConfigError(messages.E_SPECULATIVE_NOT_OBJECT, stage="config", vllm_type="ValidationError",
+                                     rule="speculative_config_not_object")
         cfg = build_vllm_config(case)
         res = cfg.resolution
         resolved = cfg.scheduler_config.disable_hybrid_kv_cache_manager

@@ -102,6 +102,14 @@ E_DEPRECATED_CONSTRUCTOR = (
 E_KV_ROLE_INVALID = (
     "1 validation error for KVTransferConfig: kv_role: Input should be 'kv_producer', 'kv_both' or 'kv_consumer'"
 )
+#: argparse type `optional_type(json.loads)` (--speculative-config; --hf-overrides when it looks like an
+#: object): vLLM formats the function itself, so the address is that of this process's `json.loads`.
+E_NOT_CONVERTED = "Value {value} cannot be converted to {function}."
+#: VllmConfig's field check of a --speculative-config that parsed as JSON but is not an object.
+E_SPECULATIVE_NOT_OBJECT = (
+    "1 validation error for VllmConfig: speculative_config: Input should be a dictionary or an instance of "
+    "SpeculativeConfig"
+)
 E_KV_ROLE_MISSING = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"

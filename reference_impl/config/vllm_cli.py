@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from reference_impl.config import json_configs, messages
@@ -18,12 +19,23 @@ from reference_impl.config.errors import HMAConfigError
 FLAG = "hybrid-kv-cache-manager"
 
 
-def json_object(text: str) -> dict[str, Any]:
-    """argparse type for vLLM's JSON-valued config flags."""
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value
+def optional_json(text: str) -> Any:
+    """argparse type of --speculative-config (vLLM's `optional_type(json.loads)`): "" and "None" are no
+    value; any JSON is accepted here (what is not an object fails VllmConfig's field check later)."""
+    if text in ("", "None"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(messages.E_NOT_CONVERTED.format(value=text, function=json.loads)) from None
+
+
+def dict_or_str(text: str) -> Any:
+    """argparse type of --hf-overrides (vLLM's `union_dict_and_str`): text that does not look like a JSON
+    object is kept as a string, the rest is `optional_json`."""
+    if not re.match(r"(?s)^\s*{.*}\s*$", text):
+        return str(text)
+    return optional_json(text)
 
 
 _SCHEMAS = {
@@ -93,8 +105,10 @@ def build_parser(era) -> argparse.ArgumentParser:
                         type=validated_config_type("kv_transfer_config", era.cli_json_release))
     parser.add_argument("--kv-events-config", dest="kv_events_config",
                         type=validated_config_type("kv_events_config", era.cli_json_release))
-    parser.add_argument("--speculative-config", dest="speculative_config", type=json_object)
-    parser.add_argument("--hf-overrides", dest="hf_overrides", type=json_object)
+    # 0.33's command line also spells --speculative-config as -sc (argparse names both in its errors)
+    speculative = ("--speculative-config", "-sc") if era.cli_enable_form else ("--speculative-config",)
+    parser.add_argument(*speculative, dest="speculative_config", type=optional_json)
+    parser.add_argument("--hf-overrides", dest="hf_overrides", type=dict_or_str)
     if key[1]:
         parser.add_argument("--kv-offloading-backend", dest="kv_offloading_backend", choices=("native", "lmcache"))
         parser.add_argument("--kv-offloading-size", dest="kv_offloading_size", type=float)

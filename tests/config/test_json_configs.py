@@ -7,6 +7,8 @@ pydantic of the vLLM 0.13.0 and 0.33.0 venvs), the field errors and whole comman
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reference_impl.config import resolve_case
@@ -153,3 +155,28 @@ def test_an_unknown_key_before_0_33_and_an_empty_value_are_no_error(profile):
 def test_kv_events_config_stops_with_vllms_message(profile, text, message):
     outcome = resolve_case({"profile": profile, "cli_args": ["--kv-events-config", text]})
     assert outcome["error"] == {"type": "SystemExit", "message": message, "stage": "cli_parse"}, outcome
+
+
+@pytest.mark.parametrize("profile,args,error", [
+    # vLLM formats its own json.loads into the message; here it is this process's
+    ("v0.33", ["--speculative-config", "{bad"],
+     {"type": "SystemExit", "stage": "cli_parse",
+      "message": f"argument --speculative-config/-sc: Value {{bad cannot be converted to {json.loads}."}),
+    ("seed", ["--speculative-config", "{bad"],
+     {"type": "SystemExit", "stage": "cli_parse",
+      "message": f"argument --speculative-config: Value {{bad cannot be converted to {json.loads}."}),
+    ("seed", ["--speculative-config", "[1]"],
+     {"type": "ValidationError", "stage": "config",
+      "message": "1 validation error for VllmConfig: speculative_config: Input should be a dictionary or an instance "
+                 "of SpeculativeConfig"}),
+    ("v0.33", ["--hf-overrides", "{bad}"],
+     {"type": "SystemExit", "stage": "cli_parse",
+      "message": f"argument --hf-overrides: Value {{bad}} cannot be converted to {json.loads}."}),
+    ("v0.33", ["--speculative-config", "None"], None),
+    ("seed", ["--speculative-config", ""], None),
+    ("seed", ["--hf-overrides", "{bad"], None),  # not object-shaped: kept as a string
+    ("v0.33", ["--hf-overrides", "[1]"], None),
+])
+def test_speculative_config_and_hf_overrides_parse_as_vllm_does(profile, args, error):
+    outcome = resolve_case({"profile": profile, "cli_args": args, "stage": "create_connector"})
+    assert outcome["error"] == error, outcome
