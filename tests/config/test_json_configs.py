@@ -116,22 +116,33 @@ def test_errors_render_on_one_line():
     assert render([("a", "x"), ("b", "y")], "KVEventsConfig") == "2 validation errors for KVEventsConfig: a: x; b: y"
 
 
-@pytest.mark.parametrize("profile,text,message", [
-    ("v0.33", "{bad", "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: "
-                      "Invalid JSON: key must be a string at line 1 column 2"),
-    ("seed", "[1,2]", "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: "
-                      "Input should be an object"),
-    ("v0.33", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","nope":1}',
+@pytest.mark.parametrize("profile,option,text,message", [
+    ("v0.33", "--kv-transfer-config", "{bad",
+     "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: Invalid JSON: key "
+     "must be a string at line 1 column 2"),
+    ("seed", "--kv-transfer-config", "[1,2]",
+     "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: Input should be "
+     "an object"),
+    ("v0.33", "--kv-transfer-config", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","nope":1}',
      "argument --kv-transfer-config: 1 validation error for KVTransferConfig: nope: Unexpected keyword argument"),
-    ("seed", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port":"x"}',
+    ("seed", "--kv-transfer-config", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port":"x"}',
      "argument --kv-transfer-config: 1 validation error for KVTransferConfig: kv_port: Input should be a valid "
      "integer, unable to parse string as an integer"),
-    ("seed", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
+    ("seed", "--kv-transfer-config", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
      "argument --kv-transfer-config: 1 validation error for KVTransferConfig: KVTransferConfig: Invalid JSON: "
      "expected `,` or `}` at line 1 column 68"),
+    ("v0.33", "--kv-events-config", "{bad",
+     "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: Invalid JSON: key must "
+     "be a string at line 1 column 2"),
+    ("seed", "--kv-events-config", "null",
+     "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: Input should be an "
+     "object"),
+    ("v0.33", "--kv-events-config", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
+     "argument --kv-events-config: 3 validation errors for KVEventsConfig: kv_connector: Unexpected keyword "
+     "argument; kv_role: Unexpected keyword argument; kv_port: Unexpected keyword argument"),
 ])
-def test_the_command_line_stops_with_vllms_message(profile, text, message):
-    outcome = resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", text]})
+def test_the_command_line_stops_with_vllms_message(profile, option, text, message):
+    outcome = resolve_case({"profile": profile, "cli_args": [option, text]})
     assert outcome["error"] == {"type": "SystemExit", "message": message, "stage": "cli_parse"}, outcome
 
 
@@ -141,20 +152,6 @@ def test_an_unknown_key_before_0_33_and_an_empty_value_are_no_error(profile):
         text = '{"kv_connector":"ExampleConnector","kv_role":"kv_both","nope":1}'
         assert resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", text]})["error"] is None
     assert resolve_case({"profile": profile, "cli_args": ["--kv-transfer-config", ""]})["error"] is None
-
-
-@pytest.mark.parametrize("profile,text,message", [
-    ("v0.33", "{bad", "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: "
-                      "Invalid JSON: key must be a string at line 1 column 2"),
-    ("seed", "null", "argument --kv-events-config: 1 validation error for KVEventsConfig: KVEventsConfig: "
-                     "Input should be an object"),
-    ("v0.33", '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_port": 2k}',
-     "argument --kv-events-config: 3 validation errors for KVEventsConfig: kv_connector: Unexpected keyword "
-     "argument; kv_role: Unexpected keyword argument; kv_port: Unexpected keyword argument"),
-])
-def test_kv_events_config_stops_with_vllms_message(profile, text, message):
-    outcome = resolve_case({"profile": profile, "cli_args": ["--kv-events-config", text]})
-    assert outcome["error"] == {"type": "SystemExit", "message": message, "stage": "cli_parse"}, outcome
 
 
 @pytest.mark.parametrize("profile,args,error", [
