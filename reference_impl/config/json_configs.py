@@ -210,64 +210,49 @@ class _Scanner:
             self.pos += 1
 
     def _object(self) -> None:
-        self.pos += 1
+        self._container("}", "an object", self._entry)
+
+    def _list(self) -> None:
+        self._container("]", "a list", self.value)
+
+    def _entry(self) -> None:
+        """One `"key": value` of an object (the scanner stands on the key)."""
+        if self._peek() != '"':
+            raise _Invalid("key must be a string", self.pos)
+        self._string()
         self._skip()
         if self._peek() is None:
             raise self._eof("an object")
-        if self._peek() == "}":
-            self.pos += 1
-            return
-        while True:
-            if self._peek() != '"':
-                raise _Invalid("key must be a string", self.pos)
-            self._string()
-            self._skip()
-            if self._peek() is None:
-                raise self._eof("an object")
-            if self._peek() != ":":
-                raise _Invalid("expected `:`", self.pos)
-            self.pos += 1
-            self.value()
-            self._skip()
-            char = self._peek()
-            if char is None:
-                raise self._eof("an object")
-            if char == "}":
-                self.pos += 1
-                return
-            if char != ",":
-                raise _Invalid("expected `,` or `}`", self.pos)
-            self.pos += 1
-            self._skip()
-            if self._peek() is None:
-                raise self._eof("a value")
-            if self._peek() == "}":
-                raise _Invalid("trailing comma", self.pos)
+        if self._peek() != ":":
+            raise _Invalid("expected `:`", self.pos)
+        self.pos += 1
+        self.value()
 
-    def _list(self) -> None:
+    def _container(self, close: str, what: str, item) -> None:
+        """An object or a list from its opening bracket: items separated by commas up to `close`."""
         self.pos += 1
         self._skip()
         if self._peek() is None:
-            raise self._eof("a list")
-        if self._peek() == "]":
+            raise self._eof(what)
+        if self._peek() == close:
             self.pos += 1
             return
         while True:
-            self.value()
+            item()
             self._skip()
             char = self._peek()
             if char is None:
-                raise self._eof("a list")
-            if char == "]":
+                raise self._eof(what)
+            if char == close:
                 self.pos += 1
                 return
             if char != ",":
-                raise _Invalid("expected `,` or `]`", self.pos)
+                raise _Invalid(f"expected `,` or `{close}`", self.pos)
             self.pos += 1
             self._skip()
             if self._peek() is None:
                 raise self._eof("a value")
-            if self._peek() == "]":
+            if self._peek() == close:
                 raise _Invalid("trailing comma", self.pos)
 
 
