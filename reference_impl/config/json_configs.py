@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reference_impl.config import messages
 from reference_impl.config.objects import KV_ROLES
 
 _WHITESPACE = " \t\n\r"
@@ -30,21 +32,27 @@ _IDENTS = ("true", "false", "null", "NaN", "Infinity")
 
 @dataclass(frozen=True)
 class ConfigSchema:
-    """One config class as a release validates it: field -> (kind, optional), and whether unknown keys are
-    refused. Kinds: "str", "int", "float", "bool", "object", or a tuple of Literal choices."""
+    """One config class as a release validates it: field -> (kind, optional), whether unknown keys are
+    refused, and the class's own `__post_init__` check once the fields pass (its message, or None). Kinds:
+    "str", "int", "float", "bool", "object", or a tuple of Literal choices."""
 
     title: str
     fields: dict[str, tuple[Any, bool]]
     forbid_extra: bool
+    post_init: Callable[[dict], str | None] | None = None
 
 
-_TRANSFER_COMMON = {
+def _kv_role_given(value: dict) -> str | None:
+    """KVTransferConfig.__post_init__: a connector needs a role."""
+    if value.get("kv_connector") is not None and value.get("kv_role") is None:
+        return messages.E_KV_ROLE_MISSING
+    return None
+
+
+_TRANSFER_FIELDS_0_13 = {
     "kv_connector": ("str", True),
     "engine_id": ("str", True),
     "kv_buffer_device": ("str", False),
-}
-KV_TRANSFER_0_13 = ConfigSchema("KVTransferConfig", {
-    **_TRANSFER_COMMON,
     "kv_buffer_size": ("float", False),
     "kv_role": (KV_ROLES, True),
     "kv_rank": ("int", True),
@@ -55,16 +63,13 @@ KV_TRANSFER_0_13 = ConfigSchema("KVTransferConfig", {
     "kv_connector_module_path": ("str", True),
     "enable_permute_local_kv": ("bool", False),
     "kv_load_failure_policy": (("recompute", "fail"), False),
-}, forbid_extra=False)
+}
+_TRANSFER_REMOVED_BY_0_33 = ("kv_buffer_size", "kv_rank", "kv_parallel_size", "kv_ip")
+KV_TRANSFER_0_13 = ConfigSchema("KVTransferConfig", _TRANSFER_FIELDS_0_13, forbid_extra=False,
+                                post_init=_kv_role_given)
 KV_TRANSFER_0_33 = ConfigSchema("KVTransferConfig", {
-    **_TRANSFER_COMMON,
-    "kv_role": (KV_ROLES, True),
-    "kv_port": ("int", False),
-    "kv_connector_extra_config": ("object", False),
-    "kv_connector_module_path": ("str", True),
-    "enable_permute_local_kv": ("bool", False),
-    "kv_load_failure_policy": (("recompute", "fail"), False),
-}, forbid_extra=True)
+    name: spec for name, spec in _TRANSFER_FIELDS_0_13.items() if name not in _TRANSFER_REMOVED_BY_0_33
+}, forbid_extra=True, post_init=_kv_role_given)
 _EVENTS_FIELDS = {
     "enable_kv_cache_events": ("bool", False),
     "publisher": (("null", "zmq"), False),

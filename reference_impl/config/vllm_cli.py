@@ -65,8 +65,9 @@ def validated_config_type(dest: str, release: str):
         errors = json_configs.field_errors(value, schema)
         if errors:
             raise argparse.ArgumentTypeError(json_configs.render(errors, schema.title))
-        if dest == "kv_transfer_config" and value.get("kv_connector") is not None and value.get("kv_role") is None:
-            raise argparse.ArgumentTypeError(messages.E_KV_ROLE_MISSING)
+        refused = schema.post_init(value) if schema.post_init is not None else None
+        if refused is not None:
+            raise argparse.ArgumentTypeError(refused)
         return value
 
     return parse

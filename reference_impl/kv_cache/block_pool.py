@@ -113,7 +113,6 @@ class BlockPool:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
-        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.enable_kv_cache_events = enable_kv_cache_events
         if not isinstance(num_hash_lookahead_tokens, int) or num_hash_lookahead_tokens < 0:
             raise ValueError(f"BlockPool.num_hash_lookahead_tokens must be a non-negative integer, "
