@@ -271,7 +271,8 @@ def syntax_error(text: str) -> str | None:
     return None
 
 
-_INT_TEXT = re.compile(r"[+-]?\d+(_\d+)*(\.0*)?")
+# pydantic-core's integer text: an optional sign, or leading zeros then a minus ("0-5" is -5 to it)
+_INT_TEXT = re.compile(r"(?:[+-]?|0+-)\d+(_\d+)*(\.0*)?")
 _BOOL_TEXT = {"0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
               "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True}
 

@@ -75,6 +75,8 @@ def test_json_pydantic_accepts_is_not_an_error(text):
     ({"kv_port": "x"}, False, [("kv_port", "Input should be a valid integer, unable to parse string as an integer")]),
     ({"kv_port": 1.5}, False, [("kv_port", "Input should be a valid integer, got a number with a fractional part")]),
     ({"kv_port": "12", "enable_permute_local_kv": "yes", "kv_rank": None}, False, []),
+    ({"kv_port": "0-5"}, False, []),  # pydantic-core reads leading zeros then a minus as a negative number
+    ({"kv_port": "0+5"}, False, [("kv_port", "Input should be a valid integer, unable to parse string as an integer")]),
     ({"kv_load_failure_policy": "x"}, False, [("kv_load_failure_policy", "Input should be 'recompute' or 'fail'")]),
     ({"kv_connector_extra_config": []}, True, [("kv_connector_extra_config", "Input should be an object")]),
     ({"nope": 1, "kv_buffer_size": 1e9}, True, [("nope", "Unexpected keyword argument"),
