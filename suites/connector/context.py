@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from harness.targets.connector_profile import not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget, guard_class
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
@@ -20,6 +21,7 @@ from reference_impl.connector.store import drop_shared_store
 from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.specs import MambaSpec
+from suites.connector.catalogue import not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
 
 _counter = itertools.count()
@@ -44,7 +46,8 @@ class CheckContext:
     so a run shows what the suite decides from observable behaviour alone.
     """
 
-    def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True):
+    def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True,
+                 check_id: str | None = None):
         self.target = target
         self.preset = preset
         self.backdoors = backdoors
@@ -62,14 +65,28 @@ class CheckContext:
             self.load_error, self.cls, self.is_hma = f"connector does not load: {exc}", None, False
             return
         self.is_hma = target.is_hma
-        if preset is not None and len(get_preset(preset).groups) > 1 and not self.is_hma:
+        self.profile = target.profile
+        multi_group = preset is not None and len(get_preset(preset).groups) > 1
+        if multi_group and not self.is_hma:
             pytest.skip(f"not HMA-capable: {self.cls.__name__} does not declare SupportsHMA, so vLLM refuses "
                         f"it on the multi-group preset {preset}")
+        reason = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
+        if reason is not None:
+            not_applicable(reason)
+
+    @property
+    def judges_content(self) -> bool:
+        """Whether loaded KV is compared with the content oracle: only for connectors that store KV (a
+        dummy-KV or transfer-only connector's loads are not what any engine computed, by design)."""
+        return self.profile.stores_kv
 
     # ---- construction -----------------------------------------------------------------------------
     def extra_config(self, **builtin_options) -> dict:
         """The target's extra config; built-ins also get a private store and `builtin_options`."""
         extra = copy.deepcopy(self.target.extra_config)
+        if builtin_options.get("load_async") and not self.target.builtin:
+            # A vendor connector loads asynchronously where its declared profile says how.
+            extra.update(copy.deepcopy(self.profile.async_load_config))
         if self.target.builtin:
             store = self.store_name
             extra.update(store_name=store, **builtin_options)
@@ -98,6 +115,7 @@ class CheckContext:
                               max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
                               worker_model=f"{model}@{worker_model}" if worker_model else None)
         engine = EngineCore(preset, config, connector_factory=self.factory)
+        engine.content_judged = self.judges_content  # read by expect_no_read_errors
         engine.observers.append(self.exposure.observer(engine))
         self.engines.append(engine)
         return engine
@@ -282,6 +300,8 @@ class CheckContext:
     def expect_reload_correct(self, tokens_list, what: str, preset: str | None = None) -> EngineCore:
         """On a fresh engine (same store, wiped memory), every prompt of `tokens_list` reads oracle KV."""
         fresh = self.engine(preset)
+        if not self.judges_content:
+            return fresh
         for tokens in tokens_list:
             self.wipe(fresh)
             self.run(fresh, list(tokens) + [11])
@@ -298,7 +318,10 @@ SMALL_STORE_BYTES = 400_000
 def expect_store_makes_room(ctx: CheckContext, engine: EngineCore, what: str, seed: int) -> int:
     """Store prompt after prompt, each looked up twice by requests that are then aborted (never admitted):
     every prompt just stored must hit. A connector whose pins or per-request state leak ends up with a full
-    store it can no longer evict from. Returns the number of prompts stored."""
+    store it can no longer evict from. Returns the number of prompts stored (0: not judged, the connector
+    stores no KV)."""
+    if not ctx.judges_content:
+        return 0
     for i in range(CAPACITY_PROMPTS):
         tokens = prompt(seed + i, CAPACITY_PROMPT_LENGTH)
         ctx.run(engine, tokens)
@@ -335,18 +358,23 @@ def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -
     the connector's chunk and to every Mamba state boundary (just > 0 when the chunk size is unknown)."""
     got = request.num_external_computed_tokens
     expect(got > 0, f"{what}: the stored prompt was never loaded")
+    if not ctx.judges_content:
+        return  # a connector that stores no KV claims hits regardless of what was stored
     chunk = ctx.chunk_size(engine, request.prompt_token_ids)
     if chunk is None:
         return
-    want = (request.num_tokens - 1) // chunk * chunk
+    # The prompt, not the tokens the request generated since (num_tokens): the lookup happened at admission.
+    want = (len(request.prompt_token_ids) - 1) // chunk * chunk
     for group in engine.kv_cache_config.kv_cache_groups:
         if isinstance(group.kv_cache_spec, MambaSpec):
             want = want // group.kv_cache_spec.block_size * group.kv_cache_spec.block_size
-    expect(got == want, f"{what}: a {request.num_tokens}-token prompt stored in full hit {got} tokens, "
+    expect(got == want, f"{what}: a {len(request.prompt_token_ids)}-token prompt stored in full hit {got} tokens, "
                         f"expected {want} (chunk {chunk})")
 
 
 def expect_no_read_errors(engine: EngineCore, what: str) -> None:
     """The forward read only oracle-correct KV and states."""
+    if not getattr(engine, "content_judged", True):
+        return  # a connector that stores no KV: what it loads is not what the model computed, by design
     errors = engine.read_errors
     expect(not errors, f"{what}: the model read wrong KV ({len(errors)} reads), first: {errors[0] if errors else ''}")

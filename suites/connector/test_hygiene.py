@@ -81,6 +81,7 @@ def test_c33_multiconnector(ctx, preset):
                                  extra_config={"connectors": children})
     from suites.connector.context import CheckContext
     wrapped = CheckContext(multi, preset)
+    wrapped.profile = ctx.profile  # the connector under test's kind decides what is judged, not the wrapper's
     engine = wrapped.engine(extra={"connectors": children})
     requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]
     calls = stub.RECORDED.get(log, [])

@@ -67,10 +67,12 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 _PROCESS_SCRIPT = """
 import json, os, sys, time
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector_target import ConnectorTarget, target_for
 from suites.connector.context import CheckContext, prompt
 name, spec, source, builtin, extra, preset, store_name, mode, seed, flag, backdoors = json.loads(sys.argv[1])
-ctx = CheckContext(ConnectorTarget(name, spec, source, builtin=builtin), preset)
+# The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
+target = target_for(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
+ctx = CheckContext(target, preset)
 ctx.store_name = store_name  # the parent check's model name (and built-in store)
 tokens = prompt(seed, 700)
 if mode == "store":
