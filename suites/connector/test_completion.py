@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from suites.connector.context import expect, expect_no_read_errors, leftovers, prompt
 
-ALL_PRESETS = list(PRESETS)
-MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+ALL_PRESETS = list(CORE_PRESETS)
+MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 _scheduler_drained = leftovers

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
 from reference_impl.kv_cache.specs import cdiv
 from suites.connector.oracles import (
@@ -23,8 +23,8 @@ from suites.connector.oracles import (
     snapshot_blocks,
 )
 
-ALL_PRESETS = list(PRESETS)
-MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+ALL_PRESETS = list(CORE_PRESETS)
+MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 def _expect_hit(request, what: str) -> None:
@@ -50,7 +50,7 @@ def _oracle_after_load(engine, checked: list, what: str):
 
 
 @pytest.mark.kv_check("C14")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", ALL_PRESETS + list(DTYPE_PRESETS) + list(WINDOW_PRESETS))
 def test_c14_round_trip_bytes(ctx, preset):
     """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
     engine = ctx.engine()
@@ -63,7 +63,7 @@ def test_c14_round_trip_bytes(ctx, preset):
 
 
 @pytest.mark.kv_check("C15")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", ALL_PRESETS + list(WINDOW_PRESETS))
 def test_c15_null_block_untouched(ctx, preset):
     """Block 0 keeps its canary through stores and loads, and its bytes never come back as data.
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import stub
 from suites.connector.context import (
     SMALL_STORE_BYTES,
@@ -17,7 +17,7 @@ from suites.connector.context import (
     prompt,
 )
 
-ALL_PRESETS = list(PRESETS)
+ALL_PRESETS = list(CORE_PRESETS)
 
 
 @pytest.mark.kv_check("C31")

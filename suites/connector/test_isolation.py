@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.specs import SlidingWindowSpec
 from suites.connector.context import expect, expect_no_read_errors, prompt
 
-MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 @pytest.mark.kv_check("C30")

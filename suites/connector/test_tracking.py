@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 
-ALL_PRESETS = list(PRESETS)
+ALL_PRESETS = list(CORE_PRESETS)
 
 
 def _compare_tables(ctx, engine, tracked):

@@ -76,7 +76,10 @@ def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert ("kv-connector profile: LMCacheLikeConnector: fills dummy KV, declares HMA (declared)"
             in proc.stdout), proc.stdout[:2000]
-    entries = {e["id"].split("::")[-1]: e for e in json.loads(results.read_text())["results"]}
+    document = json.loads(results.read_text())
+    assert document["run_info"]["target"] == "connectors reference_impl.connector.lmcache_like:LMCacheLikeConnector", \
+        "the results (and the report's header) name the connector that ran, not 'reference'"
+    entries = {e["id"].split("::")[-1]: e for e in document["results"]}
     c14 = entries["test_c14_round_trip_bytes[LMCacheLikeConnector-fa_only]"]
     assert c14["status"] == "skipped" and c14["message"].startswith("N/A: C14 does not apply: it judges loaded KV"), c14
     assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["status"] == "passed"
