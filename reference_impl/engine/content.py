@@ -21,16 +21,23 @@ _VALUES = 113  # distinct values per element
 CANARY_VALUE = -120  # an integer: never one of the full-precision values below
 
 
+def model_salt(model: str) -> int:
+    """The content salt of a model name (0..112, stable across processes)."""
+    return int.from_bytes(hashlib.sha256(model.encode()).digest()[:8], "little") % _VALUES
+
+
 def attention_kv(tokens: Sequence[int], positions: Sequence[int], layer: int, heads: Sequence[int],
-                 width: int, dtype: torch.dtype) -> torch.Tensor:
+                 width: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
     """KV rows for `tokens` at `positions`: shape [len(tokens), len(heads), width] in `dtype`.
 
     Element (i, j, k) is the `_value_table` entry of residue
-    `(t_i*7919 + p_i*104729 + (layer+1)*15485863 + h_j*32452843 + k*49979687) mod 113`. It is computed as a per-token residue plus a cached per-(head, channel) residue, looked up in a
+    `(t_i*7919 + p_i*104729 + salt + (layer+1)*15485863 + h_j*32452843 + k*49979687) mod 113` (`salt`: the
+    model's, `model_salt`). It is computed as a per-token residue plus a cached per-(head, channel) residue, looked up in a
     table of the 226 possible sums (the same values, about 3x faster for the block-sized calls the worker
     makes on every write and read-back check).
     """
-    row = torch.tensor([(t * 7919 + p * 104729) % _VALUES for t, p in zip(tokens, positions)], dtype=torch.int64)
+    row = torch.tensor([(t * 7919 + p * 104729 + salt) % _VALUES for t, p in zip(tokens, positions)],
+                       dtype=torch.int64)
     return _value_table(dtype)[row[:, None, None] + _channel_residues(layer, tuple(heads), width)]
 
 
@@ -74,9 +81,9 @@ def prefix_digest(tokens: Sequence[int]) -> bytes:
 
 
 def mamba_state(tokens: Sequence[int], layer: int, shapes: Sequence[Sequence[int]],
-                dtypes: Sequence[torch.dtype], rank: int = 0) -> list[torch.Tensor]:
-    """The Mamba state tensors after consuming `tokens` (one tensor per state shape)."""
-    seed = int.from_bytes(prefix_digest(tokens)[:6], "little") + (layer + 1) * 7 + rank * 1000003
+                dtypes: Sequence[torch.dtype], rank: int = 0, salt: int = 0) -> list[torch.Tensor]:
+    """The Mamba state tensors after consuming `tokens` (one tensor per state shape; `salt`: the model's)."""
+    seed = int.from_bytes(prefix_digest(tokens)[:6], "little") + (layer + 1) * 7 + rank * 1000003 + salt
     states = []
     for index, (shape, dtype) in enumerate(zip(shapes, dtypes)):
         numel = 1

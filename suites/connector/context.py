@@ -97,11 +97,12 @@ class CheckContext:
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
                max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, worker_model: str | None = None,
-               **builtin_options) -> EngineCore:
+               model: str | None = None, **builtin_options) -> EngineCore:
         """A fresh engine (on the check's store) whose connectors are guarded instances of the target class.
 
         `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own);
-        `worker_model` gives the workers another model name (fault injection: their loads miss).
+        `worker_model` gives the workers another model name (fault injection: their loads miss); `model`
+        replaces the check's model name (several presets, or several models, on one store).
         """
         ktc = KVTransferConfig(kv_connector=self.cls.__name__, kv_role="kv_both",
                                kv_connector_module_path=self.cls.__module__,
@@ -109,7 +110,8 @@ class CheckContext:
         preset = preset or self.preset
         # One model name per check and model (and kernel layout): a vendor's store outlives the check, and
         # objects of one check or preset must not be offered to another.
-        model = f"kvconform/{preset}/{self.store_name}" + (f"@kernel{kernel_block_ratio}" if kernel_block_ratio > 1 else "")
+        model = model or f"kvconform/{preset}/{self.store_name}" + (
+            f"@kernel{kernel_block_ratio}" if kernel_block_ratio > 1 else "")
         config = EngineConfig(model_config=ModelConfig(model), kv_transfer_config=ktc, num_blocks=num_blocks,
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
                               max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
@@ -231,6 +233,7 @@ class CheckContext:
             pass
         left = leftovers(engine)
         expect(not left, f"{what}: the engine does not drain after {max_steps} steps: {'; '.join(left)}")
+        expect_each_completion_once(engine)
         expect(engine.manager.reset_prefix_cache(),
                f"{what}: blocks are still allocated after every request finished (never released)")
 
@@ -341,10 +344,21 @@ def leftovers(engine: EngineCore) -> list[str]:
     if s.waiting or s.running:
         left.append(f"{len(s.waiting)} waiting / {len(s.running)} running requests")
     if s.delayed_free:
-        left.append(f"delayed frees never reported as finished_sending: {sorted(s.delayed_free)}")
+        left.append(f"delayed frees never reported finished (finished_sending, or finished_recving of a load in "
+                    f"flight when its request was aborted): {sorted(s.delayed_free)}")
     if engine.aggregator.pending:
         left.append(f"ids reported by only some workers: {engine.aggregator.pending}")
     return left
+
+
+def expect_each_completion_once(engine: EngineCore) -> None:
+    """Every asynchronous load and every delayed free the engine started was reported finished exactly once (a
+    second report is already an engine error, `ConnectorReportError`; this catches the ones never reported)."""
+    counts = engine.scheduler.transfers
+    for req_id in sorted({req_id for _kind, req_id in counts}):
+        for what, noun in (("recv", "asynchronous load"), ("send", "delayed free")):
+            started, finished = counts[(f"{what}_started", req_id)], counts[(f"{what}_finished", req_id)]
+            expect(started == finished, f"{req_id}: {started} {noun}(s) started, {finished} reported finished")
 
 
 def expect(condition: bool, evidence: str) -> None:
