@@ -57,12 +57,15 @@ _CHECK = re.compile(r"\b(C\d{2}) \[([^\]]+)\]: ")
 _PATH = re.compile(r"(?:/[^\s'\"/]+)+/([^\s'\"/]+)")
 _HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")  # request ids, hashes (with a digit: not a word)
 _NUMBER = re.compile(r"\d+")
+# "<symptom> — while: <scenario>: <details>" (suites.connector.context.scenario): the scenario is the check's.
+_SCENARIO = re.compile(r" — while: [^:]*")
 
 
 def cause_key(cause: str) -> str:
-    """The grouping key of a connector failure's cause: store paths cut to their last part, then request ids and
-    hashes, then every number (block ids, token counts, positions, ranks, shapes) replaced by a placeholder."""
-    cause = _PATH.sub(lambda m: "…/" + m.group(1), cause)
+    """The grouping key of a connector failure's cause: the check's scenario left out, store paths cut to their
+    last part, then request ids and hashes, then every number (block ids, token counts, positions, ranks, shapes)
+    replaced by a placeholder."""
+    cause = _PATH.sub(lambda m: "…/" + m.group(1), _SCENARIO.sub("", cause))
     return _NUMBER.sub("N", _HEX_ID.sub("<id>", cause))
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from harness.plugins.connector import connector_targets, unusable_targets
 from harness.targets.connector_target import run_with_timeout
-from suites.connector.catalogue import CHECKS, black_box_summary
+from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary
 from suites.connector.context import CheckContext
 
 
@@ -87,6 +87,7 @@ def pytest_pyfunc_call(pyfuncitem):
         return None
     funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout")
+    timeout *= TIME_LIMIT_FACTOR.get(pyfuncitem.get_closest_marker("kv_check").args[0], 1)
     context = funcargs.get("ctx")
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)

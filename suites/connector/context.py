@@ -232,10 +232,10 @@ class CheckContext:
         except RuntimeError:
             pass
         left = leftovers(engine)
-        expect(not left, f"{what}: the engine does not drain after {max_steps} steps: {'; '.join(left)}")
+        expect(not left, f"the engine does not drain after {max_steps} steps{scenario(what)}: {'; '.join(left)}")
         expect_each_completion_once(engine)
         expect(engine.manager.reset_prefix_cache(),
-               f"{what}: blocks are still allocated after every request finished (never released)")
+               f"blocks are still allocated after every request finished (never released){scenario(what)}")
 
     def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048) -> int:
         """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
@@ -331,9 +331,9 @@ def expect_store_makes_room(ctx: CheckContext, engine: EngineCore, what: str, se
         for extra in (1, 2):
             ctx.lookup(engine, tokens + [extra])
         expect(ctx.lookup(engine, tokens + [3]) > 0,
-               f"{what}: prompt {i + 1} of {CAPACITY_PROMPTS} ({CAPACITY_PROMPT_LENGTH} tokens each) no longer hits "
-               "right after it was stored: the full store cannot make room (objects of finished or aborted "
-               "lookups stay pinned, or per-request state leaks)")
+               f"a prompt no longer hits right after it was stored: the full store cannot make room (objects of "
+               f"finished or aborted lookups stay pinned, or per-request state leaks){scenario(what)}: prompt "
+               f"{i + 1} of {CAPACITY_PROMPTS} ({CAPACITY_PROMPT_LENGTH} tokens each)")
     return CAPACITY_PROMPTS
 
 
@@ -361,6 +361,15 @@ def expect_each_completion_once(engine: EngineCore) -> None:
             expect(started == finished, f"{req_id}: {started} {noun}(s) started, {finished} reported finished")
 
 
+SCENARIO_MARK = " — while: "  # harness.failure_groups leaves the scenario out of the root-cause key
+
+
+def scenario(what: str) -> str:
+    """The scenario part of a shared oracle's evidence: '<symptom> — while: <scenario>: <details>', so that one
+    cause found by several checks (each in its own scenario) groups as one root cause."""
+    return f"{SCENARIO_MARK}{what}" if what else ""
+
+
 def expect(condition: bool, evidence: str) -> None:
     """Fail the check with `evidence` (the first failing evidence goes into the report)."""
     if not condition:
@@ -371,7 +380,7 @@ def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -
     """`request`'s prompt (less its last token) was stored in full: its hit is that length rounded down to
     the connector's chunk and to every Mamba state boundary (just > 0 when the chunk size is unknown)."""
     got = request.num_external_computed_tokens
-    expect(got > 0, f"{what}: the stored prompt was never loaded")
+    expect(got > 0, f"the stored prompt was never loaded{scenario(what)}")
     if not ctx.judges_content:
         return  # a connector that stores no KV claims hits regardless of what was stored
     chunk = ctx.chunk_size(engine, request.prompt_token_ids)
@@ -382,8 +391,8 @@ def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -
     for group in engine.kv_cache_config.kv_cache_groups:
         if isinstance(group.kv_cache_spec, MambaSpec):
             want = want // group.kv_cache_spec.block_size * group.kv_cache_spec.block_size
-    expect(got == want, f"{what}: a {len(request.prompt_token_ids)}-token prompt stored in full hit {got} tokens, "
-                        f"expected {want} (chunk {chunk})")
+    expect(got == want, f"a prompt stored in full hit less or more than its chunk-aligned length{scenario(what)}: a "
+                        f"{len(request.prompt_token_ids)}-token prompt hit {got} tokens, expected {want} (chunk {chunk})")
 
 
 def expect_no_read_errors(engine: EngineCore, what: str) -> None:
@@ -391,4 +400,4 @@ def expect_no_read_errors(engine: EngineCore, what: str) -> None:
     if not getattr(engine, "content_judged", True):
         return  # a connector that stores no KV: what it loads is not what the model computed, by design
     errors = engine.read_errors
-    expect(not errors, f"{what}: the model read wrong KV ({len(errors)} reads), first: {errors[0] if errors else ''}")
+    expect(not errors, f"the model read wrong KV{scenario(what)}: {len(errors)} reads, first: {errors[0] if errors else ''}")

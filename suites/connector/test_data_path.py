@@ -9,7 +9,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
-from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
+from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt, scenario
 from reference_impl.kv_cache.specs import cdiv
 from suites.connector.oracles import (
     all_blocks,
@@ -29,7 +29,7 @@ MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 def _expect_hit(request, what: str) -> None:
     expect(request.num_external_computed_tokens > 0,
-           f"{what}: the connector reported no hit for a prompt it had just stored")
+           f"the connector reported no hit for a prompt it had just stored{scenario(what)}")
 
 
 def _oracle_after_load(engine, checked: list, what: str):
@@ -44,7 +44,7 @@ def _oracle_after_load(engine, checked: list, what: str):
                 mismatch = first_kv_mismatch(engine, request.all_token_ids,
                                              engine.manager.get_block_ids(request.request_id),
                                              request.num_local_computed_tokens, end)
-                expect(mismatch is None, f"{what}: {mismatch}")
+                expect(mismatch is None, f"a loaded block differs from the content oracle{scenario(what)}: {mismatch}")
 
     return after_load
 

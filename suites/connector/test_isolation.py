@@ -96,7 +96,7 @@ def test_c30_store_shared_across_deployments(ctx, variant):
                         f"({w_preset}, TP={w_tp}), so sharing the store across {what} cannot be judged")
         other = ctx.engine(r_preset, tp=r_tp, model=r_model)
         request = ctx.run(other, tokens + [1])
-        expect_no_read_errors(other, f"{what}: a prompt stored by {w_preset} at TP={w_tp} was run by {r_preset} at "
+        expect_no_read_errors(other, f"{what}, a prompt stored by {w_preset} at TP={w_tp} was run by {r_preset} at "
                                      f"TP={r_tp} on the same store (hit {request.num_external_computed_tokens} tokens)")
 
 
