@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness.report.config_section import label
+from harness.targets.connector_profile import MULTI_GROUP_REFUSAL
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"
@@ -93,7 +94,7 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
         return (f"❌ {connector} declares `SupportsHMA` but must not: on multi-group models it fails MUST "
                 f"check(s) {', '.join(failed_must)}.")
     refused = sorted({e.get("message") or "" for e in multi if _is_not_applicable(e)
-                      and "refuses multi-group" in (e.get("message") or "")})
+                      and MULTI_GROUP_REFUSAL in (e.get("message") or "")})
     if refused and not ran:
         return f"➖ {connector} {refused[0].removeprefix('N/A: ')}; no multi-group check applies."
     if not ran:

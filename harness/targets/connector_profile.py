@@ -98,6 +98,15 @@ def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = Non
                             async_load_config=dict(declared.get("async_load_config") or {}))
 
 
+MULTI_GROUP_REFUSAL = "declares SupportsHMA, refuses multi-group models on this configuration: "
+
+
+def refuses_multi_group(reason: str) -> NoReturn:
+    """End the running check as N/A because the connector, though it declares HMA, refuses several KV cache
+    groups on this configuration by design (e.g. a transfer mode); the HMA verdict then says so."""
+    not_applicable(MULTI_GROUP_REFUSAL + reason)
+
+
 def not_applicable(reason: str) -> NoReturn:
     """End the running check as "N/A: reason" (a skip the report shows as not applicable, never a failure).
     An adapter may call it from a hook, e.g. when the connector refuses a configuration by design."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.targets.connector_profile import KINDS
+from harness.targets.connector_profile import KINDS, MULTI_GROUP_REFUSAL
 
 CHECKS: dict[str, tuple[str, str, str]] = {
     "C01": ("MUST", "declares-hma", "SupportsHMA, request_finished_all_groups overridden, (vllm_config, role, kv_cache_config) constructor"),
@@ -106,5 +106,5 @@ def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | No
     if reason is not None:
         return f"{check_id} does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'")
     if (multi_group or check_id in MULTI_GROUP_CHECKS) and profile.declares_hma and profile.multi_group:
-        return f"declares SupportsHMA, refuses multi-group models on this configuration: {profile.multi_group}"
+        return MULTI_GROUP_REFUSAL + profile.multi_group
     return None
