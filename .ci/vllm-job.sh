@@ -52,23 +52,32 @@ skip() {  # skip RELEASE STEP REASON
     say "[$1 $2] skipped: $3"
     record "$1" "$2" skipped 0 "$3"
 }
-# run_step RELEASE STEP OK_STATUSES COMMAND...: times the command; an exit status outside OK_STATUSES
-# (space-separated) fails the step (and the job, at the end).
+# CPU seconds (user + system) of the finished child processes so far: a step's figure that load from other
+# jobs on the machine does not inflate, unlike its wall time.
+# (`times` must run in this shell, not in a pipe or $(...): a subshell starts with no finished children.)
+cpu_seconds() {
+    times > "$OUT/.times"
+    CPU_NOW=$(tail -n 1 "$OUT/.times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }')
+}
+# run_step RELEASE STEP OK_STATUSES COMMAND...: times the command (wall and CPU); an exit status outside
+# OK_STATUSES (space-separated) fails the step (and the job, at the end).
 run_step() {
-    local release=$1 step=$2 ok=$3 t0 status
+    local release=$1 step=$2 ok=$3 t0 c0 status
     shift 3
     say "[$release $step] $*" | cut -c1-300
-    t0=$(date +%s)
+    cpu_seconds
+    t0=$(date +%s) c0=$CPU_NOW
     "$@"
     status=$?
-    local seconds=$(( $(date +%s) - t0 ))
+    cpu_seconds
+    local seconds=$(( $(date +%s) - t0 )) cpu=$(( CPU_NOW - c0 ))
     if [[ " $ok " == *" $status "* ]]; then
-        say "[$release $step] done in ${seconds}s (exit $status)"
-        record "$release" "$step" "ran" "$seconds" "exit $status"
+        say "[$release $step] done in ${seconds}s, ${cpu} CPU s (exit $status)"
+        record "$release" "$step" "ran" "$seconds" "$cpu CPU s, exit $status"
         return 0
     fi
-    say "[$release $step] FAILED in ${seconds}s (exit $status)" >&2
-    record "$release" "$step" "FAILED" "$seconds" "exit $status"
+    say "[$release $step] FAILED in ${seconds}s, ${cpu} CPU s (exit $status)" >&2
+    record "$release" "$step" "FAILED" "$seconds" "$cpu CPU s, exit $status"
     FAILED+=("$release $step")
     return 1
 }
@@ -149,13 +158,15 @@ run_release() {
         fi
     fi
 
-    # One results file and one report per release; the throughput table goes to the log too.
+    # One results file and one report per release (exit 1 = the report lists failing cells, e.g. the findings
+    # on vLLM's connectors: rendered all the same); the throughput table goes to the log too.
     local results=("$dir"/results-*.json)
     if [[ -e ${results[0]} ]]; then
-        "$venv/bin/kvconform" merge "${results[@]}" -o "$dir/results.json" \
-            && "$venv/bin/kvconform" report --from "$dir/results.json" --output-dir "$dir" \
-            || { say "[$R report] FAILED: merging or rendering $dir/results-*.json" >&2; FAILED+=("$R report"); }
-        [[ -f $dir/compatibility.md ]] && awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$dir/compatibility.md"
+        run_step "$R" report "0 1" bash -c '"$1/bin/kvconform" merge "${@:3}" -o "$2/results.json" >/dev/null || exit 2
+            "$1/bin/kvconform" report --from "$2/results.json" --output-dir "$2"' _ "$venv" "$dir" "${results[@]}"
+        if [[ -f $dir/compatibility.md ]]; then
+            awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$dir/compatibility.md"
+        fi
     fi
 }
 
@@ -166,10 +177,12 @@ for R in "${RELEASES[@]}"; do
 done
 
 # The summary: per release, each step's status, time and note (skip reasons in full).
+cpu_seconds
 {
-    echo "# vLLM CI job: $(date -u +%Y-%m-%dT%H:%M:%SZ), total $(( $(date +%s) - start ))s"
+    echo "# vLLM CI job: $(date -u +%Y-%m-%dT%H:%M:%SZ), total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
+         "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
-    echo "| release | step | status | seconds | note |"
+    echo "| release | step | status | wall s | note |"
     echo "| --- | --- | --- | --- | --- |"
     for row in "${SUMMARY_ROWS[@]}"; do IFS='|' read -r r s st sec note <<< "$row"; echo "| $r | $s | $st | $sec | $note |"; done
 } > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
