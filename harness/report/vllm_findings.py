@@ -134,7 +134,7 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
     if before is not None:
         old = [e for e in before if vllm_connector_of(e) is not None and e["status"] in ("failed", "error")]
         lines.append(f"Before (the same step with the suite before issue 19): {len(old)} failing cells in "
-                     f"{len({(vllm_connector_of(e)[1], _what(e)) for e in old})} groups of identical first lines.")
+                     f"{len({_what(e) for e in old})} groups of identical first lines (the previous grouping).")
     lines += ["", "| connector | `SupportsHMA` | profile | passed | failed | N/A | inconclusive | not run | wall time (s) | HMA verdict |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for connector, items in ran.items():
