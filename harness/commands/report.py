@@ -261,12 +261,13 @@ def run(args) -> int:
     else:
         if args.target:
             load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
-        if args.kv_connector:
-            check_loadable(args.kv_connector)  # the same for a connector (a vLLM one too: no vLLM, unknown name)
         try:
-            check_pytest_args(args.pytest_args)  # --kv-connector-extra-config / --kv-connector-timeout after `--`
+            extra_config = check_pytest_args(args.pytest_args)  # connector options after `--`
         except ValueError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
+        if args.kv_connector:
+            # the same for a connector (a vLLM one too: no vLLM, unknown name; a constructor that raises)
+            check_loadable(args.kv_connector, extra_config)
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow

@@ -69,19 +69,22 @@ def parse_extra_config(raw: str) -> dict:
     return extra
 
 
-def check_pytest_args(args: list[str]) -> None:
-    """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`)."""
+def check_pytest_args(args: list[str]) -> dict:
+    """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`); returns the
+    `--kv-connector-extra-config` object they give ({} without one)."""
+    extra: dict = {}
     for index, arg in enumerate(args):
         name, sep, value = arg.partition("=")
         if not sep and index + 1 < len(args):
             value = args[index + 1]
         if name == "--kv-connector-extra-config":
-            parse_extra_config(value)
+            extra = parse_extra_config(value)
         elif name == "--kv-connector-timeout":
             try:
                 check_timeout(float(value))
             except ValueError:
                 raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {value}") from None
+    return extra
 
 
 def connector_targets(config):
