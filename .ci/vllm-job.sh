@@ -69,7 +69,7 @@ fi
 connectors=$(date +%s)
 
 echo "ci-vllm: [5/5] vLLM $VLLM_VERSION's own tests/v1/core allocator tests, on vLLM and on the reference"
-# The floor is issue 10's target, 95% (README, "vLLM's own allocator tests": measured 587/596 = 98.5%).
+# The floor is issue 10's target, 95% (docs/reference.md, "vLLM's own allocator tests": measured 587/596 = 98.5%).
 scripts/upstream-vllm-tests.sh "$VENV" "$OUT/upstream" --min-pass-rate "${KVCONFORM_UPSTREAM_MIN_PASS_RATE:-0.95}"
 end=$(date +%s)
 echo "ci-vllm: install $((installed - start))s, matrix $((matrix - installed))s," \

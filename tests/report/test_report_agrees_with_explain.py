@@ -29,7 +29,7 @@ from suites.config.oracle import CHUNKED_ENV
 from tests.report.md_helpers import table_after
 from tests.report.test_committed_report import fresh_config_results
 
-# A feature id -> explain's options for it (the README's explain options); HiSparse has none in explain.
+# A feature id -> explain's options for it (docs/reader.md's explain options); HiSparse has none in explain.
 FEATURE_OPTIONS = {
     "none": [],
     "kv_events": ["--kv-events-config", "{}"],
