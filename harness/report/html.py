@@ -41,7 +41,7 @@ h2 a.kv-anchor,h3 a.kv-anchor{visibility:hidden;margin-left:.3em;text-decoration
 h2:hover a.kv-anchor,h3:hover a.kv-anchor{visibility:visible}
 #kv-url-help{font-size:.85em;color:#57606a;margin:.3em 0 0}
 td:first-child,td:nth-child(2){text-align:left}
-thead th{background:#f6f8fa;position:sticky;top:2.6em}
+thead th{background:#f6f8fa}
 td.k-on,td.k-pass{background:#dafbe1}td.k-off,td.k-na{background:#eef0f2}
 td.k-error,td.k-fail{background:#ffebe9}td.k-unknown{background:#fff8c5}
 td.k-mismatch{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px}
@@ -169,6 +169,11 @@ function setup() {
     if (control) { control.addEventListener("change", apply); }
   });
   if (params.has("q")) { box.value = params.get("q"); }
+  // a #anchor in the address points into a section that was packed when the browser looked for it
+  if (window.location.hash) {
+    var target = document.getElementById(decodeURIComponent(window.location.hash.slice(1)));
+    if (target && target.scrollIntoView) { target.scrollIntoView(); }
+  }
   box.addEventListener("input", apply);
   document.addEventListener("mouseover", function (event) {
     var cell = event.target.closest && event.target.closest("td");
