@@ -15,6 +15,8 @@ import importlib
 
 import pytest
 
+from harness.plugins.activation import is_active
+
 ALIASES = {
     "reference": "harness.targets.allocator_target:make_reference_target",
     "vllm": "harness.targets.vllm_allocator:make_target",
@@ -78,6 +80,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+    if not is_active(config):
+        return []
     return [f"kv-allocator: {config.getoption('kvconform_kv_allocator')}"]
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.targets.connector_target import ConnectorLoadError, select_targets
+from harness.plugins.activation import is_active
 
 
 def pytest_addoption(parser):
@@ -86,6 +86,8 @@ def check_pytest_args(args: list[str]) -> None:
 
 def connector_targets(config):
     """The selected targets, cached on the config."""
+    from harness.targets.connector_target import select_targets  # imports the reference engine (torch)
+
     targets = getattr(config, "_kvconform_connector_targets", None)
     if targets is None:
         raw = config.getoption("kvconform_kv_connector_extra_config")
@@ -102,6 +104,8 @@ def connector_targets(config):
 def unusable_targets(config) -> dict[str, str]:
     """name -> one-line reason, for every selected target that cannot be loaded (import, class, hooks,
     constructor)."""
+    from harness.targets.connector_target import ConnectorLoadError
+
     reasons = {}
     for target in connector_targets(config):
         try:
@@ -112,6 +116,10 @@ def unusable_targets(config) -> dict[str, str]:
 
 
 def pytest_report_header(config):
+    if not is_active(config):
+        return []
+    from harness.targets.connector_target import ConnectorLoadError
+
     parts = []
     for target in connector_targets(config):
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.plugins.activation import TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
@@ -246,4 +247,4 @@ class ResultsCollector:
             option = self.config.getoption("--hma-target")
         except ValueError:  # the config matrix plugin is not loaded
             option = None
-        return str(option) if option else os.environ.get("KVCONFORM_TARGET") or None
+        return str(option) if option else os.environ.get(TARGET_ENV) or None
