@@ -22,6 +22,7 @@ import pytest
 from harness.golden import GoldenStore
 from harness.plugins.activation import TARGET_ENV, is_active
 from harness.plugins.results import add_run_info
+from harness.target_spec import TargetError, load_config_target
 
 DEFAULT_TARGET = "reference_impl.config:resolve_case"
 _WIRE_KEY = "kvconform_golden"
@@ -53,13 +54,10 @@ def _distribution_version(module_name: str) -> str:
 
 def _load_callable(spec: str) -> tuple[Callable, str]:
     """Import a target spec (harness.target_spec); its one-line errors become pytest usage errors."""
-    from harness.errors import UsageError
-    from harness.target_spec import load_target as load_target_spec
-
     try:
-        target = load_target_spec(spec)
-    except UsageError as exc:
-        raise pytest.UsageError(f"--hma-target: {exc}") from None
+        target = load_config_target(spec)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
     describe = getattr(target, "describe", None)
     if callable(describe):  # a named target knows what it wraps (`vllm`: the installed release and its era)
         return target, describe()
