@@ -163,10 +163,10 @@ class ReferenceAllocatorTarget:
         import torch
 
         from reference_impl import kv_cache
-        from reference_impl.kv_cache import hashing
+        from reference_impl.kv_cache import kv_cache_utils
 
         self._mod = kv_cache
-        self._hashing = hashing
+        self._hashing = kv_cache_utils
         self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
 

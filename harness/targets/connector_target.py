@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, TargetError, import_object, parse_spec
+from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.factory import check_constructor
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
-BACKDOOR_PREFIX = "kvconform_"  # optional white-box accessors a connector may offer the suite
 
 
 # Hooks the engine calls on every connector (vLLM 0.33's base class has them all).

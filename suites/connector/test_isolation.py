@@ -11,7 +11,7 @@ import pytest
 
 from reference_impl.engine.presets import PRESETS
 from reference_impl.kv_cache.request import LoRARequest
-from reference_impl.kv_cache.specs import SlidingWindowSpec
+from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from suites.connector.context import expect, expect_no_read_errors, prompt
 
 MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
