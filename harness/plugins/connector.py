@@ -10,6 +10,7 @@ import pytest
 from harness.plugins.activation import is_active
 from harness.report_options import option_values
 from harness.target_spec import KINDS, TargetError
+from harness.targets.connector_profile import split_declaration
 
 
 def pytest_addoption(parser):
@@ -68,6 +69,7 @@ def parse_extra_config(raw: str) -> dict:
                          f"{raw!r}; accepted: a JSON object") from None
     if not isinstance(extra, dict):
         raise ValueError(f"--kv-connector-extra-config must be a JSON object, got {raw!r}")
+    split_declaration(extra)  # a bad "kvconform" profile declaration is a usage error too
     return extra
 
 
@@ -93,9 +95,10 @@ def connector_targets(config):
         extra = parse_extra_config(raw) if raw else {}
         targets = select_targets(config.getoption("kvconform_kv_connectors"),
                                  config.getoption("kvconform_kv_connector_builtins"))
+        connector_extra, declared = split_declaration(extra)
         for target in targets:
             if not target.builtin:
-                target.extra_config = dict(extra)
+                target.extra_config, target.declared = dict(connector_extra), dict(declared)
         config._kvconform_connector_targets = targets
     return targets
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, TargetError, import_object, parse_spec
+from harness.targets.connector_profile import ConnectorProfile, profile_for
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.factory import check_constructor
@@ -47,6 +48,7 @@ class ConnectorTarget:
     extra_config: dict = field(default_factory=dict)
     builtin: bool = False
     _cls: type | None = None
+    declared: dict = field(default_factory=dict)  # the vendor's "kvconform" declaration (connector_profile)
 
     def load(self) -> type:
         """The connector class; ConnectorLoadError with a one-line reason when it is unusable."""
@@ -83,6 +85,16 @@ class ConnectorTarget:
             return supports_hma(self.load())
         except ConnectorLoadError:
             return False
+
+    @property
+    def known_kind(self) -> str | None:
+        """The kind reviewed data gives this connector (vLLM's connectors); None: declared or inferred."""
+        return None
+
+    @property
+    def profile(self) -> ConnectorProfile:
+        """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
+        return profile_for(self.declared, self.is_hma, self.known_kind)
 
 
 # Extra config a built-in connector is checked with (a MultiConnector needs children).
