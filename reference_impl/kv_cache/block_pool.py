@@ -209,6 +209,11 @@ class BlockPool:
         self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        # Never pooled (free_blocks skips it through this) and never freed.
+        self.null_block.pool = None
+        # Scratch nodes free_blocks hangs the chains of freed blocks off before splicing them in.
+        self._head_chain = KVCacheBlock(-2)
+        self._tail_chain = KVCacheBlock(-2)
         # Blocks released by `unpin_blocks` whose old contents someone still reads, with the callback
         # that tells the reader when the pool hands the block out again.
         self._reuse_watchers: dict[int, Callable[[KVCacheBlock], None]] = {}
@@ -462,13 +467,14 @@ class BlockPool:
             if num_blocks < 0:
                 raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
             return []
+        # Handed-out blocks keep their stale queue links: nothing reads a used block's links (only free
+        # blocks are unlinked or walked), and not clearing them saves two stores per block.
         head = queue.fake_free_list_head
         cur = head.next_free_block
         if num_blocks == 1:  # the common decode case, without a loop
             nxt = cur.next_free_block
             head.next_free_block = nxt
             nxt.prev_free_block = head
-            cur.prev_free_block = cur.next_free_block = None
             if cur.block_hash is not None and self.enable_caching:
                 self._evict_cached(cur)
             cur.ref_cnt = 1
@@ -480,21 +486,29 @@ class BlockPool:
         append = out.append
         if self.enable_caching:
             evict = self._evict_cached
+            cache_map = self.cached_block_hash_to_block
+            ids = cache_map._ids
+            dups = cache_map._dup_ids
+            # Eviction inline when a key has one block, no block has extra keys and no event is queued
+            # (extra keys are only ever removed while handing out, so the check holds for the whole call).
+            inline = not self.enable_kv_cache_events and not self.cached_block_hashes_by_block
             for _ in range(num_blocks):
                 append(cur)
-                nxt = cur.next_free_block
-                cur.prev_free_block = cur.next_free_block = None
-                if cur.block_hash is not None:
-                    evict(cur)
+                key = cur.block_hash
+                if key is not None:
+                    if inline and not dups:
+                        if ids.get(key) == cur.block_id:
+                            del ids[key]
+                        cur.block_hash = cur.block_hash_num_tokens = None
+                    else:
+                        evict(cur)
                 cur.ref_cnt = 1
-                cur = nxt
+                cur = cur.next_free_block
         else:
             for _ in range(num_blocks):
                 append(cur)
-                nxt = cur.next_free_block
-                cur.prev_free_block = cur.next_free_block = None
                 cur.ref_cnt = 1
-                cur = nxt
+                cur = cur.next_free_block
         head.next_free_block = cur
         cur.prev_free_block = head
         queue.num_free_blocks -= num_blocks
@@ -578,51 +592,68 @@ class BlockPool:
             queue.num_free_blocks += 1
             return
         # One pass: the blocks reaching 0 are chained as they come (head chain and tail chain, each in the
-        # given order), then each chain is spliced into the queue once.
-        head_first = head_last = tail_first = tail_last = None
-        num_freed = 0
-        caching = self.enable_caching and not evict_first
+        # given order, hung off the pool's two scratch nodes so the loop has no first-block branch), then
+        # each chain is spliced into the queue once. The null block names no pool, so one identity test
+        # sends it and foreign blocks to the slow branch.
         own = self._weak_self
+        h_start = h_last = self._head_chain
+        t_start = t_last = self._tail_chain
+        num_freed = 0
         foreign = None
-        for block in ordered_blocks:
-            if block.is_null:
-                continue
-            if block.pool is not own:
-                if foreign is None:
-                    foreign = []
-                foreign.append(block)
-                continue
-            rc = block.ref_cnt - 1
-            if rc < 0:
-                raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
-            block.ref_cnt = rc
-            if rc == 0:
+        if self.enable_caching and not evict_first:
+            for block in ordered_blocks:
+                if block.pool is not own:
+                    if not block.is_null:
+                        if foreign is None:
+                            foreign = []
+                        foreign.append(block)
+                    continue
+                rc = block.ref_cnt - 1
+                if rc:
+                    if rc < 0:
+                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
+                    block.ref_cnt = rc
+                    continue
+                block.ref_cnt = 0
                 num_freed += 1
-                if caching and block.block_hash is not None:
-                    if tail_last is None:
-                        tail_first = block
-                    else:
-                        tail_last.next_free_block = block
-                        block.prev_free_block = tail_last
-                    tail_last = block
+                if block.block_hash is None:
+                    h_last.next_free_block = block
+                    block.prev_free_block = h_last
+                    h_last = block
                 else:
-                    if head_last is None:
-                        head_first = block
-                    else:
-                        head_last.next_free_block = block
-                        block.prev_free_block = head_last
-                    head_last = block
+                    t_last.next_free_block = block
+                    block.prev_free_block = t_last
+                    t_last = block
+        else:
+            for block in ordered_blocks:
+                if block.pool is not own:
+                    if not block.is_null:
+                        if foreign is None:
+                            foreign = []
+                        foreign.append(block)
+                    continue
+                rc = block.ref_cnt - 1
+                if rc:
+                    if rc < 0:
+                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
+                    block.ref_cnt = rc
+                    continue
+                block.ref_cnt = 0
+                num_freed += 1
+                h_last.next_free_block = block
+                block.prev_free_block = h_last
+                h_last = block
         if foreign:
             self._free_foreign_blocks(foreign, evict_first)
         if not num_freed:
             return
         queue = self.free_block_queue
-        if head_first is not None:
+        if h_last is not h_start:
             head = queue.fake_free_list_head
-            _splice(head, head_first, head_last, head.next_free_block)
-        if tail_first is not None:
+            _splice(head, h_start.next_free_block, h_last, head.next_free_block)
+        if t_last is not t_start:
             tail = queue.fake_free_list_tail
-            _splice(tail.prev_free_block, tail_first, tail_last, tail)
+            _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
         queue.num_free_blocks += num_freed
 
     @staticmethod
