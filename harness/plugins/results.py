@@ -57,7 +57,31 @@ def pytest_addoption(parser):
     )
 
 
+class JsonText(dict):
+    """A record that JUnit XML writes as JSON: pytest's junitxml writes a user property with `str()`, which
+    for a plain dict is a Python repr (`{'flag': None}`); the record stays a dict for everyone else."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return json.dumps(self, ensure_ascii=False, sort_keys=True, default=repr)
+
+
+class JunitProperties:
+    """Registered only where a JUnit file is written (the controller or a plain run, never an xdist worker,
+    whose reports travel as plain data): records reach the JUnit file as JSON."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown" and report.user_properties:
+            report.user_properties = [(key, JsonText(value) if isinstance(value, dict) else value)
+                                      for key, value in report.user_properties]
+        return (yield)
+
+
 def pytest_configure(config):
+    if getattr(config.option, "xmlpath", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(JunitProperties(), "kvconform-junit-properties")
     path = config.getoption("kvconform_results", None)
     if not path:
         return
@@ -241,9 +265,23 @@ class ResultsCollector:
         write_text_atomic(self.path, document.dumps())
 
     def _target(self) -> str | None:
-        """The config target as given on the command line or in the environment (None: the reference)."""
-        try:
-            option = self.config.getoption("--hma-target")
-        except ValueError:  # the config matrix plugin is not loaded
-            option = None
-        return str(option) if option else os.environ.get("KVCONFORM_TARGET") or None
+        """What ran, as given on the command line or in the environment (None: the reference everywhere): the
+        config target, and the allocator and connectors under test when they are not the reference's."""
+        def option(name: str):
+            try:
+                return self.config.getoption(name)
+            except ValueError:  # that suite's plugin is not loaded
+                return None
+
+        config_target = option("--hma-target") or os.environ.get("KVCONFORM_TARGET")
+        parts = []
+        allocator = option("kvconform_kv_allocator")
+        if allocator and allocator != "reference":
+            parts.append(f"allocator {allocator}")
+        connectors = list(option("kvconform_kv_connectors") or ())
+        if connectors:
+            shown = connectors if len(connectors) <= 4 else connectors[:3] + [f"{len(connectors) - 3} more"]
+            parts.append(f"connectors {', '.join(shown)}")
+        if config_target and (config_target != "reference" or not parts):
+            parts.insert(0, str(config_target))  # the default config target goes unsaid next to another target
+        return "; ".join(parts) or None
