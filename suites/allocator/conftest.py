@@ -17,6 +17,15 @@ def target(kv_allocator):
 
 
 def require(target, capability: str) -> None:
-    """Skip unless the target declares `capability`."""
+    """Skip unless the target has `capability`: one the target declares (`strict_input_validation`, ...),
+    or one of a vLLM release's allocator API (`harness.targets.allocator_capabilities`), where a release
+    without it is "N/A on X.Y.Z: reason". The reference has every release capability."""
+    from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+
+    if capability in RELEASE_CAPABILITIES:
+        release_require = getattr(target, "require", None)
+        if release_require is not None:
+            release_require(capability)
+        return
     if capability not in target.capabilities:
         pytest.skip(f"not applicable: target {target.name} lacks capability {capability!r}")
