@@ -75,8 +75,21 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "shared-prefix boundary", _returns_boundary),
     Capability("external_computed_tokens", "allocate_slots takes no num_external_computed_tokens",
                lambda m: "num_external_computed_tokens" in _params(m["manager"].KVCacheManager.allocate_slots)),
-    Capability("reserved_blocks", "allocate_slots takes no reserved_blocks",
-               lambda m: "reserved_blocks" in _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("reserved_blocks", "allocate_slots takes no reserved_blocks / full_sequence_must_fit",
+               lambda m: {"reserved_blocks", "full_sequence_must_fit"}
+               <= _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("block_ids_by_group", "KVCacheBlocks.get_block_ids takes no group_ids",
+               lambda m: "group_ids" in _params(m["manager"].KVCacheBlocks.get_block_ids)),
+    Capability("unhashed_lifo", "freed blocks all join the tail of the free queue (no FreeKVCacheBlockQueue."
+               "prepend_n: unhashed blocks are not reused first)",
+               lambda m: hasattr(m["utils"].FreeKVCacheBlockQueue, "prepend_n")),
+    Capability("default_none_hash_seed", "NONE_HASH is random per process unless PYTHONHASHSEED is set (no "
+               "DEFAULT_NONE_HASH_SEED)",
+               lambda m: hasattr(m["utils"], "DEFAULT_NONE_HASH_SEED")),
+    Capability("several_group_types", "HybridKVCacheCoordinator takes full attention plus one other type of "
+               "group only",
+               lambda m: "exactly one other type" not in inspect.getsource(
+                   importlib.import_module("vllm.v1.core.kv_cache_coordinator").HybridKVCacheCoordinator)),
     Capability("new_step_starts", "KVCacheManager has no new_step_starts (no per-step bookkeeping)",
                lambda m: hasattr(m["manager"].KVCacheManager, "new_step_starts")),
     Capability("remove_skipped_blocks", "KVCacheManager has no remove_skipped_blocks",

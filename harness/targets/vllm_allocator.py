@@ -101,6 +101,10 @@ class VllmAllocatorTarget:
                 self.require(capability)
         if any(g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment for g in groups):
             self.require("mamba_checkpoints")
+        other_types = {(g.kind, g.sliding_window, g.attention_chunk_size, g.rswa_window)
+                       for g in groups if g.kind != "full"}
+        if len(other_types) > 1:
+            self.require("several_group_types")
         config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval, self._dtype)
         kwargs = dict(scheduler_block_size=sbs, hash_block_size=hbs, max_in_flight_tokens=max_in_flight_tokens,
                       enable_caching=enable_caching, use_eagle=use_eagle, dcp_world_size=dcp_world_size,

@@ -21,6 +21,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from suites.allocator.conftest import require
+
 SECTION = "4"
 
 BS = 16  # HiSparse block size of the manager scenarios
@@ -40,6 +42,7 @@ def _api(target) -> SimpleNamespace:
             layout=importlib.import_module(f"{pkg}.hisparse_layout"),
             bind=importlib.import_module(f"{pkg}.hisparse_coordinator").get_hisparse_coordinator)
     if target.name.startswith("vllm"):
+        require(target, "hisparse")
         coordinator = importlib.import_module("vllm.v1.hisparse.coordinator")
         return SimpleNamespace(
             iface=importlib.import_module("vllm.v1.kv_cache_interface"),

@@ -18,6 +18,7 @@ from suites.allocator.test_data_structures import oracle_none_hash, oracle_sha25
 from suites.allocator.test_state_machine import CONFIGS, make_machine
 
 SECTION = "2.7"
+pytestmark = pytest.mark.needs('kv_event_group_idx', 'default_none_hash_seed', 'unhashed_lifo')
 
 FULL4 = [GroupDesc("full", 4)]
 
@@ -191,6 +192,7 @@ def test_events_off_queue_nothing(target):
 # ------------------------------------------------------------------------------------ reused (hits)
 # emit_cached_block_events reports a request's first N blocks (its prefix-cache hit) without touching the
 # pool: one BlockStored from token 0 (no parent) in the given group.
+@pytest.mark.needs('emit_cached_block_events')
 def test_emit_cached_block_events_reports_hit_without_state_change(target):
     pool = target.make_block_pool(8, True, 4, enable_kv_cache_events=True)
     tokens = list(range(1, 17))

@@ -11,6 +11,7 @@ from harness.targets.allocator_target import GroupDesc
 from suites.allocator.helpers import queue_ids, tables
 
 SECTION = "4"
+pytestmark = pytest.mark.needs('remove_skipped_blocks')
 
 
 def _admit(target, groups, num_tokens, request_id="s"):

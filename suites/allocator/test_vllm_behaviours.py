@@ -110,6 +110,7 @@ RESERVED_CASES = [
 
 
 @pytest.mark.parametrize("reserved,expected", RESERVED_CASES, ids=[f"reserved{r}" for r, _ in RESERVED_CASES])
+@pytest.mark.needs('reserved_blocks')
 def test_reserved_blocks_apply_to_the_chunk_only(target, reserved, expected):
     m = target.make_manager([GroupDesc("full", 4)], 11, 100, enable_caching=False)
     req = target.make_request("r", list(range(40)), 4)
