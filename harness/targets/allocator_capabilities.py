@@ -56,7 +56,8 @@ def _returns_boundary(mods: dict) -> bool:
 
 
 # name -> Capability; `mods` holds the release's modules: iface (kv_cache_interface), pool (block_pool),
-# manager (kv_cache_manager), utils (kv_cache_utils), events (vllm.distributed.kv_events).
+# manager (kv_cache_manager), coordinator (kv_cache_coordinator), utils (kv_cache_utils), events
+# (vllm.distributed.kv_events, or None).
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (groups of different "
                "block sizes cannot be scheduled at their LCM)",
@@ -89,7 +90,7 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("several_group_types", "HybridKVCacheCoordinator takes full attention plus one other type of "
                "group only",
                lambda m: "exactly one other type" not in inspect.getsource(
-                   importlib.import_module("vllm.v1.core.kv_cache_coordinator").HybridKVCacheCoordinator)),
+                   m["coordinator"].HybridKVCacheCoordinator)),
     Capability("new_step_starts", "KVCacheManager has no new_step_starts (no per-step bookkeeping)",
                lambda m: hasattr(m["manager"].KVCacheManager, "new_step_starts")),
     Capability("remove_skipped_blocks", "KVCacheManager has no remove_skipped_blocks",
@@ -120,8 +121,8 @@ def probe_capabilities(mods: dict) -> tuple[frozenset[str], dict[str, str]]:
     for cap in CAPABILITIES.values():
         try:
             present = bool(cap.probe(mods))
-        except (AttributeError, TypeError, ValueError):
-            present = False
+        except (AttributeError, KeyError, TypeError, ValueError, ImportError, OSError):
+            present = False  # the module, class or member the probe reads is not there
         if present:
             have.add(cap.name)
         else:

@@ -36,7 +36,7 @@ class VllmAllocatorTarget:
         import vllm
         from vllm.sampling_params import SamplingParams
         from vllm.v1 import kv_cache_interface
-        from vllm.v1.core import block_pool, kv_cache_manager, kv_cache_utils
+        from vllm.v1.core import block_pool, kv_cache_coordinator, kv_cache_manager, kv_cache_utils
         from vllm.v1.request import Request
 
         try:
@@ -62,7 +62,7 @@ class VllmAllocatorTarget:
         kv_cache_utils.init_none_hash(sha256)
         self.name = f"vllm-{self.version}"
         mods = {"iface": kv_cache_interface, "pool": block_pool, "manager": kv_cache_manager,
-                "utils": kv_cache_utils, "events": kv_events}
+                "coordinator": kv_cache_coordinator, "utils": kv_cache_utils, "events": kv_events}
         self.release_capabilities, self.lacks = probe_capabilities(mods)
         self._manager_params = frozenset(inspect.signature(kv_cache_manager.KVCacheManager).parameters)
         self._manager_class = _boundary_manager(kv_cache_manager.KVCacheManager) \
