@@ -49,6 +49,7 @@ MAMBA_STEPS = [
 ]
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_mamba_null_pads_and_null_gap_freeing(target):
     m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 4)], 32, 200, enable_caching=False)
     req = target.make_request("m", list(range(40)), 4)
