@@ -112,6 +112,15 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
                lambda m: "num_prefill_checkpoint_blocks" in _fields(m["iface"].MambaSpec)),
     Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: _has_module("vllm.v1.hisparse.layout")),
+    Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
+               "(HiSparse before write-back spills and host indexer pages)",
+               lambda m: hasattr(importlib.import_module("vllm.v1.hisparse.coordinator").HiSparseCoordinator,
+                                 "advance_scheduled")
+               and hasattr(importlib.import_module("vllm.v1.hisparse.layout"),
+                           "get_hisparse_steady_state_concurrency")),
+    Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
+               lambda m: m["events"] is not None and "lookahead_token_ids" in getattr(
+                   m["events"].BlockStored, "__struct_fields__", ())),
 )}
 
 

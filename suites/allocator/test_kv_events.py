@@ -70,6 +70,7 @@ def chunked_prompt(target):
 # -------------------------------------------------------------------------------------------- stored
 # The chunked prompt: the first chunk fills block 0 (one hash, no parent); the second fills blocks 1 and 2
 # (two hashes, parent = block 0's hash, tokens 5..12).
+@pytest.mark.needs('kv_event_lookahead')
 def test_block_stored_per_chunk_chains_from_its_parent(target):
     m, _ = chunked_prompt(target)
     h = oracle_chain(list(range(1, 13)), 4)
