@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from harness.targets.allocator_target import target_module
+from suites.allocator.conftest import require
 
 SECTION = "4"
 
@@ -38,6 +39,7 @@ def _api(target) -> SimpleNamespace:
     """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
     and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
     through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
+    require(target, "hisparse")  # a vLLM release before HiSparse: N/A on it
     found = {key: target_module(target, name) for key, name in _MODULES.items()}
     missing = [_MODULES[key] for key, module in found.items() if module is None]
     if missing:
@@ -186,6 +188,7 @@ def test_hisparse_groups_get_their_managers(api):
                      "HiSparseHotManager"], "the source group is chosen by role, the others by spec"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_cold_admission_allocates_host_indexer_and_resident_pages(api, target):
     """40 tokens = 3 pages of 16. Source pages come from the host pool (its block 0 is its null block),
     indexer then resident from the device pool; a cold request reads nothing from the host, so no hot
@@ -226,6 +229,7 @@ def test_hisparse_source_group_needs_host_capacity(api):
 
 
 # --------------------------------------------------------------------------- layout and concurrency
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_steady_state_concurrency(api):
     """max_model_len = in-flight = 160 = 10 pages. Admission: indexer 10 + resident 10 + hot 4 = 24;
     steady state: indexer 10 + resident tail 2 + hot 4 = 16. Pool 64: 1 + (64 - 24) / 16 = 3.5 (host
@@ -326,6 +330,7 @@ def test_block_size_that_is_not_a_multiple_of_the_hash_block_size(api, target):
 
 
 # -------------------------------------------------------------------------------------- coordinator
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     """40 tokens = 2 sealed pages + 1 partial. After the step, the coordinator plans one device -> host
     write-back per sealed page (host blocks 1, 2 <- resident blocks 4, 5; the partial page 2 waits). Each
@@ -357,6 +362,7 @@ def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     assert hit == 32, "the two written-back pages are published"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_write_back_waits_for_every_worker(api, target):
     """A transfer enqueued on 2 workers stays pending (and pinned) until both completions arrive."""
     manager = _hisparse_manager(api, 32, 16)
