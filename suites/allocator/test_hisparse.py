@@ -20,8 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.targets.allocator_target import target_module
-from suites.allocator.conftest import require
+from suites.allocator.helpers import hisparse_api
 
 SECTION = "4"
 
@@ -29,28 +28,9 @@ BS = 16  # HiSparse block size of the manager scenarios
 PAGE = 64  # bytes of one resident / hot page in the manager scenarios
 
 
-# vLLM's module names the scenarios below use, as the target's module map names them.
-_MODULES = {"iface": "v1.kv_cache_interface", "utils": "v1.core.kv_cache_utils",
-            "stm": "v1.core.single_type_kv_cache_manager", "manager": "v1.core.kv_cache_manager",
-            "pool": "v1.core.block_pool", "layout": "v1.hisparse.layout", "coordinator": "v1.hisparse.coordinator"}
-
-
-def _api(target) -> SimpleNamespace:
-    """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
-    and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
-    through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
-    require(target, "hisparse")  # a vLLM release before HiSparse: N/A on it
-    found = {key: target_module(target, name) for key, name in _MODULES.items()}
-    missing = [_MODULES[key] for key, module in found.items() if module is None]
-    if missing:
-        pytest.skip(f"not applicable: target {target.name!r} maps no module for vLLM's {', '.join(missing)}")
-    return SimpleNamespace(**{k: v for k, v in found.items() if k != "coordinator"},
-                           bind=found["coordinator"].get_hisparse_coordinator)
-
-
 @pytest.fixture
 def api(target):
-    return _api(target)
+    return hisparse_api(target)
 
 
 def _lengths(max_model_len: int, max_in_flight_tokens: int) -> SimpleNamespace:
