@@ -9,6 +9,7 @@ skipped with a reason.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -116,8 +117,13 @@ def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
     return importlib.import_module(path) if path else None
 
 
+def _field_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
-    """Build `desc` with the given module's spec classes (the reference and vLLM share field names)."""
+    """Build `desc` with the given module's spec classes (the reference and vLLM share field names; fields a
+    release's MambaSpec lacks are left out, and only asked for when they differ from their default)."""
     attn = dict(block_size=desc.block_size, num_kv_heads=2, head_size=8, dtype=dtype)
     if desc.kind == "full":
         return mod.FullAttentionSpec(**attn)
@@ -128,26 +134,36 @@ def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
     if desc.kind == "rswa":
         return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
     page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
+    extra = dict(mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
+                 num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
+                 prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
+    known = _field_names(mod.MambaSpec)
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
-                         mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
-                         num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
-                         prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
+                         **{k: v for k, v in extra.items() if k in known})
 
 
 def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, dtype,
                           **extra) -> Any:
-    """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description."""
+    """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description.
+
+    Releases name a tensor's layers `layers` (with strides) or, before that, `shared_by`; a KVCacheConfig
+    without `prefix_cache_retention_interval` gets none (callers check the capability first)."""
     group_specs = []
     tensors = []
+    tensor_fields = _field_names(mod.KVCacheTensor)
     for gid, desc in enumerate(groups):
         spec = _make_spec(mod, desc, dtype)
         names = [f"g{gid}.layer{j}" for j in range(desc.num_layers)]
         group_specs.append(mod.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
         page = spec.page_size_bytes
-        tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, layers=names,
-                                         layer_stride=page * num_blocks, block_stride=page))
-    return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs,
-                             prefix_cache_retention_interval=retention_interval, **extra)
+        if "layers" in tensor_fields:
+            tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, layers=names,
+                                             layer_stride=page * num_blocks, block_stride=page))
+        else:
+            tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, shared_by=names))
+    if "prefix_cache_retention_interval" in _field_names(mod.KVCacheConfig):
+        extra["prefix_cache_retention_interval"] = retention_interval
+    return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs, **extra)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.targets.allocator_target import target_module
+from suites.allocator.helpers import hisparse_api
 
 SECTION = "4"
 
@@ -28,27 +28,9 @@ BS = 16  # HiSparse block size of the manager scenarios
 PAGE = 64  # bytes of one resident / hot page in the manager scenarios
 
 
-# vLLM's module names the scenarios below use, as the target's module map names them.
-_MODULES = {"iface": "v1.kv_cache_interface", "utils": "v1.core.kv_cache_utils",
-            "stm": "v1.core.single_type_kv_cache_manager", "manager": "v1.core.kv_cache_manager",
-            "pool": "v1.core.block_pool", "layout": "v1.hisparse.layout", "coordinator": "v1.hisparse.coordinator"}
-
-
-def _api(target) -> SimpleNamespace:
-    """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
-    and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
-    through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
-    found = {key: target_module(target, name) for key, name in _MODULES.items()}
-    missing = [_MODULES[key] for key, module in found.items() if module is None]
-    if missing:
-        pytest.skip(f"not applicable: target {target.name!r} maps no module for vLLM's {', '.join(missing)}")
-    return SimpleNamespace(**{k: v for k, v in found.items() if k != "coordinator"},
-                           bind=found["coordinator"].get_hisparse_coordinator)
-
-
 @pytest.fixture
 def api(target):
-    return _api(target)
+    return hisparse_api(target)
 
 
 def _lengths(max_model_len: int, max_in_flight_tokens: int) -> SimpleNamespace:
@@ -186,6 +168,7 @@ def test_hisparse_groups_get_their_managers(api):
                      "HiSparseHotManager"], "the source group is chosen by role, the others by spec"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_cold_admission_allocates_host_indexer_and_resident_pages(api, target):
     """40 tokens = 3 pages of 16. Source pages come from the host pool (its block 0 is its null block),
     indexer then resident from the device pool; a cold request reads nothing from the host, so no hot
@@ -226,6 +209,7 @@ def test_hisparse_source_group_needs_host_capacity(api):
 
 
 # --------------------------------------------------------------------------- layout and concurrency
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_steady_state_concurrency(api):
     """max_model_len = in-flight = 160 = 10 pages. Admission: indexer 10 + resident 10 + hot 4 = 24;
     steady state: indexer 10 + resident tail 2 + hot 4 = 16. Pool 64: 1 + (64 - 24) / 16 = 3.5 (host
@@ -326,6 +310,7 @@ def test_block_size_that_is_not_a_multiple_of_the_hash_block_size(api, target):
 
 
 # -------------------------------------------------------------------------------------- coordinator
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     """40 tokens = 2 sealed pages + 1 partial. After the step, the coordinator plans one device -> host
     write-back per sealed page (host blocks 1, 2 <- resident blocks 4, 5; the partial page 2 waits). Each
@@ -357,6 +342,7 @@ def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     assert hit == 32, "the two written-back pages are published"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_write_back_waits_for_every_worker(api, target):
     """A transfer enqueued on 2 workers stays pending (and pinned) until both completions arrive."""
     manager = _hisparse_manager(api, 32, 16)

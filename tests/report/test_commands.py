@@ -520,6 +520,25 @@ def test_merge_a_skip_yields_to_a_run_and_duplicates_collapse(tmp_path, capsys):
     assert [(e["status"], e["run"]) for e in merged.results] == [("passed", 1)]
 
 
+def test_merge_keeps_two_tests_of_one_cell_and_still_refuses_one_test_disagreeing(tmp_path, capsys):
+    """The connector suite checks some cells with two tests (C25 forced and plain); in one run they may differ."""
+    cell = {"connector": "vllm-0.33.0:ExampleConnector", "check": "C25 finish-reuse-race", "tier": "MUST",
+            "preset": "fa_only"}
+
+    def c25(function, status):
+        return make_entry(nodeid=f"suites/connector/test_races.py::{function}[vllm-0.33.0:ExampleConnector-fa_only]",
+                          suite="connector", status=status, cell=cell)
+
+    a = write_results(tmp_path / "a.json", [c25("test_c25_finish_reuse_race_forced", "passed"),
+                                            c25("test_c25_finish_reuse_race", "failed")])
+    status, _, _ = run_cli(capsys, "merge", a, "-o", str(tmp_path / "m.json"))
+    assert status == 0
+    assert sorted(e["status"] for e in load_results(tmp_path / "m.json").results) == ["failed", "passed"]
+    b = write_results(tmp_path / "b.json", [c25("test_c25_finish_reuse_race_forced", "failed")])
+    status, _, err = run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "m2.json"))
+    assert status == 2 and "conflicting outcomes for connector" in err and "passed in" in err
+
+
 def test_merge_bad_inputs(tmp_path, capsys):
     good = write_results(tmp_path / "a.json", [config_entry()])
     (tmp_path / "foreign.json").write_text(json.dumps({"tests": []}))

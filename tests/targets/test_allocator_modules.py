@@ -10,7 +10,7 @@ import pytest
 
 from harness.targets.allocator_target import REFERENCE_MODULES, ReferenceAllocatorTarget
 from harness.targets.vllm_allocator import VllmAllocatorTarget
-from suites.allocator.test_hisparse import _api
+from suites.allocator.helpers import hisparse_api as _api
 
 
 def test_a_renamed_target_with_a_module_map_gets_the_hisparse_api():
