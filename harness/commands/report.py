@@ -248,7 +248,15 @@ def _check_targets(args) -> None:
         else:
             from harness.targets.connector_target import check_loadable  # imports the reference engine
 
-            check_loadable(spec, option)
+            check_loadable(spec, option, extra_config=_connector_extra_config(args.pytest_args))
+
+
+def _connector_extra_config(pytest_args: list[str]) -> dict:
+    """The `--kv-connector-extra-config` a vendor's connector gets (its `kvconform` declaration left out)."""
+    from harness.plugins.connector import parse_extra_config, split_declaration
+
+    given = option_values(pytest_args, ("--kv-connector-extra-config",))
+    return split_declaration(parse_extra_config(given[-1][1]) if given else {})[0]
 
 
 def _checked_output_dir(path: str) -> Path:
@@ -281,11 +289,11 @@ def run(args) -> int:
         except ResultsFileError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
     else:
-        _check_targets(args)  # fail fast, with one line and exit 4, before pytest starts
         try:
             check_pytest_args(args.pytest_args)  # --kv-connector-extra-config / --kv-connector-timeout after `--`
         except ValueError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
+        _check_targets(args)  # fail fast, with one line and exit 4, before pytest starts
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow

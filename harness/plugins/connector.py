@@ -44,12 +44,13 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     specs = config.getoption("kvconform_kv_connectors", None) or ()
-    if specs:  # named explicitly: each must load, or nothing runs (exit 4), as for the other targets
+    if specs:  # named explicitly: each must load and build, or nothing runs (exit 4), as for the other targets
         from harness.targets.connector_target import check_loadable  # imports the reference engine (torch)
 
+        connector_extra, _ = split_declaration(parse_extra_config(raw) if raw else {})
         for spec in specs:
             try:
-                check_loadable(spec)
+                check_loadable(spec, extra_config=connector_extra)
             except TargetError as exc:
                 raise pytest.UsageError(str(exc)) from None
 

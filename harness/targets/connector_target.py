@@ -9,6 +9,7 @@ A target is a built-in kvconform connector, a `--kv-connector module:Class` (or 
 from __future__ import annotations
 
 import threading
+import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -16,16 +17,15 @@ from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, TargetError, im
 from harness.targets.connector_profile import ConnectorProfile, profile_for
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
+from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
 from reference_impl.connector.factory import check_constructor
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
 
 
-# Hooks the engine calls on every connector (vLLM 0.33's base class has them all).
-REQUIRED_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
-                  "update_connector_output", "register_kv_caches", "bind_connector_metadata", "start_load_kv",
-                  "wait_for_layer_load", "save_kv_layer", "wait_for_save", "clear_connector_metadata")
-REQUIRED_ONE_OF = (("request_finished", "request_finished_all_groups"), ("get_transfer_results", "get_finished"))
+# Hooks the engine calls on every connector (vLLM 0.33's base class has them all): the typed Protocol's.
+REQUIRED_HOOKS = PROTOCOL_HOOKS
+REQUIRED_ONE_OF = ONE_OF
 
 
 class ConnectorLoadError(TargetError):
@@ -35,6 +35,35 @@ class ConnectorLoadError(TargetError):
 
 class ConnectorHookError(AssertionError):
     """A connector hook raised; the message names the hook and the original error."""
+
+
+class HookHung(BaseException):
+    """A call of a hook this run has already seen hang twice: the check stops at once (a BaseException, so
+    no `except Exception` in a check or in engine code swallows it)."""
+
+
+# A hook that hangs this often is taken as hung for the rest of the run (per process): later checks that
+# call it stop at once instead of each waiting out the per-check time limit.
+HANGS_BEFORE_GIVING_UP = 2
+
+
+class HangLog:
+    """Which hook of which target hung in which checks; `hung(target)` names the hooks given up on."""
+
+    def __init__(self) -> None:
+        self._hangs: dict[tuple[str, str], list[str]] = {}
+
+    def record(self, target: str, hook: str, check: str) -> None:
+        """A check of `target` timed out inside `hook`."""
+        self._hangs.setdefault((target, hook), []).append(check)
+
+    def hung(self, target: str) -> dict[str, str]:
+        """hook -> the check it first hung in, for the hooks of `target` that hung often enough."""
+        return {hook: checks[0] for (name, hook), checks in self._hangs.items()
+                if name == target and len(checks) >= HANGS_BEFORE_GIVING_UP}
+
+
+HANG_LOG = HangLog()
 
 
 @dataclass
@@ -72,6 +101,8 @@ class ConnectorTarget:
         if missing:
             raise ConnectorLoadError(self.source, self.spec,
                                      f"class {cls.__name__} lacks the connector hooks {', '.join(missing)}")
+        if not self.builtin:
+            probe_constructor(cls, self.source, self.spec, self.extra_config)
         self._cls = cls
         return cls
 
@@ -106,6 +137,50 @@ _BUILTIN_EXTRA_CONFIG = {
 }
 
 
+PROBE_PRESET = "fa_only"
+
+
+def probe_constructor(cls: type, source: str, spec: str, extra_config: dict) -> None:
+    """Build the connector once, as every check will (a scheduler and a worker instance on the one-group
+    preset, with the run's extra config): a constructor that raises (an unreachable backend, a bad extra
+    config) is one load error naming the exception, instead of the same failure in every check.
+    Only the constructor is judged here; what the engine calls afterwards is the checks' business."""
+    from reference_impl.config.objects import KVTransferConfig
+    from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig
+
+    built, failure = [], {}
+
+    def factory(vllm_config, role, kv_cache_config):
+        try:
+            instance = cls(vllm_config, role, kv_cache_config)
+        except Exception as exc:  # the vendor's constructor: any exception is the finding
+            failure.setdefault("error", (role, exc))
+            raise
+        built.append(instance)
+        return instance
+
+    transfer = KVTransferConfig(kv_connector=cls.__name__, kv_role="kv_both", kv_connector_module_path=cls.__module__,
+                                kv_connector_extra_config=dict(extra_config))
+    config = EngineConfig(model_config=ModelConfig(f"kvconform/load-probe/{uuid.uuid4().hex[:8]}"),
+                          kv_transfer_config=transfer, num_blocks=64)
+    try:
+        EngineCore(PROBE_PRESET, config, connector_factory=factory)
+    except Exception:  # noqa: BLE001 - only a constructor's exception is a load error (below)
+        pass
+    finally:
+        for instance in built:
+            shutdown = getattr(instance, "shutdown", None)
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # noqa: BLE001 - tidying up after the probe must not decide anything
+                    pass
+    if failure:
+        role, exc = failure["error"]
+        raise ConnectorLoadError(source, spec, f"the constructor raised {type(exc).__name__}: {exc} (building the "
+                                               f"{role.name.lower()}-role instance, as every check does; nothing was run)")
+
+
 def _builtin_target(name: str) -> ConnectorTarget:
     return ConnectorTarget(name, name, "built-in", extra_config=dict(_BUILTIN_EXTRA_CONFIG.get(name, {})), builtin=True)
 
@@ -126,12 +201,15 @@ def connector_target(text: str, option: str = "--kv-connector") -> ConnectorTarg
     return ConnectorTarget(spec.attribute.rpartition(".")[2], spec.text, option)
 
 
-def check_loadable(text: str, option: str = "--kv-connector") -> ConnectorTarget:
-    """Fail fast, before anything runs: the target `text` names, loaded; TargetError (exit 4, one line)
-    when it cannot be used (a bad spec, a module that does not import, a class without the hooks, a name the
-    installed vLLM does not register; a `vllm:` connector is checked against vLLM's registry without
-    building its adapter)."""
+def check_loadable(text: str, option: str = "--kv-connector", extra_config: dict | None = None) -> ConnectorTarget:
+    """Fail fast, before anything runs: the target `text` names, loaded and, for a vendor's class, built once
+    with the run's `extra_config` (`probe_constructor`); TargetError (exit 4, one line) when it cannot be
+    used (a bad spec, a module that does not import, a class without the hooks, a constructor that raises, a
+    name the installed vLLM does not register; a `vllm:` connector is checked against vLLM's registry
+    without building its adapter)."""
     target = connector_target(text, option)
+    if not target.builtin and extra_config is not None:
+        target.extra_config = dict(extra_config)
     if not target.spec.startswith(VLLM_PREFIX):
         target.load()
     return target
@@ -189,10 +267,15 @@ class ConnectorGuard:
         inner_name = type(self._inner).__name__
 
         def call(*args, **kwargs):
+            hung_in = (self._state.get("hung") or {}).get(name)
+            if hung_in is not None:
+                raise HookHung(f"skipped: hook {inner_name}.{name} hung in {hung_in} (and once more after it); "
+                               "the checks that call it are not run again in this session")
             before, after = self.around.get(name, (None, None))
             if before is not None:
                 before(self._role, *args)
             self._state["current"] = f"{inner_name}.{name} ({self._role.name.lower()})"
+            self._state["hook"] = name
             try:
                 result = attr(*args, **kwargs)
             except ConnectorHookError:
@@ -202,7 +285,7 @@ class ConnectorGuard:
                     f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
                 ) from exc
             finally:
-                self._state["current"] = None
+                self._state["current"] = self._state["hook"] = None
             self.calls.append((self._role, name, args, result))
             if after is not None:
                 after(self._role, result, *args)
@@ -236,6 +319,7 @@ def run_with_timeout(fn, timeout_s: float, state: dict):
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: engine code)
         raise AssertionError(f"check hung past {timeout_s:g}s (inside {state.get('current') or 'engine code'})")
     if "error" in box:
         raise box["error"]

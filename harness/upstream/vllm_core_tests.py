@@ -164,7 +164,7 @@ def compare(on_vllm: dict[str, dict], on_reference: dict[str, dict]) -> dict:
 
 
 def summary_line(version: str, result: dict) -> str:
-    """The one line the CI log and the README quote."""
+    """The one line the CI log and docs/reference.md quote."""
     return (f"upstream: vLLM {version} tests/v1/core allocator tests: {result['collected']} collected, "
             f"{result['pass_on_vllm']} pass on vLLM (CPU), {result['pass_on_reference']} of them pass on the "
             f"reference ({100 * result['pass_rate']:.1f}%)")

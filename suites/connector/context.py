@@ -317,7 +317,7 @@ class CheckContext:
 
 
 # Capacity probes: prompts of this length are stored until the store must evict (built-ins get a small
-# store for it; a vendor's store decides only if it fills within the probe, see the README).
+# store for it; a vendor's store decides only if it fills within the probe, see docs/vendor.md).
 CAPACITY_PROMPTS, CAPACITY_PROMPT_LENGTH = 10, 1100
 SMALL_STORE_BYTES = 400_000
 

@@ -16,7 +16,9 @@ from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
 
-REPORT_FILES = ["compatibility.html", "compatibility.md", "results.json"]
+# A run of config cells of the seed era: the main page, the era's page, the changes page, HTML and results.
+REPORT_FILES = ["compatibility-changes.md", "compatibility-seed.md", "compatibility.html", "compatibility.md",
+                "results.json"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -51,7 +53,8 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
     source = write_results(tmp_path / "in.json", entries)
     status, out, _ = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
     assert status == expected_exit
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == REPORT_FILES
+    expected_files = REPORT_FILES if entries else ["compatibility.html", "compatibility.md", "results.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected_files
     assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
     if expected_exit == 1:
         assert "did not behave as expected" in out
@@ -559,7 +562,8 @@ def test_report_renders_a_merged_file(tmp_path, capsys):
     assert status == 0
     md = (tmp_path / "o" / "compatibility.md").read_text()
     assert "merged from 2 runs" in md
-    assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
+    era_page = (tmp_path / "o" / "compatibility-seed.md").read_text()
+    assert table_after(era_page, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
 
 
 def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, monkeypatch):
@@ -575,9 +579,10 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
     failed = [e for e in results.results if e["status"] == "failed"]
     assert failed and all(e["cell"]["era"] == "seed" for e in failed)
     assert all(e["cell"]["features"] == "kv_events" for e in failed), "only the broken rule's cells fail"
-    md = (out_dir / "compatibility.md").read_text()
-    assert "❗" in md and "target tests.config_mutants:ignores_kv_events_in_seed" in md
-    assert "### Era seed (vLLM 0.13.0)" in md and "### Era v0.33" not in md
+    md, era_page = (out_dir / "compatibility.md").read_text(), (out_dir / "compatibility-seed.md").read_text()
+    assert "❗" in era_page and "target tests.config_mutants:ignores_kv_events_in_seed" in md
+    assert "### Era seed (vLLM 0.13.0)" in era_page and not (out_dir / "compatibility-v0.33.md").exists()
+    assert "[seed (vLLM 0.13.0)](compatibility-seed.md#era-seed)" in md, "the main page links to the era's page"
 
 
 def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
