@@ -32,7 +32,7 @@ import torch
 
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
-from reference_impl.kv_cache import specs as kspecs
+from reference_impl.kv_cache import kv_cache_interface as kspecs
 
 
 @functools.lru_cache(maxsize=None)
@@ -379,7 +379,7 @@ class VllmConnectorAdapter:
 
     # ---- scheduler side -------------------------------------------------------------------------
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
-        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit the README states)."""
+        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit docs/vendor.md states)."""
 
     def _optional(self, hook: str, *args, default=None):
         """Call a hook older vLLM releases lack only when vLLM's connector has it."""

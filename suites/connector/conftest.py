@@ -1,12 +1,13 @@
 """Pytest glue of the connector suite: parametrize over the selected connectors, record each check, and
-enforce the per-check time limit."""
+enforce the per-check time limit. A hook that hangs in two checks is given up on for the rest of the
+session: later checks that call it are skipped at once, naming the hook and the check it first hung in."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.plugins.connector import connector_targets, unusable_targets
-from harness.targets.connector_target import run_with_timeout
+from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
 from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary
 from suites.connector.context import CheckContext
 
@@ -92,11 +93,21 @@ def pytest_pyfunc_call(pyfuncitem):
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
-    failure = None
+    target = context.target.name if context is not None else None
+    check_id = pyfuncitem.get_closest_marker("kv_check").args[0]
+    if target is not None:
+        state["hung"] = HANG_LOG.hung(target)  # hooks that hung twice stop this check at once (HookHung)
+    failure = skipped = None
     try:
         run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    except HookHung as exc:
+        skipped = str(exc)
     except (AssertionError, pytest.fail.Exception) as exc:
         failure = summarised(pyfuncitem, exc)
+        if target is not None and state.get("timed_out_in"):
+            HANG_LOG.record(target, state["timed_out_in"], check_id)
+    if skipped is not None:
+        pytest.skip(skipped)
     if failure is not None:  # raised outside the except block: no chained traceback in the report
         pytest.fail(failure, pytrace=False)
     return True
