@@ -40,6 +40,9 @@ class Requirement:
     cuda: bool = False
     why: str = ""
     model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
+    # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
+    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
+    cpu_standins: bool = False
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
@@ -48,9 +51,11 @@ REQUIREMENTS: dict[str, Requirement] = {
                                                       "(HiddenStateCacheSpec), which no preset has"),
     "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
                                            "(HiSparse groups), which no preset has"),
-    "OffloadingConnector": Requirement(cuda=True, why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses "
-                                                      "platforms other than CUDA-alike and XPU"),
-    "SimpleCPUOffloadConnector": Requirement(cuda=True, why="copy streams: the worker creates torch.cuda.Stream"),
+    "OffloadingConnector": Requirement(cuda=True, cpu_standins=True,
+                                       why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses platforms "
+                                           "other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, cpu_standins=True,
+                                             why="copy streams: the worker creates torch.cuda.Stream"),
     "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
@@ -111,7 +116,7 @@ def missing_requirement(name: str) -> str | None:
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
                 "is not installed)")
-    if need.cuda:
+    if need.cuda and not need.cpu_standins:
         import torch
 
         if not torch.cuda.is_available():
@@ -141,6 +146,13 @@ def needs_cuda(name: str) -> bool:
     """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
     need = REQUIREMENTS.get(name)
     return bool(need and need.cuda)
+
+
+def runs_on_standins(name: str) -> bool:
+    """True when `name`'s worker needs CUDA only for device plumbing that kvconform's CPU stand-ins replace
+    (used when no CUDA device is visible)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cpu_standins)
 
 
 def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:

@@ -277,6 +277,7 @@ class VllmConnectorAdapter:
     vllm_children: tuple[str, ...] = ()
     unavailable: str | None = None
     device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
+    cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.vllm_device_standins (no CUDA here)
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable:
@@ -299,6 +300,10 @@ class VllmConnectorAdapter:
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
+        if self.cpu_standins:
+            from harness.targets import vllm_device_standins
+
+            vllm_device_standins.install()
         self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
 
     def __repr__(self) -> str:
@@ -379,7 +384,12 @@ class VllmConnectorAdapter:
 
     # ---- scheduler side -------------------------------------------------------------------------
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
-        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit the README states)."""
+        """Forwarded as is: the engine's manager is kvconform's, which speaks vLLM's `v1/core` vocabulary
+        (`block_pool.blocks[id]`, `touch`, `free_blocks`, `get_cached_block`, the same block hash bytes), so a
+        connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
+        hook = getattr(self.inner, "bind_kv_cache_manager", None)
+        if hook is not None:
+            hook(kv_cache_manager)
 
     def _optional(self, hook: str, *args, default=None):
         """Call a hook older vLLM releases lack only when vLLM's connector has it."""
@@ -563,10 +573,15 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
         hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
-    from harness.targets.vllm_connector import needs_cuda
+    from harness.targets.vllm_connector import needs_cuda, runs_on_standins
 
-    device = "cuda" if reason is None and any(needs_cuda(n) for n in (name, *children)) else None
+    device, standins = None, False
+    if reason is None and any(needs_cuda(n) for n in (name, *children)):
+        # A real device when there is one (mirrors of the engine's memory); else the CPU stand-ins.
+        device = "cuda" if torch.cuda.is_available() else None
+        standins = device is None and all(runs_on_standins(n) for n in (name, *children) if needs_cuda(n))
     body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason, "device": device,
+            "cpu_standins": standins,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class

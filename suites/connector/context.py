@@ -271,7 +271,10 @@ class CheckContext:
             owned_before.update(owned())
 
         def scribble(so) -> None:
-            freed = owned_before - owned()
+            # A block someone still holds (a connector's pin through the block pool, as SimpleCPUOffload's
+            # `touch`) is not free: vLLM hands it to no new owner, so nothing may overwrite it.
+            blocks = engine.manager.block_pool.blocks
+            freed = {b for b in owned_before - owned() if blocks[b].ref_cnt == 0}
             if freed:
                 engine.manager.evict_blocks(sorted(freed))
                 fill_canaries(engine, freed)
