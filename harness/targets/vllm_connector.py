@@ -93,6 +93,12 @@ def default_extra_config(name: str, within: str | None = None) -> dict:
         return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
+    if name == "LMCacheMPConnector":
+        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
+        from harness.targets import lmcache_server
+
+        server = lmcache_server.shared()
+        return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
     return {}
 
 

@@ -121,9 +121,26 @@ def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
                for t in config.kv_cache_tensors]
     sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
     values = dict(num_blocks=config.num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
-                  hash_block_size=math.gcd(*sizes))
+                  hash_block_size=math.gcd(*sizes), kv_cache_layout=kv_cache_layout(config))
     fields = {f.name for f in dataclasses.fields(iface.KVCacheConfig)}
     return iface.KVCacheConfig(**{k: v for k, v in values.items() if k in fields})
+
+
+def kv_cache_layout(config: kspecs.KVCacheConfig) -> str:
+    """The `KVCacheLayout` name (vLLM 0.33, RFC #42082) of the memory the adapter registers: each layer's
+    blocks are `[N, H, C]` (token-major, `standardized_view` only permutes the view), the layers one after
+    another (`LBNHC`), or the blocks outermost with the layers inside each block (`BLNHC`)."""
+    span = config.num_blocks
+    layer_outermost = all(len(t.layers) < 2 or t.layer_stride >= span * t.block_stride
+                          for t in config.kv_cache_tensors)
+    return "LBNHC" if layer_outermost else "BLNHC"
+
+
+def model_name_for_vllm(name: str) -> str:
+    """The engine's model name as a connector gets it: kvconform marks variants with `@` (a kernel layout, a
+    worker's other model), which LMCache refuses in a model name (its storage keys are `@`-separated), so `@`
+    is written `%40` (and `%` as `%25`, which keeps distinct names distinct)."""
+    return name.replace("%", "%25").replace("@", "%40")
 
 
 def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: str, extra: dict):
@@ -137,12 +154,19 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     parallel = vllm_config.parallel_config
     parallel.tensor_parallel_size = engine_config.parallel_config.tensor_parallel_size
     parallel.rank = engine_config.parallel_config.rank
+    # world_size is derived once, when the config is built: keep it the engine's worker count (connectors
+    # count per-worker completions against it, OffloadingConnector's `pending_count` for one).
+    parallel.world_size = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
     sched = vllm_config.scheduler_config
     sched.max_num_batched_tokens = engine_config.max_num_batched_tokens
     sched.max_num_seqs = engine_config.max_num_seqs
     # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
     sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
     vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
+    if hasattr(vllm_config.cache_config, "kv_cache_layout"):
+        # vLLM's engine core resolves the layout before the KV cache exists; connectors read it (LMCache's
+        # register_kv_caches raises "KV cache layout has not been resolved yet" without it).
+        object.__setattr__(vllm_config.cache_config, "kv_cache_layout", kv_cache_layout(kv_cache_config))
     object.__setattr__(vllm_config, "model_config", PresetModelConfig(engine_config, kv_cache_config))
     return vllm_config
 
@@ -156,7 +180,7 @@ class PresetModelConfig:
                      if isinstance(g.kv_cache_spec, kspecs.AttentionSpec)]
         first = attention[0] if attention else None
         tp = engine_config.parallel_config.tensor_parallel_size
-        self.model = engine_config.model_config.model
+        self.model = model_name_for_vllm(engine_config.model_config.model)
         self.served_model_name = self.model
         self.max_model_len = engine_config.max_model_len
         self.dtype = first.dtype if first is not None else None

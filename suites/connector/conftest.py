@@ -35,6 +35,16 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("connector_target", usable, ids=[t.name for t in usable])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _external_servers():
+    """Servers the suite started for a connector under test (LMCache's MP server for vllm:LMCacheMPConnector)
+    stop with the session; `atexit` in harness.targets.lmcache_server covers an interrupted one."""
+    yield
+    from harness.targets import lmcache_server
+
+    lmcache_server.stop_all()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

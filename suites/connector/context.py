@@ -186,8 +186,9 @@ class CheckContext:
         """The connector's hit for a new request of `tokens` (nothing local counted); the request is then
         added and aborted, so the connector sees the finish of every request it was asked about."""
         request = engine.make_request(list(tokens), **kwargs)
-        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        # vLLM's order: the request is added (on_new_request) before any lookup, which runs in schedule().
         engine.add_request(request)
+        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
         engine.abort_request(request.request_id)
         return int(n or 0)
 
