@@ -404,16 +404,29 @@ class VllmConnectorAdapter:
             finished_req_ids=set(so.finished_req_ids), free_encoder_mm_hashes=[], preempted_req_ids=set(so.preempted_req_ids),
             has_sync_kv_loads=so.has_sync_kv_loads, new_block_ids_to_zero=list(so.new_block_ids_to_zero),
             has_structured_output_requests=False, pending_structured_output_tokens=False, num_invalid_spec_tokens=None,
-            kv_connector_metadata=None, kv_cache_block_copies=None, kv_connector_block_state=None)
+            kv_connector_metadata=None, kv_cache_block_copies=None, kv_connector_block_state=self._block_state(so))
 
     # ---- scheduler side -------------------------------------------------------------------------
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
         """Forwarded as is: the engine's manager is kvconform's, which speaks vLLM's `v1/core` vocabulary
         (`block_pool.blocks[id]`, `touch`, `free_blocks`, `get_cached_block`, the same block hash bytes), so a
         connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
+        self._kv_cache_manager = kv_cache_manager
         hook = getattr(self.inner, "bind_kv_cache_manager", None)
         if hook is not None:
             hook(kv_cache_manager)
+
+    def _block_state(self, so):
+        """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
+        manager: the tables of the requests scheduled now, and the drained Mamba "align" boundary-state
+        hand-offs (without them an offloading connector never stores a Mamba state)."""
+        cls = getattr(_vllm().sched, "KVConnectorBlockState", None)
+        manager = getattr(self, "_kv_cache_manager", None)
+        if cls is None or manager is None or not hasattr(manager, "take_boundary_state_offloads"):
+            return None
+        offloads = manager.take_boundary_state_offloads()
+        req_ids = set(so.num_scheduled_tokens) | {r for r in offloads if r in self._requests}
+        return cls(req_ids=req_ids, resolve_block_ids=manager.get_block_ids, boundary_state_offloads=offloads)
 
     def _optional(self, hook: str, *args, default=None):
         """Call a hook older vLLM releases lack only when vLLM's connector has it."""
