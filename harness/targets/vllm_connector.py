@@ -76,6 +76,14 @@ REQUIREMENTS: dict[str, Requirement] = {
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
 }
 
+# Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
+# (LMCache 0.5.6, lmcache/v1/multiprocess: the engine-driven transfer mode, the only one a CPU worker has,
+# raises this ValueError at register_kv_caches for more than one KV transfer group).
+MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
+    "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
+                           "LMCache's engine-driven transfer mode"),
+}
+
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
 # enough for it to start on this machine, with a private store.
 STORE_ROOT_ENV = "KVCONFORM_VLLM_STORE_ROOT"

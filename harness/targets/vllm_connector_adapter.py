@@ -490,8 +490,23 @@ class VllmConnectorAdapter:
         if self.device is not None:
             self._kv_caches, more = on_device(self._kv_caches, self.device)
             self._sync_pairs = self._sync_pairs + more
-        with self._synced():
-            return self.inner.register_kv_caches(self._kv_caches)
+        try:
+            with self._synced():
+                return self.inner.register_kv_caches(self._kv_caches)
+        except Exception as exc:
+            self._refused_multi_group(exc)
+            raise
+
+    def _refused_multi_group(self, exc: Exception) -> None:
+        """A known, by-design refusal of several KV cache groups (reviewed data: `MULTI_GROUP_REFUSALS`) ends
+        the check as N/A through the profile mechanism ("declares HMA, refuses multi-group ..."), so it is
+        reported once as what it is, not as a failure of every multi-group check."""
+        from harness.targets.connector_profile import refuses_multi_group
+        from harness.targets.vllm_connector import MULTI_GROUP_REFUSALS
+
+        known = MULTI_GROUP_REFUSALS.get(self.vllm_name)
+        if known and len(self.kv_cache_config.kv_cache_groups) > 1 and known[0] in str(exc):
+            refuses_multi_group(f"{known[1]} ({type(exc).__name__} at register_kv_caches: {exc})")
 
     def _forward_context(self):
         v = _vllm()
