@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+import time
 import uuid
 
 import pytest
@@ -208,9 +209,23 @@ class CheckContext:
         request = engine.make_request(list(tokens), **kwargs)
         # vLLM's order: the request is added (on_new_request) before any lookup, which runs in schedule().
         engine.add_request(request)
-        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        n, _ = self.ask(engine, request)
         engine.abort_request(request.request_id)
         return int(n or 0)
+
+    ASK_TIMEOUT_S = 10.0
+
+    @classmethod
+    def ask(cls, engine: EngineCore, request) -> tuple:
+        """The connector's (hit, load_async) for an added, waiting request, asked as vLLM's scheduler asks: an
+        answer of None ("not known yet", e.g. LMCache's lookup in its server) is asked again, as the scheduler
+        asks again next step, until a number comes (within ASK_TIMEOUT_S; then the None is returned)."""
+        n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+        deadline = time.monotonic() + cls.ASK_TIMEOUT_S
+        while n is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+        return n, load_async
 
     def chunk_size(self, engine: EngineCore, tokens=None) -> int | None:
         """The connector's hit granularity: the `kvconform_chunk_size` backdoor, else probed black-box as the

@@ -32,12 +32,12 @@ def test_c30_key_isolation(ctx, preset):
                           ("LoRA adapter-b", {"lora_request": LoRARequest("adapter-b", 2)})):
         request = engine.make_request(tokens + [1], **kwargs)
         engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
-        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        n, _ = ctx.ask(engine, request)
         expect(not n, f"{label}: hit {n} on objects stored under another key")
         engine.abort_request(request.request_id)
     same = engine.make_request(tokens + [1], cache_salt="tenant-a")
     engine.add_request(same)
-    n, _ = engine.connector.get_num_new_matched_tokens(same, 0)
+    n, _ = ctx.ask(engine, same)
     expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)")
     engine.abort_request(same.request_id)
     evict = ctx.optional_backdoor(engine.connector, "kvconform_evict")
@@ -49,7 +49,7 @@ def test_c30_key_isolation(ctx, preset):
         for j in range(len(tokens) // chunk):
             evict(probe, swa[0], j)
         engine.add_request(probe)
-        after, _ = engine.connector.get_num_new_matched_tokens(probe, 0)
+        after, _ = ctx.ask(engine, probe)
         expect(not after, f"hit {after} with every sliding-window object gone: the hit does not depend on the "
                           "sliding-window group's own objects (its objects alias another group's, or the hit rule "
                           "ignores the group, see C07)")

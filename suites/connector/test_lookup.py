@@ -113,7 +113,7 @@ def test_c06_hit_alignment(ctx, preset):
         for lookup_len in (length, length + 40):
             request = engine.make_request(tokens + prompt(1, lookup_len - length))
             engine.add_request(request)
-            n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+            n, load_async = ctx.ask(engine, request)
             n = n or 0
             expect(n % align == 0, f"prompt {lookup_len}: hit {n} is not a multiple of the group block sizes {sizes}")
             # A synchronous hit must leave a token to compute; after an asynchronous load vLLM's scheduler
@@ -195,7 +195,7 @@ def test_c07_hit_min_over_groups(ctx, preset):
             present[gid] = stored - set(pattern.get(kind, ()))
         want = oracle_hit_tokens(specs, present, chunk, request.num_tokens)
         engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
-        got, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        got, _ = ctx.ask(engine, request)
         expect(got == want, f"pattern {name}: hit {got}, oracle {want} (present chunks per group {present})")
         engine.run_until_done()
         expect_no_read_errors(engine, f"pattern {name}")
@@ -215,12 +215,12 @@ def test_c08_swa_needs_only_window(ctx, preset):
     ctx.forget_local_cache(engine)
     request = engine.make_request(tokens)
     engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
-    before, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    before, _ = ctx.ask(engine, request)
     for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
         if isinstance(group.kv_cache_spec, SlidingWindowSpec):
             for j in range(0, 4 - math.ceil(group.kv_cache_spec.sliding_window / chunk)):
                 evict(request, gid, j)
-    after, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    after, _ = ctx.ask(engine, request)
     expect(after == before, f"hit fell from {before} to {after} after evicting out-of-window SWA chunks")
 
 
