@@ -9,11 +9,14 @@ skipped with a reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Mapping, Sequence
+from types import ModuleType
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "make_reference_target"]
+__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "REFERENCE_MODULES",
+           "target_module", "make_reference_target"]
 
 #: Capabilities a target may declare.
 CAPABILITIES = {
@@ -24,6 +27,19 @@ CAPABILITIES = {
 }
 
 GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
+
+#: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how a scenario
+#: reaches an API the protocol does not wrap (HiSparse's layout helpers, the spec classes): by vLLM's name.
+REFERENCE_MODULES = {
+    "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
+    "v1.request": "reference_impl.kv_cache.request",
+    "v1.core.block_pool": "reference_impl.kv_cache.block_pool",
+    "v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
+    "v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
+    "v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
+    "v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
+    "v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,9 @@ class AllocatorTarget(Protocol):
 
     name: str
     capabilities: frozenset[str]
+    #: vLLM's module name (e.g. "v1.hisparse.layout") -> the importable module where this target keeps it
+    #: (`REFERENCE_MODULES`); a scenario needing a module the map lacks is skipped (`target_module`).
+    modules: Mapping[str, str]
 
     def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16,
                         enable_kv_cache_events: bool = False) -> Any:
@@ -88,6 +107,13 @@ class AllocatorTarget(Protocol):
 
     def sha256(self, obj: Any) -> bytes:
         """The target's sha256 hash function (for hash-chain checks against an independent oracle)."""
+
+
+def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
+    """The module a target keeps under vLLM's module name `name` (e.g. "v1.hisparse.layout"), or None when
+    its map has no such entry (the scenario is then not applicable to that target)."""
+    path = getattr(target, "modules", {}).get(name)
+    return importlib.import_module(path) if path else None
 
 
 def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
@@ -131,15 +157,16 @@ class ReferenceAllocatorTarget:
     name: str = "reference"
     capabilities: frozenset[str] = field(
         default_factory=lambda: frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
+    modules: Mapping[str, str] = field(default_factory=lambda: dict(REFERENCE_MODULES))
 
     def __post_init__(self) -> None:
         import torch
 
         from reference_impl import kv_cache
-        from reference_impl.kv_cache import hashing
+        from reference_impl.kv_cache import kv_cache_utils
 
         self._mod = kv_cache
-        self._hashing = hashing
+        self._hashing = kv_cache_utils
         self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
 

@@ -1,23 +1,24 @@
 """The connector under test: how it is named and loaded, and a guard that turns its misbehaviour into
 clear check failures (which hook raised, which hook was running when a check timed out).
 
-A target is a built-in kvconform connector, a `--kv-connector module:Class`, or an entry point of the
-group `kvconform.connectors` (its value is `module:Class`).
+A target is a built-in kvconform connector, a `--kv-connector module:Class` (or `vllm:Name`, see
+`harness.targets.vllm_connector`), or an entry point of the group `kvconform.connectors` (its value is
+`module:Class`); the spec is read by `harness.target_spec`, as every target's is.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 
+from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, TargetError, import_object, parse_spec
 from harness.targets.connector_profile import ConnectorProfile, profile_for
+from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.factory import check_constructor
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
-BACKDOOR_PREFIX = "kvconform_"  # optional white-box accessors a connector may offer the suite
 
 
 # Hooks the engine calls on every connector (vLLM 0.33's base class has them all).
@@ -27,8 +28,9 @@ REQUIRED_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc", "bui
 REQUIRED_ONE_OF = (("request_finished", "request_finished_all_groups"), ("get_transfer_results", "get_finished"))
 
 
-class ConnectorLoadError(Exception):
-    """The connector class cannot be used at all (import failure, not a class, bad constructor)."""
+class ConnectorLoadError(TargetError):
+    """The connector class cannot be used at all (import failure, not a class, bad constructor, missing hooks):
+    one line `SOURCE SPEC: why`, exit status 4."""
 
 
 class ConnectorHookError(AssertionError):
@@ -37,7 +39,8 @@ class ConnectorHookError(AssertionError):
 
 @dataclass
 class ConnectorTarget:
-    """A connector class to check, with the extra config every instance gets."""
+    """A connector class to check, with the extra config every instance gets. `source` says where it was
+    named (`--kv-connector`, `entry point 'x'`, `built-in`); `spec` is a `module:Class` or a built-in name."""
 
     name: str
     spec: str
@@ -51,24 +54,24 @@ class ConnectorTarget:
         """The connector class; ConnectorLoadError with a one-line reason when it is unusable."""
         if self._cls is not None:
             return self._cls
-        module_name, sep, class_name = self.spec.partition(":")
-        if not sep or not module_name or not class_name:
-            raise ConnectorLoadError(f"{self.source}: expected 'module:Class', got {self.spec!r}")
         try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # any import failure of a vendor module is reported, not raised
-            raise ConnectorLoadError(f"{self.spec}: module does not import ({type(exc).__name__}: {exc})") from None
-        cls = getattr(module, class_name, None)
+            spec = parse_spec("connector", self.spec, self.source)
+            if spec.vllm_name is not None:
+                raise spec.error("a vllm: connector is loaded by harness.targets.vllm_connector")
+            cls = import_object(spec)
+        except TargetError as exc:
+            raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
         if not isinstance(cls, type):
-            raise ConnectorLoadError(f"{self.spec}: module {module_name!r} has no class {class_name!r}")
+            raise ConnectorLoadError(self.source, self.spec, f"{spec.path} is not a class")
         try:
             check_constructor(cls)
         except ValueError as exc:
-            raise ConnectorLoadError(str(exc)) from None
+            raise ConnectorLoadError(self.source, self.spec, str(exc)) from None
         missing = [hook for hook in REQUIRED_HOOKS if not callable(getattr(cls, hook, None))]
         missing += [" or ".join(pair) for pair in REQUIRED_ONE_OF if not any(callable(getattr(cls, h, None)) for h in pair)]
         if missing:
-            raise ConnectorLoadError(f"{self.spec}: class {class_name} lacks the connector hooks {', '.join(missing)}")
+            raise ConnectorLoadError(self.source, self.spec,
+                                     f"class {cls.__name__} lacks the connector hooks {', '.join(missing)}")
         self._cls = cls
         return cls
 
@@ -94,44 +97,44 @@ class ConnectorTarget:
         return profile_for(self.declared, self.is_hma, self.known_kind)
 
 
-BUILTIN_TARGETS = (
-    ConnectorTarget("LMCacheLikeConnector", "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
-                    "built-in", builtin=True),
-    ConnectorTarget("ExampleConnector", "reference_impl.connector.lmcache_like:ExampleConnector",
-                    "built-in", builtin=True),
-    ConnectorTarget(
-        "MultiConnector", "reference_impl.connector.multi:MultiConnector", "built-in", builtin=True,
-        extra_config={"connectors": [
-            {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
-            {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
-        ]},
-    ),
-)
+# Extra config a built-in connector is checked with (a MultiConnector needs children).
+_BUILTIN_EXTRA_CONFIG = {
+    "MultiConnector": {"connectors": [
+        {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
+        {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
+    ]},
+}
 
 
-def _vllm_target(spec: str) -> ConnectorTarget:
-    """`vllm:Name`: a connector of the installed vLLM (harness.targets.vllm_connector)."""
-    from harness.targets.vllm_connector import vllm_target
-
-    return vllm_target(spec)
+def _builtin_target(name: str) -> ConnectorTarget:
+    return ConnectorTarget(name, name, "built-in", extra_config=dict(_BUILTIN_EXTRA_CONFIG.get(name, {})), builtin=True)
 
 
-def check_loadable(spec: str) -> None:
-    """Fail fast for `kvconform report --kv-connector SPEC`: UsageError (exit 4, one line) unless SPEC is a
-    built-in connector's name or a `module:Class` that loads."""
-    from harness.errors import EXIT_TARGET, UsageError
+BUILTIN_TARGETS = tuple(_builtin_target(name) for name in BUILTIN_CONNECTORS)
 
-    if ":" not in spec and spec in {t.name for t in BUILTIN_TARGETS}:
-        return
-    if spec.startswith("vllm:"):
-        from harness.targets.vllm_connector import validate_spec
 
-        validate_spec(spec)  # exit 4 with the registered names, or how to install vLLM
-        return
-    try:
-        ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector").load()
-    except ConnectorLoadError as exc:
-        raise UsageError(f"kvconform report: the target could not be loaded: {exc}", EXIT_TARGET) from None
+def connector_target(text: str, option: str = "--kv-connector") -> ConnectorTarget:
+    """The target a spec names (`harness.target_spec`): a built-in by name, `vllm:Name`, or `module:Class`;
+    TargetError (exit 4, one line) when the spec is malformed or names no connector vLLM registers."""
+    spec = parse_spec("connector", text, option)
+    if spec.builtin is not None:
+        return _builtin_target(spec.builtin)
+    if spec.vllm_name is not None:
+        from harness.targets.vllm_connector import vllm_target  # needs vLLM; imported only for a vllm: spec
+
+        return vllm_target(spec.text, option)
+    return ConnectorTarget(spec.attribute.rpartition(".")[2], spec.text, option)
+
+
+def check_loadable(text: str, option: str = "--kv-connector") -> ConnectorTarget:
+    """Fail fast, before anything runs: the target `text` names, loaded; TargetError (exit 4, one line)
+    when it cannot be used (a bad spec, a module that does not import, a class without the hooks, a name the
+    installed vLLM does not register; a `vllm:` connector is checked against vLLM's registry without
+    building its adapter)."""
+    target = connector_target(text, option)
+    if not target.spec.startswith(VLLM_PREFIX):
+        target.load()
+    return target
 
 
 def entry_point_targets() -> list[ConnectorTarget]:
@@ -142,20 +145,13 @@ def entry_point_targets() -> list[ConnectorTarget]:
     return targets
 
 
-def target_for(spec: str, source: str = "--kv-connector") -> ConnectorTarget:
-    """The target a `--kv-connector` value names: `vllm:Name` (the installed vLLM's connector) or `module:Class`
-    (also how a check's child process rebuilds the target under test)."""
-    if spec.startswith("vllm:"):
-        return _vllm_target(spec)
-    return ConnectorTarget(spec.rpartition(":")[2] or spec, spec, source)
-
-
 def select_targets(cli_specs: list[str], include_builtins: bool) -> list[ConnectorTarget]:
     """`--kv-connector` targets, then entry points; the built-ins too when asked or nothing else is given."""
-    targets = [target_for(spec) for spec in cli_specs]
+    targets = [connector_target(spec) for spec in cli_specs]
     targets += entry_point_targets()
     if include_builtins or not targets:
-        targets = list(BUILTIN_TARGETS) + targets
+        named = {t.name for t in targets if t.builtin}
+        targets = [t for t in BUILTIN_TARGETS if t.name not in named] + targets
     return targets
 
 

@@ -7,10 +7,11 @@ used; the backdoors read the pool's prefix-cache map and block hash fields.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.targets.allocator_target import build_kv_cache_config
+from harness.targets.allocator_target import REFERENCE_MODULES, build_kv_cache_config
 
 __all__ = ["VllmAllocatorTarget", "make_target"]
 
@@ -21,6 +22,8 @@ class VllmAllocatorTarget:
 
     name: str = "vllm"
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    # vLLM keeps each module under its own name
+    modules: Mapping[str, str] = field(default_factory=lambda: {name: f"vllm.{name}" for name in REFERENCE_MODULES})
 
     def __post_init__(self) -> None:
         import torch

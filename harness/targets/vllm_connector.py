@@ -23,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import EXIT_TARGET, UsageError
+from harness.errors import UsageError
+from harness.target_spec import TargetError
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
 
@@ -207,17 +208,20 @@ def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
     return name, ()
 
 
-def validate_spec(spec: str) -> None:
-    """UsageError (exit 4) unless every name in `spec` is registered by the installed vLLM."""
+def validate_spec(spec: str, option: str = "--kv-connector") -> None:
+    """TargetError (exit 4, one line) unless every name in `spec` is registered by the installed vLLM."""
     name, children = parse_name(spec)
-    known = registered_names()
+    try:
+        known = registered_names()
+    except UsageError as exc:  # no usable vLLM: its reason, under the option that asked for it
+        raise TargetError(option, spec, str(exc)) from None
     for each in (name, *children):
         if each not in known:
-            raise UsageError(f"--kv-connector {spec}: vLLM {installed_vllm_version()} registers no connector "
-                             f"{each!r}; registered: {', '.join(known)}", EXIT_TARGET)
+            raise TargetError(option, spec, f"vLLM {installed_vllm_version()} registers no connector {each!r}; "
+                                            f"registered: {', '.join(known)}")
     if children and "MultiConnector" in children:
-        raise UsageError(f"--kv-connector {spec}: a MultiConnector child cannot be MultiConnector; "
-                         f"accepted: vllm:MultiConnector[A,B] with A, B from {', '.join(known)}", EXIT_TARGET)
+        raise TargetError(option, spec, f"a MultiConnector child cannot be MultiConnector; accepted: "
+                                        f"vllm:MultiConnector[A,B] with A, B from {', '.join(known)}")
 
 
 class VllmConnectorTarget(ConnectorTarget):
@@ -237,19 +241,19 @@ class VllmConnectorTarget(ConnectorTarget):
 
         name, children = parse_name(self.spec)
         try:
-            validate_spec(self.spec)
-        except UsageError as exc:
-            raise ConnectorLoadError(str(exc)) from None
+            validate_spec(self.spec, self.source)
+        except TargetError as exc:
+            raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
         self._cls = adapter_class(name, children)
         return self._cls
 
 
-def vllm_target(spec: str) -> VllmConnectorTarget:
+def vllm_target(spec: str, option: str = "--kv-connector") -> VllmConnectorTarget:
     """The target for `--kv-connector vllm:...`; its report name carries the vLLM release."""
-    validate_spec(spec)
+    validate_spec(spec, option)
     name, children = parse_name(spec)
     label = name + (f"[{','.join(children)}]" if children else "")
-    return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, "--kv-connector")
+    return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, option)
 
 
 def main() -> int:

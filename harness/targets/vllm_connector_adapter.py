@@ -32,7 +32,7 @@ import torch
 
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
-from reference_impl.kv_cache import specs as kspecs
+from reference_impl.kv_cache import kv_cache_interface as kspecs
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,7 +23,7 @@ from reference_impl.engine.outputs import NewRequestData, SchedulerOutput
 from reference_impl.engine.request import EngineRequest, EngineRequestStatus
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 from reference_impl.kv_cache.request import RequestStatus
-from reference_impl.kv_cache.specs import AttentionSpec, MambaSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, MambaSpec, cdiv
 
 
 class Scheduler:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from reference_impl.kv_cache.kv_cache_spec_registry import KVCacheSpecRegistry
+
 __all__ = [
     "BlockHash",
     "BlockHashWithGroupId",
@@ -594,12 +596,10 @@ def resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_b
                                        hash_block_size: int) -> int:
     """Token granularity prefix-cache hits land on: the hash block size when partial hits are enabled
     (hybrid, caching on), else the scheduler block size."""
-    from reference_impl.kv_cache.single_type_kv_cache_manager import manager_class_for_spec  # managers import us
-
     groups = kv_cache_config.kv_cache_groups
     if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
         return scheduler_block_size
-    classes = [manager_class_for_spec(g.kv_cache_spec, g.role) for g in groups]
+    classes = [KVCacheSpecRegistry.get_manager_class(g.kv_cache_spec, g.role) for g in groups]
     dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1)
     return hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, dcp, classes) \
         else scheduler_block_size

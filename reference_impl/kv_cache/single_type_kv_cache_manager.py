@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from reference_impl.kv_cache.kv_cache_spec_registry import KVCacheSpecRegistry
 from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock, SharedEventQueueBlockPool
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -1477,6 +1478,9 @@ def manager_class_for_spec(kv_cache_spec: KVCacheSpec, role: str | None = None) 
     raise UnsupportedKVCacheSpecError(
         f"kv_cache_spec: unsupported spec type {type(kv_cache_spec).__name__}; accepted: "
         f"{', '.join(t.__name__ for t in spec_manager_map)} (or a subclass)")
+
+
+KVCacheSpecRegistry.register_manager_lookup(manager_class_for_spec)
 
 
 def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, max_in_flight_tokens: int | None = None,

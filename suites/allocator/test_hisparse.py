@@ -7,13 +7,12 @@ none is computed by the allocator under test. With `--kv-allocator vllm` these g
 HiSparse specs, managers, host-pool sizing or concurrency bound.
 
 vLLM keeps HiSparse's layout helpers and its coordinator in `vllm.v1.hisparse` (outside `v1/core`); the
-reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. `_api` is
-the one place that knows where each target keeps them.
+reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. Each target
+says where it keeps them in its module map (`harness.targets.allocator_target.target_module`).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -21,34 +20,30 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.targets.allocator_target import target_module
+
 SECTION = "4"
 
 BS = 16  # HiSparse block size of the manager scenarios
 PAGE = 64  # bytes of one resident / hot page in the manager scenarios
 
 
+# vLLM's module names the scenarios below use, as the target's module map names them.
+_MODULES = {"iface": "v1.kv_cache_interface", "utils": "v1.core.kv_cache_utils",
+            "stm": "v1.core.single_type_kv_cache_manager", "manager": "v1.core.kv_cache_manager",
+            "pool": "v1.core.block_pool", "layout": "v1.hisparse.layout", "coordinator": "v1.hisparse.coordinator"}
+
+
 def _api(target) -> SimpleNamespace:
-    """The target's spec module, kv_cache_utils, managers, KVCacheManager, HiSparse layout helpers, and
-    `bind(manager)`: what must run before the first admission (vLLM: build its HiSparse coordinator)."""
-    if target.name == "reference":
-        pkg = "reference_impl.kv_cache"
-        return SimpleNamespace(
-            iface=importlib.import_module(f"{pkg}.kv_cache_interface"),
-            utils=importlib.import_module(f"{pkg}.kv_cache_utils"),
-            stm=importlib.import_module(f"{pkg}.single_type_kv_cache_manager"),
-            manager=importlib.import_module(f"{pkg}.kv_cache_manager"),
-            layout=importlib.import_module(f"{pkg}.hisparse_layout"),
-            bind=importlib.import_module(f"{pkg}.hisparse_coordinator").get_hisparse_coordinator)
-    if target.name.startswith("vllm"):
-        coordinator = importlib.import_module("vllm.v1.hisparse.coordinator")
-        return SimpleNamespace(
-            iface=importlib.import_module("vllm.v1.kv_cache_interface"),
-            utils=importlib.import_module("vllm.v1.core.kv_cache_utils"),
-            stm=importlib.import_module("vllm.v1.core.single_type_kv_cache_manager"),
-            manager=importlib.import_module("vllm.v1.core.kv_cache_manager"),
-            layout=importlib.import_module("vllm.v1.hisparse.layout"),
-            bind=coordinator.get_hisparse_coordinator)
-    pytest.skip(f"not applicable: no HiSparse API mapping for target {target.name!r}")
+    """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
+    and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
+    through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
+    found = {key: target_module(target, name) for key, name in _MODULES.items()}
+    missing = [_MODULES[key] for key, module in found.items() if module is None]
+    if missing:
+        pytest.skip(f"not applicable: target {target.name!r} maps no module for vLLM's {', '.join(missing)}")
+    return SimpleNamespace(**{k: v for k, v in found.items() if k != "coordinator"},
+                           bind=found["coordinator"].get_hisparse_coordinator)
 
 
 @pytest.fixture
@@ -315,7 +310,7 @@ def test_spec_of_an_unknown_kind_has_no_manager(api):
     class OddCacheSpec(api.iface.KVCacheSpec):
         pass
 
-    pool = importlib.import_module(api.utils.__name__.replace("kv_cache_utils", "block_pool")).BlockPool(8, True, BS)
+    pool = api.pool.BlockPool(8, True, BS)
     with pytest.raises(AssertionError, match="OddCacheSpec"):
         api.stm.get_manager_for_kv_cache_spec(OddCacheSpec(block_size=BS), 64, 64, block_pool=pool,
                                               enable_caching=True, kv_cache_group_id=0, scheduler_block_size=BS)

@@ -21,7 +21,8 @@ from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
 from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
-from reference_impl.kv_cache.specs import MambaSpec
+from reference_impl.connector.backdoors import BACKDOOR_METHODS
+from reference_impl.kv_cache.kv_cache_interface import MambaSpec
 from suites.connector.catalogue import not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
 
@@ -187,7 +188,10 @@ class CheckContext:
         return self.run(engine, reload_tokens if reload_tokens is not None else tokens + [7, 8, 9], **kwargs)
 
     def optional_backdoor(self, instance, name: str):
-        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden."""
+        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden. `name` is
+        one the backdoor Protocol declares (`reference_impl.connector.backdoors`)."""
+        if name not in BACKDOOR_METHODS:
+            raise ValueError(f"{name} is not a backdoor of reference_impl.connector.backdoors.KVConformBackdoors")
         if not self.backdoors:
             return None
         method = getattr(getattr(instance, "inner", instance), name, None)

@@ -14,7 +14,7 @@ from harness.targets.connector_profile import not_applicable
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import CORE_PRESETS, get_preset
-from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheGroupSpec
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
 from suites.connector.oracles import broken_canaries, fence_evidence, fill_canaries
 

@@ -11,7 +11,7 @@ import pytest
 
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
-from reference_impl.kv_cache.specs import SlidingWindowSpec
+from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
 from suites.connector.context import expect, expect_no_read_errors, prompt
 
@@ -112,11 +112,11 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 _PROCESS_SCRIPT = """
 import json, os, sys, time
-from harness.targets.connector_target import ConnectorTarget, target_for
+from harness.targets.connector_target import ConnectorTarget, connector_target
 from suites.connector.context import CheckContext, prompt
 name, spec, source, builtin, extra, preset, store_name, mode, seed, flag, backdoors = json.loads(sys.argv[1])
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
-target = target_for(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
+target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
 ctx = CheckContext(target, preset)
 ctx.store_name = store_name  # the parent check's model name (and built-in store)
 tokens = prompt(seed, 700)

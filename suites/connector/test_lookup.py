@@ -9,7 +9,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS, WINDOW_PRESETS
-from reference_impl.kv_cache.specs import MambaSpec, SlidingWindowSpec
+from reference_impl.kv_cache.kv_cache_interface import MambaSpec, SlidingWindowSpec
 from suites.connector.context import (
     SMALL_STORE_BYTES,
     expect,

@@ -161,7 +161,7 @@ def target_modules(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
-    ("kvc_missing_module:f", "target 'kvc_missing_module:f': module 'kvc_missing_module' does not import "
+    ("kvc_missing_module:f", "--target kvc_missing_module:f: module 'kvc_missing_module' does not import "
                              "(no module named 'kvc_missing_module')"),
     ("kvc_broken_target:f", "module 'kvc_broken_target' does not import (RuntimeError: cannot import me)"),
     ("kvc_targets:absent", "module 'kvc_targets' has no attribute 'absent'"),

@@ -28,7 +28,7 @@ def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
     with pytest.raises(UsageError) as info:
         vllm_connector.validate_spec("vllm:ExampleConnector")
     assert info.value.exit_code == EXIT_TARGET
-    assert str(info.value).startswith("target vllm: vLLM is not installed in this Python environment; ")
+    assert str(info.value).startswith("--kv-connector vllm:ExampleConnector: vLLM is not installed in this Python environment; ")
     assert "scripts/install-vllm.sh 0.33.0" in str(info.value)
 
 
