@@ -48,6 +48,9 @@ class Requirement:
     cuda: bool = False
     why: str = ""
     model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
+    # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
+    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
+    cpu_standins: bool = False
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
@@ -56,9 +59,11 @@ REQUIREMENTS: dict[str, Requirement] = {
                                                       "(HiddenStateCacheSpec), which no preset has"),
     "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
                                            "(HiSparse groups), which no preset has"),
-    "OffloadingConnector": Requirement(cuda=True, why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses "
-                                                      "platforms other than CUDA-alike and XPU"),
-    "SimpleCPUOffloadConnector": Requirement(cuda=True, why="copy streams: the worker creates torch.cuda.Stream"),
+    "OffloadingConnector": Requirement(cuda=True, cpu_standins=True,
+                                       why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses platforms "
+                                           "other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, cpu_standins=True,
+                                             why="copy streams: the worker creates torch.cuda.Stream"),
     "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
@@ -70,6 +75,14 @@ REQUIREMENTS: dict[str, Requirement] = {
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
     "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+}
+
+# Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
+# (LMCache 0.5.6, lmcache/v1/multiprocess: the engine-driven transfer mode, the only one a CPU worker has,
+# raises this ValueError at register_kv_caches for more than one KV transfer group).
+MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
+    "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
+                           "LMCache's engine-driven transfer mode"),
 }
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
@@ -116,6 +129,12 @@ def default_extra_config(name: str, within: str | None = None) -> dict:
         return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
+    if name == "LMCacheMPConnector":
+        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
+        from harness.targets import lmcache_server
+
+        server = lmcache_server.shared()
+        return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
     return {}
 
 
@@ -139,7 +158,7 @@ def missing_requirement(name: str) -> str | None:
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
                 "is not installed)")
-    if need.cuda:
+    if need.cuda and not need.cpu_standins:
         import torch
 
         if not torch.cuda.is_available():
@@ -169,6 +188,13 @@ def needs_cuda(name: str) -> bool:
     """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
     need = REQUIREMENTS.get(name)
     return bool(need and need.cuda)
+
+
+def runs_on_standins(name: str) -> bool:
+    """True when `name`'s worker needs CUDA only for device plumbing that kvconform's CPU stand-ins replace
+    (used when no CUDA device is visible)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cpu_standins)
 
 
 def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:

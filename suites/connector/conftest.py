@@ -40,6 +40,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("connector_target", usable, ids=[t.name for t in usable])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _external_servers(request):
+    """Servers the suite starts for a connector under test (LMCache's MP server for vllm:LMCacheMPConnector):
+    started before the first check (its start-up is not a check's time), stopped with the session; `atexit`
+    in harness.targets.lmcache_server covers an interrupted one."""
+    from harness.targets import lmcache_server
+
+    if any("LMCacheMPConnector" in t.spec for t in connector_targets(request.config)):
+        try:
+            lmcache_server.shared()
+        except lmcache_server.LMCacheServerError:
+            pass  # every check that needs the server reports this error, with the server's log
+    yield
+
+    lmcache_server.stop_all()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

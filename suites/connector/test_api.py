@@ -75,6 +75,9 @@ def _loaded_groups(inner, probe, default: tuple[int, ...]) -> tuple[int, ...]:
     only after a hit); a MultiConnector answers from the child that served that lookup. A hook that cannot
     answer for a request without a hit is outside that contract: such a request loads nothing."""
     hook = getattr(inner, "get_loaded_kv_cache_group_ids", None)
+    on_new = getattr(inner, "on_new_request", None)
+    if on_new is not None:  # vLLM's add_request, before any lookup
+        on_new(probe)
     hit, _ = inner.get_num_new_matched_tokens(probe, 0)
     if hook is None:
         return default

@@ -96,8 +96,11 @@ def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
     assert vllm_connector.missing_requirement("NixlConnector") == (
         "cannot run here: NixlConnector needs the NIXL transfer library (UCX/RDMA) (package 'nixl' is not installed)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert vllm_connector.missing_requirement("OffloadingConnector").startswith(
-        "cannot run here: OffloadingConnector needs CUDA (")
+    assert vllm_connector.missing_requirement("P2pNcclConnector").startswith(
+        "cannot run here: P2pNcclConnector needs CUDA (")
+    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):  # CUDA plumbing only: CPU stand-ins
+        assert vllm_connector.missing_requirement(name) is None and vllm_connector.runs_on_standins(name)
+    assert not vllm_connector.runs_on_standins("P2pNcclConnector")
     assert vllm_connector.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
     assert vllm_connector.missing_requirement("ExampleConnector") is None
 
