@@ -118,6 +118,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                                  "advance_scheduled")
                and hasattr(importlib.import_module("vllm.v1.hisparse.layout"),
                            "get_hisparse_steady_state_concurrency")),
+    Capability("hisparse_backend", "HiSparse's host pool needs a platform backend (vllm.v1.hisparse.backend) and "
+               "this machine's platform has none",
+               lambda m: not _has_module("vllm.v1.hisparse.backend")
+               or importlib.import_module("vllm.platforms").current_platform.get_hisparse_backend_cls() is not None),
     Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
                lambda m: m["events"] is not None and "lookahead_token_ids" in getattr(
                    m["events"].BlockStored, "__struct_fields__", ())),
