@@ -39,6 +39,7 @@ from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
 from harness.results_model import ResultsDocument, ResultsFileError, load_results
+from harness.upstream.results import UpstreamResultsError, load_upstream
 from harness.target_spec import load_target
 from harness.plugins.connector import check_pytest_args
 from harness.targets.connector_target import check_loadable
@@ -67,6 +68,9 @@ def register(subparsers) -> None:
                         help="only this vLLM release or rule era (a version, an era id, pre-seed, seed or v0.33)")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
                         help="connector to check (passed to the suites); with --from, keep only this connector's rows")
+    parser.add_argument("--upstream", action="append", default=[], metavar="UPSTREAM.json",
+                        help="show this upstream job result (scripts/upstream-vllm-tests.sh's upstream-vllm-VERSION.json) "
+                             "in the allocator section (repeatable: one per vLLM release)")
     parser.add_argument("--suite", dest="suites", action="append", metavar="PACKAGE",
                         help="suite package or path to run (repeatable; default: suites)")
     parser.add_argument("-n", "--workers", default="auto", metavar="N|auto",
@@ -217,6 +221,10 @@ def run(args) -> int:
         raise UsageError(f"kvconform report: --output-dir {args.output_dir}: cannot write there "
                          f"({exc.strerror or exc})") from None
     eras = _eras(args.vllm_version)
+    try:
+        upstream = [load_upstream(path) for path in args.upstream]  # before any suite runs: fail fast
+    except UpstreamResultsError as exc:
+        raise UsageError(f"kvconform report: --upstream {exc}") from None
     if args.from_file:
         if args.target or args.timing:
             raise UsageError(f"kvconform report: {'--target' if args.target else '--timing'} and --from exclude "
@@ -238,7 +246,7 @@ def run(args) -> int:
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow
         results = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
-    files = render_reports(results)
+    files = render_reports(results, upstream)
     try:
         write_files_atomic({output_dir / name: text for name, text in files.items()})
     except OSError as exc:

@@ -32,9 +32,10 @@ def run_details(results: ResultsDocument) -> list[str]:
     return lines
 
 
-def render_reports(results: ResultsDocument) -> dict[str, str]:
-    """File name -> text for the three report files."""
-    document = build_document(results)
+def render_reports(results: ResultsDocument, upstream: list[dict] | None = None) -> dict[str, str]:
+    """File name -> text for the three report files (`upstream`: the upstream job's results, loaded by
+    `harness.upstream.results.load_upstream`, shown in the allocator section)."""
+    document = build_document(results, upstream)
     return {
         MARKDOWN_NAME: render_markdown(document),
         HTML_NAME: render_html(document, run_details(results)),

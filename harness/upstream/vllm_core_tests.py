@@ -1,4 +1,4 @@
-"""vLLM's own allocator tests (`tests/v1/core`), run on vLLM and then on the reference allocator.
+"""vLLM's own `tests/v1/core` folder, run on vLLM and then on the reference allocator.
 
     python -m harness.upstream.vllm_core_tests --vllm-python .cache/venvs/vllm-0.33.0/bin/python \
         --work .cache/upstream --out .cache/upstream/upstream-vllm-0.33.0.json
@@ -6,11 +6,15 @@
 1. The vLLM source distribution is downloaded from PyPI at run time (checked against the index's SHA-256;
    cached in --work); only its `tests/` tree and `pyproject.toml` (pytest markers) are extracted. No vLLM
    code is committed to kvconform.
-2. The allocator test files run with the vLLM venv's Python on vLLM itself; tests that do not pass there on
-   CPU (HF hub access, an accelerator, ...) are excluded, each with the reason pytest gave.
-3. The same files run again on a staged copy whose imports go through `import_mapping` (the reference's
-   `reference_impl.kv_cache` in place of `vllm.v1.core.*` and `vllm.v1.kv_cache_interface`).
-4. The JSON records, per test, the outcome on vLLM and on the reference; one summary line is printed.
+2. The whole `tests/v1/core` folder runs with the vLLM venv's Python on vLLM itself, on vLLM's CPU platform
+   (`VLLM_TARGET_DEVICE=cpu`) and an offline Hugging Face cache holding the config.json of every model the
+   folder names (`offline_hub`); tests that still do not pass there (weights, an accelerator, ...) are
+   excluded, each with the reason pytest gave.
+3. The same folder runs again with the allocator swapped for the reference: the test files' imports go
+   through `import_mapping`, and `process_alias` makes vLLM's `vllm.v1.core` allocator modules the
+   reference's for the whole process, so vLLM's `Scheduler` allocates through `reference_impl.kv_cache`.
+4. The JSON records, per test, the outcome on vLLM and on the reference, and the counts per file; one
+   summary line and one line per file are printed.
 
 Exit status: 0, or 1 when `--min-pass-rate` is given and the reference passes a smaller share of the tests
 that pass on vLLM; 2 for bad arguments or a download/extraction failure.
@@ -32,17 +36,14 @@ from pathlib import Path
 
 from harness.atomic_write import write_text_atomic
 from harness.upstream.import_mapping import MAPPED_MODULES, stage_mapped_tests
+from harness.upstream.offline_hub import load_model_configs, named_models, write_offline_hub
+from harness.upstream.process_alias import PROCESS_MODULES
 
-__all__ = ["TEST_FILES", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "main"]
+__all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "per_file",
+           "main"]
 
-# The allocator test files of vLLM's `tests/v1/core` (issue 10's list).
-TEST_FILES = (
-    "tests/v1/core/test_prefix_caching.py",
-    "tests/v1/core/test_single_type_kv_cache_manager.py",
-    "tests/v1/core/test_kv_cache_utils.py",
-    "tests/v1/core/prefix_cache/test_partial_prefix_cache_primitives.py",
-    "tests/v1/core/prefix_cache/test_partial_prefix_cache_hits.py",
-)
+# The folder of vLLM's tests the job runs, whole.
+TEST_DIR = "tests/v1/core"
 
 _INDEX = "https://pypi.org/simple/{name}/"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,22 +98,29 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
         dest.mkdir(parents=True)
         tar.extractall(dest, members=members, filter="data")
     root = dest / top
-    for test_file in TEST_FILES:
-        if not (root / test_file).is_file():
-            raise UpstreamError(f"{sdist.name} has no {test_file}")
+    if not (root / TEST_DIR).is_dir():
+        raise UpstreamError(f"{sdist.name} has no {TEST_DIR}")
     return root
 
 
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
-               log: Path, files: tuple[str, ...] = TEST_FILES) -> int:
-    """Run TEST_FILES under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
-    conftest needs the HF hub and model-test dependencies that these files do not use)."""
+               log: Path, files: tuple[str, ...] = (TEST_DIR,), hub_cache: Path | None = None,
+               plugins: tuple[str, ...] = ()) -> int:
+    """Run `files` under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
+    conftest needs model-test dependencies these files do not use), on vLLM's CPU platform and offline.
+
+    `hub_cache`: the offline Hugging Face cache (`offline_hub`); `plugins`: extra `-p` plugins, loaded
+    before any test module is imported."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path])
-    env.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the network
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env["HF_HUB_OFFLINE"] = "1"  # the hub is the local cache only: fail fast instead of retrying the network
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    env["VLLM_TARGET_DEVICE"] = "cpu"  # the CUDA wheel detects no platform on a machine without a GPU
+    if hub_cache is not None:
+        env["HF_HUB_CACHE"] = str(hub_cache)
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
-           "-p", "no:cacheprovider", "-p", "no:kvconform", "-q", f"--junitxml={junit}", *files]
+           "-p", "no:cacheprovider", "-p", "no:kvconform", *(a for p in plugins for a in ("-p", p)),
+           "-q", f"--junitxml={junit}", *files]
     if workers > 1:
         cmd += ["-n", str(workers)]
     with open(log, "w") as out:
@@ -158,12 +166,25 @@ def compare(on_vllm: dict[str, dict], on_reference: dict[str, dict]) -> dict:
         tests[test_id] = row
     rate = passing_on_both / passing_on_vllm if passing_on_vllm else 0.0
     return {"collected": len(on_vllm), "pass_on_vllm": passing_on_vllm, "pass_on_reference": passing_on_both,
-            "pass_rate": round(rate, 4), "tests": tests}
+            "pass_rate": round(rate, 4), "files": per_file(tests), "tests": tests}
+
+
+def per_file(tests: dict[str, dict]) -> dict[str, dict]:
+    """Per test file: tests collected, passing on vLLM, and of those passing on the reference."""
+    files: dict[str, dict] = {}
+    for test_id, row in tests.items():
+        counts = files.setdefault(test_id.split("::", 1)[0],
+                                  {"collected": 0, "pass_on_vllm": 0, "pass_on_reference": 0})
+        counts["collected"] += 1
+        if row["vllm"] == "passed":
+            counts["pass_on_vllm"] += 1
+            counts["pass_on_reference"] += row["reference"] == "passed"
+    return dict(sorted(files.items()))
 
 
 def summary_line(version: str, result: dict) -> str:
     """The one line the CI log and the README quote."""
-    return (f"upstream: vLLM {version} tests/v1/core allocator tests: {result['collected']} collected, "
+    return (f"upstream: vLLM {version} {TEST_DIR}: {result['collected']} collected, "
             f"{result['pass_on_vllm']} pass on vLLM (CPU), {result['pass_on_reference']} of them pass on the "
             f"reference ({100 * result['pass_rate']:.1f}%)")
 
@@ -178,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="JSON results (default: WORK/upstream-vllm-VERSION.json)")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (1: no xdist)")
     parser.add_argument("--only", action="append", default=None, metavar="FILE",
-                        help="run only this one of the test files (repeatable; for iterating on one file)")
+                        help=f"run only this file or folder under {TEST_DIR} (repeatable; for iterating on one file)")
     parser.add_argument("--min-pass-rate", type=float, default=None,
                         help="fail (exit 1) below this share, 0..1, of vLLM-passing tests passing on the reference")
     args = parser.parse_args(argv)
@@ -188,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_pass_rate is not None and not 0.0 <= args.min_pass_rate <= 1.0:
         print(f"upstream: --min-pass-rate must be in 0..1, got {args.min_pass_rate}", file=sys.stderr)
         return 2
-    files = TEST_FILES
+    files: tuple[str, ...] = (TEST_DIR,)
     if args.only:
-        unknown = [f for f in args.only if f not in TEST_FILES]
-        if unknown:
-            print(f"upstream: --only {unknown[0]!r} is not one of: {', '.join(TEST_FILES)}", file=sys.stderr)
+        outside = [f for f in args.only if not (f + "/").startswith(TEST_DIR + "/")]
+        if outside:
+            print(f"upstream: --only {outside[0]!r} is not under {TEST_DIR}/", file=sys.stderr)
             return 2
         files = tuple(args.only)
     work = args.work.resolve()
@@ -200,22 +221,38 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sdist = download_sdist(args.vllm_version, work)
         vllm_root = extract_tests(sdist, work / "vllm")
+        for path in files:
+            if not (vllm_root / path).exists():
+                raise UpstreamError(f"vLLM {args.vllm_version} has no {path}")
         ref_root = work / "reference" / vllm_root.name
         stage_mapped_tests(vllm_root, ref_root)
+        configs = load_model_configs()
+        named = named_models(vllm_root / TEST_DIR)
+        hub = work / "hf-hub"
+        write_offline_hub(hub, {m: c for m, c in configs.items() if m in named})
+        missing = sorted(named - set(configs))
+        if missing:
+            print(f"upstream: no model config for {', '.join(missing)} (their tests run without one)")
         outcomes = {}
-        for target, root, extra in (("vllm", vllm_root, []), ("reference", ref_root, [_REPO_ROOT])):
+        runs = (("vllm", vllm_root, [], ()),
+                ("reference", ref_root, [_REPO_ROOT], ("harness.upstream.process_alias",)))
+        for target, root, extra, plugins in runs:
             junit = work / f"junit-{target}.xml"
             junit.unlink(missing_ok=True)
-            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files)
+            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files,
+                       hub_cache=hub, plugins=plugins)
             outcomes[target] = read_junit(junit)
     except UpstreamError as exc:
         print(f"upstream: {exc}", file=sys.stderr)
         return 2
     result = compare(outcomes["vllm"], outcomes["reference"])
-    result = {"vllm_version": args.vllm_version, "files": list(files),
-              "mapped_modules": MAPPED_MODULES, **result}
+    result = {"vllm_version": args.vllm_version, "paths": list(files), "mapped_modules": MAPPED_MODULES,
+              "process_modules": PROCESS_MODULES, "models_without_config": missing, **result}
     write_text_atomic(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(summary_line(args.vllm_version, result))
+    for path, counts in result["files"].items():
+        print(f"upstream:   {path}: {counts['collected']} collected, {counts['pass_on_vllm']} pass on vLLM, "
+              f"{counts['pass_on_reference']} of them on the reference")
     print(f"upstream: per-test outcomes in {out}")
     if args.min_pass_rate is not None and result["pass_rate"] < args.min_pass_rate:
         print(f"upstream: pass rate {result['pass_rate']:.3f} is below --min-pass-rate {args.min_pass_rate}")
