@@ -118,6 +118,9 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
     env["VLLM_TARGET_DEVICE"] = "cpu"  # the CUDA wheel detects no platform on a machine without a GPU
     if hub_cache is not None:
         env["HF_HUB_CACHE"] = str(hub_cache)
+        # vLLM inspects each model class once in a subprocess (about a minute on 2 cores) and caches the
+        # result under VLLM_CACHE_ROOT: one cache per release, next to the hub, reused by both runs.
+        env["VLLM_CACHE_ROOT"] = str(hub_cache.with_name("vllm-cache"))
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
            "-p", "no:cacheprovider", "-p", "no:kvconform", *(a for p in plugins for a in ("-p", p)),
            "-q", f"--junitxml={junit}", *files]
@@ -127,14 +130,27 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
         return subprocess.run(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
 
 
-def read_junit(path: Path) -> dict[str, dict]:
-    """Per test id ('file::name'): {'outcome': passed|failed|error|skipped, 'reason': first message line}."""
+def _test_id(classname: str, name: str, root: Path | None) -> str:
+    """'file.py::[Class::]name' from JUnit's dotted classname: the longest dotted prefix that is a file
+    under `root` is the module, the rest test classes (without `root`: the whole classname is the module)."""
+    if not classname:  # a file that could not be collected: pytest names the module, dotted
+        return name.replace(".", "/") + ".py" if name.startswith("tests.") else name
+    parts = classname.split(".")
+    cut = len(parts)
+    if root is not None:
+        cut = next((i for i in range(len(parts), 0, -1) if (root / "/".join(parts[:i])).with_suffix(".py").is_file()),
+                   len(parts))
+    return "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:], name])
+
+
+def read_junit(path: Path, root: Path | None = None) -> dict[str, dict]:
+    """Per test id ('file::name', or 'file::Class::name' when `root` locates the file): {'outcome':
+    passed|failed|error|skipped, 'reason': first message line}."""
     if not path.exists():
         raise UpstreamError(f"pytest wrote no JUnit file {path} (see its log)")
     results: dict[str, dict] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        test_id = f"{module}.py::{case.get('name')}" if module else case.get("name", "")
+        test_id = _test_id(case.get("classname", ""), case.get("name", ""), root)
         outcome, reason = "passed", ""
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
@@ -241,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             junit.unlink(missing_ok=True)
             run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files,
                        hub_cache=hub, plugins=plugins)
-            outcomes[target] = read_junit(junit)
+            outcomes[target] = read_junit(junit, root)
     except UpstreamError as exc:
         print(f"upstream: {exc}", file=sys.stderr)
         return 2

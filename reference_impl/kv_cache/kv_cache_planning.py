@@ -19,12 +19,18 @@ from dataclasses import dataclass, fields, replace
 from functools import partial, reduce
 from types import SimpleNamespace
 
+from reference_impl.kv_cache.hisparse_layout import (
+    create_hisparse_layout,
+    get_hisparse_host_pool_bytes,
+    get_hisparse_kv_cache_groups,
+)
 from reference_impl.kv_cache.kv_cache_config_builder import KVCacheConfigBuilder, get_kv_cache_config_builder
 from reference_impl.kv_cache.kv_cache_interface import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
     CircularBufferSpec,
     FullAttentionSpec,
+    HiddenStateCacheSpec,
     HiSparseHotSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -128,12 +134,40 @@ class KVCacheLayoutTraits:
 
     @classmethod
     def from_name(cls, name: str) -> "KVCacheLayoutTraits":
-        """Traits of a layout named by its axis order, e.g. 'LBHNC' or 'BLHNC'."""
+        """Traits of a layout named by its axis order, outermost first, e.g. 'LBHNC' or 'BLHNC'."""
         order = name.upper()
         if sorted(order) != sorted("LBHNC"):
             raise ValueError(f"KV cache layout must order the axes L, B, H, N, C once each, got {name!r}")
         return cls(name=order, is_block_outermost=order[0] == "B", is_block_compact=set(order[:2]) == {"L", "B"},
                    is_layer_compact=order[0] == "L")
+
+    def strides(self, spec: KVCacheSpec, num_blocks: int, num_layers: int,
+                fixed: dict[str, int] | None = None) -> dict[str, int]:
+        """Byte stride of each axis (L, B, H, N, C) of `num_layers` layers of `spec` over `num_blocks`.
+
+        Axes are laid out innermost first, each stride the bytes of everything inside it, unless `fixed`
+        gives it. A padded page widens the stride of the innermost of L and B to at least the padded page.
+        """
+        extent = {"L": num_layers, "B": num_blocks, **_page_extent(spec)}
+        padded = getattr(spec, "page_size_padded", None)
+        page_axis = max(self.name.index("L"), self.name.index("B"))
+        strides: dict[str, int] = {}
+        current = 1
+        for position in range(len(self.name) - 1, -1, -1):
+            axis = self.name[position]
+            if padded is not None and position == page_axis:
+                current = max(current, padded)
+            strides[axis] = (fixed or {}).get(axis) or current
+            current = strides[axis] * extent[axis]
+        return strides
+
+
+def _page_extent(spec: KVCacheSpec) -> dict[str, int]:
+    """The H, N and C extents of one page: head slots, stored states, bytes per (head, state). A state
+    layer (Mamba) is one head and one state of its whole page."""
+    if isinstance(spec, AttentionSpec):
+        return {"H": spec.num_heads, "N": spec.num_states, "C": spec.state_content_size_bytes}
+    return {"H": 1, "N": 1, "C": spec.real_page_size_bytes}
 
 
 #: The layout when none is resolved: layer-outermost, each layer a run of whole blocks.
@@ -406,9 +440,7 @@ def _get_packed_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSpe
     bucketed = []  # (wrapper, page size -> layer names, balanced)
     for bucket in buckets:
         wrapper = UniformTypeKVCacheSpecs.from_specs(bucket)
-        if wrapper is None:  # a layer of a kind that does not wrap (e.g. Mamba) forms its own wrapper
-            wrapper = UniformTypeKVCacheSpecs(block_size=next(iter(bucket.values())).block_size,
-                                              kv_cache_specs=dict(bucket))
+        assert wrapper is not None, f"layers {sorted(bucket)} are not of one registered type"
         by_page: dict[int, list[str]] = defaultdict(list)
         for name, spec in bucket.items():
             by_page[spec.page_size_bytes].append(name)
@@ -452,8 +484,8 @@ def _get_packed_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSpe
         for i in range(num_groups):
             names = [name for repeat in repeats[i::num_groups] for name in repeat]
             specs = {name: wrapper.kv_cache_specs[name] for name in names}
-            group_spec = UniformTypeKVCacheSpecs.from_specs(specs) or UniformTypeKVCacheSpecs(
-                block_size=wrapper.block_size, kv_cache_specs=specs)
+            group_spec = UniformTypeKVCacheSpecs.from_specs(specs)
+            assert group_spec is not None
             groups.append(KVCacheGroupSpec(names, group_spec))
     return groups
 
@@ -463,7 +495,7 @@ def _try_get_full_allocation_fallback_groups(kv_cache_spec: dict[str, KVCacheSpe
     layers as full attention, all in one same-type group (compute keeps its window). None when the model
     is not that case or promotion does not give one type."""
     specs = list(kv_cache_spec.values())
-    if any(isinstance(s, (SlidingWindowMLASpec, ChunkedLocalAttentionSpec)) for s in specs):
+    if any(isinstance(s, (HiddenStateCacheSpec, SlidingWindowMLASpec, ChunkedLocalAttentionSpec)) for s in specs):
         return None
     if not (any(isinstance(s, MLAAttentionSpec) for s in specs) and any(isinstance(s, SlidingWindowSpec) for s in specs)):
         return None
@@ -493,8 +525,6 @@ def get_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSpec]) -> l
     if is_kv_cache_type_attention_free(kv_cache_spec):
         return []
     if _hisparse_enabled(vllm_config):
-        from reference_impl.kv_cache.hisparse_layout import get_hisparse_kv_cache_groups  # it groups through us
-
         groups = get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec)
         if groups:
             return groups
@@ -503,17 +533,61 @@ def get_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSpec]) -> l
     wrapper = UniformTypeKVCacheSpecs.from_specs(kv_cache_spec)
     if wrapper is not None:
         return _get_kv_cache_groups_uniform_type(wrapper)
-    packed = _get_packed_kv_cache_groups(vllm_config, kv_cache_spec)
+    # Hidden-state layers keep a block table of their own: never folded into an attention bucket.
+    hidden = {n: s for n, s in kv_cache_spec.items() if isinstance(s, HiddenStateCacheSpec)}
+    others = {n: s for n, s in kv_cache_spec.items() if not isinstance(s, HiddenStateCacheSpec)}
+    packed = _get_packed_kv_cache_groups(vllm_config, others)
     if packed:
-        return packed
+        # Block-outermost blocks are strided by the widest group: hidden groups need no page alignment.
+        return packed + [KVCacheGroupSpec([name], spec) for name, spec in hidden.items()]
     try:
-        unified = unify_kv_cache_spec_page_size(kv_cache_spec)
+        unified = unify_kv_cache_spec_page_size(others)
     except NotImplementedError:
         fallback = _try_get_full_allocation_fallback_groups(kv_cache_spec)
         if fallback is None:
             raise
         return fallback
-    return _get_kv_cache_groups_uniform_page_size(unified)
+    groups = _get_kv_cache_groups_uniform_page_size(unified)
+    if hidden:
+        groups = _add_hidden_state_groups(groups, hidden)
+    return groups
+
+
+def _hidden_bytes_per_token(spec: HiddenStateCacheSpec) -> int:
+    return spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
+
+
+def _largest_divisor_at_most(value: int, limit: int) -> int:
+    return next((d for d in range(min(value, limit), 0, -1) if value % d == 0), 1)
+
+
+def _add_hidden_state_groups(groups: list[KVCacheGroupSpec],
+                             hidden: dict[str, HiddenStateCacheSpec]) -> list[KVCacheGroupSpec]:
+    """One group per hidden-state layer, its page padded to the other groups' common page.
+
+    The common page must hold at least one token of the widest hidden state: when it does not (tensor
+    parallelism shrinks attention pages), every group's block size (and padded page) is scaled up first.
+    A hidden layer's block size is the largest divisor of the groups' gcd block size that fits the page.
+    """
+    common_page = get_uniform_page_size([g.kv_cache_spec for g in groups])
+    widest = max(_hidden_bytes_per_token(s) for s in hidden.values())
+    if widest > common_page:
+        scale = cdiv(widest, common_page)
+        common_page *= scale
+        scaled = []
+        for g in groups:
+            spec = g.kv_cache_spec
+            changes = {"block_size": spec.block_size * scale}
+            if isinstance(spec, (AttentionSpec, MambaSpec)) and spec.page_size_padded is not None:
+                changes["page_size_padded"] = spec.page_size_padded * scale
+            scaled.append(KVCacheGroupSpec(g.layer_names, replace(spec, **changes)))
+        groups = scaled
+    group_block_size = math.gcd(*(g.kv_cache_spec.block_size for g in groups))
+    for name, spec in hidden.items():
+        per_token = _hidden_bytes_per_token(spec)
+        block_size = _largest_divisor_at_most(group_block_size, max(common_page // per_token, 1))
+        groups.append(KVCacheGroupSpec([name], replace(spec, block_size=block_size, page_size_padded=common_page)))
+    return groups
 
 
 def _check_exact_partition(groups: list[KVCacheGroupSpec], kv_cache_spec: dict[str, KVCacheSpec]) -> None:
@@ -597,20 +671,6 @@ def _empty_config(vllm_config, kv_cache_groups: list[KVCacheGroupSpec]) -> KVCac
                          prefix_cache_retention_interval=_retention_interval(vllm_config))
 
 
-def _layer_and_block_strides(spec: KVCacheSpec, num_blocks: int, num_layers: int, layout: KVCacheLayoutTraits,
-                             block_stride: int | None) -> tuple[int, int]:
-    """(layer stride, block stride) in bytes of `num_layers` layers of `spec` in `layout`.
-
-    Block-outermost: a block holds every layer's page, so the block stride is the fixed bytes per block
-    and the layer stride one page. Layer-outermost: a layer is a run of blocks, each at its (padded)
-    page stride.
-    """
-    page_stride = block_stride or spec.page_size_bytes
-    if layout.is_block_outermost:
-        return spec.page_size_bytes, page_stride
-    return page_stride * num_blocks, page_stride
-
-
 def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups: list[KVCacheGroupSpec],
                                     available_memory: int) -> KVCacheConfig:
     """The `KVCacheConfig` for these groups in `available_memory` bytes.
@@ -645,8 +705,9 @@ def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups: list[KVCacheGr
             if block_stride is None and padded != spec.page_size_bytes:
                 assert layout.is_block_compact, f"{layout.name} cannot pad pages"
                 block_stride = padded
-            layer_stride, block_stride = _layer_and_block_strides(spec, num_blocks, len(names), layout, block_stride)
-            tensors.append(KVCacheTensor(size=size, layers=tuple(names), layer_stride=layer_stride,
+            strides = layout.strides(spec, num_blocks, len(names), fixed={"B": block_stride} if block_stride else None)
+            layer_stride, block_stride = strides["L"], strides["B"]
+            tensors.append(KVCacheTensor(size=size, layers=names, layer_stride=layer_stride,
                                          block_stride=block_stride, offset=offset))
             offset += len(names) * (spec.page_size_bytes if layout.is_block_outermost else layer_stride)
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=kv_cache_groups,
@@ -657,8 +718,6 @@ def _get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGrou
                                   available_memory: int) -> KVCacheConfig:
     """HiSparse: the device groups share the device pool; the host source group gets the host pool
     (`hisparse_layout.create_hisparse_layout`)."""
-    from reference_impl.kv_cache.hisparse_layout import create_hisparse_layout, get_hisparse_host_pool_bytes
-
     device = [g for g in kv_cache_groups if not g.host_resident]
     layout = create_hisparse_layout(vllm_config, kv_cache_groups, get_hisparse_host_pool_bytes(vllm_config))
     bytes_per_block = _get_kv_cache_bytes_per_block(device, DEFAULT_LAYOUT)
@@ -668,12 +727,12 @@ def _get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGrou
         spec = group.kv_cache_spec
         page = spec.page_size_bytes
         if group.host_resident:
-            tensors.append(KVCacheTensor(size=page * layout.host_num_blocks, layers=tuple(group.layer_names),
+            tensors.append(KVCacheTensor(size=page * layout.host_num_blocks, layers=list(group.layer_names),
                                          layer_stride=page, block_stride=layout.host_block_stride,
                                          host_resident=True))
             continue
         per_layer = page // max(len(group.layer_names), 1) if isinstance(spec, UniformTypeKVCacheSpecs) else page
-        tensors.append(KVCacheTensor(size=bytes_per_block * num_blocks, layers=tuple(group.layer_names),
+        tensors.append(KVCacheTensor(size=bytes_per_block * num_blocks, layers=list(group.layer_names),
                                      layer_stride=per_layer * num_blocks, block_stride=per_layer))
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=kv_cache_groups,
                          prefix_cache_retention_interval=_retention_interval(vllm_config),

@@ -38,6 +38,7 @@ __all__ = [
     "BlockHashListWithBlockSize",
     "resolve_block_hashes",
     "resolve_kv_cache_block_sizes",
+    "update_kv_cache_capacity",
     "tensor_data",
     "generate_block_hash_extra_keys",
     "to_event_extra_keys",
@@ -554,6 +555,27 @@ def get_kv_cache_capacity(vllm_config, kv_cache_config) -> tuple[int, float]:
     """(token capacity, max concurrency) of the pool for max_model_len requests."""
     concurrency = get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config)
     return int(concurrency * _max_model_len(vllm_config)), concurrency
+
+
+def _kv_cache_device_name(vllm_config) -> str:
+    """The device the KV cache pool lives on, as the capacity log names it ("GPU" for CUDA)."""
+    device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
+    return "GPU" if device_type == "cuda" else str(device_type).upper()
+
+
+def update_kv_cache_capacity(vllm_config, kv_cache_config) -> None:
+    """Store the pool's token capacity and max concurrency in `cache_config` (`kv_cache_size_tokens`,
+    `kv_cache_max_concurrency`) and log them."""
+    import logging
+
+    num_tokens, concurrency = get_kv_cache_capacity(vllm_config, kv_cache_config)
+    vllm_config.cache_config.kv_cache_size_tokens = num_tokens
+    vllm_config.cache_config.kv_cache_max_concurrency = concurrency
+    pools = _kv_cache_device_name(vllm_config)
+    if getattr(getattr(vllm_config, "attention_config", None), "hisparse_config", None) is not None:
+        pools += " + host"
+    logging.getLogger(__name__).info("%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+                                     pools, f"{num_tokens:,}", f"{_max_model_len(vllm_config):,}", concurrency)
 
 
 def generate_scheduler_kv_cache_config(kv_cache_configs: list):

@@ -115,3 +115,17 @@ def test_load_upstream_names_the_bad_field(tmp_path, changes, message):
     with pytest.raises(UpstreamResultsError) as info:
         load_upstream(_upstream_file(tmp_path, **changes))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_junit_classnames_map_to_files_and_classes(tmp_path):
+    from harness.upstream.vllm_core_tests import read_junit
+    (tmp_path / "tests/v1/core").mkdir(parents=True)
+    (tmp_path / "tests/v1/core/test_p.py").write_text("")
+    junit = tmp_path / "j.xml"
+    junit.write_text('<testsuites><testsuite>'
+                     '<testcase classname="tests.v1.core.test_p.TestDense" name="test_x"/>'
+                     '<testcase classname="tests.v1.core.test_p" name="test_y"/>'
+                     '<testcase classname="" name="tests.v1.core.test_q"><error message="collect"/></testcase>'
+                     '</testsuite></testsuites>')
+    assert sorted(read_junit(junit, tmp_path)) == ["tests/v1/core/test_p.py::TestDense::test_x",
+                                                   "tests/v1/core/test_p.py::test_y", "tests/v1/core/test_q.py"]
