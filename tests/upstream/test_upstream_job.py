@@ -129,3 +129,20 @@ def test_junit_classnames_map_to_files_and_classes(tmp_path):
                      '</testsuite></testsuites>')
     assert sorted(read_junit(junit, tmp_path)) == ["tests/v1/core/test_p.py::TestDense::test_x",
                                                    "tests/v1/core/test_p.py::test_y", "tests/v1/core/test_q.py"]
+
+
+def test_report_shows_the_upstream_figures_per_release_and_file(tmp_path):
+    from harness.report import render_reports
+    from harness.results_model import ResultsDocument
+    newer = tmp_path / "new.json"
+    newer.write_text(json.dumps({"vllm_version": "0.34.0", "collected": 5, "pass_on_vllm": 4, "pass_on_reference": 4,
+                                 "files": {"tests/v1/core/test_b.py": {"collected": 5, "pass_on_vllm": 4,
+                                                                        "pass_on_reference": 4}}}))
+    upstream = [load_upstream(newer), load_upstream(_upstream_file(tmp_path))]
+    markdown = render_reports(ResultsDocument(run_info={"kvconform_version": "0.1.0"}, results=[]),
+                              upstream)["compatibility.md"]
+    assert "vLLM's tests/v1/core on the reference allocator" in markdown
+    assert markdown.index("vLLM 0.33.0:") < markdown.index("vLLM 0.34.0:"), "releases in version order"
+    rows = {" ".join(line.split()) for line in markdown.splitlines()}
+    assert "| tests/v1/core/test_a.py | 3 | 2 | 1 |" in rows
+    assert "| all files | 5 | 4 | 4 |" in rows
