@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -38,6 +39,7 @@ from harness.atomic_write import write_text_atomic
 from harness.upstream.import_mapping import MAPPED_MODULES, stage_mapped_tests
 from harness.upstream.offline_hub import load_model_configs, named_models, write_offline_hub
 from harness.upstream.process_alias import PROCESS_MODULES
+from harness.upstream.select_tests import ENV as SELECT_ENV
 
 __all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "per_file",
            "main"]
@@ -105,17 +107,21 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
                log: Path, files: tuple[str, ...] = (TEST_DIR,), hub_cache: Path | None = None,
-               plugins: tuple[str, ...] = ()) -> int:
+               plugins: tuple[str, ...] = (), select: Path | None = None) -> int:
     """Run `files` under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
     conftest needs model-test dependencies these files do not use), on vLLM's CPU platform and offline.
 
     `hub_cache`: the offline Hugging Face cache (`offline_hub`); `plugins`: extra `-p` plugins, loaded
-    before any test module is imported."""
+    before any test module is imported; `select`: a file of node ids, the only tests to run
+    (`select_tests`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path])
     env["HF_HUB_OFFLINE"] = "1"  # the hub is the local cache only: fail fast instead of retrying the network
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["VLLM_TARGET_DEVICE"] = "cpu"  # the CUDA wheel detects no platform on a machine without a GPU
+    if select is not None:
+        env[SELECT_ENV] = str(select)
+        plugins = (*plugins, "harness.upstream.select_tests")
     if hub_cache is not None:
         env["HF_HUB_CACHE"] = str(hub_cache)
         # vLLM inspects each model class once in a subprocess (about a minute on 2 cores) and caches the
@@ -169,7 +175,9 @@ def compare(on_vllm: dict[str, dict], on_reference: dict[str, dict]) -> dict:
     passing_on_vllm = passing_on_both = 0
     for test_id in sorted(on_vllm):
         vllm = on_vllm[test_id]
-        ref = on_reference.get(test_id, {"outcome": "missing", "reason": "not collected on the reference"})
+        missing = ("missing", "not collected on the reference") if vllm["outcome"] == "passed" \
+            else ("not run", "excluded: it does not pass on vLLM")
+        ref = on_reference.get(test_id, {"outcome": missing[0], "reason": missing[1]})
         row = {"vllm": vllm["outcome"], "reference": ref["outcome"]}
         if vllm["outcome"] != "passed":
             row["excluded"] = vllm["reason"] or vllm["outcome"]
@@ -249,23 +257,35 @@ def main(argv: list[str] | None = None) -> int:
         missing = sorted(named - set(configs))
         if missing:
             print(f"upstream: no model config for {', '.join(missing)} (their tests run without one)")
-        outcomes = {}
-        runs = (("vllm", vllm_root, [], ()),
-                ("reference", ref_root, [_REPO_ROOT], ("harness.upstream.process_alias",)))
-        for target, root, extra, plugins in runs:
+        outcomes, seconds = {}, {}
+        for target in ("vllm", "reference"):
             junit = work / f"junit-{target}.xml"
             junit.unlink(missing_ok=True)
-            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files,
-                       hub_cache=hub, plugins=plugins)
-            outcomes[target] = read_junit(junit, root)
+            started = time.monotonic()
+            if target == "vllm":
+                run_pytest(args.vllm_python, vllm_root, junit, [], args.workers, work / "pytest-vllm.log", files,
+                           hub_cache=hub)
+                outcomes["vllm"] = read_junit(junit, vllm_root)
+            else:
+                # Only what passed on vLLM is compared: the rest is not run again.
+                select = work / "passed-on-vllm.txt"
+                select.write_text("".join(f"{t}\n" for t, r in sorted(outcomes["vllm"].items())
+                                          if r["outcome"] == "passed"), encoding="utf-8")
+                run_pytest(args.vllm_python, ref_root, junit, [_REPO_ROOT], args.workers,
+                           work / "pytest-reference.log", files, hub_cache=hub,
+                           plugins=("harness.upstream.process_alias",), select=select)
+                outcomes["reference"] = read_junit(junit, ref_root)
+            seconds[target] = round(time.monotonic() - started)
     except UpstreamError as exc:
         print(f"upstream: {exc}", file=sys.stderr)
         return 2
     result = compare(outcomes["vllm"], outcomes["reference"])
     result = {"vllm_version": args.vllm_version, "paths": list(files), "mapped_modules": MAPPED_MODULES,
-              "process_modules": PROCESS_MODULES, "models_without_config": missing, **result}
+              "process_modules": PROCESS_MODULES, "models_without_config": missing, "wall_seconds": seconds,
+              **result}
     write_text_atomic(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print(summary_line(args.vllm_version, result))
+    print(summary_line(args.vllm_version, result) + f" [{seconds['vllm']} s on vLLM, {seconds['reference']} s on the "
+          "reference]")
     for path, counts in result["files"].items():
         print(f"upstream:   {path}: {counts['collected']} collected, {counts['pass_on_vllm']} pass on vLLM, "
               f"{counts['pass_on_reference']} of them on the reference")

@@ -146,3 +146,23 @@ def test_report_shows_the_upstream_figures_per_release_and_file(tmp_path):
     rows = {" ".join(line.split()) for line in markdown.splitlines()}
     assert "| tests/v1/core/test_a.py | 3 | 2 | 1 |" in rows
     assert "| all files | 5 | 4 | 4 |" in rows
+
+
+def test_select_plugin_runs_only_the_listed_tests(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+    (tmp_path / "test_s.py").write_text("import pytest\n"
+                                        "def test_a(): pass\n"
+                                        "def test_b(): assert False\n"
+                                        "@pytest.mark.parametrize('x', [1, 2])\n"
+                                        "def test_c(x): pass\n")
+    listing = tmp_path / "ids.txt"
+    listing.write_text("test_s.py::test_a\ntest_s.py::test_c[2]\n")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KVCONFORM_UPSTREAM_SELECT": str(listing), "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:kvconform",
+                           "-p", "no:xdist", "-p", "harness.upstream.select_tests", "test_s.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+    assert "2 passed, 2 deselected" in done.stdout
