@@ -727,8 +727,10 @@ def _get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGrou
         spec = group.kv_cache_spec
         page = spec.page_size_bytes
         if group.host_resident:
+            # The host pool is layer-outermost: each layer a run of host blocks.
+            per_layer = page // max(len(group.layer_names), 1) if isinstance(spec, UniformTypeKVCacheSpecs) else page
             tensors.append(KVCacheTensor(size=page * layout.host_num_blocks, layers=list(group.layer_names),
-                                         layer_stride=page, block_stride=layout.host_block_stride,
+                                         layer_stride=per_layer * layout.host_num_blocks, block_stride=per_layer,
                                          host_resident=True))
             continue
         per_layer = page // max(len(group.layer_names), 1) if isinstance(spec, UniformTypeKVCacheSpecs) else page
