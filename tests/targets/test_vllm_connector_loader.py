@@ -59,7 +59,26 @@ def test_multiconnector_cannot_nest(fake_vllm):
 def test_parse_name():
     assert vllm_connector.parse_name("vllm:ExampleConnector") == ("ExampleConnector", ())
     assert vllm_connector.parse_name("vllm:MultiConnector[A,B]") == ("MultiConnector", ("A", "B"))
-    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", vllm_connector.DEFAULT_MULTI_CHILDREN)
+
+
+WITH_DECODE_BENCH = ("DecodeBenchConnector", "ExampleConnector", "MultiConnector", "NixlConnector", "OffloadingConnector")
+
+
+def test_default_multiconnector_pairs_connectors_that_store_kv(fake_vllm, monkeypatch):
+    """`vllm:MultiConnector` alone: two children that store KV and can run here, never the dummy-KV
+    DecodeBenchConnector (it claims every prompt first) nor a transfer-only connector."""
+    factory = ("class KVConnectorFactory:\n"
+               f"    _registry = {{name: (lambda: None) for name in {WITH_DECODE_BENCH!r}}}\n")
+    fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
+    monkeypatch.setitem(vllm_connector.REQUIREMENTS, "OffloadingConnector",
+                        vllm_connector.Requirement(cuda=True, why="test: needs a GPU"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "ExampleConnector"))
+    monkeypatch.delitem(vllm_connector.REQUIREMENTS, "OffloadingConnector")  # e.g. once it runs on a CPU
+    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "OffloadingConnector"))
+    assert vllm_connector.vllm_target("vllm:DecodeBenchConnector").known_kind == "dummy"
+    assert vllm_connector.vllm_target("vllm:NixlConnector").known_kind == "transfer"
+    assert vllm_connector.vllm_target("vllm:ExampleConnector").known_kind == "stores"
 
 
 def test_target_name_carries_the_release(fake_vllm):
@@ -112,15 +131,16 @@ def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
     assert result.returncode == 4, result.stdout + result.stderr
     assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
                                      "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
-    assert result.stdout == "" and not any(out.iterdir()), "nothing runs and no report is written"
+    assert result.stdout == "" and (not out.exists() or not any(out.iterdir())), "nothing runs and no report is written"
 
 
 def test_each_connector_under_test_gets_its_own_store_directory():
     """vLLM's ExampleConnector keys its files by tokens only: a MultiConnector's ExampleConnector child must not
     share the directory of the ExampleConnector checked on its own (its prompts would hit there)."""
     alone = vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"]
-    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector")["shared_storage_path"]
-    assert alone != child, "the child and the connector on its own share one store"
+    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.0")["shared_storage_path"]
+    second = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.1")["shared_storage_path"]
+    assert len({alone, child, second}) == 3, "two children, or a child and the connector on its own, share one store"
     assert vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
         "every engine of one connector in one process shares its store"
     assert all(Path(p).is_dir() for p in (alone, child))
