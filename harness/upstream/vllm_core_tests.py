@@ -40,6 +40,7 @@ from harness.upstream.import_mapping import MAPPED_MODULES, stage_mapped_tests
 from harness.upstream.offline_hub import load_model_configs, named_models, write_offline_hub
 from harness.upstream.process_alias import PROCESS_MODULES
 from harness.upstream.select_tests import ENV as SELECT_ENV
+from reference_impl.kv_cache.release import ENV_VAR as ALLOCATOR_RELEASE_ENV
 
 __all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "per_file",
            "main"]
@@ -115,13 +116,14 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
                log: Path, files: tuple[str, ...] = (TEST_DIR,), hub_cache: Path | None = None,
-               plugins: tuple[str, ...] = (), select: Path | None = None) -> int:
+               plugins: tuple[str, ...] = (), select: Path | None = None,
+               extra_env: dict[str, str] | None = None) -> int:
     """Run `files` under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
     conftest needs model-test dependencies these files do not use), on vLLM's CPU platform and offline.
 
     `hub_cache`: the offline Hugging Face cache (`offline_hub`); `plugins`: extra `-p` plugins, loaded
     before any test module is imported; `select`: a file of node ids, the only tests to run
-    (`select_tests`)."""
+    (`select_tests`); `extra_env`: more environment variables."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path])
     env["HF_HUB_OFFLINE"] = "1"  # the hub is the local cache only: fail fast instead of retrying the network
@@ -135,6 +137,7 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
         # vLLM inspects each model class once in a subprocess (about a minute on 2 cores) and caches the
         # result under VLLM_CACHE_ROOT: one cache per release, next to the hub, reused by both runs.
         env["VLLM_CACHE_ROOT"] = str(hub_cache.with_name("vllm-cache"))
+    env.update(extra_env or {})
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
            "-p", "no:cacheprovider", "-p", "no:kvconform", *(a for p in plugins for a in ("-p", p)),
            "-q", f"--junitxml={junit}", *files]
@@ -282,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                                           if r["outcome"] == "passed"), encoding="utf-8")
                 run_pytest(args.vllm_python, ref_root, junit, [_REPO_ROOT], args.workers,
                            work / "pytest-reference.log", files, hub_cache=hub,
-                           plugins=("harness.upstream.process_alias",), select=select)
+                           plugins=("harness.upstream.process_alias",), select=select,
+                           # the reference follows the release whose tests run (reference_impl.kv_cache.release)
+                           extra_env={ALLOCATOR_RELEASE_ENV: args.vllm_version})
                 outcomes["reference"] = read_junit(junit, ref_root)
             seconds[target] = round(time.monotonic() - started)
     except UpstreamError as exc:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.kv_cache.kv_cache_planning import DefaultKVCacheConfigBuilder, get_kv_cache_groups, planning_config
-from reference_impl.kv_cache.specs import (
+from reference_impl.kv_cache.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
