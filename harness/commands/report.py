@@ -44,6 +44,7 @@ from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
 from harness.results_model import ResultsDocument, ResultsFileError, load_results
+from harness.upstream.results import UpstreamResultsError, load_upstream
 from harness.target_spec import load_allocator_target, load_config_target
 from harness.plugins.connector import check_pytest_args
 from harness.report_options import option_values
@@ -72,6 +73,9 @@ def register(subparsers) -> None:
                         help="only this vLLM release or rule era (a version, an era id, pre-seed, seed or v0.33)")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
                         help="connector to check (passed to the suites); with --from, keep only this connector's rows")
+    parser.add_argument("--upstream", action="append", default=[], metavar="UPSTREAM.json",
+                        help="show this upstream job result (scripts/upstream-vllm-tests.sh's upstream-vllm-VERSION.json) "
+                             "in the allocator section (repeatable: one per vLLM release)")
     parser.add_argument("--suite", dest="suites", action="append", metavar="PACKAGE",
                         help="suite package or path to run (repeatable; default: suites)")
     parser.add_argument("-n", "--workers", default="auto", metavar="N|auto",
@@ -279,6 +283,10 @@ def run(args) -> int:
     args.junit_path, args.pytest_args = split_junit_option(args.pytest_args)
     output_dir = _checked_output_dir(args.output_dir)
     eras = _eras(args.vllm_version)
+    try:
+        upstream = [load_upstream(path) for path in args.upstream]  # before any suite runs: fail fast
+    except UpstreamResultsError as exc:
+        raise UsageError(f"kvconform report: --upstream {exc}") from None
     junit = None
     if args.from_file:
         if args.target or args.timing:
@@ -298,7 +306,7 @@ def run(args) -> int:
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow
         results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
-    files = {output_dir / name: text for name, text in render_reports(results).items()}
+    files = {output_dir / name: text for name, text in render_reports(results, upstream).items()}
     if junit is not None:
         files[Path(args.junit_path)] = junit
     try:

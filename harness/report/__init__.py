@@ -32,10 +32,11 @@ def run_details(results: ResultsDocument) -> list[str]:
     return lines
 
 
-def render_reports(results: ResultsDocument) -> dict[str, str]:
+def render_reports(results: ResultsDocument, upstream: list[dict] | None = None) -> dict[str, str]:
     """File name -> text for the report files: the Markdown pages (compatibility.md and its per-release
-    pages), the HTML page and the results file."""
-    document = build_document(results)
+    pages), the HTML page and the results file (`upstream`: the upstream job's results, loaded by
+    `harness.upstream.results.load_upstream`, shown in the allocator section)."""
+    document = build_document(results, upstream)
     return {
         **render_markdown_pages(document, MARKDOWN_NAME),
         HTML_NAME: render_html(document, run_details(results)),

@@ -1,4 +1,5 @@
-"""The allocator part of the report: pass/fail counts per target and spec section, and the failures."""
+"""The allocator part of the report: pass/fail counts per target and spec section, the failures, and (given
+the upstream job's results) vLLM's own `tests/v1/core` on vLLM and on the reference allocator, per file."""
 
 from __future__ import annotations
 
@@ -12,11 +13,30 @@ SUITE = "allocator"
 _LISTED_FAILURES = 50
 
 
-def allocator_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The allocator conformance summary, or nothing when the allocator suite did not record."""
+def upstream_blocks(upstream: list[dict]) -> list:
+    """One table per vLLM release: per file of `tests/v1/core`, tests collected, passing on vLLM (CPU) and,
+    of those, passing with the reference allocator in vLLM's place (`harness.upstream.results`)."""
+    blocks: list = [Heading(3, "vLLM's tests/v1/core on the reference allocator"), Paragraph(
+        "From `scripts/upstream-vllm-tests.sh`: each release's whole `tests/v1/core` folder, run on vLLM (CPU) and "
+        "again with vLLM's `vllm.v1.core` allocator modules replaced by the reference's for the whole process. "
+        "A test counts for the reference only if it passes on vLLM.")]
+    for run in sorted(upstream, key=lambda r: [int(p) if p.isdigit() else p for p in r["vllm_version"].split(".")]):
+        total = run["total"]
+        rows = [[name, str(c["collected"]), str(c["pass_on_vllm"]), str(c["pass_on_reference"])]
+                for name, c in run["files"].items()]
+        rows.append(["all files", str(total["collected"]), str(total["pass_on_vllm"]), str(total["pass_on_reference"])])
+        blocks += [Paragraph(f"vLLM {run['vllm_version']}:"),
+                   Table(headers=["file", "collected", "pass on vLLM", "of those, pass on the reference"], rows=rows)]
+    return blocks
+
+
+def allocator_sections(entries: list[dict[str, Any]], upstream: list[dict] | None = None) -> list[Section]:
+    """The allocator conformance summary (nothing when the allocator suite did not record), followed by the
+    upstream tables when `upstream` results are given."""
     records = [e for e in entries if e["suite"] == SUITE]
     if not records:
-        return []
+        return [Section("allocator", [Heading(2, "Allocator conformance"), *upstream_blocks(upstream)])] \
+            if upstream else []
     counts: dict[tuple[str, str], Counter] = {}
     for entry in records:
         cell = entry.get("cell") or {}
@@ -37,4 +57,6 @@ def allocator_sections(entries: list[dict[str, Any]]) -> list[Section]:
         blocks += [Heading(3, "Failing allocator scenarios"), BulletList(items)]
     else:
         blocks.append(Paragraph("Every allocator scenario that ran passed."))
+    if upstream:
+        blocks += upstream_blocks(upstream)
     return [Section("allocator", blocks)]

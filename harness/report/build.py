@@ -31,10 +31,11 @@ def run_line(results: ResultsDocument) -> str:
     return "Produced by " + " · ".join(parts) + "."
 
 
-def build_document(results: ResultsDocument) -> Document:
-    """The report document: summary, config matrix, allocator, connectors, throughput."""
+def build_document(results: ResultsDocument, upstream: list[dict] | None = None) -> Document:
+    """The report document: summary, config matrix, allocator (with vLLM's own tests when `upstream`
+    results are given), connectors, throughput."""
     entries = results.results
     sections = (summary_sections(entries) + failures_sections(entries) + config_sections(entries)
-                + allocator_sections(entries) + connector_sections(without_vllm_connectors(entries))
+                + allocator_sections(entries, upstream) + connector_sections(without_vllm_connectors(entries))
                 + vllm_connector_sections(entries) + benchmark_sections(entries))
     return Document(title=TITLE, run_line=run_line(results), sections=sections)

@@ -27,6 +27,8 @@ MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
     "vllm.v1.core.kv_cache_coordinator": "reference_impl.kv_cache.kv_cache_coordinator",
     "vllm.v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
+    "vllm.v1.core.kv_cache_planning": "reference_impl.kv_cache.kv_cache_planning",
+    "vllm.v1.core.kv_cache_config_builder": "reference_impl.kv_cache.kv_cache_config_builder",
     "vllm.v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
     "vllm.v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
     "vllm.v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",

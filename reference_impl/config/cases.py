@@ -302,7 +302,7 @@ def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=N
 
 def group_kv_cache(case: Case, cfg: VllmConfig, res) -> list[dict]:
     """Stage kv_cache_groups: group the case's layers with the resolved flag, in the era's style."""
-    from reference_impl.kv_cache.grouping import resolve_groups  # torch is only needed for this stage
+    from reference_impl.config.kv_cache_groups import resolve_groups  # torch is only needed for this stage
 
     # the seed logs W-U before failing; 0.33 fails first (config-rules.md 2.5 and 3.5)
     style = "seed" if case.era.unify_warns_before_error else "v0.33"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups
+from reference_impl.kv_cache.kv_cache_planning import DefaultKVCacheConfigBuilder, get_kv_cache_groups, planning_config
 from reference_impl.kv_cache.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
@@ -67,8 +67,8 @@ class ModelPreset:
     def kv_cache_config(self, num_blocks: int, tp_size: int = 1) -> KVCacheConfig:
         """The allocator's `KVCacheConfig` of this model with `num_blocks` blocks (block 0 is the null block).
 
-        Grouped by the allocator's own `get_kv_cache_groups` (HMA on): one group per preset group, in order,
-        every group overlaying the same pool from byte 0.
+        Planned by the allocator's `kv_cache_planning` (vLLM 0.33's grouping and placement, HMA on): one group
+        per preset group, in order, every group overlaying the same pool from byte 0.
         """
         specs = self.layer_specs(tp_size)
         pages = sorted({spec.page_size_bytes for spec in specs.values()})
@@ -76,10 +76,11 @@ class ModelPreset:
             # The allocator would unify by growing block sizes: the preset would no longer be the model it names.
             raise ValueError(f"preset {self.name} at tensor_parallel_size {tp_size}: groups must share one page "
                              f"size, got {pages}")
-        groups = get_kv_cache_groups(specs)
+        config = planning_config()
+        groups = get_kv_cache_groups(config, specs)
         if len(groups) != len(self.groups):
             raise ValueError(f"preset {self.name}: {len(self.groups)} groups declared, the allocator made {len(groups)}")
-        return get_kv_cache_config_from_groups(groups, num_blocks=num_blocks)
+        return DefaultKVCacheConfigBuilder().get_kv_cache_config_from_groups(config, groups, num_blocks)
 
 
 PRESETS: dict[str, ModelPreset] = {

@@ -1,7 +1,8 @@
 """The reference hybrid KV cache allocator, named and shaped after vLLM 0.33's `v1/core`.
 
-Modules, named as vLLM names them: `kv_cache_interface` (layer specs, groups, config), `grouping` (layer
-specs -> groups, HMA-off promotion), `kv_cache_utils` (prefix block hashes and the config helpers),
+Modules, named as vLLM names them: `kv_cache_interface` (layer specs, groups, config), `kv_cache_planning`
+(layer specs -> groups -> a `KVCacheConfig`, HMA-off promotion, memory accounting; `kv_cache_config_builder`
+its pluggable placement), `kv_cache_utils` (prefix block hashes and the config helpers),
 `request`, `block_pool` (blocks, free queue, prefix-cache map), `single_type_kv_cache_manager`,
 `kv_cache_coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
 `hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound), `hisparse_coordinator`
@@ -10,7 +11,7 @@ hands the worker).
 """
 
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock
-from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups, resolve_groups
+from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
 from reference_impl.kv_cache.kv_cache_utils import (
     BlockHashListWithBlockSize,
     get_request_block_hasher,
@@ -36,5 +37,5 @@ __all__ = [
     "FreeKVCacheBlockQueue", "FullAttentionSpec", "KVCacheBlock", "KVCacheBlocks", "KVCacheConfig",
     "KVCacheGroupSpec", "KVCacheManager", "KVCacheTensor", "LoRARequest", "MambaSpec", "MultiModalFeature",
     "RSWASpec", "Request", "SlidingWindowSpec", "get_kv_cache_config_from_groups", "get_kv_cache_groups",
-    "get_request_block_hasher", "hash_block_tokens", "make_block_hash_with_group_id", "resolve_groups", "sha256",
+    "get_request_block_hasher", "hash_block_tokens", "make_block_hash_with_group_id", "sha256",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "HISPARSE_RESIDENT_SUFFIX",
     "HiSparseLayout",
     "get_hisparse_device_buffer_size",
+    "get_hisparse_host_pool_bytes",
     "get_hisparse_kv_cache_groups",
     "create_hisparse_layout",
     "get_hisparse_steady_state_concurrency",
@@ -62,6 +63,17 @@ class HiSparseLayout:
 def _hisparse_config(vllm_config):
     attention_config = getattr(vllm_config, "attention_config", None)
     return None if attention_config is None else getattr(attention_config, "hisparse_config", None)
+
+
+def get_hisparse_host_pool_bytes(vllm_config) -> int:
+    """Bytes of HiSparse's host pool: the HiSparse connector's `host_pool_gib` (its
+    `kv_connector_extra_config`); ValueError when it is not configured."""
+    transfer = getattr(vllm_config, "kv_transfer_config", None)
+    extra = getattr(transfer, "kv_connector_extra_config", None) or {}
+    gib = extra.get("host_pool_gib")
+    if gib is None:
+        raise ValueError("HiSparse requires HiSparseConnector with host_pool_gib")
+    return int(gib * 2**30)
 
 
 def _max_decode_query_len(vllm_config) -> int:
@@ -159,12 +171,12 @@ def get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSp
             HiSparseHotSpec(block_size=block_size, page_size=page_size, blocks_per_request=hot_blocks),
             enable_kv_transfer=False))
 
-    from reference_impl.kv_cache.grouping import get_kv_cache_groups  # grouping imports the spec module only
+    from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_groups  # planning imports this module
 
     source_group = KVCacheGroupSpec(list(source), _wrap(source), host_resident=True,
                                     role=KVCacheGroupRole.HISPARSE_SOURCE)
     indexer_group = KVCacheGroupSpec(list(indexer), _wrap(indexer), role=KVCacheGroupRole.HISPARSE_INDEXER)
-    regular = get_kv_cache_groups(others) if others else []
+    regular = get_kv_cache_groups(vllm_config, others) if others else []
     return [source_group, indexer_group, *resident_groups, *hot_groups, *regular]
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "HiSparseResidentSpec",
     "UniformTypeKVCacheSpecs",
     "iter_layer_specs",
+    "HiddenStateCacheSpec",
     "is_full_attention_spec",
     "get_kv_cache_spec_kind",
     "get_kv_cache_spec_sliding_window",
@@ -114,11 +115,29 @@ class KVCacheSpec:
     #: Whether decode context parallelism shards this cache's token positions across ranks (attention
     #: layers do; a Mamba state does not, so its block size is not scaled by the DCP world size).
     dcp_sharded: bool = field(default=False, kw_only=True)
+    #: Bytes the stride between physical blocks must be a multiple of: an int, or an object with `base`
+    #: (vLLM's `MultipleOf(n)`: whole kernel blocks of up to `n` tokens). None: no constraint.
+    block_stride_alignment: object = field(default=None, kw_only=True)
     #: Whether a draft model owns the layer (never part of equality, so it never affects grouping).
     is_draft: bool = field(default=False, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         _require_positive_int(type(self).__name__, "block_size", self.block_size)
+        alignment = self.block_stride_alignment
+        if isinstance(alignment, int) and not isinstance(alignment, bool) and alignment <= 0:
+            raise ValueError(f"{type(self).__name__}.block_stride_alignment must be positive, got {alignment!r}")
+
+    def get_block_stride_alignment(self) -> int:
+        """Bytes the stride between physical blocks must be a multiple of: the declared bytes; for kernel
+        blocks of up to `base` tokens, one kernel block's page (1 when a block is one kernel block)."""
+        alignment = self.block_stride_alignment
+        base = getattr(alignment, "base", None)
+        if base is None:
+            return alignment or 1
+        kernel_block_size = math.gcd(base, self.block_size)
+        if kernel_block_size == self.block_size:
+            return 1
+        return self.copy_with_new_block_size(kernel_block_size).page_size_bytes
 
     @property
     def prefix_cacheable(self) -> bool:
@@ -133,6 +152,25 @@ class KVCacheSpec:
     def page_size_bytes(self) -> int:
         """Bytes of one block of one layer."""
         raise NotImplementedError
+
+    @property
+    def prefix_replay_tokens(self) -> int:
+        """Tokens a prefix hit must replay before the hit point (bounded-replay sliding-window MLA only)."""
+        return 0
+
+    @property
+    def has_layer_views(self) -> bool:
+        """Whether the worker makes a per-layer view of the cache (False for pages a spec lays out itself)."""
+        return True
+
+    @property
+    def uses_slot_mapping(self) -> bool:
+        """Whether the worker computes a per-token slot mapping for this spec."""
+        return True
+
+    def max_num_blocks_per_req(self, vllm_config, max_len: int) -> int:
+        """Block-table row length of one request of up to `max_len` tokens."""
+        return cdiv(max_len, self.block_size)
 
     def max_memory_usage_bytes(self, max_model_len: int, max_in_flight_tokens: int | None = None) -> int:
         """Worst-case bytes one request needs from this layer."""
@@ -194,8 +232,11 @@ class AttentionSpec(KVCacheSpec):
             object.__setattr__(self, "head_size_v", self.head_size)
         if self.head_size_v:  # 0: no separate V (latent attention)
             _require_positive_int(name, "head_size_v", self.head_size_v)
+        if isinstance(self.dtype, str) and isinstance(getattr(torch, self.dtype, None), torch.dtype):
+            # vLLM stores whatever it is given; its own tests pass dtype names ("float16")
+            object.__setattr__(self, "dtype", getattr(torch, self.dtype))
         if not isinstance(self.dtype, torch.dtype):
-            raise ValueError(f"{name}.dtype must be a torch.dtype, got {self.dtype!r}")
+            raise ValueError(f"{name}.dtype must be a torch.dtype or the name of one, got {self.dtype!r}")
         if self.page_size_padded is not None:
             _require_positive_int(name, "page_size_padded", self.page_size_padded)
             if self.page_size_padded < self.real_page_size_bytes:
@@ -243,6 +284,12 @@ class AttentionSpec(KVCacheSpec):
     def max_memory_usage_bytes(self, vllm_config, max_in_flight_tokens: int | None = None) -> int:
         max_model_len, _ = _lengths(vllm_config, max_in_flight_tokens)
         return cdiv(max_model_len, self.block_size) * self.page_size_bytes
+
+    def max_num_blocks_per_req(self, vllm_config, max_len: int) -> int:
+        """Block-table row length: a DCP-sharded layer spreads its tokens over the DCP ranks."""
+        parallel = getattr(vllm_config, "parallel_config", None)
+        shards = (getattr(parallel, "decode_context_parallel_size", 1) or 1) if self.dcp_sharded else 1
+        return cdiv(max_len, self.block_size * shards)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,6 +450,13 @@ class MambaSpec(KVCacheSpec):
     @property
     def page_size_bytes(self) -> int:
         return self.page_size_padded if self.page_size_padded is not None else self.real_page_size_bytes
+
+    def max_num_blocks_per_req(self, vllm_config, max_len: int) -> int:
+        """Block-table row length: "align" rows are indexed by position over the whole sequence (only the
+        last states stay resident); other modes hold their resident states only."""
+        if getattr(getattr(vllm_config, "cache_config", None), "mamba_cache_mode", self.mamba_cache_mode) == "align":
+            return cdiv(max_len, self.block_size) + self.num_speculative_blocks
+        return cdiv(self.max_memory_usage_bytes(vllm_config), self.page_size_bytes)
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
         pages = 1 + self.num_speculative_blocks
@@ -565,6 +619,12 @@ class MLAAttentionSpec(FullAttentionSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HiddenStateCacheSpec(MLAAttentionSpec):
+    """A layer whose cache holds hidden states (extracted for a client through a connector), not KV: the
+    planner gives each such layer a group of its own, its page aligned to the other groups'."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class SinkFullAttentionSpec(FullAttentionSpec):
     """Full attention with `sink_len` learned sink tokens."""
 
@@ -588,12 +648,26 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     bounded_replay: bool = False
     head_size_v: int | None = 0
 
+    @property
+    def prefix_replay_tokens(self) -> int:
+        """A bounded-replay layer replays its window before a prefix hit."""
+        return self.sliding_window if self.bounded_replay else 0
+
 
 @dataclass(frozen=True, kw_only=True)
 class CircularBufferSpec(ScratchSpec):
     """vLLM's name for per-request scratch attention memory that no later token reads back."""
 
     prefix_cacheable: ClassVar[bool] = False
+
+    def max_num_blocks_per_req(self, vllm_config, max_len: int) -> int:
+        """One ring block per request, whatever the length."""
+        return 1
+
+    @property
+    def uses_slot_mapping(self) -> bool:
+        """The ring addresses its rows itself."""
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -627,6 +701,11 @@ class _HiSparsePageSpec(KVCacheSpec):
     @property
     def page_size_bytes(self) -> int:
         return self.page_size
+
+    @property
+    def has_layer_views(self) -> bool:
+        """HiSparse lays its pages out itself."""
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -689,6 +768,21 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         return next(iter(self.kv_cache_specs.values()))
 
     @property
+    def has_layer_views(self) -> bool:
+        return self.first_spec.has_layer_views
+
+    @property
+    def uses_slot_mapping(self) -> bool:
+        return self.first_spec.uses_slot_mapping
+
+    @property
+    def prefix_replay_tokens(self) -> int:
+        return self.first_spec.prefix_replay_tokens
+
+    def max_num_blocks_per_req(self, vllm_config, max_len: int) -> int:
+        return self.first_spec.max_num_blocks_per_req(vllm_config, max_len)
+
+    @property
     def page_size_bytes(self) -> int:
         return sum(s.page_size_bytes for s in self.kv_cache_specs.values())
 
@@ -698,19 +792,25 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
 
     @classmethod
     def is_uniform_type(cls, kv_cache_specs: dict) -> bool:
-        """Whether the layers are of one attention type with one block size (and one window / chunk)."""
+        """Whether the layers can share one block table, as vLLM 0.33's spec registry decides: one block
+        size, one DCP sharding, and every layer of the first layer's uniform-type family (full attention
+        with MLA, R-SWA, sinks and hidden states; sliding window of one window; chunked local of one chunk
+        size; or one of the other registered kinds)."""
         specs = list(kv_cache_specs.values())
         if not specs:
             return False
         first = specs[0]
-        kind = get_kv_cache_spec_kind(first)
-        if kind not in (KVCacheSpecKind.FULL_ATTENTION, KVCacheSpecKind.MLA_ATTENTION,
-                        KVCacheSpecKind.SLIDING_WINDOW, KVCacheSpecKind.CHUNKED_LOCAL_ATTENTION):
+        if len({s.block_size for s in specs}) > 1 or len({s.dcp_sharded for s in specs}) > 1:
             return False
-        return all(get_kv_cache_spec_kind(s) == kind and s.block_size == first.block_size
-                   and get_kv_cache_spec_sliding_window(s) == get_kv_cache_spec_sliding_window(first)
-                   and getattr(s, "attention_chunk_size", None) == getattr(first, "attention_chunk_size", None)
-                   for s in specs)
+        base = _uniform_type_base(first)
+        if base is None:
+            return False
+        if isinstance(first, SlidingWindowSpec):
+            return all(isinstance(s, SlidingWindowSpec) and s.sliding_window == first.sliding_window for s in specs)
+        if isinstance(first, ChunkedLocalAttentionSpec):
+            return all(isinstance(s, ChunkedLocalAttentionSpec)
+                       and s.attention_chunk_size == first.attention_chunk_size for s in specs)
+        return all(isinstance(s, base) for s in specs)
 
     @classmethod
     def from_specs(cls, kv_cache_specs: dict) -> "UniformTypeKVCacheSpecs | None":
@@ -719,6 +819,20 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
             return None
         block_size = next(iter(kv_cache_specs.values())).block_size
         return cls(block_size=block_size, kv_cache_specs=dict(kv_cache_specs))
+
+
+def _uniform_type_base(spec: KVCacheSpec) -> type | None:
+    """The family a spec shares a same-type group with (vLLM's `uniform_type_base_spec`): the first class
+    of its MRO that vLLM registers, mapped to that class's family; None for an unregistered kind."""
+    families = {
+        FullAttentionSpec: FullAttentionSpec, MLAAttentionSpec: FullAttentionSpec, RSWASpec: FullAttentionSpec,
+        HiddenStateCacheSpec: FullAttentionSpec, SinkFullAttentionSpec: FullAttentionSpec,
+        SlidingWindowMLASpec: SlidingWindowMLASpec, SlidingWindowSpec: SlidingWindowSpec,
+        ChunkedLocalAttentionSpec: ChunkedLocalAttentionSpec, CircularBufferSpec: CircularBufferSpec,
+        MambaSpec: MambaSpec, CrossAttentionSpec: CrossAttentionSpec, HiSparseHotSpec: HiSparseHotSpec,
+        HiSparseResidentSpec: HiSparseResidentSpec,
+    }
+    return next((families[c] for c in type(spec).__mro__ if c in families), None)
 
 
 def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:

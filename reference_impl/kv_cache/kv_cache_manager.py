@@ -18,6 +18,7 @@ from reference_impl.kv_cache.single_type_kv_cache_manager import (
     SlidingWindowManager,
 )
 from reference_impl.kv_cache.kv_cache_interface import (
+    AttentionSpec,
     CrossAttentionSpec,
     EncoderOnlyAttentionSpec,
     KVCacheConfig,
@@ -27,11 +28,37 @@ from reference_impl.kv_cache.kv_cache_interface import (
     get_kv_cache_spec_sliding_window,
 )
 
-__all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
+__all__ = ["KVCacheBlocks", "KVCacheManager", "PrefixCacheStats", "Request"]
 
 logger = logging.getLogger(__name__)
 
 _WAITING_STATES = frozenset({"waiting", "preempted"})
+
+
+@dataclass
+class PrefixCacheStats:
+    """Prefix-cache lookups since the last `make_prefix_cache_stats` (vLLM's metrics record of the same
+    name): requests, queried tokens and hit tokens, counted apart for requests resumed after preemption;
+    `reset` says the cache was cleared meanwhile."""
+
+    reset: bool = False
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        """Count one request's lookup of `num_tokens` tokens that hit `num_hits`."""
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
 
 
 @dataclass
@@ -181,8 +208,8 @@ class KVCacheManager:
             self._state_decode_groups = (_table_views(plain), mambas[0])
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
-        # vLLM keeps a stats object only with log_stats; the reference counts queries/hits above instead.
-        self.prefix_cache_stats = None
+        # As vLLM: a stats record only when stats are logged (the totals above are always kept).
+        self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
 
     # ---------------------------------------------------------------------------------------- properties
     @property
@@ -431,7 +458,56 @@ class KVCacheManager:
 
     def reset_prefix_cache(self) -> bool:
         """Clear the prefix cache (refused while any block is in use)."""
-        return self.block_pool.reset_prefix_cache()
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    # ----------------------------------------------------------------------------- scheduler bookkeeping
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """The lookups recorded since the last call (a fresh record starts), or None without log_stats."""
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    def prefix_cache_lookup_enabled(self, request) -> bool:
+        """Whether a local prefix-cache lookup may run for this request."""
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def record_prefix_cache_stats(self, request, num_hits: int) -> None:
+        """Record one scheduled request's lookup (a request that skipped the lookup is not counted)."""
+        if self.log_stats and self.prefix_cache_lookup_enabled(request):
+            self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                                           preempted=request.num_preemptions > 0)
+
+    def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
+        """The request's block ids per group, attention groups cut to the blocks covering its computed
+        tokens (state, cross-attention and encoder-only groups whole)."""
+        clipped = []
+        for group, ids in zip(self.kv_cache_config.kv_cache_groups, self.get_block_ids(request_id)):
+            spec = group.kv_cache_spec
+            if isinstance(spec, AttentionSpec) and not isinstance(spec, (CrossAttentionSpec, EncoderOnlyAttentionSpec)):
+                ids = ids[:-(-num_computed_tokens // spec.block_size)]
+            clipped.append(ids)
+        return tuple(clipped)
+
+    def estimate_cached_tokens(self, request) -> int:
+        """Tokens of the request its blocks hold in the prefix cache: the smallest, over prefix-cacheable
+        groups (cross-attention and encoder-only excluded), of the deepest hashed block's token count."""
+        cached = None
+        for group, blocks in zip(self.kv_cache_config.kv_cache_groups, self.get_blocks(request.request_id).blocks):
+            spec = group.kv_cache_spec
+            if not spec.prefix_cacheable or isinstance(spec, (CrossAttentionSpec, EncoderOnlyAttentionSpec)):
+                continue
+            deepest = max((block.block_hash_num_tokens or 0 for block in blocks), default=0)
+            cached = deepest if cached is None else min(cached, deepest)
+        return cached or 0
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """Blocks a failed KV load left unwritten would be zeroed again; the reference does not track
+        zeroing (`take_new_block_ids` is always empty), so there is nothing to record."""
 
     def evict_blocks(self, block_ids) -> None:
         """Drop these blocks from the prefix cache."""

@@ -44,6 +44,8 @@ __all__ = [
     "maybe_convert_block_hash",
     "BlockHashListWithBlockSize",
     "resolve_block_hashes",
+    "resolve_kv_cache_block_sizes",
+    "update_kv_cache_capacity",
     "tensor_data",
     "generate_block_hash_extra_keys",
     "to_event_extra_keys",
@@ -616,6 +618,27 @@ def get_kv_cache_capacity(vllm_config, kv_cache_config) -> tuple[int, float]:
     return int(concurrency * _max_model_len(vllm_config)), concurrency
 
 
+def _kv_cache_device_name(vllm_config) -> str:
+    """The device the KV cache pool lives on, as the capacity log names it ("GPU" for CUDA)."""
+    device_type = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
+    return "GPU" if device_type == "cuda" else str(device_type).upper()
+
+
+def update_kv_cache_capacity(vllm_config, kv_cache_config) -> None:
+    """Store the pool's token capacity and max concurrency in `cache_config` (`kv_cache_size_tokens`,
+    `kv_cache_max_concurrency`) and log them."""
+    import logging
+
+    num_tokens, concurrency = get_kv_cache_capacity(vllm_config, kv_cache_config)
+    vllm_config.cache_config.kv_cache_size_tokens = num_tokens
+    vllm_config.cache_config.kv_cache_max_concurrency = concurrency
+    pools = _kv_cache_device_name(vllm_config)
+    if getattr(getattr(vllm_config, "attention_config", None), "hisparse_config", None) is not None:
+        pools += " + host"
+    logging.getLogger(__name__).info("%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+                                     pools, f"{num_tokens:,}", f"{_max_model_len(vllm_config):,}", concurrency)
+
+
 def generate_scheduler_kv_cache_config(kv_cache_configs: list):
     """The scheduler's config from the workers' (equal block counts): the first, with any group of
     same-type layers (`UniformTypeKVCacheSpecs`) represented by one of its layer specs."""
@@ -649,6 +672,54 @@ def partial_hash_hits_enabled(kv_cache_groups, hash_block_size: int, dcp_world_s
     return all(not g.kv_cache_spec.prefix_cacheable or cls.supports_fine_grained_hash_lookup
                or resolve_dcp_kv_block_size(g.kv_cache_spec, dcp_world_size) == hash_block_size
                for g, cls in zip(kv_cache_groups, manager_classes))
+
+
+def resolve_kv_cache_block_sizes(kv_cache_config, vllm_config) -> tuple[int, int]:
+    """(scheduler block size, hash block size) of a planned config, as vLLM 0.33 resolves them.
+
+    One group: `cache_config.block_size` (x the DCP world size for a DCP-sharded group) for both; a
+    `prefix_match_unit` other than that is refused while hashes are used (prefix caching or a connector).
+    Several groups: the scheduler block is the lcm of the groups' (DCP-scaled) block sizes; the hash block
+    is `prefix_match_unit` or the gcd of the prefix-cacheable groups' sizes, and must divide each of them.
+    No hashing (no caching, no connector) or a Mamba group outside "align" mode hashes at the scheduler
+    block; prefix-cache boundaries must also align with every spec's per-state compression.
+    """
+    import math
+
+    cache_config = vllm_config.cache_config
+    dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1) or 1
+    groups = kv_cache_config.kv_cache_groups
+    requested = getattr(cache_config, "prefix_match_unit", None)
+    hashing = bool(cache_config.enable_prefix_caching or getattr(vllm_config, "kv_transfer_config", None) is not None)
+    if len(groups) <= 1:
+        if groups and not _dcp_sharded(groups[0].kv_cache_spec):
+            dcp = 1
+        size = cache_config.block_size * dcp
+        if requested not in (None, size) and len(groups) == 1 and hashing:
+            raise ValueError(f"Invalid prefix_match_unit={requested}; with a single KV cache group, prefix-cache "
+                             f"hits land on the block size ({size}). Unset it or set it to {size}.")
+        return size, size
+    sizes = [resolve_dcp_kv_block_size(g.kv_cache_spec, dcp) for g in groups]
+    scheduler_block_size = math.lcm(*sizes)
+    if not hashing:
+        return scheduler_block_size, scheduler_block_size
+    if any(type(s).__name__ == "MambaSpec" and s.mamba_cache_mode != "align"
+           for g in groups for s in _layer_specs(g.kv_cache_spec)):
+        return scheduler_block_size, scheduler_block_size
+    hashed = [size for g, size in zip(groups, sizes) if g.kv_cache_spec.prefix_cacheable] or sizes
+    hash_block_size = requested if requested is not None else math.gcd(*hashed)
+    if any(size % hash_block_size for size in hashed):
+        raise ValueError(f"Invalid prefix_match_unit={hash_block_size}; prefix-cacheable KV cache group block "
+                         f"sizes must be divisible by prefix_match_unit. Got group block sizes={sizes}, "
+                         f"prefix-cacheable={hashed}.")
+    compressions = {s.tokens_per_state for g in groups for s in _layer_specs(g.kv_cache_spec)
+                    if s.prefix_cacheable and isinstance(getattr(s, "tokens_per_state", None), int)
+                    and s.tokens_per_state > 1}
+    alignment = hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, dcp) else scheduler_block_size
+    if any(alignment % c for c in compressions):
+        raise ValueError(f"Invalid prefix_match_unit={hash_block_size}; prefix-cache boundaries must align with "
+                         f"each spec's per-state compression. Got alignments={sorted(compressions)}.")
+    return scheduler_block_size, hash_block_size
 
 
 def resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_block_size: int,

@@ -1,4 +1,5 @@
-"""Spec section 3: layer specs to groups, page unification, one shared pool, HMA-off promotion."""
+"""Spec section 3: layer specs to groups, page unification, one shared pool, HMA-off promotion (the
+reference's `kv_cache_planning`, vLLM 0.33's planner; the era styles are the config resolver's stage)."""
 
 import pytest
 import torch
@@ -10,11 +11,15 @@ SECTION = "3"
 
 @pytest.fixture
 def kv(target):
-    """The reference kv_cache package, for targets that expose layer grouping."""
+    """The reference kv_cache package and its planner, for targets that expose layer grouping."""
     require(target, "grouping")
     from reference_impl import kv_cache
-    from reference_impl.kv_cache import grouping
-    return kv_cache, grouping
+    from reference_impl.kv_cache import kv_cache_planning
+    return kv_cache, kv_cache_planning
+
+
+def _cfg(kv_cache_planning, **kw):
+    return kv_cache_planning.planning_config(**kw)
 
 
 def _attn(kv, cls, heads_dim, **kw):
@@ -31,7 +36,7 @@ def test_uniform_page_grouping(kv, n_full, n_swa, expected):
     specs = {f"l{i + 1}": _attn(mod, mod.FullAttentionSpec, 64) for i in range(n_full)}
     specs.update({f"l{n_full + i + 1}": _attn(mod, mod.SlidingWindowSpec, 64, sliding_window=128)
                   for i in range(n_swa)})
-    groups = grouping.get_kv_cache_groups(specs)
+    groups = grouping.get_kv_cache_groups(_cfg(grouping), specs)
     assert [g.layer_names for g in groups] == expected, f"{n_full} full + {n_swa} SWA group as {expected}"
 
 
@@ -58,8 +63,8 @@ def test_one_pool_overlaid_from_byte_0(kv):
     mod, grouping = kv
     specs = {f"l{i}": _attn(mod, mod.FullAttentionSpec, 64) for i in range(2)}
     specs.update({f"s{i}": _attn(mod, mod.SlidingWindowSpec, 64, sliding_window=64) for i in range(4)})
-    groups = grouping.get_kv_cache_groups(specs)
-    config = grouping.get_kv_cache_config_from_groups(groups, available_memory=3_276_800)
+    groups = grouping.get_kv_cache_groups(_cfg(grouping), specs)
+    config = grouping.get_kv_cache_config_from_groups(_cfg(grouping), groups, 3_276_800)
     assert config.num_blocks == 100, "3,276,800 bytes / (2 layers x 16384) = 100 blocks"
     assert [(t.size, len(t.layers), t.layer_stride, t.block_stride, t.offset) for t in config.kv_cache_tensors] \
         == [(3_276_800, 2, 1_638_400, 16384, 0)] * 3, "three tensors overlaying one allocation from byte 0"
@@ -83,7 +88,7 @@ def test_one_pool_overlaid_from_byte_0(kv):
      "Failed to promote local KV cache specs to one unified type."),
 ])
 def test_hma_disabled_promotion_and_era_errors(kv, caplog, era, kinds, groups, warned, error):
-    _, grouping = kv
+    from reference_impl.config import kv_cache_groups as grouping
     if error:
         with caplog.at_level("WARNING"):
             with pytest.raises(ValueError) as info:
@@ -98,7 +103,7 @@ def test_hma_disabled_promotion_and_era_errors(kv, caplog, era, kinds, groups, w
 
 
 def test_resolve_groups_hma_on_keeps_types(kv):
-    _, grouping = kv
+    from reference_impl.config import kv_cache_groups as grouping
     summary, warnings = grouping.resolve_groups(["full", "sliding_window", "mamba"], False, "v0.33")
     assert [g["kind"] for g in summary] == ["full", "sliding_window", "mamba"] and warnings == [], \
         "with HMA on every type keeps its own group and nothing is logged"
