@@ -66,9 +66,13 @@ class ModelConfig:
 
 @dataclass(slots=True)
 class SpeculativeConfig:
-    """Speculative decoding; only `method` matters (EAGLE-style methods interact with chunked attention)."""
+    """Speculative decoding; only the method matters (EAGLE-style methods interact with chunked attention).
+
+    A custom method (registered by a plugin, 0.34+) carries its config class's `uses_target_hidden_states`
+    in `custom_uses_target_hidden_states`; it is None for a method given by name."""
 
     method: str | None = None
+    custom_uses_target_hidden_states: bool | None = None
 
 
 @dataclass(slots=True)
