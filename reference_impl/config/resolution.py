@@ -188,7 +188,8 @@ def _hisparse_prerequisites(cfg: VllmConfig, res: Resolution, hisparse: bool) ->
         if cfg.runtime.platform != "cuda":
             message = messages.E_HISPARSE_PLATFORM if era.hisparse_platform_check == "backend" else messages.E_HISPARSE_CUDA
             res.fail(message, "config", "hisparse_requires_cuda")
-        if cfg.model_config is not None:
+        if cfg.model_config is not None or cfg.speculative_config is not None:
+            # a speculative config needs the target's model config too
             raise UnknownOutcome(
                 "HiSparse with a model config: vLLM also requires the model's index_topk, which a case does not describe",
                 "feature_absent",
