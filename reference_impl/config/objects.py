@@ -44,10 +44,11 @@ class KVTransferConfig:
         ]
 
     def has_connector(self, name: str) -> bool:
-        """True when `name` is the connector or a direct child of it (vLLM looks one level down only)."""
+        """True when `name` is the connector or a direct child of a connector named MultiConnector (vLLM looks
+        one level down only, and only under that literal name: not under a renamed subclass)."""
         if self.kv_connector == name:
             return True
-        return any(child.get("kv_connector") == name for child in self.kv_connector_extra_config.get("connectors") or ())
+        return self.kv_connector == "MultiConnector" and any(child.get("kv_connector") == name for child in self.kv_connector_extra_config.get("connectors") or ())
 
 
 @dataclass(slots=True)
