@@ -36,6 +36,32 @@ def differences(reference: dict[str, Any], vllm: dict[str, Any]) -> list[str]:
             for key in _COMPARED if reference.get(key) != vllm.get(key)]
 
 
+def coverage(case: dict[str, Any]) -> list[str]:
+    """What a case exercises, for the run's figures (extra configs, speculative methods, trees, HiSparse)."""
+    text = repr(case)
+    found = []
+    if "kv_connector_extra_config" in text:
+        found.append("extra_config")
+    if "transfer_mode" in text:
+        found.append("nixl_transfer_mode")
+    if "host_pool_gib" in text:
+        found.append("hisparse_host_pool")
+    method = case.get("speculative_method")
+    if isinstance(method, dict):
+        found.append("custom_speculative_method")
+    elif method is not None:
+        found.append("speculative_method_name")
+    if "'children'" in text:
+        found.append("grandchildren")
+    if case.get("multi_connector_children") is not None:
+        found.append("multi_connector")
+    if case.get("hisparse") or "HiSparseConnector" in text:
+        found.append("hisparse")
+    if case.get("kv_offloading_size") is not None:
+        found.append("offloading")
+    return found
+
+
 def run(count: int, seed: int, start: int = 0) -> dict[str, Any]:
     """Run the differential; returns the figures and the mismatching cases."""
     from harness.targets.vllm_config import load_target
@@ -44,9 +70,11 @@ def run(count: int, seed: int, start: int = 0) -> dict[str, Any]:
     target = load_target()
     generator = CaseGenerator(target.era, target.version, seed)
     tally: Counter = Counter()
+    covered: Counter = Counter()
     mismatches = []
     began = time.monotonic()
     for case in generator.cases(count, start):
+        covered.update(coverage(case))
         reference, vllm = resolve_case(dict(case)), target(dict(case))
         found = differences(reference, vllm)
         if found:
@@ -61,7 +89,8 @@ def run(count: int, seed: int, start: int = 0) -> dict[str, Any]:
             tally["error" if vllm.get("error") else "resolved"] += 1
             tally["with_warnings"] += bool(vllm.get("warnings"))
     return {"vllm": target.version, "era": target.era, "seed": seed, "start": start, "count": count,
-            "seconds": round(time.monotonic() - began, 1), "tally": dict(tally), "mismatches": mismatches}
+            "seconds": round(time.monotonic() - began, 1), "tally": dict(tally), "coverage": dict(sorted(covered.items())),
+            "mismatches": mismatches}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({tally.get('resolved', 0)} resolved, {tally.get('error', 0)} errors, {tally.get('with_warnings', 0)} "
           f"with warnings), {tally.get('both_unknown', 0)} unknown on both, {tally.get('vllm_not_evaluable', 0)} "
           f"not evaluable on vLLM here, {tally.get('mismatch', 0)} mismatches; {report['seconds']} s")
+    print("cases with: " + ", ".join(f"{name} {number}" for name, number in report["coverage"].items()))
     if args.out:
         write_text_atomic(args.out, json.dumps(report, indent=1) + "\n")
     return 1 if report["mismatches"] else 0
