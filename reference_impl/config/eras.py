@@ -111,6 +111,16 @@ MTP_ALIASES: frozenset[str] = frozenset({
     "minimax_m3_mtp", "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp",
     "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
 })
+# vLLM 0.33.0 config/speculative.py (`SpeculativeMethod`, a pydantic Literal): its names in declaration order,
+# which pydantic's refusal of any other name lists.
+SPECULATIVE_LITERAL_0_33: tuple[str, ...] = (
+    "ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "extract_hidden_states", "deepseek_mtp",
+    "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp",
+    "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
+    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp",
+    "glm5_next_mtp", "dflash", "ngram_gpu", "dspark",
+)
 BUILTIN_SPECULATIVE_METHODS: frozenset[str] = frozenset({
     "ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp", "dflash", "ngram_gpu",
     "dspark",
@@ -162,6 +172,9 @@ class Era:
     hisparse_platform_check: str = "is_cuda"
     # 0.34: after the offloading shortcut, HiSparse needs a HiSparseConnector with a positive host_pool_gib
     hisparse_host_pool: bool = False
+    # how SpeculativeConfig refuses a method name it does not know: "none" (not modelled), "literal" (0.33: the
+    # pydantic Literal of `SPECULATIVE_LITERAL_0_33`) or "registry" (0.34: built-in names or a plugin's)
+    speculative_method_check: str = "none"
     # 0.34: custom speculative methods registered by plugins; the chunked-local rule then asks the
     # method's `uses_target_hidden_states` (built-in methods answer as `eagle_methods`)
     custom_speculative_methods: bool = False
@@ -261,6 +274,7 @@ def _build_eras() -> tuple[Era, ...]:
         deprecated_constructor_error=True,
         cli_enable_form=True,
         cli_json_release="0.33",
+        speculative_method_check="literal",
         explicit_enable_error=messages.E_C,
         unify_warns_before_error=False,
     )
@@ -274,6 +288,7 @@ def _build_eras() -> tuple[Era, ...]:
         eagle_methods=v033.eagle_methods | MTP_ALIASES,
         hisparse_host_pool=True,
         custom_speculative_methods=True,
+        speculative_method_check="registry",
         lookahead_lookup=True,
     )
     return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033, v034)

@@ -90,6 +90,9 @@ E_HISPARSE_NO_HOST_POOL = "HiSparseConnector requires host_pool_gib"
 E_HISPARSE_HOST_POOL_NOT_POSITIVE = "HiSparseConnector host_pool_gib must be positive"
 #: 0.34: the registry's NixlConnector with a `transfer_mode` other than "pull" or "push" (the value's repr).
 E_NIXL_TRANSFER_MODE = "Invalid NixlConnector transfer_mode: {mode}"
+#: 0.33: pydantic's refusal of a method outside SpeculativeConfig's Literal (as the vllm target renders it on
+#: one line); `{choices}` is "'a', 'b' or 'c'".
+E_SPECULATIVE_LITERAL = "1 validation error for SpeculativeConfig: method: Input should be {choices}"
 #: 0.34: SpeculativeConfig's method check of a name that is neither built in nor registered by a plugin.
 E_UNKNOWN_SPECULATIVE_METHOD = (
     "Unknown speculative method {method!r}. Built-in methods: {builtin}; registered custom methods: {custom}."

@@ -120,8 +120,9 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
 
 
 def _check_speculative_method(cfg: VllmConfig, res: Resolution) -> None:
-    """SpeculativeConfig's method: a custom method needs 0.34's plugin registry; from 0.34 a name that is
-    neither built in nor registered is refused when the config is built (before VllmConfig runs)."""
+    """SpeculativeConfig's method: a custom method needs 0.34's plugin registry; a name the release does not
+    know is refused when the config is built, before VllmConfig runs (0.33: pydantic's Literal check; 0.34:
+    neither built in nor registered)."""
     era, spec = cfg.runtime.era, cfg.speculative_config
     if spec.custom_uses_target_hidden_states is not None:
         if not era.custom_speculative_methods:
@@ -131,10 +132,15 @@ def _check_speculative_method(cfg: VllmConfig, res: Resolution) -> None:
                 "(they arrived in 0.34.0)", "feature_absent")
         res.rules.append("custom_speculative_method")
         return
-    if era.custom_speculative_methods and spec.method not in E.BUILTIN_SPECULATIVE_METHODS:
+    if era.speculative_method_check == "registry" and spec.method not in E.BUILTIN_SPECULATIVE_METHODS:
         res.fail(messages.E_UNKNOWN_SPECULATIVE_METHOD.format(
             method=spec.method, builtin=sorted(E.BUILTIN_SPECULATIVE_METHODS), custom=[]),
             "config", "speculative_method_unknown")
+    if era.speculative_method_check == "literal" and spec.method not in E.SPECULATIVE_LITERAL_0_33:
+        quoted = [f"'{name}'" for name in E.SPECULATIVE_LITERAL_0_33]
+        choices = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        res.fail(messages.E_SPECULATIVE_LITERAL.format(choices=choices), "config", "speculative_method_unknown",
+                 vllm_type="ValidationError")
 
 
 def _drops_eagle_block(cfg: VllmConfig) -> bool:

@@ -53,7 +53,7 @@ RULES: dict[str, str] = {
     "hisparse_host_pool": "0.34: HiSparse reads host_pool_gib from its one HiSparseConnector (top level or a direct MultiConnector child)",
     "hisparse_needs_connector": "0.34: HiSparse is on but no HiSparseConnector (top level or a direct MultiConnector child) is configured",
     "custom_speculative_method": "0.34: the speculative method is a custom one registered by a plugin",
-    "speculative_method_unknown": "0.34: the speculative method is neither built in nor registered by a plugin",
+    "speculative_method_unknown": "the speculative method is not one this release knows (0.33: its Literal; 0.34: built in or registered by a plugin)",
     "chunked_local_target_hidden_states": "chunked local attention with a speculator that uses the target's hidden states disables HMA",
     "lookahead_connector_lookup": "0.34: an EAGLE/EAGLE3/MTP speculator's hash lookahead looked the connector class up after the HMA block",
     "connector_module_import_failed": "kv_connector_module_path does not import: the factory's import raises",
