@@ -1,36 +1,62 @@
-"""`kvconform diff BASE.json HEAD.json`: the cells whose outcome changed between two runs.
+"""`kvconform diff BASE.json HEAD.json`: the cells whose outcome changed between two runs; the CI gate.
 
 A cell's outcome is its status and the target's actual result (see `harness.results_model.outcome_of`).
-Cells present in only one run are listed as added or removed and count as changes too, so a shrinking
-matrix cannot hide a regression. The changes are grouped the way the console groups failures
-(`harness.failure_groups`): cells that now fail the same way, that now pass, or whose outcome moved the
-same way form one line, so a pull-request comment stays short however many cells a change touches;
-`--all` lists every cell. Exit status: 0 nothing changed, 1 something did, 2 bad input.
+Every change falls in one class, listed in this order whatever the two runs cover:
+
+  regressed   the cell fails in HEAD and did not in BASE (passed or skipped there, or a new failing cell)
+  fixed       the cell failed in BASE and does not in HEAD
+  changed     any other change of outcome (a different failure, a passing cell whose outcome moved)
+
+Cells present in one run only (the runs' scopes differ: one era against every era, one suite against all)
+are summarised in one line, never listed one by one (`--all` lists them), except a failing cell new in HEAD,
+which is a regression. Changes of one class are grouped the way the console groups failures
+(`harness.failure_groups`): cells that now fail the same way form one line, so a pull-request comment stays
+short however many cells a change touches.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import UsageError
-from harness.failure_groups import FAILING_STATUSES, FailureGroup, cell_name, entry_what, format_groups, group_failures
-from harness.report.config_section import SUITE as CONFIG_SUITE, outcome_cell
+from harness.failure_groups import FAILING_STATUSES, FailureGroup, cell_name, entry_what, group_entries, group_failures
+from harness.report.config_section import SUITE as CONFIG_SUITE, era_sort_key, outcome_cell
 from harness.results_model import ResultsFileError, cell_label, index_by_cell, load_results, outcome_of
 
 # Group lines a diff prints at most (a pull-request comment, not a log); --all lists every cell.
 MAX_GROUPS = 30
+FORMATS = ("text", "md", "json", "github")
+CLASSES = ("regressed", "fixed", "changed")
+
+
+EXIT_NO_REGRESSION, EXIT_REGRESSED, EXIT_SCOPES_DIFFER = 0, 1, 3
+EPILOG = f"""exit status:
+  {EXIT_NO_REGRESSION}  nothing regressed (cells may have been fixed or changed otherwise)
+  {EXIT_REGRESSED}  regressions: a cell fails in HEAD that passed (or was skipped, or was absent) in BASE
+  2  usage error (a file that is not a kvconform results file, a bad option)
+  {EXIT_SCOPES_DIFFER}  nothing regressed, but the runs do not cover the same cells (one era against all, one suite
+     against all): the comparison is partial; with --changed-only only the common cells count, so never {EXIT_SCOPES_DIFFER}
+
+formats: text (default), md (a pull-request comment), json (every cell, machine-readable),
+github (GitHub Actions workflow commands: an ::error annotation per group of regressed cells, a ::warning
+per group of cells failing in both runs, a ::notice with the summary)"""
 
 
 def register(subparsers) -> None:
     """Add the `diff` subcommand."""
     parser = subparsers.add_parser("diff", help="list the cells whose outcome changed between two results files",
-                                   description=__doc__.split("\n\n")[0])
+                                   description=__doc__.split("\n\n")[0], epilog=EPILOG)
     parser.add_argument("base", metavar="BASE.json")
     parser.add_argument("head", metavar="HEAD.json")
-    parser.add_argument("--format", choices=("text", "md"), default="text",
-                        help="text (default) or md, a Markdown table for a pull-request comment")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text (default), md, json or github (see below)")
     parser.add_argument("--all", dest="every_cell", action="store_true",
-                        help="list every changed cell instead of one line per way of changing")
+                        help="list every changed cell (and every cell of one run only) instead of one line per way "
+                             "of changing")
+    parser.add_argument("--changed-only", action="store_true",
+                        help="compare only the cells both runs have; cells of one run only are counted, not judged")
     parser.set_defaults(run=run)
 
 
@@ -83,49 +109,219 @@ def change_what(kind: str, before: dict | None, after: dict | None) -> str:
     return f"{describe_outcome(before)} -> {describe_outcome(after)}"
 
 
+def _kind(before: dict | None, after: dict | None) -> str:
+    return "added" if before is None else "removed" if after is None else "changed"
+
+
 def group_changes(changes) -> list[FailureGroup]:
-    """The changes grouped by suite and `change_what`, the largest group first."""
+    """The changes ((class or kind, label, base entry, head entry)) grouped by suite and `change_what`, the
+    largest group first."""
     return group_failures(
-        ((after or before)["suite"], change_what(kind, before, after), cell_name((after or before)["id"]))
-        for kind, _label, before, after in changes)
+        ((after or before)["suite"], change_what(_kind(before, after), before, after), cell_name((after or before)["id"]))
+        for _, _label, before, after in changes)
 
 
-def format_changes(changes, base_name: str, head_name: str, fmt: str, every_cell: bool = False) -> str:
-    """The changes as plain text or Markdown: one line per way of changing, or with `every_cell` per cell."""
-    counts = {kind: sum(1 for c in changes if c[0] == kind) for kind in ("changed", "added", "removed")}
-    headline = (f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed "
-                f"between {base_name} and {head_name}")
-    if not changes:
+def _failing(entry: dict | None) -> bool:
+    return entry is not None and entry["status"] in FAILING_STATUSES
+
+
+def classify(kind: str, before: dict | None, after: dict | None) -> str:
+    """'regressed', 'fixed', 'changed', or 'only in base' / 'only in head' for a cell of one run only."""
+    if kind == "added":
+        return "regressed" if _failing(after) else "only in head"
+    if kind == "removed":
+        return "only in base"
+    if _failing(after) and not _failing(before):
+        return "regressed"
+    if _failing(before) and not _failing(after):
+        return "fixed"
+    return "changed"
+
+
+@dataclass
+class Comparison:
+    """Two runs compared: each change with its class, the cells of one run only, the cells failing in both."""
+
+    base_name: str
+    head_name: str
+    changes: list[tuple[str, str, dict | None, dict | None]]  # (class, label, base entry, head entry)
+    only_in_base: list[dict]
+    only_in_head: list[dict]
+    still_failing: list[dict]
+    changed_only: bool = False
+
+    def of(self, name: str) -> list:
+        """The changes of one class, in label order."""
+        return [change for change in self.changes if change[0] == name]
+
+    @property
+    def scopes_differ(self) -> bool:
+        """True when one run has cells the other lacks."""
+        return bool(self.only_in_base or self.only_in_head)
+
+    def exit_status(self) -> int:
+        """1 on a regression, else 3 when the scopes differ (never with --changed-only), else 0."""
+        if self.of("regressed"):
+            return EXIT_REGRESSED
+        return EXIT_SCOPES_DIFFER if self.scopes_differ and not self.changed_only else EXIT_NO_REGRESSION
+
+
+def compare(base: list[dict], head: list[dict], base_name: str, head_name: str, changed_only: bool = False) -> Comparison:
+    """Classify every change between two runs' entries (`--changed-only`: cells of both runs only)."""
+    changes, only_base, only_head = [], [], []
+    for kind, label, before, after in compute_changes(base, head):
+        name = classify(kind, before, after)
+        if changed_only and kind != "changed":
+            name = "only in head" if kind == "added" else "only in base"
+        if name == "only in base":
+            only_base.append(before)
+        elif name == "only in head":
+            only_head.append(after)
+        else:
+            changes.append((name, label, before, after))
+        if kind == "added" and name == "regressed":
+            only_head.append(after)  # counted in the scope line too: the cell is new
+    base_cells = index_by_cell(base)
+    still = [entry for key, entry in index_by_cell(head).items()
+             if _failing(entry) and _failing(base_cells.get(key)) and outcome_of(entry) == outcome_of(base_cells[key])]
+    return Comparison(base_name, head_name, changes, only_base, only_head, still, changed_only)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _side(entries: list[dict]) -> str:
+    """'1,072 cells (config: eras seed, v0.14; connector 12)': what a run alone covers, by suite."""
+    by_suite: dict[str, list[dict]] = {}
+    for entry in entries:
+        by_suite.setdefault(entry["suite"], []).append(entry)
+    parts = []
+    for suite, items in sorted(by_suite.items(), key=lambda item: -len(item[1])):
+        eras = sorted({str((e.get("cell") or {}).get("era")) for e in items if (e.get("cell") or {}).get("era")},
+                      key=era_sort_key)
+        shown = ", ".join(eras[:6]) + (f", … ({len(eras)} eras)" if len(eras) > 6 else "")
+        parts.append(f"{suite} {len(items):,}" + (f" (eras {shown})" if eras else ""))
+    return _plural(len(entries), "cell") + (f": {'; '.join(parts)}" if parts else "")
+
+
+def summary_line(comparison: Comparison) -> str:
+    """One line: the counts per class, and how the scopes differ."""
+    counts = ", ".join(f"{len(comparison.of(name)):,} {name}" for name in CLASSES)
+    text = f"kvconform diff {comparison.base_name} -> {comparison.head_name}: {counts}"
+    if comparison.scopes_differ:
+        text += (f"; scopes differ: only in base {_side(comparison.only_in_base)}; only in head "
+                 f"{_side(comparison.only_in_head)}")
+        if comparison.changed_only:
+            text += " (--changed-only: not judged)"
+    return text
+
+
+def _grouped(changes) -> list[tuple[str, FailureGroup]]:
+    """(class, group) in class order, the largest group first within a class."""
+    return [(name, group) for name in CLASSES for group in group_changes([c for c in changes if c[0] == name])]
+
+
+def format_comparison(comparison: Comparison, fmt: str, every_cell: bool = False) -> str:
+    """The comparison as text, Markdown, JSON or GitHub workflow commands."""
+    if fmt == "json":
+        return json.dumps(comparison_json(comparison), indent=1, ensure_ascii=False) + "\n"
+    if fmt == "github":
+        return github_commands(comparison)
+    base_name, head_name = comparison.base_name, comparison.head_name
+    if not comparison.changes and not comparison.scopes_differ:
         return f"No cell changed its outcome between {base_name} and {head_name}.\n"
+    headline = summary_line(comparison)
     if every_cell:
+        listed = comparison.changes + [("only in base", cell_label(e), e, None) for e in comparison.only_in_base] + [
+            ("only in head", cell_label(e), None, e) for e in comparison.only_in_head
+            if not any(c[3] is e for c in comparison.changes)]
         if fmt == "md":
-            lines = [f"**kvconform diff:** {headline}", "", "| change | cell | base | head |", "|---|---|---|---|"]
+            lines = [f"**{headline}**", "", "| change | cell | base | head |", "|---|---|---|---|"]
             lines += [f"| {kind} | {_md_escape(label)} | {_md_escape(describe_outcome(b))} | "
-                      f"{_md_escape(describe_outcome(h))} |" for kind, label, b, h in changes]
+                      f"{_md_escape(describe_outcome(h))} |" for kind, label, b, h in listed]
         else:
             lines = [headline]
-            lines += [f"{kind}: {label}: {describe_outcome(b)} -> {describe_outcome(h)}" for kind, label, b, h in changes]
+            lines += [f"{kind}: {label}: {describe_outcome(b)} -> {describe_outcome(h)}" for kind, label, b, h in listed]
         return "\n".join(lines) + "\n"
-    groups = group_changes(changes)
+    groups = _grouped(comparison.changes)
     see = f"{head_name} (or kvconform diff --all)"
+    shown = groups[:MAX_GROUPS]
+    rest = groups[len(shown):]
+    more = (f"… and {len(rest):,} more group{'s' if len(rest) != 1 else ''} "
+            f"({_plural(sum(g.count for _, g in rest), 'cell')}), see {see}") if rest else None
     if fmt == "md":
-        shown = groups[:MAX_GROUPS]
-        lines = [f"**kvconform diff:** {headline}, in {len(groups):,} group{'s' if len(groups) != 1 else ''}", "",
-                 "| cells | suite | how the outcome changed | first cell |", "|---:|---|---|---|"]
-        lines += [f"| {g.count:,} | {g.suite} | {_md_escape(g.what)} | {_md_escape(g.cells[0])} |" for g in shown]
-        if len(groups) > len(shown):
-            rest = groups[len(shown):]
-            lines += ["", f"… and {len(rest):,} more groups ({sum(g.count for g in rest):,} cells), see {see}"]
+        lines = [f"**{headline}**", ""]
+        if shown:
+            lines += ["| class | cells | suite | how the outcome changed | first cell |", "|---|---:|---|---|---|"]
+            lines += [f"| {name} | {g.count:,} | {g.suite} | {_md_escape(g.what)} | {_md_escape(g.cells[0])} |"
+                      for name, g in shown]
+        if more:
+            lines += ["", more]
         return "\n".join(lines) + "\n"
-    return "\n".join([headline, *format_groups(groups, max_lines=MAX_GROUPS, see=see)]) + "\n"
+    lines = [headline]
+    for name in CLASSES:
+        of_class = [g for cls, g in shown if cls == name]
+        if of_class:
+            lines.append(f"{name}:")
+            lines += [f"  {g.line()}" for g in of_class]
+    if more:
+        lines.append(more)
+    return "\n".join(lines) + "\n"
+
+
+def _cell_json(name: str, before: dict | None, after: dict | None) -> dict:
+    entry = after if after is not None else before
+    return {"class": name, "suite": entry["suite"], "id": entry["id"], "cell": entry.get("cell"),
+            "label": cell_label(entry), "what": change_what(_kind(before, after), before, after),
+            "base": None if before is None else {"status": before["status"], "outcome": describe_outcome(before)},
+            "head": None if after is None else {"status": after["status"], "outcome": describe_outcome(after)}}
+
+
+def comparison_json(comparison: Comparison) -> dict:
+    """The machine-readable diff: the summary, the exit status, every changed cell by class."""
+    payload: dict = {
+        "format": "kvconform-diff", "base": comparison.base_name, "head": comparison.head_name,
+        "exit_status": comparison.exit_status(), "scopes_differ": comparison.scopes_differ,
+        "changed_only": comparison.changed_only,
+        "counts": {**{name: len(comparison.of(name)) for name in CLASSES},
+                   "only_in_base": len(comparison.only_in_base), "only_in_head": len(comparison.only_in_head),
+                   "failing_in_both": len(comparison.still_failing)},
+        "summary": summary_line(comparison),
+    }
+    for name in CLASSES:
+        payload[name] = [_cell_json(name, before, after) for _, _, before, after in comparison.of(name)]
+    return payload
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_commands(comparison: Comparison) -> str:
+    """GitHub Actions workflow commands: an error annotation per group of regressed cells, a warning per
+    group of cells failing in both runs, a notice with the summary (what a workflow step prints)."""
+    lines = []
+    for group in group_changes([c for c in comparison.changes if c[0] == "regressed"])[:MAX_GROUPS]:
+        title = _escape_property(f"kvconform: {_plural(group.count, group.suite + ' cell')} regressed")
+        lines.append(f"::error title={title}::{_escape_data(group.what)} (first: {_escape_data(group.cells[0])})")
+    for group in group_entries(comparison.still_failing)[:MAX_GROUPS]:
+        title = _escape_property(f"kvconform: {_plural(group.count, group.suite + ' cell')} failing in base and head")
+        lines.append(f"::warning title={title}::{_escape_data(group.what)} (first: {_escape_data(group.cells[0])})")
+    lines.append(f"::notice title=kvconform diff::{_escape_data(summary_line(comparison))}")
+    return "\n".join(lines) + "\n"
 
 
 def run(args) -> int:
-    """Print the changes; exit 1 when there are any."""
+    """Print the comparison; the exit status says whether anything regressed (see EPILOG)."""
     try:
         base, head = load_results(args.base), load_results(args.head)
     except ResultsFileError as exc:
         raise UsageError(f"kvconform diff: {exc}") from None
-    changes = compute_changes(base.results, head.results)
-    print(format_changes(changes, args.base, args.head, args.format, args.every_cell), end="")
-    return 1 if changes else 0
+    comparison = compare(base.results, head.results, args.base, args.head, args.changed_only)
+    print(format_comparison(comparison, args.format, args.every_cell), end="")
+    return comparison.exit_status()

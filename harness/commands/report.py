@@ -12,7 +12,11 @@ per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows 
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
 be loaded, 5 nothing ran, 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM (pytest and its workers are stopped
-too, no report is written and earlier reports stay as they were).
+too, no report is written and earlier reports stay as they were). Nothing is created (not even
+`--output-dir`) unless the report is written.
+
+`-- --junitxml FILE` writes one JUnit XML file covering every pass: one <testsuite> per pass, merged after the
+run (each pass writes its own part first; `harness.junit`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.bytecode import share_bytecode
 from harness.eras import EraSelectionError, select_eras
+from harness.junit import merge_junit, split_junit_option
 from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
@@ -88,9 +93,20 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
         raise UsageError(str(exc)) from None
 
 
+def _slug(pytest_pass: PytestPass) -> str:
+    return "".join(c if c.isalnum() else "-" for c in pytest_pass.label)
+
+
+def _junit_part(scratch: Path, pytest_pass: PytestPass) -> Path:
+    """Where one pass writes its JUnit XML (merged into the `--junitxml` file afterwards)."""
+    return scratch / f"{_slug(pytest_pass)}.junit.xml"
+
+
 def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
     command = [sys.executable, "-m", "pytest", "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
                "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
+    if getattr(args, "junit_path", None):
+        command += ["--junitxml", str(_junit_part(results_path.parent, pytest_pass))]
     command += ["--kvconform-report-path", str(Path(args.output_dir) / MARKDOWN_NAME)]  # the console points there
     command += ["-n", str(args.workers)] if pytest_pass.xdist else ["-p", "no:xdist"]
     if args.target:
@@ -110,7 +126,7 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
     pass; the log's failure summary (or its tail, when pytest could not run) is printed afterwards.
     Without one (`-v`/`-q` after `--`), pytest's output goes straight to the terminal.
     """
-    slug = "".join(c if c.isalnum() else "-" for c in pytest_pass.label)
+    slug = _slug(pytest_pass)
     results_path, log_path = scratch / f"{slug}.json", scratch / f"{slug}.log"
     command = _pytest_command(args, pytest_pass, results_path)
     env = {**dict(pytest_pass.env), **os.environ}  # the environment's own settings win
@@ -149,14 +165,17 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
     except ResultsFileError as exc:
         raise UsageError(f"kvconform report: {exc}", EXIT_TARGET) from None
     pytest_args = command[3:]
-    position = pytest_args.index("--kvconform-results")
-    del pytest_args[position:position + 2]
+    for scratch_option in ("--kvconform-results", "--junitxml"):  # paths in a folder that is gone afterwards
+        if scratch_option in pytest_args:
+            position = pytest_args.index(scratch_option)
+            del pytest_args[position:position + 2]
     return results, {"pytest_args": pytest_args, "wall_seconds": round(wall, 3)}
 
 
-def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
+def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | None]:
     """Run the passes stage by stage (a stage's passes at the same time, or one after another when pytest's
-    own output goes to the terminal) and combine their results into one run."""
+    own output goes to the terminal) and combine their results into one run; with `--junitxml`, also every
+    pass's JUnit XML merged into one text."""
     monitor = None if wants_pytest_output(args.pytest_args) else ProgressMonitor()
     started = time.perf_counter()
     done: list = []
@@ -170,6 +189,8 @@ def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
                 with ThreadPoolExecutor(len(together)) as pool:
                     futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor, forwarder)) for p in together]
                     done += [(p, future.result()) for p, future in futures]
+            junit = (merge_junit([(p.label, _junit_part(Path(scratch), p)) for p, _ in done])
+                     if args.junit_path else None)
         finally:
             if monitor is not None:
                 monitor.close()
@@ -182,7 +203,7 @@ def _run_passes(args, passes: list[PytestPass]) -> ResultsDocument:
         "argv": ["kvconform", *sys.argv[1:]] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
         "report_wall_seconds": round(time.perf_counter() - started, 3),
     }
-    return combine_passes(ran, command_info)
+    return combine_passes(ran, command_info), junit
 
 
 def _filtered(results: ResultsDocument, eras: tuple[str, ...] | None, connector: str | None) -> ResultsDocument:
@@ -208,15 +229,27 @@ def exit_status(results: ResultsDocument) -> int:
     return EXIT_OK
 
 
+def _checked_output_dir(path: str) -> Path:
+    """`--output-dir`, proven writable without creating anything: the folder if it exists, else the
+    nearest existing folder above it (so a run that stops early, exit 4, leaves no empty folder behind)."""
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"kvconform report: --output-dir {path}: cannot write there (not a directory)")
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent if existing.parent != existing else Path(".")
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"kvconform report: --output-dir {path}: cannot write there ({existing} is not writable)")
+    return directory
+
+
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
     check_report_options(args, args.own_options)
-    try:
-        output_dir = ensure_writable_dir(args.output_dir)
-    except OSError as exc:
-        raise UsageError(f"kvconform report: --output-dir {args.output_dir}: cannot write there "
-                         f"({exc.strerror or exc})") from None
+    args.junit_path, args.pytest_args = split_junit_option(args.pytest_args)
+    output_dir = _checked_output_dir(args.output_dir)
     eras = _eras(args.vllm_version)
+    junit = None
     if args.from_file:
         if args.target or args.timing:
             raise UsageError(f"kvconform report: {'--target' if args.target else '--timing'} and --from exclude "
@@ -237,13 +270,19 @@ def run(args) -> int:
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow
-        results = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
-    files = render_reports(results)
+        results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
+    files = {output_dir / name: text for name, text in render_reports(results).items()}
+    if junit is not None:
+        files[Path(args.junit_path)] = junit
     try:
-        write_files_atomic({output_dir / name: text for name, text in files.items()})
+        for folder in {path.parent for path in files}:
+            ensure_writable_dir(folder)
+        write_files_atomic(files)
     except OSError as exc:
         raise UsageError(f"kvconform report: cannot write the report into {output_dir} ({exc.strerror or exc})") from None
     status = exit_status(results)
     where = f"{output_dir / MARKDOWN_NAME} (and {output_dir / HTML_NAME}, {output_dir / RESULTS_NAME})"
+    if junit is not None:
+        where += f"; JUnit XML of every pass: {args.junit_path}"
     print(f"kvconform report: {verdict(results.results)} Report: {where}")
     return status

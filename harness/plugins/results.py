@@ -57,7 +57,31 @@ def pytest_addoption(parser):
     )
 
 
+class JsonText(dict):
+    """A record that JUnit XML writes as JSON: pytest's junitxml writes a user property with `str()`, which
+    for a plain dict is a Python repr (`{'flag': None}`); the record stays a dict for everyone else."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return json.dumps(self, ensure_ascii=False, sort_keys=True, default=repr)
+
+
+class JunitProperties:
+    """Registered only where a JUnit file is written (the controller or a plain run, never an xdist worker,
+    whose reports travel as plain data): records reach the JUnit file as JSON."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown" and report.user_properties:
+            report.user_properties = [(key, JsonText(value) if isinstance(value, dict) else value)
+                                      for key, value in report.user_properties]
+        return (yield)
+
+
 def pytest_configure(config):
+    if getattr(config.option, "xmlpath", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(JunitProperties(), "kvconform-junit-properties")
     path = config.getoption("kvconform_results", None)
     if not path:
         return

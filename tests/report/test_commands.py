@@ -175,7 +175,7 @@ def test_report_bad_target_is_exit_4_before_running(tmp_path, capsys, target_mod
     assert status == 4
     assert_one_line_error(err, expected)
     assert "running" not in out, "pytest is not started for a target that does not load"
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists(), "a run that exits 4 creates no --output-dir"
 
 
 # --- report running a suite ---------------------------------------------------------------------------
@@ -227,7 +227,38 @@ def test_report_nothing_selected_is_exit_5(tmp_path, capfd, tiny_suite):
     captured = capfd.readouterr()
     assert status == 5
     assert "nothing ran" in captured.err
-    assert list((tmp_path / "out").iterdir()) == [], "no report for a run that ran nothing"
+    assert not (tmp_path / "out").exists(), "no report (not even its folder) for a run that ran nothing"
+
+
+def test_report_junit_covers_every_pass(tmp_path, capfd, tiny_suite, monkeypatch):
+    """`-- --junitxml FILE` on a run of two pytest passes (the matrix beside the other suites): one file with
+    one <testsuite> per pass and every test in it; the records as JSON properties, not Python reprs."""
+    import xml.etree.ElementTree as ET
+
+    monkeypatch.chdir(REPO)
+    junit = tmp_path / "ci" / "junit.xml"
+    status = main(["report", "--suite", "suites.config", "--suite", tiny_suite, "--vllm-version", "seed", "-n", "0",
+                   "--output-dir", str(tmp_path / "out"), "--", f"--junitxml={junit}"])
+    capfd.readouterr()
+    assert status == 1, "the tiny suite fails one cell"
+    results = load_results(tmp_path / "out" / "results.json")
+    assert len(results.run_info["passes"]) == 2
+    root = ET.parse(junit).getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["kvconform config matrix", f"kvconform {tiny_suite} suite"]
+    cases = root.findall(".//testcase")
+    assert len(cases) == len(results.results) == int(root.get("tests"))
+    assert int(root.get("failures")) == 1
+    record = next(p.get("value") for p in root.iter("property") if p.get("name") == "kvconform")
+    assert json.loads(record)["suite"] == "config", "a property is JSON"
+    assert all("--junitxml" not in p["pytest_args"] for p in results.run_info["passes"]), "no scratch paths"
+
+
+def test_junit_option_spellings():
+    from harness.junit import split_junit_option
+    assert split_junit_option(["-x", "--junitxml", "a.xml", "-k", "seed"]) == ("a.xml", ["-x", "-k", "seed"])
+    assert split_junit_option(["--junit-xml=b.xml", "--junitxml=c.xml"]) == ("c.xml", [])
+    assert split_junit_option(["-q"]) == (None, ["-q"])
 
 
 # --- diff ---------------------------------------------------------------------------------------------
@@ -245,22 +276,23 @@ def diff_pair(tmp_path):
 def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
     base, head = diff_pair(tmp_path)
     status, out, _ = run_cli(capsys, "diff", base, head, "--all")
-    assert status == 1
+    assert status == 3, "nothing regressed, but one cell is in one run only: the scopes differ"
     cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
     assert out.splitlines() == [
-        f"1 changed, 1 added, 1 removed between {base} and {head}",
-        f"added: {cell.format('false', 'cpu')}: — -> passed ✅ on",
-        f"removed: {cell.format('false', 'cuda')}: passed ✅ on -> —",
+        f"kvconform diff {base} -> {head}: 0 regressed, 0 fixed, 1 changed; scopes differ: only in base 1 cell: "
+        f"config 1 (eras seed); only in head 1 cell: config 1 (eras seed)",
         f"changed: {cell.format('null', 'cuda')}: passed ✅ on -> passed ⚪ off (warning: W-B1)",
+        f"only in base: {cell.format('false', 'cuda')}: passed ✅ on -> —",
+        f"only in head: {cell.format('false', 'cpu')}: — -> passed ✅ on",
     ]
 
 
 def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
     base, head = diff_pair(tmp_path)
     status, out, _ = run_cli(capsys, "diff", base, head, "--format", "md", "--all")
-    assert status == 1
+    assert status == 3
     lines = out.splitlines()
-    assert lines[0] == f"**kvconform diff:** 1 changed, 1 added, 1 removed between {base} and {head}"
+    assert lines[0].startswith(f"**kvconform diff {base} -> {head}: 0 regressed, 0 fixed, 1 changed; scopes differ")
     assert lines[2:4] == ["| change | cell | base | head |", "|---|---|---|---|"]
     assert len(lines) == 7
 
@@ -279,17 +311,20 @@ def test_diff_groups_changes_by_what_went_wrong(tmp_path, capsys):
                              write_results(tmp_path / "head.json", head))
     assert status == 1
     lines = out.splitlines()
-    assert lines[0].startswith("9 changed, 0 added, 0 removed between ")
+    assert lines[0].endswith("/head.json: 8 regressed, 0 fixed, 1 changed")
     assert lines[1:] == [
-        "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-none-config",
-        "4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-none-config",
-        "1 config cell: passed ⚪ off -> passed ⚪ off (warning: W-B1) — seed-N-tpu-none-none-config",
+        "regressed:",
+        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-none-config",
+        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-none-config",
+        "changed:",
+        "  1 config cell: passed ⚪ off -> passed ⚪ off (warning: W-B1) — seed-N-tpu-none-none-config",
     ]
     status, md, _ = run_cli(capsys, "diff", str(tmp_path / "head.json"), str(tmp_path / "base.json"), "--format", "md")
-    rows = [line for line in md.splitlines() if line.startswith("| 4 |")]
+    assert status == 0, "fixing cells is no regression"
+    rows = [line for line in md.splitlines() if line.startswith("| fixed | 4 |")]
     assert rows == [
-        "| 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
-        "| 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
+        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
+        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
     ], md
 
 
@@ -299,8 +334,87 @@ def test_diff_caps_the_groups_for_a_pull_request_comment(tmp_path, capsys):
     head = [config_entry(era=f"e{i:03d}", status="failed", message=f"Failed: way {i}") for i in range(MAX_GROUPS + 10)]
     _, out, _ = run_cli(capsys, "diff", write_results(tmp_path / "b.json", base), write_results(tmp_path / "h.json", head))
     lines = out.splitlines()
-    assert len(lines) == 1 + MAX_GROUPS, "a headline and a screenful of groups"
-    assert lines[-1] == f"… and 11 more groups (11 cells), see {tmp_path / 'h.json'} (or kvconform diff --all)"
+    assert lines[1] == "regressed:"
+    assert len([line for line in lines if line.startswith("  1 config cell: now failed")]) == MAX_GROUPS
+    assert lines[-1] == f"… and 10 more groups (10 cells), see {tmp_path / 'h.json'} (or kvconform diff --all)"
+
+
+def scope_pair(tmp_path):
+    """A base run of every era against a head run of one era, where two cells of that era regressed: the
+    situation where "removed" groups used to hide the regressions."""
+    eras = [f"e{i:02d}" for i in range(40)]
+    base = [config_entry(era=era, platform=p) for era in eras for p in ("cuda", "rocm", "cpu")]
+    head = [config_entry(era="e07", platform=p) for p in ("cuda", "rocm", "cpu")]
+    for entry in head[:2]:
+        entry.update(status="failed", message="Failed: expected `HMA on`, got `HMA off` (§2.2 1)")
+    head.append(config_entry(era="e99", status="failed", message="Failed: boom"))
+    return write_results(tmp_path / "base.json", base), write_results(tmp_path / "head.json", head)
+
+
+def test_diff_regressions_first_whatever_the_scopes(tmp_path, capsys):
+    base, head = scope_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head)
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == (f"kvconform diff {base} -> {head}: 3 regressed, 0 fixed, 0 changed; scopes differ: only in base "
+                        "117 cells: config 117 (eras e00, e01, e02, e03, e04, e05, … (39 eras)); only in head 1 cell: "
+                        "config 1 (eras e99)")
+    assert lines[1:] == [
+        "regressed:",
+        "  2 config cells: now failed: expected `HMA on`, got `HMA off` (§2.2 1) — first: e07-N-cuda-none-none-config",
+        "  1 config cell: added, failed: boom — e99-N-cuda-none-none-config",
+    ], "the cells of one run only are one line, the regressions are all listed"
+
+
+def test_diff_changed_only_and_the_scope_exit_status(tmp_path, capsys):
+    base, head = scope_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head, "--changed-only")
+    assert status == 1
+    assert out.splitlines()[2].startswith("  2 config cells: now failed"), out
+    assert "boom" not in out and "(--changed-only: not judged)" in out.splitlines()[0]
+    fixed_head = write_results(tmp_path / "fixed.json", [config_entry(era="e07", platform=p) for p in ("cuda", "rocm")])
+    status, out, _ = run_cli(capsys, "diff", base, fixed_head)
+    assert status == 3, "nothing regressed, the scopes differ"
+    assert out.splitlines() == [f"kvconform diff {base} -> {fixed_head}: 0 regressed, 0 fixed, 0 changed; scopes differ: "
+                                "only in base 118 cells: config 118 (eras e00, e01, e02, e03, e04, e05, … (40 eras)); "
+                                "only in head 0 cells"]
+    assert run_cli(capsys, "diff", base, fixed_head, "--changed-only")[0] == 0
+
+
+def test_diff_json_for_machines(tmp_path, capsys):
+    base, head = scope_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head, "--format", "json")
+    data = json.loads(out)
+    assert status == 1 and data["exit_status"] == 1 and data["scopes_differ"] is True
+    assert data["counts"] == {"regressed": 3, "fixed": 0, "changed": 0, "only_in_base": 117, "only_in_head": 1,
+                              "failing_in_both": 0}
+    first = data["regressed"][0]
+    assert first["cell"]["era"] == "e07" and first["base"]["status"] == "passed" and first["head"]["status"] == "failed"
+    assert data["regressed"][2]["base"] is None, "a new failing cell has no base"
+
+
+def test_diff_github_annotations(tmp_path, capsys):
+    base, head = scope_pair(tmp_path)
+    status, out, _ = run_cli(capsys, "diff", base, head, "--format", "github")
+    lines = out.splitlines()
+    assert status == 1
+    assert lines[0] == ("::error title=kvconform%3A 2 config cells regressed::now failed: expected `HMA on`, got "
+                        "`HMA off` (§2.2 1) (first: e07-N-cuda-none-none-config)")
+    assert lines[1].startswith("::error title=kvconform%3A 1 config cell regressed::added, failed: boom")
+    assert lines[-1].startswith("::notice title=kvconform diff::kvconform diff ")
+    still = write_results(tmp_path / "still.json", [config_entry(era="e99", status="failed", message="Failed: boom")])
+    _, out, _ = run_cli(capsys, "diff", still, still, "--format", "github")
+    assert out.splitlines()[0] == ("::warning title=kvconform%3A 1 config cell failing in base and head::boom "
+                                   "(first: e99-N-cuda-none-none-config)")
+
+
+def test_diff_help_documents_the_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["diff", "--help"])
+    out = capsys.readouterr().out
+    assert "exit status:" in out
+    for line in ("0  nothing regressed", "1  regressions", "2  usage error", "3  nothing regressed, but the runs"):
+        assert line in out
 
 
 def test_diff_identical_runs_exit_0(tmp_path, capsys):
@@ -324,7 +438,8 @@ def test_diff_compares_whether_unknown_not_the_reason(tmp_path, capsys):
     c = config_entry(platform="tpu", actual=outcome(resolved=False))
     files = [write_results(tmp_path / f"{name}.json", [entry]) for name, entry in (("a", a), ("b", b), ("c", c))]
     assert run_cli(capsys, "diff", files[0], files[1])[0] == 0, "two unknown outcomes with other reasons agree"
-    assert run_cli(capsys, "diff", files[0], files[2])[0] == 1, "unknown vs a resolved value is a change"
+    status, out, _ = run_cli(capsys, "diff", files[0], files[2])
+    assert status == 0 and "0 regressed, 0 fixed, 1 changed" in out, "unknown vs a resolved value is a change, not a regression"
 
 
 def test_diff_bad_input(tmp_path, capsys):
