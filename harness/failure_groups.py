@@ -1,10 +1,17 @@
-"""What went wrong: failing cells grouped by the first line of their failure message.
+"""What went wrong: failing cells grouped by the first line of their failure message (connector checks: by
+root cause).
 
 One home for the grouping the console summary (`harness.plugins.console`), `kvconform diff` and the
 report's failures section share. A suite states what went wrong in the first line of a failure's message
 (the config matrix: the differences and the rule that decided; a connector check: "C07 [preset]: first
 evidence"; an allocator assertion: its message); cells that failed the same way form one group, so a
 target that breaks one rule reads as one line however many cells that rule covers.
+
+A connector check's evidence names the check and preset ("C16 [fa_only]: ...") and then the cause, full of
+request ids, block numbers, token counts and store paths that differ from cell to cell. Its failures are
+grouped by root cause: per connector, by the cause with those taken out (`cause_key`), whatever check found
+it; the group says which checks did ("C16, C20, C25: <the first cell's cause>"). One bug that several
+checks trip over reads as one line.
 """
 
 from __future__ import annotations
@@ -45,13 +52,40 @@ def cell_name(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[-1]
 
 
+# "C16 [fa_only]: " in a connector check's first line (anywhere: `kvconform diff` puts "now failed: " first).
+_CHECK = re.compile(r"\b(C\d{2}) \[([^\]]+)\]: ")
+_PATH = re.compile(r"(?:/[^\s'\"/]+)+/([^\s'\"/]+)")
+_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")  # request ids, hashes (with a digit: not a word)
+_NUMBER = re.compile(r"\d+")
+# "<symptom> — while: <scenario>: <details>" (suites.connector.context.scenario): the scenario is the check's.
+_SCENARIO = re.compile(r" — while: [^:]*")
+
+
+def cause_key(cause: str) -> str:
+    """The grouping key of a connector failure's cause: the check's scenario left out, store paths cut to their
+    last part, then request ids and hashes, then every number (block ids, token counts, positions, ranks, shapes)
+    replaced by a placeholder."""
+    cause = _PATH.sub(lambda m: "…/" + m.group(1), _SCENARIO.sub("", cause))
+    return _NUMBER.sub("N", _HEX_ID.sub("<id>", cause))
+
+
+def split_check(what: str) -> tuple[str | None, str | None, str]:
+    """(check id, preset, the rest) of a connector failure's first line; (None, None, what) for other lines."""
+    match = _CHECK.search(what)
+    if match is None:
+        return None, None, what
+    return match.group(1), match.group(2), what[:match.start()] + what[match.end():]
+
+
 @dataclass(slots=True)
 class FailureGroup:
-    """Cells of one suite that went wrong the same way (`what`), in the order they were added."""
+    """Cells of one suite that went wrong the same way (`what`), in the order they were added; for connector
+    checks, the checks that found the cause (`checks`, in the order first seen)."""
 
     suite: str
     what: str
     cells: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -70,17 +104,39 @@ def _natural(text: str) -> list:
     return [int(part) if part.isdigit() else part for part in _DIGITS.split(text)]
 
 
+def _connector_of(cell: str, preset: str | None) -> str:
+    """The connector part of a connector check's cell name ('<connector>-<preset>', or '<connector>')."""
+    return cell[: -len(preset) - 1] if preset and preset != "-" and cell.endswith("-" + preset) else cell
+
+
 def group_failures(failures: Iterable[tuple[str, str, str]]) -> list[FailureGroup]:
     """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
-    group in natural order, so the first one named does not depend on the order reports arrived in (xdist)."""
-    groups: dict[tuple[str, str], FailureGroup] = {}
+    group in natural order, so the first one named does not depend on the order reports arrived in (xdist).
+    Connector checks group by connector and root cause (`cause_key`); their cells are named
+    '<check> <cell>' and the group's `what` is '<checks>: <cause of its first cell>'."""
+    groups: dict[tuple, FailureGroup] = {}
+    causes: dict[tuple, list[tuple[str, str]]] = {}
     for suite, what, cell in failures:
-        group = groups.get((suite, what))
+        check, preset, cause = split_check(what) if suite == "connector" else (None, None, what)
+        if check is None:
+            key: tuple = (suite, what)
+        else:
+            key = (suite, _connector_of(cell, preset), cause_key(cause))
+            cell = f"{check} {cell}"
+        group = groups.get(key)
         if group is None:
-            group = groups[(suite, what)] = FailureGroup(suite, what)
+            group = groups[key] = FailureGroup(suite, what)
         group.cells.append(cell)
-    for group in groups.values():
+        if check is not None:
+            if check not in group.checks:
+                group.checks.append(check)
+            causes.setdefault(key, []).append((cell, cause))
+    for key, group in groups.items():
         group.cells.sort(key=_natural)
+        if group.checks:
+            group.checks.sort(key=_natural)
+            first_cause = min(causes[key], key=lambda pair: _natural(pair[0]))[1]
+            group.what = f"{', '.join(group.checks)}: {first_cause}"
     return sorted(groups.values(), key=lambda g: (-g.count, g.suite, g.what))
 
 

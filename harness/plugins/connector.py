@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from harness.targets.connector_profile import split_declaration
 from harness.targets.connector_target import ConnectorLoadError, select_targets
 
 
@@ -66,6 +67,7 @@ def parse_extra_config(raw: str) -> dict:
                          f"{raw!r}; accepted: a JSON object") from None
     if not isinstance(extra, dict):
         raise ValueError(f"--kv-connector-extra-config must be a JSON object, got {raw!r}")
+    split_declaration(extra)  # a bad "kvconform" profile declaration is a usage error too
     return extra
 
 
@@ -92,9 +94,10 @@ def connector_targets(config):
         extra = parse_extra_config(raw) if raw else {}
         targets = select_targets(config.getoption("kvconform_kv_connectors"),
                                  config.getoption("kvconform_kv_connector_builtins"))
+        connector_extra, declared = split_declaration(extra)
         for target in targets:
             if not target.builtin:
-                target.extra_config = dict(extra)
+                target.extra_config, target.declared = dict(connector_extra), dict(declared)
         config._kvconform_connector_targets = targets
     return targets
 

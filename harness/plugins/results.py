@@ -265,9 +265,23 @@ class ResultsCollector:
         write_text_atomic(self.path, document.dumps())
 
     def _target(self) -> str | None:
-        """The config target as given on the command line or in the environment (None: the reference)."""
-        try:
-            option = self.config.getoption("--hma-target")
-        except ValueError:  # the config matrix plugin is not loaded
-            option = None
-        return str(option) if option else os.environ.get("KVCONFORM_TARGET") or None
+        """What ran, as given on the command line or in the environment (None: the reference everywhere): the
+        config target, and the allocator and connectors under test when they are not the reference's."""
+        def option(name: str):
+            try:
+                return self.config.getoption(name)
+            except ValueError:  # that suite's plugin is not loaded
+                return None
+
+        config_target = option("--hma-target") or os.environ.get("KVCONFORM_TARGET")
+        parts = []
+        allocator = option("kvconform_kv_allocator")
+        if allocator and allocator != "reference":
+            parts.append(f"allocator {allocator}")
+        connectors = list(option("kvconform_kv_connectors") or ())
+        if connectors:
+            shown = connectors if len(connectors) <= 4 else connectors[:3] + [f"{len(connectors) - 3} more"]
+            parts.append(f"connectors {', '.join(shown)}")
+        if config_target and (config_target != "reference" or not parts):
+            parts.insert(0, str(config_target))  # the default config target goes unsaid next to another target
+        return "; ".join(parts) or None

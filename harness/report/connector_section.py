@@ -13,10 +13,14 @@ from collections import defaultdict
 from typing import Any
 
 from harness.report.config_section import label
+from harness.targets.connector_profile import MULTI_GROUP_REFUSAL
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"
-NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable")
+# Skip messages of a check that does not apply (harness.targets.connector_profile.NA_PREFIX, and older wordings).
+NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:")
+# Checks that exercise a multi-group model whatever their preset cell says (suites.connector.catalogue).
+MULTI_GROUP_CHECK_IDS = ("C01", "C33")
 _EVIDENCE_LIMIT = 300
 
 
@@ -61,29 +65,43 @@ def declares_hma(entries: list[dict[str, Any]]) -> bool:
                    for e in entries)
 
 
+def is_multi_group(entry: dict[str, Any]) -> bool:
+    """Whether a cell exercised a model with several KV cache groups (its preset, or a check that always does)."""
+    from reference_impl.engine.presets import PRESETS
+
+    cell = entry.get("cell") or {}
+    preset = PRESETS.get(str(cell.get("preset")))
+    return (preset is not None and len(preset.groups) > 1) or str(cell.get("check", "")).split(" ")[0] in MULTI_GROUP_CHECK_IDS
+
+
 def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
-    """One line: does this connector declare SupportsHMA, and may it, judged by the checks that ran?"""
-    failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
-                          if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") == "MUST"},
+    """One line: does this connector declare SupportsHMA, and may it? Judged by multi-group behaviour only:
+    the checks on multi-group models, MUST tier, that failed (a harness error, status "error", is no evidence
+    about the connector; single-group failures are findings of their own, not about HMA)."""
+    multi = [e for e in entries if is_multi_group(e)]
+    failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in multi
+                          if e["status"] == "failed" and (e.get("cell") or {}).get("tier") == "MUST"},
                          key=_natural_key)
-    failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in entries
-                            if e["status"] in ("failed", "error") and (e.get("cell") or {}).get("tier") != "MUST"},
+    failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in multi
+                            if e["status"] == "failed" and (e.get("cell") or {}).get("tier") != "MUST"},
                            key=_natural_key)
     declares = declares_hma(entries)
-    ran = [e for e in entries if e["status"] != "skipped"]
-    if failed_must:
-        failing = f"it fails MUST check(s) {', '.join(failed_must)}"
-        if declares:
-            return f"❌ {connector} declares `SupportsHMA` but must not: {failing}."
-        return (f"❌ {connector} does not declare `SupportsHMA` and may not: {failing}, "
-                "and its HMA checks were not run.")
+    ran = [e for e in multi if e["status"] in ("passed", "failed")]
     if not declares:
-        return (f"➖ {connector} does not declare `SupportsHMA`; its HMA checks were not run, "
+        return (f"➖ {connector} does not declare `SupportsHMA`; its multi-group checks were not run, "
                 "so it must pass them before it declares it.")
+    if failed_must:
+        return (f"❌ {connector} declares `SupportsHMA` but must not: on multi-group models it fails MUST "
+                f"check(s) {', '.join(failed_must)}.")
+    refused = sorted({e.get("message") or "" for e in multi if _is_not_applicable(e)
+                      and MULTI_GROUP_REFUSAL in (e.get("message") or "")})
+    if refused and not ran:
+        return f"➖ {connector} {refused[0].removeprefix('N/A: ')}; no multi-group check applies."
     if not ran:
-        return f"❔ {connector} declares `SupportsHMA`, but no check ran, so whether it may is unknown."
+        return f"❔ {connector} declares `SupportsHMA`, but no multi-group check ran, so whether it may is unknown."
     suffix = f" (SHOULD checks failing: {', '.join(failed_should)})" if failed_should else ""
-    return f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check on every preset{suffix}."
+    return (f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check that applies on every "
+            f"multi-group preset{suffix}.")
 
 
 def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:

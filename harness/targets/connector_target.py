@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 
+from harness.targets.connector_profile import ConnectorProfile, profile_for
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.factory import check_constructor
 
@@ -44,6 +45,7 @@ class ConnectorTarget:
     extra_config: dict = field(default_factory=dict)
     builtin: bool = False
     _cls: type | None = None
+    declared: dict = field(default_factory=dict)  # the vendor's "kvconform" declaration (connector_profile)
 
     def load(self) -> type:
         """The connector class; ConnectorLoadError with a one-line reason when it is unusable."""
@@ -80,6 +82,16 @@ class ConnectorTarget:
             return supports_hma(self.load())
         except ConnectorLoadError:
             return False
+
+    @property
+    def known_kind(self) -> str | None:
+        """The kind reviewed data gives this connector (vLLM's connectors); None: declared or inferred."""
+        return None
+
+    @property
+    def profile(self) -> ConnectorProfile:
+        """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
+        return profile_for(self.declared, self.is_hma, self.known_kind)
 
 
 BUILTIN_TARGETS = (
@@ -130,10 +142,17 @@ def entry_point_targets() -> list[ConnectorTarget]:
     return targets
 
 
+def target_for(spec: str, source: str = "--kv-connector") -> ConnectorTarget:
+    """The target a `--kv-connector` value names: `vllm:Name` (the installed vLLM's connector) or `module:Class`
+    (also how a check's child process rebuilds the target under test)."""
+    if spec.startswith("vllm:"):
+        return _vllm_target(spec)
+    return ConnectorTarget(spec.rpartition(":")[2] or spec, spec, source)
+
+
 def select_targets(cli_specs: list[str], include_builtins: bool) -> list[ConnectorTarget]:
     """`--kv-connector` targets, then entry points; the built-ins too when asked or nothing else is given."""
-    targets = [_vllm_target(spec) if spec.startswith("vllm:") else
-               ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector") for spec in cli_specs]
+    targets = [target_for(spec) for spec in cli_specs]
     targets += entry_point_targets()
     if include_builtins or not targets:
         targets = list(BUILTIN_TARGETS) + targets

@@ -15,6 +15,7 @@ import ast
 import atexit
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import sys
@@ -28,7 +29,13 @@ from harness.targets.vllm_install import import_vllm_modules, installed_vllm_ver
 
 PREFIX = "vllm:"
 _MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
-DEFAULT_MULTI_CHILDREN = ("DecodeBenchConnector", "ExampleConnector")  # the two that run on a CPU
+# What kind of connector each of vLLM's is (harness.targets.connector_profile; reviewed data, read from each
+# connector's docstring and lookup in vLLM 0.33.0). Connectors absent here store and load KV.
+KINDS: dict[str, str] = {
+    "DecodeBenchConnector": "dummy",  # a benchmark stub: claims every prompt and fills its KV with dummy values
+    "NixlConnector": "transfer", "NixlPullConnector": "transfer", "NixlPushConnector": "transfer",
+    "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
+}
 
 
 @dataclass(frozen=True)
@@ -66,19 +73,39 @@ REQUIREMENTS: dict[str, Requirement] = {
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
 # enough for it to start on this machine, with a private store.
+STORE_ROOT_ENV = "KVCONFORM_VLLM_STORE_ROOT"
+
+
 @functools.lru_cache(maxsize=None)
 def _store_root() -> str:
+    inherited = os.environ.get(STORE_ROOT_ENV)
+    if inherited:
+        return inherited  # a check's child process (C36) reads the stores of the process that started it
     root = tempfile.mkdtemp(prefix="kvconform-vllm-")
     atexit.register(shutil.rmtree, root, ignore_errors=True)  # the stores live as long as the process
+    os.environ[STORE_ROOT_ENV] = root
     return root
 
 
 @functools.lru_cache(maxsize=None)
 def _store_dir(name: str) -> str:
-    # One directory per connector under test and process: both roles, and every engine of a run, share the
-    # store; a MultiConnector's child gets its own ("MultiConnector.ExampleConnector"), so what the
-    # MultiConnector's checks store never shows up as a hit in the checks of the connector on its own.
-    return tempfile.mkdtemp(dir=_store_root(), prefix=f"{name}-")
+    # One directory per connector under test under the process's root: both roles, and every engine of a
+    # run, share the store; a MultiConnector's child gets its own ("MultiConnector.0.ExampleConnector"), so
+    # what the MultiConnector's checks store never shows up as a hit in the checks of the connector on its own.
+    path = os.path.join(_store_root(), name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def default_multi_children() -> tuple[str, ...]:
+    """The children of `vllm:MultiConnector` without a list: two connectors that store KV and can run here
+    (the first two of them; ExampleConnector twice when only it can), so what the MultiConnector's checks find
+    is about fanning out over stores, not about a child that claims every prompt."""
+    names = [n for n in registered_names() if n != "MultiConnector" and KINDS.get(n, "stores") == "stores"
+             and missing_requirement(n) is None]
+    preferred = ["ExampleConnector"] + [n for n in names if n != "ExampleConnector"]
+    usable = [n for n in preferred if n in names]
+    return tuple(usable[:2]) if len(usable) >= 2 else ("ExampleConnector", "ExampleConnector")
 
 
 def default_extra_config(name: str, within: str | None = None) -> dict:
@@ -150,7 +177,7 @@ def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
     if match:
         return "MultiConnector", tuple(c for c in match.group("children").split(",") if c)
     if name == "MultiConnector":
-        return name, DEFAULT_MULTI_CHILDREN
+        return name, default_multi_children()
     return name, ()
 
 
@@ -169,6 +196,13 @@ def validate_spec(spec: str) -> None:
 
 class VllmConnectorTarget(ConnectorTarget):
     """A connector registered by the installed vLLM, loaded as kvconform's adapter class around it."""
+
+    @property
+    def known_kind(self) -> str | None:
+        name, children = parse_name(self.spec)
+        kinds = {KINDS.get(n, "stores") for n in (children or (name,))}
+        # A MultiConnector stores KV when any child does (every child gets the stores).
+        return "stores" if "stores" in kinds else min(kinds)
 
     def load(self) -> type:
         if self._cls is not None or not self.spec.startswith(PREFIX):
@@ -202,7 +236,7 @@ def main() -> int:
         return exc.exit_code
     specs = [f"{PREFIX}{n}" for n in names if n != "MultiConnector"]
     if "MultiConnector" in names:
-        specs.append(f"{PREFIX}MultiConnector[{','.join(DEFAULT_MULTI_CHILDREN)}]")
+        specs.append(f"{PREFIX}MultiConnector[{','.join(default_multi_children())}]")
     print("\n".join(f"--kv-connector={s}" for s in specs))
     return 0
 

@@ -289,8 +289,8 @@ class VllmConnectorAdapter:
         extra = dict(default_extra_config(self.vllm_name))
         if self.vllm_children:
             extra["connectors"] = [{"kv_connector": c, "kv_role": "kv_both",
-                                    "kv_connector_extra_config": default_extra_config(c, within=self.vllm_name)}
-                                   for c in self.vllm_children]
+                                    "kv_connector_extra_config": default_extra_config(c, within=f"{self.vllm_name}.{i}")}
+                                   for i, c in enumerate(self.vllm_children)]
         ktc = getattr(vllm_config, "kv_transfer_config", None)
         extra.update(getattr(ktc, "kv_connector_extra_config", None) or {})
         self.vllm_config = vllm_config_for(vllm_config, kv_cache_config, self.vllm_name, extra)

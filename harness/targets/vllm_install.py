@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import re
 
 from harness.errors import EXIT_TARGET, UsageError
@@ -33,10 +34,21 @@ def installed_vllm_version() -> str:
     return match.group(1)
 
 
-def vllm_era(version: str) -> str:
-    """The rule era of an installed release; an unsupported release is a target error (exit 4)."""
-    from harness.eras import EraSelectionError, era_for_version
+#: Judge the installed release by the rules of this era instead of its own (a release kvconform does not
+#: know yet, checked against the newest era by scripts/new-vllm-release.sh).
+JUDGE_ERA_ENV = "KVCONFORM_VLLM_JUDGE_ERA"
 
+
+def vllm_era(version: str) -> str:
+    """The rule era of an installed release (or the era KVCONFORM_VLLM_JUDGE_ERA names); an unsupported
+    release is a target error (exit 4), an unknown era in the variable a usage error (exit 2)."""
+    from harness.eras import ERA_IDS, EraSelectionError, era_for_version
+
+    judged = os.environ.get(JUDGE_ERA_ENV)
+    if judged:
+        if judged not in ERA_IDS:
+            raise UsageError(f"{JUDGE_ERA_ENV}: {judged!r} is not an era id; accepted: {', '.join(ERA_IDS)}")
+        return judged
     try:
         return era_for_version(version)
     except EraSelectionError as exc:

@@ -45,6 +45,7 @@ def chunk_hashes(
     return hashes
 
 
-def object_key(model_name: str, world_size: int, rank: int, group_id: int, chunk_hash: bytes) -> str:
-    """The store key of one (chunk, group, rank) object: distinct per model, TP rank and KV cache group."""
-    return f"{model_name}|{world_size}|{rank}|g{group_id}|{chunk_hash.hex()}"
+def object_key(model_name: str, world_size: int, rank: int, group_id: int, chunk_hash: bytes, dtype: str = "") -> str:
+    """The store key of one (chunk, group, rank) object: distinct per model, KV dtype, TP size and rank and KV
+    cache group (as LMCache's keys: one store may serve several deployments)."""
+    return f"{model_name}|{dtype}|{world_size}|{rank}|g{group_id}|{chunk_hash.hex()}"

@@ -113,6 +113,9 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self.load_async = bool(options["load_async"])
         self.store_window_only = bool(options["store_window_only"])
         self.groups: list[GroupInfo] = self._select_groups(transfer_groups(kv_cache_config))
+        # Each group's KV dtype goes into its keys: another deployment's objects in another dtype never match.
+        self._dtypes = {gid: str(getattr(g.kv_cache_spec, "dtype", None) or getattr(g.kv_cache_spec, "dtypes", ""))
+                        for gid, g in enumerate(kv_cache_config.kv_cache_groups)}
         for group in self.groups:
             if group.kind != MAMBA and self.chunk_size % group.block_size:
                 raise ValueError(
@@ -149,7 +152,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     # ---- keys and presence ---------------------------------------------------------------------
     def _key(self, group_id: int, chunk_hash: bytes, rank: int | None = None) -> str:
         rank = self.rank if rank is None else rank
-        return object_key(self.model_name, self.world_size, rank, group_id, chunk_hash)
+        return object_key(self.model_name, self.world_size, rank, group_id, chunk_hash, self._dtypes.get(group_id, ""))
 
     def _hashes(self, request, num_tokens: int | None = None) -> list[bytes]:
         tokens = request.all_token_ids if num_tokens is None else request.all_token_ids[:num_tokens]

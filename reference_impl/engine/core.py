@@ -12,6 +12,7 @@ from typing import Any, Callable
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.factory import create_connector
+from reference_impl.engine import content
 from reference_impl.engine.aggregator import KVOutputAggregator
 from reference_impl.engine.outputs import SchedulerOutput
 from reference_impl.engine.presets import ModelPreset, get_preset
@@ -82,6 +83,10 @@ class EngineCore:
                                       # Mamba hits need: its presets keep block-aligned hits.
                                       allow_partial_hash_hits=False)
         self._block_hasher = get_request_block_hasher(self.hash_block_size)
+        # The model's KV differs from another model's for the same tokens (a store shared by several models
+        # must not serve one model's KV to another); the workers' connectors may see another name (fault
+        # injection), the KV stays this model's.
+        self.content_salt = content.model_salt(self.config.model_config.model)
         scheduler_connector = None
         if connector_factory is not None:
             scheduler_connector = connector_factory(self._rank_config(0), KVConnectorRole.SCHEDULER,
@@ -95,7 +100,7 @@ class EngineCore:
             if connector_factory is not None:
                 worker_connector = connector_factory(self._rank_config(rank, worker=True), KVConnectorRole.WORKER,
                                                      self.preset.kv_cache_config(self.config.num_blocks, tp))
-            self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp,
+            self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp, content_salt=self.content_salt,
                                        vocab_size=self.preset.vocab_size, connector=worker_connector,
                                        kernel_block_ratio=self.config.kernel_block_ratio))
         self.aggregator = KVOutputAggregator(tp)

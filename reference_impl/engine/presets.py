@@ -34,6 +34,7 @@ class ModelPreset:
     layers_per_group: int = 2
     num_kv_heads: int = 2
     vocab_size: int = 32000
+    dtype: torch.dtype = DTYPE  # of every KV cache and Mamba state
 
     def layer_specs(self, tp_size: int = 1) -> dict[str, KVCacheSpec]:
         """Layer name -> spec in model order (group by group), with KV heads sharded over `tp_size` ranks."""
@@ -44,16 +45,16 @@ class ModelPreset:
         specs: dict[str, KVCacheSpec] = {}
         for index, (kind, block_size, window) in enumerate(self.groups):
             if kind == "full":
-                spec = FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=DTYPE)
+                spec = FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=self.dtype)
             elif kind == "swa":
                 # Halve the heads when the block doubles so every group keeps the same page size.
                 scale = block_size // self.groups[0][1]
                 spec = SlidingWindowSpec(block_size=block_size, num_kv_heads=max(1, heads // scale),
-                                         head_size=HEAD_SIZE, dtype=DTYPE, sliding_window=window)
+                                         head_size=HEAD_SIZE, dtype=self.dtype, sliding_window=window)
             elif kind == "scratch":
-                spec = ScratchSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=DTYPE)
+                spec = ScratchSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=self.dtype)
             elif kind == "mamba":
-                spec = MambaSpec(block_size=block_size, shapes=MAMBA_SHAPES, dtypes=(DTYPE, DTYPE),
+                spec = MambaSpec(block_size=block_size, shapes=MAMBA_SHAPES, dtypes=(self.dtype, self.dtype),
                                  page_size_padded=full_page, mamba_cache_mode="align")
             else:
                 raise ValueError(f"preset {self.name}: unknown group kind {kind!r}")
@@ -89,7 +90,19 @@ PRESETS: dict[str, ModelPreset] = {
     "fa+swa+mamba": ModelPreset("fa+swa+mamba", (("full", 16, 0), ("swa", 16, 128), ("mamba", 256, 0))),
     # A scratch group (prefix_cacheable=False): connectors must leave it alone (spec 4.2 C03).
     "scratch_group": ModelPreset("scratch_group", (("full", 16, 0), ("scratch", 16, 0))),
+    # Other KV dtypes (the content oracle uses each dtype's full precision): a round trip through another dtype
+    # changes the values.
+    "fa_only@bf16": ModelPreset("fa_only@bf16", (("full", 16, 0),), dtype=torch.bfloat16),
+    "fa+swa@fp32": ModelPreset("fa+swa@fp32", (("full", 16, 0), ("swa", 16, 128)), dtype=torch.float32),
+    # Sliding-window geometry: a window that spans several connector chunks (of 256) and is a multiple of
+    # neither the chunk nor the block; a window shorter than one block.
+    "fa+swa600": ModelPreset("fa+swa600", (("full", 16, 0), ("swa", 16, 600))),
+    "fa+swa8": ModelPreset("fa+swa8", (("full", 16, 0), ("swa", 16, 8))),
 }
+# The presets most checks run on; the dtype and window presets run where they can change a verdict.
+CORE_PRESETS = ("fa_only", "fa+swa", "fa16+swa32", "fa+mamba_align", "fa+swa+mamba", "scratch_group")
+DTYPE_PRESETS = ("fa_only@bf16", "fa+swa@fp32")
+WINDOW_PRESETS = ("fa+swa600", "fa+swa8")
 
 
 def get_preset(name: str) -> ModelPreset:

@@ -4,14 +4,21 @@ hooks in vLLM 0.33's order (connector.md section 1.6).
 Deviation from vLLM, on purpose: blocks filled by an external load are registered in the prefix cache
 only after the step confirms the load (`delay_cache_blocks=True` for sync loads too), so a failed load
 never publishes unwritten blocks; vLLM registers them at schedule time and repairs with invalid-block
-handling.
+handling. A failed sync load may therefore be reported in `failed_recving` (with its `finished_recving`).
+
+What vLLM 0.33's scheduler asserts about the completions a connector reports, this one raises as
+`ConnectorReportError`: a finished load for an id it does not hold, or for a request that is neither waiting
+for a load nor finished with its blocks held for one; a finished send for a request that holds no delayed
+blocks. As in vLLM, aborting a request whose asynchronous load is in flight keeps its blocks until the load
+is reported finished. `transfers` counts every load and delayed free started and completed, per request.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from reference_impl.connector.base import KVConnectorOutput, supports_hma
+from reference_impl.engine.aggregator import ConnectorReportError
 from reference_impl.engine.outputs import NewRequestData, SchedulerOutput
 from reference_impl.engine.request import EngineRequest, EngineRequestStatus
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
@@ -39,6 +46,8 @@ class Scheduler:
         self.pending_cache: dict[str, int] = {}  # req -> tokens to cache after a confirmed sync load
         self.finished_outputs: dict[str, list[int]] = {}
         self.connector_events: list = []
+        # (kind, req_id) -> count, kind in recv_started / recv_finished / send_started / send_finished
+        self.transfers: Counter[tuple[str, str]] = Counter()
         groups = kv_cache_manager.kv_cache_config.kv_cache_groups
         self.specs = [g.kv_cache_spec for g in groups]
         self.mamba_block_size = next((s.block_size for s in self.specs if isinstance(s, MambaSpec)), None)
@@ -64,8 +73,11 @@ class Scheduler:
             self.running.remove(request)
         if request in self.waiting:
             self.waiting.remove(request)
+        # vLLM: a load in flight will still write the request's blocks, so they wait for its completion.
+        loading = request.engine_status == EngineRequestStatus.WAITING_FOR_REMOTE_KVS \
+            and request_id not in self.finished_recving
         request.engine_status = EngineRequestStatus.FINISHED_ABORTED
-        self._free_request(request)
+        self._free_request(request, force_delay=loading)
 
     def has_unfinished_requests(self) -> bool:
         """True while anything waits, runs, or holds delayed blocks."""
@@ -161,6 +173,7 @@ class Scheduler:
             request.num_computed_tokens = computed_before
             if load_async:
                 request.engine_status = EngineRequestStatus.WAITING_FOR_REMOTE_KVS
+                self.transfers[("recv_started", request.request_id)] += 1
                 skipped.append(request)
                 continue
             if num_external:
@@ -237,6 +250,7 @@ class Scheduler:
                            kv_output: KVConnectorOutput | None) -> None:
         """Apply a step's results in vLLM's order: failures, outputs and finishes, connector output, events."""
         kv_output = kv_output or KVConnectorOutput()
+        sync_loading = set(self.pending_cache) & set(scheduler_output.num_scheduled_tokens)
         if kv_output.invalid_block_ids and len(self.specs) > 1:
             raise RuntimeError(
                 "connector reported invalid_block_ids "
@@ -267,15 +281,47 @@ class Scheduler:
             self.connector.update_connector_output(kv_output)
             self.connector_events.extend(self.connector.take_events() or ())
         for req_id in kv_output.finished_recving or ():
-            self.finished_recving.add(req_id)
+            request = self._reported(req_id, "finished_recving")
+            if request.is_finished:
+                self._release_delayed(request)
+                continue
+            failed_sync = req_id in (kv_output.failed_recving or ()) and req_id in sync_loading
+            if request.engine_status != EngineRequestStatus.WAITING_FOR_REMOTE_KVS and not failed_sync:
+                raise ConnectorReportError(
+                    f"finished_recving reported {req_id}, which is not waiting for a load (it is "
+                    f"{request.engine_status.name}; vLLM's scheduler asserts a finished load is for a request in "
+                    "WAITING_FOR_REMOTE_KVS or a finished one whose blocks wait for it)")
+            if not failed_sync:  # (a failed sync load is restarted above: no load was waited for)
+                self.transfers[("recv_finished", req_id)] += 1
+                self.finished_recving.add(req_id)
         for req_id in kv_output.failed_recving or ():
             if self.requests.get(req_id) is not None and \
                     self.requests[req_id].engine_status == EngineRequestStatus.WAITING_FOR_REMOTE_KVS:
                 self.failed_recving.add(req_id)
         for req_id in kv_output.finished_sending or ():
-            request = self.delayed_free.pop(req_id, None)
-            if request is not None:
-                self.kv_cache_manager.free(request)
+            request = self._reported(req_id, "finished_sending")
+            if not request.is_finished:
+                raise ConnectorReportError(
+                    f"finished_sending reported {req_id}, which is still {request.engine_status.name} (vLLM's "
+                    "scheduler frees the blocks of a finished send, and asserts the request finished)")
+            self._release_delayed(request, "send_finished")
+
+    def _reported(self, req_id: str, kind: str) -> EngineRequest:
+        """The request a completion names; ConnectorReportError when vLLM's scheduler no longer holds it (an
+        unknown id, or a finished request whose blocks were already freed)."""
+        request = self.requests.get(req_id)
+        if request is None or (request.is_finished and req_id not in self.delayed_free):
+            state = "is unknown" if request is None else "finished and its blocks were already freed"
+            raise ConnectorReportError(
+                f"{kind} reported {req_id}, which {state} (vLLM's scheduler asserts the id is a request it holds: "
+                "each load or delayed free is reported finished exactly once)")
+        return request
+
+    def _release_delayed(self, request: EngineRequest, kind: str = "recv_finished") -> None:
+        """A finished request's delayed blocks go back to the pool (its send or in-flight load completed)."""
+        self.delayed_free.pop(request.request_id, None)
+        self.transfers[(kind, request.request_id)] += 1
+        self.kv_cache_manager.free(request)
 
     def _requests_of_blocks(self, block_ids) -> set[str]:
         if not block_ids:
@@ -297,7 +343,7 @@ class Scheduler:
             for ids, spec in zip(table, self.specs)
         )
 
-    def _free_request(self, request: EngineRequest) -> None:
+    def _free_request(self, request: EngineRequest, force_delay: bool = False) -> None:
         req_id = request.request_id
         self.finished_outputs[req_id] = list(request.output_token_ids)
         self.pending_cache.pop(req_id, None)
@@ -318,6 +364,8 @@ class Scheduler:
         if not has_blocks:
             return
         if delay:
+            self.transfers[("send_started", req_id)] += 1
+        if delay or force_delay:
             self.delayed_free[req_id] = request
         else:
             self.kv_cache_manager.free(request)

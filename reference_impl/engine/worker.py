@@ -43,8 +43,9 @@ class Worker:
     """One TP rank. `connector` is this rank's worker-role connector or None."""
 
     def __init__(self, kv_cache_config: KVCacheConfig, *, rank: int = 0, tp_size: int = 1, vocab_size: int = 32000,
-                 connector=None, kernel_block_ratio: int = 1):
+                 connector=None, kernel_block_ratio: int = 1, content_salt: int = 0):
         self.kv_cache_config = kv_cache_config
+        self.content_salt = content_salt  # the model's: two models compute different KV for the same tokens
         self.rank = rank
         self.tp_size = tp_size
         self.vocab_size = vocab_size
@@ -77,12 +78,13 @@ class Worker:
         """Oracle KV rows of `layer` for (token, position) pairs: [n, heads, 2*head_size]."""
         spec = self.kv_cache_config.layer_specs[layer]
         return content.attention_kv(tokens, positions, self.layer_index[layer], self.heads(spec),
-                                    2 * spec.head_size, spec.dtype)
+                                    2 * spec.head_size, spec.dtype, self.content_salt)
 
     def expected_state(self, layer: str, tokens) -> list[torch.Tensor]:
         """Oracle Mamba state of `layer` after `tokens`."""
         spec = self.kv_cache_config.layer_specs[layer]
-        return content.mamba_state(tokens, self.layer_index[layer], spec.shapes, spec.dtypes, self.rank)
+        return content.mamba_state(tokens, self.layer_index[layer], spec.shapes, spec.dtypes, self.rank,
+                                   self.content_salt)
 
     # ---- one step -------------------------------------------------------------------------------
     def _call(self, name: str, *args):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.targets.connector_profile import KINDS, MULTI_GROUP_REFUSAL
+
 CHECKS: dict[str, tuple[str, str, str]] = {
     "C01": ("MUST", "declares-hma", "SupportsHMA, request_finished_all_groups overridden, (vllm_config, role, kv_cache_config) constructor"),
     "C02": ("MUST", "scheduler-role-cpu", "the scheduler-role instance runs every scheduler hook with no GPU and no worker state"),
@@ -65,3 +67,44 @@ def black_box_summary(backdoors: bool) -> str:
                 "(SHOULD) skip: they need a backdoor)")
     return (f"connector checks: every MUST check decides from behaviour; backdoors, when the connector has them, "
             f"sharpen {', '.join(sharpened)}; {', '.join(needs)} (SHOULD) needs one")
+
+
+# Which checks apply to which kind of connector (harness.targets.connector_profile): reviewed data. A check
+# listed for a kind is reported as "N/A: <reason>" for connectors of that kind, never as a failure. Checks not
+# listed apply; where such a check also compares KV bytes with what was stored, that comparison is made only
+# for connectors that store KV (`CheckContext.judges_content`).
+_HIT_VS_STORE = "it judges hits against what was stored, and a {kind} connector claims hits for prompts it never stored"
+_BYTES_VS_STORE = "it judges loaded KV bytes against what was stored, and a {kind} connector loads no stored KV"
+_FOR_DUMMY_AND_TRANSFER = {
+    "C05": _HIT_VS_STORE, "C06": _HIT_VS_STORE, "C07": _HIT_VS_STORE, "C08": _HIT_VS_STORE,
+    "C09": _HIT_VS_STORE, "C30": _HIT_VS_STORE, "C36": _HIT_VS_STORE, "C35": _HIT_VS_STORE,
+    "C10": _BYTES_VS_STORE, "C11": _BYTES_VS_STORE, "C14": _BYTES_VS_STORE, "C17": _BYTES_VS_STORE,
+    "C18": _BYTES_VS_STORE, "C20": _BYTES_VS_STORE, "C24": _BYTES_VS_STORE, "C25": _BYTES_VS_STORE,
+    "C26": _BYTES_VS_STORE, "C28": _BYTES_VS_STORE, "C34": _BYTES_VS_STORE,
+    "C22": "it injects a load failure by hiding stored objects from the workers, and a {kind} connector reads none",
+    "C23": "it injects a load failure by hiding stored objects from the workers, and a {kind} connector reads none",
+}
+_NEEDS_LOCAL_HIT = "it needs a hit served within one engine, and a {kind} connector only serves hits a peer instance sends"
+NOT_FOR_KIND: dict[str, dict[str, str]] = {
+    "stores": {},
+    "dummy": _FOR_DUMMY_AND_TRANSFER,
+    "transfer": {**_FOR_DUMMY_AND_TRANSFER, "C15": _NEEDS_LOCAL_HIT, "C16": _NEEDS_LOCAL_HIT,
+                 "C19": _NEEDS_LOCAL_HIT, "C21": _NEEDS_LOCAL_HIT, "C27": _NEEDS_LOCAL_HIT},
+}
+# Checks whose time limit is this many times --kv-connector-timeout: C36 starts fresh interpreters, each of which
+# imports the connector's package (vLLM's import alone takes tens of seconds on a loaded machine); a hanging hook
+# is still caught, later.
+TIME_LIMIT_FACTOR = {"C36": 5}
+# Checks that run a multi-group model whatever their preset parameter says.
+MULTI_GROUP_CHECKS = ("C01", "C33")
+
+
+def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | None:
+    """Why `check_id` does not apply to a connector of `profile` (on a multi-group model when `multi_group`), or
+    None when it applies."""
+    reason = NOT_FOR_KIND.get(profile.kind, {}).get(check_id)
+    if reason is not None:
+        return f"{check_id} does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'")
+    if (multi_group or check_id in MULTI_GROUP_CHECKS) and profile.declares_hma and profile.multi_group:
+        return MULTI_GROUP_REFUSAL + profile.multi_group
+    return None

@@ -7,7 +7,7 @@ import pytest
 
 from harness.plugins.connector import connector_targets, unusable_targets
 from harness.targets.connector_target import run_with_timeout
-from suites.connector.catalogue import CHECKS, black_box_summary
+from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary
 from suites.connector.context import CheckContext
 
 
@@ -21,6 +21,10 @@ def pytest_collection_finish(session):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(black_box_summary(session.config.getoption("kvconform_kv_connector_backdoors") != "off"))
+            for target in connector_targets(session.config):
+                if target.name not in unusable_targets(session.config):
+                    # The profile decides which checks apply ("N/A: reason" for the others).
+                    reporter.write_line(f"kv-connector profile: {target.name}: {target.profile.describe()}")
 
 
 def pytest_generate_tests(metafunc):
@@ -47,7 +51,8 @@ def ctx(connector_target, request):
     """The check's context for the parametrized connector and preset (None when preset-independent)."""
     preset = request.node.callspec.params.get("preset") if hasattr(request.node, "callspec") else None
     backdoors = request.config.getoption("kvconform_kv_connector_backdoors") != "off"
-    context = CheckContext(connector_target, preset, backdoors=backdoors)
+    marker = request.node.get_closest_marker("kv_check")
+    context = CheckContext(connector_target, preset, backdoors=backdoors, check_id=marker.args[0] if marker else None)
     yield context
     context.close()
 
@@ -82,6 +87,7 @@ def pytest_pyfunc_call(pyfuncitem):
         return None
     funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout")
+    timeout *= TIME_LIMIT_FACTOR.get(pyfuncitem.get_closest_marker("kv_check").args[0], 1)
     context = funcargs.get("ctx")
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)

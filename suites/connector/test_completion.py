@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import PRESETS
-from suites.connector.context import expect, expect_no_read_errors, leftovers, prompt
+from reference_impl.engine.presets import CORE_PRESETS, PRESETS
+from suites.connector.context import expect, expect_each_completion_once, expect_no_read_errors, leftovers, prompt
 
-ALL_PRESETS = list(PRESETS)
-MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+ALL_PRESETS = list(CORE_PRESETS)
+MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 _scheduler_drained = leftovers
@@ -30,6 +30,7 @@ def test_c21_async_completion_liveness(ctx, preset):
     engine.run_until_done(max_steps=200, idle_steps=5)
     left = _scheduler_drained(engine)
     expect(not left, f"engine not drained after 5 idle steps: {left}")
+    expect_each_completion_once(engine)
     given: set[str] = set()
     for role, hook, args, result in ctx.calls:
         if role == KVConnectorRole.WORKER and hook == "get_transfer_results":

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, PRESETS, WINDOW_PRESETS
 from reference_impl.kv_cache.specs import MambaSpec, SlidingWindowSpec
 from suites.connector.context import (
     SMALL_STORE_BYTES,
@@ -20,8 +20,8 @@ from suites.connector.context import (
 )
 from suites.connector.oracles import oracle_hit_tokens
 
-ALL_PRESETS = list(PRESETS)
-MULTI_PRESETS = [p for p in PRESETS if len(PRESETS[p].groups) > 1]
+ALL_PRESETS = list(CORE_PRESETS)
+MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 @pytest.mark.kv_check("C04")
@@ -153,7 +153,7 @@ def _expect_servable_hits(ctx, tokens, what: str) -> list[int]:
 
 
 @pytest.mark.kv_check("C07")
-@pytest.mark.parametrize("preset", MULTI_PRESETS)
+@pytest.mark.parametrize("preset", MULTI_PRESETS + list(WINDOW_PRESETS))
 def test_c07_hit_min_over_groups(ctx, preset):
     """Hits are the windowed min over groups, decided black-box: the connector sees a prompt's first 300
     tokens, then not the next 600 (served from the local prefix cache only), then all 1300 with a local hit,
@@ -201,7 +201,7 @@ def test_c07_hit_min_over_groups(ctx, preset):
 
 
 @pytest.mark.kv_check("C08")
-@pytest.mark.parametrize("preset", ["fa+swa", "fa16+swa32", "fa+swa+mamba"])
+@pytest.mark.parametrize("preset", ["fa+swa", "fa16+swa32", "fa+swa+mamba", "fa+swa600"])
 def test_c08_swa_needs_only_window(ctx, preset):
     """Evicting sliding-window chunks older than the window keeps the full hit."""
     engine = ctx.engine()

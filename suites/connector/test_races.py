@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, WINDOW_PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 from suites.connector.oracles import all_blocks, broken_canaries, fence_evidence, fill_canaries, owned_or_cached_blocks
 
-ALL_PRESETS = list(PRESETS)
-SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba"]
+ALL_PRESETS = list(CORE_PRESETS)
+SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba", *WINDOW_PRESETS]
 
 
 def _reload_all(ctx, engine, prompts):

@@ -10,10 +10,12 @@ import dataclasses
 import os
 import tempfile
 
+import torch
+
 from reference_impl.connector.base import KVConnectorTransferResults
-from reference_impl.connector.groups import FULL, MAMBA, GroupInfo
+from reference_impl.connector.groups import FULL, MAMBA, SLIDING, GroupInfo
 from reference_impl.connector.lmcache_like import NULL_BLOCK_ID, LMCacheLikeConnector, TransferOp, extra_config
-from reference_impl.connector.hashing import chunk_hashes
+from reference_impl.connector.hashing import chunk_hashes, object_key
 from reference_impl.connector.store import shared_store
 
 
@@ -317,6 +319,153 @@ class OldConstructorConnector(LMCacheLikeConnector):
 
     def __init__(self, vllm_config, role):
         super().__init__(vllm_config, role, None)
+
+
+# ---- blind spots of issue 19: dtypes, window geometry, completion reports, shared stores, async loads ----------
+class _TypedStore:
+    """A store proxy that keeps every object as `dtype` values (a typed copy), converting back on the way out."""
+
+    def __init__(self, store, layer_dtype: torch.dtype, dtype: torch.dtype):
+        self._store, self._layer_dtype, self._dtype = store, layer_dtype, dtype
+
+    def put(self, key, value):
+        return self._store.put(key, value.view(self._layer_dtype).to(self._dtype).view(torch.uint8))
+
+    def get(self, key):
+        value = self._store.get(key)
+        return None if value is None else value.view(self._dtype).to(self._layer_dtype).view(torch.uint8)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+class _TypedStoreConnector(_OwnKeysConnector):
+    stored_dtype: torch.dtype = torch.float16
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        layer_dtype = kv_cache_config.kv_cache_groups[0].kv_cache_spec.dtype
+        self.store = _TypedStore(self.store, layer_dtype, self.stored_dtype)
+
+
+class HalfPrecisionStoreConnector(_TypedStoreConnector):
+    """Keeps every object in float16 whatever the KV dtype (exact for float16 models only): caught by C14
+    round-trip-bytes on the bfloat16 and float32 presets."""
+
+    stored_dtype = torch.float16
+
+
+class BFloat16StoreConnector(_TypedStoreConnector):
+    """Keeps every object in bfloat16 (it drops float16's low mantissa bits): caught by C14 round-trip-bytes."""
+
+    stored_dtype = torch.bfloat16
+
+
+class WindowWithinOneChunkConnector(_OwnKeysConnector):
+    """Assumes a sliding window never spans more than one chunk (true for window 128 and chunk 256): with a
+    600-token window it needs, stores and loads only the last chunk of the window: caught by C14 round-trip-bytes
+    on fa+swa600."""
+
+    def _select_groups(self, groups):
+        return [dataclasses.replace(g, sliding_window=min(g.sliding_window, self.chunk_size))
+                if g.kind == SLIDING else g for g in groups]
+
+
+class WindowInWholeBlocksConnector(_OwnKeysConnector):
+    """Counts a sliding window in whole blocks, rounded down (window // block_size): a window that is no
+    multiple of the block loses its oldest block, one shorter than a block needs none: caught by C14
+    round-trip-bytes on fa+swa600 and fa+swa8."""
+
+    def _group_slots(self, group, chunk):
+        if group.kind != SLIDING:
+            return super()._group_slots(group, chunk)
+        end = (chunk + 1) * self.chunk_size // group.block_size
+        return list(range(max(0, end - group.sliding_window // group.block_size), end))
+
+
+class DoubleFinishedRecvConnector(_OwnKeysConnector):
+    """Reports every finished asynchronous load again in the next step: vLLM's scheduler asserts (the request is
+    no longer waiting for a load): caught by C21 async-completion-liveness (with async loads configured)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._again: set[str] = set()
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        again, self._again = self._again, set(results.finished_recving)
+        return KVConnectorTransferResults(results.finished_sending, results.finished_recving | again,
+                                          results.failed_recving)
+
+
+class SyncLoadFinishedRecvConnector(_OwnKeysConnector):
+    """Reports synchronous loads in finished_recving too (the request is running, not waiting for a load; vLLM's
+    scheduler asserts): caught by C14 round-trip-bytes."""
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._connector_metadata
+        super().start_load_kv(forward_context, **kwargs)
+        self._finished_recving.update(getattr(meta, "loads", {}) or {})
+
+
+class PhantomFinishedSendingConnector(_OwnKeysConnector):
+    """Reports every finished request in finished_sending although it never delayed a free (their blocks are
+    already freed; vLLM's scheduler asserts on the id): caught by C21 async-completion-liveness."""
+
+    def get_transfer_results(self, finished_req_ids):
+        results = super().get_transfer_results(finished_req_ids)
+        return KVConnectorTransferResults(set(finished_req_ids), results.finished_recving, results.failed_recving)
+
+
+class ModelBlindKeysConnector(_OwnKeysConnector):
+    """Keys ignore the model name (one store serves several models): caught by C30 key-isolation."""
+
+    def _key(self, group_id, chunk_hash, rank=None):
+        return object_key(type(self).__name__, self.world_size, self.rank if rank is None else rank, group_id,
+                          chunk_hash, self._dtypes.get(group_id, ""))
+
+
+class DtypeBlindKeysConnector(_OwnKeysConnector):
+    """Keys ignore the KV dtype (a bfloat16 deployment reads float16 objects as its own): caught by C30."""
+
+    def _key(self, group_id, chunk_hash, rank=None):
+        return object_key(self.model_name, self.world_size, self.rank if rank is None else rank, group_id, chunk_hash)
+
+
+class TPSizeBlindKeysConnector(_OwnKeysConnector):
+    """Keys carry the TP rank but not the TP size (rank 0 of TP=2 holds half the heads of rank 0 of TP=1):
+    caught by C30."""
+
+    def _key(self, group_id, chunk_hash, rank=None):
+        return object_key(self.model_name, 1, self.rank if rank is None else rank, group_id, chunk_hash,
+                          self._dtypes.get(group_id, ""))
+
+
+class AsyncEarlyReportConnector(_OwnKeysConnector):
+    """With asynchronous loads, reports a load finished in the step it is issued but copies the KV only in the
+    next step: caught by C20 loaded-groups-complete, once async loads are configured (`"kvconform":
+    {"async_load_config": {"load_async": true}}`); with its default synchronous loads it is correct."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._deferred: list = []
+
+    def start_load_kv(self, forward_context, **kwargs):
+        deferred, self._deferred = self._deferred, []
+        for ops in deferred:
+            self._load_request(ops)
+        meta = self._connector_metadata
+        if getattr(meta, "async_load_ids", None):
+            loads = dict(meta.loads)
+            for req_id in meta.async_load_ids:
+                self._deferred.append(loads.pop(req_id))
+                self._finished_recving.add(req_id)
+            self._connector_metadata = dataclasses.replace(meta, loads=loads, async_load_ids=set())
+            try:
+                return super().start_load_kv(forward_context, **kwargs)
+            finally:
+                self._connector_metadata = meta
+        return super().start_load_kv(forward_context, **kwargs)
 
 
 class MissingHooksConnector:

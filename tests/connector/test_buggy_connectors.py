@@ -21,8 +21,9 @@ from tests.once import once_per_session
 REPO = Path(__file__).resolve().parents[2]
 BUGGY = "tests.connector.buggy"
 REFERENCE = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"
-# Every buggy connector's store: small enough that the capacity probes fill it.
-EXTRA_CONFIG = json.dumps({"cpu_bytes": 400_000})
+# Configured as the README tells a vendor: a store small enough that the capacity probes fill it, and how the
+# connector loads asynchronously (merged into its extra config by the checks that exercise async loads).
+EXTRA_CONFIG = json.dumps({"cpu_bytes": 400_000, "kvconform": {"async_load_config": {"load_async": True}}})
 
 # (buggy class, the check named for its bug, the test function that runs that check)
 CAUGHT = [
@@ -43,6 +44,18 @@ CAUGHT = [
     ("ScratchServingConnector", "C03", "test_c03_group_discovery_scratch"),
     ("NoneAsZeroConnector", "C05", "test_c05_lookup_none_then_value"),
     ("KernelRatioIgnoringConnector", "C18", "test_c18_kernel_block_ratio"),
+    # issue 19's blind spots: KV dtypes, sliding-window geometry, completion reports, shared stores, async loads
+    ("HalfPrecisionStoreConnector", "C14", "test_c14_round_trip_bytes"),
+    ("BFloat16StoreConnector", "C14", "test_c14_round_trip_bytes"),
+    ("WindowWithinOneChunkConnector", "C14", "test_c14_round_trip_bytes"),
+    ("WindowInWholeBlocksConnector", "C14", "test_c14_round_trip_bytes"),
+    ("DoubleFinishedRecvConnector", "C21", "test_c21_async_completion_liveness"),
+    ("SyncLoadFinishedRecvConnector", "C14", "test_c14_round_trip_bytes"),
+    ("PhantomFinishedSendingConnector", "C21", "test_c21_async_completion_liveness"),
+    ("ModelBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
+    ("DtypeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
+    ("TPSizeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
+    ("AsyncEarlyReportConnector", "C20", "test_c20_loaded_groups_complete"),
 ]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),

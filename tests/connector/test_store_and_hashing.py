@@ -80,3 +80,6 @@ def test_object_keys_separate_rank_and_group():
     h = b"\x01" * 32
     keys = {object_key("m", 2, r, g, h) for r in (0, 1) for g in (0, 1)}
     assert len(keys) == 4
+    layouts = {object_key("m", 1, 0, 0, h, "torch.float16"), object_key("m", 1, 0, 0, h, "torch.bfloat16"),
+               object_key("m", 2, 0, 0, h, "torch.float16"), object_key("n", 1, 0, 0, h, "torch.float16")}
+    assert len(layouts) == 4, "model name, dtype and TP size each separate objects of one shared store"

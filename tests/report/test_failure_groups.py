@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.failure_groups import cell_name, entry_what, first_line, format_groups, group_entries, group_failures
+from harness.failure_groups import (cause_key, cell_name, entry_what, first_line, format_groups, group_entries,
+                                    group_failures, split_check)
 from tests.report.synthetic import config_entry
 
 
@@ -58,3 +59,48 @@ def test_results_entries_group_by_their_message_first_line():
         (2, "expected `HMA off`, got `HMA on` (§2.2)", "seed-N-cuda-none-none-config"),
         (1, "error: RuntimeError: setup broke", "seed-N-cpu-none-none-config"),
     ]
+
+
+# vLLM 0.33.0's ExampleConnector through the connector suite (first lines as the checks report them, from a real
+# run): ten failing cells, five bugs (issue 19).
+EXAMPLE = "vllm-0.33.0:ExampleConnector-fa_only"
+SHAPE = ("ExampleConnector.start_load_kv (worker role) raised RuntimeError: shape mismatch: value tensor of shape "
+         "[{}, 2, 16] cannot be broadcast to indexing result of shape [688, 2, 16]")
+MISSING = ("ExampleConnector.start_load_kv (worker role) raised FileNotFoundError: No such file or directory: "
+           "/tmp/kvconform-vllm-{}/ExampleConnector/{}/model.layers.0.full.safetensors")
+WRONG_KV = ("the model read wrong KV — while: {}: {} reads, first: ReadError(req_id='{}', layer='model.layers.0.full', "
+            "position=0, detail='KV differs from the oracle (block {})')")
+EXAMPLE_FAILURES = [
+    ("C11", SHAPE.format(80)), ("C26", SHAPE.format(80)), ("C27", SHAPE.format(256)),
+    ("C16", MISSING.format("huy4kbzo", "569cbd016ff543e8e2233c127ecef20f")),
+    ("C20", MISSING.format("huy4kbzo", "3b66d4ca38793368d6534126df165df0")),
+    ("C25", MISSING.format("q0x9_a1b", "bd37ca11fac37b6e89ea5f898917ee22")),
+    ("C19", "the load wrote a block of the local prefix hit: ['rank 0 layer model.layers.0.full block 69']"),
+    ("C21", WRONG_KV.format("TP=2 async loads", 12, "a7f2e5e4fe46", 112)),
+    ("C34", WRONG_KV.format("TP=2 reload", 4, "24bbf6a50ff4", 44)),
+    ("C30", "cache_salt tenant-b: hit 784 on objects stored under another key"),
+]
+
+
+def test_connector_failures_group_by_root_cause_across_checks():
+    """Request ids, block numbers, token counts, shapes and store paths stay out of the key, and so does the
+    scenario a shared oracle names: the ten cells read as ExampleConnector's five bugs, each naming its checks."""
+    groups = group_failures(("connector", f"{check} [fa_only]: {what}", EXAMPLE) for check, what in EXAMPLE_FAILURES)
+    assert [(g.count, g.checks) for g in groups] == [
+        (3, ["C11", "C26", "C27"]), (3, ["C16", "C20", "C25"]), (2, ["C21", "C34"]), (1, ["C19"]), (1, ["C30"])]
+    assert groups[0].what == "C11, C26, C27: " + SHAPE.format(80)
+    assert groups[0].line() == f"3 connector cells: C11, C26, C27: {SHAPE.format(80)} — first: C11 {EXAMPLE}"
+    # another connector with the same cause is its own finding
+    other = group_failures([("connector", f"C16 [fa_only]: {EXAMPLE_FAILURES[3][1]}", EXAMPLE),
+                            ("connector", f"C16 [fa_only]: {EXAMPLE_FAILURES[3][1]}", "VendorConnector-fa_only")])
+    assert len(other) == 2
+    # other suites keep grouping by the whole first line: numbers there name rules
+    assert len(group_failures([("config", "expected `HMA off` (§2.2 2)", "a"), ("config", "expected `HMA off` (§2.2 3)", "b")])) == 2
+
+
+def test_cause_key_leaves_out_what_differs_from_cell_to_cell():
+    assert cause_key(MISSING.format("abc_1234", "569cbd016ff543e8e2233c127ecef20f")) == (
+        "ExampleConnector.start_load_kv (worker role) raised FileNotFoundError: No such file or directory: "
+        "…/model.layers.N.full.safetensors")
+    assert split_check("now failed: C07 [fa+swa]: hit 512") == ("C07", "fa+swa", "now failed: hit 512")
+    assert split_check("expected `HMA off`") == (None, None, "expected `HMA off`")

@@ -259,36 +259,53 @@ def test_connector_check_table_golden():
 
 def test_connector_hma_verdicts():
     md = render_markdown(build_document(connector_document()))
-    assert ("- ➖ ExampleNonHMA does not declare `SupportsHMA`; its HMA checks were not run, so it must pass "
-            "them before it declares it.") in md
-    assert ("- ✅ GoodHMA declares `SupportsHMA` and may: it passes every MUST check on every preset "
-            "(SHOULD checks failing: C10).") in md
-    assert "- ❌ LMCacheLike declares `SupportsHMA` but must not: it fails MUST check(s) C02." in md
+    assert ("- ➖ ExampleNonHMA does not declare `SupportsHMA`; its multi-group checks were not run, so it must "
+            "pass them before it declares it.") in md
+    assert ("- ✅ GoodHMA declares `SupportsHMA` and may: it passes every MUST check that applies on every "
+            "multi-group preset (SHOULD checks failing: C10).") in md
+    assert ("- ❌ LMCacheLike declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) "
+            "C02.") in md
 
 
-@pytest.mark.parametrize(("statuses", "expected"), [
-    # (C01 status, C02 status) of a connector that declares SupportsHMA
-    (("passed", "passed"), "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check on every preset."),
-    (("passed", "failed"), "❌ Vendor declares `SupportsHMA` but must not: it fails MUST check(s) C02."),
-    (("skipped", "skipped"), "❔ Vendor declares `SupportsHMA`, but no check ran, so whether it may is unknown."),
+REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode"
+
+
+@pytest.mark.parametrize(("cells", "expected"), [
+    # (check, preset, status, message) of a connector that declares SupportsHMA
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "passed", None)],
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "failed", None)],
+     "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C02."),
+    # C01 exercises a two-group model whatever its preset cell says
+    ([("C01", "-", "failed", None), ("C02", "fa+swa", "passed", None)],
+     "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C01."),
+    # a single-group failure is a finding of its own, not evidence about HMA
+    ([("C01", "-", "passed", None), ("C02", "fa_only", "failed", None), ("C02", "fa+swa", "passed", None)],
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+    # a harness error is no evidence about the connector
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "error", None)],
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+    ([("C01", "-", "skipped", "cannot run here: no GPU"), ("C02", "fa+swa", "skipped", "cannot run here: no GPU")],
+     "❔ Vendor declares `SupportsHMA`, but no multi-group check ran, so whether it may is unknown."),
+    ([("C01", "-", "skipped", REFUSED), ("C02", "fa+swa", "skipped", REFUSED), ("C02", "fa_only", "passed", None)],
+     "➖ Vendor declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode; "
+     "no multi-group check applies."),
 ])
-def test_hma_verdict_of_a_declaring_connector(statuses, expected):
-    entries = [connector_entry("Vendor", check, "MUST", "fa_only", status=status,
-                               message="cannot run here: no GPU" if status == "skipped" else None)
-               for check, status in zip(("C01", "C02"), statuses)]
+def test_hma_verdict_of_a_declaring_connector(cells, expected):
+    entries = [connector_entry("Vendor", check, "MUST", preset, status=status, message=message)
+               for check, preset, status, message in cells]
     assert hma_verdict("Vendor", entries) == expected
 
 
 def test_hma_verdict_of_a_connector_that_does_not_declare_it():
-    """A failing MUST check of a connector without SupportsHMA: it may not declare it, and it does not."""
+    """A connector without SupportsHMA: its single-group failures say nothing about HMA, which it does not declare."""
     entries = [connector_entry("Plain", "C01", "MUST", "fa_only", status="skipped",
                                message="not HMA-capable: Plain does not declare SupportsHMA"),
                connector_entry("Plain", "C14", "MUST", "fa_only", status="failed", evidence="block 1 differs")]
     verdict = hma_verdict("Plain", entries)
-    assert verdict == ("❌ Plain does not declare `SupportsHMA` and may not: it fails MUST check(s) C14, "
-                       "and its HMA checks were not run.")
-    assert "must not declare" not in verdict
-    assert hma_verdict("Plain", entries[:1]).startswith("➖ Plain does not declare `SupportsHMA`")
+    assert verdict == ("➖ Plain does not declare `SupportsHMA`; its multi-group checks were not run, so it must "
+                       "pass them before it declares it.")
+    assert hma_verdict("Plain", entries[:1]) == verdict
 
 
 def test_allocator_and_throughput_sections():

@@ -59,7 +59,26 @@ def test_multiconnector_cannot_nest(fake_vllm):
 def test_parse_name():
     assert vllm_connector.parse_name("vllm:ExampleConnector") == ("ExampleConnector", ())
     assert vllm_connector.parse_name("vllm:MultiConnector[A,B]") == ("MultiConnector", ("A", "B"))
-    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", vllm_connector.DEFAULT_MULTI_CHILDREN)
+
+
+WITH_DECODE_BENCH = ("DecodeBenchConnector", "ExampleConnector", "MultiConnector", "NixlConnector", "OffloadingConnector")
+
+
+def test_default_multiconnector_pairs_connectors_that_store_kv(fake_vllm, monkeypatch):
+    """`vllm:MultiConnector` alone: two children that store KV and can run here, never the dummy-KV
+    DecodeBenchConnector (it claims every prompt first) nor a transfer-only connector."""
+    factory = ("class KVConnectorFactory:\n"
+               f"    _registry = {{name: (lambda: None) for name in {WITH_DECODE_BENCH!r}}}\n")
+    fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
+    monkeypatch.setitem(vllm_connector.REQUIREMENTS, "OffloadingConnector",
+                        vllm_connector.Requirement(cuda=True, why="test: needs a GPU"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "ExampleConnector"))
+    monkeypatch.delitem(vllm_connector.REQUIREMENTS, "OffloadingConnector")  # e.g. once it runs on a CPU
+    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "OffloadingConnector"))
+    assert vllm_connector.vllm_target("vllm:DecodeBenchConnector").known_kind == "dummy"
+    assert vllm_connector.vllm_target("vllm:NixlConnector").known_kind == "transfer"
+    assert vllm_connector.vllm_target("vllm:ExampleConnector").known_kind == "stores"
 
 
 def test_target_name_carries_the_release(fake_vllm):
@@ -119,8 +138,9 @@ def test_each_connector_under_test_gets_its_own_store_directory():
     """vLLM's ExampleConnector keys its files by tokens only: a MultiConnector's ExampleConnector child must not
     share the directory of the ExampleConnector checked on its own (its prompts would hit there)."""
     alone = vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"]
-    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector")["shared_storage_path"]
-    assert alone != child, "the child and the connector on its own share one store"
+    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.0")["shared_storage_path"]
+    second = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.1")["shared_storage_path"]
+    assert len({alone, child, second}) == 3, "two children, or a child and the connector on its own, share one store"
     assert vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
         "every engine of one connector in one process shares its store"
     assert all(Path(p).is_dir() for p in (alone, child))

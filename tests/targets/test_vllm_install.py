@@ -96,3 +96,22 @@ def test_working_fake_passes_the_import_check(fake_vllm):
     """The check itself: with every required module importable it raises nothing."""
     fake_vllm("0.33.0", IMPORTABLE)
     import_vllm_modules("0.33.0")
+
+
+def test_judge_era_judges_a_release_by_an_era_it_does_not_belong_to(monkeypatch):
+    """scripts/new-vllm-release.sh runs the newest era's matrix on a release kvconform does not know yet."""
+    from harness.targets.vllm_install import JUDGE_ERA_ENV
+
+    monkeypatch.setenv(JUDGE_ERA_ENV, "v0.33")
+    assert vllm_era("0.99.0") == "v0.33"
+    monkeypatch.delenv(JUDGE_ERA_ENV)
+    assert "not supported" in _refusal(lambda: vllm_era("0.99.0"))
+
+
+def test_judge_era_must_name_an_era(monkeypatch):
+    from harness.targets.vllm_install import JUDGE_ERA_ENV
+
+    monkeypatch.setenv(JUDGE_ERA_ENV, "v9")
+    with pytest.raises(UsageError) as info:
+        vllm_era("0.33.0")
+    assert info.value.exit_code == 2 and str(info.value).startswith("KVCONFORM_VLLM_JUDGE_ERA: 'v9' is not an era id; accepted: v0.10")

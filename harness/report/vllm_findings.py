@@ -1,0 +1,207 @@
+"""`docs/vllm-connectors.md`: what the connector suite finds in the connectors a vLLM release ships, regenerated
+from a results file of the CI vLLM job's connector step (`--kv-connector vllm:Name` for every registered name).
+
+    python -m harness.report.vllm_findings results-connectors-vllm-0.33.0.json [--before OLD.json] > docs/vllm-connectors.md
+
+Every finding (a connector's failing cells with one root cause, `harness.failure_groups`) is classified by
+reviewed data below (`CLASSIFIED`): a bug of the connector, with the upstream issue where one exists, or not
+applicable. A finding no entry matches is printed as "unclassified", so a new finding is never passed off as
+a known one. The checks that do not apply to a connector (N/A), and the connectors this machine cannot run,
+are listed with their reasons; each connector's wall time is the sum of its checks' durations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from harness.failure_groups import cause_key, group_failures
+from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
+from harness.results_model import load_results
+from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_connector_of
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Reviewed: the finding of `connector` (a name or a MultiConnector's child) whose root cause contains
+    `cause` is `verdict` ("connector bug" or "not applicable"), because `why`; `upstream`: the upstream issue."""
+
+    connector: str
+    cause: str
+    verdict: str
+    why: str
+    upstream: str = ""
+
+
+# Read against vLLM 0.33.0's vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py.
+CLASSIFIED = (
+    Classified("ExampleConnector", "raised FileNotFoundError", "connector bug",
+               "lookup and load keys disagree: `get_num_new_matched_tokens` looks for the folder of the first "
+               "`align(len(prompt) - 1)` tokens, while the store and the load use the first `align(len(prompt))` "
+               "tokens (`align(n) = (n - 1) // block * block`); a prompt that extends a stored one by one token "
+               "finds the stored folder, then loads from a folder that does not exist"),
+    Classified("ExampleConnector", "shape mismatch", "connector bug",
+               "under chunked prefill the store is built once, from the new request's first chunk of blocks, and "
+               "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on the "
+               "shape of the shorter file",
+               "vllm-project/vllm#16928 (closed as stale); fix proposed in vllm-project/vllm#53314 (open)"),
+    Classified("ExampleConnector", "the load wrote a block of the local prefix hit", "connector bug",
+               "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache already "
+               "supplied (shared with other running requests): it ignores `num_computed_tokens`"),
+    Classified("ExampleConnector", "on objects stored under another key", "connector bug",
+               "folder names hash the prompt's tokens only: another cache salt or LoRA adapter hits the objects of "
+               "another tenant"),
+    Classified("ExampleConnector", "the model read wrong KV", "connector bug",
+               "the same key for every tensor-parallel rank (the ranks of TP=2 write, and read, one file), and for "
+               "every model name, KV dtype and TP size sharing the storage path: folder names hash the tokens only"),
+    Classified("ExampleConnector", "raised RuntimeError: The size of tensor", "connector bug",
+               "the same key for every tensor-parallel size: a TP=1 deployment loads a TP=2 rank's file"),
+)
+
+
+_CHECK_ID = re.compile(r"\bC\d{2}\b ?")
+_PRESET = re.compile(r" on the multi-group preset \S+")
+
+
+def _classify(connector: str, key: str) -> Classified | None:
+    for entry in CLASSIFIED:
+        if entry.connector in connector and entry.cause in key:
+            return entry
+    return None
+
+
+def _status(entry: dict) -> str:
+    message = (entry.get("message") or "").lower()
+    if entry["status"] != "skipped":
+        return entry["status"]
+    if _is_not_applicable(entry):
+        return "n/a"
+    if message.startswith("inconclusive"):
+        return "inconclusive"
+    return "not run"
+
+
+def findings_markdown(entries: list[dict], before: list[dict] | None = None, release: str | None = None) -> str:
+    """The page (Markdown) for the vLLM connector entries among `entries`."""
+    by_connector: dict[str, list[dict]] = defaultdict(list)
+    versions = set()
+    for entry in entries:
+        found = vllm_connector_of(entry)
+        if found is not None:
+            versions.add(found[0])
+            by_connector[found[1]].append(entry)
+    version = release or ", ".join(sorted(versions)) or "?"
+    lines = [f"# What the suite finds in vLLM's connectors (vLLM {version})", "",
+             "Generated by `python -m harness.report.vllm_findings` from the results of the CI vLLM job's connector "
+             "step (`.ci/vllm-job.sh`, step 4: `pytest suites/connector -n 2` with one `--kv-connector=vllm:Name` "
+             "per connector the release registers, from `python -m harness.targets.vllm_connector`), run on a CPU "
+             "machine without NIXL, Mooncake, LMCache, FlexKV, 3FS or MoRI packages. Each finding is one root "
+             "cause (`docs/connector-profiles.md`), classified by reviewed data in "
+             "`harness/report/vllm_findings.py`.", ""]
+    ran, unavailable = {}, {}
+    for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
+        reasons = {(e.get("message") or "") for e in items if e["status"] == "skipped"}
+        whole = sorted(r for r in reasons if r.startswith(WHOLE_CONNECTOR_SKIPS))
+        if all(e["status"] == "skipped" for e in items) and whole:
+            unavailable[connector] = whole[0]
+        else:
+            ran[connector] = items
+    findings = {c: [g for g in group_failures(("connector", _what(e), _cell(e)) for e in items
+                                               if e["status"] in ("failed", "error"))]
+                for c, items in ran.items()}
+    total_cells = sum(g.count for gs in findings.values() for g in gs)
+    total_groups = sum(len(gs) for gs in findings.values())
+    lines += ["## Summary", "",
+              f"{total_cells} failing cells in {total_groups} findings (root causes) over {len(ran)} connectors "
+              f"that ran; {len(unavailable)} connectors could not run here."]
+    if before is not None:
+        old = [e for e in before if vllm_connector_of(e) is not None and e["status"] in ("failed", "error")]
+        lines.append(f"Before (the same step with the previous suite): {len(old)} failing cells.")
+    lines += ["", "| connector | `SupportsHMA` | profile | passed | failed | N/A | inconclusive | not run | wall time (s) | HMA verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for connector, items in ran.items():
+        counts = Counter(_status(e) for e in items)
+        wall = sum(float(e.get("duration") or 0) for e in items)
+        verdict = hma_verdict(connector, items).split(" ", 1)[0]
+        lines.append(f"| {connector} | {'yes' if declares_hma(items) else 'no'} | {_profile(items)} | "
+                     f"{counts['passed']} | {counts['failed'] + counts['error']} | {counts['n/a']} | "
+                     f"{counts['inconclusive']} | {counts['not run']} | {wall:.1f} | {verdict} |")
+    lines += ["", "HMA verdicts (multi-group behaviour only):", ""]
+    lines += [f"* {hma_verdict(c, items)}" for c, items in ran.items()]
+    lines += ["", "## Findings", ""]
+    for connector, groups in findings.items():
+        if not groups:
+            lines += [f"### {connector}", "", "No failing check.", ""]
+            continue
+        lines += [f"### {connector}", ""]
+        for group in groups:
+            cause = group.what.removeprefix(f"{', '.join(group.checks)}: ")
+            key = cause_key(cause)
+            known = _classify(connector, key)
+            verdict = f"**{known.verdict}**: {known.why}" if known else "**unclassified** (no reviewed entry matches)"
+            upstream = f" Upstream: {known.upstream}." if known and known.upstream else (
+                " Upstream: no issue found." if known and known.verdict == "connector bug" else "")
+            lines += [f"* {group.count} cell{'s' if group.count != 1 else ''} ({', '.join(group.checks)}): "
+                      f"`{_short(cause)}` — {verdict}.{upstream}"]
+        lines.append("")
+    lines += ["## Checks that do not apply (N/A)", ""]
+    for connector, items in ran.items():
+        reasons: dict[str, set[str]] = defaultdict(set)
+        counts: Counter = Counter()
+        for e in items:
+            if _status(e) == "n/a":
+                check = str((e.get("cell") or {}).get("check", "?")).split(" ")[0]
+                reason = _CHECK_ID.sub("", _PRESET.sub("", e.get("message") or "")).replace("  ", " ")
+                reasons[reason].add(check)
+                counts[reason] += 1
+        if reasons:
+            lines.append(f"* {connector}:")
+            lines += [f"  * {counts[r]} cells ({', '.join(sorted(reasons[r]))}): {r}" for r, _ in counts.most_common()]
+    lines += ["", "## Connectors the suite could not run here", ""]
+    lines += [f"* {c}: {r}" for c, r in unavailable.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _what(entry: dict) -> str:
+    from harness.failure_groups import entry_what
+
+    return entry_what(entry)
+
+
+def _cell(entry: dict) -> str:
+    from harness.failure_groups import cell_name
+
+    return cell_name(entry["id"])
+
+
+def _profile(items: list[dict]) -> str:
+    from harness.targets.vllm_connector import KINDS
+
+    name = vllm_connector_of(items[0])[1]
+    children = name.partition("[")[2].rstrip("]").split(",") if "[" in name else [name]
+    kinds = {KINDS.get(c, "stores") for c in children if c}
+    return "stores" if "stores" in kinds else ", ".join(sorted(kinds))
+
+
+def _short(text: str, limit: int = 220) -> str:
+    text = text.replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the page for the results files given."""
+    parser = argparse.ArgumentParser(prog="python -m harness.report.vllm_findings", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="results files of the connector step")
+    parser.add_argument("--before", default=None, help="the same step's results with the previous suite")
+    args = parser.parse_args(argv)
+    entries = [e for path in args.results for e in load_results(path).results]
+    before = load_results(args.before).results if args.before else None
+    sys.stdout.write(findings_markdown(entries, before))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The profile of a connector under test: what kind of connector it is, so that a check that does not apply to
+it is reported as "N/A: reason" (a skip with that reason) instead of a failure.
+
+A profile says:
+
+* `kind`: `stores` (stores KV and loads it back: a cache or an offloading tier; the default), `dummy` (fills
+  the KV of a hit with dummy values, e.g. a benchmark stub: it claims hits for prompts it never stored), or
+  `transfer` (moves KV between engine instances only, e.g. prefill/decode disaggregation: no local store);
+* whether the class declares `SupportsHMA`;
+* `multi_group`: why multi-group models do not apply on this configuration although the class declares HMA
+  (e.g. a transfer mode that refuses several KV cache groups), or None;
+* `async_load_config`: extra config merged into the connector's own in the checks that exercise asynchronous
+  loads, for a connector that loads asynchronously only when configured to.
+
+A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
+connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy"}}`; vLLM's own
+connectors get theirs from reviewed data (`harness.targets.vllm_connector.KINDS`); otherwise it is inferred:
+`stores`, and HMA from the class. The run's header prints each connector's profile and where it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import pytest
+
+DECLARATION_KEY = "kvconform"
+KINDS = {
+    "stores": "stores and loads KV",
+    "dummy": "fills dummy KV",
+    "transfer": "transfers KV between instances only",
+}
+_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict}
+NA_PREFIX = "N/A: "
+
+
+@dataclass(frozen=True)
+class ConnectorProfile:
+    """What kind of connector a target is (see the module docstring)."""
+
+    kind: str = "stores"
+    declares_hma: bool = False
+    source: str = "inferred"
+    multi_group: str | None = None
+    async_load_config: dict = field(default_factory=dict)
+
+    @property
+    def stores_kv(self) -> bool:
+        """True when what the connector loads is what it (or a peer instance) stored: bytes are judged."""
+        return self.kind == "stores"
+
+    def describe(self) -> str:
+        """One line: 'stores and loads KV, declares HMA (inferred)'."""
+        hma = "declares HMA" if self.declares_hma else "does not declare HMA"
+        if self.declares_hma and self.multi_group:
+            hma += f" but multi-group models do not apply here ({self.multi_group})"
+        extra = ", async loads configured" if self.async_load_config else ""
+        return f"{KINDS[self.kind]}, {hma}{extra} ({self.source})"
+
+
+def split_declaration(extra: dict) -> tuple[dict, dict]:
+    """(the extra config the connector gets, the `"kvconform"` declaration); ValueError naming a bad field."""
+    extra = dict(extra)
+    declared = extra.pop(DECLARATION_KEY, None)
+    if declared is None:
+        return extra, {}
+    if not isinstance(declared, dict):
+        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\" must be a JSON object, got "
+                         f"{declared!r}; accepted keys: {', '.join(_FIELDS)}")
+    for key, value in declared.items():
+        if key not in _FIELDS:
+            raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\" has an unknown key {key!r}; "
+                             f"accepted: {', '.join(_FIELDS)}")
+        if not isinstance(value, _FIELDS[key]):
+            raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".{key} must be a JSON "
+                             f"{'object' if _FIELDS[key] is dict else 'string'}, got {value!r}")
+    kind = declared.get("kind", "stores")
+    if kind not in KINDS:
+        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".kind is {kind!r}; accepted: "
+                         + ", ".join(f"{k} ({v})" for k, v in KINDS.items()))
+    return extra, dict(declared)
+
+
+def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = None,
+                known_source: str = "reviewed data") -> ConnectorProfile:
+    """The profile from a vendor's declaration, else from reviewed data (`known_kind`), else inferred."""
+    if declared.get("kind"):
+        kind, source = declared["kind"], "declared"
+    elif known_kind:
+        kind, source = known_kind, known_source
+    else:
+        kind, source = "stores", "inferred"
+    if declared and source != "declared":
+        source += ", options declared"
+    return ConnectorProfile(kind=kind, declares_hma=declares_hma, source=source,
+                            multi_group=declared.get("multi_group") or None,
+                            async_load_config=dict(declared.get("async_load_config") or {}))
+
+
+MULTI_GROUP_REFUSAL = "declares SupportsHMA, refuses multi-group models on this configuration: "
+
+
+def refuses_multi_group(reason: str) -> NoReturn:
+    """End the running check as N/A because the connector, though it declares HMA, refuses several KV cache
+    groups on this configuration by design (e.g. a transfer mode); the HMA verdict then says so."""
+    not_applicable(MULTI_GROUP_REFUSAL + reason)
+
+
+def not_applicable(reason: str) -> NoReturn:
+    """End the running check as "N/A: reason" (a skip the report shows as not applicable, never a failure).
+    An adapter may call it from a hook, e.g. when the connector refuses a configuration by design."""
+    pytest.skip(NA_PREFIX + reason)

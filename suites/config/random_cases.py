@@ -1,0 +1,163 @@
+"""Random configurations of one era's matrix dimensions, and how a target's answers to them differ from the era's.
+
+    python -m suites.config.random_cases --era v0.33 --count 200 --seed 1            # the cases, as JSON
+    python -m suites.config.random_cases --era v0.33 --count 200 --seed 1 --target vllm [--out diff.json]
+
+The matrix (`matrix.py`) pairs every two dimension values at least once; a new release also breaks rules on
+combinations it never builds: several features at once, speculative methods beside chunked attention,
+MultiConnector trees of any depth with children lacking `kv_role`. A case here draws each dimension at random
+(seeded, so a run is repeatable): flag, platform, zero or more feature families, a connector of the era's
+matrix or a random connector tree, a speculative method, the stage. With `--target`, every case is answered
+by the reference resolver at the era's rules and by the target (`vllm`: the installed vLLM, judged as the era
+with KVCONFORM_VLLM_JUDGE_ERA when it is a newer release), and the cases whose outcomes differ are printed,
+grouped by (era's outcome, target's outcome). Exit status: 0 none differ, 1 some differ, 2 bad arguments,
+4 the target cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections import Counter
+from typing import Any
+
+from harness.eras import ERA_IDS
+from suites.config.matrix import FEATURES, FLAGS, PLATFORMS, STAGES, connectors_for, unregistered_for
+from suites.config.outcomes import outcome_mismatches, summarize
+from suites.config.tables import era_table
+
+# Feature families: at most one value of each in a case (two chunk sizes or two offloading backends in one
+# configuration are not a configuration). HiSparse stays alone, as in the matrix: it needs a sparse-attention
+# model of its own, which the vllm target builds only for a case without other model features.
+FAMILIES = {
+    "events": ("kv_events",),
+    "chunked": ("chunked", "chunked_env1", "chunked_env0", "chunked_eagle"),
+    "offload": ("offload_native", "offload_lmcache"),
+}
+ROLES = ("kv_both", "kv_producer", "kv_consumer", None)
+
+
+def _tree(rng: random.Random, names: list[str], depth: int) -> list[dict[str, Any]]:
+    """MultiConnector children: registered names, nested MultiConnectors, sometimes without kv_role."""
+    children = []
+    for _ in range(rng.randint(0, 3)):
+        nested = depth > 0 and rng.random() < 0.25
+        child: dict[str, Any] = {"kv_connector": "MultiConnector" if nested else rng.choice(names)}
+        role = rng.choice(ROLES) if rng.random() < 0.3 else "kv_both"
+        if role is not None:
+            child["kv_role"] = role
+        if nested:
+            child["children"] = _tree(rng, names, depth - 1)
+        children.append(child)
+    return children
+
+
+def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
+    """`count` cases of `era`'s dimensions, the same for the same (era, count, seed)."""
+    rng = random.Random(f"{era}/{seed}")
+    connectors = {**connectors_for(era), **unregistered_for(era)}
+    labels = sorted(connectors)
+    # HiSparseConnector switches HiSparse on, which stays alone (above); the matrix has its own trees.
+    names = sorted(set(era_table(era)["connectors"]) - {"HiSparseConnector"})
+    cases = []
+    for index in range(count):
+        case: dict[str, Any] = {
+            "id": f"{era}-random{seed}-{index}",
+            "profile": era,
+            "flag": FLAGS[rng.choice(list(FLAGS))],
+            "platform": rng.choice(PLATFORMS),
+            "stage": rng.choice(list(STAGES.values())),
+        }
+        if rng.random() < 0.1:
+            case.update(FEATURES["hisparse"])
+        else:
+            for values in FAMILIES.values():
+                if rng.random() < 0.35:
+                    case.update(json.loads(json.dumps(FEATURES[rng.choice(values)])))
+        if rng.random() < 0.25:
+            case.update({"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                         "multi_connector_children": _tree(rng, names, depth=2)})
+        else:
+            case.update(json.loads(json.dumps(connectors[rng.choice(labels)])))
+            if case.get("kv_connector") and rng.random() < 0.1:
+                case["kv_role"] = rng.choice(ROLES[1:])
+        cases.append(case)
+    return cases
+
+
+def differences(cases: list[dict[str, Any]], reference, target) -> tuple[list[dict[str, Any]], int]:
+    """(the cases whose outcomes differ, each with both outcomes and the differences; how many cases the
+    target could not evaluate here). A case the target answers `unknown` is not a difference of behaviour."""
+    differing, unknown = [], 0
+    for case in cases:
+        expected, actual = reference(case), target(case)
+        if actual.get("unknown") and not expected.get("unknown"):
+            unknown += 1
+            continue
+        problems = outcome_mismatches(expected, actual)
+        if problems:
+            differing.append({"case": case, "era": expected, "target": actual, "differences": problems})
+    return differing, unknown
+
+
+def grouped_lines(differing: list[dict[str, Any]], max_lines: int = 30) -> list[str]:
+    """One line per (era's outcome -> target's outcome), most frequent first, with the first case's id."""
+    def key(d):  # a long message (vLLM lists its whole model registry) is cut to keep one line per group
+        return tuple(text if len(text) <= 160 else text[:157] + "..." for text in (summarize(d["era"]), summarize(d["target"])))
+
+    counts = Counter(key(d) for d in differing)
+    first = {}
+    for d in differing:
+        first.setdefault(key(d), d["case"]["id"])
+    lines = [f"{n} cases: era `{want}`, target `{got}` — first: {first[(want, got)]}"
+             for (want, got), n in counts.most_common(max_lines)]
+    if len(counts) > max_lines:
+        lines.append(f"… and {len(counts) - max_lines} more groups")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: print the cases, or compare a target's answers with the era's."""
+    from harness.cli import _Parser
+    from harness.errors import EXIT_TARGET, UsageError
+
+    parser = _Parser(prog="python -m suites.config.random_cases", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--era", required=True, help=f"the era whose dimensions to draw from: {', '.join(ERA_IDS)}")
+    parser.add_argument("--count", type=int, default=200, help="how many cases (default 200)")
+    parser.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
+    parser.add_argument("--target", help="compare with this target: vllm (the installed vLLM)")
+    parser.add_argument("--out", help="with --target: write the differing cases, both outcomes each, to this JSON file")
+    try:
+        args = parser.parse_args(argv)
+        if args.era not in ERA_IDS:
+            raise UsageError(f"--era: {args.era!r} is not an era id; accepted: {', '.join(ERA_IDS)}")
+        if args.count < 1:
+            raise UsageError(f"--count: {args.count} is not a positive number of cases")
+        if args.target not in (None, "vllm"):
+            raise UsageError(f"--target: {args.target!r} is not a known target; accepted: vllm")
+        cases = random_cases(args.era, args.count, args.seed)
+        if args.target is None:
+            sys.stdout.write(json.dumps(cases, indent=1) + "\n")
+            return 0
+        from harness.targets.vllm_config import load_target
+        from reference_impl.config.cases import resolve_case
+
+        target = load_target()
+    except UsageError as exc:
+        print(f"random_cases: {exc}", file=sys.stderr)
+        return exc.exit_code if exc.exit_code != EXIT_TARGET else EXIT_TARGET
+    differing, unknown = differences(cases, resolve_case, target)
+    print(f"random cases of era {args.era} (seed {args.seed}) on {target.describe()}: {len(cases)} cases, "
+          f"{len(differing)} differ from the era, {unknown} the target could not evaluate here")
+    for line in grouped_lines(differing):
+        print("  " + line)
+    if args.out:
+        from harness.atomic_write import write_text_atomic
+
+        write_text_atomic(args.out, json.dumps(differing, indent=1) + "\n")
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Connector profiles (issue 19, item 1): a vendor declares what kind of connector it checks under the
+`"kvconform"` key of its extra config (taken out before the connector sees it); a check that does not apply to
+that kind is "N/A: reason", never a failure; the header prints every connector's profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.plugins.connector import parse_extra_config
+from harness.targets.connector_profile import ConnectorProfile, profile_for, split_declaration
+from suites.connector.catalogue import CHECKS, NOT_FOR_KIND, not_applicable_reason
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_declaration_is_taken_out_of_the_connectors_extra_config():
+    extra, declared = split_declaration({"chunk_size": 64, "kvconform": {"kind": "dummy",
+                                                                         "async_load_config": {"load_async": True}}})
+    assert extra == {"chunk_size": 64}
+    profile = profile_for(declared, declares_hma=True)
+    assert (profile.kind, profile.source, profile.async_load_config) == ("dummy", "declared", {"load_async": True})
+    assert profile.describe() == "fills dummy KV, declares HMA, async loads configured (declared)"
+    assert profile_for({}, False).describe() == "stores and loads KV, does not declare HMA (inferred)"
+    assert profile_for({}, True, known_kind="transfer").describe() == \
+        "transfers KV between instances only, declares HMA (reviewed data)"
+
+
+@pytest.mark.parametrize("declared, needle", [
+    ("cache", '"kvconform" must be a JSON object, got \'cache\'; accepted keys: kind, multi_group, async_load_config'),
+    ({"kind": "cache"}, '"kvconform".kind is \'cache\'; accepted: stores (stores and loads KV), dummy (fills dummy '
+                        'KV), transfer (transfers KV between instances only)'),
+    ({"knd": "dummy"}, '"kvconform" has an unknown key \'knd\'; accepted: kind, multi_group, async_load_config'),
+    ({"async_load_config": True}, '"kvconform".async_load_config must be a JSON object, got True'),
+])
+def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):
+    with pytest.raises(ValueError) as info:
+        parse_extra_config(json.dumps({"kvconform": declared}))
+    assert str(info.value) == "--kv-connector-extra-config: " + needle
+
+
+def test_checks_that_judge_stored_kv_do_not_apply_to_a_dummy_kv_connector():
+    dummy = ConnectorProfile(kind="dummy", declares_hma=True)
+    stores = ConnectorProfile(kind="stores", declares_hma=True)
+    assert not_applicable_reason("C14", dummy, False) == (
+        "C14 does not apply: it judges loaded KV bytes against what was stored, and a 'fills dummy KV' connector "
+        "loads no stored KV")
+    for check in ("C02", "C12", "C13", "C15", "C16", "C19", "C21", "C27", "C29", "C31"):
+        assert not_applicable_reason(check, dummy, True) is None, f"{check} applies to a dummy-KV connector"
+    assert all(not_applicable_reason(check, stores, True) is None for check in CHECKS)
+    assert set(NOT_FOR_KIND["dummy"]) < set(NOT_FOR_KIND["transfer"]) <= set(CHECKS)
+
+
+def test_a_declared_multi_group_refusal_makes_multi_group_checks_not_applicable():
+    refusing = ConnectorProfile(kind="stores", declares_hma=True, multi_group="engine-driven mode: one group only")
+    want = "declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode: one group only"
+    assert not_applicable_reason("C14", refusing, multi_group=True) == want
+    assert not_applicable_reason("C01", refusing, multi_group=False) == want  # C01 always runs two groups
+    assert not_applicable_reason("C14", refusing, multi_group=False) is None
+
+
+def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(tmp_path):
+    """The reference connector declared as a dummy-KV connector: C14 is N/A with the reason, C16 runs and passes;
+    the header prints the declared profile."""
+    results = tmp_path / "results.json"
+    extra = json.dumps({"kvconform": {"kind": "dummy"}})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-q", "-k", "(test_c14 or test_c16) and fa_only",
+                           "--kv-connector", "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
+                           "--kv-connector-extra-config", extra, "--kvconform-results", str(results)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert ("kv-connector profile: LMCacheLikeConnector: fills dummy KV, declares HMA (declared)"
+            in proc.stdout), proc.stdout[:2000]
+    document = json.loads(results.read_text())
+    assert document["run_info"]["target"] == "connectors reference_impl.connector.lmcache_like:LMCacheLikeConnector", \
+        "the results (and the report's header) name the connector that ran, not 'reference'"
+    entries = {e["id"].split("::")[-1]: e for e in document["results"]}
+    c14 = entries["test_c14_round_trip_bytes[LMCacheLikeConnector-fa_only]"]
+    assert c14["status"] == "skipped" and c14["message"].startswith("N/A: C14 does not apply: it judges loaded KV"), c14
+    assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["status"] == "passed"

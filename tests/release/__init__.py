@@ -1,0 +1,1 @@
+"""Tests of the new-release tooling (harness/release, scripts/new-vllm-release.sh) that need no vLLM."""

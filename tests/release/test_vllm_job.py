@@ -1,0 +1,30 @@
+"""The vLLM CI job's frame (.ci/vllm-job.sh) without vLLM: its release list is checked first, and a release that
+cannot even start is a FAILED row of the summary, never a silent pass. The steps themselves need real vLLM
+releases (docs/vllm-ci.md has the measured run)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+JOB = Path(__file__).resolve().parents[2] / ".ci" / "vllm-job.sh"
+
+
+def _run(tmp_path, **env):
+    return subprocess.run(["bash", str(JOB)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "KVCONFORM_CI_VLLM_OUT": str(tmp_path / "out"), **env})
+
+
+def test_a_bad_release_list_is_one_line_exit_2(tmp_path):
+    done = _run(tmp_path, KVCONFORM_CI_VLLM_RELEASES="0.34.0 banana")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "ci-vllm: KVCONFORM_CI_VLLM_RELEASES: 'banana' is not a release X.Y.Z\n"
+
+
+def test_a_missing_venv_fails_the_job_and_the_summary_says_so(tmp_path):
+    done = _run(tmp_path, KVCONFORM_CI_VLLM_RELEASES="0.34.0 0.13.0", KVCONFORM_CI_VLLM_VENV_ROOT=str(tmp_path / "none"))
+    assert done.returncode == 1
+    summary = (tmp_path / "out" / "summary.md").read_text().splitlines()
+    rows = [line for line in summary if line.startswith("| 0.")]
+    assert rows == [f"| {r} | install | FAILED | 0 | no venv {tmp_path}/none/vllm-{r} |" for r in ("0.34.0", "0.13.0")]
+    assert "ci-vllm: failed: 0.34.0 install 0.13.0 install" in done.stderr
