@@ -109,19 +109,20 @@ def _connector_of(cell: str, preset: str | None) -> str:
     return cell[: -len(preset) - 1] if preset and preset != "-" and cell.endswith("-" + preset) else cell
 
 
-def group_failures(failures: Iterable[tuple[str, str, str]]) -> list[FailureGroup]:
+def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
     """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
     group in natural order, so the first one named does not depend on the order reports arrived in (xdist).
     Connector checks group by connector and root cause (`cause_key`); their cells are named
-    '<check> <cell>' and the group's `what` is '<checks>: <cause of its first cell>'."""
+    '<check> <cell>' and the group's `what` is '<checks>: <cause of its first cell>'. A fourth element, when
+    given, names the connector (from the record; otherwise it is read off the cell name)."""
     groups: dict[tuple, FailureGroup] = {}
     causes: dict[tuple, list[tuple[str, str]]] = {}
-    for suite, what, cell in failures:
+    for suite, what, cell, *scope in failures:
         check, preset, cause = split_check(what) if suite == "connector" else (None, None, what)
         if check is None:
             key: tuple = (suite, what)
         else:
-            key = (suite, _connector_of(cell, preset), cause_key(cause))
+            key = (suite, scope[0] if scope and scope[0] else _connector_of(cell, preset), cause_key(cause))
             cell = f"{check} {cell}"
         group = groups.get(key)
         if group is None:
@@ -148,7 +149,8 @@ def entry_what(entry: dict[str, Any]) -> str:
 
 def group_entries(entries: Iterable[dict[str, Any]]) -> list[FailureGroup]:
     """The failing (failed or error) results entries, grouped by suite and what went wrong."""
-    return group_failures((entry["suite"], entry_what(entry), cell_name(entry["id"]))
+    return group_failures((entry["suite"], entry_what(entry), cell_name(entry["id"]),
+                           (entry.get("cell") or {}).get("connector"))
                           for entry in entries if entry["status"] in FAILING_STATUSES)
 
 

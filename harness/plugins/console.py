@@ -46,6 +46,14 @@ def _cell_suite(report: pytest.TestReport) -> str | None:
     return suite if suite in ("config", "allocator", "connector", "benchmark") else None
 
 
+def _connector(report: pytest.TestReport) -> str | None:
+    """The connector a connector-suite cell checked (its record), for grouping by root cause per connector."""
+    for key, payload in report.user_properties:
+        if key == RECORD_KEY:
+            return (payload.get("cell") or {}).get("connector")
+    return None
+
+
 def _what(report: pytest.TestReport) -> str:
     what = first_line(failure_message(report)) or report.outcome
     return what if report.when == "call" else f"error in {report.when}: {what}"
@@ -81,7 +89,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             if suite is None:
                 keep.append(report)
             else:
-                failures.append((suite, _what(report), cell_name(report.nodeid)))
+                failures.append((suite, _what(report), cell_name(report.nodeid), _connector(report)))
         held[kind] = reports
         stats[kind] = keep
     if failures:

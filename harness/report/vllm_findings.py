@@ -18,7 +18,7 @@ import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from harness.failure_groups import cause_key, group_failures
+from harness.failure_groups import cause_key, split_check
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
 from harness.results_model import load_results
 from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_connector_of
@@ -26,39 +26,50 @@ from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_c
 
 @dataclass(frozen=True)
 class Classified:
-    """Reviewed: the finding of `connector` (a name or a MultiConnector's child) whose root cause contains
-    `cause` is `verdict` ("connector bug" or "not applicable"), because `why`; `upstream`: the upstream issue."""
+    """Reviewed: a failing cell of `connector` (a name, or a MultiConnector's child) whose cause contains `cause`
+    (and whose check is among `checks`, when given) is the root cause `root`, a `verdict` ("connector bug" or
+    "not applicable") because `why`; `upstream`: the upstream issue, where one exists."""
 
     connector: str
     cause: str
+    root: str
     verdict: str
     why: str
     upstream: str = ""
+    checks: tuple[str, ...] = ()
 
 
+_KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
+                     "dtype sharing the storage path finds another deployment's files (another tenant's KV, or a "
+                     "dtype the load cannot copy)")
+_NO_TP_IN_KEY = ("folder names carry neither the TP rank nor the TP size: the ranks of TP=2 write (and read) one "
+                 "file, so rank 0 loads rank 1's heads; a TP=1 deployment finds a TP=2 rank's file")
 # Read against vLLM 0.33.0's vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py.
 CLASSIFIED = (
-    Classified("ExampleConnector", "raised FileNotFoundError", "connector bug",
-               "lookup and load keys disagree: `get_num_new_matched_tokens` looks for the folder of the first "
-               "`align(len(prompt) - 1)` tokens, while the store and the load use the first `align(len(prompt))` "
-               "tokens (`align(n) = (n - 1) // block * block`); a prompt that extends a stored one by one token "
-               "finds the stored folder, then loads from a folder that does not exist"),
-    Classified("ExampleConnector", "shape mismatch", "connector bug",
+    Classified("ExampleConnector", "raised FileNotFoundError", "lookup and load keys disagree", "connector bug",
+               "`get_num_new_matched_tokens` looks for the folder of the first `align(len(prompt) - 1)` tokens, "
+               "while the store and the load use the first `align(len(prompt))` tokens (`align(n) = (n - 1) // "
+               "block * block`): a prompt that extends a stored one by one token finds the stored folder, then "
+               "loads from a folder that does not exist"),
+    Classified("ExampleConnector", "shape mismatch", "keys ignore the TP rank and size", "connector bug",
+               _NO_TP_IN_KEY, checks=("C30",)),
+    Classified("ExampleConnector", "shape mismatch", "chunked prefill stores a truncated file", "connector bug",
                "under chunked prefill the store is built once, from the new request's first chunk of blocks, and "
-               "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on the "
-               "shape of the shorter file",
-               "vllm-project/vllm#16928 (closed as stale); fix proposed in vllm-project/vllm#53314 (open)"),
-    Classified("ExampleConnector", "the load wrote a block of the local prefix hit", "connector bug",
-               "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache already "
-               "supplied (shared with other running requests): it ignores `num_computed_tokens`"),
-    Classified("ExampleConnector", "on objects stored under another key", "connector bug",
-               "folder names hash the prompt's tokens only: another cache salt or LoRA adapter hits the objects of "
-               "another tenant"),
-    Classified("ExampleConnector", "the model read wrong KV", "connector bug",
-               "the same key for every tensor-parallel rank (the ranks of TP=2 write, and read, one file), and for "
-               "every model name, KV dtype and TP size sharing the storage path: folder names hash the tokens only"),
-    Classified("ExampleConnector", "raised RuntimeError: The size of tensor", "connector bug",
-               "the same key for every tensor-parallel size: a TP=1 deployment loads a TP=2 rank's file"),
+               "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on "
+               "the shape of the shorter file",
+               "vllm-project/vllm#16928 (closed as stale); a fix is proposed in vllm-project/vllm#53314 (open)"),
+    Classified("ExampleConnector", "the load wrote a block of the local prefix hit", "loads overwrite the local "
+               "prefix-cache hit", "connector bug",
+               "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache "
+               "already supplied (shared with other running requests): it ignores `num_computed_tokens`"),
+    Classified("ExampleConnector", "on objects stored under another key", "keys ignore cache salt, LoRA, model "
+               "name and KV dtype", "connector bug", _KEYS_TOKENS_ONLY),
+    Classified("ExampleConnector", "dtypes match", "keys ignore cache salt, LoRA, model name and KV dtype",
+               "connector bug", _KEYS_TOKENS_ONLY),
+    Classified("ExampleConnector", "the model read wrong KV", "keys ignore the TP rank and size", "connector bug",
+               _NO_TP_IN_KEY, checks=("C21", "C34")),
+    Classified("ExampleConnector", "the model read wrong KV", "keys ignore cache salt, LoRA, model name and KV "
+               "dtype", "connector bug", _KEYS_TOKENS_ONLY, checks=("C30",)),
 )
 
 
@@ -66,9 +77,11 @@ _CHECK_ID = re.compile(r"\bC\d{2}\b ?")
 _PRESET = re.compile(r" on the multi-group preset \S+")
 
 
-def _classify(connector: str, key: str) -> Classified | None:
+def classify(connector: str, check: str, cause: str) -> Classified | None:
+    """The reviewed entry for one failing cell (its cause's grouping key), or None."""
+    key = cause_key(cause)
     for entry in CLASSIFIED:
-        if entry.connector in connector and entry.cause in key:
+        if entry.connector in connector and entry.cause in key and (not entry.checks or check in entry.checks):
             return entry
     return None
 
@@ -84,8 +97,9 @@ def _status(entry: dict) -> str:
     return "not run"
 
 
-def findings_markdown(entries: list[dict], before: list[dict] | None = None, release: str | None = None) -> str:
-    """The page (Markdown) for the vLLM connector entries among `entries`."""
+def findings_markdown(entries: list[dict], before: list[dict] | None = None, release: str | None = None,
+                      commit: str | None = None) -> str:
+    """The page (Markdown) for the vLLM connector entries among `entries` (`commit`: the suite's that ran)."""
     by_connector: dict[str, list[dict]] = defaultdict(list)
     versions = set()
     for entry in entries:
@@ -94,13 +108,15 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
             versions.add(found[0])
             by_connector[found[1]].append(entry)
     version = release or ", ".join(sorted(versions)) or "?"
-    lines = [f"# What the suite finds in vLLM's connectors (vLLM {version})", "",
-             "Generated by `python -m harness.report.vllm_findings` from the results of the CI vLLM job's connector "
-             "step (`.ci/vllm-job.sh`, step 4: `pytest suites/connector -n 2` with one `--kv-connector=vllm:Name` "
-             "per connector the release registers, from `python -m harness.targets.vllm_connector`), run on a CPU "
-             "machine without NIXL, Mooncake, LMCache, FlexKV, 3FS or MoRI packages. Each finding is one root "
-             "cause (`docs/connector-profiles.md`), classified by reviewed data in "
-             "`harness/report/vllm_findings.py`.", ""]
+    lines = [f"# What the suite finds in vLLM's connectors and in LMCache (vLLM {version})", "",
+             "Generated by `python -m harness.report.vllm_findings RESULTS.json` from the results of the CI vLLM "
+             "job's connector step (`.ci/vllm-job.sh`: `pytest suites/connector -n 2 -W ignore::DeprecationWarning` "
+             "with one `--kv-connector=vllm:Name` per connector the release registers, as `python -m "
+             "harness.targets.vllm_connector` lists them)" + (f", suite at commit {commit[:12]}" if commit else "")
+             + ". Each finding is one root cause of a connector's failing cells (`docs/connector-profiles.md`), "
+             "classified by reviewed data in `harness/report/vllm_findings.py`; LMCache's connectors appear as "
+             "the run found them (installed or not). Wall time: the sum of the connector's check durations "
+             "(two xdist workers share the machine).", ""]
     ran, unavailable = {}, {}
     for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
         reasons = {(e.get("message") or "") for e in items if e["status"] == "skipped"}
@@ -109,17 +125,16 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
             unavailable[connector] = whole[0]
         else:
             ran[connector] = items
-    findings = {c: [g for g in group_failures(("connector", _what(e), _cell(e)) for e in items
-                                               if e["status"] in ("failed", "error"))]
-                for c, items in ran.items()}
-    total_cells = sum(g.count for gs in findings.values() for g in gs)
-    total_groups = sum(len(gs) for gs in findings.values())
+    findings = {c: _findings(c, items) for c, items in ran.items()}
+    total_cells = sum(f.count for fs in findings.values() for f in fs)
+    total_groups = sum(len(fs) for fs in findings.values())
     lines += ["## Summary", "",
               f"{total_cells} failing cells in {total_groups} findings (root causes) over {len(ran)} connectors "
               f"that ran; {len(unavailable)} connectors could not run here."]
     if before is not None:
         old = [e for e in before if vllm_connector_of(e) is not None and e["status"] in ("failed", "error")]
-        lines.append(f"Before (the same step with the previous suite): {len(old)} failing cells.")
+        lines.append(f"Before (the same step with the suite before issue 19): {len(old)} failing cells in "
+                     f"{len({_what(e) for e in old})} groups of identical first lines (the previous grouping).")
     lines += ["", "| connector | `SupportsHMA` | profile | passed | failed | N/A | inconclusive | not run | wall time (s) | HMA verdict |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for connector, items in ran.items():
@@ -132,20 +147,21 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
     lines += ["", "HMA verdicts (multi-group behaviour only):", ""]
     lines += [f"* {hma_verdict(c, items)}" for c, items in ran.items()]
     lines += ["", "## Findings", ""]
-    for connector, groups in findings.items():
-        if not groups:
-            lines += [f"### {connector}", "", "No failing check.", ""]
-            continue
+    for connector, found in findings.items():
         lines += [f"### {connector}", ""]
-        for group in groups:
-            cause = group.what.removeprefix(f"{', '.join(group.checks)}: ")
-            key = cause_key(cause)
-            known = _classify(connector, key)
-            verdict = f"**{known.verdict}**: {known.why}" if known else "**unclassified** (no reviewed entry matches)"
-            upstream = f" Upstream: {known.upstream}." if known and known.upstream else (
-                " Upstream: no issue found." if known and known.verdict == "connector bug" else "")
-            lines += [f"* {group.count} cell{'s' if group.count != 1 else ''} ({', '.join(group.checks)}): "
-                      f"`{_short(cause)}` — {verdict}.{upstream}"]
+        if not found:
+            lines += ["No failing check.", ""]
+            continue
+        for finding in found:
+            known = finding.known
+            head = f"**{known.root}** ({known.verdict})" if known else "**unclassified** (no reviewed entry matches)"
+            if known and connector.startswith("MultiConnector[") and known.connector != "MultiConnector":
+                head += f", in its {known.connector} child"
+            lines.append(f"* {head}: {finding.count} cell{'s' if finding.count != 1 else ''} "
+                         f"({', '.join(finding.checks)}), e.g. `{_short(finding.example)}`.")
+            if known:
+                upstream = known.upstream or ("no issue found" if known.verdict == "connector bug" else "")
+                lines.append(f"  {known.why[0].upper() + known.why[1:]}." + (f" Upstream: {upstream}." if upstream else ""))
         lines.append("")
     lines += ["## Checks that do not apply (N/A)", ""]
     for connector, items in ran.items():
@@ -163,6 +179,36 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
     lines += ["", "## Connectors the suite could not run here", ""]
     lines += [f"* {c}: {r}" for c, r in unavailable.items()]
     return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Finding:
+    """A connector's failing cells with one root cause: a reviewed one (`known`), else one `cause_key`."""
+
+    known: Classified | None
+    example: str
+    checks: list[str]
+    count: int = 0
+
+
+def _findings(connector: str, items: list[dict]) -> list[Finding]:
+    """The failing cells of one connector grouped by reviewed root cause (unreviewed ones by their cause key),
+    the largest first."""
+    found: dict[str, Finding] = {}
+    for entry in items:
+        if entry["status"] not in ("failed", "error"):
+            continue
+        check, _preset, cause = split_check(_what(entry))
+        check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
+        known = classify(connector, check, cause)
+        key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
+        finding = found.setdefault(key, Finding(known, cause, []))
+        finding.count += 1
+        if check not in finding.checks:
+            finding.checks.append(check)
+    for finding in found.values():
+        finding.checks.sort()
+    return sorted(found.values(), key=lambda f: (-f.count, f.example))
 
 
 def _what(entry: dict) -> str:
@@ -197,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", help="results files of the connector step")
     parser.add_argument("--before", default=None, help="the same step's results with the previous suite")
     args = parser.parse_args(argv)
-    entries = [e for path in args.results for e in load_results(path).results]
+    documents = [load_results(path) for path in args.results]
+    entries = [e for document in documents for e in document.results]
     before = load_results(args.before).results if args.before else None
-    sys.stdout.write(findings_markdown(entries, before))
+    sys.stdout.write(findings_markdown(entries, before, commit=documents[0].run_info.get("git_commit")))
     return 0
 
 

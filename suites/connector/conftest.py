@@ -103,10 +103,14 @@ def pytest_pyfunc_call(pyfuncitem):
 
 
 def summarised(item, exc: BaseException) -> str:
-    """"C07 [fa+swa]: <first line of evidence>", then the full evidence (one line per failing check)."""
+    """"C07 [fa+swa]: <first line of evidence>", then the full evidence (one line per failing check). The label
+    in brackets is the cell's id less the connector's (its preset, and any other parameter, e.g. "tp")."""
     check_id = item.get_closest_marker("kv_check").args[0]
-    params = item.callspec.params if hasattr(item, "callspec") else {}
-    preset = params.get("preset", "-")
+    preset = "-"
+    if hasattr(item, "callspec"):
+        name = getattr(item.callspec.params.get("connector_target"), "name", "")
+        cell = item.callspec.id
+        preset = cell[len(name) + 1:] if name and cell.startswith(name + "-") else item.callspec.params.get("preset", "-")
     message = str(getattr(exc, "msg", None) or exc) or type(exc).__name__
     first, _, rest = message.strip().partition("\n")
     return f"{check_id} [{preset}]: {first}" + (f"\n{rest}" if rest else "")

@@ -104,3 +104,12 @@ def test_cause_key_leaves_out_what_differs_from_cell_to_cell():
         "…/model.layers.N.full.safetensors")
     assert split_check("now failed: C07 [fa+swa]: hit 512") == ("C07", "fa+swa", "now failed: hit 512")
     assert split_check("expected `HMA off`") == (None, None, "expected `HMA off`")
+
+
+def test_the_recorded_connector_scopes_a_group_whatever_the_cell_is_called():
+    """A check parametrized by something else than a preset (C30's deployments: '-tp') still groups with its
+    connector's other cells when the record names the connector."""
+    connector = "vllm-0.33.0:ExampleConnector"
+    groups = group_failures([("connector", f"C14 [fa_only]: {SHAPE.format(80)}", f"{connector}-fa_only", connector),
+                             ("connector", f"C30 [-]: {SHAPE.format(688)}", f"{connector}-tp", connector)])
+    assert [(g.count, g.checks) for g in groups] == [(2, ["C14", "C30"])]

@@ -1,0 +1,53 @@
+"""docs/vllm-connectors.md's generator (`harness.report.vllm_findings`) on hand-made results: findings grouped by
+reviewed root cause with their classification and upstream issue, an unreviewed cause marked as such, the N/A
+reasons, the connectors that could not run, and each connector's wall time."""
+
+from __future__ import annotations
+
+from harness.report.vllm_findings import findings_markdown
+from harness.results_model import make_entry
+
+
+def entry(connector, check, status, preset="fa_only", message=None, evidence=None, duration=1.0):
+    item = make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
+                      status=status, cell={"connector": f"vllm-0.33.0:{connector}", "check": check, "tier": "MUST",
+                                           "preset": preset},
+                      message=message, extra={"description": "", "evidence": evidence})
+    item["duration"] = duration
+    return item
+
+
+MISSING = ("C16 [fa_only]: ExampleConnector.start_load_kv (worker role) raised FileNotFoundError: No such file or "
+           "directory: /tmp/kvconform-vllm-{}/ExampleConnector/{}/model.layers.0.full.safetensors")
+ENTRIES = [
+    entry("ExampleConnector", "C16 ownership-fence", "failed", message=MISSING.format("ab_1", "569cbd01")),
+    entry("ExampleConnector", "C20 loaded-groups-complete", "failed",
+          message=MISSING.format("ab_1", "3b66d4ca").replace("C16", "C20")),
+    entry("ExampleConnector", "C30 key-isolation", "failed", preset="tp", duration=2.5,
+          message="C30 [tp]: ExampleConnector.start_load_kv (worker role) raised RuntimeError: shape mismatch: value "
+                  "tensor of shape [688, 2, 16] cannot be broadcast to indexing result of shape [688, 1, 16]"),
+    entry("ExampleConnector", "C29 empty-steps", "failed", message="C29 [fa_only]: something new went wrong"),
+    entry("ExampleConnector", "C14 round-trip-bytes", "passed"),
+    entry("ExampleConnector", "C14 round-trip-bytes", "skipped", preset="fa+swa",
+          message="not HMA-capable: ExampleConnector does not declare SupportsHMA, so vLLM refuses it on the "
+                  "multi-group preset fa+swa"),
+    entry("DecodeBenchConnector", "C14 round-trip-bytes", "skipped",
+          message="N/A: C14 does not apply: it judges loaded KV bytes against what was stored, and a 'fills dummy "
+                  "KV' connector loads no stored KV"),
+    entry("DecodeBenchConnector", "C16 ownership-fence", "passed", duration=0.5),
+    entry("NixlConnector", "C14 round-trip-bytes", "skipped", message="cannot run here: NixlConnector needs NIXL"),
+]
+
+
+def test_findings_page():
+    page = findings_markdown(ENTRIES)
+    assert "4 failing cells in 3 findings (root causes) over 2 connectors that ran; 1 connectors could not run" in page
+    assert "| ExampleConnector | no | stores | 1 | 4 | 1 | 0 | 0 | 7.5 | ➖ |" in page, "wall time: every cell's duration"
+    assert "| DecodeBenchConnector | yes | dummy | 1 | 0 | 1 | 0 | 0 | 1.5 | ❔ |" in page
+    assert "* **lookup and load keys disagree** (connector bug): 2 cells (C16, C20), e.g. `ExampleConnector." in page
+    # the same message shape as the chunked-prefill bug, told apart by its check
+    assert "* **keys ignore the TP rank and size** (connector bug): 1 cell (C30), e.g. `ExampleConnector." in page
+    assert ("* **unclassified** (no reviewed entry matches): 1 cell (C29), e.g. `something new went wrong`."
+            in page), "a new finding is never passed off as a known one"
+    assert "  * 1 cells (C14): N/A: does not apply: it judges loaded KV bytes" in page
+    assert "* NixlConnector: cannot run here: NixlConnector needs NIXL" in page
