@@ -2,7 +2,7 @@
 
 Ask what a vLLM release does with a command line (explain), resolve cases in bulk (resolve), run the
 conformance suites and write the compatibility report (report), and compare or combine results files
-(diff, merge). `kvconform COMMAND --help` describes each command.
+(diff, merge), and list the connector checks (checks). `kvconform COMMAND --help` describes each command.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ COMMANDS = {
     "report": "report",
     "diff": "diff",
     "merge": "merge",
+    "checks": "checks",
 }
 
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None and extra:
             raise UsageError(f"kvconform: unrecognized arguments: {' '.join(extra)}; see kvconform --help")
         if args.command is None:
-            raise UsageError("kvconform: a command is required (explain, resolve, report, diff, merge); see kvconform --help")
+            raise UsageError(f"kvconform: a command is required ({', '.join(COMMANDS)}); see kvconform --help")
         if extra and not getattr(args, "accepts_extra", False):
             raise UsageError(f"kvconform {args.command}: unrecognized arguments: {' '.join(extra)}")
         args.extra = extra

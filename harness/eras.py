@@ -12,6 +12,10 @@ from reference_impl.config import eras as _eras
 ERA_IDS: tuple[str, ...] = tuple(era.id for era in _eras.ERAS)
 # Era id -> the representative release the era is tested at.
 ERA_RELEASES: dict[str, str] = {era.id: era.representative for era in _eras.ERAS}
+# Era id -> the first release that follows its rules (3 parts), and the first release kvconform does not know.
+ERA_FIRST_VERSIONS: dict[str, tuple[int, ...]] = {
+    era.id: tuple(era.first_version) + (0,) * (3 - len(era.first_version)) for era in _eras.ERAS}
+NEWEST_EXCLUSIVE: tuple[int, ...] = tuple(_eras.NEWEST_EXCLUSIVE)
 
 
 class EraSelectionError(ValueError):

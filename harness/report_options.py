@@ -51,6 +51,18 @@ def check_suite(suite: str) -> str:
     return suite
 
 
+def option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(option, value) for every `--name VALUE` or `--name=VALUE` among pytest arguments, in order."""
+    found = []
+    for index, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if name in names:
+            if not sep:
+                value = args[index + 1] if index + 1 < len(args) else ""
+            found.append((name, value))
+    return found
+
+
 def check_report_options(args, own_options: tuple[str, ...]) -> None:
     """Validate the options of a run; sets `args.pytest_args` to the arguments after `--`."""
     if getattr(args, "from_file", None) and args.extra:

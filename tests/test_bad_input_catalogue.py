@@ -101,6 +101,24 @@ CATALOGUE = [
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),
     Row("kv-allocator-misspelled-alias", ("--pyargs", "suites.allocator", "--kv-allocator", "refrence"), 4, "err",
         ("did you mean reference?",), pytest=True),
+    # -- a target spec: one grammar and one answer (exit 4, `OPTION SPEC: why`) for every kind, from pytest and
+    #    from `kvconform report` alike (harness.target_spec)
+    Row("hma-target-misspelled-name", ("--pyargs", "suites.config", "--hma-target", "vlm"), 4, "err",
+        ("ERROR: --hma-target vlm: not of the form module:callable or one of vllm; did you mean vllm?",), pytest=True),
+    Row("kv-connector-misspelled-name", ("--pyargs", "suites.connector", "--kv-connector", "LMCacheLike"), 4, "err",
+        ("ERROR: --kv-connector LMCacheLike: not of the form module:Class or vllm:NAME or one of LMCacheLikeConnector, "
+         "ExampleConnector, MultiConnector; did you mean LMCacheLikeConnector?",), pytest=True),
+    Row("report-target-misspelled-name", ("report", "--target", "vlm"), 4, "err",
+        ("kvconform: error: --target vlm: not of the form module:callable or one of vllm; did you mean vllm?",)),
+    Row("report-kv-connector-misspelled-name", ("report", "--kv-connector", "LMCacheLike"), 4, "err",
+        ("kvconform: error: --kv-connector LMCacheLike: not of the form", "did you mean LMCacheLikeConnector?")),
+    Row("report-kv-connector-module-missing", ("report", "--kv-connector", "nosuch_vendor:Conn"), 4, "err",
+        ("kvconform: error: --kv-connector nosuch_vendor:Conn: module 'nosuch_vendor' does not import",)),
+    Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",
+        ("kvconform: error: --kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
+         "did you mean reference?",)),
+    Row("report-hma-target-after-dashes", ("report", "--", "--hma-target=nosuch_vendor:resolve"), 4, "err",
+        ("kvconform: error: --hma-target nosuch_vendor:resolve: module 'nosuch_vendor' does not import",)),
 ]
 
 

@@ -61,10 +61,11 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 
 # Hand-checked: flag 3 x platform 6 x stage 2 = 36 settings; 9 features without a connector (324 cells),
 # each other connector without features (36 per connector), and all-pairs puts each connector x feature
-# pair (besides "none"/"noconn") in exactly one cell: 17 x 8 = 136 in seed (18 connector values),
+# pair (besides "none"/"noconn") in exactly one row: 17 x 8 = 136 in seed (18 connector values),
 # 31 x 8 = 248 in v0.33 (32 values). Names the era does not register but a neighbouring era does, and
 # FooConnector (seed: FooConnector only, its neighbours register the same names; v0.33: P2pNcclConnector, which
-# v0.30 registers, UMBPStoreConnector, which v0.34 registers, and FooConnector) add 36 cells each, without features.
+# v0.30 registers, UMBPStoreConnector, which v0.34 registers, and FooConnector) add 36 cells each, without
+# features. A sampled row at stage config also runs at create_connector (one more cell).
 # v0.34: 12 features (the 9 + two custom speculative methods + EAGLE with lmcache offloading): 12 x 36 = 432
 # without a connector; 41 connector values (v0.33's 32, UMBPStoreConnector, NixlPush, NixlBadMode,
 # MultiNixlBadMode, MultiBadGrandchild, HiSparsePool, HiSparseZeroPool, MultiHiSparsePool, MultiTwoHiSparse),
@@ -80,8 +81,13 @@ def test_cell_counts(era, connectors, features, unregistered, cells):
     assert len(unregistered_for(era)) == unregistered and "FooConnector" in unregistered_for(era)
     era_cells = cells_for(era)
     interactions = [c for c in era_cells if c.connector != "noconn" and c.features != "none"]
-    assert len(interactions) == (connectors - 1) * (features - 1), f"{era}: one cell per connector x feature"
-    assert len(era_cells) == cells, f"{era}: cell count"
+    pairs = {(c.connector, c.features) for c in interactions}
+    assert len(pairs) == (connectors - 1) * (features - 1), f"{era}: every connector x feature"
+    answered = {(c.connector, c.features, c.flag, c.platform) for c in interactions if c.stage == "create"}
+    assert {(c.connector, c.features, c.flag, c.platform) for c in interactions} == answered, (
+        f"{era}: every sampled connector + feature cell runs to create_connector")
+    sampled_at_config = sum(1 for c in interactions if c.stage == "config")
+    assert len(era_cells) == cells + sampled_at_config, f"{era}: cell count (plus the config-stage twins)"
 
 
 def test_era_selection():

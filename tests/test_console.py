@@ -57,7 +57,8 @@ def test_failing_cells_are_grouped_in_one_screen(tmp_path, workers):
         "50 config cells: C07 [cpu]: block 0 lost — first: 4",
         "50 config cells: C07 [cpu]: block 1 lost — first: 1",
     ]
-    assert grouped[3] == "1 connector cell: C00 [cpu]: evidence — 0"
+    # a connector check groups by root cause: the checks that found it, then the cause (harness.failure_groups)
+    assert grouped[3] == "1 connector cell: C00: evidence — C00 0"
     assert grouped[-1] == ("… and 20 more groups (20 cells), see reports/compatibility.md (`kvconform report`); "
                            "-v for pytest's full output")
     assert not any(line.startswith("FAILED test_demo.py::test_cell") for line in lines), "no line per failing cell"

@@ -13,7 +13,7 @@ from reference_impl.config.rules import RULES
 
 HELP = "explain how a vLLM release resolves the HMA flag for a command line"
 
-# `--exit-code`: the outcome as an exit status, for scripts that gate on it (README, "explain").
+# `--exit-code`: the outcome as an exit status, for scripts that gate on it (docs/reader.md, "explain").
 EXIT_HMA_ON, EXIT_HMA_OFF, EXIT_ERROR, EXIT_UNKNOWN = 0, 10, 11, 12
 
 

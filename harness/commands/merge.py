@@ -57,6 +57,13 @@ def merged_run_info(runs: list[dict]) -> dict:
     }
 
 
+def _test_of_cell(entry: dict) -> str:
+    """What two runs must agree on: the cell and the test function that checked it. Several tests may check one
+    cell (the connector suite's C18 and C25 have two variants each); each is its own outcome, not a conflict."""
+    function = str(entry.get("id", "")).rpartition("::")[2].partition("[")[0]
+    return f"{cell_key(entry)}::{function}"
+
+
 def merge_documents(named: list[tuple[str, ResultsDocument]], allow_mixed: bool = False) -> ResultsDocument:
     """Merge loaded documents (name, document); raise UsageError on mixed versions or conflicting cells."""
     versions: dict[str, str] = {}
@@ -74,7 +81,7 @@ def merge_documents(named: list[tuple[str, ResultsDocument]], allow_mixed: bool 
         runs.extend(document.runs)
         for entry in document.results:
             entry = dict(entry, run=entry.get("run", 0) + offset)
-            key = cell_key(entry)
+            key = _test_of_cell(entry)
             known = chosen.get(key)
             if known is None or (known[1]["status"] == "skipped" and entry["status"] != "skipped"):
                 chosen[key] = (name, entry)

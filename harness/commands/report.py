@@ -44,9 +44,9 @@ from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
 from harness.results_model import ResultsDocument, ResultsFileError, load_results
-from harness.target_spec import load_target
+from harness.target_spec import load_allocator_target, load_config_target
 from harness.plugins.connector import check_pytest_args
-from harness.targets.connector_target import check_loadable
+from harness.report_options import option_values
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
@@ -229,6 +229,36 @@ def exit_status(results: ResultsDocument) -> int:
     return EXIT_OK
 
 
+# Where a run names a target: the report's own options, then the plugin's options among the pytest arguments.
+_PYTEST_TARGET_OPTIONS = ("--hma-target", "--kv-allocator", "--kv-connector")
+
+
+def _check_targets(args) -> None:
+    """Load every target the run names, as pytest would: TargetError (one line, exit 4) for one that cannot
+    be used, before anything starts (`harness.target_spec`)."""
+    named = [("--target", args.target), ("--kv-connector", args.kv_connector)]
+    named += option_values(args.pytest_args, _PYTEST_TARGET_OPTIONS)
+    for option, spec in named:
+        if spec is None:
+            continue
+        if option in ("--target", "--hma-target"):
+            load_config_target(spec, option)
+        elif option == "--kv-allocator":
+            load_allocator_target(spec, option)
+        else:
+            from harness.targets.connector_target import check_loadable  # imports the reference engine
+
+            check_loadable(spec, option, extra_config=_connector_extra_config(args.pytest_args))
+
+
+def _connector_extra_config(pytest_args: list[str]) -> dict:
+    """The `--kv-connector-extra-config` a vendor's connector gets (its `kvconform` declaration left out)."""
+    from harness.plugins.connector import parse_extra_config, split_declaration
+
+    given = option_values(pytest_args, ("--kv-connector-extra-config",))
+    return split_declaration(parse_extra_config(given[-1][1]) if given else {})[0]
+
+
 def _checked_output_dir(path: str) -> Path:
     """`--output-dir`, proven writable without creating anything: the folder if it exists, else the
     nearest existing folder above it (so a run that stops early, exit 4, leaves no empty folder behind)."""
@@ -259,14 +289,11 @@ def run(args) -> int:
         except ResultsFileError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
     else:
-        if args.target:
-            load_target(args.target)  # fail fast, with one line and exit 4, before pytest starts
-        if args.kv_connector:
-            check_loadable(args.kv_connector)  # the same for a connector (a vLLM one too: no vLLM, unknown name)
         try:
             check_pytest_args(args.pytest_args)  # --kv-connector-extra-config / --kv-connector-timeout after `--`
         except ValueError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
+        _check_targets(args)  # fail fast, with one line and exit 4, before pytest starts
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow

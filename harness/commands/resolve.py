@@ -15,7 +15,7 @@ def register(subparsers) -> None:
     """Add the `resolve` subcommand."""
     parser = subparsers.add_parser(
         "resolve", help=HELP,
-        description=HELP + ". The case and outcome schema is in README.md (\"The resolve schema\"). A case vLLM "
+        description=HELP + ". The case and outcome schema is in docs/reference.md (\"The resolve schema\"). A case vLLM "
                     "would reject gets vLLM's error as its outcome; a case that does not follow the schema gets an "
                     "error at stage \"input\"; the other cases still run.",
         epilog="exit status: 0 every case answered (errors are outcomes), 2 the file cannot be read or is not a JSON list",

@@ -4,6 +4,9 @@ Options: `--hma-target module:callable` (or env KVCONFORM_TARGET) picks the impl
 runs against (default: the reference resolver); `--update-golden` rewrites the golden files from this
 run; the era comes from `--vllm-version` (harness.plugins.session_info); when it is absent, all eras, or
 the target's own era for a target bound to one release (one with an `era` attribute, like `vllm`).
+
+The target is loaded (and probed with one case) when the session takes part in kvconform
+(`harness.plugins.activation`), or on first use; never in a pytest session that is none of kvconform's.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from typing import Any, Callable
 
 import pytest
 
-from harness.eras import ERA_IDS, EraSelectionError, select_eras
 from harness.golden import GoldenStore
+from harness.plugins.activation import TARGET_ENV, is_active
 from harness.plugins.results import add_run_info
+from harness.target_spec import TargetError, load_config_target
 
 DEFAULT_TARGET = "reference_impl.config:resolve_case"
-TARGET_ENV = "KVCONFORM_TARGET"
 _WIRE_KEY = "kvconform_golden"
 _PROBE_CASE = {"id": "kvconform-probe", "profile": "seed", "stage": "config", "flag": None, "platform": "cuda"}
 _OUTCOME_KEYS = ("resolved_disable_hma", "warnings", "error", "unknown")
@@ -51,13 +54,10 @@ def _distribution_version(module_name: str) -> str:
 
 def _load_callable(spec: str) -> tuple[Callable, str]:
     """Import a target spec (harness.target_spec); its one-line errors become pytest usage errors."""
-    from harness.errors import UsageError
-    from harness.target_spec import load_target as load_target_spec
-
     try:
-        target = load_target_spec(spec)
-    except UsageError as exc:
-        raise pytest.UsageError(f"--hma-target: {exc}") from None
+        target = load_config_target(spec)
+    except TargetError as exc:
+        raise pytest.UsageError(str(exc)) from None
     describe = getattr(target, "describe", None)
     if callable(describe):  # a named target knows what it wraps (`vllm`: the installed release and its era)
         return target, describe()
@@ -114,6 +114,16 @@ _GOLDEN = pytest.StashKey[GoldenStore]()
 
 
 def pytest_configure(config):
+    if is_active(config):
+        _configure(config)
+
+
+def _configure(config) -> None:
+    """Select the eras and load the target (usage errors for bad options); once per session."""
+    if _TARGET in config.stash:
+        return
+    from harness.eras import ERA_IDS, EraSelectionError, select_eras  # the reference engine's era table
+
     version = config.getoption("kvconform_vllm_version", None)
     try:
         eras = select_eras(version)
@@ -126,23 +136,26 @@ def pytest_configure(config):
     config.stash[_ERAS] = eras
     if config.getoption("kvconform_update_golden") and not target.is_default:
         raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
-    config.stash[_TARGET] = target
     add_run_info(config, target_version=target.version)  # e.g. "vllm 0.33.0 (era v0.33)": which release ran
     config.stash[_GOLDEN] = GoldenStore()
+    config.stash[_TARGET] = target
 
 
 def config_target(config) -> ConfigTarget:
     """The target this session runs the config matrix against."""
+    _configure(config)
     return config.stash[_TARGET]
 
 
 def selected_eras(config) -> tuple[str, ...]:
     """The eras this session covers (`--vllm-version`, or all)."""
+    _configure(config)
     return config.stash[_ERAS]
 
 
 def golden_store(config) -> GoldenStore:
     """This process's golden store (suites declare their keys into it at collection)."""
+    _configure(config)
     return config.stash[_GOLDEN]
 
 
@@ -167,9 +180,9 @@ MATRIX_TEST = "test_config_cell"  # the matrix's test function (suites/config/te
 
 def header_line(config) -> str | None:
     """The line saying what the config matrix runs against: target, its version, eras, golden mode."""
-    target = config.stash.get(_TARGET, None)
-    if target is None:
-        return None
+    from harness.eras import ERA_IDS
+
+    target = config_target(config)
     eras = config.stash[_ERAS]
     era_text = f"all {len(eras)} ({eras[0]} .. {eras[-1]})" if eras == ERA_IDS else ", ".join(eras)
     state = target.unavailable or target.version
@@ -189,7 +202,7 @@ def _write_header_once(config) -> None:
 # so it comes under pytest's "collected N items" line rather than in pytest's header.
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: `-k <no cell>` still names the target it would run
 def pytest_collection_modifyitems(session, config, items):
-    if not hasattr(config, "workerinput") and any(item.originalname == MATRIX_TEST for item in items
+    if not hasattr(config, "workerinput") and is_active(config) and any(item.originalname == MATRIX_TEST for item in items
                                                   if isinstance(item, pytest.Function)):
         config._kvconform_matrix_collected = True
 
@@ -202,7 +215,7 @@ def pytest_collection_finish(session):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """xdist controller (it collects nothing itself): the workers' ids say whether the matrix runs."""
-    if any(f"::{MATRIX_TEST}[" in nodeid for nodeid in ids):
+    if is_active(node.config) and any(f"::{MATRIX_TEST}[" in nodeid for nodeid in ids):
         _write_header_once(node.config)
 
 

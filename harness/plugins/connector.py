@@ -7,16 +7,18 @@ import json
 
 import pytest
 
+from harness.plugins.activation import is_active
+from harness.report_options import option_values
+from harness.target_spec import KINDS, TargetError
 from harness.targets.connector_profile import split_declaration
-from harness.targets.connector_target import ConnectorLoadError, select_targets
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("kvconform")
     group.addoption("--kv-connector", dest="kvconform_kv_connectors", action="append", default=[],
                     metavar="MODULE:CLASS",
-                    help="connector class for the connector suite (repeatable; vllm:Name for a connector the "
-                         "installed vLLM registers); default: the built-in connectors")
+                    help="connector class for the connector suite (repeatable): " + KINDS["connector"].accepted()
+                         + "; vllm:NAME is a connector the installed vLLM registers; default: the built-in connectors")
     group.addoption("--kv-connector-builtins", dest="kvconform_kv_connector_builtins", action="store_true",
                     help="check the built-in connectors too when --kv-connector or entry points select others")
     group.addoption("--kv-connector-extra-config", dest="kvconform_kv_connector_extra_config", default=None,
@@ -31,10 +33,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     """Reject bad connector options up front: one line, pytest's usage-error exit status.
 
-    A `vllm:Name` target needs a usable vLLM that registers Name, checked here too, before anything runs.
+    Every `--kv-connector` target is loaded here, before anything runs (a `vllm:Name` target needs a usable
+    vLLM that registers Name).
     """
-    from harness.errors import UsageError
-
     try:
         check_timeout(config.getoption("kvconform_kv_connector_timeout", None))
         raw = config.getoption("kvconform_kv_connector_extra_config", None)
@@ -42,13 +43,15 @@ def pytest_configure(config):
             parse_extra_config(raw)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    for spec in config.getoption("kvconform_kv_connectors", None) or ():
-        if spec.startswith("vllm:"):
-            from harness.targets.vllm_connector import validate_spec
+    specs = config.getoption("kvconform_kv_connectors", None) or ()
+    if specs:  # named explicitly: each must load and build, or nothing runs (exit 4), as for the other targets
+        from harness.targets.connector_target import check_loadable  # imports the reference engine (torch)
 
+        connector_extra, _ = split_declaration(parse_extra_config(raw) if raw else {})
+        for spec in specs:
             try:
-                validate_spec(spec)
-            except UsageError as exc:
+                check_loadable(spec, extra_config=connector_extra)
+            except TargetError as exc:
                 raise pytest.UsageError(str(exc)) from None
 
 
@@ -73,13 +76,10 @@ def parse_extra_config(raw: str) -> dict:
 
 def check_pytest_args(args: list[str]) -> None:
     """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`)."""
-    for index, arg in enumerate(args):
-        name, sep, value = arg.partition("=")
-        if not sep and index + 1 < len(args):
-            value = args[index + 1]
+    for name, value in option_values(args, ("--kv-connector-extra-config", "--kv-connector-timeout")):
         if name == "--kv-connector-extra-config":
             parse_extra_config(value)
-        elif name == "--kv-connector-timeout":
+        else:
             try:
                 check_timeout(float(value))
             except ValueError:
@@ -88,6 +88,8 @@ def check_pytest_args(args: list[str]) -> None:
 
 def connector_targets(config):
     """The selected targets, cached on the config."""
+    from harness.targets.connector_target import select_targets  # imports the reference engine (torch)
+
     targets = getattr(config, "_kvconform_connector_targets", None)
     if targets is None:
         raw = config.getoption("kvconform_kv_connector_extra_config")
@@ -105,6 +107,8 @@ def connector_targets(config):
 def unusable_targets(config) -> dict[str, str]:
     """name -> one-line reason, for every selected target that cannot be loaded (import, class, hooks,
     constructor)."""
+    from harness.targets.connector_target import ConnectorLoadError
+
     reasons = {}
     for target in connector_targets(config):
         try:
@@ -115,6 +119,10 @@ def unusable_targets(config) -> dict[str, str]:
 
 
 def pytest_report_header(config):
+    if not is_active(config):
+        return []
+    from harness.targets.connector_target import ConnectorLoadError
+
     parts = []
     for target in connector_targets(config):
         try:

@@ -16,6 +16,7 @@ import shutil
 
 import pytest
 
+from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cell_name, first_line, format_groups, group_failures
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid
 
@@ -37,11 +38,14 @@ def grouped_console(config: pytest.Config) -> bool:
     return config.get_verbosity() <= 0 and config.getoption("tbstyle", "auto") == "auto"
 
 
-def _cell_suite(report: pytest.TestReport) -> str | None:
-    """The kvconform suite a report's test belongs to, or None for any other test."""
+def _cell_suite(report: pytest.TestReport, active: bool) -> str | None:
+    """The kvconform suite a report's test belongs to, or None for any other test. Without a record, the
+    test's folder decides, only in a kvconform session (another project may have a `suites/config` too)."""
     for key, payload in report.user_properties:
         if key == RECORD_KEY:
             return str(payload.get("suite"))
+    if not active:
+        return None
     suite = suite_of_nodeid(report.nodeid)
     return suite if suite in ("config", "allocator", "connector", "benchmark") else None
 
@@ -79,13 +83,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return (yield)
     held: dict[str, list] = {}
     failures = []
+    active = is_active(config)
     for kind in FAILING_STATUSES:
         reports = stats.get(kind)
         if not reports:
             continue
         keep = []
         for report in reports:
-            suite = _cell_suite(report) if isinstance(report, pytest.TestReport) else None
+            suite = _cell_suite(report, active) if isinstance(report, pytest.TestReport) else None
             if suite is None:
                 keep.append(report)
             else:

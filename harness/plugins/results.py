@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.plugins.activation import TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
@@ -273,7 +274,7 @@ class ResultsCollector:
             except ValueError:  # that suite's plugin is not loaded
                 return None
 
-        config_target = option("--hma-target") or os.environ.get("KVCONFORM_TARGET")
+        config_target = option("--hma-target") or os.environ.get(TARGET_ENV)
         parts = []
         allocator = option("kvconform_kv_allocator")
         if allocator and allocator != "reference":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from harness.plugins.activation import is_active
+
 
 def kvconform_version() -> str:
     """The installed kvconform distribution's version, or 'unknown' when run from a bare tree."""
@@ -25,4 +27,4 @@ def pytest_addoption(parser):
 
 
 def pytest_report_header(config):
-    return [f"kvconform {kvconform_version()}"]
+    return [f"kvconform {kvconform_version()}"] if is_active(config) else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.report.build import build_document
 from harness.report.html import render_html
-from harness.report.markdown import render_markdown
+from harness.report.markdown import render_markdown_pages
 from harness.report.results_file import compact_results
 from harness.results_model import ResultsDocument
 
@@ -33,10 +33,11 @@ def run_details(results: ResultsDocument) -> list[str]:
 
 
 def render_reports(results: ResultsDocument) -> dict[str, str]:
-    """File name -> text for the three report files."""
+    """File name -> text for the report files: the Markdown pages (compatibility.md and its per-release
+    pages), the HTML page and the results file."""
     document = build_document(results)
     return {
-        MARKDOWN_NAME: render_markdown(document),
+        **render_markdown_pages(document, MARKDOWN_NAME),
         HTML_NAME: render_html(document, run_details(results)),
         RESULTS_NAME: compact_results(results).dumps(),
     }

@@ -9,9 +9,12 @@ outcome (the deepest stage the matrix ran for that configuration) as a symbol *a
 "❔ unknown" (why, as a note). "❗ differs" marks a configuration whose outcome differs from the oracle.
 Fixture ids and flag values are shown with the readable labels of `harness.report.labels`.
 
-Before the era tables, "at a glance" says per connector and per feature, on cuda, how HMA resolves with the
-flag auto and with an explicit enable, release by release; after them, "what changed between releases"
-groups the changes of outcome by what changed (an unknown that stays unknown is no change).
+Before the era tables: a support table (connector x platform x release: what an explicit enable gives), and
+"at a glance" per platform (per connector and per feature, how HMA resolves with the flag auto and with an
+explicit enable, release by release); after them, "what changed between releases" groups the changes of
+outcome by what changed (an unknown that stays unknown is no change). Every table says the stage its cells
+reached (the connector cells run to create_connector). Each era's tables and the changes go to their own
+Markdown page (`Section.page`); the HTML page holds them all.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ LEGEND = (
     "(note: why) · ❗ differs = the outcome differs from the oracle. Numbers in brackets refer to the notes under "
     "each table."
 )
-GLANCE_PLATFORM = "cuda"
 ON, OFF, ERROR, UNKNOWN = "✅ on", "⚪ off", "❌", "❔ unknown"
 
 ConfigKey = tuple[str, str, str, Any]  # connector, features, platform, flag
@@ -145,11 +147,15 @@ class _Configuration:
         self._cell: Cell | None = None
         self._signature: tuple | None = None
 
+    def stage(self) -> Any:
+        """The deepest stage the matrix ran for this configuration."""
+        if len(self.by_stage) == 1:
+            return next(iter(self.by_stage))
+        return max(self.by_stage, key=_stage_rank)
+
     def shown(self) -> dict[str, Any]:
         """The entry of the deepest stage (it includes the earlier stages' warnings and errors)."""
-        if len(self.by_stage) == 1:
-            return next(iter(self.by_stage.values()))
-        return self.by_stage[max(self.by_stage, key=_stage_rank)]
+        return self.by_stage[self.stage()]
 
     def _outcome(self) -> dict[str, Any] | None:
         entry = self.shown()
@@ -211,9 +217,42 @@ def _key_sort(key: ConfigKey) -> tuple:
     return (_row_sort((key[0], key[1])), _column_sort((key[2], key[3])))
 
 
-def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Table:
-    """The main table: the rows without a connector or without features, by the platform x flag they ran on."""
+def era_anchor(era: str) -> str:
+    """The link target of an era's section ('era-v0.33'), in the Markdown pages and the HTML page alike."""
+    return f"era-{era}"
+
+
+def era_page(era: str) -> str:
+    """The Markdown file an era's tables go to (the main page stays short)."""
+    return f"compatibility-{era}.md"
+
+
+CHANGES_PAGE = "compatibility-changes.md"
+
+
+def _stage_note(configurations: Iterable[_Configuration]) -> tuple[Any, str]:
+    """(the deepest stage among `configurations`, a sentence saying which stage the cells reached)."""
+    stages = {configuration.stage() for configuration in configurations}
+    deepest = max(stages, key=_stage_rank) if stages else None
+    if len(stages) <= 1:
+        return deepest, f"Every cell below ran through stage `{label(deepest)}`."
+    return deepest, (f"Cells ran through stage `{label(deepest)}` unless they say otherwise "
+                     "(\"config only\": stopped before the connector was created).")
+
+
+def _staged_cell(configuration: _Configuration, deepest: Any) -> Cell:
+    """The cell, saying so when it stopped before the table's deepest stage."""
+    cell = configuration.cell()
+    if configuration.stage() == deepest:
+        return cell
+    return Cell(f"{cell.text} ({label(configuration.stage())} only)", cell.kind, cell.notes)
+
+
+def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> tuple[Table, str]:
+    """The main table (the rows without a connector or without features, by the platform x flag they ran
+    on) and the sentence saying which stage its cells reached."""
     shown = [key for key in configurations if is_main_row(key[0], key[1])]
+    deepest, note = _stage_note(configurations[key] for key in shown)
     rows_keys = sorted({(c, f) for c, f, _, _ in shown}, key=_row_sort)
     column_keys = sorted({(p, fl) for _, _, p, fl in shown}, key=_column_sort)
     missing = Cell(UNKNOWN, "unknown", (NOT_RUN,))
@@ -222,7 +261,7 @@ def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Tab
         row: list[Cell | str] = [connector_label(connector), feature_label(features)]
         for platform, flag in column_keys:
             configuration = configurations.get((connector, features, platform, flag))
-            row.append(configuration.cell() if configuration is not None else missing)
+            row.append(_staged_cell(configuration, deepest) if configuration is not None else missing)
         rows.append(row)
     return Table(
         headers=["connector", "feature"] + [f"{p} · {flag_label(fl, era)}" for p, fl in column_keys],
@@ -230,15 +269,17 @@ def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Tab
         row_filters=[{"connector": c} for c, _ in rows_keys],
         column_filters=[{}, {}] + [{"platform": p} for p, _ in column_keys],
         search=True,
-    )
+    ), note
 
 
 def _interaction_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Table:
-    """The configurations with a connector and a feature, one line each (only those that ran are listed)."""
+    """The configurations with a connector and a feature, one line each (only those that ran are listed),
+    with the stage each reached."""
     keys = sorted((key for key in configurations if not is_main_row(key[0], key[1])), key=_key_sort)
     return Table(
-        headers=["connector", "feature", "platform", "flag", "outcome"],
-        rows=[[connector_label(c), feature_label(f), p, flag_label(fl, era), configurations[(c, f, p, fl)].cell()]
+        headers=["connector", "feature", "platform", "flag", "outcome", "stage reached"],
+        rows=[[connector_label(c), feature_label(f), p, flag_label(fl, era), configurations[(c, f, p, fl)].cell(),
+               label(configurations[(c, f, p, fl)].stage())]
               for c, f, p, fl in keys],
         row_filters=[{"connector": c, "platform": p} for c, _, p, _ in keys],
         search=True,
@@ -246,10 +287,10 @@ def _interaction_table(era: str, configurations: dict[ConfigKey, _Configuration]
 
 
 def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> list:
-    blocks: list = [Heading(3, f"Era {era_title(era)}")]
-    main = _era_table(era, configurations)
+    blocks: list = [Heading(3, f"Era {era_title(era)}", anchor=era_anchor(era))]
+    main, note = _era_table(era, configurations)
     if main.rows:
-        blocks.append(main)
+        blocks += [Paragraph(note), main]
     interactions = _interaction_table(era, configurations)
     if interactions.rows:
         count = len(interactions.rows)
@@ -262,37 +303,96 @@ def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> li
     return blocks
 
 
-def _kind(configuration: _Configuration | None) -> str | None:
-    """'✅ on', '⚪ off', '❌ E-F', '❔ unknown' for the glance table (no notes), None when it did not run."""
+def _kind(configuration: _Configuration | None, deepest: Any = None) -> str | None:
+    """'✅ on', '⚪ off', '❌ E-F', '❔ unknown' for the glance table (no notes), None when it did not run;
+    '(config only)' added when it stopped before `deepest`."""
     if configuration is None or configuration.signature() is None:
         return None
-    return configuration.cell().text.replace(" ❗ differs", "")
+    text = configuration.cell().text.replace(" ❗ differs", "")
+    if deepest is not None and configuration.stage() != deepest:
+        text += f" ({label(configuration.stage())} only)"
+    return text
 
 
-def _timeline(series: list[tuple[str, str | None]]) -> str:
-    """'⚪ off; ✅ on from 0.23.0' from (era, kind) pairs in release order (eras that did not run skipped)."""
+def _timeline(series: list[tuple[str, str | None]], link: bool = False) -> str:
+    """'⚪ off; ✅ on from 0.23.0' from (era, kind) pairs in release order (eras that did not run skipped);
+    with `link`, each release links to its era's tables."""
     parts: list[str] = []
     previous = None
     for index, (era, kind) in enumerate(series):
         if kind is None or kind == previous:
             continue
+        release = ERA_RELEASES.get(era, era)
+        where = f"[{release}](#{era_anchor(era)})" if link else release
         # the first outcome needs no release when the configuration ran from the first era on
-        parts.append(kind if previous is None and index == 0 else f"{kind} from {ERA_RELEASES.get(era, era)}")
+        parts.append(kind if previous is None and index == 0 else f"{kind} from {where}")
         previous = kind
     return "; ".join(parts) if parts else "not run"
 
 
-def _glance_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
-    """Per connector (no feature) and per feature (no connector), on cuda: flag auto and explicit enable."""
+def _platforms(eras: dict[str, dict[ConfigKey, _Configuration]]) -> list[str]:
+    return sorted({p for configurations in eras.values() for _, _, p, _ in configurations}, key=_platform_sort)
+
+
+def _glance_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str], platform: str) -> Table:
+    """Per connector (no feature) and per feature (no connector), on one platform: flag auto and explicit
+    enable, release by release."""
     rows_keys = sorted({(c, f) for era in order for c, f, p, _ in eras[era]
-                        if p == GLANCE_PLATFORM and is_main_row(c, f)}, key=_row_sort)
+                        if p == platform and is_main_row(c, f)}, key=_row_sort)
+    deepest, _ = _stage_note(eras[era][key] for era in order for key in eras[era]
+                             if key[2] == platform and is_main_row(key[0], key[1]) and key[3] in (None, False))
     rows = []
     for connector, features in rows_keys:
-        auto = [(era, _kind(eras[era].get((connector, features, GLANCE_PLATFORM, None)))) for era in order]
-        enable = [(era, _kind(eras[era].get((connector, features, GLANCE_PLATFORM, False)))) for era in order]
+        auto = [(era, _kind(eras[era].get((connector, features, platform, None)), deepest)) for era in order]
+        enable = [(era, _kind(eras[era].get((connector, features, platform, False)), deepest)) for era in order]
         rows.append([connector_label(connector), feature_label(features), _timeline(auto), _timeline(enable)])
     return Table(headers=["connector", "feature", "flag auto (absent)", "explicit enable (--no-disable-… / --enable-…)"],
-                 rows=rows, row_filters=[{"connector": c} for c, _ in rows_keys], search=True)
+                 rows=rows, row_filters=[{"connector": c, "platform": platform} for c, _ in rows_keys], search=True)
+
+
+# vLLM's factory error for a name the release does not register
+UNREGISTERED_PREFIX = "Unsupported connector type"
+NOT_REGISTERED = "– not registered"
+SUPPORT_WORDS = {"on": "✅ yes", "off": "⚪ off", "error": "❌ refused", "unknown": "❔ unknown", "mismatch": "❗ differs"}
+
+
+def _support_kind(configuration: _Configuration | None, deepest: Any) -> str | None:
+    """Does an explicit enable give HMA: '✅ yes', '❌ refused (E-F)', '⚪ off', '❔ unknown'; None: not run;
+    '(config only)' added when it stopped before `deepest`."""
+    kind = _kind(configuration)
+    if kind is None:
+        return None
+    cell = configuration.cell()
+    error = (configuration.shown().get("actual") or {}).get("error") or {}
+    if cell.kind == "error" and str(error.get("message", "")).startswith(UNREGISTERED_PREFIX):
+        return NOT_REGISTERED
+    word = SUPPORT_WORDS.get(cell.kind, kind)
+    if cell.kind == "error":
+        word += f" ({kind.removeprefix(ERROR).strip()})"
+    if configuration.stage() != deepest:
+        word += f" ({label(configuration.stage())} only)"
+    return word
+
+
+def _support_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
+    """Connector x platform x release: does the connector run with HMA (an explicit enable, no feature)?"""
+    platforms = _platforms(eras)
+    connectors = sorted({c for era in order for c, f, _, _ in eras[era] if f == NO_FEATURES and c not in NO_CONNECTOR},
+                        key=lambda c: _first_sort(c))
+    deepest, _ = _stage_note(eras[era][key] for era in order for key in eras[era]
+                             if key[1] == NO_FEATURES and key[0] in connectors and key[3] is False)
+    rows, kept = [], []
+    for connector in connectors:
+        series = {platform: [(era, _support_kind(eras[era].get((connector, NO_FEATURES, platform, False)), deepest))
+                             for era in order] for platform in platforms}
+        if all(kind in (None, NOT_REGISTERED) for values in series.values() for _, kind in values):
+            continue  # a name no release registers (the matrix's made-up connector)
+        rows.append([connector_label(connector), *(_timeline(series[platform], link=True) for platform in platforms)])
+        kept.append(connector)
+    connectors = kept
+    return Table(headers=["connector", *platforms], rows=rows,
+                 row_filters=[{"connector": c} for c in connectors], row_anchors=[f"connector-{c}" for c in connectors],
+                 column_filters=[{}] + [{"platform": p} for p in platforms], search=True)
 
 
 def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
@@ -343,7 +443,8 @@ def oracle_summary(entries: list[dict[str, Any]]) -> str:
 
 
 def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The config section (summary, at a glance, legends), one filterable section per era, what changed."""
+    """The config section (summary, support table, at a glance per platform, legends), one section per era
+    (each on its own Markdown page), and what changed between releases (on its own page)."""
     config_entries = [e for e in entries if e["suite"] == SUITE]
     if not config_entries:
         return []
@@ -352,37 +453,51 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
     used_connectors = {c for era in order for c, _, _, _ in eras[era]}
     used_features = {f for era in order for _, f, _, _ in eras[era]}
     blocks: list = [
-        Heading(2, "Config resolution matrix"),
+        Heading(2, "Config resolution matrix", anchor="config"),
         Paragraph(oracle_summary(config_entries)),
         Paragraph(LEGEND),
         Paragraph(FLAG_LEGEND),
     ]
-    glance = _glance_table(eras, order)
-    if glance.rows:
-        blocks += [Heading(3, "At a glance (cuda)"),
-                   Paragraph("How HMA resolves on cuda for each connector (without features) and each feature "
-                             "(without a connector), release by release: the first outcome holds from the "
-                             "earliest release that ran, each later one from the release named."),
-                   glance]
+    support = _support_table(eras, order)
+    if support.rows:
+        _, note = _stage_note(eras[era][key] for era in order for key in eras[era]
+                              if key[1] == NO_FEATURES and key[0] not in NO_CONNECTOR and key[3] is False)
+        blocks += [Heading(3, "Which connector runs with HMA, per platform and release", anchor="support"),
+                   Paragraph("Each cell: what an explicit enable (`--no-disable-hybrid-kv-cache-manager`, from 0.33.0 "
+                             "`--enable-hybrid-kv-cache-manager`) gives with that connector and no other feature, "
+                             "from the first release that ran, each change from the release named (linked to its "
+                             f"tables). ✅ yes = HMA on; ❌ refused = vLLM raises (the message id says why). {note}"),
+                   support]
+    for platform in _platforms(eras):
+        glance = _glance_table(eras, order, platform)
+        if glance.rows:
+            _, note = _stage_note(eras[era][key] for era in order for key in eras[era]
+                                  if key[2] == platform and is_main_row(key[0], key[1]) and key[3] in (None, False))
+            blocks += [Heading(3, f"At a glance: {platform}", anchor=f"glance-{platform}"),
+                       Paragraph(f"How HMA resolves on {platform} for each connector (without features) and each "
+                                 "feature (without a connector), release by release: the first outcome holds from "
+                                 f"the earliest release that ran, each later one from the release named. {note}"),
+                       glance]
     legend = legend_rows(used_connectors, used_features)
     if legend:
-        blocks += [Heading(3, "What the configurations are"),
+        blocks += [Heading(3, "What the configurations are", anchor="configurations"),
                    Table(headers=["label", "id in test names and results.json", "kind", "configuration"],
                          rows=legend)]
     blocks.append(Paragraph(
-        "Per era below: each cell shows the deepest stage the matrix ran for that configuration "
-        "(create_connector where present, else config). The table has every feature without a connector and "
-        "every connector without features, on every platform and flag; the list under it has the "
-        "configurations where a connector meets a feature, which the matrix samples pairwise (every connector "
-        "with every feature at least once)."))
+        "Per release (one page each in Markdown): a table with every feature without a connector and every "
+        "connector without features, on every platform and flag, then the configurations where a connector "
+        "meets a feature, which the matrix samples pairwise (every connector with every feature at least "
+        "once), each with the stage it reached: "
+        + ", ".join(f"[{era_title(era)}](#{era_anchor(era)})" for era in order)
+        + "; [what changed between releases](#changes)."))
     sections = [Section("config", blocks)]
     for era in order:
-        sections.append(Section("config", _era_blocks(era, eras[era]), filters={"era": era}))
+        sections.append(Section("config", _era_blocks(era, eras[era]), filters={"era": era}, page=era_page(era)))
     changes = _changes_table(eras, order)
-    blocks = [Heading(2, "What changed between releases"),
+    blocks = [Heading(2, "What changed between releases", anchor="changes"),
               Paragraph("Each row is one change of outcome between two consecutive eras, with every configuration "
                         "it applies to (an unknown that stays unknown is not a change; the era filter of the HTML "
                         "page selects the changes that arrive in that era).")]
     blocks.append(changes if changes.rows else Paragraph("No configuration changed its outcome between eras."))
-    sections.append(Section("config", blocks))
+    sections.append(Section("config", blocks, page=CHANGES_PAGE))
     return sections

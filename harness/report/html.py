@@ -5,7 +5,11 @@ rows tagged with ``data-f-era``, ``data-f-platform`` and ``data-f-connector``; a
 ("cuda rocm"), and the element shows when one of them is selected. Hiding is done by one generated style
 sheet (attribute selectors and column positions), not by touching every element, so changing or resetting a
 filter stays fast on a page of thousands of rows. The search box keeps the rows whose text or notes contain
-the query. The filters can be preset from the URL: ``compatibility.html?era=seed&platform=cuda&q=lmcache``.
+the query. The filters can be preset from the URL: ``compatibility.html?era=0.13.0&platform=cuda&q=lmcache``
+(`URL_HELP`, shown on the page, documents the parameters; ``era`` takes a release or an era id). The
+report's Markdown (code spans, bold, links between its pages) is rendered, and its symbols are inline SVG
+icons, so a machine without an emoji font shows them too. Every heading has an anchor (``#era-v0.33``,
+``#support``) and the support table's rows one per connector (``#connector-LMCacheConnectorV1``).
 ``#kv-filter-status`` always says how many rows are shown (``data-visible-rows``).
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import base64
 import gzip
 import html
+import json
 import re
 
 from harness.report.footnotes import Footnotes
@@ -23,15 +28,20 @@ from harness.report.spec_refs import link_references
 FILTER_KEYS = ("era", "platform", "connector")
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;line-height:1.4}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;padding:0 1em;max-width:1400px;
+color:#1b1f24;line-height:1.4;box-sizing:border-box}
 h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin-top:1.2em}
 .run{color:#57606a}
 #kv-filters{position:sticky;top:0;background:#f6f8fa;padding:.5em;border:1px solid #d0d7de;z-index:2}
 #kv-filters label{margin-right:1em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
-th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:nowrap}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:normal;min-width:4em;max-width:32em}
+.kv-icon{width:.9em;height:.9em;vertical-align:-.1em;margin-right:.15em}
+h2 a.kv-anchor,h3 a.kv-anchor{visibility:hidden;margin-left:.3em;text-decoration:none;color:#57606a}
+h2:hover a.kv-anchor,h3:hover a.kv-anchor{visibility:visible}
+#kv-url-help{font-size:.85em;color:#57606a;margin:.3em 0 0}
 td:first-child,td:nth-child(2){text-align:left}
-thead th{background:#f6f8fa;position:sticky;top:2.6em}
+thead th{background:#f6f8fa}
 td.k-on,td.k-pass{background:#dafbe1}td.k-off,td.k-na{background:#eef0f2}
 td.k-error,td.k-fail{background:#ffebe9}td.k-unknown{background:#fff8c5}
 td.k-mismatch{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px}
@@ -141,12 +151,29 @@ function setup() {
     status.setAttribute("data-visible-rows", String(shown));
   }
   var params = new URLSearchParams(window.location.search);
+  // ?era= takes an era id (v0.33, seed) or a vLLM release (0.33.0, 0.33): the era whose first release is
+  // the last one at or before it (ERA_STARTS, written by the renderer from the era data)
+  function eraOf(value) {
+    var starts = JSON.parse(document.getElementById("kv-era-starts").textContent);
+    if (!/^\\d+(\\.\\d+){1,2}$/.test(value)) { return value; }
+    var parts = value.split(".").map(Number);
+    while (parts.length < 3) { parts.push(0); }
+    function before(a, b) { for (var i = 0; i < 3; i++) { if (a[i] !== b[i]) { return a[i] < b[i]; } } return false; }
+    var found = value;
+    starts.eras.forEach(function (era) { if (!before(parts, era[1])) { found = era[0]; } });
+    return before(parts, starts.eras[0][1]) || !before(parts, starts.newest_exclusive) ? value : found;
+  }
   keys.forEach(function (key) {
     var control = document.getElementById("kv-f-" + key);
-    if (control && params.has(key)) { control.value = params.get(key); }
+    if (control && params.has(key)) { control.value = key === "era" ? eraOf(params.get(key)) : params.get(key); }
     if (control) { control.addEventListener("change", apply); }
   });
   if (params.has("q")) { box.value = params.get("q"); }
+  // a #anchor in the address points into a section that was packed when the browser looked for it
+  if (window.location.hash) {
+    var target = document.getElementById(decodeURIComponent(window.location.hash.slice(1)));
+    if (target && target.scrollIntoView) { target.scrollIntoView(); }
+  }
   box.addEventListener("input", apply);
   document.addEventListener("mouseover", function (event) {
     var cell = event.target.closest && event.target.closest("td");
@@ -162,15 +189,49 @@ function setup() {
 """
 
 _CODE_SPAN = re.compile(r"`([^`]+)`")
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_MD_PAGE_LINK = re.compile(r"^[\w.-]+\.md(#.+)$")
+
+# The report's symbols as small inline SVG icons: a browser without an emoji font shows an empty box for
+# ✅ ❌ ❔; each symbol's cell also carries its word ("on", "refused", "unknown"), so the icon only adds colour.
+_ICONS = {
+    "✅": ('<circle cx="8" cy="8" r="7" fill="#1a7f37"/><path d="M4.5 8.5l2.3 2.3 4.7-5" stroke="#fff" '
+          'stroke-width="1.8" fill="none"/>', "yes"),
+    "⚪": ('<circle cx="8" cy="8" r="6.2" fill="#fff" stroke="#6e7781" stroke-width="1.6"/>', "off"),
+    "❌": ('<circle cx="8" cy="8" r="7" fill="#cf222e"/><path d="M5.2 5.2l5.6 5.6M10.8 5.2l-5.6 5.6" '
+          'stroke="#fff" stroke-width="1.8"/>', "error"),
+    "❔": ('<circle cx="8" cy="8" r="7" fill="#bf8700"/><path d="M5.8 6.2a2.2 2.2 0 1 1 3 2c-.6.3-.8.7-.8 1.4" '
+          'stroke="#fff" stroke-width="1.6" fill="none"/><circle cx="8" cy="12" r="1" fill="#fff"/>', "unknown"),
+    "❗": ('<path d="M8 1l7 13H1z" fill="#cf222e"/><path d="M8 5.5v4.5M8 11.5v1.2" stroke="#fff" stroke-width="1.6"/>',
+          "differs"),
+    "➖": ('<path d="M3 8h10" stroke="#6e7781" stroke-width="2"/>', "n/a"),
+}
+_SYMBOL = re.compile("[" + "".join(_ICONS) + "]\ufe0f? ?")
+
+
+def _icon(symbol: str) -> str:
+    shape, word = _ICONS[symbol[0]]
+    return f'<svg class="kv-icon" viewBox="0 0 16 16" role="img" aria-label="{word}">{shape}</svg>'
 
 
 def _esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+def _href(target: str) -> str:
+    """A link of the Markdown pages as the one HTML page has it: 'compatibility-seed.md#era-seed' -> '#era-seed'."""
+    match = _MD_PAGE_LINK.match(target)
+    return match.group(1) if match else target
+
+
 def _inline(text: str) -> str:
-    """Escaped text with `code` spans."""
-    return _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", _esc(text))
+    """Escaped text with the report's Markdown rendered: `code`, **bold**, [links](#anchor), symbols as icons."""
+    out = _esc(text)
+    out = _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", out)
+    out = _BOLD.sub(lambda m: f"<strong>{m.group(1)}</strong>", out)
+    out = _LINK.sub(lambda m: f'<a href="{_href(html.unescape(m.group(2)))}">{m.group(1)}</a>', out)
+    return _SYMBOL.sub(lambda m: _icon(m.group(0)), out)
 
 
 def _filter_attrs(filters: dict[str, str] | None) -> str:
@@ -183,20 +244,21 @@ def _table(table: Table, footnotes: Footnotes, prefix: str) -> str:
     columns = table.column_filters or [{}] * len(table.headers)
     parts = [f'<table class="kv{" kv-search" if table.search else ""}"><thead><tr>']
     # only the header cell carries a column's tag: the page's style sheet hides the column by position
-    parts += [f"<th{_filter_attrs(f)}>{_esc(h)}</th>" for h, f in zip(table.headers, columns)]
+    parts += [f"<th{_filter_attrs(f)}>{_inline(h)}</th>" for h, f in zip(table.headers, columns)]
     parts.append("</tr></thead><tbody>")
     row_filters = table.row_filters or [None] * len(table.rows)
-    for row, filters in zip(table.rows, row_filters):
-        parts.append(f"<tr{_filter_attrs(filters)}>")
+    anchors = table.row_anchors or [None] * len(table.rows)
+    for row, filters, anchor in zip(table.rows, row_filters, anchors):
+        parts.append(f"<tr{_filter_attrs(filters)}{f' id={chr(34)}{_esc(anchor)}{chr(34)}' if anchor else ''}>")
         for value in row:
             if isinstance(value, str):
-                parts.append(f"<td>{_esc(value)}</td>")
+                parts.append(f"<td>{_inline(value)}</td>")
                 continue
             # one superscript, comma-separated, so notes 4 and 11 do not read as 411
             links = ",".join(f'<a href="#{prefix}{n}">{n}</a>' for n in (footnotes.number(note) for note in value.notes))
             refs = f"<sup>{links}</sup>" if links else ""
             kind = f' class="k-{value.kind}"' if value.kind else ""
-            parts.append(f"<td{kind}>{_esc(display_text(value))}{refs}</td>")
+            parts.append(f"<td{kind}>{_inline(display_text(value))}{refs}</td>")
         parts.append("</tr>")
     parts.append("</tbody></table>")
     return "".join(parts)
@@ -209,12 +271,19 @@ def _linked(text: str) -> str:
 
 def _block(block, footnotes: Footnotes, prefix: str) -> str:
     if isinstance(block, Heading):
-        return f"<h{block.level}>{_esc(block.text)}</h{block.level}>"
+        anchor = block.anchor or _slug(block.text)
+        return (f'<h{block.level} id="{_esc(anchor)}">{_inline(block.text)}'
+                f'<a class="kv-anchor" href="#{_esc(anchor)}" title="link to this part">#</a></h{block.level}>')
     if isinstance(block, Paragraph):
         return f"<p>{_linked(block.text)}</p>"
     if isinstance(block, BulletList):
         return "<ul>" + "".join(f"<li>{_linked(item)}</li>" for item in block.items) + "</ul>"
     return _table(block, footnotes, prefix)
+
+
+def _slug(text: str) -> str:
+    """A heading's anchor when it names none: lower case, words joined by '-'."""
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
 def _options(values: list[str]) -> str:
@@ -270,6 +339,20 @@ def unpack_sections(page: str) -> str:
                   lambda m: gzip.decompress(base64.b64decode(m.group(1))).decode("utf-8"), page)
 
 
+URL_HELP = ("Link to a filtered view: `compatibility.html?era=0.33.0&platform=rocm&connector=LMCacheConnectorV1&q=E-F`. "
+            "`era` takes a vLLM release (`0.33.0`, `0.33`) or an era id (`v0.33`, `seed`); `platform` one of the "
+            "platform columns (`cuda`, `rocm`, `xpu`, `cpu`, `tpu`, `unspecified`); `connector` a connector id as in "
+            "results.json; `q` searches the rows and their notes (any case). Every part is optional.")
+
+
+def _era_starts() -> str:
+    """The eras' first releases for the page's `?era=X.Y.Z` (from the era data, never a list typed here)."""
+    from harness.eras import ERA_FIRST_VERSIONS, NEWEST_EXCLUSIVE
+
+    return json.dumps({"eras": [[era, list(first)] for era, first in ERA_FIRST_VERSIONS.items()],
+                       "newest_exclusive": list(NEWEST_EXCLUSIVE)})
+
+
 def render_html(document: Document, run_details: list[str] | None = None) -> str:
     """The whole report as one HTML page; `run_details` adds lines about the run (times, commit)."""
     filter_values = _filter_values(document.sections)
@@ -283,7 +366,9 @@ def render_html(document: Document, run_details: list[str] | None = None) -> str
         f'<p class="run">{_esc(document.run_line)}</p>',
         *(f'<p class="run">{_esc(line)}</p>' for line in run_details or ()),
         f'<div id="kv-filters">{controls}<label>search <input id="kv-q" type="search" '
-        f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span></div>',
+        f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span>'
+        f'<p id="kv-url-help">{_inline(URL_HELP)}</p></div>',
+        f'<script type="application/json" id="kv-era-starts">{_era_starts()}</script>',
     ]
     sections = [_section(index, section) for index, section in enumerate(document.sections)]
     if sum(len(text.encode()) for text in sections) > PACK_ABOVE_BYTES:

@@ -1,5 +1,8 @@
 """Render the report document as GitHub Markdown (tabulate "github" tables, numbered notes under each section).
 
+`render_markdown_pages` splits it into a short main page and one page per era (and one for the changes
+between releases), so the main file answers the common questions and stays small.
+
 Each run of sections with the same key is wrapped in ``<!-- kvconform:section KEY -->`` markers so a test can
 compare one part (the config matrix) of two reports; the run line has its own marker.
 """
@@ -66,33 +69,89 @@ def _table(table: Table, footnotes: Footnotes) -> str:
     return text
 
 
+_LOCAL_LINK = re.compile(r"\]\(#([^)\s]+)\)")
+
+
+def _anchors(document: Document) -> dict[str, str | None]:
+    """Anchor -> the page (None: the main page) whose heading defines it."""
+    return {block.anchor: section.page for section in document.sections for block in section.blocks
+            if isinstance(block, Heading) and block.anchor}
+
+
+def _render_sections(sections, page: str | None, anchors: dict[str, str | None], main_name: str) -> list[str]:
+    out: list[str] = []
+
+    def relink(text: str) -> str:
+        # a link to an anchor on another page names that page
+        def target(match: re.Match) -> str:
+            anchor = match.group(1)
+            if anchor not in anchors or anchors[anchor] == page:
+                return match.group(0)
+            return f"]({anchors[anchor] or main_name}#{anchor})"
+        return _LOCAL_LINK.sub(target, text) if "](#" in text else text
+
+    for key, grouped in groupby(sections, key=lambda s: s.key):
+        out += [SECTION_START.format(key=key), ""]
+        for section in grouped:
+            # notes are numbered per section and listed right under it, next to the tables using them
+            footnotes = Footnotes()
+            for block in section.blocks:
+                if isinstance(block, Heading):
+                    if block.anchor:
+                        out.append(f'<a id="{block.anchor}"></a>')
+                        out.append("")
+                    out.append(f"{'#' * block.level} {block.text}")
+                elif isinstance(block, Paragraph):
+                    out.append(relink(_linked(block.text)))
+                elif isinstance(block, BulletList):
+                    out.append("\n".join(f"- {relink(_linked(_inline(item)))}" for item in block.items))
+                elif isinstance(block, Table) and block.machine_dependent:
+                    out.append(MACHINE_DEPENDENT_NOTE.format(rows=len(block.rows)))
+                elif isinstance(block, Table):
+                    out.append(relink(_table(block, footnotes)))
+                out.append("")
+            definitions = footnotes.take_new()
+            if definitions:
+                out.append("Notes:\n\n" + "\n".join(f"- [{number}] {_linked(_inline(text))}"
+                                                     for number, text in definitions))
+                out.append("")
+        out += [SECTION_END.format(key=key), ""]
+    return out
+
+
+def render_markdown_pages(document: Document, main_name: str = "compatibility.md") -> dict[str, str]:
+    """The report as Markdown pages: `main_name` with every section that has no page of its own, and one
+    page per `Section.page` (an era's tables, the changes between releases), so no file is a wall of tables.
+    Links to an anchor on another page are rewritten to name that page."""
+    anchors = _anchors(document)
+    pages: dict[str | None, list] = {None: []}
+    for section in document.sections:
+        pages.setdefault(section.page, []).append(section)
+    rendered = {}
+    with _narrow_width_mode():
+        for page, sections in pages.items():
+            title = document.title if page is None else f"{document.title}: {_page_title(sections)}"
+            out = [f"# {title}", "", RUN_INFO_MARK, document.run_line, ""]
+            if page is not None:
+                out += [f"Part of the report; the summary and the support table are in [{main_name}]({main_name}).", ""]
+            out += _render_sections(sections, page, anchors, main_name)
+            rendered[page or main_name] = "\n".join(out).rstrip("\n") + "\n"
+    return rendered
+
+
+def _page_title(sections) -> str:
+    for section in sections:
+        for block in section.blocks:
+            if isinstance(block, Heading):
+                return block.text
+    return "detail"
+
+
 def render_markdown(document: Document) -> str:
-    """The whole report as Markdown text (ends with a newline)."""
+    """The whole report as one Markdown text, every page's sections in order (ends with a newline)."""
     out = [f"# {document.title}", "", RUN_INFO_MARK, document.run_line, ""]
     with _narrow_width_mode():
-        for key, sections in groupby(document.sections, key=lambda s: s.key):
-            out += [SECTION_START.format(key=key), ""]
-            for section in sections:
-                # notes are numbered per section and listed right under it, next to the tables using them
-                footnotes = Footnotes()
-                for block in section.blocks:
-                    if isinstance(block, Heading):
-                        out.append(f"{'#' * block.level} {block.text}")
-                    elif isinstance(block, Paragraph):
-                        out.append(_linked(block.text))
-                    elif isinstance(block, BulletList):
-                        out.append("\n".join(f"- {_linked(_inline(item))}" for item in block.items))
-                    elif isinstance(block, Table) and block.machine_dependent:
-                        out.append(MACHINE_DEPENDENT_NOTE.format(rows=len(block.rows)))
-                    elif isinstance(block, Table):
-                        out.append(_table(block, footnotes))
-                    out.append("")
-                definitions = footnotes.take_new()
-                if definitions:
-                    out.append("Notes:\n\n" + "\n".join(f"- [{number}] {_linked(_inline(text))}"
-                                                         for number, text in definitions))
-                    out.append("")
-            out += [SECTION_END.format(key=key), ""]
+        out += _render_sections(document.sections, None, {}, "")
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -32,14 +32,16 @@ class Table:
     column_filters: list[dict[str, str]] | None = None
     search: bool = False
     machine_dependent: bool = False
+    row_anchors: list[str | None] | None = None  # link targets of the rows (HTML ids), e.g. one per connector
 
 
 @dataclass(slots=True)
 class Heading:
-    """A heading (level 2 or 3 inside the report)."""
+    """A heading (level 2 or 3 inside the report); `anchor` is its stable link target (`#era-v0.33`)."""
 
     level: int
     text: str
+    anchor: str | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +68,8 @@ class Section:
     key: str
     blocks: list[Block] = field(default_factory=list)
     filters: dict[str, str] = field(default_factory=dict)
+    # The Markdown file the section goes to (None: the main page); the HTML page holds every section.
+    page: str | None = None
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ MAX_ROUNDS_ENV = "KVCONFORM_BENCHMARK_MAX_ROUNDS"
 # Every pass runs torch single-threaded: the suites' tensors are tiny, and an intra-op thread pool per process
 # only spins on cores the other passes (and the other benchmark process) need.
 SINGLE_THREADED = (("OMP_NUM_THREADS", "1"),)
-# Timed rounds per workload in the report: one, as in CI's vLLM job; the README's figures come from the
+# Timed rounds per workload in the report: one, as in CI's vLLM job; the figures in docs/ci.md and docs/reference.md come from the
 # benchmarks' own command with their full rounds.
 REPORT_TIMED_ROUNDS = "1"
 

@@ -47,7 +47,6 @@ _REFERENCE = re.compile(
     r"|(?P<connector>connector spec section 4\.2)"
     r"|\b(?P<message>(?:[EW]-[A-Z0-9]+(?:-[A-Z0-9]+)*))\b"
 )
-_CHAPTERS_WITH_SUBSECTIONS = frozenset({"1", "2", "3"})
 _KNOWN_IDS = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
 
 
@@ -65,8 +64,8 @@ def anchor(reference: str) -> str | None:
     """The anchor in docs/rules.md for '§2.2', 'E-F' or the connector checks; None for an unknown id."""
     if reference.startswith("§"):
         chapter, _, part = reference[1:].rstrip(".").partition(".")
-        # chapters 1-3 have numbered subsections; in the others "§8.3" is the 3rd item of chapter 8
-        return f"s{chapter}-{part}" if part and chapter in _CHAPTERS_WITH_SUBSECTIONS else f"s{chapter}"
+        # "§2.2" is a subsection of chapter 2, "§8.3" the 3rd item of chapter 8: each has its own row
+        return f"s{chapter}-{part}" if part else f"s{chapter}"
     if reference.startswith("connector spec"):
         return "connector-checks"
     return reference.lower() if reference in _KNOWN_IDS else None

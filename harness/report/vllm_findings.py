@@ -39,6 +39,9 @@ class Classified:
     checks: tuple[str, ...] = ()
 
 
+_PRIVATE_TIER = ("the check stores on one engine and looks up (or reloads) on a fresh engine of the same process; "
+                 "the connector's CPU tier belongs to one engine instance (its scheduler-side index and the "
+                 "worker's CPU tensors), as in a vLLM deployment, so a new engine starts with an empty tier")
 _KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
                      "dtype sharing the storage path finds another deployment's files (another tenant's KV, or a "
                      "dtype the load cannot copy)")
@@ -70,6 +73,24 @@ CLASSIFIED = (
                _NO_TP_IN_KEY, checks=("C21", "C34")),
     Classified("ExampleConnector", "the model read wrong KV", "keys ignore cache salt, LoRA, model name and KV "
                "dtype", "connector bug", _KEYS_TOKENS_ONLY, checks=("C30",)),
+    # vLLM 0.33.0's CPU-offloading connectors keep their tier in the engine's own instances (the scheduler-side
+    # manager's index, the worker's CPU tensors): a new engine starts with an empty tier, by design.
+    Classified("OffloadingConnector", "offered no hit for any prefix of a prompt it had seen", "a fresh engine "
+               "has an empty CPU tier", "not applicable", _PRIVATE_TIER, checks=("C07",)),
+    Classified("OffloadingConnector", "does not hit on a fresh engine", "a fresh engine has an empty CPU tier",
+               "not applicable", _PRIVATE_TIER, checks=("C36",)),
+    Classified("SimpleCPUOffloadConnector", "offered no hit for any prefix of a prompt it had seen", "a fresh "
+               "engine has an empty CPU tier", "not applicable", _PRIVATE_TIER, checks=("C07",)),
+    Classified("SimpleCPUOffloadConnector", "does not hit on a fresh engine", "a fresh engine has an empty CPU "
+               "tier", "not applicable", _PRIVATE_TIER, checks=("C36",)),
+    # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
+    # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
+    # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
+    Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
+               "connector bug",
+               "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
+               "salt, but not the request's LoRA adapter: a prompt stored by a LoRA request is served to a request "
+               "of the base model (or of another adapter), whose KV differs", checks=("C30",)),
 )
 
 

@@ -9,11 +9,15 @@ skipped with a reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import importlib
+from collections.abc import Mapping, Sequence
+from types import ModuleType
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "make_reference_target"]
+__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "REFERENCE_MODULES",
+           "target_module", "make_reference_target"]
 
 #: Capabilities a target may declare.
 CAPABILITIES = {
@@ -24,6 +28,19 @@ CAPABILITIES = {
 }
 
 GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
+
+#: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how a scenario
+#: reaches an API the protocol does not wrap (HiSparse's layout helpers, the spec classes): by vLLM's name.
+REFERENCE_MODULES = {
+    "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
+    "v1.request": "reference_impl.kv_cache.request",
+    "v1.core.block_pool": "reference_impl.kv_cache.block_pool",
+    "v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
+    "v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
+    "v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
+    "v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
+    "v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,9 @@ class AllocatorTarget(Protocol):
 
     name: str
     capabilities: frozenset[str]
+    #: vLLM's module name (e.g. "v1.hisparse.layout") -> the importable module where this target keeps it
+    #: (`REFERENCE_MODULES`); a scenario needing a module the map lacks is skipped (`target_module`).
+    modules: Mapping[str, str]
 
     def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16,
                         enable_kv_cache_events: bool = False) -> Any:
@@ -90,8 +110,20 @@ class AllocatorTarget(Protocol):
         """The target's sha256 hash function (for hash-chain checks against an independent oracle)."""
 
 
+def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
+    """The module a target keeps under vLLM's module name `name` (e.g. "v1.hisparse.layout"), or None when
+    its map has no such entry (the scenario is then not applicable to that target)."""
+    path = getattr(target, "modules", {}).get(name)
+    return importlib.import_module(path) if path else None
+
+
+def _field_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
-    """Build `desc` with the given module's spec classes (the reference and vLLM share field names)."""
+    """Build `desc` with the given module's spec classes (the reference and vLLM share field names; fields a
+    release's MambaSpec lacks are left out, and only asked for when they differ from their default)."""
     attn = dict(block_size=desc.block_size, num_kv_heads=2, head_size=8, dtype=dtype)
     if desc.kind == "full":
         return mod.FullAttentionSpec(**attn)
@@ -102,26 +134,36 @@ def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
     if desc.kind == "rswa":
         return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
     page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
+    extra = dict(mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
+                 num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
+                 prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
+    known = _field_names(mod.MambaSpec)
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
-                         mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
-                         num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
-                         prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
+                         **{k: v for k, v in extra.items() if k in known})
 
 
 def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, dtype,
                           **extra) -> Any:
-    """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description."""
+    """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description.
+
+    Releases name a tensor's layers `layers` (with strides) or, before that, `shared_by`; a KVCacheConfig
+    without `prefix_cache_retention_interval` gets none (callers check the capability first)."""
     group_specs = []
     tensors = []
+    tensor_fields = _field_names(mod.KVCacheTensor)
     for gid, desc in enumerate(groups):
         spec = _make_spec(mod, desc, dtype)
         names = [f"g{gid}.layer{j}" for j in range(desc.num_layers)]
         group_specs.append(mod.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
         page = spec.page_size_bytes
-        tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, layers=names,
-                                         layer_stride=page * num_blocks, block_stride=page))
-    return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs,
-                             prefix_cache_retention_interval=retention_interval, **extra)
+        if "layers" in tensor_fields:
+            tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, layers=names,
+                                             layer_stride=page * num_blocks, block_stride=page))
+        else:
+            tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, shared_by=names))
+    if "prefix_cache_retention_interval" in _field_names(mod.KVCacheConfig):
+        extra["prefix_cache_retention_interval"] = retention_interval
+    return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs, **extra)
 
 
 @dataclass
@@ -131,15 +173,16 @@ class ReferenceAllocatorTarget:
     name: str = "reference"
     capabilities: frozenset[str] = field(
         default_factory=lambda: frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
+    modules: Mapping[str, str] = field(default_factory=lambda: dict(REFERENCE_MODULES))
 
     def __post_init__(self) -> None:
         import torch
 
         from reference_impl import kv_cache
-        from reference_impl.kv_cache import hashing
+        from reference_impl.kv_cache import kv_cache_utils
 
         self._mod = kv_cache
-        self._hashing = hashing
+        self._hashing = kv_cache_utils
         self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
 

@@ -1,43 +1,75 @@
 """The connector under test: how it is named and loaded, and a guard that turns its misbehaviour into
 clear check failures (which hook raised, which hook was running when a check timed out).
 
-A target is a built-in kvconform connector, a `--kv-connector module:Class`, or an entry point of the
-group `kvconform.connectors` (its value is `module:Class`).
+A target is a built-in kvconform connector, a `--kv-connector module:Class` (or `vllm:Name`, see
+`harness.targets.vllm_connector`), or an entry point of the group `kvconform.connectors` (its value is
+`module:Class`); the spec is read by `harness.target_spec`, as every target's is.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
+import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 
+from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, TargetError, import_object, parse_spec
 from harness.targets.connector_profile import ConnectorProfile, profile_for
+from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
+from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
 from reference_impl.connector.factory import check_constructor
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
-BACKDOOR_PREFIX = "kvconform_"  # optional white-box accessors a connector may offer the suite
 
 
-# Hooks the engine calls on every connector (vLLM 0.33's base class has them all).
-REQUIRED_HOOKS = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
-                  "update_connector_output", "register_kv_caches", "bind_connector_metadata", "start_load_kv",
-                  "wait_for_layer_load", "save_kv_layer", "wait_for_save", "clear_connector_metadata")
-REQUIRED_ONE_OF = (("request_finished", "request_finished_all_groups"), ("get_transfer_results", "get_finished"))
+# Hooks the engine calls on every connector (vLLM 0.33's base class has them all): the typed Protocol's.
+REQUIRED_HOOKS = PROTOCOL_HOOKS
+REQUIRED_ONE_OF = ONE_OF
 
 
-class ConnectorLoadError(Exception):
-    """The connector class cannot be used at all (import failure, not a class, bad constructor)."""
+class ConnectorLoadError(TargetError):
+    """The connector class cannot be used at all (import failure, not a class, bad constructor, missing hooks):
+    one line `SOURCE SPEC: why`, exit status 4."""
 
 
 class ConnectorHookError(AssertionError):
     """A connector hook raised; the message names the hook and the original error."""
 
 
+class HookHung(BaseException):
+    """A call of a hook this run has already seen hang twice: the check stops at once (a BaseException, so
+    no `except Exception` in a check or in engine code swallows it)."""
+
+
+# A hook that hangs this often is taken as hung for the rest of the run (per process): later checks that
+# call it stop at once instead of each waiting out the per-check time limit.
+HANGS_BEFORE_GIVING_UP = 2
+
+
+class HangLog:
+    """Which hook of which target hung in which checks; `hung(target)` names the hooks given up on."""
+
+    def __init__(self) -> None:
+        self._hangs: dict[tuple[str, str], list[str]] = {}
+
+    def record(self, target: str, hook: str, check: str) -> None:
+        """A check of `target` timed out inside `hook`."""
+        self._hangs.setdefault((target, hook), []).append(check)
+
+    def hung(self, target: str) -> dict[str, str]:
+        """hook -> the check it first hung in, for the hooks of `target` that hung often enough."""
+        return {hook: checks[0] for (name, hook), checks in self._hangs.items()
+                if name == target and len(checks) >= HANGS_BEFORE_GIVING_UP}
+
+
+HANG_LOG = HangLog()
+
+
 @dataclass
 class ConnectorTarget:
-    """A connector class to check, with the extra config every instance gets."""
+    """A connector class to check, with the extra config every instance gets. `source` says where it was
+    named (`--kv-connector`, `entry point 'x'`, `built-in`); `spec` is a `module:Class` or a built-in name."""
 
     name: str
     spec: str
@@ -51,24 +83,26 @@ class ConnectorTarget:
         """The connector class; ConnectorLoadError with a one-line reason when it is unusable."""
         if self._cls is not None:
             return self._cls
-        module_name, sep, class_name = self.spec.partition(":")
-        if not sep or not module_name or not class_name:
-            raise ConnectorLoadError(f"{self.source}: expected 'module:Class', got {self.spec!r}")
         try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # any import failure of a vendor module is reported, not raised
-            raise ConnectorLoadError(f"{self.spec}: module does not import ({type(exc).__name__}: {exc})") from None
-        cls = getattr(module, class_name, None)
+            spec = parse_spec("connector", self.spec, self.source)
+            if spec.vllm_name is not None:
+                raise spec.error("a vllm: connector is loaded by harness.targets.vllm_connector")
+            cls = import_object(spec)
+        except TargetError as exc:
+            raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
         if not isinstance(cls, type):
-            raise ConnectorLoadError(f"{self.spec}: module {module_name!r} has no class {class_name!r}")
+            raise ConnectorLoadError(self.source, self.spec, f"{spec.path} is not a class")
         try:
             check_constructor(cls)
         except ValueError as exc:
-            raise ConnectorLoadError(str(exc)) from None
+            raise ConnectorLoadError(self.source, self.spec, str(exc)) from None
         missing = [hook for hook in REQUIRED_HOOKS if not callable(getattr(cls, hook, None))]
         missing += [" or ".join(pair) for pair in REQUIRED_ONE_OF if not any(callable(getattr(cls, h, None)) for h in pair)]
         if missing:
-            raise ConnectorLoadError(f"{self.spec}: class {class_name} lacks the connector hooks {', '.join(missing)}")
+            raise ConnectorLoadError(self.source, self.spec,
+                                     f"class {cls.__name__} lacks the connector hooks {', '.join(missing)}")
+        if not self.builtin:
+            probe_constructor(cls, self.source, self.spec, self.extra_config)
         self._cls = cls
         return cls
 
@@ -94,44 +128,91 @@ class ConnectorTarget:
         return profile_for(self.declared, self.is_hma, self.known_kind)
 
 
-BUILTIN_TARGETS = (
-    ConnectorTarget("LMCacheLikeConnector", "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
-                    "built-in", builtin=True),
-    ConnectorTarget("ExampleConnector", "reference_impl.connector.lmcache_like:ExampleConnector",
-                    "built-in", builtin=True),
-    ConnectorTarget(
-        "MultiConnector", "reference_impl.connector.multi:MultiConnector", "built-in", builtin=True,
-        extra_config={"connectors": [
-            {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
-            {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
-        ]},
-    ),
-)
+# Extra config a built-in connector is checked with (a MultiConnector needs children).
+_BUILTIN_EXTRA_CONFIG = {
+    "MultiConnector": {"connectors": [
+        {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
+        {"kv_connector": "LMCacheLikeConnector", "kv_connector_extra_config": {}},
+    ]},
+}
 
 
-def _vllm_target(spec: str) -> ConnectorTarget:
-    """`vllm:Name`: a connector of the installed vLLM (harness.targets.vllm_connector)."""
-    from harness.targets.vllm_connector import vllm_target
-
-    return vllm_target(spec)
+PROBE_PRESET = "fa_only"
 
 
-def check_loadable(spec: str) -> None:
-    """Fail fast for `kvconform report --kv-connector SPEC`: UsageError (exit 4, one line) unless SPEC is a
-    built-in connector's name or a `module:Class` that loads."""
-    from harness.errors import EXIT_TARGET, UsageError
+def probe_constructor(cls: type, source: str, spec: str, extra_config: dict) -> None:
+    """Build the connector once, as every check will (a scheduler and a worker instance on the one-group
+    preset, with the run's extra config): a constructor that raises (an unreachable backend, a bad extra
+    config) is one load error naming the exception, instead of the same failure in every check.
+    Only the constructor is judged here; what the engine calls afterwards is the checks' business."""
+    from reference_impl.config.objects import KVTransferConfig
+    from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig
 
-    if ":" not in spec and spec in {t.name for t in BUILTIN_TARGETS}:
-        return
-    if spec.startswith("vllm:"):
-        from harness.targets.vllm_connector import validate_spec
+    built, failure = [], {}
 
-        validate_spec(spec)  # exit 4 with the registered names, or how to install vLLM
-        return
+    def factory(vllm_config, role, kv_cache_config):
+        try:
+            instance = cls(vllm_config, role, kv_cache_config)
+        except Exception as exc:  # the vendor's constructor: any exception is the finding
+            failure.setdefault("error", (role, exc))
+            raise
+        built.append(instance)
+        return instance
+
+    transfer = KVTransferConfig(kv_connector=cls.__name__, kv_role="kv_both", kv_connector_module_path=cls.__module__,
+                                kv_connector_extra_config=dict(extra_config))
+    config = EngineConfig(model_config=ModelConfig(f"kvconform/load-probe/{uuid.uuid4().hex[:8]}"),
+                          kv_transfer_config=transfer, num_blocks=64)
     try:
-        ConnectorTarget(spec.rpartition(":")[2] or spec, spec, "--kv-connector").load()
-    except ConnectorLoadError as exc:
-        raise UsageError(f"kvconform report: the target could not be loaded: {exc}", EXIT_TARGET) from None
+        EngineCore(PROBE_PRESET, config, connector_factory=factory)
+    except Exception:  # noqa: BLE001 - only a constructor's exception is a load error (below)
+        pass
+    finally:
+        for instance in built:
+            shutdown = getattr(instance, "shutdown", None)
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # noqa: BLE001 - tidying up after the probe must not decide anything
+                    pass
+    if failure:
+        role, exc = failure["error"]
+        raise ConnectorLoadError(source, spec, f"the constructor raised {type(exc).__name__}: {exc} (building the "
+                                               f"{role.name.lower()}-role instance, as every check does; nothing was run)")
+
+
+def _builtin_target(name: str) -> ConnectorTarget:
+    return ConnectorTarget(name, name, "built-in", extra_config=dict(_BUILTIN_EXTRA_CONFIG.get(name, {})), builtin=True)
+
+
+BUILTIN_TARGETS = tuple(_builtin_target(name) for name in BUILTIN_CONNECTORS)
+
+
+def connector_target(text: str, option: str = "--kv-connector") -> ConnectorTarget:
+    """The target a spec names (`harness.target_spec`): a built-in by name, `vllm:Name`, or `module:Class`;
+    TargetError (exit 4, one line) when the spec is malformed or names no connector vLLM registers."""
+    spec = parse_spec("connector", text, option)
+    if spec.builtin is not None:
+        return _builtin_target(spec.builtin)
+    if spec.vllm_name is not None:
+        from harness.targets.vllm_connector import vllm_target  # needs vLLM; imported only for a vllm: spec
+
+        return vllm_target(spec.text, option)
+    return ConnectorTarget(spec.attribute.rpartition(".")[2], spec.text, option)
+
+
+def check_loadable(text: str, option: str = "--kv-connector", extra_config: dict | None = None) -> ConnectorTarget:
+    """Fail fast, before anything runs: the target `text` names, loaded and, for a vendor's class, built once
+    with the run's `extra_config` (`probe_constructor`); TargetError (exit 4, one line) when it cannot be
+    used (a bad spec, a module that does not import, a class without the hooks, a constructor that raises, a
+    name the installed vLLM does not register; a `vllm:` connector is checked against vLLM's registry
+    without building its adapter)."""
+    target = connector_target(text, option)
+    if not target.builtin and extra_config is not None:
+        target.extra_config = dict(extra_config)
+    if not target.spec.startswith(VLLM_PREFIX):
+        target.load()
+    return target
 
 
 def entry_point_targets() -> list[ConnectorTarget]:
@@ -142,20 +223,13 @@ def entry_point_targets() -> list[ConnectorTarget]:
     return targets
 
 
-def target_for(spec: str, source: str = "--kv-connector") -> ConnectorTarget:
-    """The target a `--kv-connector` value names: `vllm:Name` (the installed vLLM's connector) or `module:Class`
-    (also how a check's child process rebuilds the target under test)."""
-    if spec.startswith("vllm:"):
-        return _vllm_target(spec)
-    return ConnectorTarget(spec.rpartition(":")[2] or spec, spec, source)
-
-
 def select_targets(cli_specs: list[str], include_builtins: bool) -> list[ConnectorTarget]:
     """`--kv-connector` targets, then entry points; the built-ins too when asked or nothing else is given."""
-    targets = [target_for(spec) for spec in cli_specs]
+    targets = [connector_target(spec) for spec in cli_specs]
     targets += entry_point_targets()
     if include_builtins or not targets:
-        targets = list(BUILTIN_TARGETS) + targets
+        named = {t.name for t in targets if t.builtin}
+        targets = [t for t in BUILTIN_TARGETS if t.name not in named] + targets
     return targets
 
 
@@ -193,10 +267,15 @@ class ConnectorGuard:
         inner_name = type(self._inner).__name__
 
         def call(*args, **kwargs):
+            hung_in = (self._state.get("hung") or {}).get(name)
+            if hung_in is not None:
+                raise HookHung(f"skipped: hook {inner_name}.{name} hung in {hung_in} (and once more after it); "
+                               "the checks that call it are not run again in this session")
             before, after = self.around.get(name, (None, None))
             if before is not None:
                 before(self._role, *args)
             self._state["current"] = f"{inner_name}.{name} ({self._role.name.lower()})"
+            self._state["hook"] = name
             try:
                 result = attr(*args, **kwargs)
             except ConnectorHookError:
@@ -206,7 +285,7 @@ class ConnectorGuard:
                     f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
                 ) from exc
             finally:
-                self._state["current"] = None
+                self._state["current"] = self._state["hook"] = None
             self.calls.append((self._role, name, args, result))
             if after is not None:
                 after(self._role, result, *args)
@@ -240,6 +319,7 @@ def run_with_timeout(fn, timeout_s: float, state: dict):
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: engine code)
         raise AssertionError(f"check hung past {timeout_s:g}s (inside {state.get('current') or 'engine code'})")
     if "error" in box:
         raise box["error"]

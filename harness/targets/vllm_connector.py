@@ -23,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import EXIT_TARGET, UsageError
+from harness.errors import UsageError
+from harness.target_spec import TargetError
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
 
@@ -47,6 +48,9 @@ class Requirement:
     cuda: bool = False
     why: str = ""
     model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
+    # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
+    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
+    cpu_standins: bool = False
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
@@ -55,9 +59,11 @@ REQUIREMENTS: dict[str, Requirement] = {
                                                       "(HiddenStateCacheSpec), which no preset has"),
     "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
                                            "(HiSparse groups), which no preset has"),
-    "OffloadingConnector": Requirement(cuda=True, why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses "
-                                                      "platforms other than CUDA-alike and XPU"),
-    "SimpleCPUOffloadConnector": Requirement(cuda=True, why="copy streams: the worker creates torch.cuda.Stream"),
+    "OffloadingConnector": Requirement(cuda=True, cpu_standins=True,
+                                       why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses platforms "
+                                           "other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, cpu_standins=True,
+                                             why="copy streams: the worker creates torch.cuda.Stream"),
     "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
@@ -69,6 +75,14 @@ REQUIREMENTS: dict[str, Requirement] = {
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
     "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+}
+
+# Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
+# (LMCache 0.5.6, lmcache/v1/multiprocess: the engine-driven transfer mode, the only one a CPU worker has,
+# raises this ValueError at register_kv_caches for more than one KV transfer group).
+MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
+    "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
+                           "LMCache's engine-driven transfer mode"),
 }
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
@@ -115,6 +129,12 @@ def default_extra_config(name: str, within: str | None = None) -> dict:
         return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
+    if name == "LMCacheMPConnector":
+        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
+        from harness.targets import lmcache_server
+
+        server = lmcache_server.shared()
+        return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
     return {}
 
 
@@ -138,7 +158,7 @@ def missing_requirement(name: str) -> str | None:
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
                 "is not installed)")
-    if need.cuda:
+    if need.cuda and not need.cpu_standins:
         import torch
 
         if not torch.cuda.is_available():
@@ -170,6 +190,13 @@ def needs_cuda(name: str) -> bool:
     return bool(need and need.cuda)
 
 
+def runs_on_standins(name: str) -> bool:
+    """True when `name`'s worker needs CUDA only for device plumbing that kvconform's CPU stand-ins replace
+    (used when no CUDA device is visible)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cpu_standins)
+
+
 def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
     """`vllm:Name` -> (Name, ()); `vllm:MultiConnector[A,B]` -> ("MultiConnector", (A, B))."""
     name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
@@ -181,17 +208,20 @@ def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
     return name, ()
 
 
-def validate_spec(spec: str) -> None:
-    """UsageError (exit 4) unless every name in `spec` is registered by the installed vLLM."""
+def validate_spec(spec: str, option: str = "--kv-connector") -> None:
+    """TargetError (exit 4, one line) unless every name in `spec` is registered by the installed vLLM."""
     name, children = parse_name(spec)
-    known = registered_names()
+    try:
+        known = registered_names()
+    except UsageError as exc:  # no usable vLLM: its reason, under the option that asked for it
+        raise TargetError(option, spec, str(exc)) from None
     for each in (name, *children):
         if each not in known:
-            raise UsageError(f"--kv-connector {spec}: vLLM {installed_vllm_version()} registers no connector "
-                             f"{each!r}; registered: {', '.join(known)}", EXIT_TARGET)
+            raise TargetError(option, spec, f"vLLM {installed_vllm_version()} registers no connector {each!r}; "
+                                            f"registered: {', '.join(known)}")
     if children and "MultiConnector" in children:
-        raise UsageError(f"--kv-connector {spec}: a MultiConnector child cannot be MultiConnector; "
-                         f"accepted: vllm:MultiConnector[A,B] with A, B from {', '.join(known)}", EXIT_TARGET)
+        raise TargetError(option, spec, f"a MultiConnector child cannot be MultiConnector; accepted: "
+                                        f"vllm:MultiConnector[A,B] with A, B from {', '.join(known)}")
 
 
 class VllmConnectorTarget(ConnectorTarget):
@@ -211,19 +241,19 @@ class VllmConnectorTarget(ConnectorTarget):
 
         name, children = parse_name(self.spec)
         try:
-            validate_spec(self.spec)
-        except UsageError as exc:
-            raise ConnectorLoadError(str(exc)) from None
+            validate_spec(self.spec, self.source)
+        except TargetError as exc:
+            raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
         self._cls = adapter_class(name, children)
         return self._cls
 
 
-def vllm_target(spec: str) -> VllmConnectorTarget:
+def vllm_target(spec: str, option: str = "--kv-connector") -> VllmConnectorTarget:
     """The target for `--kv-connector vllm:...`; its report name carries the vLLM release."""
-    validate_spec(spec)
+    validate_spec(spec, option)
     name, children = parse_name(spec)
     label = name + (f"[{','.join(children)}]" if children else "")
-    return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, "--kv-connector")
+    return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, option)
 
 
 def main() -> int:

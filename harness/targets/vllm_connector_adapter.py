@@ -32,7 +32,7 @@ import torch
 
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
-from reference_impl.kv_cache import specs as kspecs
+from reference_impl.kv_cache import kv_cache_interface as kspecs
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,9 +121,26 @@ def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
                for t in config.kv_cache_tensors]
     sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
     values = dict(num_blocks=config.num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
-                  hash_block_size=math.gcd(*sizes))
+                  hash_block_size=math.gcd(*sizes), kv_cache_layout=kv_cache_layout(config))
     fields = {f.name for f in dataclasses.fields(iface.KVCacheConfig)}
     return iface.KVCacheConfig(**{k: v for k, v in values.items() if k in fields})
+
+
+def kv_cache_layout(config: kspecs.KVCacheConfig) -> str:
+    """The `KVCacheLayout` name (vLLM 0.33, RFC #42082) of the memory the adapter registers: each layer's
+    blocks are `[N, H, C]` (token-major, `standardized_view` only permutes the view), the layers one after
+    another (`LBNHC`), or the blocks outermost with the layers inside each block (`BLNHC`)."""
+    span = config.num_blocks
+    layer_outermost = all(len(t.layers) < 2 or t.layer_stride >= span * t.block_stride
+                          for t in config.kv_cache_tensors)
+    return "LBNHC" if layer_outermost else "BLNHC"
+
+
+def model_name_for_vllm(name: str) -> str:
+    """The engine's model name as a connector gets it: kvconform marks variants with `@` (a kernel layout, a
+    worker's other model), which LMCache refuses in a model name (its storage keys are `@`-separated), so `@`
+    is written `%40` (and `%` as `%25`, which keeps distinct names distinct)."""
+    return name.replace("%", "%25").replace("@", "%40")
 
 
 def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: str, extra: dict):
@@ -137,12 +154,19 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     parallel = vllm_config.parallel_config
     parallel.tensor_parallel_size = engine_config.parallel_config.tensor_parallel_size
     parallel.rank = engine_config.parallel_config.rank
+    # world_size is derived once, when the config is built: keep it the engine's worker count (connectors
+    # count per-worker completions against it, OffloadingConnector's `pending_count` for one).
+    parallel.world_size = parallel.tensor_parallel_size * parallel.pipeline_parallel_size
     sched = vllm_config.scheduler_config
     sched.max_num_batched_tokens = engine_config.max_num_batched_tokens
     sched.max_num_seqs = engine_config.max_num_seqs
     # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
     sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
     vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
+    if hasattr(vllm_config.cache_config, "kv_cache_layout"):
+        # vLLM's engine core resolves the layout before the KV cache exists; connectors read it (LMCache's
+        # register_kv_caches raises "KV cache layout has not been resolved yet" without it).
+        object.__setattr__(vllm_config.cache_config, "kv_cache_layout", kv_cache_layout(kv_cache_config))
     object.__setattr__(vllm_config, "model_config", PresetModelConfig(engine_config, kv_cache_config))
     return vllm_config
 
@@ -156,7 +180,7 @@ class PresetModelConfig:
                      if isinstance(g.kv_cache_spec, kspecs.AttentionSpec)]
         first = attention[0] if attention else None
         tp = engine_config.parallel_config.tensor_parallel_size
-        self.model = engine_config.model_config.model
+        self.model = model_name_for_vllm(engine_config.model_config.model)
         self.served_model_name = self.model
         self.max_model_len = engine_config.max_model_len
         self.dtype = first.dtype if first is not None else None
@@ -277,6 +301,7 @@ class VllmConnectorAdapter:
     vllm_children: tuple[str, ...] = ()
     unavailable: str | None = None
     device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
+    cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.vllm_device_standins (no CUDA here)
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable:
@@ -299,6 +324,10 @@ class VllmConnectorAdapter:
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
+        if self.cpu_standins:
+            from harness.targets import vllm_device_standins
+
+            vllm_device_standins.install()
         self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
 
     def __repr__(self) -> str:
@@ -375,11 +404,29 @@ class VllmConnectorAdapter:
             finished_req_ids=set(so.finished_req_ids), free_encoder_mm_hashes=[], preempted_req_ids=set(so.preempted_req_ids),
             has_sync_kv_loads=so.has_sync_kv_loads, new_block_ids_to_zero=list(so.new_block_ids_to_zero),
             has_structured_output_requests=False, pending_structured_output_tokens=False, num_invalid_spec_tokens=None,
-            kv_connector_metadata=None, kv_cache_block_copies=None, kv_connector_block_state=None)
+            kv_connector_metadata=None, kv_cache_block_copies=None, kv_connector_block_state=self._block_state(so))
 
     # ---- scheduler side -------------------------------------------------------------------------
     def bind_kv_cache_manager(self, kv_cache_manager) -> None:
-        """Not forwarded: the engine's manager is kvconform's, not vLLM's (a limit the README states)."""
+        """Forwarded as is: the engine's manager is kvconform's, which speaks vLLM's `v1/core` vocabulary
+        (`block_pool.blocks[id]`, `touch`, `free_blocks`, `get_cached_block`, the same block hash bytes), so a
+        connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
+        self._kv_cache_manager = kv_cache_manager
+        hook = getattr(self.inner, "bind_kv_cache_manager", None)
+        if hook is not None:
+            hook(kv_cache_manager)
+
+    def _block_state(self, so):
+        """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
+        manager: the tables of the requests scheduled now, and the drained Mamba "align" boundary-state
+        hand-offs (without them an offloading connector never stores a Mamba state)."""
+        cls = getattr(_vllm().sched, "KVConnectorBlockState", None)
+        manager = getattr(self, "_kv_cache_manager", None)
+        if cls is None or manager is None or not hasattr(manager, "take_boundary_state_offloads"):
+            return None
+        offloads = manager.take_boundary_state_offloads()
+        req_ids = set(so.num_scheduled_tokens) | {r for r in offloads if r in self._requests}
+        return cls(req_ids=req_ids, resolve_block_ids=manager.get_block_ids, boundary_state_offloads=offloads)
 
     def _optional(self, hook: str, *args, default=None):
         """Call a hook older vLLM releases lack only when vLLM's connector has it."""
@@ -443,8 +490,23 @@ class VllmConnectorAdapter:
         if self.device is not None:
             self._kv_caches, more = on_device(self._kv_caches, self.device)
             self._sync_pairs = self._sync_pairs + more
-        with self._synced():
-            return self.inner.register_kv_caches(self._kv_caches)
+        try:
+            with self._synced():
+                return self.inner.register_kv_caches(self._kv_caches)
+        except Exception as exc:
+            self._refused_multi_group(exc)
+            raise
+
+    def _refused_multi_group(self, exc: Exception) -> None:
+        """A known, by-design refusal of several KV cache groups (reviewed data: `MULTI_GROUP_REFUSALS`) ends
+        the check as N/A through the profile mechanism ("declares HMA, refuses multi-group ..."), so it is
+        reported once as what it is, not as a failure of every multi-group check."""
+        from harness.targets.connector_profile import refuses_multi_group
+        from harness.targets.vllm_connector import MULTI_GROUP_REFUSALS
+
+        known = MULTI_GROUP_REFUSALS.get(self.vllm_name)
+        if known and len(self.kv_cache_config.kv_cache_groups) > 1 and known[0] in str(exc):
+            refuses_multi_group(f"{known[1]} ({type(exc).__name__} at register_kv_caches: {exc})")
 
     def _forward_context(self):
         v = _vllm()
@@ -563,10 +625,15 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
         hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
-    from harness.targets.vllm_connector import needs_cuda
+    from harness.targets.vllm_connector import needs_cuda, runs_on_standins
 
-    device = "cuda" if reason is None and any(needs_cuda(n) for n in (name, *children)) else None
+    device, standins = None, False
+    if reason is None and any(needs_cuda(n) for n in (name, *children)):
+        # A real device when there is one (mirrors of the engine's memory); else the CPU stand-ins.
+        device = "cuda" if torch.cuda.is_available() else None
+        standins = device is None and all(runs_on_standins(n) for n in (name, *children) if needs_cuda(n))
     body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason, "device": device,
+            "cpu_standins": standins,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class

@@ -27,10 +27,10 @@ def installed_vllm_version() -> str:
     try:
         raw = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
-        raise UsageError(f"target vllm: vLLM is not installed in this Python environment; {INSTALL_HINT}", EXIT_TARGET) from None
+        raise UsageError(f"vLLM is not installed in this Python environment; {INSTALL_HINT}", EXIT_TARGET) from None
     match = re.match(r"^(\d+\.\d+\.\d+)", raw)
     if not match:
-        raise UsageError(f"target vllm: cannot read a release number from vLLM version {raw!r}; accepted: X.Y.Z in {_eras.known_range()}", EXIT_TARGET)
+        raise UsageError(f"cannot read a release number from vLLM version {raw!r}; accepted: X.Y.Z in {_eras.known_range()}", EXIT_TARGET)
     return match.group(1)
 
 
@@ -52,7 +52,7 @@ def vllm_era(version: str) -> str:
     try:
         return era_for_version(version)
     except EraSelectionError as exc:
-        raise UsageError(f"target vllm: installed vLLM {version} is not supported ({exc}); {INSTALL_HINT}", EXIT_TARGET) from None
+        raise UsageError(f"installed vLLM {version} is not supported ({exc}); {INSTALL_HINT}", EXIT_TARGET) from None
 
 
 def import_vllm_modules(version: str, modules: tuple[str, ...] = REQUIRED_MODULES) -> None:
@@ -64,7 +64,7 @@ def import_vllm_modules(version: str, modules: tuple[str, ...] = REQUIRED_MODULE
             missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
             what = f"missing package {missing!r}" if missing else f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             raise UsageError(
-                f"target vllm: vLLM {version} is installed but {name} does not import ({what}); "
+                f"vLLM {version} is installed but {name} does not import ({what}); "
                 f"reinstall it with: scripts/install-vllm.sh {version}",
                 EXIT_TARGET,
             ) from None

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from harness.atomic_write import write_text_atomic
 from harness.upstream.import_mapping import MAPPED_MODULES, stage_mapped_tests
+from reference_impl.kv_cache.release import ENV_VAR as ALLOCATOR_RELEASE_ENV
 
 __all__ = ["TEST_FILES", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "main"]
 
@@ -104,13 +105,14 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 
 
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
-               log: Path, files: tuple[str, ...] = TEST_FILES) -> int:
+               log: Path, files: tuple[str, ...] = TEST_FILES, extra_env: dict[str, str] | None = None) -> int:
     """Run TEST_FILES under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
     conftest needs the HF hub and model-test dependencies that these files do not use)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path])
     env.setdefault("HF_HUB_OFFLINE", "1")  # fail fast instead of retrying the network
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.update(extra_env or {})
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
            "-p", "no:cacheprovider", "-p", "no:kvconform", "-q", f"--junitxml={junit}", *files]
     if workers > 1:
@@ -162,7 +164,7 @@ def compare(on_vllm: dict[str, dict], on_reference: dict[str, dict]) -> dict:
 
 
 def summary_line(version: str, result: dict) -> str:
-    """The one line the CI log and the README quote."""
+    """The one line the CI log and docs/reference.md quote."""
     return (f"upstream: vLLM {version} tests/v1/core allocator tests: {result['collected']} collected, "
             f"{result['pass_on_vllm']} pass on vLLM (CPU), {result['pass_on_reference']} of them pass on the "
             f"reference ({100 * result['pass_rate']:.1f}%)")
@@ -203,10 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         ref_root = work / "reference" / vllm_root.name
         stage_mapped_tests(vllm_root, ref_root)
         outcomes = {}
-        for target, root, extra in (("vllm", vllm_root, []), ("reference", ref_root, [_REPO_ROOT])):
+        # The reference follows the release whose tests run where releases differ (reference_impl.kv_cache.release).
+        ref_env = {ALLOCATOR_RELEASE_ENV: args.vllm_version}
+        for target, root, extra, env in (("vllm", vllm_root, [], None), ("reference", ref_root, [_REPO_ROOT], ref_env)):
             junit = work / f"junit-{target}.xml"
             junit.unlink(missing_ok=True)
-            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files)
+            run_pytest(args.vllm_python, root, junit, extra, args.workers, work / f"pytest-{target}.log", files, env)
             outcomes[target] = read_junit(junit)
     except UpstreamError as exc:
         print(f"upstream: {exc}", file=sys.stderr)

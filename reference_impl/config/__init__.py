@@ -18,8 +18,8 @@ from reference_impl.config.objects import (
     Runtime,
     SchedulerConfig,
     SpeculativeConfig,
-    VllmConfig,
 )
+from reference_impl.config.resolution import VllmConfig
 
 __all__ = [
     "AttentionConfig", "CacheConfig", "CaseError", "ERAS", "ERAS_BY_ID", "Era", "HMAConfigError", "HiSparseConfig",

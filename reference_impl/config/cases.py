@@ -23,9 +23,8 @@ from reference_impl.config.objects import (
     Runtime,
     SchedulerConfig,
     SpeculativeConfig,
-    VllmConfig,
 )
-from reference_impl.config.resolution import create_connector
+from reference_impl.config.resolution import VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
 
 PLATFORM_CHOICES = (*E.PLATFORMS, "auto")

@@ -1,7 +1,7 @@
 """vLLM-shaped configuration objects (the subset that matters to HMA resolution).
 
-Field names follow vLLM so a reader can map a case onto `vllm serve` flags. Constructing `VllmConfig`
-runs the era's resolution, as vLLM's `VllmConfig.__post_init__` does.
+Field names follow vLLM so a reader can map a case onto `vllm serve` flags. The aggregate `VllmConfig`, whose
+construction runs the era's resolution, lives with that resolution (`reference_impl.config.resolution`).
 """
 
 from __future__ import annotations
@@ -104,28 +104,3 @@ class Runtime:
     platform: str
     env: dict[str, str] = field(default_factory=dict)
     vllm_version: str = ""
-
-
-@dataclass(slots=True)
-class VllmConfig:
-    """The aggregate config; construction resolves `scheduler_config.disable_hybrid_kv_cache_manager`.
-
-    After construction `resolution` holds the warnings logged and the rules that fired. Errors raise
-    `HMAConfigError` (stage "config"); an outcome that cannot be known raises `UnknownOutcome`.
-    """
-
-    runtime: Runtime
-    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
-    kv_transfer_config: KVTransferConfig | None = None
-    kv_events_config: KVEventsConfig | None = None
-    model_config: ModelConfig | None = None
-    speculative_config: SpeculativeConfig | None = None
-    cache_config: CacheConfig = field(default_factory=CacheConfig)
-    attention_config: AttentionConfig = field(default_factory=AttentionConfig)
-    resolution: Any = None
-
-    def __post_init__(self) -> None:
-        from reference_impl.config.resolution import Resolution, post_init
-
-        self.resolution = Resolution()
-        post_init(self, self.resolution)

@@ -7,12 +7,23 @@ era's data (`eras.Era`) deciding everything that differs only in data.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
+from typing import Any
 
 from reference_impl.config import eras as E
 from reference_impl.config import messages
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory, class_is_multi
-from reference_impl.config.objects import KVTransferConfig, VllmConfig
+from reference_impl.config.objects import (
+    AttentionConfig,
+    CacheConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    Runtime,
+    SchedulerConfig,
+    SpeculativeConfig,
+)
 
 logger = logging.getLogger("reference_impl.config")
 
@@ -66,6 +77,29 @@ def _keeps_trace(stage_function):
 
     run.__name__, run.__doc__ = stage_function.__name__, stage_function.__doc__
     return run
+
+
+@dataclass(slots=True)
+class VllmConfig:
+    """The aggregate config; construction resolves `scheduler_config.disable_hybrid_kv_cache_manager`.
+
+    After construction `resolution` holds the warnings logged and the rules that fired. Errors raise
+    `HMAConfigError` (stage "config"); an outcome that cannot be known raises `UnknownOutcome`.
+    """
+
+    runtime: Runtime
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kv_transfer_config: KVTransferConfig | None = None
+    kv_events_config: KVEventsConfig | None = None
+    model_config: ModelConfig | None = None
+    speculative_config: SpeculativeConfig | None = None
+    cache_config: CacheConfig = field(default_factory=CacheConfig)
+    attention_config: AttentionConfig = field(default_factory=AttentionConfig)
+    resolution: Any = None
+
+    def __post_init__(self) -> None:
+        self.resolution = Resolution()
+        post_init(self, self.resolution)
 
 
 @_keeps_trace

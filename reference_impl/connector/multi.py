@@ -119,6 +119,13 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
             c.shutdown()
 
     # ---- scheduler side --------------------------------------------------------------------------
+    def on_new_request(self, request) -> None:
+        """Every child hears of a new request (vLLM's MultiConnector fans it out), before any lookup."""
+        for c in self._connectors:
+            hook = getattr(c, "on_new_request", None)
+            if hook is not None:
+                hook(request)
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         """The first child with a non-zero hit owns the load; None while a child earlier in order is unsure."""
         for index, c in enumerate(self._connectors):

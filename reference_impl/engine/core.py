@@ -19,7 +19,7 @@ from reference_impl.engine.presets import ModelPreset, get_preset
 from reference_impl.engine.request import EngineRequest
 from reference_impl.engine.scheduler import Scheduler
 from reference_impl.engine.worker import Worker
-from reference_impl.kv_cache.hashing import get_request_block_hasher
+from reference_impl.kv_cache.kv_cache_utils import get_request_block_hasher
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.kv_cache.grouping import get_kv_cache_config_from_groups, get_kv_cache_groups
-from reference_impl.kv_cache.specs import (
+from reference_impl.kv_cache.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,

@@ -23,7 +23,7 @@ from reference_impl.engine.outputs import NewRequestData, SchedulerOutput
 from reference_impl.engine.request import EngineRequest, EngineRequestStatus
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 from reference_impl.kv_cache.request import RequestStatus
-from reference_impl.kv_cache.specs import AttentionSpec, MambaSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, MambaSpec, cdiv
 
 
 class Scheduler:
@@ -321,7 +321,8 @@ class Scheduler:
         """A finished request's delayed blocks go back to the pool (its send or in-flight load completed)."""
         self.delayed_free.pop(request.request_id, None)
         self.transfers[(kind, request.request_id)] += 1
-        self.kv_cache_manager.free(request)
+        if self.kv_cache_manager.coordinator.has_request(request.request_id):
+            self.kv_cache_manager.free(request)
 
     def _requests_of_blocks(self, block_ids) -> set[str]:
         if not block_ids:
@@ -361,12 +362,12 @@ class Scheduler:
                 delay, params = self.connector.request_finished(request, block_ids[0])
         request.kv_transfer_params = params
         self.finished_req_ids.add(req_id)
-        if not has_blocks:
-            return
         if delay:
             self.transfers[("send_started", req_id)] += 1
-        if delay or force_delay:
+        # vLLM keeps a request whose finish the connector delayed until its finished_sending, blocks or not
+        # (a request aborted while waiting has none): the report then names a request the scheduler holds.
+        if delay or (force_delay and has_blocks):
             self.delayed_free[req_id] = request
-        else:
+        elif has_blocks:
             self.kv_cache_manager.free(request)
 

@@ -19,7 +19,7 @@ import torch
 from reference_impl.connector.base import KVConnectorOutput, KVConnectorTransferResults
 from reference_impl.engine import content
 from reference_impl.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from reference_impl.kv_cache.specs import AttentionSpec, KVCacheConfig, MambaSpec, SlidingWindowSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheConfig, MambaSpec, SlidingWindowSpec, cdiv
 from reference_impl.kv_cache.tensors import KVCacheTensors
 
 

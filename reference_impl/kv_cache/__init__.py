@@ -1,8 +1,9 @@
 """The reference hybrid KV cache allocator, named and shaped after vLLM 0.33's `v1/core`.
 
-Modules: `specs` (layer specs, groups, config), `grouping` (layer specs -> groups, HMA-off promotion),
-`hashing` (prefix block hashes), `request`, `block_pool` (blocks, free queue, prefix-cache map),
-`single_type_manager`, `coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
+Modules, named as vLLM names them: `kv_cache_interface` (layer specs, groups, config), `grouping` (layer
+specs -> groups, HMA-off promotion), `kv_cache_utils` (prefix block hashes and the config helpers),
+`request`, `block_pool` (blocks, free queue, prefix-cache map), `single_type_kv_cache_manager`,
+`kv_cache_coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
 `hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound), `hisparse_coordinator`
 (HiSparse's write-back spills, device residency and host publication) and `hisparse_types` (what it
 hands the worker).

@@ -7,18 +7,21 @@ calling the queue's methods per block: this module is what the throughput benchm
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 
 from reference_impl.kv_cache.kv_cache_utils import (
     BlockHashListWithBlockSize,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
+    gc_untrack as _gc_untrack,
     generate_block_hash_extra_keys,
     make_block_hash_with_group_id,
     maybe_convert_block_hash,
     to_event_extra_keys,
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_GPU, event_classes
+from reference_impl.kv_cache.release import allocator_release
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool", "SharedEventQueueBlockPool"]
 
@@ -26,64 +29,138 @@ logger = logging.getLogger(__name__)
 
 
 class BlockHashToBlockMap:
-    """Prefix-cache map: key -> block, or key -> {block_id: block} once several blocks have shared the key
-    (the dict stays a dict as blocks leave it, as in vLLM)."""
+    """Prefix-cache map from a key (block hash + group id) to the cached blocks, holding block ids (vLLM 0.34).
 
-    __slots__ = ("_cache",)
+    `_cache` maps each key to one block id (the earliest inserted of those still cached); `_dup_ids` keeps,
+    for the keys that several blocks share, all their ids in insertion order. A dict of bytes and ints holds
+    no reference the cyclic GC has to follow, so however many blocks are cached, a collection never walks
+    them. Ids resolve through `blocks` (the pool's block list); built without it (0.33's signature), the map
+    remembers each block it is given.
 
-    def __init__(self):
-        self._cache: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+    Release shapes (`release`): from 0.34 a key several blocks shared drops out of `_dup_ids` when one block
+    is left; under 0.33 it stays there, and `_cache` reads as 0.33's map did (a block, or `{block_id: block}`
+    once a second block shared the key) through a live view (`_BlocksView`).
+    """
+
+    __slots__ = ("_ids", "_dup_ids", "_blocks", "_keep_dups", "_cache")
+
+    def __init__(self, blocks: Sequence[KVCacheBlock] | None = None, release: tuple[int, int] | None = None):
+        # The one representation every path reads and writes; the hot paths use it directly.
+        self._ids: dict[bytes, int] = _gc_untrack({})
+        self._dup_ids: dict[bytes, dict[int, None]] = {}
+        self._blocks: Sequence[KVCacheBlock] | dict[int, KVCacheBlock] = {} if blocks is None else blocks
+        legacy = (release or allocator_release()) < (0, 34)
+        self._keep_dups = legacy
+        self._cache = _BlocksView(self) if legacy else self._ids
+
+    def _block(self, block_id: int) -> KVCacheBlock:
+        return self._blocks[block_id]
+
+    def _remember(self, block: KVCacheBlock) -> None:
+        # Built without the pool's block list: keep the blocks this map was given.
+        blocks = self._blocks
+        if type(blocks) is dict:
+            blocks[block.block_id] = block
 
     def get_one_block(self, key: bytes) -> KVCacheBlock | None:
-        """The block for `key` (the first inserted one when there are several)."""
-        entry = self._cache.get(key)
-        if entry is None or type(entry) is KVCacheBlock:
-            return entry
-        return next(iter(entry.values()))
+        """The block for `key` (the earliest inserted one when there are several)."""
+        block_id = self._ids.get(key)
+        return None if block_id is None else self._blocks[block_id]
 
     def contain(self, key: bytes, block_id: int) -> bool:
         """Whether `key` maps (among others) to block `block_id`."""
-        entry = self._cache.get(key)
-        if entry is None:
-            return False
-        if type(entry) is KVCacheBlock:
-            return entry.block_id == block_id
-        return block_id in entry
+        dup_ids = self._dup_ids.get(key)
+        if dup_ids is not None:
+            return block_id in dup_ids
+        return self._ids.get(key) == block_id
 
     def insert(self, key: bytes, block: KVCacheBlock) -> None:
-        """Add `block` under `key` (promotes the entry to a dict on the second distinct block)."""
-        cache = self._cache
-        entry = cache.get(key)
-        if entry is None:
-            cache[key] = block
-        elif type(entry) is KVCacheBlock:
-            if entry is not block:
-                cache[key] = {entry.block_id: entry, block.block_id: block}
-        else:
-            entry[block.block_id] = block
+        """Add `block` under `key` (a second distinct block makes the key a shared one)."""
+        self._remember(block)
+        first = self._ids.setdefault(key, block.block_id)
+        if first != block.block_id:
+            self._dup_ids.setdefault(key, {first: None})[block.block_id] = None
 
     def pop(self, key: bytes, block_id: int) -> KVCacheBlock | None:
         """Remove only `block_id` under `key`; a wrong id leaves the entry untouched and returns None."""
-        cache = self._cache
-        entry = cache.get(key)
-        if entry is None:
-            return None
-        if type(entry) is KVCacheBlock:
-            if entry.block_id != block_id:
+        dup_ids = self._dup_ids.get(key)
+        if dup_ids is None:
+            if self._ids.get(key) != block_id:
                 return None
-            del cache[key]
-            return entry
-        block = entry.pop(block_id, None)
-        if not entry:
-            del cache[key]
-        return block
+            del self._ids[key]
+        else:
+            if dup_ids.pop(block_id, False) is False:
+                return None
+            if dup_ids:
+                self._ids[key] = next(iter(dup_ids))
+                if len(dup_ids) == 1 and not self._keep_dups:
+                    del self._dup_ids[key]
+            else:
+                del self._ids[key]
+                del self._dup_ids[key]
+        return self._blocks[block_id]
+
+    def clear(self) -> None:
+        """Drop every entry (in place: the map object stays the one the pool holds)."""
+        self._ids.clear()
+        self._dup_ids.clear()
 
     def items(self) -> list[tuple[bytes, list[KVCacheBlock]]]:
         """(key, blocks) pairs, blocks in insertion order (for tests)."""
-        return [(k, [v] if type(v) is KVCacheBlock else list(v.values())) for k, v in self._cache.items()]
+        blocks, dups = self._blocks, self._dup_ids
+        return [(k, [blocks[i] for i in dups[k]] if k in dups else [blocks[v]]) for k, v in self._ids.items()]
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return len(self._ids)
+
+
+class _BlocksView(MutableMapping):
+    """vLLM 0.33's `_cache` read and written live over an id map: key -> block, or `{block_id: block}`
+    for a key that several blocks have shared (0.33's tests read, pop, restore and clear it)."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self, owner: BlockHashToBlockMap):
+        self._map = owner
+
+    def __getitem__(self, key):
+        m = self._map
+        block_id = m._ids[key]
+        dups = m._dup_ids.get(key)
+        if dups is None:
+            return m._blocks[block_id]
+        return {i: m._blocks[i] for i in dups}
+
+    def __setitem__(self, key, value) -> None:
+        m = self._map
+        if key in m._ids:
+            del self[key]
+        blocks = list(value.values()) if isinstance(value, dict) else [value]
+        for block in blocks:
+            m._remember(block)
+        m._ids[key] = blocks[0].block_id
+        if isinstance(value, dict):
+            m._dup_ids[key] = dict.fromkeys(b.block_id for b in blocks)
+
+    def __delitem__(self, key) -> None:
+        m = self._map
+        del m._ids[key]
+        m._dup_ids.pop(key, None)
+
+    def __iter__(self):
+        return iter(self._map._ids)
+
+    def __len__(self) -> int:
+        return len(self._map._ids)
+
+    def clear(self) -> None:
+        self._map.clear()
+
+    def __copy__(self) -> dict:
+        return dict(self.items())
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
 
 
 def _splice(before: KVCacheBlock, first: KVCacheBlock, last: KVCacheBlock, after: KVCacheBlock) -> None:
@@ -121,14 +198,22 @@ class BlockPool:
         #: provable once that many tokens past it are known.
         self.num_hash_lookahead_tokens = int(num_hash_lookahead_tokens)
         self.medium = medium
-        self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
+        # Blocks name their pool through a weak reference (no block <-> pool cycle), so lists of blocks can
+        # be hidden from the GC and a dropped pool is freed by refcounting alone.
+        self._weak_self = weakref.ref(self)
+        self.blocks = [KVCacheBlock(i, pool=self._weak_self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.cached_block_hash_to_block = BlockHashToBlockMap(self.blocks)
         # Extra keys a block is reachable under besides its primary `block_hash` (partial prefix entries
         # registered on a block that already had a key). Never non-empty for a block without a primary key.
         self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        # Never pooled (free_blocks skips it through this) and never freed.
+        self.null_block.pool = None
+        # Scratch nodes free_blocks hangs the chains of freed blocks off before splicing them in.
+        self._head_chain = KVCacheBlock(-2)
+        self._tail_chain = KVCacheBlock(-2)
         # Blocks released by `unpin_blocks` whose old contents someone still reads, with the callback
         # that tells the reader when the pool hands the block out again.
         self._reuse_watchers: dict[int, Callable[[KVCacheBlock], None]] = {}
@@ -138,13 +223,14 @@ class BlockPool:
     # ----------------------------------------------------------------------------------------------- lookup
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
         """One cached block per group id for `block_hash`, or None if any group misses."""
-        cache = self.cached_block_hash_to_block._cache
+        ids = self.cached_block_hash_to_block._ids
+        blocks = self.blocks
         out = []
         for gid in kv_cache_group_ids:
-            entry = cache.get(block_hash + gid.to_bytes(4, "big"))
-            if entry is None:
+            block_id = ids.get(block_hash + gid.to_bytes(4, "big"))
+            if block_id is None:
                 return None
-            out.append(entry if type(entry) is KVCacheBlock else next(iter(entry.values())))
+            out.append(blocks[block_id])
         return out
 
     def is_block_writable(self, block: KVCacheBlock) -> bool:
@@ -170,28 +256,25 @@ class BlockPool:
                 f"{num_full_blocks} full blocks of size {block_size} to cache"
             )
         suffix = kv_cache_group_id.to_bytes(4, "big")
-        cache = self.cached_block_hash_to_block._cache
+        cache_map = self.cached_block_hash_to_block
+        ids = cache_map._ids
         stored = [] if self.enable_kv_cache_events else None
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
-            if block._block_hash is not None:
+            if block.block_hash is not None:
                 # Only a partial entry may be there already: the block has filled up since (promotion).
-                held = block._block_hash_num_tokens
+                held = block.block_hash_num_tokens
                 if held is None or held >= (i + 1) * block_size:
                     raise AssertionError("The block already has a hash. This should not happen.")
                 self._emit_block_removed_events(self._remove_cached_block_hashes(block))
             key = hashes[(i + 1) * k - 1] + suffix
-            block._block_hash = key
-            block._block_hash_num_tokens = (i + 1) * block_size
-            entry = cache.get(key)
-            if entry is None:
-                cache[key] = block
-            elif type(entry) is KVCacheBlock:
-                cache[key] = {entry.block_id: entry, block.block_id: block}
-            else:
-                entry[block.block_id] = block
+            block.block_hash = key
+            block.block_hash_num_tokens = (i + 1) * block_size
+            block_id = block.block_id
+            if ids.setdefault(key, block_id) != block_id:
+                cache_map.insert(key, block)
             if stored is not None:
                 stored.append(i)
         if stored is not None:
@@ -214,6 +297,18 @@ class BlockPool:
                 keys, mm_idx = generate_block_hash_extra_keys(request, start, start + block_size, mm_idx)
             out.append(keys)
         return out
+
+    def generate_event_extra_keys(self, request, start: int, end: int, start_mm_idx: int) -> tuple[tuple | None, int]:
+        """Extra keys of the block [start, end) for an event, and the multimodal index to resume from; with
+        lookahead hashing the window covers the lookahead tokens too (vLLM 0.34's public name)."""
+        if self.num_hash_lookahead_tokens:
+            keys, _ = generate_block_hash_extra_keys(request, start, end + self.num_hash_lookahead_tokens, 0)
+            return keys, start_mm_idx
+        return generate_block_hash_extra_keys(request, start, end, start_mm_idx)
+
+    def get_lookahead_token_ids(self, request, block_end: int) -> list[int]:
+        """The lookahead tokens a block ending at `block_end` is hashed with."""
+        return list(request.all_token_ids[block_end:block_end + self.num_hash_lookahead_tokens])
 
     def _block_stored_event(self, request, block_hashes: Sequence[bytes], parent_block_hash: bytes | None,
                             block_starts: Sequence[int], start_token: int, end_token: int, block_size: int,
@@ -264,24 +359,20 @@ class BlockPool:
         if self.cached_block_hashes_by_block and block.block_id in self.cached_block_hashes_by_block:
             self._emit_block_removed_events(self._remove_cached_block_hashes(block))
             return
-        key = block._block_hash
-        block._block_hash = None
-        block._block_hash_num_tokens = None
-        cache = self.cached_block_hash_to_block._cache
-        entry = cache.get(key)
-        if entry is block:
-            del cache[key]
-        elif entry is not None and type(entry) is not KVCacheBlock:
-            # a dict entry stays a dict down to one block (vLLM's map shape); emptied, it goes
-            entry.pop(block.block_id, None)
-            if not entry:
-                del cache[key]
+        key = block.block_hash
+        block.block_hash = None
+        block.block_hash_num_tokens = None
+        cache_map = self.cached_block_hash_to_block
+        if key in cache_map._dup_ids:
+            cache_map.pop(key, block.block_id)
+        elif cache_map._ids.get(key) == block.block_id:
+            del cache_map._ids[key]
         if self.enable_kv_cache_events:
             self._emit_block_removed(key)
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop the block's prefix-cache entry if it has one; whether it had."""
-        if block._block_hash is None:
+        if block.block_hash is None:
             return False
         self._evict_cached(block)
         return True
@@ -307,12 +398,12 @@ class BlockPool:
         assert num_hash_blocks <= len(request.block_hashes), \
             f"request {request.request_id} has no block hash at token {num_tokens}"
         key = make_block_hash_with_group_id(request.block_hashes[num_hash_blocks - 1], kv_cache_group_id)
-        already = block._block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id)
+        already = block.block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id)
         if replace_existing_hashes:
             self._emit_block_removed_events(self._remove_cached_block_hashes(block))
             already = False
-        elif not already and block._block_hash is not None and block._block_hash_num_tokens is not None \
-                and block._block_hash_num_tokens < num_tokens:
+        elif not already and block.block_hash is not None and block.block_hash_num_tokens is not None \
+                and block.block_hash_num_tokens < num_tokens:
             # The block's content has grown past its old boundary: that entry no longer describes it.
             self._emit_block_removed_events(self._remove_cached_block_hashes(block))
         self._insert_block_hash(key, block, num_tokens)
@@ -323,30 +414,30 @@ class BlockPool:
     def move_block_hashes(self, src_block: KVCacheBlock, dst_block: KVCacheBlock) -> None:
         """Re-point every prefix-cache key of `src_block` to `dst_block` (an unkeyed private copy), for an
         owner that keeps writing into `src_block`. The entries stay live, so no events are emitted."""
-        assert dst_block._block_hash is None and dst_block.block_id not in self.cached_block_hashes_by_block, \
+        assert dst_block.block_hash is None and dst_block.block_id not in self.cached_block_hashes_by_block, \
             f"block {dst_block.block_id} must not be cached before it receives moved keys"
-        num_tokens = src_block._block_hash_num_tokens
+        num_tokens = src_block.block_hash_num_tokens
         for key in self._remove_cached_block_hashes(src_block):
             self._insert_block_hash(key, dst_block, num_tokens)
 
     def _insert_block_hash(self, key: bytes, block: KVCacheBlock, num_tokens: int | None) -> None:
         """Register `key` -> `block`: as the primary key of an unkeyed block, else as an extra key."""
-        if block._block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id):
+        if block.block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id):
             return
-        if block._block_hash is None:
-            block._block_hash = key
-            block._block_hash_num_tokens = num_tokens
+        if block.block_hash is None:
+            block.block_hash = key
+            block.block_hash_num_tokens = num_tokens
         else:
             self.cached_block_hashes_by_block.setdefault(block.block_id, set()).add(key)
         self.cached_block_hash_to_block.insert(key, block)
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[bytes]:
         """Drop every key of `block` (primary and extra) from the map; the keys that were removed."""
-        keys = [] if block._block_hash is None else [block._block_hash]
+        keys = [] if block.block_hash is None else [block.block_hash]
         keys.extend(self.cached_block_hashes_by_block.pop(block.block_id, ()))
         removed = [key for key in keys if self.cached_block_hash_to_block.pop(key, block.block_id) is not None]
-        block._block_hash = None
-        block._block_hash_num_tokens = None
+        block.block_hash = None
+        block.block_hash_num_tokens = None
         return removed
 
     def _emit_block_removed_events(self, keys: Sequence[bytes]) -> None:
@@ -376,14 +467,15 @@ class BlockPool:
             if num_blocks < 0:
                 raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
             return []
+        # Handed-out blocks keep their stale queue links: nothing reads a used block's links (only free
+        # blocks are unlinked or walked), and not clearing them saves two stores per block.
         head = queue.fake_free_list_head
         cur = head.next_free_block
         if num_blocks == 1:  # the common decode case, without a loop
             nxt = cur.next_free_block
             head.next_free_block = nxt
             nxt.prev_free_block = head
-            cur.prev_free_block = cur.next_free_block = None
-            if cur._block_hash is not None and self.enable_caching:
+            if cur.block_hash is not None and self.enable_caching:
                 self._evict_cached(cur)
             cur.ref_cnt = 1
             queue.num_free_blocks -= 1
@@ -394,21 +486,29 @@ class BlockPool:
         append = out.append
         if self.enable_caching:
             evict = self._evict_cached
+            cache_map = self.cached_block_hash_to_block
+            ids = cache_map._ids
+            dups = cache_map._dup_ids
+            # Eviction inline when a key has one block, no block has extra keys and no event is queued
+            # (extra keys are only ever removed while handing out, so the check holds for the whole call).
+            inline = not self.enable_kv_cache_events and not self.cached_block_hashes_by_block
             for _ in range(num_blocks):
                 append(cur)
-                nxt = cur.next_free_block
-                cur.prev_free_block = cur.next_free_block = None
-                if cur._block_hash is not None:
-                    evict(cur)
+                key = cur.block_hash
+                if key is not None:
+                    if inline and not dups:
+                        if ids.get(key) == cur.block_id:
+                            del ids[key]
+                        cur.block_hash = cur.block_hash_num_tokens = None
+                    else:
+                        evict(cur)
                 cur.ref_cnt = 1
-                cur = nxt
+                cur = cur.next_free_block
         else:
             for _ in range(num_blocks):
                 append(cur)
-                nxt = cur.next_free_block
-                cur.prev_free_block = cur.next_free_block = None
                 cur.ref_cnt = 1
-                cur = nxt
+                cur = cur.next_free_block
         head.next_free_block = cur
         cur.prev_free_block = head
         queue.num_free_blocks -= num_blocks
@@ -456,13 +556,15 @@ class BlockPool:
                 queue.num_free_blocks -= 1
             block.ref_cnt += 1
 
-    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool = False) -> None:
         """Drop one reference per non-null block; those reaching 0 rejoin the queue.
 
         Unhashed (or caching off) ones are prepended in the given order (reused first); hashed ones are
-        appended in the given order (evicted last). Callers pass a request's blocks tail first.
+        appended in the given order (evicted last), unless `evict_first` (their contents are held by
+        another tier): then they are prepended too. Callers pass a request's blocks tail first.
         """
-        if type(ordered_blocks) is list and len(ordered_blocks) == 1 and ordered_blocks[0].pool is self:
+        if type(ordered_blocks) is list and len(ordered_blocks) == 1 and ordered_blocks[0].pool is self._weak_self \
+                and not evict_first:
             block = ordered_blocks[0]
             if block.is_null:
                 return
@@ -473,7 +575,7 @@ class BlockPool:
             if rc:
                 return
             queue = self.free_block_queue
-            if self.enable_caching and block._block_hash is not None:
+            if self.enable_caching and block.block_hash is not None:
                 tail = queue.fake_free_list_tail
                 prev = tail.prev_free_block
                 prev.next_free_block = block
@@ -490,64 +592,83 @@ class BlockPool:
             queue.num_free_blocks += 1
             return
         # One pass: the blocks reaching 0 are chained as they come (head chain and tail chain, each in the
-        # given order), then each chain is spliced into the queue once.
-        head_first = head_last = tail_first = tail_last = None
+        # given order, hung off the pool's two scratch nodes so the loop has no first-block branch), then
+        # each chain is spliced into the queue once. The null block names no pool, so one identity test
+        # sends it and foreign blocks to the slow branch.
+        own = self._weak_self
+        h_start = h_last = self._head_chain
+        t_start = t_last = self._tail_chain
         num_freed = 0
-        caching = self.enable_caching
         foreign = None
-        for block in ordered_blocks:
-            if block.is_null:
-                continue
-            if block.pool is not self:
-                if foreign is None:
-                    foreign = []
-                foreign.append(block)
-                continue
-            rc = block.ref_cnt - 1
-            if rc < 0:
-                raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
-            block.ref_cnt = rc
-            if rc == 0:
+        if self.enable_caching and not evict_first:
+            for block in ordered_blocks:
+                if block.pool is not own:
+                    if not block.is_null:
+                        if foreign is None:
+                            foreign = []
+                        foreign.append(block)
+                    continue
+                rc = block.ref_cnt - 1
+                if rc:
+                    if rc < 0:
+                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
+                    block.ref_cnt = rc
+                    continue
+                block.ref_cnt = 0
                 num_freed += 1
-                if caching and block._block_hash is not None:
-                    if tail_last is None:
-                        tail_first = block
-                    else:
-                        tail_last.next_free_block = block
-                        block.prev_free_block = tail_last
-                    tail_last = block
+                if block.block_hash is None:
+                    h_last.next_free_block = block
+                    block.prev_free_block = h_last
+                    h_last = block
                 else:
-                    if head_last is None:
-                        head_first = block
-                    else:
-                        head_last.next_free_block = block
-                        block.prev_free_block = head_last
-                    head_last = block
+                    t_last.next_free_block = block
+                    block.prev_free_block = t_last
+                    t_last = block
+        else:
+            for block in ordered_blocks:
+                if block.pool is not own:
+                    if not block.is_null:
+                        if foreign is None:
+                            foreign = []
+                        foreign.append(block)
+                    continue
+                rc = block.ref_cnt - 1
+                if rc:
+                    if rc < 0:
+                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
+                    block.ref_cnt = rc
+                    continue
+                block.ref_cnt = 0
+                num_freed += 1
+                h_last.next_free_block = block
+                block.prev_free_block = h_last
+                h_last = block
         if foreign:
-            self._free_foreign_blocks(foreign)
+            self._free_foreign_blocks(foreign, evict_first)
         if not num_freed:
             return
         queue = self.free_block_queue
-        if head_first is not None:
+        if h_last is not h_start:
             head = queue.fake_free_list_head
-            _splice(head, head_first, head_last, head.next_free_block)
-        if tail_first is not None:
+            _splice(head, h_start.next_free_block, h_last, head.next_free_block)
+        if t_last is not t_start:
             tail = queue.fake_free_list_tail
-            _splice(tail.prev_free_block, tail_first, tail_last, tail)
+            _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
         queue.num_free_blocks += num_freed
 
     @staticmethod
-    def _free_foreign_blocks(blocks: list[KVCacheBlock]) -> None:
+    def _free_foreign_blocks(blocks: list[KVCacheBlock], evict_first: bool = False) -> None:
         """Release blocks this pool does not own: another pool's go back to it; a detached block (built
         outside any pool, e.g. a test's hand-made table) only loses a reference and never enters a queue."""
         by_pool: dict[int, tuple[BlockPool, list[KVCacheBlock]]] = {}
         for block in blocks:
-            if block.pool is None:
+            pool = None if block.pool is None else block.pool()
+            if pool is None:
                 block.ref_cnt -= 1
             else:
-                by_pool.setdefault(id(block.pool), (block.pool, []))[1].append(block)
+                by_pool.setdefault(id(pool), (pool, []))[1].append(block)
         for pool, owned in by_pool.values():
-            pool.free_blocks(owned)
+            pool.free_blocks(owned, evict_first=evict_first)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the prefix-cache entries of these blocks (ref counts unchanged)."""
@@ -556,7 +677,7 @@ class BlockPool:
             if not isinstance(block_id, int) or not 0 <= block_id < self.num_gpu_blocks:
                 raise ValueError(f"block_ids: {block_id!r} is not a block id of this pool (0..{self.num_gpu_blocks - 1})")
             block = blocks[block_id]
-            if block._block_hash is not None:
+            if block.block_hash is not None:
                 self._evict_cached(block)
 
     def reset_prefix_cache(self) -> bool:
@@ -565,13 +686,14 @@ class BlockPool:
         if num_used != 1:
             logger.warning("Failed to reset prefix cache because some blocks (%d) are not freed yet", num_used - 1)
             return False
-        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # In place: the map object stays the one handed out (and frozen by gc.freeze(), as in vLLM 0.34).
+        self.cached_block_hash_to_block.clear()
         self.cached_block_hashes_by_block.clear()
         if self._reuse_watchers:
             self._notify_reuse([self.blocks[i] for i in list(self._reuse_watchers)])
         for block in self.blocks:
-            block._block_hash = None
-            block._block_hash_num_tokens = None
+            block.block_hash = None
+            block.block_hash_num_tokens = None
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(event_classes().AllBlocksCleared())
         return True

@@ -180,6 +180,8 @@ class AttentionSpec(KVCacheSpec):
     max_tp_shards: int | None = None
     num_head_slots: int | None = None
     state_content_bytes: int | None = None
+    # vLLM 0.34: head slots grouped by KV head (each head one contiguous run of the page); a merge keeps it.
+    kv_head_major_slots: bool = False
     tokens_per_state: int = 1
 
     def __post_init__(self) -> None:

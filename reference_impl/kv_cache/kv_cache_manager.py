@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import KVCacheBlock
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlockCopy
 from reference_impl.kv_cache.kv_cache_coordinator import get_kv_cache_coordinator
-from reference_impl.kv_cache.request import Request, RequestStatus
+from reference_impl.kv_cache.request import Request, RequestStatus, prefix_cache_hit_limit
+from reference_impl.kv_cache.request import max_cache_hit_length as _max_hit_length
 from reference_impl.kv_cache.single_type_kv_cache_manager import (
     FullAttentionManager,
     MambaManager,
     SlidingWindowManager,
 )
 from reference_impl.kv_cache.kv_cache_interface import (
+    CrossAttentionSpec,
+    EncoderOnlyAttentionSpec,
     KVCacheConfig,
     MambaSpec,
     SlidingWindowSpec,
@@ -195,14 +198,41 @@ class KVCacheManager:
         return self.empty_kv_cache_blocks
 
     # -------------------------------------------------------------------------------------------- lookup
-    def get_computed_blocks(self, request, max_cache_hit_length: int | None = None
-                            ) -> tuple[KVCacheBlocks, int, int]:
-        """(hit blocks, hit tokens, shared_prefix_boundary); does not change ref counts."""
-        if not self.enable_caching or request.skip_reading_prefix_cache:
+    def prefix_cache_lookup_enabled(self, request) -> bool:
+        """Whether a local prefix-cache lookup may run for this request (caching on, hit limit not 0)."""
+        return self.enable_caching and prefix_cache_hit_limit(request) != 0
+
+    def get_num_cached_tokens(self, request) -> int:
+        """How many of the request's tokens the prefix cache holds now: a probe that takes no reference,
+        allocates nothing and emits no event (0 when lookups are off for it)."""
+        if not self.prefix_cache_lookup_enabled(request):
+            return 0
+        return self.coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)[1]
+
+    def estimate_cached_tokens(self, request) -> int:
+        """Tokens of the request the prefix cache covers through its own block table: per prefix-cacheable
+        group the coverage of its last keyed block, the smallest over groups."""
+        cached = None
+        for group, blocks in zip(self.kv_cache_config.kv_cache_groups, self.get_blocks(request.request_id).blocks):
+            spec = group.kv_cache_spec
+            if not spec.prefix_cacheable or isinstance(spec, (CrossAttentionSpec, EncoderOnlyAttentionSpec)):
+                continue
+            covered = 0
+            for block in reversed(blocks):
+                if block.block_hash_num_tokens:
+                    covered = block.block_hash_num_tokens
+                    break
+            cached = covered if cached is None else min(cached, covered)
+        return cached or 0
+
+    def get_computed_blocks(self, request, max_cache_hit_length: int | None = None) -> tuple[KVCacheBlocks, int, int]:
+        """(hit blocks, hit tokens, shared_prefix_boundary); does not change ref counts.
+
+        The hit is at most `request.get_max_cache_hit_length(max_cache_hit_length)` tokens."""
+        if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
-        if max_cache_hit_length is None:
-            max_cache_hit_length = request.num_tokens - 1
-        blocks, hit, uncached = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        length = _max_hit_length(request, max_cache_hit_length)
+        blocks, hit, uncached = self.coordinator.find_longest_cache_hit(request.block_hashes, length)
         if hit > 0 and self.enable_kv_cache_events and getattr(request, "kv_cache_report_mode", None) == "full":
             # "full" reporting: consumers also hear of the prefix blocks this request reused
             self.coordinator.emit_cached_block_events(request, blocks)
@@ -227,11 +257,10 @@ class KVCacheManager:
         has_mamba = any(isinstance(g.kv_cache_spec, MambaSpec) for g in self.kv_cache_config.kv_cache_groups)
         if not has_mamba or fa_gid is None:
             return *self.get_computed_blocks(request, max_cache_hit_length), False
-        if not self.enable_caching or request.skip_reading_prefix_cache:
+        if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0, False
-        if max_cache_hit_length is None:
-            max_cache_hit_length = request.num_tokens - 1
-        blocks, hits = coord.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
+        length = _max_hit_length(request, max_cache_hit_length)
+        blocks, hits = coord.find_longest_cache_hit_per_group(request.block_hashes, length)
         num_local = hits[fa_gid]
         if any(hit > num_local for hit in hits):
             return *self.get_computed_blocks(request, max_cache_hit_length), False

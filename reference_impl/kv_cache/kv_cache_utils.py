@@ -7,12 +7,17 @@ stable across processes: nothing here uses Python's randomised `hash()`.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
+import logging
 import os
 import pickle
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
+
+from reference_impl.kv_cache.kv_cache_spec_registry import KVCacheSpecRegistry
 
 __all__ = [
     "BlockHash",
@@ -22,6 +27,8 @@ __all__ = [
     "DEFAULT_NONE_HASH_SEED",
     "KVCacheBlock",
     "KVCacheBlockCopy",
+    "gc_untrack",
+    "untracked_list",
     "FreeKVCacheBlockQueue",
     "null_head_len",
     "trim_null_head",
@@ -41,6 +48,7 @@ __all__ = [
     "generate_block_hash_extra_keys",
     "to_event_extra_keys",
     "get_request_block_hasher",
+    "frontend_block_hashes",
     "resolve_dcp_kv_block_size",
     "resolve_dcp_kv_cache_spec",
     "get_max_concurrency_for_kv_cache_config",
@@ -69,46 +77,73 @@ def sha256(obj) -> bytes:
     return _sha256(_dumps(obj, _PICKLE_PROTOCOL)).digest()
 
 
-class KVCacheBlock:
-    """Metadata of one block id: ref count, prefix-cache key and the free-queue links."""
+# CPython's own call (the GIL is held: PyDLL); an untracked container is never re-tracked for a list.
+_PyObject_GC_UnTrack = ctypes.pythonapi.PyObject_GC_UnTrack
+_PyObject_GC_UnTrack.argtypes = [ctypes.py_object]
+_PyObject_GC_UnTrack.restype = None
 
-    __slots__ = ("block_id", "ref_cnt", "_block_hash", "_block_hash_num_tokens", "prev_free_block",
+
+def gc_untrack(obj):
+    """`obj`, hidden from the cyclic GC so that no collection walks its elements (refcounting still frees
+    it). Only for containers that can never be part of a cycle: a list of blocks (blocks refer to their pool
+    weakly and to no list) or a dict of bytes and ints."""
+    if gc.is_tracked(obj):
+        _PyObject_GC_UnTrack(obj)
+    return obj
+
+
+def untracked_list() -> list:
+    """An empty list the cyclic GC never walks (see `gc_untrack`)."""
+    return gc_untrack([])
+
+
+class KVCacheBlock:
+    """Metadata of one block id: ref count, prefix-cache key and the free-queue links.
+
+    `block_hash` and `block_hash_num_tokens` are plain attributes (vLLM 0.34; 0.33 read them through
+    properties over `_block_hash`, which stays as an alias). `pool` is the owning pool, held weakly (a
+    `weakref.ref`, as in 0.34) so that blocks and their pool form no reference cycle for the GC to walk.
+    """
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "block_hash_num_tokens", "prev_free_block",
                  "next_free_block", "is_null", "pool")
 
     def __init__(self, block_id: int, ref_cnt: int = 0, *, pool=None, is_null: bool = False):
         self.block_id = block_id
         self.ref_cnt = ref_cnt
-        self._block_hash: bytes | None = None
-        self._block_hash_num_tokens: int | None = None
+        #: The prefix-cache key (hash + group id) while the block is registered, else None.
+        self.block_hash: bytes | None = None
+        #: Prefix tokens the key covers (a block boundary, or inside the block for a partial entry).
+        self.block_hash_num_tokens: int | None = None
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = is_null
         self.pool = pool
 
     @property
-    def block_hash(self) -> bytes | None:
-        """The prefix-cache key (hash + group id) while the block is registered, else None."""
-        return self._block_hash
+    def _block_hash(self) -> bytes | None:
+        """0.33's private name of `block_hash`."""
+        return self.block_hash
 
     @property
-    def block_hash_num_tokens(self) -> int | None:
-        """Prefix tokens the key covers (a block boundary, or inside the block for a partial entry)."""
-        return self._block_hash_num_tokens
+    def _block_hash_num_tokens(self) -> int | None:
+        """0.33's private name of `block_hash_num_tokens`."""
+        return self.block_hash_num_tokens
 
     def set_block_hash(self, block_hash: bytes, num_tokens: int | None = None) -> None:
         """Register the block's key; a block carries at most one key at a time."""
-        assert self._block_hash is None and self._block_hash_num_tokens is None, \
+        assert self.block_hash is None and self.block_hash_num_tokens is None, \
             "The block already has a hash. This should not happen."
-        self._block_hash = block_hash
-        self._block_hash_num_tokens = num_tokens
+        self.block_hash = block_hash
+        self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Forget the key (on eviction)."""
-        self._block_hash = None
-        self._block_hash_num_tokens = None
+        self.block_hash = None
+        self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
-        return f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, cached={self._block_hash is not None})"
+        return f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, cached={self.block_hash is not None})"
 
 
 class FreeKVCacheBlockQueue:
@@ -454,6 +489,32 @@ def _has_no_extra_keys(request) -> bool:
         and not getattr(request, "mm_features", None) and getattr(request, "prompt_embeds", None) is None
 
 
+def frontend_block_hashes(request, prefix_hash_config) -> list[BlockHash] | None:
+    """The prompt block hashes a frontend computed for `request` (an engine-core request), or None when
+    there are none or their count is not the one the engine would compute: one per full hash block of the
+    prompt whose lookahead tokens exist too (`(prompt_len - lookahead) // hash_block_size`). The engine
+    then hashes the prompt itself."""
+    block_hashes = getattr(request, "block_hashes", None)
+    if block_hashes is None:
+        return None
+    prompt = getattr(request, "prompt_token_ids", None)
+    prompt_len = 0 if prompt is None else len(prompt)
+    if prefix_hash_config is not None:
+        lookahead = getattr(prefix_hash_config, "num_lookahead_tokens", 0) or 0
+        expected = max(prompt_len - lookahead, 0) // prefix_hash_config.hash_block_size
+        if len(block_hashes) == expected:
+            return list(block_hashes)
+    if not _FRONTEND_HASH_WARNED:
+        _FRONTEND_HASH_WARNED.append(True)
+        logging.getLogger(__name__).warning(
+            "Ignoring frontend-computed prompt block hashes that do not match the engine's prefix hash "
+            "config; the engine hashes the prompts itself.")
+    return None
+
+
+_FRONTEND_HASH_WARNED: list[bool] = []
+
+
 def get_request_block_hasher(hash_block_size: int, caching_hash_fn: Callable = sha256,
                              num_hash_lookahead_tokens: int = 0) -> Callable:
     """A per-request hasher: called with a request, returns the hashes of its newly completed full blocks.
@@ -594,12 +655,10 @@ def resolve_cache_hit_alignment_tokens(kv_cache_config, vllm_config, scheduler_b
                                        hash_block_size: int) -> int:
     """Token granularity prefix-cache hits land on: the hash block size when partial hits are enabled
     (hybrid, caching on), else the scheduler block size."""
-    from reference_impl.kv_cache.single_type_kv_cache_manager import manager_class_for_spec  # managers import us
-
     groups = kv_cache_config.kv_cache_groups
     if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
         return scheduler_block_size
-    classes = [manager_class_for_spec(g.kv_cache_spec, g.role) for g in groups]
+    classes = [KVCacheSpecRegistry.get_manager_class(g.kv_cache_spec, g.role) for g in groups]
     dcp = getattr(getattr(vllm_config, "parallel_config", None), "decode_context_parallel_size", 1)
     return hash_block_size if partial_hash_hits_enabled(groups, hash_block_size, dcp, classes) \
         else scheduler_block_size

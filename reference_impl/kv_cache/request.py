@@ -7,7 +7,10 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Request", "RequestStatus", "LoRARequest", "MultiModalFeature", "PlaceholderRange"]
+from reference_impl.kv_cache.release import allocator_release
+
+__all__ = ["Request", "RequestStatus", "LoRARequest", "MultiModalFeature", "PlaceholderRange",
+           "prefix_cache_hit_limit", "max_cache_hit_length"]
 
 
 class RequestStatus(enum.Enum):
@@ -57,7 +60,7 @@ class Request:
         "request_id", "prompt_token_ids", "num_prompt_tokens", "_all_token_ids", "_output_token_ids",
         "num_computed_tokens", "block_hashes", "_block_hasher", "lora_request", "cache_salt", "mm_features",
         "prompt_embeds", "has_no_extra_keys", "status", "shared_prefix_boundary",
-        "skip_reading_prefix_cache", "num_in_flight_tokens", "sampling_params", "pooling_params",
+        "skip_reading_prefix_cache", "prefix_cache_hit_limit", "num_in_flight_tokens", "sampling_params", "pooling_params",
         "client_index", "arrival_time", "priority", "session_id", "spec_token_ids", "num_preemptions",
         "_prompt_embeds_per_block_hashes",  # set lazily by kv_cache_utils: block range -> embeds digest
     )
@@ -102,9 +105,23 @@ class Request:
         self.shared_prefix_boundary = 0
         # Prompt logprobs (or all-token pooling) need every prompt token recomputed: no prefix-cache read.
         self.skip_reading_prefix_cache = _skip_reading_prefix_cache(sampling_params, pooling_params)
+        #: Leading tokens the prefix cache may serve: 0 (no read), the first scored prompt row under prompt
+        #: scoring (vLLM 0.34), or None (unbounded).
+        self.prefix_cache_hit_limit = _prefix_cache_hit_limit(sampling_params, pooling_params,
+                                                              self.skip_reading_prefix_cache)
         self.num_in_flight_tokens = 0
         if block_hasher is not None:
             self.block_hashes.extend(block_hasher(self))
+
+    def get_max_cache_hit_length(self, bound: int | None = None) -> int:
+        """Longest prefix-cache hit allowed: the last token is always recomputed, and the hit limit and
+        `bound` (when given) can only lower it."""
+        return max_cache_hit_length(self, bound)
+
+    @property
+    def skip_reading_external_kv(self) -> bool:
+        """Whether KV connector hits are refused (they cannot honour a bounded local hit limit)."""
+        return self.prefix_cache_hit_limit is not None
 
     def is_finished(self) -> bool:
         """Whether the request reached a terminal state (vLLM's FINISHED_* statuses are accepted too)."""
@@ -153,3 +170,39 @@ def _skip_reading_prefix_cache(sampling_params, pooling_params) -> bool:
         if flag is not None:
             return bool(flag)
     return getattr(sampling_params, "prompt_logprobs", None) is not None
+
+
+def _prefix_cache_hit_limit(sampling_params, pooling_params, skip: bool) -> int | None:
+    # Before 0.34 a request either skipped the prefix cache or read all of it. From 0.34, prompt scoring
+    # with cache reads allowed reads only the rows before the first scored one (`prompt_logprob_start`).
+    if skip:
+        return 0
+    if allocator_release() < (0, 34):
+        return None
+    if sampling_params is not None and (getattr(sampling_params, "prompt_logprobs", None) is not None
+                                        or getattr(sampling_params, "prompt_logprob_token_ids", None) is not None):
+        return getattr(sampling_params, "prompt_logprob_start", None) or 0
+    return None
+
+
+_UNSET = object()
+
+
+def prefix_cache_hit_limit(request) -> int | None:
+    """A request's prefix-cache hit limit, also for request objects of releases before 0.34 (which only
+    say `skip_reading_prefix_cache`)."""
+    limit = getattr(request, "prefix_cache_hit_limit", _UNSET)
+    if limit is _UNSET:
+        return 0 if getattr(request, "skip_reading_prefix_cache", False) else None
+    return limit
+
+
+def max_cache_hit_length(request, bound: int | None = None) -> int:
+    """min(num_tokens - 1, the request's hit limit, bound), ignoring the ones that are None."""
+    length = request.num_tokens - 1
+    limit = prefix_cache_hit_limit(request)
+    if limit is not None and limit < length:
+        length = limit
+    if bound is not None and bound < length:
+        length = bound
+    return length

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from reference_impl.kv_cache.kv_cache_spec_registry import KVCacheSpecRegistry
 from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock, SharedEventQueueBlockPool
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -33,7 +34,13 @@ from reference_impl.kv_cache.kv_cache_interface import (
     get_mamba_prefill_checkpoint_position,
     is_mamba_prefill_checkpoint_valid,
 )
-from reference_impl.kv_cache.kv_cache_utils import BlockHashListWithBlockSize, resolve_block_hashes, trim_null_head
+from reference_impl.kv_cache.kv_cache_utils import (
+    BlockHashListWithBlockSize,
+    gc_untrack,
+    resolve_block_hashes,
+    trim_null_head,
+    untracked_list,
+)
 from reference_impl.kv_cache.kv_events import MEDIUM_CPU
 
 __all__ = [
@@ -91,7 +98,9 @@ class SingleTypeKVCacheManager:
         self.retention_interval = retention_interval
         # Whether this group's hits drop the EAGLE lookahead block (only sparse SWA masks read it).
         self.use_eagle = False
-        self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
+        # Blocks hold no strong reference back to these lists or their owner (their pool is a weakref), so the
+        # lists are hidden from the cyclic GC, which would otherwise visit every block of every request.
+        self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(untracked_list)
         self.num_cached_block: dict[str, int] = {}
         self.new_block_ids: list[int] = []
         # Workers zero new attention blocks when the cache needs it (scratch rings excepted).
@@ -210,7 +219,7 @@ class SingleTypeKVCacheManager:
                       len(new_computed_blocks))
         kept = new_computed_blocks[skipped:]
         self.block_pool.touch(kept)
-        self.req_to_blocks[request_id] = [self._null_block] * skipped + list(kept)
+        self.req_to_blocks[request_id] = gc_untrack([self._null_block] * skipped + list(kept))
         self.num_cached_block[request_id] = skipped + len(kept)
         if self._has_partial_local_hit(kept, num_local_computed_tokens):
             # The tail block is only partly valid for this request: copy it on the next allocation, and
@@ -408,17 +417,17 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             # granularity (== alignment_tokens) is kept for the boundaries inside the first missing block.
             block_hashes = BlockHashListWithBlockSize(fine_hashes, alignment_tokens, bs)
         max_blocks = min(max_length // bs, len(block_hashes))
-        cache = block_pool.cached_block_hash_to_block._cache
-        block_type = KVCacheBlock
+        ids = block_pool.cached_block_hash_to_block._ids
         if len(kv_cache_group_ids) == 1:
             suffix = kv_cache_group_ids[0].to_bytes(4, "big")
+            pool_blocks = block_pool.blocks
             hits = []
             append = hits.append
             for i in range(max_blocks):
-                entry = cache.get(block_hashes[i] + suffix)
-                if entry is None:
+                block_id = ids.get(block_hashes[i] + suffix)
+                if block_id is None:
                     break
-                append(entry if type(entry) is block_type else next(iter(entry.values())))
+                append(pool_blocks[block_id])
             computed = (hits,)
         else:
             computed = tuple([] for _ in kv_cache_group_ids)
@@ -950,13 +959,13 @@ class MambaManager(SingleTypeKVCacheManager):
         if after > before:
             table = self.req_to_blocks[request.request_id]
             for block in table[before:after]:
-                if block._block_hash is not None:
-                    self.cached_blocks_this_step.add(block._block_hash)
+                if block.block_hash is not None:
+                    self.cached_blocks_this_step.add(block.block_hash)
                     if self._align:
                         # every retained boundary state is offered with its exact block and boundary; the
                         # connector filters by its own save window (which may pass the prompt on resume)
                         self._pending_boundary_state_offloads.append(
-                            (request.request_id, self.kv_cache_group_id, block, block._block_hash_num_tokens))
+                            (request.request_id, self.kv_cache_group_id, block, block.block_hash_num_tokens))
 
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()
@@ -1344,7 +1353,7 @@ class HiSparseResidentManager(_HiSparseAuxiliaryManager):
             raise ValueError(f"request {request_id!r} already has blocks in group {self.kv_cache_group_id}; "
                              "prefix hits can only be adopted by a new request")
         num_host_pages = cdiv(num_local_computed_tokens, self.block_size)
-        self.req_to_blocks[request_id] = [self._null_block] * num_host_pages
+        self.req_to_blocks[request_id] = gc_untrack([self._null_block] * num_host_pages)
         self.num_cached_block[request_id] = 0
         if self.coordinator is not None:
             self.coordinator.commit_computed_blocks(request_id, num_host_pages)
@@ -1477,6 +1486,9 @@ def manager_class_for_spec(kv_cache_spec: KVCacheSpec, role: str | None = None) 
     raise UnsupportedKVCacheSpecError(
         f"kv_cache_spec: unsupported spec type {type(kv_cache_spec).__name__}; accepted: "
         f"{', '.join(t.__name__ for t in spec_manager_map)} (or a subclass)")
+
+
+KVCacheSpecRegistry.register_manager_lookup(manager_class_for_spec)
 
 
 def get_manager_for_kv_cache_spec(kv_cache_spec: KVCacheSpec, max_in_flight_tokens: int | None = None,

@@ -1,6 +1,21 @@
 """Allocator suite glue: every test records its cell (target, scenario, spec section)."""
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(*capabilities): the allocator capabilities a scenario needs; "
+                                       "on a target without one it is N/A (skipped with the reason)")
+
+
+@pytest.fixture(autouse=True)
+def _allocator_needs(request, kv_allocator):
+    """Apply the scenario's `needs` marks (module and test level) to the target under test."""
+    for mark in request.node.iter_markers("needs"):
+        for capability in mark.args:
+            require(kv_allocator, capability)
 
 
 @pytest.fixture(autouse=True)
@@ -17,6 +32,17 @@ def target(kv_allocator):
 
 
 def require(target, capability: str) -> None:
-    """Skip unless the target declares `capability`."""
+    """Skip unless the target has `capability`: one the target declares (`strict_input_validation`, ...),
+    or one of a vLLM release's allocator API (`harness.targets.allocator_capabilities`), where a release
+    without it is "N/A on X.Y.Z: reason". The reference has every release capability."""
+    from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+
+    if capability == "default_none_hash_seed" and os.environ.get("PYTHONHASHSEED"):
+        return  # every release derives NONE_HASH from PYTHONHASHSEED when it is set
+    if capability in RELEASE_CAPABILITIES:
+        release_require = getattr(target, "require", None)
+        if release_require is not None:
+            release_require(capability)
+        return
     if capability not in target.capabilities:
         pytest.skip(f"not applicable: target {target.name} lacks capability {capability!r}")

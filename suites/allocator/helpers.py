@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ids", "queue_ids", "prefill", "tables"]
+from types import SimpleNamespace
+
+import pytest
+
+from harness.targets.allocator_target import target_module
+from suites.allocator.conftest import require
+
+__all__ = ["ids", "queue_ids", "prefill", "tables", "HISPARSE_MODULES", "hisparse_api"]
 
 
 def ids(blocks) -> list[int]:
@@ -41,3 +48,22 @@ def prefill(manager, request, chunk: int | None = None, use_hits: bool = True) -
 def tables(manager, request) -> list[list[int]]:
     """The request's block ids per group, as lists."""
     return [list(g) for g in manager.get_block_ids(request.request_id)]
+
+
+# vLLM's module names the scenarios below use, as the target's module map names them.
+HISPARSE_MODULES = {"iface": "v1.kv_cache_interface", "utils": "v1.core.kv_cache_utils",
+                    "stm": "v1.core.single_type_kv_cache_manager", "manager": "v1.core.kv_cache_manager",
+                    "pool": "v1.core.block_pool", "layout": "v1.hisparse.layout", "coordinator": "v1.hisparse.coordinator"}
+
+
+def hisparse_api(target) -> SimpleNamespace:
+    """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
+    and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
+    through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
+    require(target, "hisparse")  # a vLLM release before HiSparse: N/A on it
+    found = {key: target_module(target, name) for key, name in HISPARSE_MODULES.items()}
+    missing = [HISPARSE_MODULES[key] for key, module in found.items() if module is None]
+    if missing:
+        pytest.skip(f"not applicable: target {target.name!r} maps no module for vLLM's {', '.join(missing)}")
+    return SimpleNamespace(**{k: v for k, v in found.items() if k != "coordinator"},
+                           bind=found["coordinator"].get_hisparse_coordinator)

@@ -18,6 +18,7 @@ def test_lookahead_slots(target, new, lookahead, max_len, blocks):
     assert len(out.get_block_ids()[0]) == blocks, f"{new} new + {lookahead} lookahead -> {blocks} blocks"
 
 
+@pytest.mark.needs('block_ids_by_group')
 def test_get_block_ids_one_list_per_group(target):
     m = target.make_manager([GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=4)], 16, 100)
     req = target.make_request("g", list(range(5)), 4)
@@ -55,6 +56,7 @@ def test_failed_allocation_returns_none_and_changes_nothing(target):
     assert after == before, "a failed allocation must not touch hits, ref counts, the queue or the map"
 
 
+@pytest.mark.needs('external_computed_tokens')
 def test_external_computed_tokens_get_fresh_blocks(target):
     m = target.make_manager([GroupDesc("full", 4)], 16, 100)
     req = target.make_request("e", list(range(13)), 4)

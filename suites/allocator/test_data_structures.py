@@ -38,6 +38,7 @@ def test_get_new_blocks_beyond_free_raises_and_changes_nothing(target):
     assert queue_ids(pool) == [1, 2, 3], "a refused get_new_blocks must leave the queue untouched"
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_unhashed_frees_go_to_head_in_given_order(target):
     pool = target.make_block_pool(8, enable_caching=True, hash_block_size=4)
     blocks = pool.get_new_blocks(3)  # 1, 2, 3
@@ -54,6 +55,7 @@ def _cache(target, pool, blocks, tag, group=0):
     return Req.block_hashes
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_hashed_frees_go_to_tail_and_hit_unlinks_from_middle(target):
     pool = target.make_block_pool(8, enable_caching=True, hash_block_size=4)
     cached = pool.get_new_blocks(2)  # 1, 2
@@ -122,6 +124,7 @@ def test_duplicate_keys_keep_both_blocks(target):
     assert ids(pool.get_cached_block(next(iter(entries))[:-4], [0])) == [1], "lookup returns the first inserted"
 
 
+@pytest.mark.needs('default_none_hash_seed')
 def test_hash_chain_matches_independent_oracle(target):
     tokens = list(range(100, 155))  # 55 tokens, hash block 16 -> 3 full blocks
     req = target.make_request("h", tokens, 16)
@@ -134,6 +137,7 @@ def test_hash_chain_matches_independent_oracle(target):
     assert len(req.block_hashes) == 4, "appending 9 tokens completes a 4th block, hashed eagerly"
 
 
+@pytest.mark.needs('default_none_hash_seed')
 def test_extra_keys_lora_every_block_salt_first_block(target):
     tokens = list(range(32))
     req = target.make_request("x", tokens, 16, lora=("ad", 1, "/p"), cache_salt="s")
@@ -156,13 +160,12 @@ def test_coarse_block_uses_last_fine_hash(target):
     assert group1 == sorted([fine[1], fine[3]]), "coarse hash j = fine hash (j+1)*k-1: [A,B,C,D] k=2 -> [B,D]"
 
 
+@pytest.mark.needs('unpin_blocks')
 def test_unpinned_blocks_count_as_free_and_report_their_reuse(target):
     """`unpin_blocks` (vLLM 0.33, HiSparse residency): the block loses a reference but stays readable; at
     ref_cnt 0 it joins the tail of the free queue (reused last), and the callback fires once, when
     `get_new_blocks` hands it out. Pool of 8: blocks 1-3 taken, queue 4..7; unpinning 2 -> queue 4..7, 2."""
     pool = target.make_block_pool(8, enable_caching=True, hash_block_size=4)
-    if not hasattr(pool, "unpin_blocks"):
-        pytest.skip("not applicable: this target's BlockPool has no unpin_blocks (before vLLM 0.33)")
     blocks = pool.get_new_blocks(3)  # 1, 2, 3
     reused = []
     pool.unpin_blocks([blocks[1]], reused.append)

@@ -7,13 +7,12 @@ none is computed by the allocator under test. With `--kv-allocator vllm` these g
 HiSparse specs, managers, host-pool sizing or concurrency bound.
 
 vLLM keeps HiSparse's layout helpers and its coordinator in `vllm.v1.hisparse` (outside `v1/core`); the
-reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. `_api` is
-the one place that knows where each target keeps them.
+reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. Each target
+says where it keeps them in its module map (`harness.targets.allocator_target.target_module`).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -21,39 +20,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from suites.allocator.helpers import hisparse_api
+
 SECTION = "4"
 
 BS = 16  # HiSparse block size of the manager scenarios
 PAGE = 64  # bytes of one resident / hot page in the manager scenarios
 
 
-def _api(target) -> SimpleNamespace:
-    """The target's spec module, kv_cache_utils, managers, KVCacheManager, HiSparse layout helpers, and
-    `bind(manager)`: what must run before the first admission (vLLM: build its HiSparse coordinator)."""
-    if target.name == "reference":
-        pkg = "reference_impl.kv_cache"
-        return SimpleNamespace(
-            iface=importlib.import_module(f"{pkg}.kv_cache_interface"),
-            utils=importlib.import_module(f"{pkg}.kv_cache_utils"),
-            stm=importlib.import_module(f"{pkg}.single_type_kv_cache_manager"),
-            manager=importlib.import_module(f"{pkg}.kv_cache_manager"),
-            layout=importlib.import_module(f"{pkg}.hisparse_layout"),
-            bind=importlib.import_module(f"{pkg}.hisparse_coordinator").get_hisparse_coordinator)
-    if target.name.startswith("vllm"):
-        coordinator = importlib.import_module("vllm.v1.hisparse.coordinator")
-        return SimpleNamespace(
-            iface=importlib.import_module("vllm.v1.kv_cache_interface"),
-            utils=importlib.import_module("vllm.v1.core.kv_cache_utils"),
-            stm=importlib.import_module("vllm.v1.core.single_type_kv_cache_manager"),
-            manager=importlib.import_module("vllm.v1.core.kv_cache_manager"),
-            layout=importlib.import_module("vllm.v1.hisparse.layout"),
-            bind=coordinator.get_hisparse_coordinator)
-    pytest.skip(f"not applicable: no HiSparse API mapping for target {target.name!r}")
-
-
 @pytest.fixture
 def api(target):
-    return _api(target)
+    return hisparse_api(target)
 
 
 def _lengths(max_model_len: int, max_in_flight_tokens: int) -> SimpleNamespace:
@@ -191,6 +168,7 @@ def test_hisparse_groups_get_their_managers(api):
                      "HiSparseHotManager"], "the source group is chosen by role, the others by spec"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_cold_admission_allocates_host_indexer_and_resident_pages(api, target):
     """40 tokens = 3 pages of 16. Source pages come from the host pool (its block 0 is its null block),
     indexer then resident from the device pool; a cold request reads nothing from the host, so no hot
@@ -231,6 +209,7 @@ def test_hisparse_source_group_needs_host_capacity(api):
 
 
 # --------------------------------------------------------------------------- layout and concurrency
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_steady_state_concurrency(api):
     """max_model_len = in-flight = 160 = 10 pages. Admission: indexer 10 + resident 10 + hot 4 = 24;
     steady state: indexer 10 + resident tail 2 + hot 4 = 16. Pool 64: 1 + (64 - 24) / 16 = 3.5 (host
@@ -315,7 +294,7 @@ def test_spec_of_an_unknown_kind_has_no_manager(api):
     class OddCacheSpec(api.iface.KVCacheSpec):
         pass
 
-    pool = importlib.import_module(api.utils.__name__.replace("kv_cache_utils", "block_pool")).BlockPool(8, True, BS)
+    pool = api.pool.BlockPool(8, True, BS)
     with pytest.raises(AssertionError, match="OddCacheSpec"):
         api.stm.get_manager_for_kv_cache_spec(OddCacheSpec(block_size=BS), 64, 64, block_pool=pool,
                                               enable_caching=True, kv_cache_group_id=0, scheduler_block_size=BS)
@@ -331,6 +310,7 @@ def test_block_size_that_is_not_a_multiple_of_the_hash_block_size(api, target):
 
 
 # -------------------------------------------------------------------------------------- coordinator
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     """40 tokens = 2 sealed pages + 1 partial. After the step, the coordinator plans one device -> host
     write-back per sealed page (host blocks 1, 2 <- resident blocks 4, 5; the partial page 2 waits). Each
@@ -362,6 +342,7 @@ def test_hisparse_host_pages_publish_only_after_their_write_back(api, target):
     assert hit == 32, "the two written-back pages are published"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
 def test_hisparse_write_back_waits_for_every_worker(api, target):
     """A transfer enqueued on 2 workers stays pending (and pinned) until both completions arrive."""
     manager = _hisparse_manager(api, 32, 16)

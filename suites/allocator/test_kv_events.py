@@ -18,6 +18,7 @@ from suites.allocator.test_data_structures import oracle_none_hash, oracle_sha25
 from suites.allocator.test_state_machine import CONFIGS, make_machine
 
 SECTION = "2.7"
+pytestmark = pytest.mark.needs('kv_event_group_idx', 'default_none_hash_seed', 'unhashed_lifo')
 
 FULL4 = [GroupDesc("full", 4)]
 
@@ -69,6 +70,7 @@ def chunked_prompt(target):
 # -------------------------------------------------------------------------------------------- stored
 # The chunked prompt: the first chunk fills block 0 (one hash, no parent); the second fills blocks 1 and 2
 # (two hashes, parent = block 0's hash, tokens 5..12).
+@pytest.mark.needs('kv_event_lookahead')
 def test_block_stored_per_chunk_chains_from_its_parent(target):
     m, _ = chunked_prompt(target)
     h = oracle_chain(list(range(1, 13)), 4)
@@ -191,6 +193,7 @@ def test_events_off_queue_nothing(target):
 # ------------------------------------------------------------------------------------ reused (hits)
 # emit_cached_block_events reports a request's first N blocks (its prefix-cache hit) without touching the
 # pool: one BlockStored from token 0 (no parent) in the given group.
+@pytest.mark.needs('emit_cached_block_events')
 def test_emit_cached_block_events_reports_hit_without_state_change(target):
     pool = target.make_block_pool(8, True, 4, enable_kv_cache_events=True)
     tokens = list(range(1, 17))

@@ -1,5 +1,7 @@
 """Spec section 8: things a re-implementation must not miss (one test per item)."""
 
+import pytest
+
 from harness.targets.allocator_target import GroupDesc
 from suites.allocator.helpers import prefill, queue_ids, tables
 
@@ -8,6 +10,7 @@ SECTION = "8"
 HYBRID = [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=4)]
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_item1_hybrid_free_is_group_by_group_tail_first(target):
     m = target.make_manager(HYBRID, 12, 100, enable_caching=False)
     req = target.make_request("r", list(range(10)), 4)
@@ -18,6 +21,7 @@ def test_item1_hybrid_free_is_group_by_group_tail_first(target):
         "group 0 frees 3,2,1 to the head, then group 1 prepends 6,5,4 before them"
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_item2_hit_on_free_cached_block_unlinks_it(target):
     m = target.make_manager([GroupDesc("full", 4)], 10, 100)
     a = target.make_request("a", list(range(9)), 4)

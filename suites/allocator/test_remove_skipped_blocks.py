@@ -11,6 +11,7 @@ from harness.targets.allocator_target import GroupDesc
 from suites.allocator.helpers import queue_ids, tables
 
 SECTION = "4"
+pytestmark = pytest.mark.needs('remove_skipped_blocks')
 
 
 def _admit(target, groups, num_tokens, request_id="s"):
@@ -32,6 +33,7 @@ SWA_STEPS = [
 ]
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_sliding_window_frees_the_prefix_outside_the_window(target):
     m, req = _admit(target, [GroupDesc("sliding_window", 4, sliding_window=8)], 20)
     for n, expected in SWA_STEPS:
@@ -40,6 +42,7 @@ def test_sliding_window_frees_the_prefix_outside_the_window(target):
     assert queue_ids(m.block_pool)[:3] == [3, 2, 1], "each freed block was prepended: the latest (3) first"
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_sliding_window_frees_several_blocks_highest_position_first(target):
     """One call freeing blocks 1..3 at once hands them back tail first: 3 is reused first."""
     m, req = _admit(target, [GroupDesc("sliding_window", 4, sliding_window=8)], 20)

@@ -8,6 +8,8 @@ from suites.allocator.helpers import queue_ids, tables
 SECTION = "4"
 
 
+@pytest.mark.needs('remove_skipped_blocks')
+@pytest.mark.needs('unhashed_lifo')
 def test_sliding_window_nulls_and_frees_out_of_window_blocks(target):
     """bs 2, window 4, a 22-token request holding blocks 1..11 (caching off, so frees are unhashed)::
 

@@ -49,6 +49,7 @@ MAMBA_STEPS = [
 ]
 
 
+@pytest.mark.needs('unhashed_lifo')
 def test_mamba_null_pads_and_null_gap_freeing(target):
     m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 4)], 32, 200, enable_caching=False)
     req = target.make_request("m", list(range(40)), 4)
@@ -110,6 +111,7 @@ RESERVED_CASES = [
 
 
 @pytest.mark.parametrize("reserved,expected", RESERVED_CASES, ids=[f"reserved{r}" for r, _ in RESERVED_CASES])
+@pytest.mark.needs('reserved_blocks')
 def test_reserved_blocks_apply_to_the_chunk_only(target, reserved, expected):
     m = target.make_manager([GroupDesc("full", 4)], 11, 100, enable_caching=False)
     req = target.make_request("r", list(range(40)), 4)

@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from harness.plugins.allocator import load_allocator_target
+from harness.target_spec import load_allocator_target
 from suites.benchmarks.interleave import make_side_fixtures
 
 IMPLEMENTATIONS = ["reference", "vllm"]

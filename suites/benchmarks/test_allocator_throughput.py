@@ -14,7 +14,7 @@ import importlib.util
 
 import pytest
 
-from harness.plugins.allocator import load_allocator_target
+from harness.target_spec import load_allocator_target
 from suites.benchmarks import workloads as w
 from suites.benchmarks.interleave import record_side, side_by_side
 

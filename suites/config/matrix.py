@@ -3,7 +3,8 @@
 Per era the matrix is the union of three deterministic blocks (duplicates removed):
   * every flag x platform x feature x stage without a connector (the platform and feature rules);
   * every flag x platform x connector x stage without features (the connector rules);
-  * an all-pairs cover of flag x platform x feature x connector x stage (their interactions).
+  * an all-pairs cover of flag x platform x feature x connector x stage (their interactions), where every
+    row with a connector also runs to create_connector.
 The first two are full products, so the report's "no connector" and "no features" rows are complete.
 A fourth block names connectors the era does not register: those the previous or the next era registers (a
 connector added, renamed or removed at that boundary) and a made-up `FooConnector`, over every flag x platform
@@ -257,6 +258,11 @@ def cells_for(era: str) -> list[Cell]:
         add(flag, platform, "none", connector, stage)
     for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
         add(flag, platform, feature, connector, stage)
+        if connector != "noconn":
+            # a connector's configuration is only answered once the connector is created (the factory's HMA
+            # check): every sampled connector + feature cell runs to create_connector too, so no report cell
+            # that stops at config can read as "this configuration works"
+            add(flag, platform, feature, connector, "create")
     for flag, platform, connector, stage in itertools.product(flags, PLATFORMS, unregistered_for(era), stages):
         add(flag, platform, "none", connector, stage)
     return list(cells.values())

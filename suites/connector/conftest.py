@@ -1,12 +1,13 @@
 """Pytest glue of the connector suite: parametrize over the selected connectors, record each check, and
-enforce the per-check time limit."""
+enforce the per-check time limit. A hook that hangs in two checks is given up on for the rest of the
+session: later checks that call it are skipped at once, naming the hook and the check it first hung in."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.plugins.connector import connector_targets, unusable_targets
-from harness.targets.connector_target import run_with_timeout
+from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
 from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary
 from suites.connector.context import CheckContext
 
@@ -37,6 +38,23 @@ def pytest_generate_tests(metafunc):
             pytest.fail("the connector could not be loaded: " + "; ".join(unusable.values()), pytrace=False)
         usable = [t for t in targets if t.name not in unusable]
         metafunc.parametrize("connector_target", usable, ids=[t.name for t in usable])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _external_servers(request):
+    """Servers the suite starts for a connector under test (LMCache's MP server for vllm:LMCacheMPConnector):
+    started before the first check (its start-up is not a check's time), stopped with the session; `atexit`
+    in harness.targets.lmcache_server covers an interrupted one."""
+    from harness.targets import lmcache_server
+
+    if any("LMCacheMPConnector" in t.spec for t in connector_targets(request.config)):
+        try:
+            lmcache_server.shared()
+        except lmcache_server.LMCacheServerError:
+            pass  # every check that needs the server reports this error, with the server's log
+    yield
+
+    lmcache_server.stop_all()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -92,11 +110,21 @@ def pytest_pyfunc_call(pyfuncitem):
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
-    failure = None
+    target = context.target.name if context is not None else None
+    check_id = pyfuncitem.get_closest_marker("kv_check").args[0]
+    if target is not None:
+        state["hung"] = HANG_LOG.hung(target)  # hooks that hung twice stop this check at once (HookHung)
+    failure = skipped = None
     try:
         run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    except HookHung as exc:
+        skipped = str(exc)
     except (AssertionError, pytest.fail.Exception) as exc:
         failure = summarised(pyfuncitem, exc)
+        if target is not None and state.get("timed_out_in"):
+            HANG_LOG.record(target, state["timed_out_in"], check_id)
+    if skipped is not None:
+        pytest.skip(skipped)
     if failure is not None:  # raised outside the except block: no chained traceback in the report
         pytest.fail(failure, pytrace=False)
     return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+import time
 import uuid
 
 import pytest
@@ -20,7 +21,8 @@ from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
 from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
-from reference_impl.kv_cache.specs import MambaSpec
+from reference_impl.connector.backdoors import BACKDOOR_METHODS
+from reference_impl.kv_cache.kv_cache_interface import MambaSpec
 from suites.connector.catalogue import not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
 
@@ -186,7 +188,10 @@ class CheckContext:
         return self.run(engine, reload_tokens if reload_tokens is not None else tokens + [7, 8, 9], **kwargs)
 
     def optional_backdoor(self, instance, name: str):
-        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden."""
+        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden. `name` is
+        one the backdoor Protocol declares (`reference_impl.connector.backdoors`)."""
+        if name not in BACKDOOR_METHODS:
+            raise ValueError(f"{name} is not a backdoor of reference_impl.connector.backdoors.KVConformBackdoors")
         if not self.backdoors:
             return None
         method = getattr(getattr(instance, "inner", instance), name, None)
@@ -206,10 +211,25 @@ class CheckContext:
         """The connector's hit for a new request of `tokens` (nothing local counted); the request is then
         added and aborted, so the connector sees the finish of every request it was asked about."""
         request = engine.make_request(list(tokens), **kwargs)
-        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        # vLLM's order: the request is added (on_new_request) before any lookup, which runs in schedule().
         engine.add_request(request)
+        n, _ = self.ask(engine, request)
         engine.abort_request(request.request_id)
         return int(n or 0)
+
+    ASK_TIMEOUT_S = 10.0
+
+    @classmethod
+    def ask(cls, engine: EngineCore, request) -> tuple:
+        """The connector's (hit, load_async) for an added, waiting request, asked as vLLM's scheduler asks: an
+        answer of None ("not known yet", e.g. LMCache's lookup in its server) is asked again, as the scheduler
+        asks again next step, until a number comes (within ASK_TIMEOUT_S; then the None is returned)."""
+        n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+        deadline = time.monotonic() + cls.ASK_TIMEOUT_S
+        while n is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+        return n, load_async
 
     def chunk_size(self, engine: EngineCore, tokens=None) -> int | None:
         """The connector's hit granularity: the `kvconform_chunk_size` backdoor, else probed black-box as the
@@ -292,7 +312,10 @@ class CheckContext:
             owned_before.update(owned())
 
         def scribble(so) -> None:
-            freed = owned_before - owned()
+            # A block someone still holds (a connector's pin through the block pool, as SimpleCPUOffload's
+            # `touch`) is not free: vLLM hands it to no new owner, so nothing may overwrite it.
+            blocks = engine.manager.block_pool.blocks
+            freed = {b for b in owned_before - owned() if blocks[b].ref_cnt == 0}
             if freed:
                 engine.manager.evict_blocks(sorted(freed))
                 fill_canaries(engine, freed)
@@ -313,7 +336,7 @@ class CheckContext:
 
 
 # Capacity probes: prompts of this length are stored until the store must evict (built-ins get a small
-# store for it; a vendor's store decides only if it fills within the probe, see the README).
+# store for it; a vendor's store decides only if it fills within the probe, see docs/vendor.md).
 CAPACITY_PROMPTS, CAPACITY_PROMPT_LENGTH = 10, 1100
 SMALL_STORE_BYTES = 400_000
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.engine.content import CANARY_VALUE
-from reference_impl.kv_cache.specs import AttentionSpec, MambaSpec, SlidingWindowSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, MambaSpec, SlidingWindowSpec, cdiv
 
 
 def oracle_hit_tokens(specs, present: dict[int, set[int]], chunk: int, num_tokens: int) -> int:

@@ -14,7 +14,7 @@ from harness.targets.connector_profile import not_applicable
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import CORE_PRESETS, get_preset
-from reference_impl.kv_cache.specs import AttentionSpec, KVCacheGroupSpec
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheGroupSpec
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
 from suites.connector.oracles import broken_canaries, fence_evidence, fill_canaries
 
@@ -75,6 +75,9 @@ def _loaded_groups(inner, probe, default: tuple[int, ...]) -> tuple[int, ...]:
     only after a hit); a MultiConnector answers from the child that served that lookup. A hook that cannot
     answer for a request without a hit is outside that contract: such a request loads nothing."""
     hook = getattr(inner, "get_loaded_kv_cache_group_ids", None)
+    on_new = getattr(inner, "on_new_request", None)
+    if on_new is not None:  # vLLM's add_request, before any lookup
+        on_new(probe)
     hit, _ = inner.get_num_new_matched_tokens(probe, 0)
     if hook is None:
         return default

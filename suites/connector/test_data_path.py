@@ -10,7 +10,7 @@ import pytest
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt, scenario
-from reference_impl.kv_cache.specs import cdiv
+from reference_impl.kv_cache.kv_cache_interface import cdiv
 from suites.connector.oracles import (
     all_blocks,
     broken_canaries,

@@ -11,7 +11,7 @@ import pytest
 
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
-from reference_impl.kv_cache.specs import SlidingWindowSpec
+from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
 from suites.connector.context import expect, expect_no_read_errors, prompt
 
@@ -31,14 +31,14 @@ def test_c30_key_isolation(ctx, preset):
                           ("no salt", {}),
                           ("LoRA adapter-b", {"lora_request": LoRARequest("adapter-b", 2)})):
         request = engine.make_request(tokens + [1], **kwargs)
-        n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
+        n, _ = ctx.ask(engine, request)
         expect(not n, f"{label}: hit {n} on objects stored under another key")
-        engine.add_request(request)
         engine.abort_request(request.request_id)
     same = engine.make_request(tokens + [1], cache_salt="tenant-a")
-    n, _ = engine.connector.get_num_new_matched_tokens(same, 0)
-    expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)")
     engine.add_request(same)
+    n, _ = ctx.ask(engine, same)
+    expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)")
     engine.abort_request(same.request_id)
     evict = ctx.optional_backdoor(engine.connector, "kvconform_evict")
     swa = [g for g, grp in enumerate(engine.kv_cache_config.kv_cache_groups)
@@ -48,11 +48,11 @@ def test_c30_key_isolation(ctx, preset):
         probe = engine.make_request(tokens + [1], cache_salt="tenant-a")
         for j in range(len(tokens) // chunk):
             evict(probe, swa[0], j)
-        after, _ = engine.connector.get_num_new_matched_tokens(probe, 0)
+        engine.add_request(probe)
+        after, _ = ctx.ask(engine, probe)
         expect(not after, f"hit {after} with every sliding-window object gone: the hit does not depend on the "
                           "sliding-window group's own objects (its objects alias another group's, or the hit rule "
                           "ignores the group, see C07)")
-        engine.add_request(probe)
         engine.abort_request(probe.request_id)
 
 
@@ -112,11 +112,11 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 _PROCESS_SCRIPT = """
 import json, os, sys, time
-from harness.targets.connector_target import ConnectorTarget, target_for
+from harness.targets.connector_target import ConnectorTarget, connector_target
 from suites.connector.context import CheckContext, prompt
 name, spec, source, builtin, extra, preset, store_name, mode, seed, flag, backdoors = json.loads(sys.argv[1])
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
-target = target_for(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
+target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
 ctx = CheckContext(target, preset)
 ctx.store_name = store_name  # the parent check's model name (and built-in store)
 tokens = prompt(seed, 700)

@@ -9,7 +9,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS, WINDOW_PRESETS
-from reference_impl.kv_cache.specs import MambaSpec, SlidingWindowSpec
+from reference_impl.kv_cache.kv_cache_interface import MambaSpec, SlidingWindowSpec
 from suites.connector.context import (
     SMALL_STORE_BYTES,
     expect,
@@ -35,9 +35,9 @@ def test_c04_lookup_idempotent(ctx, preset):
     ctx.run(engine, tokens)
     ctx.forget_local_cache(engine)
     request = engine.make_request(tokens + [1])
+    engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
     answers = [engine.connector.get_num_new_matched_tokens(request, 0) for _ in range(5)]
     expect(len(set(answers)) == 1, f"repeated lookups disagree: {answers}")
-    engine.add_request(request)
     engine.abort_request(request.request_id)
     engine.run_until_done()
     if probe is not None:
@@ -112,12 +112,15 @@ def test_c06_hit_alignment(ctx, preset):
         ctx.forget_local_cache(engine)
         for lookup_len in (length, length + 40):
             request = engine.make_request(tokens + prompt(1, lookup_len - length))
-            n, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+            engine.add_request(request)
+            n, load_async = ctx.ask(engine, request)
             n = n or 0
             expect(n % align == 0, f"prompt {lookup_len}: hit {n} is not a multiple of the group block sizes {sizes}")
-            expect(n <= lookup_len - 1, f"prompt {lookup_len}: hit {n} covers the whole prompt")
+            # A synchronous hit must leave a token to compute; after an asynchronous load vLLM's scheduler
+            # recomputes the last token itself (_update_waiting_for_remote_kv), so a full async hit is legal.
+            expect(n <= lookup_len - 1 or (load_async and n == lookup_len),
+                   f"prompt {lookup_len}: a synchronous hit of {n} covers the whole prompt")
             expect(n <= length, f"prompt {lookup_len}: hit {n} exceeds the {length} stored tokens")
-            engine.add_request(request)
             engine.abort_request(request.request_id)
 
 
@@ -191,9 +194,9 @@ def test_c07_hit_min_over_groups(ctx, preset):
                 evict(request, gid, j)
             present[gid] = stored - set(pattern.get(kind, ()))
         want = oracle_hit_tokens(specs, present, chunk, request.num_tokens)
-        got, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+        engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
+        got, _ = ctx.ask(engine, request)
         expect(got == want, f"pattern {name}: hit {got}, oracle {want} (present chunks per group {present})")
-        engine.add_request(request)
         engine.run_until_done()
         expect_no_read_errors(engine, f"pattern {name}")
         if want:
@@ -211,12 +214,13 @@ def test_c08_swa_needs_only_window(ctx, preset):
     ctx.run(engine, tokens)
     ctx.forget_local_cache(engine)
     request = engine.make_request(tokens)
-    before, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
+    before, _ = ctx.ask(engine, request)
     for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
         if isinstance(group.kv_cache_spec, SlidingWindowSpec):
             for j in range(0, 4 - math.ceil(group.kv_cache_spec.sliding_window / chunk)):
                 evict(request, gid, j)
-    after, _ = engine.connector.get_num_new_matched_tokens(request, 0)
+    after, _ = ctx.ask(engine, request)
     expect(after == before, f"hit fell from {before} to {after} after evicting out-of-window SWA chunks")
 
 

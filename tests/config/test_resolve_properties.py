@@ -92,7 +92,7 @@ CASES = st.fixed_dictionaries({}, optional=FIELDS)
 
 
 def assert_schema(result, case_id) -> None:
-    """The outcome shape README's resolve schema promises."""
+    """The outcome shape the resolve schema (docs/reference.md) promises."""
     assert isinstance(result, dict) and set(result) - {"kv_cache_groups"} == OUTCOME_KEYS, result
     assert result["id"] == case_id
     assert result["resolved_disable_hma"] in (None, True, False)

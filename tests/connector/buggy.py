@@ -321,6 +321,21 @@ class OldConstructorConnector(LMCacheLikeConnector):
         super().__init__(vllm_config, role, None)
 
 
+class UnreachableBackendConnector(LMCacheLikeConnector):
+    """The first run against a backend that is not there: the constructor raises (one load error, not a
+    failure per check)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config):
+        raise ConnectionError("cannot reach the cache server at 10.0.0.7:65432")
+
+
+class ExtraArgumentConnector(LMCacheLikeConnector):
+    """A constructor that needs an argument vLLM never passes (a wrong signature)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config, backend_url):
+        super().__init__(vllm_config, role, kv_cache_config)
+
+
 # ---- blind spots of issue 19: dtypes, window geometry, completion reports, shared stores, async loads ----------
 class _TypedStore:
     """A store proxy that keeps every object as `dtype` values (a typed copy), converting back on the way out."""

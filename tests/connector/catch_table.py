@@ -1,4 +1,4 @@
-"""Rerunnable figures for the README: how many of the buggy connectors (tests/connector/buggy.py) each
+"""Rerunnable figures for docs/vendor.md: how many of the buggy connectors (tests/connector/buggy.py) each
 check catches, with and without their kvconform_* backdoors.
 
     PYTHONPATH=$PWD python -m tests.connector.catch_table [-n 2]

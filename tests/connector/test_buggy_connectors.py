@@ -169,14 +169,17 @@ def test_misbehaving_connector_is_a_clear_failure(misbehaving_run, cls, needle):
 UNUSABLE = [
     ("tests.connector.buggy:OldConstructorConnector", "kv_cache_config"),
     ("tests.connector.buggy:MissingHooksConnector", "lacks the connector hooks"),
-    ("tests.connector.buggy:NoSuchClass", "has no class"),
+    ("tests.connector.buggy:NoSuchClass", "has no attribute 'NoSuchClass'"),
     ("no_such_vendor_pkg.mod:MissingVendorConnector", "does not import"),
+    ("tests.connector.buggy:UnreachableBackendConnector",
+     "the constructor raised ConnectionError: cannot reach the cache server at 10.0.0.7:65432"),
+    ("tests.connector.buggy:ExtraArgumentConnector", "the constructor raised TypeError"),
 ]
 
 
 @pytest.mark.parametrize("spec, needle", UNUSABLE, ids=[u[0].rpartition(":")[2] for u in UNUSABLE])
-def test_unusable_connector_is_one_collection_error(spec, needle, tmp_path, capsys):
-    """pytest: one collection error naming the reason, nothing runs; `kvconform report`: exit 4, one line.
+def test_unusable_connector_is_a_target_error(spec, needle, tmp_path, capsys):
+    """pytest and `kvconform report` alike: exit 4, one line naming the option, the spec and why; nothing runs.
 
     pytest runs in a fresh process, as a vendor would run it; `kvconform report` stops in its own argument
     checks before it starts anything, so its `main` runs here (tests/config/test_commands.py holds the
@@ -184,17 +187,16 @@ def test_unusable_connector_is_one_collection_error(spec, needle, tmp_path, caps
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider",
                            "-p", "no:xdist", "-q", "--kv-connector", spec], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 2, proc.stdout[-1500:]
-    assert proc.stdout.count("ERROR collecting") == 1, proc.stdout[-1500:]
-    assert "could not be loaded" in proc.stdout and needle in proc.stdout, proc.stdout[-1500:]
+    assert proc.returncode == 4, proc.stdout[-1500:] + proc.stderr[-1500:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"ERROR: --kv-connector {spec}: ") and needle in lines[0], proc.stderr
     assert " passed" not in proc.stdout and " failed" not in proc.stdout, proc.stdout[-1500:]
     status = main(["report", "--kv-connector", spec, "--output-dir", str(tmp_path / "unused")])
     err = capsys.readouterr().err
     assert status == 4, err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "the target could not be loaded" in lines[0] and needle in lines[0], err
-    unused = tmp_path / "unused"
-    assert not unused.exists() or not any(unused.iterdir()), "no report is written (the folder is not even made)"
+    assert len(lines) == 1 and lines[0].startswith(f"kvconform: error: --kv-connector {spec}: ") and needle in lines[0], err
+    assert not (tmp_path / "unused").exists(), "no report is written"
 
 
 @pytest.mark.parametrize("option, value, needle", [

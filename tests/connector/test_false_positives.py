@@ -18,7 +18,7 @@ import importlib.util
 
 import pytest
 
-from harness.targets.connector_target import ConnectorTarget, target_for
+from harness.targets.connector_target import ConnectorTarget, connector_target
 from suites.connector import test_api, test_isolation, test_lookup, test_tracking
 from suites.connector.context import CheckContext, prompt
 
@@ -74,7 +74,7 @@ def test_c11_still_judges_when_a_preemption_happens():
 def test_c36_rebuilds_a_vllm_target_in_its_child_process(tmp_path):
     """vLLM's ExampleConnector keeps its store on disk: a second process (another PYTHONHASHSEED) finds what this
     one stored, with vLLM's class behind the adapter rebuilt from `vllm:ExampleConnector`."""
-    ctx = _context(target_for("vllm:ExampleConnector"), None, "C36")
+    ctx = _context(connector_target("vllm:ExampleConnector"), None, "C36")
     try:
         test_isolation.test_c36_determinism_across_processes(ctx, tmp_path)
     finally:
@@ -85,7 +85,7 @@ def test_c36_rebuilds_a_vllm_target_in_its_child_process(tmp_path):
 def test_c03_does_not_judge_vllm_connectors_on_cross_attention():
     """DecodeBenchConnector (SupportsHMA) on the three-group preset: the enable_kv_transfer=False and Mamba
     'none' groups are judged, the cross-attention group vLLM never hands a connector is not."""
-    ctx = _context(target_for("vllm:DecodeBenchConnector"), "fa+swa+mamba", "C03")
+    ctx = _context(connector_target("vllm:DecodeBenchConnector"), "fa+swa+mamba", "C03")
     try:
         test_api.test_c03_group_discovery_rejects(ctx, "fa+swa+mamba")
     finally:

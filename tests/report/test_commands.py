@@ -16,7 +16,9 @@ from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
 
-REPORT_FILES = ["compatibility.html", "compatibility.md", "results.json"]
+# A run of config cells of the seed era: the main page, the era's page, the changes page, HTML and results.
+REPORT_FILES = ["compatibility-changes.md", "compatibility-seed.md", "compatibility.html", "compatibility.md",
+                "results.json"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -51,7 +53,8 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
     source = write_results(tmp_path / "in.json", entries)
     status, out, _ = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
     assert status == expected_exit
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == REPORT_FILES
+    expected_files = REPORT_FILES if entries else ["compatibility.html", "compatibility.md", "results.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected_files
     assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
     if expected_exit == 1:
         assert "did not behave as expected" in out
@@ -161,7 +164,7 @@ def target_modules(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
-    ("kvc_missing_module:f", "target 'kvc_missing_module:f': module 'kvc_missing_module' does not import "
+    ("kvc_missing_module:f", "--target kvc_missing_module:f: module 'kvc_missing_module' does not import "
                              "(no module named 'kvc_missing_module')"),
     ("kvc_broken_target:f", "module 'kvc_broken_target' does not import (RuntimeError: cannot import me)"),
     ("kvc_targets:absent", "module 'kvc_targets' has no attribute 'absent'"),
@@ -517,6 +520,25 @@ def test_merge_a_skip_yields_to_a_run_and_duplicates_collapse(tmp_path, capsys):
     assert [(e["status"], e["run"]) for e in merged.results] == [("passed", 1)]
 
 
+def test_merge_keeps_two_tests_of_one_cell_and_still_refuses_one_test_disagreeing(tmp_path, capsys):
+    """The connector suite checks some cells with two tests (C25 forced and plain); in one run they may differ."""
+    cell = {"connector": "vllm-0.33.0:ExampleConnector", "check": "C25 finish-reuse-race", "tier": "MUST",
+            "preset": "fa_only"}
+
+    def c25(function, status):
+        return make_entry(nodeid=f"suites/connector/test_races.py::{function}[vllm-0.33.0:ExampleConnector-fa_only]",
+                          suite="connector", status=status, cell=cell)
+
+    a = write_results(tmp_path / "a.json", [c25("test_c25_finish_reuse_race_forced", "passed"),
+                                            c25("test_c25_finish_reuse_race", "failed")])
+    status, _, _ = run_cli(capsys, "merge", a, "-o", str(tmp_path / "m.json"))
+    assert status == 0
+    assert sorted(e["status"] for e in load_results(tmp_path / "m.json").results) == ["failed", "passed"]
+    b = write_results(tmp_path / "b.json", [c25("test_c25_finish_reuse_race_forced", "failed")])
+    status, _, err = run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "m2.json"))
+    assert status == 2 and "conflicting outcomes for connector" in err and "passed in" in err
+
+
 def test_merge_bad_inputs(tmp_path, capsys):
     good = write_results(tmp_path / "a.json", [config_entry()])
     (tmp_path / "foreign.json").write_text(json.dumps({"tests": []}))
@@ -540,7 +562,8 @@ def test_report_renders_a_merged_file(tmp_path, capsys):
     assert status == 0
     md = (tmp_path / "o" / "compatibility.md").read_text()
     assert "merged from 2 runs" in md
-    assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
+    era_page = (tmp_path / "o" / "compatibility-seed.md").read_text()
+    assert table_after(era_page, "### Era seed")[1] == ["no connector", "no feature", "✅ on", "⚪ off"]
 
 
 def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, monkeypatch):
@@ -556,9 +579,10 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
     failed = [e for e in results.results if e["status"] == "failed"]
     assert failed and all(e["cell"]["era"] == "seed" for e in failed)
     assert all(e["cell"]["features"] == "kv_events" for e in failed), "only the broken rule's cells fail"
-    md = (out_dir / "compatibility.md").read_text()
-    assert "❗" in md and "target tests.config_mutants:ignores_kv_events_in_seed" in md
-    assert "### Era seed (vLLM 0.13.0)" in md and "### Era v0.33" not in md
+    md, era_page = (out_dir / "compatibility.md").read_text(), (out_dir / "compatibility-seed.md").read_text()
+    assert "❗" in era_page and "target tests.config_mutants:ignores_kv_events_in_seed" in md
+    assert "### Era seed (vLLM 0.13.0)" in era_page and not (out_dir / "compatibility-v0.33.md").exists()
+    assert "[seed (vLLM 0.13.0)](compatibility-seed.md#era-seed)" in md, "the main page links to the era's page"
 
 
 def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():

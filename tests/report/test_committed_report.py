@@ -10,12 +10,13 @@ names the run); regenerate the file with `kvconform report` and commit it.
 from __future__ import annotations
 
 import difflib
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from harness.report.build import build_document
-from harness.report.markdown import extract_section, render_markdown
+from harness.report.markdown import extract_section, render_markdown_pages
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.config import resolve_case
 from suites.config.matrix import matrix
@@ -28,8 +29,10 @@ SECTION = "config"
 MATRIX_TEST = "suites/config/test_matrix.py::test_config_cell"
 
 
+@lru_cache(maxsize=1)
 def fresh_config_results() -> ResultsDocument:
-    """One entry per matrix cell, as `test_config_cell` records it for the reference resolver."""
+    """One entry per matrix cell, as `test_config_cell` records it for the reference resolver (computed once
+    per process; the report agreement test reads it too)."""
     entries = []
     for cell in matrix():
         case = cell.case()
@@ -56,11 +59,25 @@ def test_fresh_evaluation_matches_a_recorded_cell(fresh):
 
 
 def test_committed_compatibility_report_is_current(fresh):
+    """compatibility.md and each of its per-release pages (compatibility-ERA.md, compatibility-changes.md)."""
     assert COMMITTED.exists(), f"{COMMITTED} is missing: run `kvconform report` and commit reports/compatibility.md"
-    section = extract_section(render_markdown(build_document(fresh)), SECTION)
-    committed = extract_section(COMMITTED.read_text(encoding="utf-8"), SECTION)
-    if section != committed:
-        diff = "\n".join(list(difflib.unified_diff(committed.splitlines(), section.splitlines(), "committed", "fresh",
-                                                   lineterm="", n=1))[:40])
-        pytest.fail(f"reports/compatibility.md is stale (config matrix differs from a fresh run); "
-                    f"regenerate it with `kvconform report` and commit it. First differences:\n{diff}")
+    pages = render_markdown_pages(build_document(fresh), COMMITTED.name)
+    stale = []
+    for name, text in pages.items():
+        path = COMMITTED.parent / name
+        section = extract_section(text, SECTION)
+        committed = extract_section(path.read_text(encoding="utf-8"), SECTION) if path.exists() else "(missing)"
+        if section != committed:
+            diff = "\n".join(list(difflib.unified_diff(committed.splitlines(), section.splitlines(), "committed",
+                                                       "fresh", lineterm="", n=1))[:40])
+            stale.append(f"reports/{name}:\n{diff}")
+    if stale:
+        pytest.fail(f"the committed report is stale ({len(stale)} of {len(pages)} pages differ from a fresh run); "
+                    f"regenerate it with `kvconform report` and commit reports/compatibility*.md. First:\n{stale[0]}")
+
+
+def test_committed_report_stays_small():
+    """The main page answers the common questions; the era tables live on their own pages (issue 21: under
+    200 KB each, read in a minute)."""
+    for path in sorted(COMMITTED.parent.glob("compatibility*.md")):
+        assert path.stat().st_size < 200_000, f"{path.name} is {path.stat().st_size:,} bytes"

@@ -50,23 +50,27 @@ def hidden(dom: str, tag_pattern: str) -> bool:
     return "kv-hide" in match.group(0) or "kv-nomatch" in match.group(0)
 
 
-# Query -> rows shown: "at a glance" has 2 rows (connector tags only), per era 2 main-table rows and 1 listed
+# Query -> rows shown: the support table has 1 row (LMCacheConnectorV1, connector tag only), "at a glance"
+# 2 rows on cuda, 1 on rocm and 1 on tpu (connector and platform tags), per era 2 main-table rows and 1 listed
 # connector-with-feature row, and 1 row in "what changed" (era v0.33, platform cuda) -- worked out by hand
 # from synthetic.config_document. Main-table rows carry no platform tag (the platform filter hides their
 # columns); listed rows do.
 @pytest.mark.parametrize(("query", "rows"), [
-    ("", 9),
-    ("?era=seed", 5),  # the change arrives in v0.33
-    ("?era=v0.33", 6),
-    ("?connector=LMCacheConnectorV1", 6),
+    ("", 12),
+    ("?era=seed", 8),  # the change arrives in v0.33
+    ("?era=v0.33", 9),
+    ("?connector=LMCacheConnectorV1", 7),
     ("?platform=tpu", 7),  # the seed list's rocm row and the cuda-only change row are hidden
     ("?era=seed&platform=rocm", 5),
-    ("?era=seed&platform=cuda", 4),
+    ("?era=seed&platform=cuda", 5),
     ("?q=tpu_inference", 1),  # only a note of the v0.33 none/none row mentions it
-    ("?q=LMCACHECONNECTORV1", 6),  # case-insensitive
+    ("?q=LMCACHECONNECTORV1", 7),  # case-insensitive
     ("?q=nvidia", 1),  # the note of the v0.33 listed hisparse row
     ("?era=v0.33&q=tpu_inference", 1),
     ("?era=seed&q=tpu_inference", 0),
+    ("?era=0.13.0", 8),  # a release selects its era, as ?era=seed
+    ("?era=0.33", 9),
+    ("?era=0.13.0&platform=cuda", 5),
 ])
 def test_filters_and_search(page, tmp_path, query, rows):
     dom = dump_dom(page, query, tmp_path / "profile")
@@ -81,8 +85,9 @@ def filter_style(dom: str) -> str:
 
 def test_tables_render_and_era_filter_hides_other_eras(page, tmp_path):
     dom = dump_dom(page, "?era=seed&platform=cuda", tmp_path / "profile")
-    assert dom.count("<table") == 9, ("summary, what went wrong (the synthetic run has a failing cell), at a glance, "
-                                      "legend, two eras with a table and a list each, what changed")
+    assert dom.count("<table") == 12, ("summary, what went wrong (the synthetic run has a failing cell), the support "
+                                       "table, at a glance on three platforms, legend, two eras with a table and a list "
+                                       "each, what changed")
     style = filter_style(dom)
     assert '[data-f-era]:not([data-f-era~="seed"])' in style, "sections and rows of other eras are hidden"
     assert '[data-f-platform]:not([data-f-platform~="cuda"])' in style, "listed rows of other platforms are hidden"

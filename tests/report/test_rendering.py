@@ -12,7 +12,7 @@ import pytest
 from harness.report import render_reports
 from harness.report.build import build_document
 from harness.report.connector_section import hma_verdict
-from harness.report.html import render_html
+from harness.report.html import _icon, render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.report.md_helpers import html_table_after, footnotes, table_after
@@ -25,12 +25,14 @@ def test_era_tables_golden():
     md = render_markdown(build_document(config_document()))
     assert table_after(md, "### Era seed (vLLM 0.13.0)") == [
         ["connector", "feature", "cuda · auto", "cuda · --disable-…", "cuda · --no-disable-…", "rocm · auto"],
-        ["no connector", "no feature", "✅ on", "⚪ off ❗ differs [1]", "❔ unknown [2]", "❔ unknown [3]"],
-        ["LMCacheConnectorV1", "no feature", "⚪ off [4]", "❔ unknown [2]", "❌ E-F [5]", "❔ unknown [2]"],
-    ]
+        ["no connector", "no feature", "✅ on (config only)", "⚪ off ❗ differs (config only) [1]", "❔ unknown [2]",
+         "❔ unknown (config only) [3]"],
+        ["LMCacheConnectorV1", "no feature", "⚪ off (config only) [4]", "❔ unknown [2]", "❌ E-F [5]", "❔ unknown [2]"],
+    ], "the table's cells ran through create_connector unless they say they stopped at config"
+    assert "Cells ran through stage `create_connector` unless they say otherwise" in md
     assert table_after(md, "A connector together with a feature in seed: 1 configuration (") == [
-        ["connector", "feature", "platform", "flag", "outcome"],
-        ["LMCacheConnectorV1", "KV events", "rocm", "--disable-…", "⚪ off [4]"],
+        ["connector", "feature", "platform", "flag", "outcome", "stage reached"],
+        ["LMCacheConnectorV1", "KV events", "rocm", "--disable-…", "⚪ off [4]", "config"],
     ]
     assert footnotes(md, "### Era seed (vLLM 0.13.0)") == {
         "1": "differs from the oracle at stage config: expected resolved False",
@@ -45,8 +47,8 @@ def test_era_tables_golden():
         ["LMCacheConnectorV1", "no feature", "⚪ off [2]", "❔ unknown [3]"],
     ]
     assert table_after(md, "A connector together with a feature in v0.33: 1 configuration (") == [
-        ["connector", "feature", "platform", "flag", "outcome"],
-        ["LMCacheConnectorV1", "HiSparse", "tpu", "auto", "❌ E-HISPARSE-CUDA [4]"],
+        ["connector", "feature", "platform", "flag", "outcome", "stage reached"],
+        ["LMCacheConnectorV1", "HiSparse", "tpu", "auto", "❌ E-HISPARSE-CUDA [4]", "create_connector"],
     ]
     assert footnotes(md, "### Era v0.33 (vLLM 0.33.0)") == {
         "1": f"unknown: {TPU}",
@@ -56,19 +58,26 @@ def test_era_tables_golden():
     }
 
 
-def test_at_a_glance_per_connector_and_feature_on_cuda():
+def test_at_a_glance_per_connector_and_feature_per_platform():
     md = render_markdown(build_document(config_document()))
-    assert table_after(md, "### At a glance (cuda)") == [
+    assert table_after(md, "### At a glance: cuda") == [
         ["connector", "feature", "flag auto (absent)", "explicit enable (--no-disable-… / --enable-…)"],
-        ["no connector", "no feature", "✅ on", "not run"],
-        ["LMCacheConnectorV1", "no feature", "⚪ off", "❌ E-F"],
-    ]
+        ["no connector", "no feature", "✅ on (config only)", "not run"],
+        ["LMCacheConnectorV1", "no feature", "⚪ off (config only)", "❌ E-F"],
+    ], "a cell that stopped before create_connector says so"
+    assert table_after(md, "### At a glance: tpu")[1:] == [
+        ["no connector", "no feature", "❔ unknown from 0.33.0", "not run"],
+    ], "the tpu cells of the synthetic run are v0.33's"
+    assert table_after(md, "### Which connector runs with HMA, per platform and release") == [
+        ["connector", "cuda", "rocm", "tpu"],
+        ["LMCacheConnectorV1", "❌ refused (E-F)", "not run", "not run"],
+    ], "connector x platform x release: what an explicit enable gives"
     entries = [config_entry(era, None, "cuda", "none", "NixlConnector",
                             actual=outcome(resolved=resolved, warnings=[] if resolved is False else [W1]))
                for era, resolved in (("seed", True), ("v0.20", True), ("v0.22", False), ("v0.33", False))]
     entries.append(config_entry("v0.22", None, "cuda", "none", "MoRIIOConnector"))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
-    assert table_after(md, "### At a glance (cuda)")[1:] == [
+    assert table_after(md, "### At a glance: cuda")[1:] == [
         ["MoRIIOConnector", "no feature", "✅ on from 0.22.0", "not run"],
         ["NixlConnector", "no feature", "⚪ off; ✅ on from 0.22.0", "not run"],
     ], "a connector that appears later says from which release; a change names the release it arrives in"
@@ -110,9 +119,9 @@ def test_matrix_spelling_noconn_is_the_no_connector_row():
         ["ExampleConnector", "no feature", "⚪ off [1]"],
     ], "the cpu column has no main-table cell, so the main table has no cpu column"
     assert table_after(md, "A connector together with a feature in seed: 2 configurations (") == [
-        ["connector", "feature", "platform", "flag", "outcome"],
-        ["ExampleConnector", "chunked local attention", "cpu", "auto", "✅ on"],
-        ["ExampleConnector", "KV events", "cuda", "auto", "✅ on"],
+        ["connector", "feature", "platform", "flag", "outcome", "stage reached"],
+        ["ExampleConnector", "chunked local attention", "cpu", "auto", "✅ on", "config"],
+        ["ExampleConnector", "KV events", "cuda", "auto", "✅ on", "config"],
     ]
 
 
@@ -337,9 +346,9 @@ def test_allocator_and_throughput_sections():
         ["reference", "5 block pool", "0", "1", "0", "0"],
     ]
     assert "- free_order (5 block pool, reference): free queue order" in md
-    assert html_table_after(page, "<h2>Throughput") == [
+    assert html_table_after(page, '<h2 id="throughput">Throughput') == [
         ["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
-        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "❔ unknown1"],
+        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "unknown1"],
         ["request_stream_full", "reference", "1,380.0", "2,000", "0.250000", "2.00×"],
         ["request_stream_full", "vllm", "690.0", "1,000", "0.500000", "1.00×"],
     ]
@@ -361,7 +370,7 @@ def test_throughput_ratio_against_a_versioned_vllm_name():
                    extra={"metrics": {"requests_per_s": 1150.0}}),
     ]
     page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
-    rows = html_table_after(page, "<h2>Throughput")
+    rows = html_table_after(page, '<h2 id="throughput">Throughput')
     assert [row[0:2] + row[-1:] for row in rows[1:]] == [
         ["stream.full", "reference", "2.30×"],
         ["stream.full", "vllm-0.33.0", "1.00×"],
@@ -391,13 +400,18 @@ def test_html_is_self_contained_and_filterable():
     assert '<th data-f-platform="tpu">tpu · auto</th>' in page
     assert '<tr data-f-connector="LMCacheConnectorV1">' in page
     assert "<td data-f" not in page, "only header cells carry a column's tag (the page stays small)"
-    assert '<td class="k-off">⚪ off<sup><a href="#fn-3-4">4</a></sup></td>' in page  # section 3: after the summary and "What went wrong"
+    assert f'<td class="k-off">{_icon("⚪")}off<sup><a href="#fn-3-4">4</a></sup></td>' in page  # section 3: after the summary and "What went wrong"
     assert ('<li id="fn-3-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
             'cache manager because <code>--kv-transfer-config</code> is set.</li>') in page
     assert '<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm">' in page, (
         "a listed connector-with-feature row carries its platform for the platform filter")
     assert '<td>KV events</td>' in page
-    assert '<td class="k-error">❌ E-HISPARSE-CUDA<sup><a href="#fn-4-4">4</a></sup></td>' in page
+    assert f'<td class="k-error">{_icon("❌")}E-HISPARSE-CUDA<sup><a href="#fn-4-4">4</a></sup></td>' in page
+    assert "⚪" not in page and "❌" not in page and "✅" not in page, "no emoji: a font may lack them"
+    assert '<h3 id="era-seed">Era seed (vLLM 0.13.0)<a class="kv-anchor" href="#era-seed"' in page
+    assert '<tr data-f-connector="LMCacheConnectorV1" id="connector-LMCacheConnectorV1">' in page
+    assert "**" not in page, "Markdown bold is rendered"
+    assert "<strong>auto</strong>" in page and "era=0.33.0" in page, "the filter URL is documented"
     assert "Run 1: commit 000" in page
 
 
@@ -441,7 +455,7 @@ FAKE_DOM = """
 const inserted = [];
 const stub = () => ({value: "", textContent: "", setAttribute() {}, addEventListener() {}});
 const elements = {};
-const packed = JSON.parse(process.argv[2]).map((data) => ({
+const packed = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8")).map((data) => ({
   textContent: data,
   insertAdjacentHTML(where, html) { inserted.push(html); },
   remove() {},
@@ -475,7 +489,8 @@ def test_page_script_unpacks_sections_in_node(tmp_path):
     (tmp_path / "run.js").write_text(FAKE_DOM)
     data = re.findall(r'<script type="application/x-kv-section">([^<]*)</script>', page)
     assert data
-    done = subprocess.run([node, str(tmp_path / "run.js"), json.dumps(data), str(tmp_path / "page.js")],
+    (tmp_path / "data.json").write_text(json.dumps(data))
+    done = subprocess.run([node, str(tmp_path / "run.js"), str(tmp_path / "data.json"), str(tmp_path / "page.js")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 CASES = [
     ("nosuch.alloc:make_target", "--kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import"),
-    ("harness.targets.allocator_target:no_factory", "has no factory 'no_factory'"),
-    ("refrence", "'refrence' is neither module:factory nor one of reference, vllm; did you mean reference?"),
+    ("harness.targets.allocator_target:no_factory", "has no attribute 'no_factory'"),
+    ("refrence", "--kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
+                 "did you mean reference?"),
 ]
 try:
     import vllm  # noqa: F401

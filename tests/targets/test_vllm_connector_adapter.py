@@ -32,7 +32,7 @@ def _engine(cls, preset="fa_only") -> EngineCore:
 
 def test_example_connector_round_trip_through_the_adapter():
     engine = _engine(adapter_class("ExampleConnector"))
-    tokens = _prompt(1, 200)  # 200 = 12 blocks of 16 + 8: store and lookup keys agree (see the README)
+    tokens = _prompt(1, 200)  # 200 = 12 blocks of 16 + 8: store and lookup keys agree (see docs/vendor.md)
     first = engine.add_request(engine.make_request(tokens, max_tokens=2))
     engine.run_until_done()
     assert first.num_external_computed_tokens == 0

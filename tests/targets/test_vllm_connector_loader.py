@@ -28,7 +28,7 @@ def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
     with pytest.raises(UsageError) as info:
         vllm_connector.validate_spec("vllm:ExampleConnector")
     assert info.value.exit_code == EXIT_TARGET
-    assert str(info.value).startswith("target vllm: vLLM is not installed in this Python environment; ")
+    assert str(info.value).startswith("--kv-connector vllm:ExampleConnector: vLLM is not installed in this Python environment; ")
     assert "scripts/install-vllm.sh 0.33.0" in str(info.value)
 
 
@@ -96,8 +96,11 @@ def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
     assert vllm_connector.missing_requirement("NixlConnector") == (
         "cannot run here: NixlConnector needs the NIXL transfer library (UCX/RDMA) (package 'nixl' is not installed)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert vllm_connector.missing_requirement("OffloadingConnector").startswith(
-        "cannot run here: OffloadingConnector needs CUDA (")
+    assert vllm_connector.missing_requirement("P2pNcclConnector").startswith(
+        "cannot run here: P2pNcclConnector needs CUDA (")
+    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):  # CUDA plumbing only: CPU stand-ins
+        assert vllm_connector.missing_requirement(name) is None and vllm_connector.runs_on_standins(name)
+    assert not vllm_connector.runs_on_standins("P2pNcclConnector")
     assert vllm_connector.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
     assert vllm_connector.missing_requirement("ExampleConnector") is None
 
@@ -131,7 +134,7 @@ def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
     assert result.returncode == 4, result.stdout + result.stderr
     assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
                                      "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
-    assert result.stdout == "" and (not out.exists() or not any(out.iterdir())), "nothing runs and no report is written"
+    assert result.stdout == "" and not out.exists(), "nothing runs and no report is written"
 
 
 def test_each_connector_under_test_gets_its_own_store_directory():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import EXIT_TARGET, UsageError
-from harness.targets import load_named_target
+from harness.target_spec import load_config_target
 from harness.targets.vllm_install import INSTALL_HINT, import_vllm_modules, installed_vllm_version, vllm_era
 from tests.targets.fake_vllm import IMPORTABLE
 
@@ -27,13 +27,13 @@ def _refusal(call) -> str:
 
 def test_not_installed_names_the_install_script(no_vllm_distribution):
     message = _refusal(installed_vllm_version)
-    assert message.startswith("target vllm: vLLM is not installed in this Python environment")
+    assert message.startswith("vLLM is not installed in this Python environment")
     assert "scripts/install-vllm.sh 0.33.0" in message and INSTALL_HINT in message
 
 
 def test_not_installed_through_the_named_target(no_vllm_distribution):
-    """`--hma-target vllm` goes through the alias loader; the refusal must survive that path unchanged."""
-    message = _refusal(lambda: load_named_target("vllm"))
+    """`--hma-target vllm` goes through the built-in name's loader; the refusal keeps its reason."""
+    message = _refusal(lambda: load_config_target("vllm"))
     assert "vLLM is not installed" in message
 
 
@@ -46,7 +46,7 @@ def test_unsupported_release(fake_vllm, version, why):
     fake_vllm(version, IMPORTABLE)
     assert installed_vllm_version() == version
     message = _refusal(lambda: vllm_era(installed_vllm_version()))
-    assert message.startswith(f"target vllm: installed vLLM {version} is not supported (")
+    assert message.startswith(f"installed vLLM {version} is not supported (")
     assert why in message, message
     assert "0.10.0" in message and "0.33" in message, f"the accepted range must be named: {message}"
     assert "scripts/install-vllm.sh" in message
@@ -54,13 +54,13 @@ def test_unsupported_release(fake_vllm, version, why):
 
 def test_unsupported_release_stops_the_named_target(fake_vllm):
     fake_vllm("0.35.0", IMPORTABLE)
-    assert "installed vLLM 0.35.0 is not supported" in _refusal(lambda: load_named_target("vllm"))
+    assert "installed vLLM 0.35.0 is not supported" in _refusal(lambda: load_config_target("vllm"))
 
 
 def test_unreadable_version(fake_vllm):
     fake_vllm("dev", IMPORTABLE)
     message = _refusal(installed_vllm_version)
-    assert message == "target vllm: cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0 to 0.34.x"
+    assert message == "cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0 to 0.34.x"
 
 
 def test_local_suffix_is_dropped(fake_vllm):
@@ -77,7 +77,7 @@ def test_missing_dependency_halfway(fake_vllm):
     })
     message = _refusal(lambda: import_vllm_modules("0.33.0"))
     assert message == (
-        "target vllm: vLLM 0.33.0 is installed but vllm.distributed.kv_transfer.kv_connector.factory does not "
+        "vLLM 0.33.0 is installed but vllm.distributed.kv_transfer.kv_connector.factory does not "
         "import (missing package 'kvconform_absent_dependency'); reinstall it with: scripts/install-vllm.sh 0.33.0"
     )
 
@@ -85,9 +85,9 @@ def test_missing_dependency_halfway(fake_vllm):
 def test_module_raising_at_import(fake_vllm):
     """Not an ImportError: the exception class and the first line of its text name the gap."""
     fake_vllm("0.20.0", {"vllm.config": "raise RuntimeError('libcuda.so.1: cannot open shared object file\\nmore detail')\n"})
-    message = _refusal(lambda: load_named_target("vllm"))
+    message = _refusal(lambda: load_config_target("vllm"))
     assert message == (
-        "target vllm: vLLM 0.20.0 is installed but vllm.config does not import "
+        "--hma-target vllm: vLLM 0.20.0 is installed but vllm.config does not import "
         "(RuntimeError: libcuda.so.1: cannot open shared object file); reinstall it with: scripts/install-vllm.sh 0.20.0"
     )
 

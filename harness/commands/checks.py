@@ -1,0 +1,75 @@
+"""`kvconform checks`: every connector conformance check, with its tier and where it is described.
+
+The catalogue is the connector suite's own (`suites/connector/catalogue.py`): id, tier (MUST/SHOULD),
+short name, one-line description and which optional backdoor sharpens it. `docs/connector-checks.md` is the
+same list rendered by `checks_markdown()` (a test keeps it current), one anchor per check, so every link this
+command prints resolves.
+"""
+
+from __future__ import annotations
+
+import json
+
+DOC_PAGE = "docs/connector-checks.md"
+TIERS = ("MUST", "SHOULD")
+
+
+def register(subparsers) -> None:
+    """Add the `checks` subcommand."""
+    parser = subparsers.add_parser(
+        "checks", help="list the connector conformance checks with their tier and description",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 listed; 2 usage error\n\n"
+               "Run them: pytest --pyargs suites.connector --kv-connector mypkg.mod:MyConnector (docs/vendor.md).")
+    parser.add_argument("--format", choices=("text", "md", "json"), default="text",
+                        help="text (default), md (the table of docs/connector-checks.md) or json")
+    parser.add_argument("--tier", choices=TIERS, default=None, help="only the checks of this tier")
+    parser.set_defaults(run=run)
+
+
+def catalogue() -> list[dict]:
+    """Every check as {id, tier, name, description, backdoor, link}, in id order."""
+    from suites.connector.catalogue import BACKDOORS, CHECKS
+
+    return [{"id": check_id, "tier": tier, "name": name, "description": description,
+             "backdoor": (f"{BACKDOORS[check_id][0]} {BACKDOORS[check_id][1]}" if check_id in BACKDOORS else None),
+             "link": f"{DOC_PAGE}#{check_id.lower()}"}
+            for check_id, (tier, name, description) in sorted(CHECKS.items())]
+
+
+def checks_markdown() -> str:
+    """The text of docs/connector-checks.md."""
+    checks = catalogue()
+    must = sum(1 for c in checks if c["tier"] == "MUST")
+    lines = [
+        "# Connector conformance checks",
+        "",
+        f"The connector suite's {len(checks)} checks ({must} MUST, {len(checks) - must} SHOULD), generated from "
+        "`suites/connector/catalogue.py` (`kvconform checks --format md` prints this table; a test keeps this page "
+        "current). Each check runs once per preset where presets matter (`fa_only`, `fa+swa`, `fa16+swa32`, "
+        "`fa+mamba_align`, `fa+swa+mamba`); a failure's first line is `C07 [fa+swa]: <first evidence>`. "
+        "The checks follow section 4.2 of the connector spec; how to run them: [vendor.md](vendor.md).",
+        "",
+        "| id | tier | name | what it checks | backdoor |",
+        "|---|---|---|---|---|",
+    ]
+    for check in checks:
+        anchor = f'<a id="{check["id"].lower()}"></a>'
+        lines.append(f"| {anchor}{check['id']} | {check['tier']} | `{check['name']}` | {check['description']} | "
+                     f"{check['backdoor'] or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args) -> int:
+    """Print the catalogue."""
+    checks = [c for c in catalogue() if args.tier is None or c["tier"] == args.tier]
+    if args.format == "json":
+        print(json.dumps(checks, indent=1))
+    elif args.format == "md":
+        print(checks_markdown(), end="")
+    else:
+        width = max(len(c["name"]) for c in checks)
+        for check in checks:
+            print(f"{check['id']}  {check['tier']:<6}  {check['name']:<{width}}  {check['description']}  "
+                  f"({check['link']})")
+    return 0

@@ -1,0 +1,146 @@
+"""What one vLLM release's allocator (`v1/core`) offers: its capability table, read from the release itself.
+
+A conformance check that needs an API or a feature the release under test lacks is not a failure of that
+release: it is "N/A on X.Y.Z: reason" (a skip with that reason), so a clean run on any supported release is
+green and `kvconform diff` of two releases' runs lists only what changed in behaviour.
+
+Each capability is probed from the installed release's own code (a constructor parameter, a dataclass
+field, a method, a class), never from a version number, so a release kvconform has never seen gets a correct
+table too. `docs/allocator-releases.md` lists the table for the releases checked by hand (0.13.0 to 0.34.0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Capability", "CAPABILITIES", "probe_capabilities", "not_applicable"]
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One allocator feature: how to see it in a release, and what a release without it lacks."""
+
+    name: str
+    lacks: str  # completes "N/A on X.Y.Z: ..." for a release without it
+    probe: Callable[[dict], bool]
+
+
+def _params(obj) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def _fields(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else frozenset()
+
+
+def _has_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except Exception:  # absent, or present but not importable on this machine
+        return False
+    return True
+
+
+def _returns_boundary(mods: dict) -> bool:
+    # 2-tuple (blocks, hit tokens) before the shared-prefix boundary was added, then a 3-tuple.
+    annotation = inspect.signature(mods["manager"].KVCacheManager.get_computed_blocks).return_annotation
+    return isinstance(annotation, str) and annotation.replace(" ", "").count(",") >= 2 \
+        or getattr(annotation, "__args__", None) is not None and len(annotation.__args__) >= 3
+
+
+# name -> Capability; `mods` holds the release's modules: iface (kv_cache_interface), pool (block_pool),
+# manager (kv_cache_manager), coordinator (kv_cache_coordinator), utils (kv_cache_utils), events
+# (vllm.distributed.kv_events, or None).
+CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
+    Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (groups of different "
+               "block sizes cannot be scheduled at their LCM)",
+               lambda m: "scheduler_block_size" in _params(m["manager"].KVCacheManager)),
+    Capability("max_in_flight_tokens", "KVCacheManager takes no max_in_flight_tokens",
+               lambda m: "max_in_flight_tokens" in _params(m["manager"].KVCacheManager)),
+    Capability("hash_lookahead", "KVCacheManager takes no num_hash_lookahead_tokens (block hashes cover "
+               "only their own block)",
+               lambda m: "num_hash_lookahead_tokens" in _params(m["manager"].KVCacheManager)),
+    Capability("dcp", "KVCacheManager takes no dcp_world_size",
+               lambda m: "dcp_world_size" in _params(m["manager"].KVCacheManager)),
+    Capability("retention_interval", "KVCacheConfig has no prefix_cache_retention_interval (sliding-window "
+               "and Mamba groups cache every block)",
+               lambda m: "prefix_cache_retention_interval" in _fields(m["iface"].KVCacheConfig)),
+    Capability("shared_prefix_boundary", "get_computed_blocks returns (blocks, hit tokens) without the "
+               "shared-prefix boundary", _returns_boundary),
+    Capability("external_computed_tokens", "allocate_slots takes no num_external_computed_tokens",
+               lambda m: "num_external_computed_tokens" in _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("reserved_blocks", "allocate_slots takes no reserved_blocks / full_sequence_must_fit",
+               lambda m: {"reserved_blocks", "full_sequence_must_fit"}
+               <= _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("block_ids_by_group", "KVCacheBlocks.get_block_ids takes no group_ids",
+               lambda m: "group_ids" in _params(m["manager"].KVCacheBlocks.get_block_ids)),
+    Capability("unhashed_lifo", "freed blocks all join the tail of the free queue (no FreeKVCacheBlockQueue."
+               "prepend_n: unhashed blocks are not reused first)",
+               lambda m: hasattr(m["utils"].FreeKVCacheBlockQueue, "prepend_n")),
+    Capability("default_none_hash_seed", "NONE_HASH is random per process unless PYTHONHASHSEED is set (no "
+               "DEFAULT_NONE_HASH_SEED)",
+               lambda m: hasattr(m["utils"], "DEFAULT_NONE_HASH_SEED")),
+    Capability("several_group_types", "HybridKVCacheCoordinator takes full attention plus one other type of "
+               "group only",
+               lambda m: "exactly one other type" not in inspect.getsource(
+                   m["coordinator"].HybridKVCacheCoordinator)),
+    Capability("new_step_starts", "KVCacheManager has no new_step_starts (no per-step bookkeeping)",
+               lambda m: hasattr(m["manager"].KVCacheManager, "new_step_starts")),
+    Capability("remove_skipped_blocks", "KVCacheManager has no remove_skipped_blocks",
+               lambda m: hasattr(m["manager"].KVCacheManager, "remove_skipped_blocks")),
+    Capability("connector_lookup", "KVCacheManager has no get_computed_blocks_for_connector",
+               lambda m: hasattr(m["manager"].KVCacheManager, "get_computed_blocks_for_connector")),
+    Capability("unpin_blocks", "BlockPool has no unpin_blocks",
+               lambda m: hasattr(m["pool"].BlockPool, "unpin_blocks")),
+    Capability("emit_cached_block_events", "BlockPool has no emit_cached_block_events (hits are not reported)",
+               lambda m: hasattr(m["pool"].BlockPool, "emit_cached_block_events")),
+    Capability("partial_prefix_hits", "BlockPool has no cache_partial_block (no fine-grained prefix hits)",
+               lambda m: hasattr(m["pool"].BlockPool, "cache_partial_block")),
+    Capability("kv_event_group_idx", "BlockStored/BlockRemoved carry no group_idx",
+               lambda m: m["events"] is not None and "group_idx" in getattr(m["events"].BlockStored,
+                                                                           "__struct_fields__", ())),
+    Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),
+    Capability("mamba_align", "MambaSpec has no mamba_cache_mode (no prefix caching of Mamba states)",
+               lambda m: "mamba_cache_mode" in _fields(m["iface"].MambaSpec)),
+    Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
+               lambda m: "num_prefill_checkpoint_blocks" in _fields(m["iface"].MambaSpec)),
+    Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: _has_module("vllm.v1.hisparse.layout")),
+    Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
+               "(HiSparse before write-back spills and host indexer pages)",
+               lambda m: hasattr(importlib.import_module("vllm.v1.hisparse.coordinator").HiSparseCoordinator,
+                                 "advance_scheduled")
+               and hasattr(importlib.import_module("vllm.v1.hisparse.layout"),
+                           "get_hisparse_steady_state_concurrency")),
+    Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
+               lambda m: m["events"] is not None and "lookahead_token_ids" in getattr(
+                   m["events"].BlockStored, "__struct_fields__", ())),
+)}
+
+
+def probe_capabilities(mods: dict) -> tuple[frozenset[str], dict[str, str]]:
+    """(capabilities the release has, {capability it lacks: what it lacks}) from its modules."""
+    have, lacks = set(), {}
+    for cap in CAPABILITIES.values():
+        try:
+            present = bool(cap.probe(mods))
+        except (AttributeError, KeyError, TypeError, ValueError, ImportError, OSError):
+            present = False  # the module, class or member the probe reads is not there
+        if present:
+            have.add(cap.name)
+        else:
+            lacks[cap.name] = cap.lacks
+    return frozenset(have), lacks
+
+
+def not_applicable(version: str, reason: str):
+    """Skip the running check: the release lacks what it needs (pytest's skip, with the N/A wording)."""
+    import pytest
+
+    pytest.skip(f"N/A on {version}: {reason}")

@@ -1,0 +1,310 @@
+"""CPU stand-ins for the CUDA pieces of vLLM's CPU-offloading connectors: the one place where kvconform puts
+something of its own in place of a piece of vLLM (documented in docs/vllm-connectors.md, "CPU stand-ins").
+
+OffloadingConnector (its CPU backend) and SimpleCPUOffloadConnector are CPU-memory tiers; what ties their
+workers to a GPU is only the device plumbing around the copies. On a machine without CUDA the adapter
+(`harness.targets.vllm_connector_adapter`) calls `install()` before building such a connector, which rebinds
+module-level names in the listed vLLM modules (and nowhere else):
+
+| piece            | vLLM uses                                       | stand-in                                        |
+|------------------|-------------------------------------------------|-------------------------------------------------|
+| platform check   | `current_platform.is_cuda_alike()/is_rocm()`    | `StandInPlatform`: answers as ROCm does (a      |
+|                  |                                                 | CUDA-alike GPU whose CPU tier is a private      |
+|                  |                                                 | tensor, not the shared mmap region, whose       |
+|                  |                                                 | set-up needs a multi-process barrier)           |
+| streams          | `torch.cuda.Stream`, `current_platform.Stream`  | `StandInStream`: ordering calls are no-ops      |
+| events           | `torch.Event`                                   | `StandInEvent`: complete once recorded          |
+| pinned memory    | `PIN_MEMORY` (True on vLLM's unspecified        | `False`: vLLM's own pageable-memory path        |
+|                  | platform), `cudaHostRegister`                   |                                                 |
+| copy kernel      | `ops.swap_blocks_batch`, `cuMemcpyBatchAsync`   | `swap_blocks_batch` / `batch_memcpy`: the same  |
+|                  |                                                 | (src, dst, size) byte copies, done by memmove   |
+| device memory    | `assert gpu_tensor.is_cuda`                     | `DeviceMemory`: the engine's CPU KV tensors     |
+|                  |                                                 | (no copy) with `is_cuda` true                   |
+| copy launch      | `queue.SimpleQueue` feeding the copy thread     | `HandoffQueue`: `put` returns once the thread   |
+|                  | (SimpleCPUOffloadConnector's DMA/disk backends) | has run the copy and recorded its event         |
+
+Why the semantics are faithful: the stand-in device is synchronous, a legal (if fast) GPU schedule. Every copy
+has completed when the call that launched it returns: OffloadingConnector copies inline on its "stream", and
+SimpleCPUOffloadConnector's copy thread (vLLM's own) has run the copy before `launch_copy` returns, as a GPU
+would have done by the next step (without the hand-off, the copy thread waits for the GIL while the engine's
+fast CPU steps go by, and the blocks it pins look leaked). So an event recorded after a copy is complete, and a
+stream wait has nothing to wait for. The completion is still reported the way vLLM reports it: by the
+connector's own event polling and job accounting, one step later or more.
+What stays vLLM's, unmodified: the connectors' scheduler and worker classes, their managers (lookups, keys,
+hit rules, eviction), group handling, the transfer specs and job accounting, and the code that turns block
+ids into the (src, dst, size) lists the copy kernel receives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import threading
+import time
+import types
+
+import queue
+import numpy as np
+import torch
+
+# module -> names the stand-ins rebind there (the modules of vLLM 0.33's two CPU-offloading connectors).
+_SITES: dict[str, tuple[str, ...]] = {
+    "vllm.v1.kv_offload.cpu.spec": ("current_platform",),
+    "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY"),
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker": ("torch",),
+    "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY"),
+    "vllm.v1.simple_kv_offload.copy_backend": ("current_platform", "torch", "queue"),
+    "vllm.v1.simple_kv_offload.disk_backend": ("current_platform", "torch", "queue"),
+    "vllm.v1.simple_kv_offload.cuda_mem_ops": ("current_platform", "_batch_memcpy"),
+}
+_lock = threading.Lock()
+_saved: dict[tuple[str, str], object] = {}
+
+
+class StandInEvent:
+    """`torch.Event` on the CPU: complete as soon as it is recorded (the work before it already ran)."""
+
+    def __init__(self, *args, enable_timing: bool = False, **kwargs):
+        self._time: float | None = None
+
+    def record(self, stream=None) -> None:
+        """Mark now (wall clock, for `elapsed_time`)."""
+        self._time = time.perf_counter()
+
+    def query(self) -> bool:
+        """Always complete: CPU copies finish before the issuing thread records an event."""
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
+
+    def wait(self, stream=None) -> None:
+        """Nothing to wait for."""
+
+    def elapsed_time(self, end: "StandInEvent") -> float:
+        """Milliseconds between this event's record and `end`'s (0 when either was never recorded)."""
+        if self._time is None or end._time is None:
+            return 0.0
+        return (end._time - self._time) * 1e3
+
+
+class StandInStream:
+    """A CUDA stream on the CPU: work submitted "on" it runs synchronously, so ordering calls are no-ops."""
+
+    cuda_stream = 0  # the raw handle vLLM passes to the copy kernel (ignored by the stand-in kernel)
+
+    def __init__(self, *args, priority: int = 0, **kwargs):
+        self.priority = priority
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(lowest, highest) priority: a single level."""
+        return 0, 0
+
+    def wait_stream(self, other) -> None:
+        """Nothing to wait for."""
+
+    def wait_event(self, event) -> None:
+        """Nothing to wait for."""
+
+    def record_event(self, event=None):
+        """Record `event` (a new one when None) now."""
+        event = event or StandInEvent()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        """Always idle."""
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
+
+
+_DEFAULT_STREAM = StandInStream()
+
+
+class DeviceMemory(torch.Tensor):
+    """The engine's CPU KV memory presented as device memory (`is_cuda` true), without a copy: the stand-in for
+    the GPU KV cache the offloading worker asserts it was given. Views of it stay `DeviceMemory`."""
+
+    @property
+    def is_cuda(self) -> bool:  # noqa: D102 - the one answer that differs from a CPU tensor
+        return True
+
+
+class HandoffQueue:
+    """`queue.SimpleQueue` between a launcher and vLLM's copy thread, where `put` returns only once the thread
+    has finished the item and come back for the next one (`None`, the shutdown sentinel, does not wait)."""
+
+    WAIT_S = 60.0  # a copy thread that never comes back is vLLM's to report; do not hang the check forever
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._changed = threading.Condition()
+        self._gets = 0
+        self._puts = 0
+
+    def get(self, *args, **kwargs):
+        """The consumer: having come back for an item means the previous one is done."""
+        with self._changed:
+            self._gets += 1
+            self._changed.notify_all()
+        return self._queue.get(*args, **kwargs)
+
+    def put(self, item, *args, **kwargs) -> None:
+        """Hand `item` over and wait until the consumer is done with it."""
+        with self._changed:
+            self._puts += 1
+            done_when = self._puts + 1  # the consumer's first get, then one per finished item
+        self._queue.put(item)
+        if item is None:
+            return
+        with self._changed:
+            self._changed.wait_for(lambda: self._gets >= done_when, timeout=self.WAIT_S)
+
+    def put_nowait(self, item) -> None:  # noqa: D102 - same as put
+        self.put(item)
+
+    def get_nowait(self):  # noqa: D102
+        return self.get(block=False)
+
+    def empty(self) -> bool:  # noqa: D102
+        return self._queue.empty()
+
+    def qsize(self) -> int:  # noqa: D102
+        return self._queue.qsize()
+
+
+def swap_blocks_batch(src_ptrs: torch.Tensor, dst_ptrs: torch.Tensor, sizes: torch.Tensor, *args, **kwargs) -> None:
+    """vLLM's `ops.swap_blocks_batch` copy kernel on the CPU: copy `sizes[i]` bytes from `src_ptrs[i]` to
+    `dst_ptrs[i]` for every i (int64 byte addresses, as vLLM computes them)."""
+    for src, dst, size in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        if size:
+            ctypes.memmove(dst, src, size)
+
+
+def batch_memcpy(dsts, srcs, sizes, count, attrs, attrs_idx, num_attrs, fail_idx, stream) -> int:
+    """`cuMemcpyBatchAsync` on the CPU (the entry point SimpleCPUOffloadConnector resolves): `count` copies whose
+    destination, source and size arrays (uint64) start at the addresses `dsts`, `srcs`, `sizes`. Returns 0
+    (CUDA_SUCCESS)."""
+    if count:
+        arrays = (np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(a)) for a in (dsts, srcs, sizes))
+        for dst, src, size in zip(*(a.tolist() for a in arrays)):
+            if size:
+                ctypes.memmove(dst, src, size)
+    return 0
+
+
+class StandInPlatform:
+    """vLLM's `current_platform` as the offloading modules see it: a CUDA-alike platform that takes ROCm's
+    private-host-tensor path, with stand-in streams; everything else is the real platform's answer."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def is_cuda_alike(self) -> bool:  # noqa: D102
+        return True
+
+    def is_rocm(self) -> bool:  # noqa: D102 - ROCm's path: no shared mmap region, the C++ copy kernel
+        return True
+
+    def is_cuda(self) -> bool:  # noqa: D102
+        return False
+
+    def is_xpu(self) -> bool:  # noqa: D102
+        return False
+
+    Stream = StandInStream
+
+    @staticmethod
+    def current_stream(*args, **kwargs) -> StandInStream:  # noqa: D102
+        return _DEFAULT_STREAM
+
+    @staticmethod
+    def stream(stream):  # noqa: D102 - `with current_platform.stream(s):` selects nothing on the CPU
+        return contextlib.nullcontext(stream)
+
+    @staticmethod
+    def set_device(device) -> None:  # noqa: D102
+        return None
+
+    @staticmethod
+    def synchronize(*args, **kwargs) -> None:  # noqa: D102
+        return None
+
+
+def _cuda_namespace() -> types.SimpleNamespace:
+    """What the offloading modules call on `torch.cuda`."""
+    return types.SimpleNamespace(Stream=StandInStream, Event=StandInEvent, current_stream=StandInPlatform.current_stream,
+                                 synchronize=StandInPlatform.synchronize, is_available=torch.cuda.is_available)
+
+
+class _TorchProxy(types.ModuleType):
+    """`torch` for one vLLM module: the real module except `Event`, `cuda` and (for the offloading worker,
+    which builds its device views with `torch.tensor([]).set_(storage)`) `tensor`."""
+
+    def __init__(self, device_memory: bool):
+        super().__init__("torch")
+        self.Event = StandInEvent
+        self.cuda = _cuda_namespace()
+        if device_memory:
+            self.tensor = lambda *a, **k: torch.tensor(*a, **k).as_subclass(DeviceMemory)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _standin(module, name: str):
+    if name == "current_platform":
+        return StandInPlatform(getattr(module, name))
+    if name == "torch":
+        return _TorchProxy(device_memory=module.__name__.endswith("offloading.worker"))
+    if name == "ops":
+        return types.SimpleNamespace(swap_blocks_batch=swap_blocks_batch)
+    if name == "PIN_MEMORY":
+        return False
+    if name == "_batch_memcpy":
+        return (batch_memcpy, 1)
+    if name == "queue":
+        return types.SimpleNamespace(SimpleQueue=HandoffQueue, Queue=queue.Queue, Empty=queue.Empty)
+    raise KeyError(name)
+
+
+def install() -> list[str]:
+    """Rebind the stand-ins in every listed vLLM module that imports here (idempotent). Returns the
+    `module.name` entries it rebinds."""
+    done = []
+    with _lock:
+        for module_name, names in _SITES.items():
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue  # another vLLM release: that connector's module does not exist there
+            for name in names:
+                if not hasattr(module, name) and name != "_batch_memcpy":
+                    continue
+                key = (module_name, name)
+                if key not in _saved:
+                    _saved[key] = getattr(module, name, None)
+                    setattr(module, name, _standin(module, name) if name != "current_platform"
+                            else StandInPlatform(_saved[key]))
+                done.append(f"{module_name}.{name}")
+    return done
+
+
+def uninstall() -> None:
+    """Put vLLM's own objects back (tests)."""
+    with _lock:
+        for (module_name, name), value in _saved.items():
+            setattr(importlib.import_module(module_name), name, value)
+        _saved.clear()
+
+
+def installed() -> bool:
+    """Whether the stand-ins are in place."""
+    return bool(_saved)

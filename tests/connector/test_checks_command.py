@@ -1,0 +1,45 @@
+"""`kvconform checks`: every check the connector suite runs is listed with its tier, and every link resolves."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harness.cli import main
+from harness.commands.checks import checks_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def suite_check_ids() -> set[str]:
+    """The check ids the suite's tests are marked with (read from the test files, not the catalogue)."""
+    found = set()
+    for path in (REPO / "suites" / "connector").glob("test_*.py"):
+        found |= set(re.findall(r'kv_check\("(C\d+)"\)', path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_check_of_the_suite_is_listed_with_tier_and_link(capsys):
+    assert main(["checks", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    ids = {c["id"] for c in listed}
+    assert suite_check_ids() <= ids and len(ids) == 36
+    assert {c["tier"] for c in listed} == {"MUST", "SHOULD"}
+    doc = (REPO / "docs" / "connector-checks.md").read_text(encoding="utf-8")
+    for check in listed:
+        page, anchor = check["link"].split("#")
+        assert page == "docs/connector-checks.md" and f'<a id="{anchor}"></a>{check["id"]} ' in doc
+
+
+def test_checks_text_and_tier_filter(capsys):
+    assert main(["checks", "--tier", "SHOULD"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["C08", "C32", "C35"]
+    assert all("SHOULD" in line and "docs/connector-checks.md#c" in line for line in lines)
+    assert main(["checks", "--tier", "MAY"]) == 2
+
+
+def test_the_checks_page_is_current():
+    assert (REPO / "docs" / "connector-checks.md").read_text(encoding="utf-8") == checks_markdown(), (
+        "regenerate it: kvconform checks --format md > docs/connector-checks.md")

@@ -1,0 +1,102 @@
+"""The CPU stand-ins for the CUDA pieces of vLLM's offloading connectors (harness.targets.vllm_device_standins).
+
+The copy kernels are checked against torch's own slice copies (an independent oracle); the stream and event
+stand-ins against the semantics vLLM relies on. Installing them needs vLLM (skipped without it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from harness.targets import vllm_device_standins as standins
+
+
+def _pages(seed: int, rows: int, width: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-128, 128, (rows, width), dtype=torch.int8, generator=g)
+
+
+def _copies(seed: int, src_rows: int, dst_rows: int, width: int, count: int):
+    """`count` (src row, dst row, byte offset, size) copies, no two writing the same destination bytes."""
+    rng = random.Random(seed)
+    dst_rows_used = rng.sample(range(dst_rows), count)
+    out = []
+    for dst_row in dst_rows_used:
+        offset = rng.randrange(width)
+        out.append((rng.randrange(src_rows), dst_row, offset, rng.randrange(width - offset + 1)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_swap_blocks_batch_copies_what_slices_copy(seed):
+    src, dst = _pages(seed, 12, 96), _pages(seed + 100, 10, 96)
+    expected = dst.clone()
+    copies = _copies(seed, 12, 10, 96, 7)
+    for s, d, off, size in copies:
+        expected[d, off:off + size] = src[s, off:off + size]
+    src_ptrs = torch.tensor([src[s].data_ptr() + off for s, _, off, _ in copies], dtype=torch.int64)
+    dst_ptrs = torch.tensor([dst[d].data_ptr() + off for _, d, off, _ in copies], dtype=torch.int64)
+    sizes = torch.tensor([size for *_, size in copies], dtype=torch.int64)
+    standins.swap_blocks_batch(src_ptrs, dst_ptrs, sizes, is_src_access_order_any=True)
+    assert torch.equal(dst, expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_memcpy_reads_its_address_arrays_like_cuMemcpyBatchAsync(seed):
+    src, dst = _pages(seed, 8, 64), _pages(seed + 50, 8, 64)
+    expected = dst.clone()
+    copies = _copies(seed, 8, 8, 64, 5)
+    for s, d, off, size in copies:
+        expected[d, off:off + size] = src[s, off:off + size]
+    dsts = np.array([dst[d].data_ptr() + off for _, d, off, _ in copies], dtype=np.uint64)
+    srcs = np.array([src[s].data_ptr() + off for s, _, off, _ in copies], dtype=np.uint64)
+    sizes = np.array([size for *_, size in copies], dtype=np.uint64)
+    status = standins.batch_memcpy(dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(copies),
+                                   None, None, 1, None, 0)
+    assert status == 0
+    assert torch.equal(dst, expected)
+
+
+def test_events_are_complete_once_recorded_and_time_wall_clock():
+    start, end = standins.StandInEvent(enable_timing=True), standins.StandInEvent(enable_timing=True)
+    stream = standins.StandInStream(priority=0)
+    start.record(stream)
+    end.record(stream)
+    assert start.query() and end.query()
+    assert start.elapsed_time(end) >= 0.0
+    assert standins.StandInStream.priority_range() == (0, 0)
+    assert stream.record_event().query()
+
+
+def test_device_memory_is_the_same_bytes_seen_as_device_memory():
+    backing = torch.arange(64, dtype=torch.int8)
+    device = backing.as_subclass(standins.DeviceMemory)
+    view = device.view(torch.int8).view(4, 16)
+    assert view.is_cuda and isinstance(view, standins.DeviceMemory)
+    assert view.data_ptr() == backing.data_ptr()
+    assert not backing.is_cuda, "only the stand-in answers as device memory"
+
+
+def test_install_rebinds_only_the_listed_vllm_modules():
+    pytest.importorskip("vllm.v1.kv_offload.cpu.gpu_worker", reason="needs vLLM 0.33 (scripts/install-vllm.sh 0.33.0)")
+    from vllm.platforms import current_platform
+
+    try:
+        done = standins.install()
+        gpu_worker = importlib.import_module("vllm.v1.kv_offload.cpu.gpu_worker")
+        spec = importlib.import_module("vllm.v1.kv_offload.cpu.spec")
+        assert "vllm.v1.kv_offload.cpu.gpu_worker.ops" in done
+        assert spec.current_platform.is_cuda_alike() and spec.current_platform.is_rocm()
+        assert gpu_worker.PIN_MEMORY is False
+        assert gpu_worker.torch.Event is standins.StandInEvent
+        assert gpu_worker.torch.zeros is torch.zeros, "everything else is torch itself"
+        assert not current_platform.is_cuda_alike(), "vLLM's platform elsewhere is untouched"
+        assert standins.install() == done, "idempotent"
+    finally:
+        standins.uninstall()
+    assert gpu_worker.torch is torch and spec.current_platform is current_platform

@@ -1,0 +1,128 @@
+"""The reference's release switch (0.34's id map, 0.33's view of it) and the vLLM target's capability table."""
+
+import gc
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from harness.targets.allocator_capabilities import CAPABILITIES, probe_capabilities
+from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool
+from reference_impl.kv_cache.kv_cache_utils import KVCacheBlock
+from reference_impl.kv_cache.release import ENV_VAR, NEWEST, allocator_release, parse_release
+
+
+@pytest.mark.parametrize("text,expected", [("0.33", (0, 33)), ("0.33.0", (0, 33)), ("v0.13", (0, 13)),
+                                           ("0.40.1", NEWEST)])
+def test_release_spellings(text, expected):
+    assert parse_release(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0.12", "033", "latest", "0.33.x", ""])
+def test_release_bad_values_name_the_variable(text, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, text)
+    if not text:  # empty: the default
+        assert allocator_release() == NEWEST
+        return
+    with pytest.raises(ValueError, match=rf"^{ENV_VAR}: '{text}' is not a vLLM release .*accepted: X.Y or X.Y.Z"):
+        allocator_release()
+
+
+def test_id_map_holds_ids_and_keeps_shared_keys_apart(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    blocks = [KVCacheBlock(i) for i in range(5)]
+    cache = BlockHashToBlockMap(blocks)
+    cache.insert(b"a", blocks[1])
+    cache.insert(b"a", blocks[3])
+    cache.insert(b"b", blocks[2])
+    assert cache._cache == {b"a": 1, b"b": 2}
+    assert cache._dup_ids == {b"a": {1: None, 3: None}}
+    assert not gc.is_tracked(cache._cache), "a dict of bytes and ints is never walked by the GC"
+    assert cache.pop(b"a", 4) is None and cache.contain(b"a", 3)
+    assert cache.pop(b"a", 1) is blocks[1]
+    assert cache._cache == {b"a": 3, b"b": 2} and cache._dup_ids == {}, "one block left: no longer shared"
+    assert cache.get_one_block(b"a") is blocks[3]
+
+
+def test_033_view_reads_and_writes_blocks(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "0.33.0")
+    pool = BlockPool(6, enable_caching=True, hash_block_size=4)
+    b1, b3 = pool.blocks[1], pool.blocks[3]
+    cache = pool.cached_block_hash_to_block
+    cache.insert(b"k", b1)
+    cache.insert(b"k", b3)
+    assert cache._cache == {b"k": {1: b1, 3: b3}}
+    cache.pop(b"k", 1)
+    assert cache._cache == {b"k": {3: b3}}, "0.33: a shared key stays a dict down to one block"
+    saved = dict(cache._cache)
+    cache._cache.pop(b"k")
+    assert cache.get_one_block(b"k") is None, "the view writes through"
+    cache._cache[b"k"] = saved[b"k"]
+    assert cache.get_one_block(b"k") is b3
+
+
+def test_pool_is_freed_by_refcounting_alone():
+    pool = BlockPool(8, enable_caching=True, hash_block_size=4)
+    ref = __import__("weakref").ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert ref() is None, "blocks refer to their pool weakly: no cycle keeps it alive"
+    finally:
+        gc.enable()
+
+
+@dataclass
+class _Tensor:
+    size: int
+    shared_by: list
+
+
+def _old_release_modules():
+    """Modules shaped like vLLM 0.13's allocator API (hand-written from its source)."""
+    @dataclass
+    class KVCacheConfig:
+        num_blocks: int
+        kv_cache_tensors: list
+        kv_cache_groups: list
+
+    @dataclass
+    class MambaSpec:
+        block_size: int
+        num_speculative_blocks: int = 0
+
+    class KVCacheBlocks:
+        def get_block_ids(self, allow_none=False):
+            pass
+
+    class KVCacheManager:
+        def __init__(self, kv_cache_config, max_model_len, hash_block_size, enable_caching=True,
+                     use_eagle=False, dcp_world_size=1):
+            pass
+
+        def get_computed_blocks(self, request) -> "tuple[KVCacheBlocks, int]":
+            pass
+
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0):
+            pass
+
+    class BlockPool:
+        pass
+
+    class FreeKVCacheBlockQueue:
+        pass
+
+    return {"iface": types.SimpleNamespace(KVCacheConfig=KVCacheConfig, MambaSpec=MambaSpec, KVCacheTensor=_Tensor),
+            "pool": types.SimpleNamespace(BlockPool=BlockPool),
+            "manager": types.SimpleNamespace(KVCacheManager=KVCacheManager, KVCacheBlocks=KVCacheBlocks),
+            "utils": types.SimpleNamespace(FreeKVCacheBlockQueue=FreeKVCacheBlockQueue), "events": None}
+
+
+def test_capability_table_of_an_old_release():
+    have, lacks = probe_capabilities(_old_release_modules())
+    assert have == {"dcp"}
+    expected_lacking = set(CAPABILITIES) - {"dcp"}
+    assert set(lacks) == expected_lacking
+    assert lacks["hash_lookahead"] == ("KVCacheManager takes no num_hash_lookahead_tokens (block hashes cover "
+                                       "only their own block)")
+    assert lacks["shared_prefix_boundary"].startswith("get_computed_blocks returns (blocks, hit tokens)")

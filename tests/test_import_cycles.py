@@ -1,0 +1,127 @@
+"""No import cycle among the project's modules (`harness`, `reference_impl`, `suites`).
+
+Every `import` statement counts, including those inside functions: an import moved into a function to dodge
+a cycle at import time is still a cycle of concerns. The graph is read from the sources (ast), so nothing is
+imported; its strongly connected components with more than one module are the cycles.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "reference_impl", "suites")
+
+# Cycles still present, each with why it is not broken yet. Empty is the goal; the test fails on any other
+# cycle, and on a listed one that is gone (so the list only shrinks).
+KNOWN_CYCLES = {
+    # connector_target's spec dispatch reaches vllm_connector (for `vllm:Name`), which subclasses
+    # ConnectorTarget and builds its adapter, whose helpers live in vllm_connector. Breaking it moves the
+    # selection and vLLM's connector facts into modules of their own, in files three engineers changed on
+    # the same day; left for after their work landed.
+    frozenset({"harness.targets.connector_target", "harness.targets.vllm_connector",
+               "harness.targets.vllm_connector_adapter"}),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                # `from pkg import mod` depends on pkg.mod when that is a module, else on pkg
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            else:
+                continue
+            edges |= {found for found in map(owner, targets) if found and found != name}
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+    return found
+
+
+def test_the_detector_finds_a_cycle_through_a_function_local_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == {frozenset({"a", "b", "c"})}
+    source = "def f():\n    from reference_impl.config import resolution\n"
+    tree = ast.parse(source)
+    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree)), "imports inside functions are walked"
+
+
+def test_no_import_cycle_among_project_modules():
+    modules = _modules()
+    graph = _graph(modules)
+    assert len(graph) > 150 and graph["harness.cli"], "the scan should see the project's modules and imports"
+    cycles = _cycles(graph)
+    new = sorted(sorted(c) for c in cycles - KNOWN_CYCLES)
+    assert not new, f"import cycles: {new}"
+    gone = sorted(sorted(c) for c in KNOWN_CYCLES - cycles)
+    assert not gone, f"these cycles are gone: drop them from KNOWN_CYCLES: {gone}"
