@@ -23,7 +23,7 @@ class EraSelectionError(ValueError):
 
 
 def era_for_version(version: str) -> str:
-    """The era id whose releases include `version` (X.Y.Z between 0.10.0 and 0.33.x)."""
+    """The era id whose releases include `version` (X.Y.Z in the range `_eras.known_range()` names)."""
     try:
         return _eras.era_for_version(version).id
     except ValueError as exc:

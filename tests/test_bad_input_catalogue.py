@@ -95,7 +95,7 @@ CATALOGUE = [
     Row("resolve-json-error-text", ("resolve", "-"), 2, "err",
         ("(Unterminated string starting at line 1 column 9)",), stdin='[{"id": "unterminated', absent=("at at",)),
     Row("version-latest", ("explain", "--vllm-version", "latest"), 2, "err",
-        ("profile (pre-seed, seed, v0.33, v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, v0.22, v0.23, v0.30)",)),
+        ("profile (pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, v0.22, v0.23, v0.30)",)),
     # -- pytest options ---------------------------------------------------------------------------------------
     Row("kv-allocator-module-missing", ("--pyargs", "suites.allocator", "--kv-allocator", "nosuch.alloc:make_target"),
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),

@@ -13,7 +13,7 @@ import pytest
 
 from harness.eras import ERA_IDS, EraSelectionError, era_for_version, select_eras
 from harness.golden import GoldenStore, read_golden, render_golden
-from suites.config.matrix import (FEATURES, FLAGS, PLATFORMS, STAGES, all_pairs, cells_for, connectors_for, matrix,
+from suites.config.matrix import (FEATURES, FLAGS, features_for, PLATFORMS, STAGES, all_pairs, cells_for, connectors_for, matrix,
                                   unregistered_for)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_cells_have_unique_readable_ids():
     assert {cell.era for cell in cells} == set(ERA_IDS), "every era has cells"
 
 
-@pytest.mark.parametrize("era", ["seed", "v0.33"])
+@pytest.mark.parametrize("era", ["seed", "v0.33", "v0.34"])
 def test_every_connector_and_feature_pair_is_covered(era):
     cells = [cell for cell in cells_for(era) if cell.connector not in unregistered_for(era)]
     pairs = {(cell.connector, cell.features) for cell in cells}
@@ -54,7 +54,7 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
     ran = {(cell.flag, cell.platform, cell.features, cell.connector, cell.stage) for cell in cells}
     connectors = list(connectors_for(era)) + list(unregistered_for(era))
     for flag, platform, stage in itertools.product(FLAGS, PLATFORMS, STAGES):
-        missing = [f for f in FEATURES if (flag, platform, f, "noconn", stage) not in ran]
+        missing = [f for f in features_for(era) if (flag, platform, f, "noconn", stage) not in ran]
         missing += [c for c in connectors if (flag, platform, "none", c, stage) not in ran]
         assert not missing, f"{era}-{flag}-{platform} ({stage}): no cell for {missing}"
 
@@ -64,19 +64,25 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 # pair (besides "none"/"noconn") in exactly one row: 17 x 8 = 136 in seed (18 connector values),
 # 31 x 8 = 248 in v0.33 (32 values). Names the era does not register but a neighbouring era does, and
 # FooConnector (seed: FooConnector only, its neighbours register the same names; v0.33: P2pNcclConnector, which
-# v0.30 registers, and FooConnector) add 36 cells each, without features. A sampled row at stage config also
-# runs at create_connector (one more cell).
-@pytest.mark.parametrize(("era", "connectors", "unregistered", "cells"), [
-    ("seed", 18, 1, 324 + 17 * 36 + 136 + 1 * 36),  # 1108
-    ("v0.33", 32, 2, 324 + 31 * 36 + 248 + 2 * 36),  # 1760
+# v0.30 registers, UMBPStoreConnector, which v0.34 registers, and FooConnector) add 36 cells each, without
+# features. A sampled row at stage config also runs at create_connector (one more cell).
+# v0.34: 12 features (the 9 + two custom speculative methods + EAGLE with lmcache offloading): 12 x 36 = 432
+# without a connector; 41 connector values (v0.33's 32, UMBPStoreConnector, NixlPush, NixlBadMode,
+# MultiNixlBadMode, MultiBadGrandchild, HiSparsePool, HiSparseZeroPool, MultiHiSparsePool, MultiTwoHiSparse),
+# 40 x 11 = 440 pairs; unregistered: none of v0.33's names is gone, so FooConnector only.
+@pytest.mark.parametrize(("era", "connectors", "features", "unregistered", "cells"), [
+    ("seed", 18, 9, 1, 324 + 17 * 36 + 136 + 1 * 36),  # 1108
+    ("v0.33", 32, 9, 3, 324 + 31 * 36 + 248 + 3 * 36),  # 1796 (UMBPStoreConnector: v0.34 registers it)
+    ("v0.34", 41, 12, 1, 432 + 40 * 36 + 440 + 1 * 36),  # 2348
 ])
-def test_cell_counts(era, connectors, unregistered, cells):
+def test_cell_counts(era, connectors, features, unregistered, cells):
     assert len(connectors_for(era)) == connectors, f"{era}: connector values"
+    assert len(features_for(era)) == features, f"{era}: feature values"
     assert len(unregistered_for(era)) == unregistered and "FooConnector" in unregistered_for(era)
     era_cells = cells_for(era)
     interactions = [c for c in era_cells if c.connector != "noconn" and c.features != "none"]
     pairs = {(c.connector, c.features) for c in interactions}
-    assert len(pairs) == (connectors - 1) * (len(FEATURES) - 1), f"{era}: every connector x feature"
+    assert len(pairs) == (connectors - 1) * (features - 1), f"{era}: every connector x feature"
     answered = {(c.connector, c.features, c.flag, c.platform) for c in interactions if c.stage == "create"}
     assert {(c.connector, c.features, c.flag, c.platform) for c in interactions} == answered, (
         f"{era}: every sampled connector + feature cell runs to create_connector")
@@ -88,7 +94,8 @@ def test_era_selection():
     assert select_eras(None) == ERA_IDS
     assert select_eras("seed") == ("seed",) and select_eras("0.12.0") == ("pre-seed",)
     assert era_for_version("0.11.1") == "pre-seed" and era_for_version("0.29.3") == "v0.23"
-    for bad in ("0.34.0", "0.9.0", "latest"):
+    assert select_eras("0.34.0") == ("v0.34",) and select_eras("v0.34") == ("v0.34",)
+    for bad in ("0.35.0", "0.9.0", "latest"):
         with pytest.raises(EraSelectionError, match="--vllm-version"):
             select_eras(bad)
 

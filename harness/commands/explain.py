@@ -35,7 +35,7 @@ def register(subparsers) -> None:
                 f"{EXIT_ERROR} vLLM raises an error,\n{EXIT_UNKNOWN} the outcome cannot be known); 2 usage error"),
         allow_abbrev=False,
     )
-    parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33); default seed")
+    parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33, v0.34); default seed")
     parser.add_argument("--platform", default="cuda", help=f"one of {', '.join((*PLATFORMS, 'auto'))} (default cuda)")
     parser.add_argument("--attention-chunk-size", type=int, default=None, help="the model's chunked local attention size")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VAL", help="environment variable vLLM reads (repeatable)")

@@ -70,7 +70,7 @@ def register(subparsers) -> None:
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                         help="folder for compatibility.md/.html and results.json (default: reports)")
     parser.add_argument("--vllm-version", metavar="X.Y.Z|ERA",
-                        help="only this vLLM release or rule era (a version, an era id, pre-seed, seed or v0.33)")
+                        help="only this vLLM release or rule era (a version, an era id, pre-seed, seed, v0.33 or v0.34)")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
                         help="connector to check (passed to the suites); with --from, keep only this connector's rows")
     parser.add_argument("--upstream", action="append", default=[], metavar="UPSTREAM.json",

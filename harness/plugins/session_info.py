@@ -22,7 +22,7 @@ def pytest_addoption(parser):
         dest="kvconform_vllm_version",
         default=None,
         metavar="X.Y.Z|PROFILE",
-        help="vLLM rule era to test (a version such as 0.13.0 or a profile: pre-seed, seed, v0.33).",
+        help="vLLM rule era to test (a version such as 0.13.0 or a profile: pre-seed, seed, v0.33, v0.34).",
     )
 
 

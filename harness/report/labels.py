@@ -41,6 +41,17 @@ CONNECTORS: dict[str, tuple[str, str]] = {
                       "(switches HiSparse on)"),
     "MultiNestedHiSparse": ("HiSparse as a grandchild", "`HiSparseConnector` inside a nested "
                             "`MultiConnector` (too deep to switch HiSparse on)"),
+    "NixlPush": ("Nixl, push mode", "`NixlConnector` with `transfer_mode` \"push\" (0.34: `NixlPushConnector`)"),
+    "NixlBadMode": ("Nixl, unknown mode", "`NixlConnector` with `transfer_mode` \"sideways\" (refused from 0.34)"),
+    "MultiNixlBadMode": ("MultiConnector, Nixl child in unknown mode", "`MultiConnector` whose `NixlConnector` child "
+                         "has `transfer_mode` \"sideways\""),
+    "MultiBadGrandchild": ("unknown grandchild", "`MultiConnector` with an HMA child and a nested `MultiConnector` "
+                           "whose child is `FooConnector`"),
+    "HiSparsePool": ("HiSparse with a host pool", "`HiSparseConnector` with `host_pool_gib` 4"),
+    "HiSparseZeroPool": ("HiSparse, zero host pool", "`HiSparseConnector` with `host_pool_gib` 0"),
+    "MultiHiSparsePool": ("MultiConnector with HiSparse and a pool", "`MultiConnector` with a `HiSparseConnector` "
+                          "child (`host_pool_gib` 4) and an HMA child"),
+    "MultiTwoHiSparse": ("two HiSparse children", "`MultiConnector` with two `HiSparseConnector` children"),
     "RenamedMulti": ("renamed MultiConnector subclass", "a `MultiConnector` subclass registered under "
                      "another name, with an `ExampleConnector` child"),
 }
@@ -58,6 +69,12 @@ FEATURES: dict[str, tuple[str, str]] = {
     "hisparse": ("HiSparse", "HiSparse is configured"),
     "offload_native": ("offloading, native", "`--kv-offloading-backend native --kv-offloading-size 4`"),
     "offload_lmcache": ("offloading, lmcache", "`--kv-offloading-backend lmcache --kv-offloading-size 4`"),
+    "chunked_custom_ths": ("chunked local + custom drafter (hidden states)", "chunked local attention with a custom "
+                           "speculative method whose `uses_target_hidden_states` is true (0.34+)"),
+    "chunked_custom": ("chunked local + custom drafter", "chunked local attention with a custom speculative method "
+                       "whose `uses_target_hidden_states` is false (0.34+)"),
+    "eagle_offload_lmcache": ("EAGLE + offloading, lmcache", "an EAGLE speculator with `--kv-offloading-backend lmcache "
+                              "--kv-offloading-size 4`"),
 }
 
 _FIRST_TRI_STATE_ERA = "seed"  # 0.13.0: the flag became tri-state (absent = auto)

@@ -29,11 +29,11 @@ from typing import Any, Iterator
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
 from harness.targets.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
                                           unwrap_exception)
-from harness.targets.vllm_platforms import PLATFORM_CLASSES, platform_support
+from harness.targets.vllm_platforms import PLATFORM_CLASSES, hisparse_backend, platform_support
 
 CASE_KEYS = frozenset({
     "id", "vllm_version", "profile", "stage", "flag", "cli_args", "platform", "kv_connector",
-    "kv_connector_module_path", "kv_role", "multi_connector_children", "kv_events",
+    "kv_connector_module_path", "kv_role", "multi_connector_children", "kv_connector_extra_config", "kv_events",
     "attention_chunk_size", "speculative_method", "env", "hisparse", "kv_offloading_backend",
     "kv_offloading_size", "layers",
 })
@@ -56,6 +56,11 @@ _TINY_DEEPSEEK_V3 = {
 }
 _MAX_MODEL_LEN = 2048
 # The suite's fixture-connector module -> its twin written against vLLM's base classes.
+
+
+_UNPATCHED = object()
+# HiSparse's model check (0.30+): whether it passes depends on the model, which a case does not describe.
+_INDEX_TOPK = "HiSparse is only supported for DSA models with index_topk"
 
 
 class CaseError(ValueError):
@@ -84,6 +89,10 @@ class Case:
     attention_chunk_size: int | None
     speculative_method: str | None
     env: dict[str, str] = field(default_factory=dict)
+    extra_config: dict | None = None
+    #: a custom speculative method's `uses_target_hidden_states` (registered here as a plugin would); None
+    #: when `speculative_method` is a method name
+    custom_speculative: bool | None = None
     hisparse: bool = False
     kv_offloading_backend: str | None = None
     kv_offloading_size: float | None = None
@@ -116,6 +125,12 @@ class Case:
         env = raw.get("env") or {}
         if not isinstance(env, dict):
             raise CaseError(f"env: {env!r} is not an object of NAME: value")
+        extra = raw.get("kv_connector_extra_config")
+        if extra is not None and not isinstance(extra, dict):
+            raise CaseError(f"kv_connector_extra_config: {extra!r} is not a JSON object")
+        method, custom = raw.get("speculative_method"), None
+        if isinstance(method, dict):
+            method, custom = method.get("name"), bool(method.get("uses_target_hidden_states", False))
         return cls(
             id=raw.get("id"),
             era=_case_era(raw),
@@ -129,7 +144,9 @@ class Case:
             children=raw.get("multi_connector_children"),
             kv_events=bool(raw.get("kv_events", False)),
             attention_chunk_size=raw.get("attention_chunk_size"),
-            speculative_method=raw.get("speculative_method"),
+            speculative_method=method,
+            custom_speculative=custom,
+            extra_config=extra,
             env={str(k): str(v) for k, v in env.items()},
             hisparse=bool(raw.get("hisparse", False)),
             kv_offloading_backend=raw.get("kv_offloading_backend"),
@@ -139,7 +156,7 @@ class Case:
     def connector_names(self) -> set[str]:
         """Every connector name the case configures, MultiConnector children at any depth included."""
         names = {self.kv_connector} if self.kv_connector else set()
-        pending = list(self.children or ())
+        pending = list(self.children or ()) + list((self.extra_config or {}).get("connectors") or ())
         while pending:
             child = pending.pop()
             if isinstance(child, str):
@@ -147,6 +164,7 @@ class Case:
             elif isinstance(child, dict):
                 names.add(child.get("kv_connector"))
                 pending.extend(child.get("children") or ())
+                pending.extend((child.get("kv_connector_extra_config") or {}).get("connectors") or ())
         return names
 
 
@@ -182,9 +200,26 @@ def child_config(child: Any) -> dict:
     config = {k: child[k] for k in ("kv_connector", "kv_role") if k in child}
     if child.get("kv_connector_module_path") is not None:
         config["kv_connector_module_path"] = vllm_module_path(child["kv_connector_module_path"])
-    if child.get("children") is not None:
-        config["kv_connector_extra_config"] = {"connectors": [child_config(c) for c in child["children"]]}
+    extra = extra_config(child.get("kv_connector_extra_config"), child.get("children"))
+    if extra is not None:
+        config["kv_connector_extra_config"] = extra
     return config
+
+
+def extra_config(given: Any, children: list | None) -> dict | None:
+    """A connector's `kv_connector_extra_config` as vLLM reads it: the case's object, with the children (from
+    `children`/`multi_connector_children`, or its own "connectors" list) written as vLLM's child configs."""
+    if given is None and children is None:
+        return None
+    if given is not None and not isinstance(given, dict):
+        raise CaseError(f"kv_connector_extra_config: {given!r} is not a JSON object")
+    extra = dict(given or {})
+    listed = children if children is not None else extra.get("connectors")
+    if listed is not None:
+        extra["connectors"] = [child_config(c) for c in listed]
+    elif "connectors" in extra:
+        del extra["connectors"]  # "connectors": null reads as no list (the resolver's schema)
+    return extra
 
 
 def outcome(case_id: Any, **fields: Any) -> dict:
@@ -210,15 +245,19 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def patched_platform(supported: bool, is_cuda: bool | None) -> Iterator[None]:
-    """Make the running platform answer as the case's platform does (and `is_cuda` for HiSparse)."""
+def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: Any = _UNPATCHED) -> Iterator[None]:
+    """Make the running platform answer as the case's platform does: `support_hybrid_kv_cache`, and for
+    HiSparse `is_cuda` (0.30-0.33) and `get_hisparse_backend_cls` (0.34)."""
     from vllm.platforms import current_platform
 
     cls = type(current_platform)
-    saved = {name: cls.__dict__.get(name) for name in ("support_hybrid_kv_cache", "is_cuda")}
+    names = ("support_hybrid_kv_cache", "is_cuda", "get_hisparse_backend_cls")
+    saved = {name: cls.__dict__.get(name) for name in names}
     cls.support_hybrid_kv_cache = classmethod(lambda _cls: supported)
     if is_cuda is not None:
         cls.is_cuda = lambda _self: is_cuda
+    if hisparse_backend is not _UNPATCHED:
+        cls.get_hisparse_backend_cls = classmethod(lambda _cls: hisparse_backend)
     try:
         yield
     finally:
@@ -228,6 +267,32 @@ def patched_platform(supported: bool, is_cuda: bool | None) -> Iterator[None]:
                     delattr(cls, name)
             else:
                 setattr(cls, name, old)
+
+
+@contextlib.contextmanager
+def custom_speculative_method(case: Case) -> Iterator[None]:
+    """Register the case's custom speculative method as a vLLM plugin would (0.34's
+    `register_speculative_method`), and remove it afterwards so that no case sees another's method."""
+    if case.custom_speculative is None:
+        yield
+        return
+    try:
+        from vllm.v1.worker.gpu.spec_decode import speculator_config as registry
+    except ImportError:
+        raise NotEvaluable("this vLLM has no custom speculative methods (register_speculative_method)") from None
+    config_cls = type(f"KvconformCustomSpeculatorConfig_{case.speculative_method}", (registry.SpeculatorConfig,), {
+        "uses_target_hidden_states": case.custom_speculative,
+        # a plugin names its speculator; the config-time code never imports it
+        "speculator_class": "kvconform.custom_speculator.Speculator",
+    })
+    try:
+        registry.register_speculative_method(case.speculative_method, config_cls)
+    except ValueError as exc:  # a built-in name: the case cannot describe a custom method by it
+        raise CaseError(f"speculative_method.name: {exc}") from None
+    try:
+        yield
+    finally:
+        registry._CUSTOM_CONFIGS.pop(case.speculative_method, None)
 
 
 def _missing_package(exc: BaseException, case: Case) -> str | None:
@@ -276,19 +341,33 @@ class VllmConfigTarget:
         if case.era is not None and case.era != self.era:
             raise NotEvaluable(f"the case is for era {case.era}; the installed vLLM {self.version} is era {self.era}")
         support = platform_support(case.platform)
-        if support.supported is not None:
-            return self._evaluate_on(case, support.supported, f"{support.supported} ({support.source})")
-        # vLLM's source does not decide this platform's support: run vLLM both ways; the outcome is
-        # known only when it does not depend on the value.
-        both = [self._evaluate_on(case, value, f"{value} (tried both values: {support.source})") for value in (True, False)]
-        if {k: v for k, v in both[0].items() if k != "rules"} == {k: v for k, v in both[1].items() if k != "rules"}:
-            return both[0]
-        raise NotEvaluable(f"platform {case.platform} on vLLM {self.version}: {support.source}, and vLLM's outcome depends on it")
+        supports = [(support.supported, f"{support.supported} ({support.source})")]
+        if support.supported is None:
+            # vLLM's source does not decide this platform's support: run vLLM both ways; the outcome is
+            # known only when it does not depend on the value.
+            supports = [(value, f"{value} (tried both values: {support.source})") for value in (True, False)]
+        backends: list[Any] = [_UNPATCHED]
+        reasons = [support.source] if support.supported is None else []
+        if self._uses_hisparse(case):
+            backend = hisparse_backend(case.platform)
+            if backend is not None:
+                backends = [backend.value] if backend.known else [None, backend.value]
+                if not backend.known:
+                    reasons.append(backend.source)
+        runs = [self._evaluate_on(case, value, source, chosen) for value, source in supports for chosen in backends]
+        comparable = [{k: v for k, v in run.items() if k != "rules"} for run in runs]
+        if all(other == comparable[0] for other in comparable[1:]):
+            return runs[0]
+        raise NotEvaluable(f"platform {case.platform} on vLLM {self.version}: {'; '.join(reasons)}, and vLLM's "
+                           "outcome depends on it")
 
-    def _evaluate_on(self, case: Case, supported: bool, source: str) -> dict:
+    def _evaluate_on(self, case: Case, supported: bool, source: str, backend: Any = _UNPATCHED) -> dict:
         rules = [f"vllm:{case.platform}.support_hybrid_kv_cache={source}"]
         is_cuda = (case.platform == "cuda") if self._uses_hisparse(case) else None
-        with environment(case.env), patched_platform(supported, is_cuda), captured_warnings(self._block) as warnings:
+        if backend is not _UNPATCHED:
+            rules.append(f"vllm:{case.platform}.get_hisparse_backend_cls={backend!r}")
+        with (environment(case.env), patched_platform(supported, is_cuda, backend),
+              custom_speculative_method(case), captured_warnings(self._block) as warnings):
             return self._run_stages(case, rules, warnings)
 
     def _uses_hisparse(self, case: Case) -> bool:
@@ -321,6 +400,11 @@ class VllmConfigTarget:
         except NotEvaluable:
             raise
         except Exception as exc:  # vLLM's config-time behaviour, reported as the outcome
+            if _INDEX_TOPK in str(unwrap_exception(exc)):
+                # the answer depends on the model, which a case does not describe (this target's tiny Llama
+                # has no index_topk; a DSA model passes)
+                raise NotEvaluable("HiSparse with a model config: vLLM requires the model's index_topk, which a "
+                                   "case does not describe") from None
             # An import error here is vLLM's own config-time behaviour (0.33 imports the connector's module
             # while resolving HMA, spec 3.3): the oracle models it, so it is reported, not hidden.
             return outcome(case.id, warnings=list(warnings), rules=rules, error=error_of(exc, "config"))
@@ -414,8 +498,9 @@ class VllmConfigTarget:
         config: dict[str, Any] = {"kv_connector": case.kv_connector, "kv_role": case.kv_role}
         if case.kv_connector_module_path is not None:
             config["kv_connector_module_path"] = vllm_module_path(case.kv_connector_module_path)
-        if case.children is not None:
-            config["kv_connector_extra_config"] = {"connectors": [child_config(c) for c in case.children]}
+        extra = extra_config(case.extra_config, case.children)
+        if extra is not None:
+            config["kv_connector_extra_config"] = extra
         return config
 
     @staticmethod

@@ -12,6 +12,7 @@ import os
 import re
 
 from harness.errors import EXIT_TARGET, UsageError
+from reference_impl.config import eras as _eras
 
 INSTALL_HINT = "install one with: scripts/install-vllm.sh 0.33.0 (then run with .cache/venvs/vllm-0.33.0/bin/python)"
 # Modules every vLLM adapter imports; a failure in any of them means the install is not usable.
@@ -29,7 +30,7 @@ def installed_vllm_version() -> str:
         raise UsageError(f"vLLM is not installed in this Python environment; {INSTALL_HINT}", EXIT_TARGET) from None
     match = re.match(r"^(\d+\.\d+\.\d+)", raw)
     if not match:
-        raise UsageError(f"cannot read a release number from vLLM version {raw!r}; accepted: X.Y.Z in 0.10.0-0.33.x", EXIT_TARGET)
+        raise UsageError(f"cannot read a release number from vLLM version {raw!r}; accepted: X.Y.Z in {_eras.known_range()}", EXIT_TARGET)
     return match.group(1)
 
 

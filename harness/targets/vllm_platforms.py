@@ -127,3 +127,62 @@ def platform_support(platform: str) -> PlatformSupport:
             f"(its platform class lives outside vLLM), so the outcome cannot be determined",
         )
     return PlatformSupport(platform, found.supported, found.source)
+
+
+@dataclass(frozen=True)
+class HiSparseBackend:
+    """A platform's `get_hisparse_backend_cls()` in the installed vLLM (0.34+): its value, whether vLLM's
+    source decides it, and where the answer comes from."""
+
+    value: str | None
+    known: bool
+    source: str
+
+
+_HISPARSE_METHOD = "get_hisparse_backend_cls"
+
+
+def _defines(module: str, class_name: str, method: str) -> bool | None:
+    """Whether the class (or a base in its module) defines `method` in vLLM's source; None when the class is
+    not in the module (its platform class lives outside vLLM)."""
+    path = _module_file(module)
+    if path is None:
+        return None
+    tree = ast.parse(path.read_text())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    names = [class_name] if class_name in classes else _alias_candidates(tree, class_name)
+    if not names or any(name not in classes for name in names):
+        return None
+    found = set()
+    for name in names:
+        seen, defined = set(), False
+        while name in classes and name not in seen and not defined:
+            seen.add(name)
+            defined = any(isinstance(item, ast.FunctionDef) and item.name == method for item in classes[name].body)
+            local = [b.id for b in classes[name].bases if isinstance(b, ast.Name) and b.id in classes]
+            name = local[0] if local else ""
+        found.add(defined)
+    return found.pop() if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=None)
+def hisparse_backend(platform: str) -> HiSparseBackend | None:
+    """The HiSparse backend `platform` has in the installed vLLM; None when this vLLM asks no such method
+    (before 0.34, HiSparse checks `is_cuda()`). A platform whose class lives outside vLLM is not known."""
+    base_module, base_name = _BASE
+    base = getattr(importlib.import_module(base_module), base_name)
+    if not hasattr(base, _HISPARSE_METHOD):
+        return None
+    module, class_name = PLATFORM_CLASSES[platform]
+    try:
+        cls = getattr(importlib.import_module(module), class_name)
+        return HiSparseBackend(cls.get_hisparse_backend_cls(), True, f"{module}.{class_name}.{_HISPARSE_METHOD}()")
+    except Exception:  # the platform's own module does not import on this machine: read its source
+        pass
+    defined = _defines(module, class_name, _HISPARSE_METHOD)
+    if defined is None:
+        return HiSparseBackend(f"{platform} backend (outside vLLM)", False,
+                               f"{module} defines no {class_name}, so its {_HISPARSE_METHOD}() lives outside vLLM")
+    if not defined:
+        return HiSparseBackend(base.get_hisparse_backend_cls(), True, f"{_HISPARSE_METHOD}() inherited from {base_name}")
+    return HiSparseBackend(f"{module}.{class_name} backend", True, f"{module}.{class_name} defines {_HISPARSE_METHOD}()")

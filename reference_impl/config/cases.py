@@ -46,9 +46,10 @@ CASE_DEFAULTS: dict[str, Any] = {
     "kv_connector_module_path": None,
     "kv_role": "kv_both",
     "multi_connector_children": None,
+    "kv_connector_extra_config": None,
     "kv_events": False,
     "attention_chunk_size": None,
-    "speculative_method": None,
+    "speculative_method": None,  # a built-in method name, or {"name", "uses_target_hidden_states"} (custom, 0.34+)
     "env": None,
     "hisparse": False,
     "kv_offloading_backend": None,
@@ -79,12 +80,35 @@ def _bool(case: dict, key: str) -> bool:
     return value
 
 
+_CHILD_KEYS = ("kv_connector", "kv_role", "kv_connector_module_path", "kv_connector_extra_config", "children")
+
+
+def _extra_config(value: Any, path: str, children: list[dict] | None, children_key: str) -> dict[str, Any] | None:
+    """A connector's `kv_connector_extra_config` (any JSON object). Its "connectors" list, if any, is read as
+    MultiConnector children (the `children` format); giving them in both places is refused."""
+    if value is None:
+        return {"connectors": children} if children is not None else None
+    if not isinstance(value, dict):
+        raise _fail(path, value, "null or a JSON object (the connector's kv_connector_extra_config)")
+    extra = dict(value)
+    if "connectors" in extra:
+        if children is not None:
+            raise _fail(f"{path}.connectors", extra["connectors"], f"null when {children_key} gives the children")
+        extra["connectors"] = _children(extra["connectors"], f"{path}.connectors")
+        if extra["connectors"] is None:  # "connectors": null is a key vLLM reads as a missing list
+            del extra["connectors"]
+    elif children is not None:
+        extra["connectors"] = children
+    return extra
+
+
 def _children(value: Any, path: str) -> list[dict] | None:
     """multi_connector_children -> vLLM's kv_connector_extra_config["connectors"] list."""
     if value is None:
         return None
+    shape = '{"kv_connector", "kv_role", "kv_connector_module_path", "kv_connector_extra_config", "children"}'
     if not isinstance(value, list):
-        raise _fail(path, value, 'null or a list of connector names or {"kv_connector", "kv_role", "children"} objects')
+        raise _fail(path, value, f"null or a list of connector names or {shape} objects")
     out = []
     for index, child in enumerate(value):
         where = f"{path}[{index}]"
@@ -92,10 +116,10 @@ def _children(value: Any, path: str) -> list[dict] | None:
             out.append({"kv_connector": child, "kv_role": "kv_both"})
             continue
         if not isinstance(child, dict):
-            raise _fail(where, child, 'a connector name or an object {"kv_connector", "kv_role", "children"}')
-        unknown = set(child) - {"kv_connector", "kv_role", "kv_connector_module_path", "children"}
+            raise _fail(where, child, f"a connector name or an object {shape}")
+        unknown = set(child) - set(_CHILD_KEYS)
         if unknown:
-            raise _fail(f"{where}.{sorted(unknown)[0]}", child[sorted(unknown)[0]], "one of kv_connector, kv_role, kv_connector_module_path, children")
+            raise _fail(f"{where}.{sorted(unknown)[0]}", child[sorted(unknown)[0]], f"one of {', '.join(_CHILD_KEYS)}")
         for key in ("kv_connector", "kv_role", "kv_connector_module_path"):
             if child.get(key) is not None and not isinstance(child[key], str):
                 raise _fail(f"{where}.{key}", child[key], "a string or null")
@@ -103,10 +127,36 @@ def _children(value: Any, path: str) -> list[dict] | None:
         # factory raise), not bad input: the factory reports it at the stage vLLM would.
         entry = {k: child.get(k) for k in ("kv_connector", "kv_role", "kv_connector_module_path")}
         nested = _children(child.get("children"), f"{where}.children")
-        if nested is not None:
-            entry["kv_connector_extra_config"] = {"connectors": nested}
+        extra = _extra_config(child.get("kv_connector_extra_config"), f"{where}.kv_connector_extra_config",
+                              nested, f"{where}.children")
+        if extra is not None:
+            entry["kv_connector_extra_config"] = extra
         out.append(entry)
     return out
+
+
+def _speculative_method(value: Any) -> tuple[str | None, bool | None]:
+    """`speculative_method`: a method name (built in), or a custom method registered by a plugin, given as
+    {"name": ..., "uses_target_hidden_states": true|false}. Returns (name, the custom method's
+    uses_target_hidden_states, or None for a name)."""
+    if value is None or isinstance(value, str):
+        return value, None
+    shape = 'null, a method name, or {"name": "...", "uses_target_hidden_states": true|false} (a custom method)'
+    if not isinstance(value, dict):
+        raise _fail("speculative_method", value, shape)
+    unknown = sorted(set(value) - {"name", "uses_target_hidden_states"})
+    if unknown:
+        raise _fail(f"speculative_method.{unknown[0]}", value[unknown[0]], "one of name, uses_target_hidden_states")
+    name = value.get("name")
+    if not isinstance(name, str) or not name:
+        raise _fail("speculative_method.name", name, "the custom method's name, a non-empty string")
+    if name in E.BUILTIN_SPECULATIVE_METHODS:
+        # vLLM's register_speculative_method refuses a built-in name
+        raise _fail("speculative_method.name", name, "a name that is not a built-in speculative method")
+    uses = value.get("uses_target_hidden_states", False)
+    if not isinstance(uses, bool):
+        raise _fail("speculative_method.uses_target_hidden_states", uses, "true or false")
+    return name, uses
 
 
 def unregistered_names(kv_transfer: dict[str, Any] | None, era) -> list[str]:
@@ -145,6 +195,8 @@ class Case:
     kv_offloading_backend: str | None
     kv_offloading_size: float | None
     layers: list[str] | None = None
+    #: a custom speculative method's `uses_target_hidden_states`; None when the method is a name
+    custom_speculative: bool | None = None
 
 
 def parse_case(case: Any) -> Case:
@@ -190,16 +242,21 @@ def parse_case(case: Any) -> Case:
     module_path = _opt_str(case, "kv_connector_module_path")
     role = _opt_str(case, "kv_role") if "kv_role" in case else "kv_both"
     children = _children(case.get("multi_connector_children"), "multi_connector_children")
+    extra = _extra_config(case.get("kv_connector_extra_config"), "kv_connector_extra_config", children,
+                          "multi_connector_children")
     if module_path is not None:
         if connector is None:
             raise _fail("kv_connector_module_path", module_path, "null unless kv_connector names the class")
     kv_transfer = None
     if connector is not None:
         kv_transfer = {"kv_connector": connector, "kv_role": role, "kv_connector_module_path": module_path}
-        if children is not None:
-            kv_transfer["kv_connector_extra_config"] = {"connectors": children}
+        if extra is not None:
+            kv_transfer["kv_connector_extra_config"] = extra
     elif children is not None:
         raise _fail("multi_connector_children", case["multi_connector_children"], "null unless kv_connector is set")
+    elif extra is not None:
+        raise _fail("kv_connector_extra_config", case["kv_connector_extra_config"], "null unless kv_connector is set")
+    speculative, custom_speculative = _speculative_method(case.get("speculative_method"))
 
     chunk = case.get("attention_chunk_size")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
@@ -224,7 +281,7 @@ def parse_case(case: Any) -> Case:
     return Case(
         id=case.get("id"), era=era, vllm_version=version, stage=stage, platform=platform, flag=flag,
         cli_args=cli_args, env=dict(env), kv_transfer=kv_transfer, kv_events=_bool(case, "kv_events"),
-        attention_chunk_size=chunk, speculative_method=_opt_str(case, "speculative_method"),
+        attention_chunk_size=chunk, speculative_method=speculative, custom_speculative=custom_speculative,
         hisparse=_bool(case, "hisparse"), kv_offloading_backend=backend, kv_offloading_size=size, layers=layers,
     )
 
@@ -256,6 +313,7 @@ def _apply_cli(case: Case, given: dict[str, Any]) -> None:
         case.kv_events = True
     if isinstance(given.get("speculative_config"), dict):
         case.speculative_method = given["speculative_config"].get("method")
+        case.custom_speculative = None  # a command line names a method; a plugin registers custom ones
     if isinstance(given.get("hf_overrides"), dict) and "attention_chunk_size" in given["hf_overrides"]:
         case.attention_chunk_size = given["hf_overrides"]["attention_chunk_size"]
     for key in ("kv_offloading_backend", "kv_offloading_size"):
@@ -279,7 +337,9 @@ def build_vllm_config(case: Case) -> VllmConfig:
         kv_transfer_config=ktc,
         kv_events_config=KVEventsConfig() if case.kv_events else None,
         model_config=ModelConfig(attention_chunk_size=case.attention_chunk_size) if case.attention_chunk_size else None,
-        speculative_config=SpeculativeConfig(method=case.speculative_method) if case.speculative_method else None,
+        speculative_config=(SpeculativeConfig(method=case.speculative_method,
+                                              custom_uses_target_hidden_states=case.custom_speculative)
+                            if case.speculative_method else None),
         cache_config=CacheConfig(case.kv_offloading_backend, case.kv_offloading_size),
         attention_config=AttentionConfig(HiSparseConfig() if case.hisparse else None),
     )

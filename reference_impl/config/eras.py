@@ -77,7 +77,7 @@ class ConnectorInfo:
 
 # Built-in registry (spec 2.7, 3.7 and the timeline). `registered_from` is the first sampled release
 # the spec names the connector in; the 0.13.0 list (2.7) is assumed for 0.10-0.12 too, as the spec gives
-# no older list. `hma_from` is the release it gained SupportsHMA (None: never by 0.33); `removed_from`
+# no older list. `hma_from` is the release it gained SupportsHMA (None: never by 0.34); `removed_from`
 # the first release whose registry (3.7) no longer has it.
 BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("ExampleConnector", (0, 10), None),
@@ -98,9 +98,33 @@ BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("NixlPushConnector", (0, 33), (0, 33)),
     ConnectorInfo("FlexKVConnectorV1", (0, 33), None),
     ConnectorInfo("HF3FSKVConnector", (0, 33), None),
+    ConnectorInfo("UMBPStoreConnector", (0, 34), (0, 34)),
 )
 
 _BASE_EAGLE = frozenset({"eagle", "eagle3", "mtp"})
+# vLLM 0.34.0 config/speculative.py:53-97 (`SpeculativeMethod`): the method names SpeculativeConfig accepts
+# without a plugin. The model-specific MTP names are deprecated spellings that become "mtp".
+MTP_ALIASES: frozenset[str] = frozenset({
+    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
+    "ernie_mtp", "nemotron_h_mtp", "nemotron3_5_transcribe_mtp", "exaone_moe_mtp", "exaone4_5_mtp",
+    "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp",
+    "minimax_m3_mtp", "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp",
+    "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+})
+# vLLM 0.33.0 config/speculative.py (`SpeculativeMethod`, a pydantic Literal): its names in declaration order,
+# which pydantic's refusal of any other name lists.
+SPECULATIVE_LITERAL_0_33: tuple[str, ...] = (
+    "ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "extract_hidden_states", "deepseek_mtp",
+    "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp",
+    "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
+    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp",
+    "glm5_next_mtp", "dflash", "ngram_gpu", "dspark",
+)
+BUILTIN_SPECULATIVE_METHODS: frozenset[str] = frozenset({
+    "ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp", "dflash", "ngram_gpu",
+    "dspark",
+}) | MTP_ALIASES
 _SUPPORTED_EVERYWHERE = {"cuda": True, "rocm": True, "xpu": True, "cpu": True, "tpu": False, "unspecified": False}
 
 
@@ -136,6 +160,27 @@ class Era:
     cli_json_release: str = "0.13"
     explicit_enable_error: str | None = None
     unify_warns_before_error: bool = True
+    # 0.34: `_resolve_extensible_kv_cache` asks every connector of the user's kv_transfer_config (MultiConnector
+    # children at any depth) for its `kv_cache_access`, looking each class up, before the HMA block
+    config_tree_lookup: bool = False
+    # 0.34: the registry's NixlConnector resolves to NixlPull/NixlPushConnector by its extra config's
+    # `transfer_mode` (default "pull"); any other value is refused where the class is looked up
+    nixl_transfer_mode: bool = False
+    # how HiSparse's platform check asks (0.30+): "is_cuda" (0.30-0.33, E_HISPARSE_CUDA) or "backend"
+    # (0.34: the platform's get_hisparse_backend_cls(), E_HISPARSE_PLATFORM; unknown for a platform whose class
+    # lives outside vLLM)
+    hisparse_platform_check: str = "is_cuda"
+    # 0.34: after the offloading shortcut, HiSparse needs a HiSparseConnector with a positive host_pool_gib
+    hisparse_host_pool: bool = False
+    # how SpeculativeConfig refuses a method name it does not know: "none" (not modelled), "literal" (0.33: the
+    # pydantic Literal of `SPECULATIVE_LITERAL_0_33`) or "registry" (0.34: built-in names or a plugin's)
+    speculative_method_check: str = "none"
+    # 0.34: custom speculative methods registered by plugins; the chunked-local rule then asks the
+    # method's `uses_target_hidden_states` (built-in methods answer as `eagle_methods`)
+    custom_speculative_methods: bool = False
+    # 0.34: after the HMA block, an EAGLE/EAGLE3/MTP speculator's hash lookahead looks the (post-shortcut)
+    # connector class up again to ask `supports_lookahead_block_hashes`
+    lookahead_lookup: bool = False
 
     def package_imported_by(self, name: str) -> PackageImport | None:
         """The package a built-in connector's module imports when its class is looked up, in this era."""
@@ -229,18 +274,34 @@ def _build_eras() -> tuple[Era, ...]:
         deprecated_constructor_error=True,
         cli_enable_form=True,
         cli_json_release="0.33",
+        speculative_method_check="literal",
         explicit_enable_error=messages.E_C,
         unify_warns_before_error=False,
     )
-    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033)
+    v034 = _evolve(
+        v033, "v0.34", (0, 34), "0.34.0",
+        "connector classes of the whole tree looked up before the HMA block (kv_cache_access); HiSparse needs "
+        "host_pool_gib; NixlConnector transfer_mode; UMBPStoreConnector; custom speculative methods",
+        config_tree_lookup=True,
+        nixl_transfer_mode=True,
+        hisparse_platform_check="backend",
+        eagle_methods=v033.eagle_methods | MTP_ALIASES,
+        hisparse_host_pool=True,
+        custom_speculative_methods=True,
+        speculative_method_check="registry",
+        lookahead_lookup=True,
+    )
+    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033, v034)
 
 
 ERAS: tuple[Era, ...] = _build_eras()
 ERAS_BY_ID: Mapping[str, Era] = MappingProxyType({era.id: era for era in ERAS})
-PROFILES: Mapping[str, str] = MappingProxyType({"pre-seed": "0.12.0", "seed": "0.13.0", "v0.33": "0.33.0"})
+PROFILES: Mapping[str, str] = MappingProxyType(
+    {"pre-seed": "0.12.0", "seed": "0.13.0", "v0.33": "0.33.0", "v0.34": "0.34.0"}
+)
 DEFAULT_PROFILE = "seed"
 OLDEST = (0, 10, 0)
-NEWEST_EXCLUSIVE = (0, 34, 0)
+NEWEST_EXCLUSIVE = (0, 35, 0)
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
 
 
@@ -254,7 +315,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 def known_range() -> str:
     """Human-readable range of releases the resolver knows."""
-    return "0.10.0 to 0.33.x"
+    newest = ERAS[-1].first_version
+    return f"0.10.0 to {newest[0]}.{newest[1]}.x"
 
 
 def era_for_version(version: str) -> Era:

@@ -115,6 +115,8 @@ class KVConnectorFactory:
             cls = self._from_module(module_path, name, stage)
         elif name in self._builtins:
             self._trace.rules.append("connector_from_registry")
+            if name == "NixlConnector" and self.era.nixl_transfer_mode:
+                name = self._nixl_by_transfer_mode(ktc, stage)
             cls = self._builtins[name]
             self._check_package(name, stage)
         elif name in self._extra_registry:
@@ -125,6 +127,24 @@ class KVConnectorFactory:
         else:
             self._trace.fail(messages.E_UNSUPPORTED_CONNECTOR.format(connector=name), stage, "unsupported_connector")
         return cls
+
+    def _nixl_by_transfer_mode(self, ktc: KVTransferConfig, stage: str) -> str:
+        """0.34: the registry's NixlConnector is NixlPullConnector or NixlPushConnector, by the extra config's
+        `transfer_mode` (default "pull"); anything else is refused with its repr."""
+        mode = ktc.kv_connector_extra_config.get("transfer_mode", "pull")
+        if mode not in ("pull", "push"):
+            self._trace.fail(messages.E_NIXL_TRANSFER_MODE.format(mode=repr(mode)), stage, "nixl_transfer_mode")
+        self._trace.rules.append("nixl_transfer_mode")
+        return f"Nixl{mode.capitalize()}Connector"
+
+    def lookup_tree(self, ktc: KVTransferConfig, stage: str) -> None:
+        """0.34's `kv_cache_access` walk: the class of `ktc`, then, for a MultiConnector class, each child's
+        KVTransferConfig (its role check) and its tree, depth first, every child whatever the others answer."""
+        cls = self.get_connector_class(ktc, stage)
+        if class_is_multi(cls):
+            for child in ktc.children():
+                self.check_role(child, stage)
+                self.lookup_tree(child, stage)
 
     def class_supports_hma(self, cls) -> bool:
         """Class-level SupportsHMA (vLLM's `supports_hma(cls)`) in this era.

@@ -75,8 +75,28 @@ E_H = (
     "connectors that support HMA."
 )
 
-#: HiSparse prerequisite checked before the HMA block (0.30+).
+#: HiSparse prerequisite checked before the HMA block (0.30-0.33).
 E_HISPARSE_CUDA = "HiSparse currently requires NVIDIA CUDA."
+#: The same check from 0.34, asking the platform for a HiSparse backend (only CUDA has one in vLLM).
+E_HISPARSE_PLATFORM = "The current platform does not support HiSparse."
+#: 0.34, after the offloading shortcut: HiSparse is on but no HiSparseConnector gives a host pool size.
+E_HISPARSE_NEEDS_CONNECTOR = (
+    "HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib; to combine it with "
+    "another connector, nest both in MultiConnector instead of using --kv-offloading-size."
+)
+#: 0.34 host pool checks of the HiSparseConnector entry (top level, or direct children of a MultiConnector).
+E_HISPARSE_TWO_CONNECTORS = "Only one HiSparseConnector may be configured"
+E_HISPARSE_NO_HOST_POOL = "HiSparseConnector requires host_pool_gib"
+E_HISPARSE_HOST_POOL_NOT_POSITIVE = "HiSparseConnector host_pool_gib must be positive"
+#: 0.34: the registry's NixlConnector with a `transfer_mode` other than "pull" or "push" (the value's repr).
+E_NIXL_TRANSFER_MODE = "Invalid NixlConnector transfer_mode: {mode}"
+#: 0.33: pydantic's refusal of a method outside SpeculativeConfig's Literal (as the vllm target renders it on
+#: one line); `{choices}` is "'a', 'b' or 'c'".
+E_SPECULATIVE_LITERAL = "1 validation error for SpeculativeConfig: method: Input should be {choices}"
+#: 0.34: SpeculativeConfig's method check of a name that is neither built in nor registered by a plugin.
+E_UNKNOWN_SPECULATIVE_METHOD = (
+    "Unknown speculative method {method!r}. Built-in methods: {builtin}; registered custom methods: {custom}."
+)
 
 #: E-F: the connector factory's capability check; `{connector}` is the class's __name__.
 E_F = (

@@ -44,10 +44,11 @@ class KVTransferConfig:
         ]
 
     def has_connector(self, name: str) -> bool:
-        """True when `name` is the connector or a direct child of it (vLLM looks one level down only)."""
+        """True when `name` is the connector or a direct child of a connector named MultiConnector (vLLM looks
+        one level down only, and only under that literal name: not under a renamed subclass)."""
         if self.kv_connector == name:
             return True
-        return any(child.get("kv_connector") == name for child in self.kv_connector_extra_config.get("connectors") or ())
+        return self.kv_connector == "MultiConnector" and any(child.get("kv_connector") == name for child in self.kv_connector_extra_config.get("connectors") or ())
 
 
 @dataclass(slots=True)
@@ -66,9 +67,13 @@ class ModelConfig:
 
 @dataclass(slots=True)
 class SpeculativeConfig:
-    """Speculative decoding; only `method` matters (EAGLE-style methods interact with chunked attention)."""
+    """Speculative decoding; only the method matters (EAGLE-style methods interact with chunked attention).
+
+    A custom method (registered by a plugin, 0.34+) carries its config class's `uses_target_hidden_states`
+    in `custom_uses_target_hidden_states`; it is None for a method given by name."""
 
     method: str | None = None
+    custom_uses_target_hidden_states: bool | None = None
 
 
 @dataclass(slots=True)

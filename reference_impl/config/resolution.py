@@ -118,6 +118,8 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
         raise UnknownOutcome(f"--kv-offloading-* does not exist in vLLM {cfg.runtime.vllm_version} (it arrived in 0.11.1)", "feature_absent")
     if cfg.kv_transfer_config is not None:
         factory.check_role(cfg.kv_transfer_config, "config")
+    if cfg.speculative_config is not None:
+        _check_speculative_method(cfg, res)
 
     if not era.tri_state_flag and cfg.scheduler_config.disable_hybrid_kv_cache_manager is None:
         res.rules.append("flag_absent_default")
@@ -125,8 +127,15 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
 
     if era.hisparse:
         hisparse = _hisparse_prerequisites(cfg, res, hisparse)
+    if era.config_tree_lookup and cfg.kv_transfer_config is not None and cfg.kv_transfer_config.kv_connector is not None:
+        # 0.34 config/vllm.py:2006 -> 3198: the extensible KV cache asks every connector of the tree how it
+        # reaches the KV cache, which looks each class up (factory.py:137-141, multi_connector.py:238-247)
+        res.rules.append("connector_tree_looked_up")
+        factory.lookup_tree(cfg.kv_transfer_config, "config")
     if era.offloading_shortcut == E.OFFLOAD_BEFORE:
         _apply_offloading_shortcut(cfg, res, "offloading_shortcut_before")
+    if hisparse and era.hisparse_host_pool:
+        _hisparse_host_pool(cfg, res)
 
     if era.tri_state_flag:
         _hma_block_tri_state(cfg, res)
@@ -137,6 +146,71 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
         _apply_offloading_shortcut(cfg, res, "offloading_shortcut_after")
     if hisparse and cfg.scheduler_config.disable_hybrid_kv_cache_manager is True:
         res.fail(messages.E_H, "config", "hisparse_requires_hma")
+    if era.lookahead_lookup and cfg.kv_transfer_config is not None and _drops_eagle_block(cfg):
+        # 0.34 config/vllm.py:2261 -> 633-655: an EAGLE-style speculator's hash lookahead asks the connector
+        # class (after the offloading shortcut) whether it supports lookahead block hashes
+        res.rules.append("lookahead_connector_lookup")
+        factory.get_connector_class(cfg.kv_transfer_config, "config")
+
+
+def _check_speculative_method(cfg: VllmConfig, res: Resolution) -> None:
+    """SpeculativeConfig's method: a custom method needs 0.34's plugin registry; a name the release does not
+    know is refused when the config is built, before VllmConfig runs (0.33: pydantic's Literal check; 0.34:
+    neither built in nor registered)."""
+    era, spec = cfg.runtime.era, cfg.speculative_config
+    if spec.custom_uses_target_hidden_states is not None:
+        if not era.custom_speculative_methods:
+            res.rules.append("feature_absent")
+            raise UnknownOutcome(
+                f"custom speculative methods (registered by a plugin) do not exist in vLLM {cfg.runtime.vllm_version} "
+                "(they arrived in 0.34.0)", "feature_absent")
+        res.rules.append("custom_speculative_method")
+        return
+    if era.speculative_method_check == "registry" and spec.method not in E.BUILTIN_SPECULATIVE_METHODS:
+        res.fail(messages.E_UNKNOWN_SPECULATIVE_METHOD.format(
+            method=spec.method, builtin=sorted(E.BUILTIN_SPECULATIVE_METHODS), custom=[]),
+            "config", "speculative_method_unknown")
+    if era.speculative_method_check == "literal" and spec.method not in E.SPECULATIVE_LITERAL_0_33:
+        quoted = [f"'{name}'" for name in E.SPECULATIVE_LITERAL_0_33]
+        choices = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        res.fail(messages.E_SPECULATIVE_LITERAL.format(choices=choices), "config", "speculative_method_unknown",
+                 vllm_type="ValidationError")
+
+
+def _drops_eagle_block(cfg: VllmConfig) -> bool:
+    """SpeculativeConfig.use_eagle_block_drop() with its defaults: EAGLE, EAGLE3 or MTP (not DFlash/DSpark,
+    and not a custom method without a built-in base)."""
+    spec = cfg.speculative_config
+    if spec is None or spec.custom_uses_target_hidden_states is not None:
+        return False
+    return spec.method in ("eagle", "eagle3", "mtp") or spec.method in E.MTP_ALIASES
+
+
+def _hisparse_host_pool(cfg: VllmConfig, res: Resolution) -> None:
+    """0.34 config/vllm.py:2133-2141 and config/kv_transfer.py:16-47: HiSparse needs exactly one
+    HiSparseConnector (top level, or a direct child of a MultiConnector) with a positive host_pool_gib."""
+    ktc = cfg.kv_transfer_config
+    entries: list = []
+    if ktc is not None:
+        if ktc.kv_connector == "MultiConnector":
+            connectors = ktc.kv_connector_extra_config.get("connectors", [])
+        else:
+            connectors = [{"kv_connector": ktc.kv_connector, "kv_connector_extra_config": ktc.kv_connector_extra_config}]
+        entries = [c.get("kv_connector_extra_config", {}) for c in connectors if c.get("kv_connector") == "HiSparseConnector"]
+    if len(entries) > 1:
+        res.fail(messages.E_HISPARSE_TWO_CONNECTORS, "config", "hisparse_host_pool")
+    if not entries:
+        res.fail(messages.E_HISPARSE_NEEDS_CONNECTOR, "config", "hisparse_needs_connector")
+    size = entries[0].get("host_pool_gib")
+    if size is None:
+        res.fail(messages.E_HISPARSE_NO_HOST_POOL, "config", "hisparse_host_pool")
+    try:
+        size = float(size)  # vLLM converts with float(): its errors are the answer
+    except (TypeError, ValueError, OverflowError) as exc:
+        res.fail(str(exc), "config", "hisparse_host_pool", vllm_type=type(exc).__name__)
+    if size <= 0:
+        res.fail(messages.E_HISPARSE_HOST_POOL_NOT_POSITIVE, "config", "hisparse_host_pool")
+    res.rules.append("hisparse_host_pool")
 
 
 def _hisparse_prerequisites(cfg: VllmConfig, res: Resolution, hisparse: bool) -> bool:
@@ -145,9 +219,17 @@ def _hisparse_prerequisites(cfg: VllmConfig, res: Resolution, hisparse: bool) ->
         res.rules.append("hisparse_auto_enabled")
         hisparse = True
     if hisparse:
+        era = cfg.runtime.era
+        if era.hisparse_platform_check == "backend" and era.platform_support[cfg.runtime.platform] is None:
+            res.rules.append("platform_unknown")
+            raise UnknownOutcome(
+                f"platform {cfg.runtime.platform!r}: get_hisparse_backend_cls() is defined outside vLLM "
+                f"{cfg.runtime.vllm_version}, so whether it supports HiSparse cannot be known", "platform_unknown")
         if cfg.runtime.platform != "cuda":
-            res.fail(messages.E_HISPARSE_CUDA, "config", "hisparse_requires_cuda")
-        if cfg.model_config is not None:
+            message = messages.E_HISPARSE_PLATFORM if era.hisparse_platform_check == "backend" else messages.E_HISPARSE_CUDA
+            res.fail(message, "config", "hisparse_requires_cuda")
+        if cfg.model_config is not None or cfg.speculative_config is not None:
+            # a speculative config needs the target's model config too
             raise UnknownOutcome(
                 "HiSparse with a model config: vLLM also requires the model's index_topk, which a case does not describe",
                 "feature_absent",
@@ -199,7 +281,12 @@ def _chunked_local(cfg: VllmConfig, res: Resolution) -> bool:
     if cfg.model_config is None or cfg.model_config.attention_chunk_size is None:
         return False
     spec = cfg.speculative_config
-    if spec is not None and spec.method in era.eagle_methods:
+    if spec is not None and spec.custom_uses_target_hidden_states is not None:
+        # 0.34: the custom method's config class answers `uses_target_hidden_states`
+        if spec.custom_uses_target_hidden_states:
+            res.rules.append("chunked_local_target_hidden_states")
+            return True
+    elif spec is not None and spec.method in era.eagle_methods:
         res.rules.append("chunked_local_eagle")
         return True
     if not era.chunked_local_without_eagle:

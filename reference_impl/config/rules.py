@@ -48,5 +48,13 @@ RULES: dict[str, str] = {
     "kv_cache_groups": "the KV cache specs were grouped for the KV cache manager",
     "kv_cache_groups_not_evaluated": "layers were given but the case stops at stage config: the KV cache groups were not evaluated",
     "kv_role_invalid": "kv_role is not one of kv_producer, kv_both, kv_consumer: KVTransferConfig rejects it",
+    "connector_tree_looked_up": "0.34: every connector class of the kv_transfer_config tree was looked up before the HMA block (kv_cache_access)",
+    "nixl_transfer_mode": "0.34: NixlConnector resolves to NixlPullConnector or NixlPushConnector by its extra config's transfer_mode",
+    "hisparse_host_pool": "0.34: HiSparse reads host_pool_gib from its one HiSparseConnector (top level or a direct MultiConnector child)",
+    "hisparse_needs_connector": "0.34: HiSparse is on but no HiSparseConnector (top level or a direct MultiConnector child) is configured",
+    "custom_speculative_method": "0.34: the speculative method is a custom one registered by a plugin",
+    "speculative_method_unknown": "the speculative method is not one this release knows (0.33: its Literal; 0.34: built in or registered by a plugin)",
+    "chunked_local_target_hidden_states": "chunked local attention with a speculator that uses the target's hidden states disables HMA",
+    "lookahead_connector_lookup": "0.34: an EAGLE/EAGLE3/MTP speculator's hash lookahead looked the connector class up after the HMA block",
     "connector_module_import_failed": "kv_connector_module_path does not import: the factory's import raises",
 }

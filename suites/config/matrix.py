@@ -43,6 +43,31 @@ FEATURES: dict[str, dict[str, Any]] = {
     "offload_native": {"kv_offloading_backend": "native", "kv_offloading_size": OFFLOAD_GIB},
     "offload_lmcache": {"kv_offloading_backend": "lmcache", "kv_offloading_size": OFFLOAD_GIB},
 }
+#: A custom speculative method's name (registered as a plugin would, 0.34+).
+CUSTOM_METHOD = "kvconform_drafter"
+# Features of the eras whose tables have custom speculative methods or the hash-lookahead lookup (0.34+).
+CUSTOM_SPECULATIVE_FEATURES: dict[str, dict[str, Any]] = {
+    "chunked_custom_ths": {"attention_chunk_size": CHUNK,
+                           "speculative_method": {"name": CUSTOM_METHOD, "uses_target_hidden_states": True}},
+    "chunked_custom": {"attention_chunk_size": CHUNK,
+                       "speculative_method": {"name": CUSTOM_METHOD, "uses_target_hidden_states": False}},
+}
+LOOKAHEAD_FEATURES: dict[str, dict[str, Any]] = {
+    # the shortcut's LMCacheMPConnector is looked up again after the block for an EAGLE drafter
+    "eagle_offload_lmcache": {"speculative_method": "eagle", "kv_offloading_backend": "lmcache",
+                              "kv_offloading_size": OFFLOAD_GIB},
+}
+
+
+def features_for(era: str) -> dict[str, dict[str, Any]]:
+    """Feature label -> case fields, for every feature dimension value of `era`."""
+    table = era_table(era)
+    features = dict(FEATURES)
+    if table["block"]["custom_speculative_methods"]:
+        features.update(CUSTOM_SPECULATIVE_FEATURES)
+    if table["factory"]["lookahead_lookup_methods"]:
+        features.update(LOOKAHEAD_FEATURES)
+    return features
 
 # Children that are never in the way of a child list: MultiConnector itself, HiSparse (switches
 # HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
@@ -52,12 +77,14 @@ _NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
 UNREGISTERED_NAME = "FooConnector"
 
 
-def _child(name: str, children: list | None = None, role: str | None = "kv_both") -> dict:
+def _child(name: str, children: list | None = None, role: str | None = "kv_both", extra: dict | None = None) -> dict:
     child: dict[str, Any] = {"kv_connector": name}
     if role is not None:
         child["kv_role"] = role
     if children is not None:
         child["children"] = children
+    if extra is not None:
+        child["kv_connector_extra_config"] = extra
     return child
 
 
@@ -110,6 +137,20 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
         hisparse = _child("HiSparseConnector")
         options["MultiHiSparse"] = multi([hisparse] + [_child(name) for name in hma_children[:1]])
         options["MultiNestedHiSparse"] = multi([_child("MultiConnector", [hisparse])] + [_child(n) for n in hma_children[:1]])
+    if table["factory"]["nixl_transfer_mode"]:
+        options["NixlPush"] = {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "push"}}
+        options["NixlBadMode"] = {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "sideways"}}
+        options["MultiNixlBadMode"] = multi([_child("NixlConnector", extra={"transfer_mode": "sideways"})])
+    if table["factory"]["tree_lookup_before_block"]:
+        # a grandchild whose class cannot be found, behind an HMA-capable first child
+        options["MultiBadGrandchild"] = multi([*(_child(n) for n in hma_children[:1]),
+                                               _child("MultiConnector", [_child(UNREGISTERED_NAME)])])
+    if table["hisparse"]["host_pool_required"]:
+        pool = {"host_pool_gib": 4}
+        options["HiSparsePool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": pool}
+        options["HiSparseZeroPool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 0}}
+        options["MultiHiSparsePool"] = multi([_child("HiSparseConnector", extra=pool), *(_child(n) for n in hma_children[:1])])
+        options["MultiTwoHiSparse"] = multi([_child("HiSparseConnector", extra=pool), _child("HiSparseConnector", extra=pool)])
     options["RenamedMulti"] = {
         "kv_connector": "RenamedMultiConnector",
         "kv_connector_module_path": MODULE_PATH,
@@ -166,7 +207,7 @@ class Cell:
             "kv_offloading_backend": None,
             "kv_offloading_size": None,
         }
-        case.update(FEATURES[self.features])
+        case.update(features_for(self.era)[self.features])
         options = connectors_for(self.era)
         case.update(options[self.connector] if self.connector in options else unregistered_for(self.era)[self.connector])
         return case
@@ -203,7 +244,7 @@ def all_pairs(dimensions: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
 
 def cells_for(era: str) -> list[Cell]:
     """Every cell of one era, in a stable order."""
-    flags, stages, features = tuple(FLAGS), tuple(STAGES), tuple(FEATURES)
+    flags, stages, features = tuple(FLAGS), tuple(STAGES), tuple(features_for(era))
     connectors = tuple(connectors_for(era))
     cells: dict[str, Cell] = {}
 

@@ -53,18 +53,23 @@ class _Connector:
     children: tuple = ()
     #: whether kv_connector_extra_config has a "connectors" key at all (an empty list is not a missing key)
     has_children_key: bool = False
+    #: kv_connector_extra_config without its "connectors" list (transfer_mode, host_pool_gib, ...)
+    extra: Any = None
 
     @classmethod
     def from_child(cls, child) -> "_Connector":
         # Assumption: a bare name child carries the default role kv_both (issue 2 schema).
         if isinstance(child, str):
             return cls(name=child)
+        extra = dict(child.get("kv_connector_extra_config") or {})
+        children = child["children"] if child.get("children") is not None else extra.pop("connectors", None)
         return cls(
-            name=child["kv_connector"],
+            name=child.get("kv_connector"),
             module_path=child.get("kv_connector_module_path"),
             role=child.get("kv_role"),
-            children=tuple(child.get("children") or ()),
-            has_children_key=child.get("children") is not None,
+            children=tuple(children or ()),
+            has_children_key=children is not None,
+            extra=extra,
         )
 
 
@@ -135,9 +140,19 @@ class _Evaluation:
                 # class gained SupportsHMA in 0.21; vLLM 0.13.0's factory rejects a renamed subclass with E-F).
                 return _ConnectorClass(cls.__name__, registry[MULTI], True)
             return _ConnectorClass(cls.__name__, "SupportsHMA" in names, False)
+        if connector.name is None:
+            raise _Unknown("a connector without a kv_connector name (outside the matrix's schema)")
         if connector.name not in registry:
             self.note(f"§3.3: {connector.name} is not registered in era {self.table['era']} and has no module path")
             raise _Raised("E-UNSUPPORTED-CONNECTOR", stage, name=connector.name)
+        if connector.name == "NixlConnector" and factory["nixl_transfer_mode"]:
+            mode = (connector.extra or {}).get("transfer_mode", "pull")
+            if mode not in ("pull", "push"):
+                self.note(f"0.34 factory.py:126-129: NixlConnector transfer_mode {mode!r} is neither pull nor push")
+                raise _Raised("E-NIXL-TRANSFER-MODE", stage, name=repr(mode))
+            resolved = {"pull": "NixlPullConnector", "push": "NixlPushConnector"}[mode]
+            self.note(f"0.34 factory.py:126-130: NixlConnector with transfer_mode {mode} is {resolved}")
+            return _ConnectorClass(resolved, registry[resolved], False)
         missing_import = factory["import_requires"].get(connector.name)
         if missing_import:
             self.note(f"resolving {connector.name} imports a package that is not installed ({missing_import})")
@@ -152,6 +167,52 @@ class _Evaluation:
                     self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
                     raise _Raised("E-KV-ROLE", stage)
         return children
+
+    def lookup_tree(self, connector: _Connector, stage: str) -> None:
+        """0.34: the class of the connector and, for a MultiConnector class, of every child at any depth
+        (each child's KVTransferConfig checks its kv_role first), none skipped."""
+        cls = self.lookup(connector, stage)
+        if cls.multi:
+            for child in self.child_configs(connector, stage, require_role=True):
+                self.lookup_tree(child, stage)
+
+    def hisparse_host_pool(self, connector: _Connector | None) -> None:
+        """0.34 kv_transfer.py:16-47 over the connector after the offloading shortcut."""
+        entries = []
+        if connector is not None:
+            candidates = [_Connector.from_child(c) for c in connector.children] if connector.name == MULTI else [connector]
+            entries = [c.extra or {} for c in candidates if c.name == HISPARSE_CONNECTOR]
+        if len(entries) > 1:
+            raise _Raised("E-HISPARSE-TWO", "config")
+        if not entries:
+            self.note("0.34 config/vllm.py:2133-2141: HiSparse without a HiSparseConnector after the shortcut")
+            raise _Raised("E-HISPARSE-NEEDS-CONNECTOR", "config")
+        size = entries[0].get("host_pool_gib")
+        if size is None:
+            raise _Raised("E-HISPARSE-NO-HOST-POOL", "config")
+        if isinstance(size, bool) or not isinstance(size, (int, float)):
+            raise _Unknown(f"host_pool_gib {size!r} is not a number (the matrix gives numbers)")
+        if size <= 0:
+            raise _Raised("E-HISPARSE-HOST-POOL-NOT-POSITIVE", "config")
+        self.note(f"0.34: HiSparse host pool of {size} GiB")
+
+    def speculative_check(self) -> None:
+        """The speculative method as SpeculativeConfig takes it (0.34: custom methods, unknown names)."""
+        method = self.case.get("speculative_method")
+        block = self.table["block"]
+        if isinstance(method, dict):
+            if not block["custom_speculative_methods"]:
+                raise _Unknown("custom speculative methods arrive in vLLM 0.34.0")
+            return
+        builtin = block["builtin_speculative_methods"]
+        if method is not None and builtin and method not in builtin:
+            raise _Raised("E-UNKNOWN-SPECULATIVE-METHOD", "config", name=repr(method), methods=str(sorted(builtin)))
+
+    def uses_target_hidden_states(self) -> bool:
+        method = self.case.get("speculative_method")
+        if isinstance(method, dict):
+            return bool(method.get("uses_target_hidden_states", False))
+        return method in self.table["block"]["eagle_methods"]
 
     def supports_hma_config(self, connector: _Connector, stage: str) -> bool:
         """§3.3: the configured-name MultiConnector recursion of 0.23+."""
@@ -178,12 +239,17 @@ class _Evaluation:
         name = self.case.get("kv_connector")
         if not name:
             return None
+        extra = dict(self.case.get("kv_connector_extra_config") or {})
+        children = self.case.get("multi_connector_children")
+        if children is None:
+            children = extra.pop("connectors", None)
         return _Connector(
             name=name,
             module_path=self.case.get("kv_connector_module_path"),
             role=self.case.get("kv_role", "kv_both"),
-            children=tuple(self.case.get("multi_connector_children") or ()),
-            has_children_key=self.case.get("multi_connector_children") is not None,
+            children=tuple(children or ()),
+            has_children_key=children is not None,
+            extra=extra,
         )
 
     def offloading_connector(self, connector: _Connector | None) -> _Connector | None:
@@ -238,7 +304,7 @@ class _Evaluation:
             need_disable = True
         chunked_warning = False
         if case.get("attention_chunk_size"):
-            if case.get("speculative_method") in block["eagle_methods"]:
+            if self.uses_target_hidden_states():
                 self.note(f"{self.spec}: chunked local attention with EAGLE-style {case['speculative_method']} (CE)")
                 need_disable = True
             elif block["chunked_env"]:
@@ -324,23 +390,39 @@ class _Evaluation:
         user = self.user_connector()
         if case.get("hisparse") and not table["hisparse"]["exists"]:
             raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
-        hisparse = table["hisparse"]["exists"] and self.hisparse_on(user)
+        if case.get("speculative_method") is not None:
+            self.speculative_check()
+        hisparse_table = table["hisparse"]
+        hisparse = hisparse_table["exists"] and self.hisparse_on(user)
         if hisparse:
             # §10 lists the CUDA check (item 2) before the sparse-indexer model check (item 3); the
             # oracle takes that as their order.
+            if hisparse_table["platform_outside_vllm_unknown"] and table["platforms"][case.get("platform", "unspecified")] == "unknown":
+                raise _Unknown("the platform's HiSparse backend is defined outside vLLM")
             if case.get("platform") != "cuda":
-                self.note("§10 item 2: HiSparse requires CUDA, checked before the HMA block")
-                raise _Raised("E-HISPARSE-CUDA", "config")
-            if case.get("attention_chunk_size"):
+                self.note("§10 item 2: HiSparse requires CUDA (0.34: a HiSparse backend), checked before the HMA block")
+                raise _Raised(hisparse_table["platform_error"], "config")
+            if case.get("attention_chunk_size") or case.get("speculative_method") is not None:
                 raise _Unknown(
                     "HiSparse with a model config needs index_topk (§10 item 3), which a case cannot express"
                 )
+        if table["factory"]["tree_lookup_before_block"] and user is not None:
+            self.note("0.34 config/vllm.py:2006: every connector class of the tree is looked up before the HMA block")
+            self.lookup_tree(user, "config")
         shortcut = table["offloading"]["shortcut"]
         self.connector_at_block = self.offloading_connector(user) if shortcut == "before" else user
+        if hisparse and hisparse_table["host_pool_required"]:
+            self.hisparse_host_pool(self.connector_at_block)
         resolved = self.resolve()
         if hisparse and resolved:
             self.note("§3.2 step 4: HiSparse with HMA disabled")
             raise _Raised("E-H", "config")
+        method = case.get("speculative_method")
+        if self.connector_at_block is not None and isinstance(method, str) and (
+            method in table["factory"]["lookahead_lookup_methods"]
+        ):
+            self.note("0.34 config/vllm.py:2261: the EAGLE block drop's hash lookahead looks the connector up again")
+            self.lookup(self.connector_at_block, "config")
         if case.get("stage", "config") == "create_connector":
             created = self.offloading_connector(user) if shortcut == "after" else self.connector_at_block
             if created is not None:

@@ -36,6 +36,14 @@ FAMILIES = {
     "offload": ("offload_native", "offload_lmcache"),
 }
 ROLES = ("kv_both", "kv_producer", "kv_consumer", None)
+# Dimensions vLLM 0.34 reads, drawn only for an era whose table has them (older eras draw as before): a
+# connector's kv_connector_extra_config (Nixl's transfer_mode, HiSparse's host_pool_gib, good and bad), custom
+# speculative methods, speculative method names (built in or unknown) and module-path children.
+TRANSFER_MODES = ("pull", "push", "sideways", "PULL", None, 1)
+HOST_POOLS = (4, 0.5, 0, -1, "2", "abc", None, [1])
+SPECULATIVE_NAMES = ("eagle", "eagle3", "mtp", "ngram", "draft_model", "no_such_method")
+CUSTOM_METHOD = "kvconform_drafter"
+MODULE_CHILDREN = ("ExternalHMAConnector", "ExternalPlainConnector", "LegacyTwoArgConnector", "NoSuchClass")
 
 
 def _tree(rng: random.Random, names: list[str], depth: int) -> list[dict[str, Any]]:
@@ -82,8 +90,57 @@ def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
             case.update(json.loads(json.dumps(connectors[rng.choice(labels)])))
             if case.get("kv_connector") and rng.random() < 0.1:
                 case["kv_role"] = rng.choice(ROLES[1:])
+        if _reads_extras(era):
+            _draw_extras(random.Random(f"{era}/{seed}/{index}"), case)
         cases.append(case)
     return cases
+
+
+def _reads_extras(era: str) -> bool:
+    table = era_table(era)
+    return bool(table["factory"]["nixl_transfer_mode"] or table["hisparse"]["host_pool_required"]
+                or table["block"]["custom_speculative_methods"])
+
+
+def _pool_child(rng: random.Random) -> dict[str, Any]:
+    child: dict[str, Any] = {"kv_connector": "HiSparseConnector", "kv_role": "kv_both"}
+    if rng.random() < 0.85:
+        child["kv_connector_extra_config"] = {"host_pool_gib": rng.choice(HOST_POOLS)}
+    return child
+
+
+def _draw_extras(rng: random.Random, case: dict[str, Any]) -> None:
+    """0.34's dimensions on top of a drawn case (its own random stream, so the base draws stay the same)."""
+    roll = rng.random()
+    if roll < 0.15:  # a Nixl connector in a transfer mode, at the top or as a child
+        extra = {"transfer_mode": rng.choice(TRANSFER_MODES)} if rng.random() < 0.8 else {}
+        nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        if rng.random() < 0.5:
+            case.update({"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra,
+                         "kv_connector_module_path": None, "multi_connector_children": None})
+        else:
+            case.update({"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_module_path": None,
+                         "multi_connector_children": [nixl, *(case.get("multi_connector_children") or [])][:3]})
+    elif roll < 0.3:  # HiSparse through its connector: alone, as a child, or twice
+        shape = rng.choice(["top", "child", "two"])
+        case.update({"kv_connector_module_path": None, "kv_role": "kv_both"})
+        if shape == "top":
+            pool = _pool_child(rng)
+            case.update({"kv_connector": "HiSparseConnector", "multi_connector_children": None,
+                         "kv_connector_extra_config": pool.get("kv_connector_extra_config")})
+        else:
+            children = [_pool_child(rng)] + ([_pool_child(rng)] if shape == "two" else
+                                             [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}])
+            case.update({"kv_connector": "MultiConnector", "multi_connector_children": children})
+    elif roll < 0.38 and case.get("multi_connector_children") is not None:  # a module-path child
+        child = {"kv_connector": rng.choice(MODULE_CHILDREN), "kv_role": "kv_both",
+                 "kv_connector_module_path": "suites.config.external_connectors"}
+        case["multi_connector_children"] = [*case["multi_connector_children"], child]
+    method = rng.random()
+    if method < 0.2:
+        case["speculative_method"] = {"name": CUSTOM_METHOD, "uses_target_hidden_states": rng.random() < 0.5}
+    elif method < 0.35:
+        case["speculative_method"] = rng.choice(SPECULATIVE_NAMES)
 
 
 def differences(cases: list[dict[str, Any]], reference, target) -> tuple[list[dict[str, Any]], int]:

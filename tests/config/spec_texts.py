@@ -17,5 +17,13 @@ E_KV_ROLE = "Please specify kv_role when kv_connector is set, supported roles ar
 E_MULTI = "HMA should not be enabled unless all sub-connectors support it"
 E_DEPRECATED = "uses deprecated 2-argument constructor signature"
 E_UNRECOGNIZED = "unrecognized arguments"
+# vLLM 0.34.0 (read from its source, checked on the release): not in config-rules.md
+E_HISPARSE_PLATFORM = "The current platform does not support HiSparse."
+E_HISPARSE_NEEDS_CONNECTOR = "HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib"
+E_HISPARSE_TWO = "Only one HiSparseConnector may be configured"
+E_HISPARSE_NO_POOL = "HiSparseConnector requires host_pool_gib"
+E_HISPARSE_POOL_POSITIVE = "HiSparseConnector host_pool_gib must be positive"
+E_NIXL_MODE = "Invalid NixlConnector transfer_mode: "
+E_UNKNOWN_METHOD = "Unknown speculative method "
 
 WARNINGS = {"W-A1": W_A1_PREFIX, "W-B1": W_B1, "W-C": W_C, "W-C1": W_C1, "W-K22": W_K22}

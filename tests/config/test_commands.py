@@ -73,7 +73,7 @@ def test_explain_every_release_in_range(capsys):
 
 BAD_EXPLAIN = [
     (["--vllm-version", "0.9.0"], "vllm_version: '0.9.0' is outside"),
-    (["--vllm-version", "0.34.0"], "0.10.0 to 0.33.x"),
+    (["--vllm-version", "0.35.0"], "0.10.0 to 0.34.x"),
     (["--vllm-version", "banana"], "vllm_version: 'banana'"),
     (["--platform", "mainframe"], "platform: 'mainframe' is not accepted; expected one of cuda"),
     (["--env", "NOEQUALS"], "--env: 'NOEQUALS'"),
@@ -84,7 +84,7 @@ BAD_EXPLAIN = [
     (["--platfrom", "rocm"], "unrecognized option --platfrom; did you mean --platform?"),
     (["--plat", "rocm"], "unrecognized option --plat; did you mean --platform?"),
     (["--vllm-versoin", "0.33.0"], "did you mean --vllm-version?"),
-    (["--vllm-version", "latest"], "(pre-seed, seed, v0.33, v0.10, v0.11, v0.14"),
+    (["--vllm-version", "latest"], "(pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14"),
 ]
 
 

@@ -145,6 +145,49 @@ ROWS = [
     ("v033-hisparse-connector-auto-enables", {"profile": "v0.33", "kv_connector": "HiSparseConnector", "platform": "cpu"}, {"error": ("ValueError", T.E_HISPARSE_CUDA, "config")}),
     ("v033-hisparse-direct-child-auto-enables", {"profile": "v0.33", "platform": "cpu", **multi("HiSparseConnector")}, {"error": ("ValueError", T.E_HISPARSE_CUDA, "config")}),
     ("v033-hisparse-grandchild-does-not", {"profile": "v0.33", "platform": "cpu", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["HiSparseConnector"]})}, {"resolved": False}),
+    # --- vLLM 0.34.0 (read from its source; the same cases agree on the release) ------------------------
+    ("v034-profile-and-version", {"vllm_version": "0.34.7"}, {"resolved": False}),
+    ("v034-umbp-registered-hma", {"profile": "v0.34", "kv_connector": "UMBPStoreConnector"}, {"resolved": False, "warnings": []}),
+    ("v034-umbp-unknown-in-033", {"profile": "v0.33", "kv_connector": "UMBPStoreConnector"}, {"error": ("ValueError", T.E_UNSUPPORTED, "config")}),
+    ("v034-nixl-default-pull", {"profile": "v0.34", "flag": False, "kv_connector": "NixlConnector", "stage": "create_connector"}, {"resolved": False}),
+    ("v034-nixl-push", {"profile": "v0.34", "kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "push"}}, {"resolved": False}),
+    ("v034-nixl-bad-mode-even-flag-true", {"profile": "v0.34", "flag": True, "kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "sideways"}}, {"error": ("ValueError", T.E_NIXL_MODE + "'sideways'", "config")}),
+    ("v034-nixl-mode-is-case-sensitive", {"profile": "v0.34", "kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "PULL"}}, {"error": ("ValueError", T.E_NIXL_MODE + "'PULL'", "config")}),
+    ("v034-nixl-mode-repr-of-a-number", {"profile": "v0.34", "kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": 1}}, {"error": ("ValueError", T.E_NIXL_MODE + "1", "config")}),
+    ("v033-nixl-mode-ignored", {"profile": "v0.33", "kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "sideways"}}, {"resolved": False}),
+    ("v034-nixl-bad-mode-in-child", {"profile": "v0.34", "flag": False, **multi({"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"transfer_mode": "x"}})}, {"error": ("ValueError", T.E_NIXL_MODE + "'x'", "config")}),
+    ("v034-unknown-name-explicit-flag-fails-config", {"profile": "v0.34", "flag": True, "kv_connector": "NoSuchConnector"}, {"error": ("ValueError", T.E_UNSUPPORTED, "config")}),
+    ("v034-child-without-role-explicit-flag", {"profile": "v0.34", "flag": True, **multi({"kv_connector": "NixlConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
+    ("v033-child-without-role-explicit-flag-passes", {"profile": "v0.33", "flag": True, **multi({"kv_connector": "NixlConnector"})}, {"resolved": True}),
+    ("v034-bad-grandchild-after-non-hma-child", {"profile": "v0.34", **multi("ExampleConnector", {"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["FooConnector"]})}, {"error": ("ValueError", "Unsupported connector type: FooConnector", "config")}),
+    ("v033-bad-grandchild-after-non-hma-child-unseen", {"profile": "v0.33", **multi("ExampleConnector", {"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["FooConnector"]})}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v034-tree-lookup-before-offloading-shortcut", {"profile": "v0.34", "kv_connector": "FooConnector", "kv_offloading_size": 4}, {"error": ("ValueError", "Unsupported connector type: FooConnector", "config")}),
+    ("v034-children-in-extra-config", {"profile": "v0.34", "kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": ["NixlConnector", "OffloadingConnector"]}}, {"resolved": False}),
+    ("v034-hisparse-platform-reworded", {"profile": "v0.34", "hisparse": True, "platform": "rocm"}, {"error": ("ValueError", T.E_HISPARSE_PLATFORM, "config")}),
+    ("v034-hisparse-tpu-backend-outside-vllm", {"profile": "v0.34", "hisparse": True, "platform": "tpu"}, {"unknown": True}),
+    ("v034-hisparse-without-connector", {"profile": "v0.34", "hisparse": True}, {"error": ("ValueError", T.E_HISPARSE_NEEDS_CONNECTOR, "config")}),
+    ("v034-hisparse-connector-needs-pool", {"profile": "v0.34", "kv_connector": "HiSparseConnector"}, {"error": ("ValueError", T.E_HISPARSE_NO_POOL, "config")}),
+    ("v034-hisparse-pool-ok", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 2}}, {"resolved": False}),
+    ("v034-hisparse-pool-as-text", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": "0.5"}}, {"resolved": False}),
+    ("v034-hisparse-pool-zero", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 0}}, {"error": ("ValueError", T.E_HISPARSE_POOL_POSITIVE, "config")}),
+    ("v034-hisparse-pool-not-a-number", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": "abc"}}, {"error": ("ValueError", "could not convert string to float: 'abc'", "config")}),
+    ("v034-hisparse-pool-a-list", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": [1]}}, {"error": ("TypeError", "float() argument must be", "config")}),
+    ("v034-hisparse-two-children", {"profile": "v0.34", **multi(*[{"kv_connector": "HiSparseConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"host_pool_gib": 1}}] * 2)}, {"error": ("ValueError", T.E_HISPARSE_TWO, "config")}),
+    ("v034-hisparse-child-pool", {"profile": "v0.34", **multi({"kv_connector": "HiSparseConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"host_pool_gib": 1}}, "NixlConnector")}, {"resolved": False}),
+    ("v034-hisparse-offloading-replaces-connector", {"profile": "v0.34", "kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 1}, "kv_offloading_size": 4}, {"error": ("ValueError", T.E_HISPARSE_NEEDS_CONNECTOR, "config")}),
+    ("v034-hisparse-renamed-multi-does-not-enable", {"profile": "v0.34", "platform": "cpu", "kv_connector": "RenamedMultiConnector", "kv_connector_module_path": EXT, "multi_connector_children": ["HiSparseConnector"]}, {"resolved": False}),
+    ("v033-hisparse-renamed-multi-does-not-enable", {"profile": "v0.33", "platform": "cpu", "kv_connector": "RenamedMultiConnector", "kv_connector_module_path": EXT, "multi_connector_children": ["HiSparseConnector"]}, {"resolved": False}),
+    ("v033-unknown-method-pydantic-literal", {"profile": "v0.33", "speculative_method": "my_drafter"}, {"error": ("ValidationError", "1 validation error for SpeculativeConfig: method: Input should be 'ngram', 'draft_model'", "config")}),
+    ("v033-hisparse-with-speculator-depends-on-model", {"profile": "v0.33", "hisparse": True, "speculative_method": "ngram"}, {"unknown": True}),
+    ("v034-custom-method-uses-hidden-states", {"profile": "v0.34", "speculative_method": {"name": "my_drafter", "uses_target_hidden_states": True}, **CHUNK, **ENV_ON}, {"resolved": True, "warnings": []}),
+    ("v034-custom-method-plain", {"profile": "v0.34", "speculative_method": {"name": "my_drafter"}, **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C"]}),
+    ("v034-custom-method-plain-env-on", {"profile": "v0.34", "speculative_method": {"name": "my_drafter"}, **CHUNK, **ENV_ON}, {"resolved": False}),
+    ("v033-custom-method-unknown", {"profile": "v0.33", "speculative_method": {"name": "my_drafter"}, **CHUNK}, {"unknown": True}),
+    ("v034-dspark-uses-hidden-states", {"profile": "v0.34", "speculative_method": "dspark", **CHUNK, **ENV_ON}, {"resolved": True}),
+    ("v034-unknown-method-refused", {"profile": "v0.34", "speculative_method": "my_drafter"}, {"error": ("ValueError", T.E_UNKNOWN_METHOD + "'my_drafter'", "config")}),
+    ("v034-eagle-looks-up-shortcut-connector", {"profile": "v0.34", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"error": ("AttributeError", "Class OffloadingConnector not found in", "config")}),
+    ("v034-ngram-does-not", {"profile": "v0.34", "flag": True, "speculative_method": "ngram", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
+    ("v033-eagle-does-not", {"profile": "v0.33", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
 ]
 
 if importlib.util.find_spec("mooncake") is None:
@@ -157,6 +200,7 @@ if importlib.util.find_spec("lmcache") is None:
     ROWS.append(("seed-lmcache-mp-import-error-in-factory", {"profile": "seed", "flag": True, "kv_connector": "LMCacheMPConnector", "stage": "create_connector"}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "create_connector")}))
     ROWS.append(("v033-lmcache-mp-import-error", {"profile": "v0.33", "kv_connector": "LMCacheMPConnector"}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "config")}))
     ROWS.append(("v033-lmcache-offloading-import-error", {"profile": "v0.33", "kv_offloading_backend": "lmcache", "kv_offloading_size": 4}, {"error": ("ModuleNotFoundError", "lmcache", "config")}))
+    ROWS.append(("v034-lmcache-child-explicit-flag", {"profile": "v0.34", "flag": False, **multi("LMCacheMPConnector")}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "config")}))
 
 
 @pytest.mark.parametrize("row_id, case, expected", ROWS, ids=[row[0] for row in ROWS])

@@ -29,6 +29,17 @@ ANY_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(al
                         max_leaves=5)
 
 
+# a connector's kv_connector_extra_config: the keys vLLM reads (Nixl, HiSparse), any JSON, or not an object
+EXTRA = st.none() | ANY_JSON | st.fixed_dictionaries({}, optional={
+    "transfer_mode": st.sampled_from(["pull", "push", "sideways", None, 1]),
+    "host_pool_gib": st.sampled_from([4, 0, -1, "2", "abc", None, [1], 10 ** 400]),
+    "connectors": st.none() | st.lists(st.sampled_from(NAMES), max_size=2) | ANY_JSON,
+})
+SPECULATIVE = st.sampled_from([None, "eagle", "eagle3", "mtp", "dflash", "ngram", "draft_model", "no_such_method"]) | (
+    st.fixed_dictionaries({"name": st.sampled_from(["my_drafter", "eagle", "", 3])},
+                          optional={"uses_target_hidden_states": st.sampled_from([True, False, "yes"]), "other": st.none()}))
+
+
 def _child(depth: int):
     plain = st.sampled_from(NAMES)
     fields = {
@@ -38,6 +49,7 @@ def _child(depth: int):
     }
     if depth > 0:
         fields["children"] = st.none() | st.lists(_child(depth - 1), max_size=3)
+    fields["kv_connector_extra_config"] = EXTRA
     return plain | st.fixed_dictionaries({}, optional=fields)
 
 
@@ -66,7 +78,8 @@ FIELDS = {
     "multi_connector_children": st.none() | st.lists(_child(2), max_size=3),
     "kv_events": st.booleans(),
     "attention_chunk_size": st.sampled_from([None, 64, 8192, 0, -1]),
-    "speculative_method": st.sampled_from([None, "eagle", "eagle3", "mtp", "dflash", "ngram", "draft_model"]),
+    "speculative_method": SPECULATIVE,
+    "kv_connector_extra_config": EXTRA,
     "env": st.dictionaries(st.sampled_from(["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_USE_V1",
                                             "VLLM_USE_SIMPLE_KV_OFFLOAD", "OTHER"]),
                            st.sampled_from(["0", "1", "yes", ""]), max_size=2),

@@ -35,6 +35,16 @@ ANCHORS = set(re.findall(r'<a id="([^"]+)"></a>', DOCS))
     ("", "AssertionError", "E-MULTI-NO-CONNECTORS"),
     ("Class OffloadingConnector not found in suites.config.external_connectors", "AttributeError", "E-CLASS-NOT-FOUND"),
     ("No module named 'lmcache'", "ModuleNotFoundError", "E-NO-LMCACHE"),
+    # vLLM 0.34.0's texts (suites/config/tables/messages.toml)
+    ("The current platform does not support HiSparse.", "ValueError", "E-HISPARSE-PLATFORM"),
+    ("HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib; to combine it ...", "ValueError",
+     "E-HISPARSE-NEEDS-CONNECTOR"),
+    ("Only one HiSparseConnector may be configured", "ValueError", "E-HISPARSE-TWO"),
+    ("HiSparseConnector requires host_pool_gib", "ValueError", "E-HISPARSE-NO-HOST-POOL"),
+    ("HiSparseConnector host_pool_gib must be positive", "ValueError", "E-HISPARSE-HOST-POOL-NOT-POSITIVE"),
+    ("Invalid NixlConnector transfer_mode: 'sideways'", "ValueError", "E-NIXL-TRANSFER-MODE"),
+    ("Unknown speculative method 'x'. Built-in methods: ['eagle']; registered custom methods: [].", "ValueError",
+     "E-UNKNOWN-SPECULATIVE-METHOD"),
     ("something else entirely", "ValueError", None),
     ("", "ValueError", None),
 ])
@@ -48,7 +58,9 @@ def test_every_reference_the_oracle_cites_has_a_place_in_the_docs():
         cited |= set(re.findall(r"§\d+(?:\.\d+)?", path.read_text(encoding="utf-8")))
     cited |= {"W-A1", "W-B1", "W-22", "W-C", "W-C1", "W-U", "E-B", "E-C", "E-F", "E-H", "E-MULTI-NO-CONNECTORS",
               "E-MULTI-ASSERT", "E-KV-ROLE", "E-TWO-ARG", "E-NO-LMCACHE", "E-NO-MOONCAKE", "E-CLASS-NOT-FOUND",
-              "E-HISPARSE-CUDA", "connector spec section 4.2"}
+              "E-HISPARSE-CUDA", "connector spec section 4.2", "E-HISPARSE-PLATFORM", "E-HISPARSE-NEEDS-CONNECTOR",
+              "E-HISPARSE-TWO", "E-HISPARSE-NO-HOST-POOL", "E-HISPARSE-HOST-POOL-NOT-POSITIVE", "E-NIXL-TRANSFER-MODE",
+              "E-UNKNOWN-SPECULATIVE-METHOD"}
     assert "§2.2" in cited and "§8.3" in cited
     missing = sorted(ref for ref in cited if anchor(ref) not in ANCHORS)
     assert not missing, f"docs/rules.md has no anchor for {missing}"

@@ -36,11 +36,11 @@ def _one_line(stderr: str) -> str:
 
 
 def test_pytest_hma_target_vllm_unsupported_release(tmp_path):
-    result = _run(tmp_path, "0.34.0", IMPORTABLE, "-m", "pytest", "suites/config", "-p", "no:cacheprovider",
+    result = _run(tmp_path, "0.35.0", IMPORTABLE, "-m", "pytest", "suites/config", "-p", "no:cacheprovider",
                   "-p", "no:xdist", "--hma-target", "vllm", "--vllm-version", "v0.33")
     assert result.returncode == 4, result.stdout + result.stderr
     line = _one_line(result.stderr)
-    assert line.startswith("ERROR: --hma-target vllm: installed vLLM 0.34.0 is not supported"), line
+    assert line.startswith("ERROR: --hma-target vllm: installed vLLM 0.35.0 is not supported"), line
     assert "scripts/install-vllm.sh" in line
 
 

@@ -39,7 +39,7 @@ def test_not_installed_through_the_named_target(no_vllm_distribution):
 
 @pytest.mark.parametrize("version,why", [
     ("0.9.2", "outside"),
-    ("0.34.0", "outside"),
+    ("0.35.0", "outside"),
     ("1.0.0", "outside"),
 ])
 def test_unsupported_release(fake_vllm, version, why):
@@ -53,14 +53,14 @@ def test_unsupported_release(fake_vllm, version, why):
 
 
 def test_unsupported_release_stops_the_named_target(fake_vllm):
-    fake_vllm("0.34.0", IMPORTABLE)
-    assert "installed vLLM 0.34.0 is not supported" in _refusal(lambda: load_config_target("vllm"))
+    fake_vllm("0.35.0", IMPORTABLE)
+    assert "installed vLLM 0.35.0 is not supported" in _refusal(lambda: load_config_target("vllm"))
 
 
 def test_unreadable_version(fake_vllm):
     fake_vllm("dev", IMPORTABLE)
     message = _refusal(installed_vllm_version)
-    assert message == "cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0-0.33.x"
+    assert message == "cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0 to 0.34.x"
 
 
 def test_local_suffix_is_dropped(fake_vllm):
