@@ -80,7 +80,10 @@ class ModelPreset:
         groups = get_kv_cache_groups(config, specs)
         if len(groups) != len(self.groups):
             raise ValueError(f"preset {self.name}: {len(self.groups)} groups declared, the allocator made {len(groups)}")
-        return DefaultKVCacheConfigBuilder().get_kv_cache_config_from_groups(config, groups, num_blocks)
+        kv_cache_config = DefaultKVCacheConfigBuilder().get_kv_cache_config_from_groups(config, groups, num_blocks)
+        # The reference engine's workers read each layer's spec from the config (a field vLLM's lacks).
+        kv_cache_config.layer_specs = {name: specs[name] for g in groups for name in g.layer_names}
+        return kv_cache_config
 
 
 PRESETS: dict[str, ModelPreset] = {
