@@ -16,17 +16,14 @@ from __future__ import annotations
 import importlib
 import sys
 
+from harness.upstream.import_mapping import MAPPED_MODULES
+
 __all__ = ["PROCESS_MODULES", "install"]
 
-# vLLM module -> reference module: the allocator's `v1/core` modules.
+# vLLM module -> reference module: the allocator's `v1/core` modules, taken from the test-file mapping
+# (one home for the module names); the spec and HiSparse modules stay vLLM's process-wide (see above).
 PROCESS_MODULES: dict[str, str] = {
-    "vllm.v1.core.block_pool": "reference_impl.kv_cache.block_pool",
-    "vllm.v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
-    "vllm.v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
-    "vllm.v1.core.kv_cache_coordinator": "reference_impl.kv_cache.kv_cache_coordinator",
-    "vllm.v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
-    "vllm.v1.core.kv_cache_planning": "reference_impl.kv_cache.kv_cache_planning",
-    "vllm.v1.core.kv_cache_config_builder": "reference_impl.kv_cache.kv_cache_config_builder",
+    name: ref for name, ref in MAPPED_MODULES.items() if name.startswith("vllm.v1.core.")
 }
 
 
