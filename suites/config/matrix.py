@@ -6,8 +6,8 @@ Per era the matrix is the union of three deterministic blocks (duplicates remove
   * an all-pairs cover of flag x platform x feature x connector x stage (their interactions), where every
     row with a connector also runs to create_connector.
 The first two are full products, so the report's "no connector" and "no features" rows are complete.
-A fourth block names connectors the era does not register: those the previous or the next era registers (a
-connector added, renamed or removed at that boundary) and a made-up `FooConnector`, over every flag x platform
+A fourth block names connectors the era does not register: those an earlier era or the next era registers (a
+connector added at the next boundary, or removed at any earlier one) and a made-up `FooConnector`, over every flag x platform
 x stage, so "what changed between releases" shows a connector that appears or disappears and the report's
 "no features" rows stay complete. The
 full product over all six dimensions (~100,000 cells) would not fit the time budget; all-pairs keeps every
@@ -89,11 +89,12 @@ def _child(name: str, children: list | None = None, role: str | None = "kv_both"
 
 
 def unregistered_for(era: str) -> dict[str, dict[str, Any]]:
-    """Connector label -> case fields for names `era` does not register: those the neighbouring eras
-    register, and a made-up name."""
+    """Connector label -> case fields for names `era` does not register: those an earlier era or the next
+    era registers, and a made-up name. A removed connector stays in every later era's matrix, so the report
+    never carries an older release's answer for it into a release whose matrix did not ask."""
     registry = era_table(era)["connectors"]
     index = ERA_IDS.index(era)
-    neighbours = ERA_IDS[max(index - 1, 0):index] + ERA_IDS[index + 1:index + 2]
+    neighbours = ERA_IDS[:index] + ERA_IDS[index + 1:index + 2]
     others = sorted({name for other in neighbours for name in era_table(other)["connectors"]} - set(registry))
     return {name: {"kv_connector": name} for name in [*others, UNREGISTERED_NAME]}
 

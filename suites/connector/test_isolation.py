@@ -111,10 +111,10 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 
 _PROCESS_SCRIPT = """
-import json, os, sys, time
+import json, sys
 from harness.targets.connector_target import ConnectorTarget, connector_target
 from suites.connector.context import CheckContext, prompt
-name, spec, source, builtin, extra, preset, store_name, mode, seed, flag, backdoors = json.loads(sys.argv[1])
+name, spec, source, builtin, extra, preset, store_name, mode, seed, backdoors = json.loads(sys.argv[1])
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
 target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
 ctx = CheckContext(target, preset)
@@ -123,12 +123,8 @@ tokens = prompt(seed, 700)
 if mode == "store":
     engine = ctx.engine(extra=extra)
     ctx.run(engine, tokens)
-    open(flag, "w").close()
     print(json.dumps({"hit": 0}))
 else:
-    deadline = time.monotonic() + 100
-    while flag and not os.path.exists(flag) and time.monotonic() < deadline:
-        time.sleep(0.05)
     engine = ctx.engine(extra=extra)  # after the store: a store may read its tier once, at start
     keys_of = ctx.optional_backdoor(engine.connector, "kvconform_object_keys")
     probe = engine.make_request(prompt(36, 600), cache_salt="s")  # one prompt for the keys in every process
@@ -137,13 +133,12 @@ else:
 """
 
 
-def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int,
-                flag: str | None = None) -> subprocess.Popen:
-    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`) (then
-    creates `flag`), or waits for `flag` (if any) and looks it up. Started together, imports overlap."""
+def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int) -> subprocess.Popen:
+    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`), or looks
+    it up (and reads the `kvconform_object_keys` backdoor where allowed)."""
     target = ctx.target
     args = json.dumps([target.name, target.spec, target.source, target.builtin, extra, preset, ctx.store_name, mode,
-                       prompt_seed, flag, ctx.backdoors])
+                       prompt_seed, ctx.backdoors])
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -183,16 +178,11 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
                                      f"{other['hit']} in a process with PYTHONHASHSEED=4242")
         return
     # Only a miss needs the two processes that tell the cases apart (each costs an interpreter and torch's
-    # import); started together, their imports overlap.
-    flag = str(tmp_path / "stored")
-    store = _in_process(ctx, preset, extra, "store", "1", 37, flag)
-    try:
-        same = _answer(_in_process(ctx, preset, extra, "lookup", "1", 37, flag), "the lookup process")
-        _answer(store, "the storing process (PYTHONHASHSEED=1)")
-    finally:
-        if store.poll() is None:  # the lookup gave up first: no orphan
-            store.kill()
-            store.communicate()
+    # import). The lookup starts once the storing process has exited: a store may write its tier when its
+    # process ends, and a lookup racing that exit would read a salted-keys bug as "does not outlive its process".
+    same_process_store = _in_process(ctx, preset, extra, "store", "1", 37)
+    _answer(same_process_store, "the storing process (PYTHONHASHSEED=1)")
+    same = _answer(_in_process(ctx, preset, extra, "lookup", "1", 37), "the lookup process")
     expect(not same["hit"], f"keys depend on the process: a prompt that hits {here} tokens here hits nothing in a "
                             "process with PYTHONHASHSEED=4242, while two processes with the same seed share their "
                             "objects (unseeded hash()?)")

@@ -39,8 +39,16 @@ FEATURE_OPTIONS = {
     "chunked_eagle": ["--attention-chunk-size", str(CHUNK), "--speculative-config", '{"method": "eagle"}'],
     "offload_native": ["--kv-offloading-backend", "native", "--kv-offloading-size", str(OFFLOAD_GIB)],
     "offload_lmcache": ["--kv-offloading-backend", "lmcache", "--kv-offloading-size", str(OFFLOAD_GIB)],
+    "eagle_offload_lmcache": ["--speculative-config", '{"method": "eagle"}', "--kv-offloading-backend", "lmcache",
+                              "--kv-offloading-size", str(OFFLOAD_GIB)],
 }
-NOT_EXPRESSIBLE = {"hisparse": "explain has no HiSparse option (vLLM configures it in the model's attention config)"}
+NOT_EXPRESSIBLE = {
+    "hisparse": "explain has no HiSparse option (vLLM configures it in the model's attention config)",
+    "chunked_custom": "a custom speculative method is a plugin registered in the engine's process; a command line "
+                      "cannot register one",
+    "chunked_custom_ths": "a custom speculative method is a plugin registered in the engine's process; a command "
+                          "line cannot register one",
+}
 
 
 @lru_cache(maxsize=1)
@@ -54,21 +62,30 @@ def _child_json(child: dict) -> dict:
         out["kv_role"] = child["kv_role"]
     if child.get("kv_connector_module_path"):
         out["kv_connector_module_path"] = child["kv_connector_module_path"]
+    extra = dict(child.get("kv_connector_extra_config") or {})
     if child.get("children") is not None:
-        out["kv_connector_extra_config"] = {"connectors": [_child_json(c) for c in child["children"]]}
+        extra["connectors"] = [_child_json(c) for c in child["children"]]
+    if extra:
+        out["kv_connector_extra_config"] = extra
     return out
 
 
 def kv_transfer_json(era: str, connector: str) -> str | None:
     """The `--kv-transfer-config` a user passes for one of the matrix's connector ids."""
     fields = {**unregistered_for(era), **connectors_for(era)}.get(connector)
-    if fields is None or not fields:
+    if fields is None:
+        # a connector of another release's matrix: the user types its name, as vLLM names it
+        fields = {"kv_connector": connector}
+    if not fields:
         return None
     config = {"kv_connector": fields["kv_connector"], "kv_role": "kv_both"}
     if fields.get("kv_connector_module_path"):
         config["kv_connector_module_path"] = fields["kv_connector_module_path"]
+    extra = dict(fields.get("kv_connector_extra_config") or {})
     if fields.get("multi_connector_children") is not None:
-        config["kv_connector_extra_config"] = {"connectors": [_child_json(c) for c in fields["multi_connector_children"]]}
+        extra["connectors"] = [_child_json(c) for c in fields["multi_connector_children"]]
+    if extra:
+        config["kv_connector_extra_config"] = extra
     return json.dumps(config)
 
 
