@@ -18,7 +18,8 @@ import importlib.util
 
 import pytest
 
-from harness.targets.connector_target import ConnectorTarget, connector_target
+from harness.targets.connector_selection import connector_target
+from harness.targets.connector_target import ConnectorTarget
 from suites.connector import test_api, test_isolation, test_lookup, test_tracking
 from suites.connector.context import CheckContext, prompt
 
