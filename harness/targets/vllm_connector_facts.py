@@ -32,6 +32,18 @@ KINDS: dict[str, str] = {
     "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
 }
 
+# Whose store each of vLLM's storing connectors has (harness.targets.connector_profile, `store_scope`; reviewed
+# data, vLLM 0.33.0). Absent: shared by the engines of one process (a file store, a server). "engine": the CPU
+# tier belongs to the connector instances of one engine, so a second engine starts with an empty tier:
+# OffloadingConnector's index is the scheduler instance's `CPUOffloadingManager` (`CPUOffloadingSpec.get_manager`,
+# built per spec, v1/kv_offload/cpu/spec.py) and its bytes the worker's `CPUOffloadingWorker` buffers;
+# SimpleCPUOffloadConnector's index is the scheduler instance's `SimpleCPUOffloadScheduler` (its own block pool and
+# coordinator over `cpu_kv_cache_config`, v1/simple_kv_offload/manager.py) and its bytes the worker's CPU tensors.
+STORE_SCOPES: dict[str, str] = {
+    "OffloadingConnector": "engine",
+    "SimpleCPUOffloadConnector": "engine",
+}
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -77,6 +89,19 @@ REQUIREMENTS: dict[str, Requirement] = {
 MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
     "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
                            "LMCache's engine-driven transfer mode"),
+}
+
+# Connector name -> (text of its start-up refusal of a Mamba group in mamba_cache_mode 'none', what it means):
+# reviewed data (vLLM 0.33.0). vLLM caches Mamba prefixes only in 'align' mode (its engine turns 'align' on with
+# prefix caching); both CPU-offloading connectors need prefix caching and refuse the 'none' mode with an
+# AssertionError at construction, which is their by-design refusal of that configuration, not a silent accept.
+MAMBA_NONE_REFUSALS: dict[str, tuple[str, str]] = {
+    "SimpleCPUOffloadConnector": ("Mamba prefix caching requires mamba_cache_mode='align'",
+                                  "its CPU tier's coordinator is vLLM's own KV cache coordinator with prefix caching "
+                                  "on, whose MambaManager (v1/core/single_type_kv_cache_manager.py) asserts 'align'"),
+    "OffloadingConnector": ("need --enable-prefix-caching to align block sizes",
+                            "build_offloading_config (v1/offloading/config.py) asserts that every group's block size "
+                            "is a multiple of the hash block size, which a Mamba group in 'none' mode is not"),
 }
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
