@@ -23,7 +23,7 @@ from _pytest.outcomes import Failed
 from harness.targets.connector_profile import split_declaration
 from harness.targets.connector_target import ConnectorTarget
 from suites.connector import test_api, test_isolation, test_lookup
-from suites.connector.context import CheckContext
+from suites.connector.context import CheckContext, prompt
 
 LEGAL = "tests.connector.legal_variants"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -104,3 +104,24 @@ def test_c03_reads_vllms_refusal_of_a_mamba_none_group_as_not_applicable(name, r
     with pytest.raises(pytest.skip.Exception, match=f"N/A: {name} refuses a Mamba group in mamba_cache_mode 'none' "
                                                     f"by design: .*{reason}"):
         _run(ctx, test_api.test_c03_group_discovery_rejects, "fa+swa+mamba")
+
+
+
+@pytest.mark.parametrize("preset, end, why", [
+    ("fa16+swa32", 255, None),  # inside a block of both groups: served from the whole blocks ending at 256
+    ("fa16+swa32", 256, None),
+    ("fa16+swa32", 300, "never exposed tokens 288-303"),  # its block was never computed in full
+    ("fa+mamba_align", 255, "Mamba group 1 has no state boundary at 255"),
+])
+def test_c07_exposure_serves_a_hit_inside_a_block_from_the_whole_block(preset, end, why):
+    """C07's servable-hit oracle: an attention hit may end inside a block (vLLM's scheduler takes it; LMCache and
+    OffloadingConnector answer such hits), a Mamba hit only where a state was kept."""
+    ctx = _context("EngineOwnedStoreConnector", preset, "C07")
+    try:
+        engine = ctx.engine()
+        tokens = prompt(5, 300)
+        ctx.run(engine, tokens)
+        got = ctx.exposure.unservable(engine, tokens + prompt(6, 100), end)  # a longer prompt of the same prefix
+        assert (got is None) if why is None else (why in (got or "")), got
+    finally:
+        ctx.close()
