@@ -57,6 +57,9 @@ class Requirement:
     # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
     # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
     cpu_standins: bool = False
+    # Why the connector cannot be judged in a test process it shares with other checks and connectors (the
+    # suite builds many engines per process): it is then not run, with this reason, and is no MultiConnector child.
+    shared_process: str = ""
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
@@ -75,7 +78,14 @@ REQUIREMENTS: dict[str, Requirement] = {
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
     "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
-    "LMCacheConnectorV1": Requirement(("lmcache",), why="LMCache engine"),
+    "LMCacheConnectorV1": Requirement(
+        ("lmcache",), why="LMCache engine",
+        shared_process="every instance in a process shares one LMCacheEngine (lmcache 0.5.6: the adapter "
+                       "builds it as LMCacheEngineBuilder.get_or_create(ENGINE_NAME, ...) with a config created "
+                       "once per process, lmcache/integration/vllm/vllm_v1_adapter.py and utils.py), so no check "
+                       "gets a store, a model or a layout of its own, and a process where it ran measured 58 "
+                       "failing cells of SimpleCPUOffloadConnector instead of 9; LMCache is judged through "
+                       "LMCacheMPConnector (CI step lmcache)"),
     "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
     "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
@@ -173,6 +183,9 @@ def missing_requirement(name: str) -> str | None:
         return None
     if need.model:
         return f"not applicable: {name} {need.model}"
+    if need.shared_process:
+        return f"cannot run here: {name} cannot be judged in a test process shared with other checks: " \
+               f"{need.shared_process}"
     absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
