@@ -285,7 +285,9 @@ class CheckContext:
         """Request A finishes; in the very next step B (waiting for lack of blocks) gets every block A freed
         and its forward writes them; only then does anything A's connector left pending run. Returns the
         engine and A's prompt (stored or not, never with B's bytes). The default length ends on a
-        256-token (and Mamba) boundary: the last chunk completes in A's final step, window tail still allocated."""
+        256-token (and Mamba) boundary: the last chunk completes in A's final step, window tail still allocated.
+        Reload with `reload_prompt`: on an engine-owned store the reader is this engine, whose pool holds
+        `length` computed tokens and not one more."""
         preset = preset or self.preset
         engine = self.engine(preset, num_blocks=self.pool_for_one(preset, length))
         first = prompt(9100 + length, length)
@@ -299,6 +301,13 @@ class CheckContext:
         # delayed free), and B's forward writes them before this step's wait_for_save.
         engine.add_request(engine.make_request(prompt(9200 + length, length), max_tokens=1))
         return engine, first
+
+    def reload_prompt(self, first: list) -> list:
+        """The prompt that reloads `forced_finish_reuse`'s A: A itself on a fresh reader (a store shared by
+        engines); on an engine-owned store, whose reader is A's own engine with a pool that holds A's tokens and
+        not one more, A less its last two tokens (with the token `expect_reload_correct` appends and the first
+        generated one, as many tokens as A computed): the hit then ends one hit unit earlier."""
+        return list(first[:-2]) if self.profile.engine_owned_store else list(first)
 
     def reuse_freed_blocks(self, engine: EngineCore) -> None:
         """Force reuse races on `engine`: every block that left a request's table since the last step (out of

@@ -40,7 +40,7 @@ def test_c01_declares_hma(ctx):
     # and the blocks it frees go straight to the next request.
     engine, first = ctx.forced_finish_reuse(preset="fa+swa")
     ctx.drain(engine, "SupportsHMA declared, on a two-group model")
-    ctx.expect_reload_correct([first], "SupportsHMA declared: a request whose blocks were handed to the next request "
+    ctx.expect_reload_correct([ctx.reload_prompt(first)], "SupportsHMA declared: a request whose blocks were handed to the next request "
                                        "right after request_finished_all_groups was stored with that request's bytes",
                               preset="fa+swa", stored_on=engine)
 

@@ -59,7 +59,8 @@ def test_c25_finish_reuse_race_forced(ctx, preset):
     engine, first = ctx.forced_finish_reuse()
     ctx.reuse_freed_blocks(engine)  # and anything freed later is overwritten at once
     ctx.drain(engine, "after the forced reuse")
-    ctx.expect_reload_correct([first], "reloading a request whose blocks were reused right after it finished",
+    ctx.expect_reload_correct([ctx.reload_prompt(first)],
+                              "reloading a request whose blocks were reused right after it finished",
                               stored_on=engine)
 
 
