@@ -143,9 +143,10 @@ def _store_dir(name: str) -> str:
 def default_multi_children() -> tuple[str, ...]:
     """The children of `vllm:MultiConnector` without a list: two connectors that store KV and can run here
     (the first two of them; ExampleConnector twice when only it can), so what the MultiConnector's checks find
-    is about fanning out over stores, not about a child that claims every prompt."""
+    is about fanning out over stores, not about a child that claims every prompt. Only connectors that need no
+    package beyond vLLM qualify: the pairing depends on the vLLM release, never on what else the venv has."""
     names = [n for n in registered_names() if n != "MultiConnector" and KINDS.get(n, "stores") == "stores"
-             and missing_requirement(n) is None]
+             and missing_requirement(n) is None and not REQUIREMENTS.get(n, Requirement()).modules]
     preferred = ["ExampleConnector"] + [n for n in names if n != "ExampleConnector"]
     usable = [n for n in preferred if n in names]
     return tuple(usable[:2]) if len(usable) >= 2 else ("ExampleConnector", "ExampleConnector")

@@ -149,13 +149,14 @@ def test_each_connector_under_test_gets_its_own_store_directory():
     assert all(Path(p).is_dir() for p in (alone, child))
 
 
-WITH_LMCACHE = ("ExampleConnector", "LMCacheConnectorV1", "MultiConnector", "OffloadingConnector")
+WITH_LMCACHE = ("ExampleConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "MultiConnector",
+                "OffloadingConnector")
 
 
 def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmcache_imports(fake_vllm, monkeypatch):
     """LMCacheConnectorV1 shares one LMCacheEngine per process: it is never run (one reason, the same with and
-    without lmcache installed) and never a default MultiConnector child, so the pairing does not depend on
-    which packages the venv happens to have."""
+    without lmcache installed) and never a default MultiConnector child; nor is LMCacheMPConnector (a package
+    beyond vLLM), so the pairing does not depend on which packages the venv happens to have."""
     import importlib.util
 
     factory = ("class KVConnectorFactory:\n"
@@ -165,7 +166,7 @@ def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmca
     reasons = []
     for installed in (True, False):
         monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: object() if name == "lmcache" and installed else find_spec(name, *a))
+                            lambda name, *a: object() if name.startswith("lmcache") and installed else find_spec(name, *a))
         reasons.append(facts.missing_requirement("LMCacheConnectorV1"))
         assert facts.parse_name("vllm:MultiConnector") == ("MultiConnector",
                                                            ("ExampleConnector", "OffloadingConnector"))
