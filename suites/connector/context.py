@@ -58,6 +58,7 @@ class CheckContext:
         self.around: dict = {}
         self.state: dict = {"current": None}
         self.engines: list[EngineCore] = []
+        self._races: dict[int, tuple] = {}  # id(engine) -> the hooks reuse_freed_blocks added to it
         self.exposure = Exposure()
         self.store_name = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         try:
@@ -340,6 +341,14 @@ class CheckContext:
 
         engine.observers.append(record)
         engine.pre_execute.append(scribble)
+        self._races[id(engine)] = (record, scribble)
+
+    def stop_reuse_races(self, engine: EngineCore) -> None:
+        """Stop `reuse_freed_blocks` on `engine`: what follows judges what was stored, as a fresh engine would."""
+        record, scribble = self._races.pop(id(engine), (None, None))
+        if record is not None:
+            engine.observers.remove(record)
+            engine.pre_execute.remove(scribble)
 
     def reader(self, stored_on: EngineCore | None = None, preset: str | None = None) -> EngineCore:
         """An engine that reads back what the check stored, its local prefix cache forgotten: a fresh engine (of
@@ -355,6 +364,7 @@ class CheckContext:
             if engine is None:
                 raise ValueError(f"CheckContext.reader: no engine of preset {want!r} stored anything in this check")
         engine.run_until_done()  # delayed frees reported, so the prefix cache can be emptied
+        self.stop_reuse_races(engine)  # the race was the store's scenario; the reload reads as a fresh engine
         self.forget_local_cache(engine)
         return engine
 
