@@ -100,6 +100,18 @@ CLASSIFIED = (
     Classified("OffloadingConnector", "the same salt must hit", "on full attention + sliding window + Mamba no "
                "prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
                presets=("fa+swa+mamba",)),
+    # Read against vLLM 0.33.0's offloading/worker.py (`prepare_store_kv` defers a step's stores to the next
+    # step's `handle_preemptions`/`start_kv_transfers`) and offloading/scheduler.py (`_block_id_to_pending_jobs`,
+    # `jobs_to_flush`), and traced on fa+swa: the wrong block (tokens 512-527) was freed when the request finished
+    # and overwritten by the forced race in the next step, before the deferred store ran; no request had it.
+    Classified("OffloadingConnector", "the model read wrong KV", "the forced reuse race writes blocks vLLM freed but never re-allocated",
+               "suspected defect of the suite (open)",
+               "C24's forced race overwrites every block the schedule frees before the workers run, re-allocated "
+               "or not; OffloadingConnector defers each step's stores to the start of the next step and, when a "
+               "block with a pending store is re-allocated, waits for that store before the forward "
+               "(`jobs_to_flush`), which is safe under vLLM's rules (nothing writes a freed block before it is "
+               "re-allocated). Without the race the same reloads are correct. To settle: overwrite a freed block "
+               "only when the schedule re-allocates it", checks=("C24",)),
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
