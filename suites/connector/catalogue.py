@@ -58,6 +58,19 @@ BACKDOORS: dict[str, tuple[str, str]] = {
 }
 
 
+def check_cell(check_id: str, target_name: str, params: dict) -> dict[str, str]:
+    """The report cell a check's test records: connector, check, tier, preset, and every other parameter of
+    the test (C30's deployment variant, C05's sync/async), so that two variants of one check on one preset are
+    two cells, not one cell with two outcomes (which `kvconform merge` rightly refuses)."""
+    tier, name, _ = CHECKS[check_id]
+    cell = {"connector": target_name, "check": f"{check_id} {name}", "tier": tier,
+            "preset": str(params.get("preset", "-"))}
+    for key, value in sorted(params.items()):
+        if key not in ("connector_target", "preset"):
+            cell[key] = str(value)
+    return cell
+
+
 def black_box_summary(backdoors: bool) -> str:
     """One header line: which checks decide black-box and what the backdoors add."""
     needs = sorted(c for c, (how, _) in BACKDOORS.items() if how == "needs")

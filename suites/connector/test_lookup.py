@@ -56,14 +56,15 @@ LOOKUP_LATENCY_STEPS = 2  # built-ins: the simulated backend answers a lookup tw
 
 @pytest.mark.kv_check("C05")
 @pytest.mark.parametrize("preset", ["fa_only", "fa+swa+mamba"])
-@pytest.mark.parametrize("load_async", [False, True], ids=["sync", "async"])
-def test_c05_lookup_none_then_value(ctx, preset, load_async):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_c05_lookup_none_then_value(ctx, preset, mode):
     """With a slow lookup backend: None ("ask again") is followed by a value once the backend answers, the
     stored prefix is still loaded (hit = what was stored), and n == 0 never comes with load_async.
 
     Built-in connectors run with `lookup_latency_steps`; a vendor connector is checked on whatever it
     answers (its None answers must resolve the same way).
     """
+    load_async = mode == "async"
     engine = ctx.engine(lookup_latency_steps=LOOKUP_LATENCY_STEPS, load_async=load_async)
     probe = ctx.optional_backdoor(engine.connector, "kvconform_open_state")
     baseline = probe() if probe is not None else {}  # a vendor's store is shared with earlier checks
