@@ -91,7 +91,8 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         self.chunk_size = options["chunk_size"]
         self.load_async = bool(options["load_async"])
         if not isinstance(self.chunk_size, int) or self.chunk_size <= 0:
-            raise ValueError(f"kv_connector_extra_config.chunk_size is {self.chunk_size!r}; accepted: a positive integer")
+            raise ValueError(f"kv_connector_extra_config.chunk_size is {self.chunk_size!r}; "
+                             "accepted: a positive integer")
         # C03: only groups that are prefix-cached and transferable; a spec it cannot serve (cross-attention,
         # Mamba without per-boundary states) raises ValueError here, at start, naming the group.
         self.groups: dict[int, GroupInfo] = {g.group_id: g for g in transfer_groups(kv_cache_config)}
@@ -310,10 +311,11 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         meta = self._connector_metadata
         if not isinstance(meta, TemplateMetadata):
             return
-        for t in meta.saves:
-            group = self.groups[t.group_id]
-            rows = self._rows(group, t.block_ids)
-            _STORE[self._key(t.group_id, t.chunk_hash)] = [tensor.index_select(0, rows) for tensor in self._tensors(group)]
+        for save in meta.saves:
+            group = self.groups[save.group_id]
+            rows = self._rows(group, save.block_ids)
+            # index_select copies: the object owns its bytes, whatever happens to the blocks next.
+            _STORE[self._key(save.group_id, save.chunk_hash)] = [kv.index_select(0, rows) for kv in self._tensors(group)]
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         """Loads finished (async, or failed) since the last call. No stores are pending, so nothing is sending."""
