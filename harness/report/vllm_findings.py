@@ -245,7 +245,7 @@ def _cell(entry: dict) -> str:
 
 
 def _profile(items: list[dict]) -> str:
-    from harness.targets.vllm_connector import KINDS
+    from harness.targets.vllm_connector_facts import KINDS
 
     name = vllm_connector_of(items[0])[1]
     children = name.partition("[")[2].rstrip("]").split(",") if "[" in name else [name]

@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 import torch
 
+from harness.targets.vllm_connector_facts import (MULTI_GROUP_REFUSALS, declares_hma_in_source, default_extra_config,
+                                                  missing_requirement, needs_cuda, runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
 from reference_impl.kv_cache import kv_cache_interface as kspecs
@@ -306,8 +308,6 @@ class VllmConnectorAdapter:
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable:
             pytest.skip(self.unavailable)
-        from harness.targets.vllm_connector import default_extra_config
-
         self.role = role
         self.engine_config = vllm_config
         self.kv_cache_config = kv_cache_config
@@ -502,7 +502,6 @@ class VllmConnectorAdapter:
         the check as N/A through the profile mechanism ("declares HMA, refuses multi-group ..."), so it is
         reported once as what it is, not as a failure of every multi-group check."""
         from harness.targets.connector_profile import refuses_multi_group
-        from harness.targets.vllm_connector import MULTI_GROUP_REFUSALS
 
         known = MULTI_GROUP_REFUSALS.get(self.vllm_name)
         if known and len(self.kv_cache_config.kv_cache_groups) > 1 and known[0] in str(exc):
@@ -610,8 +609,6 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
     no CUDA) gets a class whose every construction skips with that reason.
     """
-    from harness.targets.vllm_connector import missing_requirement
-
     reason = next((r for r in (missing_requirement(n) for n in (name, *children)) if r), None)
     cls, hma = None, False
     try:
@@ -620,12 +617,9 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         if children:
             hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
     except ImportError as exc:
-        from harness.targets.vllm_connector import declares_hma_in_source
-
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
         hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
-    from harness.targets.vllm_connector import needs_cuda, runs_on_standins
 
     device, standins = None, False
     if reason is None and any(needs_cuda(n) for n in (name, *children)):

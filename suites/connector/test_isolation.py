@@ -112,7 +112,8 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 _PROCESS_SCRIPT = """
 import json, sys
-from harness.targets.connector_target import ConnectorTarget, connector_target
+from harness.targets.connector_selection import connector_target
+from harness.targets.connector_target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
 name, spec, source, builtin, extra, preset, store_name, mode, seed, backdoors = json.loads(sys.argv[1])
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
