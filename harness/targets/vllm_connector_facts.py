@@ -152,11 +152,20 @@ def missing_requirement(name: str) -> str | None:
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
                 "is not installed)")
-    if need.cuda and not need.cpu_standins:
+    if need.cuda:
         import torch
 
-        if not torch.cuda.is_available():
+        if torch.cuda.is_available():
+            return None
+        if not need.cpu_standins:
             return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
+        from harness.targets.vllm_device_standins import uncovered_modules
+
+        uncovered = uncovered_modules(name)
+        if uncovered:
+            return (f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible, and this vLLM "
+                    f"lacks the worker modules kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
+                    "worker is laid out otherwise and would still reach CUDA")
     return None
 
 
