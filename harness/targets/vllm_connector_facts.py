@@ -69,6 +69,9 @@ REQUIREMENTS: dict[str, Requirement] = {
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
     "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+    # vLLM 0.34.0: both UMBP runtimes (embedded, standalone) import MORI's UMBP client (`mori.cpp`, MORI built
+    # with BUILD_UMBP=ON) when the worker starts.
+    "UMBPStoreConnector": Requirement(("mori",), why="UMBP runtime (MORI's UMBP client, mori.cpp)"),
 }
 
 # Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
