@@ -98,7 +98,10 @@ def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert facts.missing_requirement("P2pNcclConnector").startswith(
         "cannot run here: P2pNcclConnector needs CUDA (")
-    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):  # CUDA plumbing only: CPU stand-ins
+    # CUDA plumbing only: CPU stand-ins, where the release has the worker modules they patch (find_spec is patched
+    # above, so say so here; which releases have them is tests/targets/test_vllm_device_standins.py's business).
+    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         assert facts.missing_requirement(name) is None and facts.runs_on_standins(name)
     assert not facts.runs_on_standins("P2pNcclConnector")
     assert facts.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
@@ -163,6 +166,9 @@ def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmca
                f"    _registry = {{name: (lambda: None) for name in {WITH_LMCACHE!r}}}\n")
     fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
     find_spec = importlib.util.find_spec
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    # OffloadingConnector runs on the CPU stand-ins where the release has their modules (the fake one has none).
+    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
     reasons = []
     for installed in (True, False):
         monkeypatch.setattr(importlib.util, "find_spec",
