@@ -382,20 +382,39 @@ class VllmConnectorAdapter:
     def _scheduler_output(self, so):
         v = _vllm()
         new_reqs = []
+
+        def new_request(req_id, prompt, block_ids, num_computed, prefill):
+            mirror = self._requests.get(req_id)
+            return _make(
+                v.sched.NewRequestData, req_id=req_id, prompt_token_ids=list(prompt), mm_features=[],
+                sampling_params=getattr(mirror, "sampling_params", None), pooling_params=None,
+                block_ids=tuple(list(g) for g in block_ids), num_computed_tokens=num_computed,
+                lora_request=getattr(mirror, "lora_request", None), prompt_embeds=None, prefill_token_ids=list(prefill))
+
         for new in so.scheduled_new_reqs:
-            mirror = self._requests.get(new.req_id)
-            new_reqs.append(_make(
-                v.sched.NewRequestData, req_id=new.req_id, prompt_token_ids=list(new.prompt_token_ids),
-                mm_features=[], sampling_params=getattr(mirror, "sampling_params", None), pooling_params=None,
-                block_ids=tuple(list(g) for g in new.block_ids), num_computed_tokens=new.num_computed_tokens,
-                lora_request=getattr(mirror, "lora_request", None), prompt_embeds=None))
+            new_reqs.append(new_request(new.req_id, new.prompt_token_ids, new.block_ids, new.num_computed_tokens,
+                                        new.prompt_token_ids))
         c = so.scheduled_cached_reqs
+        # A request resumed after preemption: vLLM 0.33 (and older) sends it among the cached requests, flagged in
+        # `resumed_req_ids`, with its whole block table; vLLM 0.34's scheduler sends it as a new request (its
+        # CachedRequestData has no `resumed_req_ids`), with its whole table and every token so far to prefill.
+        resumed_as_new = "resumed_req_ids" not in {f.name for f in dataclasses.fields(v.sched.CachedRequestData)}
+        keep = [i for i, req_id in enumerate(c.req_ids) if not (resumed_as_new and req_id in c.resumed_req_ids)]
+        if resumed_as_new:
+            for i, req_id in enumerate(c.req_ids):
+                if req_id in c.resumed_req_ids:
+                    mirror = self._requests.get(req_id)
+                    new_reqs.append(new_request(req_id, getattr(mirror, "prompt_token_ids", None) or [],
+                                                c.new_block_ids[i], c.num_computed_tokens[i], c.all_token_ids[req_id]))
         cached = _make(
-            v.sched.CachedRequestData, req_ids=list(c.req_ids), resumed_req_ids=set(c.resumed_req_ids),
-            new_token_ids=[list(t) for t in c.new_token_ids],
-            all_token_ids={k: list(t) for k, t in c.all_token_ids.items()},
-            new_block_ids=[None if ids is None else tuple(list(g) for g in ids) for ids in c.new_block_ids],
-            num_computed_tokens=list(c.num_computed_tokens), num_output_tokens=list(c.num_output_tokens))
+            v.sched.CachedRequestData, req_ids=[c.req_ids[i] for i in keep],
+            resumed_req_ids=set() if resumed_as_new else set(c.resumed_req_ids),
+            new_token_ids=[list(c.new_token_ids[i]) for i in keep],
+            all_token_ids={k: list(t) for k, t in c.all_token_ids.items() if k in {c.req_ids[i] for i in keep}},
+            new_block_ids=[None if c.new_block_ids[i] is None else tuple(list(g) for g in c.new_block_ids[i])
+                           for i in keep],
+            num_computed_tokens=[c.num_computed_tokens[i] for i in keep],
+            num_output_tokens=[c.num_output_tokens[i] for i in keep])
         return _make(
             v.sched.SchedulerOutput, scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
             num_scheduled_tokens=dict(so.num_scheduled_tokens), total_num_scheduled_tokens=so.total_num_scheduled_tokens,

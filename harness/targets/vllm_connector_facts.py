@@ -69,6 +69,9 @@ REQUIREMENTS: dict[str, Requirement] = {
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
     "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
     "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+    # vLLM 0.34.0: both UMBP runtimes (embedded, standalone) import MORI's UMBP client (`mori.cpp`, MORI built
+    # with BUILD_UMBP=ON) when the worker starts.
+    "UMBPStoreConnector": Requirement(("mori",), why="UMBP runtime (MORI's UMBP client, mori.cpp)"),
 }
 
 # Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
@@ -152,11 +155,20 @@ def missing_requirement(name: str) -> str | None:
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
                 "is not installed)")
-    if need.cuda and not need.cpu_standins:
+    if need.cuda:
         import torch
 
-        if not torch.cuda.is_available():
+        if torch.cuda.is_available():
+            return None
+        if not need.cpu_standins:
             return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
+        from harness.targets.vllm_device_standins import uncovered_modules
+
+        uncovered = uncovered_modules(name)
+        if uncovered:
+            return (f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible, and this vLLM "
+                    f"lacks the worker modules kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
+                    "worker is laid out otherwise and would still reach CUDA")
     return None
 
 
