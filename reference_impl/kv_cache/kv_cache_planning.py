@@ -15,7 +15,7 @@ import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import partial, reduce
 from types import SimpleNamespace
 
