@@ -118,9 +118,14 @@ class ConnectorTarget:
         return None
 
     @property
+    def known_store_scope(self) -> str | None:
+        """Whose store this connector's is, from reviewed data (vLLM's connectors); None: declared or shared."""
+        return None
+
+    @property
     def profile(self) -> ConnectorProfile:
         """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
-        return profile_for(self.declared, self.is_hma, self.known_kind)
+        return profile_for(self.declared, self.is_hma, self.known_kind, known_store_scope=self.known_store_scope)
 
 
 PROBE_PRESET = "fa_only"

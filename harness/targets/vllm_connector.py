@@ -16,8 +16,8 @@ import sys
 from harness.errors import UsageError
 from harness.target_spec import VLLM_PREFIX, TargetError
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
-from harness.targets.vllm_connector_facts import (KINDS, default_multi_children, parse_name, registered_names,
-                                                  validate_spec)
+from harness.targets.vllm_connector_facts import (KINDS, STORE_SCOPES, default_multi_children, parse_name,
+                                                  registered_names, validate_spec)
 from harness.targets.vllm_install import installed_vllm_version
 
 
@@ -30,6 +30,12 @@ class VllmConnectorTarget(ConnectorTarget):
         kinds = {KINDS.get(n, "stores") for n in (children or (name,))}
         # A MultiConnector stores KV when any child does (every child gets the stores).
         return "stores" if "stores" in kinds else min(kinds)
+
+    @property
+    def known_store_scope(self) -> str | None:
+        name, children = parse_name(self.spec)
+        # A MultiConnector with an engine-owned child: only the storing engine reads back all of its hits.
+        return "engine" if any(STORE_SCOPES.get(n) == "engine" for n in (children or (name,))) else None
 
     def load(self) -> type:
         if self._cls is not None or not self.spec.startswith(VLLM_PREFIX):

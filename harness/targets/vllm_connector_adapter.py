@@ -30,8 +30,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.targets.vllm_connector_facts import (MULTI_GROUP_REFUSALS, declares_hma_in_source, default_extra_config,
-                                                  missing_requirement, needs_cuda, runs_on_standins)
+from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
+                                                  default_extra_config, missing_requirement, needs_cuda,
+                                                  runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
 from reference_impl.kv_cache import kv_cache_interface as kspecs
@@ -57,6 +58,46 @@ def _vllm():
         base=connector_base, SamplingParams=SamplingParams, sha256=sha256, iface=kv_cache_interface,
         outputs=outputs, request=request, utils=kv_cache_utils, KVCacheBlocks=KVCacheBlocks, sched=sched_output,
     )
+
+
+class _ManagerView:
+    """kvconform's KV cache manager as a vLLM connector is handed it: every attribute is the manager's own, and
+    its `coordinator` is typed as vLLM's coordinator class of the same name (`typed_like_vllm`), because vLLM's
+    connectors check the type before they use it (OffloadingConnector's `_max_loadable_tokens` asserts
+    `isinstance(coordinator, HybridKVCacheCoordinator)` for groups it does not offload)."""
+
+    def __init__(self, manager) -> None:
+        self._manager = manager
+
+    def __getattr__(self, name: str):
+        value = getattr(self._manager, name)
+        return typed_like_vllm(value) if name == "coordinator" else value
+
+
+@functools.lru_cache(maxsize=None)
+def _typed_proxy_class(vllm_cls: type) -> type:
+    def __init__(self, inner) -> None:
+        object.__setattr__(self, "_kvconform_inner", inner)
+
+    def __getattribute__(self, name: str):
+        if name in ("__class__", "_kvconform_inner"):
+            return object.__getattribute__(self, name)
+        # Everything else, methods included, is kvconform's object's: vLLM's class only lends its type.
+        return getattr(object.__getattribute__(self, "_kvconform_inner"), name)
+
+    return type(f"KvconformAs{vllm_cls.__name__}", (vllm_cls,),
+                {"__init__": __init__, "__getattribute__": __getattribute__})
+
+
+def typed_like_vllm(coordinator):
+    """`coordinator` (kvconform's) behind a proxy that is an instance of vLLM's coordinator class of the same name
+    (`vllm.v1.core.kv_cache_coordinator`), or `coordinator` itself when vLLM has no such class."""
+    from vllm.v1.core import kv_cache_coordinator
+
+    vllm_cls = getattr(kv_cache_coordinator, type(coordinator).__name__, None)
+    if not isinstance(vllm_cls, type) or isinstance(coordinator, vllm_cls):
+        return coordinator
+    return _typed_proxy_class(vllm_cls)(coordinator)
 
 
 def vllm_class(name: str) -> type:
@@ -328,7 +369,26 @@ class VllmConnectorAdapter:
             from harness.targets import vllm_device_standins
 
             vllm_device_standins.install()
-        self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
+        try:
+            self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
+        except Exception as exc:
+            self._refused_mamba_none(exc)
+            raise
+
+    def _refused_mamba_none(self, exc: Exception) -> None:
+        """A known, by-design start-up refusal of a Mamba group in mamba_cache_mode 'none' (reviewed data:
+        `MAMBA_NONE_REFUSALS`, matched on the connector or one of a MultiConnector's children) ends the check as
+        N/A with vLLM's reason; any other exception stays the check's failure."""
+        from harness.targets.connector_profile import not_applicable
+
+        modes = [getattr(g.kv_cache_spec, "mamba_cache_mode", None) for g in self.kv_cache_config.kv_cache_groups]
+        if "none" not in modes:
+            return
+        for name in (self.vllm_name, *self.vllm_children):
+            known = MAMBA_NONE_REFUSALS.get(name)
+            if known and known[0] in str(exc):
+                not_applicable(f"{name} refuses a Mamba group in mamba_cache_mode 'none' by design: {known[1]} "
+                               f"({type(exc).__name__} at construction: {exc})")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vLLM {self.vllm_name}, {self.role.name.lower()})"
@@ -433,7 +493,7 @@ class VllmConnectorAdapter:
         self._kv_cache_manager = kv_cache_manager
         hook = getattr(self.inner, "bind_kv_cache_manager", None)
         if hook is not None:
-            hook(kv_cache_manager)
+            hook(_ManagerView(kv_cache_manager))
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound

@@ -32,6 +32,18 @@ KINDS: dict[str, str] = {
     "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
 }
 
+# Whose store each of vLLM's storing connectors has (harness.targets.connector_profile, `store_scope`; reviewed
+# data, vLLM 0.33.0). Absent: shared by the engines of one process (a file store, a server). "engine": the CPU
+# tier belongs to the connector instances of one engine, so a second engine starts with an empty tier:
+# OffloadingConnector's index is the scheduler instance's `CPUOffloadingManager` (`CPUOffloadingSpec.get_manager`,
+# built per spec, v1/kv_offload/cpu/spec.py) and its bytes the worker's `CPUOffloadingWorker` buffers;
+# SimpleCPUOffloadConnector's index is the scheduler instance's `SimpleCPUOffloadScheduler` (its own block pool and
+# coordinator over `cpu_kv_cache_config`, v1/simple_kv_offload/manager.py) and its bytes the worker's CPU tensors.
+STORE_SCOPES: dict[str, str] = {
+    "OffloadingConnector": "engine",
+    "SimpleCPUOffloadConnector": "engine",
+}
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -45,6 +57,9 @@ class Requirement:
     # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
     # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
     cpu_standins: bool = False
+    # Why the connector cannot be judged in a test process it shares with other checks and connectors (the
+    # suite builds many engines per process): it is then not run, with this reason, and is no MultiConnector child.
+    shared_process: str = ""
 
 
 # Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
@@ -63,7 +78,14 @@ REQUIREMENTS: dict[str, Requirement] = {
     "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
     "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
     "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
-    "LMCacheConnectorV1": Requirement(("lmcache",), why="LMCache engine"),
+    "LMCacheConnectorV1": Requirement(
+        ("lmcache",), why="LMCache engine",
+        shared_process="every instance in a process shares one LMCacheEngine (lmcache 0.5.6: the adapter "
+                       "builds it as LMCacheEngineBuilder.get_or_create(ENGINE_NAME, ...) with a config created "
+                       "once per process, lmcache/integration/vllm/vllm_v1_adapter.py and utils.py), so no check "
+                       "gets a store, a model or a layout of its own, and a process where it ran measured 58 "
+                       "failing cells of SimpleCPUOffloadConnector instead of 9; LMCache is judged through "
+                       "LMCacheMPConnector (CI step lmcache)"),
     "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
     "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
     "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
@@ -80,6 +102,19 @@ REQUIREMENTS: dict[str, Requirement] = {
 MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
     "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
                            "LMCache's engine-driven transfer mode"),
+}
+
+# Connector name -> (text of its start-up refusal of a Mamba group in mamba_cache_mode 'none', what it means):
+# reviewed data (vLLM 0.33.0). vLLM caches Mamba prefixes only in 'align' mode (its engine turns 'align' on with
+# prefix caching); both CPU-offloading connectors need prefix caching and refuse the 'none' mode with an
+# AssertionError at construction, which is their by-design refusal of that configuration, not a silent accept.
+MAMBA_NONE_REFUSALS: dict[str, tuple[str, str]] = {
+    "SimpleCPUOffloadConnector": ("Mamba prefix caching requires mamba_cache_mode='align'",
+                                  "its CPU tier's coordinator is vLLM's own KV cache coordinator with prefix caching "
+                                  "on, whose MambaManager (v1/core/single_type_kv_cache_manager.py) asserts 'align'"),
+    "OffloadingConnector": ("need --enable-prefix-caching to align block sizes",
+                            "build_offloading_config (v1/offloading/config.py) asserts that every group's block size "
+                            "is a multiple of the hash block size, which a Mamba group in 'none' mode is not"),
 }
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
@@ -111,9 +146,10 @@ def _store_dir(name: str) -> str:
 def default_multi_children() -> tuple[str, ...]:
     """The children of `vllm:MultiConnector` without a list: two connectors that store KV and can run here
     (the first two of them; ExampleConnector twice when only it can), so what the MultiConnector's checks find
-    is about fanning out over stores, not about a child that claims every prompt."""
+    is about fanning out over stores, not about a child that claims every prompt. Only connectors that need no
+    package beyond vLLM qualify: the pairing depends on the vLLM release, never on what else the venv has."""
     names = [n for n in registered_names() if n != "MultiConnector" and KINDS.get(n, "stores") == "stores"
-             and missing_requirement(n) is None]
+             and missing_requirement(n) is None and not REQUIREMENTS.get(n, Requirement()).modules]
     preferred = ["ExampleConnector"] + [n for n in names if n != "ExampleConnector"]
     usable = [n for n in preferred if n in names]
     return tuple(usable[:2]) if len(usable) >= 2 else ("ExampleConnector", "ExampleConnector")
@@ -151,6 +187,9 @@ def missing_requirement(name: str) -> str | None:
         return None
     if need.model:
         return f"not applicable: {name} {need.model}"
+    if need.shared_process:
+        return f"cannot run here: {name} cannot be judged in a test process shared with other checks: " \
+               f"{need.shared_process}"
     absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
     if absent:
         return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "

@@ -150,3 +150,32 @@ def test_each_connector_under_test_gets_its_own_store_directory():
     assert facts.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
         "every engine of one connector in one process shares its store"
     assert all(Path(p).is_dir() for p in (alone, child))
+
+
+WITH_LMCACHE = ("ExampleConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "MultiConnector",
+                "OffloadingConnector")
+
+
+def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmcache_imports(fake_vllm, monkeypatch):
+    """LMCacheConnectorV1 shares one LMCacheEngine per process: it is never run (one reason, the same with and
+    without lmcache installed) and never a default MultiConnector child; nor is LMCacheMPConnector (a package
+    beyond vLLM), so the pairing does not depend on which packages the venv happens to have."""
+    import importlib.util
+
+    factory = ("class KVConnectorFactory:\n"
+               f"    _registry = {{name: (lambda: None) for name in {WITH_LMCACHE!r}}}\n")
+    fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    # OffloadingConnector runs on the CPU stand-ins where the release has their modules (the fake one has none).
+    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    reasons = []
+    for installed in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: object() if name.startswith("lmcache") and installed else find_spec(name, *a))
+        reasons.append(facts.missing_requirement("LMCacheConnectorV1"))
+        assert facts.parse_name("vllm:MultiConnector") == ("MultiConnector",
+                                                           ("ExampleConnector", "OffloadingConnector"))
+    assert reasons[0] == reasons[1]
+    assert reasons[0].startswith("cannot run here: LMCacheConnectorV1 cannot be judged in a test process shared "
+                                 "with other checks: every instance in a process shares one LMCacheEngine")
