@@ -775,6 +775,9 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     alignment: int | None = None
     model_version: str | None = None
     bounded_replay: bool = False
+    # vLLM 0.34: a group capability (a member flattens a non-causal query block into decode rows, windowed
+    # drafts); it does not change how blocks are allocated.
+    non_causal_multi_token_decode: bool = False
     head_size_v: int | None = 0
 
     def __post_init__(self) -> None:
