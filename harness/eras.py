@@ -16,6 +16,10 @@ ERA_RELEASES: dict[str, str] = {era.id: era.representative for era in _eras.ERAS
 ERA_FIRST_VERSIONS: dict[str, tuple[int, ...]] = {
     era.id: tuple(era.first_version) + (0,) * (3 - len(era.first_version)) for era in _eras.ERAS}
 NEWEST_EXCLUSIVE: tuple[int, ...] = tuple(_eras.NEWEST_EXCLUSIVE)
+# The eras whose flag is tri-state (absent = let vLLM decide), and those whose command line spells the explicit
+# enable `--enable-hybrid-kv-cache-manager` (earlier ones: `--no-disable-hybrid-kv-cache-manager`).
+TRI_STATE_ERAS: frozenset[str] = frozenset(era.id for era in _eras.ERAS if era.tri_state_flag)
+ENABLE_FLAG_ERAS: frozenset[str] = frozenset(era.id for era in _eras.ERAS if era.cli_enable_form)
 
 
 class EraSelectionError(ValueError):

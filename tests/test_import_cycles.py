@@ -16,12 +16,6 @@ PACKAGES = ("harness", "reference_impl", "suites")
 # Cycles still present, each with why it is not broken yet. Empty is the goal; the test fails on any other
 # cycle, and on a listed one that is gone (so the list only shrinks).
 KNOWN_CYCLES = {
-    # connector_target's spec dispatch reaches vllm_connector (for `vllm:Name`), which subclasses
-    # ConnectorTarget and builds its adapter, whose helpers live in vllm_connector. Breaking it moves the
-    # selection and vLLM's connector facts into modules of their own, in files three engineers changed on
-    # the same day; left for after their work landed.
-    frozenset({"harness.targets.connector_target", "harness.targets.vllm_connector",
-               "harness.targets.vllm_connector_adapter"}),
     # vLLM's own layout: `vllm.v1.hisparse.layout.get_hisparse_kv_cache_groups` groups the non-MLA layers with
     # planning's `get_kv_cache_groups` (a function-local import, vLLM 0.33 layout.py:74) while planning calls
     # the HiSparse layout. The reference keeps vLLM's module boundaries and public functions so vLLM's tests

@@ -7,9 +7,14 @@ import json
 
 from harness.errors import UsageError
 from reference_impl.config import cases as C
-from reference_impl.config.eras import PLATFORMS, resolve_era
+from reference_impl.config.eras import resolve_era
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.rules import RULES
+from reference_impl.vocabulary import CASE_DEFAULTS, LAYER_KINDS, PLATFORM_CHOICES, STAGES
+
+# The stages explain can stop after: it parses the command line itself, so every stage after cli_parse.
+_STAGES = STAGES[STAGES.index("cli_parse") + 1:]
+_STAGE_WORDS = f"{', '.join(_STAGES[:-1])} or {_STAGES[-1]}"
 
 HELP = "explain how a vLLM release resolves the HMA flag for a command line"
 
@@ -36,12 +41,13 @@ def register(subparsers) -> None:
         allow_abbrev=False,
     )
     parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33, v0.34); default seed")
-    parser.add_argument("--platform", default="cuda", help=f"one of {', '.join((*PLATFORMS, 'auto'))} (default cuda)")
+    platform = CASE_DEFAULTS["platform"]
+    parser.add_argument("--platform", default=platform, help=f"one of {', '.join(PLATFORM_CHOICES)} (default {platform})")
     parser.add_argument("--attention-chunk-size", type=int, default=None, help="the model's chunked local attention size")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VAL", help="environment variable vLLM reads (repeatable)")
     parser.add_argument("--layers", default=None, metavar="KINDS",
-                        help="comma-separated layer spec kinds (full, sliding_window, chunked_local, mamba): adds the kv_cache_groups stage")
-    parser.add_argument("--stage", default="create_connector", help="stop after this stage: config, kv_cache_groups or create_connector (default)")
+                        help=f"comma-separated layer spec kinds ({', '.join(LAYER_KINDS)}): adds the kv_cache_groups stage")
+    parser.add_argument("--stage", default=_STAGES[-1], help=f"stop after this stage: {_STAGE_WORDS} (default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of plain words")
     parser.add_argument("--exit-code", action="store_true",
                         help=f"exit {EXIT_HMA_ON} when HMA ends up enabled, {EXIT_HMA_OFF} disabled, {EXIT_ERROR} on a vLLM error, "
@@ -159,7 +165,7 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(f"kvconform explain: {exc}") from None
     if parsed.stage == "cli_parse":
-        raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected config, kv_cache_groups or create_connector")
+        raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected {_STAGE_WORDS}")
     result = C.run_case(parsed)
     if result["error"] and result["error"]["stage"] == "input":
         raise UsageError(f"kvconform explain: {result['error']['message']}")

@@ -45,7 +45,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     specs = config.getoption("kvconform_kv_connectors", None) or ()
     if specs:  # named explicitly: each must load and build, or nothing runs (exit 4), as for the other targets
-        from harness.targets.connector_target import check_loadable  # imports the reference engine (torch)
+        from harness.targets.connector_selection import check_loadable  # imports the reference engine (torch)
 
         connector_extra, _ = split_declaration(parse_extra_config(raw) if raw else {})
         for spec in specs:
@@ -88,7 +88,7 @@ def check_pytest_args(args: list[str]) -> None:
 
 def connector_targets(config):
     """The selected targets, cached on the config."""
-    from harness.targets.connector_target import select_targets  # imports the reference engine (torch)
+    from harness.targets.connector_selection import select_targets  # imports the reference engine (torch)
 
     targets = getattr(config, "_kvconform_connector_targets", None)
     if targets is None:

@@ -27,16 +27,11 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
 from harness.report.spec_refs import message_id
+from reference_impl.vocabulary import FLAGS, NO_CONNECTOR, NO_FEATURES, PLATFORMS, STAGES
 
 SUITE = "config"
-PLATFORM_ORDER = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
-FLAG_ORDER = (None, True, False)
-STAGE_ORDER = ("cli_parse", "config", "create_connector", "kv_cache_groups")
+FLAG_ORDER = tuple(FLAGS.values())
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
-# How the rows without a connector or without features are spelled: the matrix says "noconn", a JSON null
-# becomes "none".
-NO_CONNECTOR = frozenset({"none", "noconn"})
-NO_FEATURES = "none"
 LEGEND = (
     "Cells: ✅ on = HMA on (resolved `disable_hybrid_kv_cache_manager` is False) · ⚪ off = HMA off (note: the "
     "warning vLLM logs) · ❌ followed by a message id (E-F, E-B, ...) or an exception type = an error (note: "
@@ -71,24 +66,24 @@ def label(value: Any) -> str:
 
 
 def _first_sort(value: str) -> tuple[int, str]:
-    """'none' (or 'noconn') first, then case-insensitive alphabetical."""
-    return (0 if value in NO_CONNECTOR else 1, value.lower())
+    """No connector and no features first, then case-insensitive alphabetical."""
+    return (0 if value in (NO_CONNECTOR, NO_FEATURES) else 1, value.lower())
 
 
 def is_main_row(connector: str, features: str) -> bool:
     """True for the rows an era's main table shows: no connector, or a connector without features."""
-    return connector in NO_CONNECTOR or features == NO_FEATURES
+    return connector == NO_CONNECTOR or features == NO_FEATURES
 
 
 def _platform_sort(platform: str) -> tuple[int, str]:
-    return (PLATFORM_ORDER.index(platform) if platform in PLATFORM_ORDER else len(PLATFORM_ORDER), platform)
+    return (PLATFORMS.index(platform) if platform in PLATFORMS else len(PLATFORMS), platform)
 
 
 def _flag_sort(flag: Any) -> int:
     return FLAG_ORDER.index(flag) if flag in FLAG_ORDER else len(FLAG_ORDER)
 
 
-_STAGE_RANK = {stage: rank for rank, stage in enumerate(STAGE_ORDER)}
+_STAGE_RANK = {stage: rank for rank, stage in enumerate(STAGES)}
 
 
 def _stage_rank(stage: Any) -> int:
@@ -351,7 +346,7 @@ def _glance_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[
 
 
 # vLLM's factory error for a name the release does not register
-UNREGISTERED_PREFIX = "Unsupported connector type"
+UNREGISTERED_ID = "E-UNSUPPORTED-CONNECTOR"
 NOT_REGISTERED = "– not registered"
 SUPPORT_WORDS = {"on": "✅ yes", "off": "⚪ off", "error": "❌ refused", "unknown": "❔ unknown", "mismatch": "❗ differs"}
 
@@ -364,7 +359,7 @@ def _support_kind(configuration: _Configuration | None, deepest: Any) -> str | N
         return None
     cell = configuration.cell()
     error = (configuration.shown().get("actual") or {}).get("error") or {}
-    if cell.kind == "error" and str(error.get("message", "")).startswith(UNREGISTERED_PREFIX):
+    if cell.kind == "error" and message_id(str(error.get("message") or ""), error.get("type")) == UNREGISTERED_ID:
         return NOT_REGISTERED
     word = SUPPORT_WORDS.get(cell.kind, kind)
     if cell.kind == "error":
@@ -377,7 +372,7 @@ def _support_kind(configuration: _Configuration | None, deepest: Any) -> str | N
 def _support_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
     """Connector x platform x release: does the connector run with HMA (an explicit enable, no feature)?"""
     platforms = _platforms(eras)
-    connectors = sorted({c for era in order for c, f, _, _ in eras[era] if f == NO_FEATURES and c not in NO_CONNECTOR},
+    connectors = sorted({c for era in order for c, f, _, _ in eras[era] if f == NO_FEATURES and c != NO_CONNECTOR},
                         key=lambda c: _first_sort(c))
     deepest, _ = _stage_note(eras[era][key] for era in order for key in eras[era]
                              if key[1] == NO_FEATURES and key[0] in connectors and key[3] is False)
@@ -425,7 +420,7 @@ def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list
                   for (c, f, fl), platforms in configurations.items()]
         rows.append([between, before, after, str(len(listed)), "; ".join(listed)])
         row_filters.append({"era": era, "connector": " ".join(sorted({c for c, _, _ in configurations})),
-                            "platform": " ".join(p for p in PLATFORM_ORDER
+                            "platform": " ".join(p for p in PLATFORMS
                                                  if any(p in ps for ps in configurations.values()))})
     return Table(headers=["releases", "before", "after", "configurations", "which (connector + feature · flag · platforms)"],
                  rows=rows, row_filters=row_filters, search=True)
@@ -461,7 +456,7 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
     support = _support_table(eras, order)
     if support.rows:
         _, note = _stage_note(eras[era][key] for era in order for key in eras[era]
-                              if key[1] == NO_FEATURES and key[0] not in NO_CONNECTOR and key[3] is False)
+                              if key[1] == NO_FEATURES and key[0] != NO_CONNECTOR and key[3] is False)
         blocks += [Heading(3, "Which connector runs with HMA, per platform and release", anchor="support"),
                    Paragraph("Each cell: what an explicit enable (`--no-disable-hybrid-kv-cache-manager`, from 0.33.0 "
                              "`--enable-hybrid-kv-cache-manager`) gives with that connector and no other feature, "

@@ -1,15 +1,18 @@
 """Message ids for vLLM's texts, and links from spec references to `docs/rules.md`.
 
-Every warning and error the report shows is labelled with its id (W-B1, E-F, ...) when it is one of the
-messages `docs/rules.md` describes; the labels and the section references the oracle cites (§2.2,
-"connector spec section 4.2") become links to that page. The patterns below are short distinctive
-fragments of each text (reviewed against config-rules.md §1.3, §2.4, §3.4 and the errors of §3.3/§10).
+Every warning and error the report shows is labelled with its id (W-B1, E-F, ...; the ids are declared in
+`reference_impl.vocabulary.MESSAGES`) when it is one of the messages `docs/rules.md` describes; the labels and
+the section references the oracle cites (§2.2, "connector spec section 4.2") become links to that page. The
+patterns below are short distinctive fragments of each text (reviewed against config-rules.md §1.3, §2.4, §3.4
+and the errors of §3.3/§10).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Callable
+
+from reference_impl.vocabulary import MESSAGES
 
 DOCS_PAGE = "../docs/rules.md"  # relative to reports/, where the report files live
 
@@ -38,16 +41,18 @@ _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile
     ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
     ("E-NO-LMCACHE", r"No module named 'lmcache'"),
     ("E-NO-MOONCAKE", r"Please install mooncake"),
+    ("E-UNSUPPORTED-CONNECTOR", r"Unsupported connector type: "),
     ("E-CLASS-NOT-FOUND", r"Class \S+ not found in \S+"),
 ))
-EMPTY_ASSERTION_ID = "E-MULTI-NO-CONNECTORS"
+EMPTY_ASSERTION_ID = "E-MULTI-NO-CONNECTORS"  # a bare `assert` raises an AssertionError without a message
 
 _REFERENCE = re.compile(
     r"(?P<section>§\d+(?:\.\d+)?)"
     r"|(?P<connector>connector spec section 4\.2)"
     r"|\b(?P<message>(?:[EW]-[A-Z0-9]+(?:-[A-Z0-9]+)*))\b"
 )
-_KNOWN_IDS = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
+#: Every id the report labels a text with (each declared in `reference_impl.vocabulary.MESSAGES`).
+REPORTED_IDS = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
 
 
 def message_id(text: str, error_type: str | None = None) -> str | None:
@@ -68,7 +73,7 @@ def anchor(reference: str) -> str | None:
         return f"s{chapter}-{part}" if part else f"s{chapter}"
     if reference.startswith("connector spec"):
         return "connector-checks"
-    return reference.lower() if reference in _KNOWN_IDS else None
+    return reference.lower() if reference in MESSAGES else None
 
 
 def link_references(text: str, link: Callable[[str, str], str], plain: Callable[[str], str]) -> str:

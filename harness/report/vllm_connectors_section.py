@@ -20,7 +20,7 @@ from harness.report.connector_section import SUITE, _natural_key, check_cell, de
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
-# Skip reasons that hold for every check of a connector (harness.targets.vllm_connector.missing_requirement).
+# Skip reasons that hold for every check of a connector (harness.targets.vllm_connector_facts.missing_requirement).
 WHOLE_CONNECTOR_SKIPS = ("cannot run here:", "not applicable:")
 
 

@@ -27,8 +27,9 @@ from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_c
 @dataclass(frozen=True)
 class Classified:
     """Reviewed: a failing cell of `connector` (a name, or a MultiConnector's child) whose cause contains `cause`
-    (and whose check is among `checks`, when given) is the root cause `root`, a `verdict` ("connector bug" or
-    "not applicable") because `why`; `upstream`: the upstream issue, where one exists."""
+    (and whose check is among `checks`, and its preset among `presets`, when given) is the root cause `root`, a
+    `verdict` ("connector bug" or "not applicable") because `why`; `upstream`: the upstream issue, where one
+    exists."""
 
     connector: str
     cause: str
@@ -37,16 +38,25 @@ class Classified:
     why: str
     upstream: str = ""
     checks: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()
 
 
-_PRIVATE_TIER = ("the check stores on one engine and looks up (or reloads) on a fresh engine of the same process; "
-                 "the connector's CPU tier belongs to one engine instance (its scheduler-side index and the "
-                 "worker's CPU tensors), as in a vLLM deployment, so a new engine starts with an empty tier")
 _KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
                      "dtype sharing the storage path finds another deployment's files (another tenant's KV, or a "
                      "dtype the load cannot copy)")
 _NO_TP_IN_KEY = ("folder names carry neither the TP rank nor the TP size: the ranks of TP=2 write (and read) one "
                  "file, so rank 0 loads rank 1's heads; a TP=1 deployment finds a TP=2 rank's file")
+_SWA_TAIL_NOT_AT_MAMBA = (
+    "`SchedulerOffloadConfig.from_spec` takes `alignment_tokens` from the full-attention chunk only (\"load hits are "
+    "always aligned to this boundary\"), so the store keeps the sliding-window blocks of one window, the one ending at "
+    "the prompt's last full-attention chunk (`reachable_block_mask` with `reachable_boundaries=(num_prompt_tokens - "
+    "1,)`, vLLM's default `prefix_cache_retention_interval=0`); but with a Mamba group `_lookup` rounds every hit down "
+    "to the Mamba block size (`_mamba_align_size`), where the stored Mamba states are: the window ending at a Mamba "
+    "boundary is never stored, so the hit falls to 0 unless the prompt's last chunk is itself on a Mamba boundary")
+_SWA_MAMBA_UPSTREAM = ("none found in one search; related: vllm-project/vllm#44599 and #51094 (Mamba hit alignment), "
+                       "#56701 (sliding-window store and lookup coverage)")
+# Every check of the three-group preset that needs a hit on a prompt it stored reports the same cause.
+_FA_SWA_MAMBA_NO_HIT = ("C05", "C07", "C14", "C16", "C17", "C18", "C20", "C28", "C30", "C31", "C35")
 # Read against vLLM 0.33.0's vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py.
 CLASSIFIED = (
     Classified("ExampleConnector", "raised FileNotFoundError", "lookup and load keys disagree", "connector bug",
@@ -73,16 +83,35 @@ CLASSIFIED = (
                _NO_TP_IN_KEY, checks=("C21", "C34")),
     Classified("ExampleConnector", "the model read wrong KV", "keys ignore cache salt, LoRA, model name and KV "
                "dtype", "connector bug", _KEYS_TOKENS_ONLY, checks=("C30",)),
-    # vLLM 0.33.0's CPU-offloading connectors keep their tier in the engine's own instances (the scheduler-side
-    # manager's index, the worker's CPU tensors): a new engine starts with an empty tier, by design.
-    Classified("OffloadingConnector", "offered no hit for any prefix of a prompt it had seen", "a fresh engine "
-               "has an empty CPU tier", "not applicable", _PRIVATE_TIER, checks=("C07",)),
-    Classified("OffloadingConnector", "does not hit on a fresh engine", "a fresh engine has an empty CPU tier",
-               "not applicable", _PRIVATE_TIER, checks=("C36",)),
-    Classified("SimpleCPUOffloadConnector", "offered no hit for any prefix of a prompt it had seen", "a fresh "
-               "engine has an empty CPU tier", "not applicable", _PRIVATE_TIER, checks=("C07",)),
-    Classified("SimpleCPUOffloadConnector", "does not hit on a fresh engine", "a fresh engine has an empty CPU "
-               "tier", "not applicable", _PRIVATE_TIER, checks=("C36",)),
+    # Read against vLLM 0.33.0's distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py and measured on
+    # fa+swa+mamba (full attention 16, sliding window 128 in blocks of 16, Mamba 'align' 256): after a 900-token
+    # prompt the CPU tier holds 67 chunks, 56 full-attention ones, 8 sliding-window ones (one window) and 3 Mamba
+    # states (256, 512, 768); the lookup of the prompt plus 3 tokens answers 0.
+    Classified("OffloadingConnector", "no hit", "on full attention + sliding window + Mamba no prompt ever hits",
+               "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
+               presets=("fa+swa+mamba",)),
+    Classified("OffloadingConnector", "never loaded", "on full attention + sliding window + Mamba no prompt ever "
+               "hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
+               presets=("fa+swa+mamba",)),
+    Classified("OffloadingConnector", "no longer hits right after it was stored", "on full attention + sliding "
+               "window + Mamba no prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA,
+               _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
+               presets=("fa+swa+mamba",)),
+    Classified("OffloadingConnector", "the same salt must hit", "on full attention + sliding window + Mamba no "
+               "prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
+               presets=("fa+swa+mamba",)),
+    # Read against vLLM 0.33.0's offloading/worker.py (`prepare_store_kv` defers a step's stores to the next
+    # step's `handle_preemptions`/`start_kv_transfers`) and offloading/scheduler.py (`_block_id_to_pending_jobs`,
+    # `jobs_to_flush`), and traced on fa+swa: the wrong block (tokens 512-527) was freed when the request finished
+    # and overwritten by the forced race in the next step, before the deferred store ran; no request had it.
+    Classified("OffloadingConnector", "the model read wrong KV", "the forced reuse race writes blocks vLLM freed but never re-allocated",
+               "suspected defect of the suite (open)",
+               "C24's forced race overwrites every block the schedule frees before the workers run, re-allocated "
+               "or not; OffloadingConnector defers each step's stores to the start of the next step and, when a "
+               "block with a pending store is re-allocated, waits for that store before the forward "
+               "(`jobs_to_flush`), which is safe under vLLM's rules (nothing writes a freed block before it is "
+               "re-allocated). Without the race the same reloads are correct. To settle: overwrite a freed block "
+               "only when the schedule re-allocates it", checks=("C24",)),
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
@@ -98,11 +127,12 @@ _CHECK_ID = re.compile(r"\bC\d{2}\b ?")
 _PRESET = re.compile(r" on the multi-group preset \S+")
 
 
-def classify(connector: str, check: str, cause: str) -> Classified | None:
-    """The reviewed entry for one failing cell (its cause's grouping key), or None."""
+def classify(connector: str, check: str, cause: str, preset: str = "") -> Classified | None:
+    """The reviewed entry for one failing cell (its cause's grouping key, its preset), or None."""
     key = cause_key(cause)
     for entry in CLASSIFIED:
-        if entry.connector in connector and entry.cause in key and (not entry.checks or check in entry.checks):
+        if entry.connector in connector and entry.cause in key and (not entry.checks or check in entry.checks) \
+                and (not entry.presets or preset in entry.presets):
             return entry
     return None
 
@@ -221,7 +251,7 @@ def _findings(connector: str, items: list[dict]) -> list[Finding]:
             continue
         check, _preset, cause = split_check(_what(entry))
         check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
-        known = classify(connector, check, cause)
+        known = classify(connector, check, cause, str((entry.get("cell") or {}).get("preset", "")))
         key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
         finding = found.setdefault(key, Finding(known, cause, []))
         finding.count += 1
@@ -245,7 +275,7 @@ def _cell(entry: dict) -> str:
 
 
 def _profile(items: list[dict]) -> str:
-    from harness.targets.vllm_connector import KINDS
+    from harness.targets.vllm_connector_facts import KINDS
 
     name = vllm_connector_of(items[0])[1]
     children = name.partition("[")[2].rstrip("]").split(",") if "[" in name else [name]

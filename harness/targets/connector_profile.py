@@ -10,11 +10,16 @@ A profile says:
 * `multi_group`: why multi-group models do not apply on this configuration although the class declares HMA
   (e.g. a transfer mode that refuses several KV cache groups), or None;
 * `async_load_config`: extra config merged into the connector's own in the checks that exercise asynchronous
-  loads, for a connector that loads asynchronously only when configured to.
+  loads, for a connector that loads asynchronously only when configured to;
+* `store_scope`: `shared` (the default: every engine of one process that gets the same extra config reads one
+  store: files, a server) or `engine` (the store is owned by the engine's own connector instances, e.g. a CPU
+  tier indexed by the scheduler-side instance: a second engine starts empty, by design). Checks that read back
+  on a second engine re-use the storing engine instead (local prefix cache forgotten, KV memory wiped) for an
+  `engine` store, or are N/A where a second engine (or process) on the same store is the point.
 
 A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
-connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy"}}`; vLLM's own
-connectors get theirs from reviewed data (`harness.targets.vllm_connector.KINDS`); otherwise it is inferred:
+connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
+connectors get theirs from reviewed data (`harness.targets.vllm_connector_facts.KINDS`); otherwise it is inferred:
 `stores`, and HMA from the class. The run's header prints each connector's profile and where it came from.
 """
 
@@ -31,7 +36,11 @@ KINDS = {
     "dummy": "fills dummy KV",
     "transfer": "transfers KV between instances only",
 }
-_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict}
+_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict, "store_scope": str}
+STORE_SCOPES = {
+    "shared": "a store shared by the engines of one process",
+    "engine": "a store owned by the engine (a second engine starts empty)",
+}
 NA_PREFIX = "N/A: "
 
 
@@ -44,6 +53,12 @@ class ConnectorProfile:
     source: str = "inferred"
     multi_group: str | None = None
     async_load_config: dict = field(default_factory=dict)
+    store_scope: str = "shared"
+
+    @property
+    def engine_owned_store(self) -> bool:
+        """True when only the engine that stored can read back (its own instances hold the store)."""
+        return self.store_scope == "engine"
 
     @property
     def stores_kv(self) -> bool:
@@ -56,6 +71,8 @@ class ConnectorProfile:
         if self.declares_hma and self.multi_group:
             hma += f" but multi-group models do not apply here ({self.multi_group})"
         extra = ", async loads configured" if self.async_load_config else ""
+        if self.engine_owned_store:
+            extra += ", " + STORE_SCOPES["engine"]
         return f"{KINDS[self.kind]}, {hma}{extra} ({self.source})"
 
 
@@ -79,12 +96,17 @@ def split_declaration(extra: dict) -> tuple[dict, dict]:
     if kind not in KINDS:
         raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".kind is {kind!r}; accepted: "
                          + ", ".join(f"{k} ({v})" for k, v in KINDS.items()))
+    scope = declared.get("store_scope", "shared")
+    if scope not in STORE_SCOPES:
+        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".store_scope is {scope!r}; accepted: "
+                         + ", ".join(f"{k} ({v})" for k, v in STORE_SCOPES.items()))
     return extra, dict(declared)
 
 
 def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = None,
-                known_source: str = "reviewed data") -> ConnectorProfile:
-    """The profile from a vendor's declaration, else from reviewed data (`known_kind`), else inferred."""
+                known_source: str = "reviewed data", known_store_scope: str | None = None) -> ConnectorProfile:
+    """The profile from a vendor's declaration, else from reviewed data (`known_kind`, `known_store_scope`),
+    else inferred (a store shared by the engines of one process)."""
     if declared.get("kind"):
         kind, source = declared["kind"], "declared"
     elif known_kind:
@@ -95,7 +117,8 @@ def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = Non
         source += ", options declared"
     return ConnectorProfile(kind=kind, declares_hma=declares_hma, source=source,
                             multi_group=declared.get("multi_group") or None,
-                            async_load_config=dict(declared.get("async_load_config") or {}))
+                            async_load_config=dict(declared.get("async_load_config") or {}),
+                            store_scope=declared.get("store_scope") or known_store_scope or "shared")
 
 
 MULTI_GROUP_REFUSAL = "declares SupportsHMA, refuses multi-group models on this configuration: "

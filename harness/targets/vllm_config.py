@@ -30,14 +30,11 @@ from harness.targets.vllm_install import import_vllm_modules, installed_vllm_ver
 from harness.targets.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
                                           unwrap_exception)
 from harness.targets.vllm_platforms import PLATFORM_CLASSES, hisparse_backend, platform_support
+from reference_impl.vocabulary import CASE_DEFAULTS, STAGES as ALL_STAGES
 
-CASE_KEYS = frozenset({
-    "id", "vllm_version", "profile", "stage", "flag", "cli_args", "platform", "kv_connector",
-    "kv_connector_module_path", "kv_role", "multi_connector_children", "kv_connector_extra_config", "kv_events",
-    "attention_chunk_size", "speculative_method", "env", "hisparse", "kv_offloading_backend",
-    "kv_offloading_size", "layers",
-})
-STAGES = ("cli_parse", "config", "create_connector")
+CASE_KEYS = frozenset(CASE_DEFAULTS)
+# The stages this target runs: vLLM groups KV cache specs from a loaded model's layers, which it does not build.
+STAGES = tuple(stage for stage in ALL_STAGES if stage != "kv_cache_groups")
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
 _OWN_PACKAGES = frozenset({"vllm"})
 # A tiny Llama; the speculative drafts and the target share it. MTP needs a DeepSeek-V3-shaped target.
@@ -116,7 +113,7 @@ class Case:
                                "(it builds no model layers); the reference resolver does")
         if stage not in STAGES:
             raise CaseError(f"stage: {stage!r} is not supported by the vllm target; accepted: {', '.join(STAGES)}")
-        platform = raw.get("platform", "cuda")
+        platform = raw.get("platform", CASE_DEFAULTS["platform"])
         if platform not in PLATFORM_CLASSES:
             raise CaseError(f"platform: {platform!r} is unknown; accepted: {', '.join(PLATFORM_CLASSES)}")
         cli_args = raw.get("cli_args")
@@ -140,7 +137,7 @@ class Case:
             platform=platform,
             kv_connector=raw.get("kv_connector"),
             kv_connector_module_path=raw.get("kv_connector_module_path"),
-            kv_role=raw.get("kv_role", "kv_both"),
+            kv_role=raw.get("kv_role", CASE_DEFAULTS["kv_role"]),
             children=raw.get("multi_connector_children"),
             kv_events=bool(raw.get("kv_events", False)),
             attention_chunk_size=raw.get("attention_chunk_size"),

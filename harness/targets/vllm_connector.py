@@ -11,217 +11,14 @@ lacks still loads: each of its checks is skipped with that one reason (`Connecto
 
 from __future__ import annotations
 
-import ast
-import atexit
-import functools
-import importlib.util
-import os
-import re
-import shutil
 import sys
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 
 from harness.errors import UsageError
-from harness.target_spec import TargetError
+from harness.target_spec import VLLM_PREFIX, TargetError
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
-from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
-
-PREFIX = "vllm:"
-_MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
-# What kind of connector each of vLLM's is (harness.targets.connector_profile; reviewed data, read from each
-# connector's docstring and lookup in vLLM 0.33.0). Connectors absent here store and load KV.
-KINDS: dict[str, str] = {
-    "DecodeBenchConnector": "dummy",  # a benchmark stub: claims every prompt and fills its KV with dummy values
-    "NixlConnector": "transfer", "NixlPullConnector": "transfer", "NixlPushConnector": "transfer",
-    "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
-}
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """What a connector needs beyond CPU torch: importable modules and/or a CUDA device (reviewed data,
-    read from each connector's imports and constructor in vLLM 0.33.0)."""
-
-    modules: tuple[str, ...] = ()
-    cuda: bool = False
-    why: str = ""
-    model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
-    # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
-    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
-    cpu_standins: bool = False
-
-
-# Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
-REQUIREMENTS: dict[str, Requirement] = {
-    "ExampleHiddenStatesConnector": Requirement(model="extracts hidden states into a KV cache group of their own "
-                                                      "(HiddenStateCacheSpec), which no preset has"),
-    "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
-                                           "(HiSparse groups), which no preset has"),
-    "OffloadingConnector": Requirement(cuda=True, cpu_standins=True,
-                                       why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses platforms "
-                                           "other than CUDA-alike and XPU"),
-    "SimpleCPUOffloadConnector": Requirement(cuda=True, cpu_standins=True,
-                                             why="copy streams: the worker creates torch.cuda.Stream"),
-    "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
-    "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
-    "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
-    "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
-    "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
-    "LMCacheConnectorV1": Requirement(("lmcache",), why="LMCache engine"),
-    "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
-    "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
-    "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
-    "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
-    "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
-}
-
-# Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
-# (LMCache 0.5.6, lmcache/v1/multiprocess: the engine-driven transfer mode, the only one a CPU worker has,
-# raises this ValueError at register_kv_caches for more than one KV transfer group).
-MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
-    "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
-                           "LMCache's engine-driven transfer mode"),
-}
-
-# Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
-# enough for it to start on this machine, with a private store.
-STORE_ROOT_ENV = "KVCONFORM_VLLM_STORE_ROOT"
-
-
-@functools.lru_cache(maxsize=None)
-def _store_root() -> str:
-    inherited = os.environ.get(STORE_ROOT_ENV)
-    if inherited:
-        return inherited  # a check's child process (C36) reads the stores of the process that started it
-    root = tempfile.mkdtemp(prefix="kvconform-vllm-")
-    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the stores live as long as the process
-    os.environ[STORE_ROOT_ENV] = root
-    return root
-
-
-@functools.lru_cache(maxsize=None)
-def _store_dir(name: str) -> str:
-    # One directory per connector under test under the process's root: both roles, and every engine of a
-    # run, share the store; a MultiConnector's child gets its own ("MultiConnector.0.ExampleConnector"), so
-    # what the MultiConnector's checks store never shows up as a hit in the checks of the connector on its own.
-    path = os.path.join(_store_root(), name)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def default_multi_children() -> tuple[str, ...]:
-    """The children of `vllm:MultiConnector` without a list: two connectors that store KV and can run here
-    (the first two of them; ExampleConnector twice when only it can), so what the MultiConnector's checks find
-    is about fanning out over stores, not about a child that claims every prompt."""
-    names = [n for n in registered_names() if n != "MultiConnector" and KINDS.get(n, "stores") == "stores"
-             and missing_requirement(n) is None]
-    preferred = ["ExampleConnector"] + [n for n in names if n != "ExampleConnector"]
-    usable = [n for n in preferred if n in names]
-    return tuple(usable[:2]) if len(usable) >= 2 else ("ExampleConnector", "ExampleConnector")
-
-
-def default_extra_config(name: str, within: str | None = None) -> dict:
-    """The extra config `name` needs to start here (a private store directory, a CPU capacity); `within`:
-    the connector under test when `name` is one of its children."""
-    if name in ("ExampleConnector", "ExampleHiddenStatesConnector"):
-        return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
-    if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
-        return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
-    if name == "LMCacheMPConnector":
-        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
-        from harness.targets import lmcache_server
-
-        server = lmcache_server.shared()
-        return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
-    return {}
-
-
-def registered_names() -> list[str]:
-    """The connector names the installed vLLM's factory registers (exit 4 when vLLM is unusable)."""
-    version = installed_vllm_version()
-    import_vllm_modules(version)
-    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
-
-    return sorted(KVConnectorFactory._registry)  # the factory has no public listing
-
-
-def missing_requirement(name: str) -> str | None:
-    """One line saying why `name` cannot run on this machine, or None when it can be tried."""
-    need = REQUIREMENTS.get(name)
-    if need is None:
-        return None
-    if need.model:
-        return f"not applicable: {name} {need.model}"
-    absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
-    if absent:
-        return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
-                "is not installed)")
-    if need.cuda and not need.cpu_standins:
-        import torch
-
-        if not torch.cuda.is_available():
-            return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
-    return None
-
-
-def declares_hma_in_source(name: str) -> bool:
-    """Whether the source of vLLM's class `name` lists SupportsHMA among its bases, read without importing
-    the module (for a connector whose module does not import here)."""
-    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
-
-    loader = KVConnectorFactory._registry[name]
-    cells = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
-    module_path, class_name = cells.get("module_path"), cells.get("class_name", name)
-    spec = importlib.util.find_spec(module_path) if module_path else None
-    if spec is None or not spec.origin:
-        return False
-    tree = ast.parse(Path(spec.origin).read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return any((getattr(b, "id", None) or getattr(b, "attr", None)) == "SupportsHMA" for b in node.bases)
-    return False
-
-
-def needs_cuda(name: str) -> bool:
-    """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
-    need = REQUIREMENTS.get(name)
-    return bool(need and need.cuda)
-
-
-def runs_on_standins(name: str) -> bool:
-    """True when `name`'s worker needs CUDA only for device plumbing that kvconform's CPU stand-ins replace
-    (used when no CUDA device is visible)."""
-    need = REQUIREMENTS.get(name)
-    return bool(need and need.cpu_standins)
-
-
-def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
-    """`vllm:Name` -> (Name, ()); `vllm:MultiConnector[A,B]` -> ("MultiConnector", (A, B))."""
-    name = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
-    match = _MULTI.match(name)
-    if match:
-        return "MultiConnector", tuple(c for c in match.group("children").split(",") if c)
-    if name == "MultiConnector":
-        return name, default_multi_children()
-    return name, ()
-
-
-def validate_spec(spec: str, option: str = "--kv-connector") -> None:
-    """TargetError (exit 4, one line) unless every name in `spec` is registered by the installed vLLM."""
-    name, children = parse_name(spec)
-    try:
-        known = registered_names()
-    except UsageError as exc:  # no usable vLLM: its reason, under the option that asked for it
-        raise TargetError(option, spec, str(exc)) from None
-    for each in (name, *children):
-        if each not in known:
-            raise TargetError(option, spec, f"vLLM {installed_vllm_version()} registers no connector {each!r}; "
-                                            f"registered: {', '.join(known)}")
-    if children and "MultiConnector" in children:
-        raise TargetError(option, spec, f"a MultiConnector child cannot be MultiConnector; accepted: "
-                                        f"vllm:MultiConnector[A,B] with A, B from {', '.join(known)}")
+from harness.targets.vllm_connector_facts import (KINDS, STORE_SCOPES, default_multi_children, parse_name,
+                                                  registered_names, validate_spec)
+from harness.targets.vllm_install import installed_vllm_version
 
 
 class VllmConnectorTarget(ConnectorTarget):
@@ -234,8 +31,14 @@ class VllmConnectorTarget(ConnectorTarget):
         # A MultiConnector stores KV when any child does (every child gets the stores).
         return "stores" if "stores" in kinds else min(kinds)
 
+    @property
+    def known_store_scope(self) -> str | None:
+        name, children = parse_name(self.spec)
+        # A MultiConnector with an engine-owned child: only the storing engine reads back all of its hits.
+        return "engine" if any(STORE_SCOPES.get(n) == "engine" for n in (children or (name,))) else None
+
     def load(self) -> type:
-        if self._cls is not None or not self.spec.startswith(PREFIX):
+        if self._cls is not None or not self.spec.startswith(VLLM_PREFIX):
             return super().load()  # a plain module:Class target built from this one (e.g. check C33's wrapper)
         from harness.targets.vllm_connector_adapter import adapter_class
 
@@ -264,9 +67,9 @@ def main() -> int:
     except UsageError as exc:
         print(f"kvconform: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    specs = [f"{PREFIX}{n}" for n in names if n != "MultiConnector"]
+    specs = [f"{VLLM_PREFIX}{n}" for n in names if n != "MultiConnector"]
     if "MultiConnector" in names:
-        specs.append(f"{PREFIX}MultiConnector[{','.join(default_multi_children())}]")
+        specs.append(f"{VLLM_PREFIX}MultiConnector[{','.join(default_multi_children())}]")
     print("\n".join(f"--kv-connector={s}" for s in specs))
     return 0
 

@@ -30,6 +30,9 @@ from typing import Any
 import pytest
 import torch
 
+from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
+                                                  default_extra_config, missing_requirement, needs_cuda,
+                                                  runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
 from reference_impl.kv_cache import kv_cache_interface as kspecs
@@ -55,6 +58,46 @@ def _vllm():
         base=connector_base, SamplingParams=SamplingParams, sha256=sha256, iface=kv_cache_interface,
         outputs=outputs, request=request, utils=kv_cache_utils, KVCacheBlocks=KVCacheBlocks, sched=sched_output,
     )
+
+
+class _ManagerView:
+    """kvconform's KV cache manager as a vLLM connector is handed it: every attribute is the manager's own, and
+    its `coordinator` is typed as vLLM's coordinator class of the same name (`typed_like_vllm`), because vLLM's
+    connectors check the type before they use it (OffloadingConnector's `_max_loadable_tokens` asserts
+    `isinstance(coordinator, HybridKVCacheCoordinator)` for groups it does not offload)."""
+
+    def __init__(self, manager) -> None:
+        self._manager = manager
+
+    def __getattr__(self, name: str):
+        value = getattr(self._manager, name)
+        return typed_like_vllm(value) if name == "coordinator" else value
+
+
+@functools.lru_cache(maxsize=None)
+def _typed_proxy_class(vllm_cls: type) -> type:
+    def __init__(self, inner) -> None:
+        object.__setattr__(self, "_kvconform_inner", inner)
+
+    def __getattribute__(self, name: str):
+        if name in ("__class__", "_kvconform_inner"):
+            return object.__getattribute__(self, name)
+        # Everything else, methods included, is kvconform's object's: vLLM's class only lends its type.
+        return getattr(object.__getattribute__(self, "_kvconform_inner"), name)
+
+    return type(f"KvconformAs{vllm_cls.__name__}", (vllm_cls,),
+                {"__init__": __init__, "__getattribute__": __getattribute__})
+
+
+def typed_like_vllm(coordinator):
+    """`coordinator` (kvconform's) behind a proxy that is an instance of vLLM's coordinator class of the same name
+    (`vllm.v1.core.kv_cache_coordinator`), or `coordinator` itself when vLLM has no such class."""
+    from vllm.v1.core import kv_cache_coordinator
+
+    vllm_cls = getattr(kv_cache_coordinator, type(coordinator).__name__, None)
+    if not isinstance(vllm_cls, type) or isinstance(coordinator, vllm_cls):
+        return coordinator
+    return _typed_proxy_class(vllm_cls)(coordinator)
 
 
 def vllm_class(name: str) -> type:
@@ -306,8 +349,6 @@ class VllmConnectorAdapter:
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable:
             pytest.skip(self.unavailable)
-        from harness.targets.vllm_connector import default_extra_config
-
         self.role = role
         self.engine_config = vllm_config
         self.kv_cache_config = kv_cache_config
@@ -328,7 +369,26 @@ class VllmConnectorAdapter:
             from harness.targets import vllm_device_standins
 
             vllm_device_standins.install()
-        self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
+        try:
+            self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
+        except Exception as exc:
+            self._refused_mamba_none(exc)
+            raise
+
+    def _refused_mamba_none(self, exc: Exception) -> None:
+        """A known, by-design start-up refusal of a Mamba group in mamba_cache_mode 'none' (reviewed data:
+        `MAMBA_NONE_REFUSALS`, matched on the connector or one of a MultiConnector's children) ends the check as
+        N/A with vLLM's reason; any other exception stays the check's failure."""
+        from harness.targets.connector_profile import not_applicable
+
+        modes = [getattr(g.kv_cache_spec, "mamba_cache_mode", None) for g in self.kv_cache_config.kv_cache_groups]
+        if "none" not in modes:
+            return
+        for name in (self.vllm_name, *self.vllm_children):
+            known = MAMBA_NONE_REFUSALS.get(name)
+            if known and known[0] in str(exc):
+                not_applicable(f"{name} refuses a Mamba group in mamba_cache_mode 'none' by design: {known[1]} "
+                               f"({type(exc).__name__} at construction: {exc})")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vLLM {self.vllm_name}, {self.role.name.lower()})"
@@ -382,20 +442,39 @@ class VllmConnectorAdapter:
     def _scheduler_output(self, so):
         v = _vllm()
         new_reqs = []
+
+        def new_request(req_id, prompt, block_ids, num_computed, prefill):
+            mirror = self._requests.get(req_id)
+            return _make(
+                v.sched.NewRequestData, req_id=req_id, prompt_token_ids=list(prompt), mm_features=[],
+                sampling_params=getattr(mirror, "sampling_params", None), pooling_params=None,
+                block_ids=tuple(list(g) for g in block_ids), num_computed_tokens=num_computed,
+                lora_request=getattr(mirror, "lora_request", None), prompt_embeds=None, prefill_token_ids=list(prefill))
+
         for new in so.scheduled_new_reqs:
-            mirror = self._requests.get(new.req_id)
-            new_reqs.append(_make(
-                v.sched.NewRequestData, req_id=new.req_id, prompt_token_ids=list(new.prompt_token_ids),
-                mm_features=[], sampling_params=getattr(mirror, "sampling_params", None), pooling_params=None,
-                block_ids=tuple(list(g) for g in new.block_ids), num_computed_tokens=new.num_computed_tokens,
-                lora_request=getattr(mirror, "lora_request", None), prompt_embeds=None))
+            new_reqs.append(new_request(new.req_id, new.prompt_token_ids, new.block_ids, new.num_computed_tokens,
+                                        new.prompt_token_ids))
         c = so.scheduled_cached_reqs
+        # A request resumed after preemption: vLLM 0.33 (and older) sends it among the cached requests, flagged in
+        # `resumed_req_ids`, with its whole block table; vLLM 0.34's scheduler sends it as a new request (its
+        # CachedRequestData has no `resumed_req_ids`), with its whole table and every token so far to prefill.
+        resumed_as_new = "resumed_req_ids" not in {f.name for f in dataclasses.fields(v.sched.CachedRequestData)}
+        keep = [i for i, req_id in enumerate(c.req_ids) if not (resumed_as_new and req_id in c.resumed_req_ids)]
+        if resumed_as_new:
+            for i, req_id in enumerate(c.req_ids):
+                if req_id in c.resumed_req_ids:
+                    mirror = self._requests.get(req_id)
+                    new_reqs.append(new_request(req_id, getattr(mirror, "prompt_token_ids", None) or [],
+                                                c.new_block_ids[i], c.num_computed_tokens[i], c.all_token_ids[req_id]))
         cached = _make(
-            v.sched.CachedRequestData, req_ids=list(c.req_ids), resumed_req_ids=set(c.resumed_req_ids),
-            new_token_ids=[list(t) for t in c.new_token_ids],
-            all_token_ids={k: list(t) for k, t in c.all_token_ids.items()},
-            new_block_ids=[None if ids is None else tuple(list(g) for g in ids) for ids in c.new_block_ids],
-            num_computed_tokens=list(c.num_computed_tokens), num_output_tokens=list(c.num_output_tokens))
+            v.sched.CachedRequestData, req_ids=[c.req_ids[i] for i in keep],
+            resumed_req_ids=set() if resumed_as_new else set(c.resumed_req_ids),
+            new_token_ids=[list(c.new_token_ids[i]) for i in keep],
+            all_token_ids={k: list(t) for k, t in c.all_token_ids.items() if k in {c.req_ids[i] for i in keep}},
+            new_block_ids=[None if c.new_block_ids[i] is None else tuple(list(g) for g in c.new_block_ids[i])
+                           for i in keep],
+            num_computed_tokens=[c.num_computed_tokens[i] for i in keep],
+            num_output_tokens=[c.num_output_tokens[i] for i in keep])
         return _make(
             v.sched.SchedulerOutput, scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
             num_scheduled_tokens=dict(so.num_scheduled_tokens), total_num_scheduled_tokens=so.total_num_scheduled_tokens,
@@ -414,7 +493,7 @@ class VllmConnectorAdapter:
         self._kv_cache_manager = kv_cache_manager
         hook = getattr(self.inner, "bind_kv_cache_manager", None)
         if hook is not None:
-            hook(kv_cache_manager)
+            hook(_ManagerView(kv_cache_manager))
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
@@ -502,7 +581,6 @@ class VllmConnectorAdapter:
         the check as N/A through the profile mechanism ("declares HMA, refuses multi-group ..."), so it is
         reported once as what it is, not as a failure of every multi-group check."""
         from harness.targets.connector_profile import refuses_multi_group
-        from harness.targets.vllm_connector import MULTI_GROUP_REFUSALS
 
         known = MULTI_GROUP_REFUSALS.get(self.vllm_name)
         if known and len(self.kv_cache_config.kv_cache_groups) > 1 and known[0] in str(exc):
@@ -610,8 +688,6 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
     no CUDA) gets a class whose every construction skips with that reason.
     """
-    from harness.targets.vllm_connector import missing_requirement
-
     reason = next((r for r in (missing_requirement(n) for n in (name, *children)) if r), None)
     cls, hma = None, False
     try:
@@ -620,12 +696,9 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         if children:
             hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
     except ImportError as exc:
-        from harness.targets.vllm_connector import declares_hma_in_source
-
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
         hma = declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
-    from harness.targets.vllm_connector import needs_cuda, runs_on_standins
 
     device, standins = None, False
     if reason is None and any(needs_cuda(n) for n in (name, *children)):

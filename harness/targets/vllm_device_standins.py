@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
+import importlib.util
 import threading
 import time
 import types
@@ -57,6 +58,15 @@ _SITES: dict[str, tuple[str, ...]] = {
     "vllm.v1.simple_kv_offload.copy_backend": ("current_platform", "torch", "queue"),
     "vllm.v1.simple_kv_offload.disk_backend": ("current_platform", "torch", "queue"),
     "vllm.v1.simple_kv_offload.cuda_mem_ops": ("current_platform", "_batch_memcpy"),
+}
+# connector -> the modules among _SITES its worker runs through: all of them must import for the stand-ins to
+# cover that connector's device plumbing (an older release lays its offloading worker out in other modules,
+# which still reach CUDA unpatched).
+_CONNECTOR_SITES: dict[str, tuple[str, ...]] = {
+    "OffloadingConnector": ("vllm.v1.kv_offload.cpu.spec", "vllm.v1.kv_offload.cpu.gpu_worker",
+                            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker"),
+    "SimpleCPUOffloadConnector": ("vllm.v1.simple_kv_offload.worker", "vllm.v1.simple_kv_offload.copy_backend",
+                                  "vllm.v1.simple_kv_offload.cuda_mem_ops"),
 }
 _lock = threading.Lock()
 _saved: dict[tuple[str, str], object] = {}
@@ -273,6 +283,20 @@ def _standin(module, name: str):
     if name == "queue":
         return types.SimpleNamespace(SimpleQueue=HandoffQueue, Queue=queue.Queue, Empty=queue.Empty)
     raise KeyError(name)
+
+
+def uncovered_modules(connector: str) -> list[str]:
+    """The modules of `connector`'s worker that the stand-ins patch and that the installed vLLM lacks (its
+    release lays the worker out elsewhere, so CUDA is still reached): empty when the stand-ins cover it."""
+    missing = []
+    for module_name in _CONNECTOR_SITES.get(connector, ()):
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except ImportError:  # a parent package is absent
+            found = False
+        if not found:
+            missing.append(module_name)
+    return missing
 
 
 def install() -> list[str]:

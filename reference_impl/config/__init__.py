@@ -6,7 +6,7 @@
 
 from reference_impl.config.cases import CaseError, parse_case, resolve_case, resolve_cases, run_case
 from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, Era, era_for_version, resolve_era
-from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
+from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.objects import (
     AttentionConfig,
@@ -20,6 +20,7 @@ from reference_impl.config.objects import (
     SpeculativeConfig,
 )
 from reference_impl.config.resolution import VllmConfig
+from reference_impl.vocabulary import STAGES
 
 __all__ = [
     "AttentionConfig", "CacheConfig", "CaseError", "ERAS", "ERAS_BY_ID", "Era", "HMAConfigError", "HiSparseConfig",

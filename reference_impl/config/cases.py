@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_impl.config import eras as E, messages
-from reference_impl.config.errors import STAGES, HMAConfigError, UnknownOutcome
+from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.objects import (
     AttentionConfig,
@@ -26,36 +26,8 @@ from reference_impl.config.objects import (
 )
 from reference_impl.config.resolution import VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
-
-PLATFORM_CHOICES = (*E.PLATFORMS, "auto")
-OFFLOADING_BACKENDS = ("native", "lmcache")
-# In engine order: the KV cache is grouped before the connector is created with its KVCacheConfig.
-CASE_STAGES = ("cli_parse", "config", "kv_cache_groups", "create_connector")
-LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
-
-# Every key a case may have, with its default.
-CASE_DEFAULTS: dict[str, Any] = {
-    "id": None,
-    "vllm_version": None,
-    "profile": None,
-    "stage": None,  # config, or kv_cache_groups when layers are given
-    "flag": None,
-    "cli_args": None,
-    "platform": "cuda",
-    "kv_connector": None,
-    "kv_connector_module_path": None,
-    "kv_role": "kv_both",
-    "multi_connector_children": None,
-    "kv_connector_extra_config": None,
-    "kv_events": False,
-    "attention_chunk_size": None,
-    "speculative_method": None,  # a built-in method name, or {"name", "uses_target_hidden_states"} (custom, 0.34+)
-    "env": None,
-    "hisparse": False,
-    "kv_offloading_backend": None,
-    "kv_offloading_size": None,
-    "layers": None,
-}
+from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, LAYER_KINDS, OFFLOADING_BACKENDS, PLATFORM_CHOICES,
+                                       STAGES)
 
 
 class CaseError(ValueError):
@@ -216,8 +188,8 @@ def parse_case(case: Any) -> Case:
     stage = case.get("stage")
     if stage is None:  # layers ask for their grouping: they imply the kv_cache_groups stage
         stage = "kv_cache_groups" if case.get("layers") is not None else "config"
-    if stage not in CASE_STAGES:
-        raise _fail("stage", stage, f"one of {', '.join(CASE_STAGES)}")
+    if stage not in STAGES:
+        raise _fail("stage", stage, f"one of {', '.join(STAGES)}")
     flag = case.get("flag")
     if flag is not None and not isinstance(flag, bool):
         raise _fail("flag", flag, "null, true or false")
@@ -226,10 +198,10 @@ def parse_case(case: Any) -> Case:
         raise _fail("cli_args", cli_args, "a list of strings")
     if stage == "cli_parse" and cli_args is None:
         raise _fail("stage", stage, "cli_parse only together with cli_args")
-    platform = case.get("platform", "cuda")
+    platform = case.get("platform", CASE_DEFAULTS["platform"])
     if platform not in PLATFORM_CHOICES:
         raise _fail("platform", platform, f"one of {', '.join(PLATFORM_CHOICES)}")
-    if platform == "auto":
+    if platform == AUTO_PLATFORM:
         platform = detect_platform()
     env = case.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -240,7 +212,7 @@ def parse_case(case: Any) -> Case:
 
     connector = _opt_str(case, "kv_connector")
     module_path = _opt_str(case, "kv_connector_module_path")
-    role = _opt_str(case, "kv_role") if "kv_role" in case else "kv_both"
+    role = _opt_str(case, "kv_role") if "kv_role" in case else CASE_DEFAULTS["kv_role"]
     children = _children(case.get("multi_connector_children"), "multi_connector_children")
     extra = _extra_config(case.get("kv_connector_extra_config"), "kv_connector_extra_config", children,
                           "multi_connector_children")
@@ -263,7 +235,7 @@ def parse_case(case: Any) -> Case:
         raise _fail("attention_chunk_size", chunk, "null or a positive integer")
     backend = case.get("kv_offloading_backend")
     if backend is not None and backend not in OFFLOADING_BACKENDS:
-        raise _fail("kv_offloading_backend", backend, "null, native or lmcache")
+        raise _fail("kv_offloading_backend", backend, f"null, {', '.join(OFFLOADING_BACKENDS[:-1])} or {OFFLOADING_BACKENDS[-1]}")
     size = case.get("kv_offloading_size")
     # vLLM's CacheConfig types the size as a float and checks nothing more (0.13.0 and 0.33.0 accept -4):
     # any number is its answer to give, not bad input.

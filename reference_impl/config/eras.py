@@ -33,7 +33,6 @@ OFFLOAD_ABSENT = "absent"
 OFFLOAD_AFTER = "after_hma_block"  # 0.11.1-0.21: HMA is resolved without the connector
 OFFLOAD_BEFORE = "before_hma_block"  # 0.22+: the connector takes part in the decision
 
-PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
 
 
 @dataclass(frozen=True)
@@ -53,12 +52,10 @@ class PackageImport:
 
 
 _LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.13.0 ... 0.33.0)
-    "lmcache", (0, 13), None, "ModuleNotFoundError", "No module named 'lmcache'", installed_is_unknown_from=(0, 33)
+    "lmcache", (0, 13), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33)
 )
 _MOONCAKE_IMPORT = PackageImport(  # 0.13.0 re-raises a missing mooncake as ImportError; 0.20.0 only warns
-    "mooncake", (0, 13), (0, 20), "ImportError",
-    "Please install mooncake by following the instructions at "
-    "https://github.com/kvcache-ai/Mooncake/blob/main/doc/en/build.md to run VLLM with MooncakeTransferEngine.",
+    "mooncake", (0, 13), (0, 20), "ImportError", messages.E_NO_MOONCAKE,
 )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-STAGES = ("cli_parse", "config", "create_connector", "kv_cache_groups")
-
 
 class HMAConfigError(ValueError):
     """A failure vLLM would raise, as a ValueError with the stage and vLLM's own exception class name.

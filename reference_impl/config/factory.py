@@ -170,7 +170,7 @@ class KVConnectorFactory:
             self._trace.fail(messages.E_CLASS_NOT_FOUND.format(connector=name, module=module_path), stage,
                        "connector_class_not_found", vllm_type="AttributeError")
         if self.era.deprecated_constructor_error and not constructor_takes_kv_cache_config(cls):
-            self._trace.fail(messages.E_DEPRECATED_CONSTRUCTOR.format(connector=cls.__name__), stage, "deprecated_constructor")
+            self._trace.fail(messages.E_TWO_ARG.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
 
     def _check_package(self, name: str, stage: str) -> None:
@@ -223,7 +223,7 @@ class KVConnectorFactory:
         if ktc.kv_role is not None and ktc.kv_role not in KV_ROLES:
             self._trace.fail(messages.E_KV_ROLE_INVALID, stage, "kv_role_invalid", vllm_type="ValidationError")
         if ktc.kv_connector is not None and ktc.kv_role is None:
-            self._trace.fail(messages.E_KV_ROLE_MISSING, stage, "kv_role_missing")
+            self._trace.fail(messages.E_KV_ROLE, stage, "kv_role_missing")
 
 
 

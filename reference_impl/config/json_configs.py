@@ -45,7 +45,7 @@ class ConfigSchema:
 def _kv_role_given(value: dict) -> str | None:
     """KVTransferConfig.__post_init__: a connector needs a role."""
     if value.get("kv_connector") is not None and value.get("kv_role") is None:
-        return messages.E_KV_ROLE_MISSING
+        return messages.E_KV_ROLE
     return None
 
 

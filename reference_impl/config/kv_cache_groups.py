@@ -26,13 +26,13 @@ from reference_impl.kv_cache.kv_cache_planning import (
     planning_config,
     unify_hybrid_kv_cache_specs,
 )
+from reference_impl.vocabulary import LAYER_KINDS
 
 __all__ = ["ERA_STYLES", "LAYER_KINDS", "default_layer_spec", "resolve_groups"]
 
 logger = logging.getLogger(__name__)
 
 ERA_STYLES = ("seed", "v0.33")
-LAYER_KINDS = ("full", "sliding_window", "chunked_local", "mamba")
 
 
 def default_layer_spec(kind: str, *, block_size: int = 16, sliding_window: int = 4096,

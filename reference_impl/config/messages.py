@@ -25,8 +25,8 @@ W_B1 = (
     "--no-disable-hybrid-kv-cache-manager to start vLLM."
 )
 
-#: W-K22: the 0.22 connector-aware warning; `{connector}` is the offending class's name.
-W_K22 = (
+#: W-22: the 0.22 connector-aware warning; `{connector}` is the offending class's name.
+W_22 = (
     "Turning off hybrid kv cache manager because connector {connector} does not subclass `SupportsHMA`. "
     "This will reduce performance on models with sliding window or Mamba attention. See "
     "kv_connector/v1/base.py for details."
@@ -85,7 +85,7 @@ E_HISPARSE_NEEDS_CONNECTOR = (
     "another connector, nest both in MultiConnector instead of using --kv-offloading-size."
 )
 #: 0.34 host pool checks of the HiSparseConnector entry (top level, or direct children of a MultiConnector).
-E_HISPARSE_TWO_CONNECTORS = "Only one HiSparseConnector may be configured"
+E_HISPARSE_TWO = "Only one HiSparseConnector may be configured"
 E_HISPARSE_NO_HOST_POOL = "HiSparseConnector requires host_pool_gib"
 E_HISPARSE_HOST_POOL_NOT_POSITIVE = "HiSparseConnector host_pool_gib must be positive"
 #: 0.34: the registry's NixlConnector with a `transfer_mode` other than "pull" or "push" (the value's repr).
@@ -107,12 +107,20 @@ E_F = (
 #: MultiConnector.__init__ assertion, reachable only when the factory check was bypassed.
 E_MULTI_ASSERT = "HMA should not be enabled unless all sub-connectors support it"
 
+#: The connector modules that import a package vLLM does not require, looked up without it: LMCache's
+#: (top-level `import lmcache`, 0.13+) and Mooncake's (0.13.0 re-raises the missing package as ImportError).
+E_NO_LMCACHE = "No module named 'lmcache'"
+E_NO_MOONCAKE = (
+    "Please install mooncake by following the instructions at "
+    "https://github.com/kvcache-ai/Mooncake/blob/main/doc/en/build.md to run VLLM with MooncakeTransferEngine."
+)
+
 E_CONNECTOR_NAME_NOT_SET = "Connector name is not set in KVTransferConfig"
 E_UNSUPPORTED_CONNECTOR = "Unsupported connector type: {connector}"
 E_CLASS_NOT_FOUND = "Class {connector} not found in {module}"
 #: MultiConnector.__init__ without a "connectors" key (`assert ktcs is not None` has no message).
 E_MULTI_NO_CONNECTORS = ""
-E_DEPRECATED_CONSTRUCTOR = (
+E_TWO_ARG = (
     "Connector {connector} uses deprecated 2-argument constructor signature. External v1 KV connectors must "
     "accept kv_cache_config as the third constructor argument and pass it to super().__init__()."
 )
@@ -130,7 +138,7 @@ E_SPECULATIVE_NOT_OBJECT = (
     "1 validation error for VllmConfig: speculative_config: Input should be a dictionary or an instance of "
     "SpeculativeConfig"
 )
-E_KV_ROLE_MISSING = (
+E_KV_ROLE = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"
 )

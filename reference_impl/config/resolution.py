@@ -198,7 +198,7 @@ def _hisparse_host_pool(cfg: VllmConfig, res: Resolution) -> None:
             connectors = [{"kv_connector": ktc.kv_connector, "kv_connector_extra_config": ktc.kv_connector_extra_config}]
         entries = [c.get("kv_connector_extra_config", {}) for c in connectors if c.get("kv_connector") == "HiSparseConnector"]
     if len(entries) > 1:
-        res.fail(messages.E_HISPARSE_TWO_CONNECTORS, "config", "hisparse_host_pool")
+        res.fail(messages.E_HISPARSE_TWO, "config", "hisparse_host_pool")
     if not entries:
         res.fail(messages.E_HISPARSE_NEEDS_CONNECTOR, "config", "hisparse_needs_connector")
     size = entries[0].get("host_pool_gib")
@@ -353,7 +353,7 @@ def _hma_block_tri_state(cfg: VllmConfig, res: Resolution) -> None:
 
 
 def _connector_disables(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig) -> bool:
-    """The flag-None connector item of the era (W-B1, W-K22 or W-C1)."""
+    """The flag-None connector item of the era (W-B1, W-22 or W-C1)."""
     rule = cfg.runtime.era.connector_rule
     factory = res.factory
     if rule == E.CONNECTOR_FLAG_NONE:
@@ -365,7 +365,7 @@ def _connector_disables(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig)
         if offender is None:
             res.rules.append("connector_hma_capable")
             return False
-        res.warn(messages.W_K22.format(connector=offender))
+        res.warn(messages.W_22.format(connector=offender))
         res.rules.append("connector_not_hma")
         return True
     if factory.supports_hma_config(ktc, "config"):

@@ -15,6 +15,7 @@ from typing import Any
 
 from reference_impl.config import json_configs, messages
 from reference_impl.config.errors import HMAConfigError
+from reference_impl.vocabulary import OFFLOADING_BACKENDS
 
 FLAG = "hybrid-kv-cache-manager"
 
@@ -111,7 +112,7 @@ def build_parser(era) -> argparse.ArgumentParser:
     parser.add_argument(*speculative, dest="speculative_config", type=optional_json)
     parser.add_argument("--hf-overrides", dest="hf_overrides", type=dict_or_str)
     if key[1]:
-        parser.add_argument("--kv-offloading-backend", dest="kv_offloading_backend", choices=("native", "lmcache"))
+        parser.add_argument("--kv-offloading-backend", dest="kv_offloading_backend", choices=OFFLOADING_BACKENDS)
         parser.add_argument("--kv-offloading-size", dest="kv_offloading_size", type=float)
     _PARSERS[key] = parser
     return parser

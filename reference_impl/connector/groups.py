@@ -27,6 +27,7 @@ class GroupInfo:
     block_size: int
     layer_names: tuple[str, ...]
     sliding_window: int | None = None
+    dtype: str = ""  # the KV dtype(s), part of every store key (`spec_dtype`)
 
     def chunk_tail_tokens(self, chunk_size: int) -> int:
         """Tokens of each chunk this group needs stored: all for full attention, the window tail for SWA."""
@@ -41,6 +42,12 @@ class GroupInfo:
         if self.kind == SLIDING:
             return max(1, math.ceil((self.sliding_window - 1) / chunk_size))
         return 1
+
+
+def spec_dtype(spec) -> str:
+    """The dtype of a group's KV (attention) or states (Mamba: one per state tensor), as text for store keys:
+    another deployment's objects in another dtype must never match."""
+    return str(getattr(spec, "dtype", None) or getattr(spec, "dtypes", ""))
 
 
 def _spec_kind(spec) -> str:
@@ -83,7 +90,8 @@ def transfer_groups(kv_cache_config) -> list[GroupInfo]:
                     "(accepted: 'align', 'all')"
                 )
         window = getattr(spec, "sliding_window", None) if kind == SLIDING else None
-        groups.append(GroupInfo(group_id, kind, int(spec.block_size), tuple(group.layer_names), window))
+        groups.append(GroupInfo(group_id, kind, int(spec.block_size), tuple(group.layer_names), window,
+                                spec_dtype(spec)))
     return groups
 
 

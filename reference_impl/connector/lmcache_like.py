@@ -35,7 +35,15 @@ from reference_impl.connector.base import (
     KVConnectorTransferResults,
     SupportsHMA,
 )
-from reference_impl.connector.groups import FULL, MAMBA, SLIDING, GroupInfo, fold_hit_chunks, transfer_groups
+from reference_impl.connector.groups import (
+    FULL,
+    MAMBA,
+    SLIDING,
+    GroupInfo,
+    fold_hit_chunks,
+    spec_dtype,
+    transfer_groups,
+)
 from reference_impl.connector.hashing import chunk_hashes, object_key
 from reference_impl.connector.store import ChunkStore, shared_store
 
@@ -114,8 +122,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self.store_window_only = bool(options["store_window_only"])
         self.groups: list[GroupInfo] = self._select_groups(transfer_groups(kv_cache_config))
         # Each group's KV dtype goes into its keys: another deployment's objects in another dtype never match.
-        self._dtypes = {gid: str(getattr(g.kv_cache_spec, "dtype", None) or getattr(g.kv_cache_spec, "dtypes", ""))
-                        for gid, g in enumerate(kv_cache_config.kv_cache_groups)}
+        self._dtypes = {gid: spec_dtype(g.kv_cache_spec) for gid, g in enumerate(kv_cache_config.kv_cache_groups)}
         for group in self.groups:
             if group.kind != MAMBA and self.chunk_size % group.block_size:
                 raise ValueError(

@@ -21,7 +21,9 @@ from reference_impl.kv_cache.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupRole,
     KVCacheGroupSpec,
+    KVCacheLayout,
     KVCacheSpec,
+    KVCacheTensor,
     MLAAttentionSpec,
     SparseCacheRole,
     UniformTypeKVCacheSpecs,
@@ -35,6 +37,7 @@ __all__ = [
     "HiSparseLayout",
     "get_hisparse_device_buffer_size",
     "get_hisparse_host_pool_bytes",
+    "get_hisparse_kv_cache_config",
     "get_hisparse_kv_cache_groups",
     "create_hisparse_layout",
     "get_hisparse_steady_state_concurrency",
@@ -201,6 +204,56 @@ def create_hisparse_layout(vllm_config, groups: list[KVCacheGroupSpec], host_bud
                          f"({vllm_config.model_config.max_model_len}) needs {needed}; increase host_pool_gib")
     return HiSparseLayout(source_group=source, device_groups=[g for g in groups if not g.host_resident],
                           host_num_blocks=host_num_blocks, host_block_stride=stride, shared_host_pool=False)
+
+
+def _build_hisparse_kv_cache_tensors(kv_cache_groups: list[KVCacheGroupSpec], num_blocks: int, size: int,
+                                     layout: KVCacheLayout, bytes_per_block: int, *,
+                                     host_resident: bool = False) -> list[KVCacheTensor]:
+    """The tensors of HiSparse's groups in one allocation of `size` bytes (`num_blocks` blocks of
+    `bytes_per_block`), placed as every pool is placed (`kv_cache_planning._build_kv_cache_tensors`):
+    the hot and resident pages need a block-outermost `layout`; `host_resident` marks the host pool's."""
+    from reference_impl.kv_cache.kv_cache_planning import _build_kv_cache_tensors  # planning imports this module
+
+    return _build_kv_cache_tensors(kv_cache_groups, num_blocks, size, layout, bytes_per_block,
+                                   host_resident=host_resident)
+
+
+#: The host pool's layout: layer-outermost, each source layer a run of host blocks.
+_HOST_LAYOUT = KVCacheLayout.LBNHC
+
+
+def get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGroupSpec], available_memory: int,
+                                 host_budget: int) -> KVCacheConfig:
+    """HiSparse's `KVCacheConfig`: the device groups share the device pool of `available_memory` bytes in the
+    config's resolved layout; the host source group gets the host pool of `host_budget` bytes
+    (`create_hisparse_layout`), its tensors first."""
+    from reference_impl.kv_cache.kv_cache_planning import (  # planning imports this module
+        _get_kv_cache_bytes_per_block,
+        _retention_interval,
+        may_override_num_blocks,
+        resolve_kv_cache_layout,
+        validate_kv_cache_layout,
+    )
+
+    hisparse = create_hisparse_layout(vllm_config, kv_cache_groups, host_budget)
+    layout = resolve_kv_cache_layout(vllm_config)
+    validate_kv_cache_layout(layout, hisparse.device_groups)
+    bytes_per_block = _get_kv_cache_bytes_per_block(hisparse.device_groups, layout)
+    num_blocks = may_override_num_blocks(vllm_config, available_memory // bytes_per_block)
+    device_tensors = _build_hisparse_kv_cache_tensors(hisparse.device_groups, num_blocks,
+                                                      bytes_per_block * num_blocks, layout, bytes_per_block)
+    host_groups = [hisparse.source_group]
+    validate_kv_cache_layout(_HOST_LAYOUT, host_groups)
+    host_bytes_per_block = _get_kv_cache_bytes_per_block(host_groups, _HOST_LAYOUT)
+    host_tensors = _build_hisparse_kv_cache_tensors(host_groups, hisparse.host_num_blocks,
+                                                    host_bytes_per_block * hisparse.host_num_blocks, _HOST_LAYOUT,
+                                                    host_bytes_per_block, host_resident=True)
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[*host_tensors, *device_tensors],
+                         kv_cache_groups=[*host_groups, *hisparse.device_groups],
+                         prefix_cache_retention_interval=_retention_interval(vllm_config),
+                         hisparse_host_num_blocks=hisparse.host_num_blocks,
+                         hisparse_host_block_stride=hisparse.host_block_stride,
+                         hisparse_shared_host_pool=hisparse.shared_host_pool)
 
 
 def get_hisparse_steady_state_concurrency(vllm_config, kv_cache_config: KVCacheConfig) -> float:

@@ -47,13 +47,126 @@ __all__ = [
     "KVCacheTensor",
     "KVCacheGroupSpec",
     "KVCacheConfig",
+    "KVCacheLayout",
     "cdiv",
+    "compute_layout_strides",
 ]
 
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
+
+
+# Positions of the logical axes in a layout's value: every layer cache is logically [L, B, H, N, C]
+# (layer, block, head slot, stored state, content bytes).
+_L, _B, _H, _N, _C = range(5)
+
+
+class KVCacheLayout(Enum):
+    """Physical order of the logical KV cache axes [L, B, H, N, C], as vLLM 0.33 names them (RFC #42082).
+
+    A member's name spells the axes outermost first; its value lists the logical axis at each physical
+    position, outermost first (vLLM's stride permutation), e.g. BLHNC = (B, L, H, N, C) = (1, 0, 2, 3, 4).
+    """
+
+    LBHNC = (_L, _B, _H, _N, _C)
+    LBNHC = (_L, _B, _N, _H, _C)
+    LHBNC = (_L, _H, _B, _N, _C)
+    BLHNC = (_B, _L, _H, _N, _C)
+    BLNHC = (_B, _L, _N, _H, _C)
+    BHLNC = (_B, _H, _L, _N, _C)
+
+    @property
+    def stride_order(self) -> tuple[int, ...]:
+        """The logical axis at each physical position, outermost first."""
+        return self.value
+
+    @property
+    def layer_view_order(self) -> tuple[int, ...]:
+        """The same order for one layer's [B, H, N, C] view (L dropped, the others renumbered from 0)."""
+        return tuple(axis - 1 for axis in self.value if axis != _L)
+
+    @property
+    def is_layer_compact(self) -> bool:
+        """Whether layers are outermost: each layer owns one contiguous region of the allocation."""
+        return self.value[0] == _L
+
+    @property
+    def is_block_outermost(self) -> bool:
+        """Whether blocks are outermost: one block id holds every layer's page side by side."""
+        return self.value[0] == _B
+
+    @property
+    def is_block_compact(self) -> bool:
+        """Whether L and B are the two outermost axes, so each (layer, block) page is one contiguous run."""
+        return {self.value[0], self.value[1]} == {_L, _B}
+
+    @property
+    def is_block_contiguous(self) -> bool:
+        """Whether H, N and C are the three innermost axes, in that order."""
+        return self.value[2:] == (_H, _N, _C)
+
+    @classmethod
+    def from_name(cls, name: str) -> "KVCacheLayout":
+        """The member named `name`, or vLLM's older names NHD (= LBNHC) and HND (= LBHNC); ValueError
+        naming the accepted names otherwise."""
+        name = {"NHD": "LBNHC", "HND": "LBHNC"}.get(name, name)
+        try:
+            return cls[name]
+        except KeyError:
+            raise ValueError(f"Unknown KV cache layout {name!r}; accepted: {[m.name for m in cls]}") from None
+
+
+def _layer_shape_bytes(spec: "KVCacheSpec", num_blocks: int, kernel_block_size: int | None) -> tuple[int, ...]:
+    """Logical [B, H, N, C] extents of one layer's cache, C in bytes. With `kernel_block_size` each block
+    is seen as block_size / kernel_block_size kernel blocks. A state layer (no heads or states, e.g. Mamba)
+    is one head and one state of its whole unpadded page."""
+    block_size = spec.block_size if kernel_block_size is None else kernel_block_size
+    if block_size <= 0 or spec.block_size % block_size:
+        raise ValueError(f"kernel_block_size must divide the spec's block_size {spec.block_size}, "
+                         f"got {kernel_block_size}")
+    blocks = num_blocks * (spec.block_size // block_size)
+    if isinstance(spec, AttentionSpec):
+        return (blocks, spec.num_heads, spec.get_num_kernel_states(block_size), spec.state_content_size_bytes)
+    return (blocks, 1, 1, spec.real_page_size_bytes)
+
+
+def compute_layout_strides(spec: "KVCacheSpec", num_blocks: int, num_layers: int, layout: KVCacheLayout,
+                           kernel_block_size: int | None = None,
+                           fixed_strides: tuple[int | None, ...] = (None,) * 5) -> tuple[int, ...]:
+    """Byte strides of `num_layers` layers of `spec` over `num_blocks` blocks, in logical [L, B, H, N, C]
+    order (vLLM 0.33's function of the same name).
+
+    Axes are laid out innermost first, each stride the bytes of everything inside it, unless
+    `fixed_strides` gives it (None: derive). A padded page (`page_size_padded`) widens the stride of the
+    inner of L and B to at least the padded page; that needs every axis outside it to be L, B or of
+    extent 1 (ValueError otherwise).
+    """
+    if len(fixed_strides) != 5:
+        raise ValueError(f"fixed_strides must give 5 strides (L, B, H, N, C), got {len(fixed_strides)}")
+    if any(stride is not None and stride <= 0 for stride in fixed_strides):
+        raise ValueError(f"fixed_strides must be positive or None, got {tuple(fixed_strides)}")
+    extents = (num_layers, *_layer_shape_bytes(spec, num_blocks, kernel_block_size))
+    order = layout.stride_order
+    padded = getattr(spec, "page_size_padded", None)
+    page_position = max(order.index(_L), order.index(_B))  # the page starts inside this physical axis
+    if padded is not None:
+        if kernel_block_size not in (None, spec.block_size):
+            raise ValueError(f"a padded page ({padded} bytes) cannot be split into kernel blocks of "
+                             f"{kernel_block_size} tokens")
+        if any(extents[axis] != 1 for axis in order[:page_position] if axis not in (_L, _B)):
+            raise ValueError(f"KV cache layout {layout.name} cannot pad pages of {type(spec).__name__}: an "
+                             f"axis outside the page has extent above 1 (extents {extents})")
+    strides = [0] * 5
+    inner_bytes = 1
+    for position in range(4, -1, -1):
+        axis = order[position]
+        if padded is not None and position == page_position:
+            inner_bytes = max(inner_bytes, padded)
+        strides[axis] = fixed_strides[axis] or inner_bytes
+        inner_bytes = strides[axis] * extents[axis]
+    return tuple(strides)
 
 
 class KVQuantMode(IntEnum):
@@ -255,8 +368,12 @@ class AttentionSpec(KVCacheSpec):
     def num_states(self) -> int:
         """Stored states per block: `tokens_per_state` tokens share one state (a fraction below 1 stores
         several states per token); 0 or less means one state per block."""
+        return self.get_num_kernel_states(self.block_size)
+
+    def get_num_kernel_states(self, kernel_block_size: int) -> int:
+        """Stored states in a (kernel) block of `kernel_block_size` tokens (see `num_states`)."""
         if self.tokens_per_state > 0:
-            return int(self.block_size // self.tokens_per_state)
+            return int(kernel_block_size // self.tokens_per_state)
         return 1
 
     @property
@@ -616,6 +733,18 @@ class MLAAttentionSpec(FullAttentionSpec):
         KVCacheSpec.__post_init__(self)
         _require_positive_int("MLAAttentionSpec", "num_kv_heads", self.num_kv_heads)
         _require_positive_int("MLAAttentionSpec", "head_size", self.head_size)
+        _pad_page_to_alignment(self)
+
+
+def _pad_page_to_alignment(spec: "MLAAttentionSpec | SlidingWindowMLASpec") -> None:
+    """DeepSeek V4's MLA caches: with `alignment` set, the page is padded up to a multiple of it (as vLLM
+    0.33 pads it, through `page_size_padded`)."""
+    if spec.alignment is None:
+        return
+    _require_positive_int(type(spec).__name__, "alignment", spec.alignment)
+    padded = cdiv(spec.real_page_size_bytes, spec.alignment) * spec.alignment
+    if padded != spec.real_page_size_bytes:
+        object.__setattr__(spec, "page_size_padded", padded)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -646,7 +775,20 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     alignment: int | None = None
     model_version: str | None = None
     bounded_replay: bool = False
+    # vLLM 0.34: a group capability (a member flattens a non-causal query block into decode rows, windowed
+    # drafts); it does not change how blocks are allocated.
+    non_causal_multi_token_decode: bool = False
     head_size_v: int | None = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _pad_page_to_alignment(self)
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """A bounded-replay layer keeps only its window and replays it before a hit, so it is never
+        prefix-cached itself (hits come from the other groups)."""
+        return not self.bounded_replay
 
     @property
     def prefix_replay_tokens(self) -> int:
@@ -795,7 +937,8 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         """Whether the layers can share one block table, as vLLM 0.33's spec registry decides: one block
         size, one DCP sharding, and every layer of the first layer's uniform-type family (full attention
         with MLA, R-SWA, sinks and hidden states; sliding window of one window; chunked local of one chunk
-        size; or one of the other registered kinds)."""
+        size; sliding-window MLA of one window and replay policy; Mamba of one state geometry and TP
+        replication; or one of the other registered kinds)."""
         specs = list(kv_cache_specs.values())
         if not specs:
             return False
@@ -805,8 +948,17 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         base = _uniform_type_base(first)
         if base is None:
             return False
+        if isinstance(first, SlidingWindowMLASpec):
+            return all(isinstance(s, SlidingWindowMLASpec) and s.sliding_window == first.sliding_window
+                       and s.bounded_replay == first.bounded_replay for s in specs)
         if isinstance(first, SlidingWindowSpec):
             return all(isinstance(s, SlidingWindowSpec) and s.sliding_window == first.sliding_window for s in specs)
+        if isinstance(first, MambaSpec):
+            # Mamba layers share a block table only when they hold the same state blocks the same way.
+            same = ("num_speculative_blocks", "num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment",
+                    "page_size_bytes", "tp_replicated")
+            return all(isinstance(s, MambaSpec) and all(getattr(s, a) == getattr(first, a) for a in same)
+                       for s in specs)
         if isinstance(first, ChunkedLocalAttentionSpec):
             return all(isinstance(s, ChunkedLocalAttentionSpec)
                        and s.attention_chunk_size == first.attention_chunk_size for s in specs)

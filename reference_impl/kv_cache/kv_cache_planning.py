@@ -15,13 +15,13 @@ import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import partial, reduce
 from types import SimpleNamespace
 
 from reference_impl.kv_cache.hisparse_layout import (
-    create_hisparse_layout,
     get_hisparse_host_pool_bytes,
+    get_hisparse_kv_cache_config,
     get_hisparse_kv_cache_groups,
 )
 from reference_impl.kv_cache.kv_cache_config_builder import KVCacheConfigBuilder, get_kv_cache_config_builder
@@ -32,8 +32,10 @@ from reference_impl.kv_cache.kv_cache_interface import (
     FullAttentionSpec,
     HiddenStateCacheSpec,
     HiSparseHotSpec,
+    HiSparseResidentSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    KVCacheLayout,
     KVCacheSpec,
     KVCacheTensor,
     MambaSpec,
@@ -42,13 +44,13 @@ from reference_impl.kv_cache.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     cdiv,
+    compute_layout_strides,
     iter_layer_specs,
 )
 
 __all__ = [
     "DefaultKVCacheConfigBuilder",
     "E_PROMOTE",
-    "KVCacheLayoutTraits",
     "check_enough_kv_cache_memory",
     "create_kv_cache_group_specs",
     "estimate_max_model_len",
@@ -121,77 +123,24 @@ def planning_config(*, max_model_len: int = 8192, disable_hybrid_kv_cache_manage
 
 
 # ------------------------------------------------------------------------------------------------ layouts
-@dataclass(frozen=True)
-class KVCacheLayoutTraits:
-    """What planning needs of a KV cache layout (vLLM's `KVCacheLayout`, an order of the L, B, H, N, C
-    axes): whether blocks are outermost (a block holds every layer's page), whether the layer and block
-    axes are the two outermost (a page is one contiguous chunk) and whether layers are outermost."""
-
-    name: str
-    is_block_outermost: bool
-    is_block_compact: bool
-    is_layer_compact: bool
-
-    @classmethod
-    def from_name(cls, name: str) -> "KVCacheLayoutTraits":
-        """Traits of a layout named by its axis order, outermost first, e.g. 'LBHNC' or 'BLHNC'."""
-        order = name.upper()
-        if sorted(order) != sorted("LBHNC"):
-            raise ValueError(f"KV cache layout must order the axes L, B, H, N, C once each, got {name!r}")
-        return cls(name=order, is_block_outermost=order[0] == "B", is_block_compact=set(order[:2]) == {"L", "B"},
-                   is_layer_compact=order[0] == "L")
-
-    def strides(self, spec: KVCacheSpec, num_blocks: int, num_layers: int,
-                fixed: dict[str, int] | None = None) -> dict[str, int]:
-        """Byte stride of each axis (L, B, H, N, C) of `num_layers` layers of `spec` over `num_blocks`.
-
-        Axes are laid out innermost first, each stride the bytes of everything inside it, unless `fixed`
-        gives it. A padded page widens the stride of the innermost of L and B to at least the padded page.
-        """
-        extent = {"L": num_layers, "B": num_blocks, **_page_extent(spec)}
-        padded = getattr(spec, "page_size_padded", None)
-        page_axis = max(self.name.index("L"), self.name.index("B"))
-        strides: dict[str, int] = {}
-        current = 1
-        for position in range(len(self.name) - 1, -1, -1):
-            axis = self.name[position]
-            if padded is not None and position == page_axis:
-                current = max(current, padded)
-            strides[axis] = (fixed or {}).get(axis) or current
-            current = strides[axis] * extent[axis]
-        return strides
+#: The layout when the config names none (the reference's own configs): layer-outermost, each layer a run
+#: of whole blocks.
+DEFAULT_LAYOUT = KVCacheLayout.LBHNC
 
 
-def _page_extent(spec: KVCacheSpec) -> dict[str, int]:
-    """The H, N and C extents of one page: head slots, stored states, bytes per (head, state). A state
-    layer (Mamba) is one head and one state of its whole page."""
-    if isinstance(spec, AttentionSpec):
-        return {"H": spec.num_heads, "N": spec.num_states, "C": spec.state_content_size_bytes}
-    return {"H": 1, "N": 1, "C": spec.real_page_size_bytes}
-
-
-#: The layout when none is resolved: layer-outermost, each layer a run of whole blocks.
-DEFAULT_LAYOUT = KVCacheLayoutTraits.from_name("LBHNC")
-
-
-def resolve_kv_cache_layout(vllm_config) -> KVCacheLayoutTraits:
-    """The layout planning places pages in: the config's resolved layout (vLLM's `KVCacheLayout` or its
-    name), else `DEFAULT_LAYOUT`."""
+def resolve_kv_cache_layout(vllm_config) -> KVCacheLayout:
+    """The layout planning places pages in: the config's resolved layout (vLLM's
+    `cache_config.get_resolved_kv_cache_layout()`, which raises ValueError while the engine core has not
+    resolved one, as vLLM's planning does), else its `kv_cache_layout` name, else `DEFAULT_LAYOUT`."""
     cache_config = _section(vllm_config, "cache_config")
-    layout = None
     getter = getattr(cache_config, "get_resolved_kv_cache_layout", None)
-    if getter is not None:
-        try:
-            layout = getter()
-        except ValueError:  # vLLM: not resolved yet (its engine core resolves it); plan with the default
-            layout = None
-    if layout is None:
-        layout = getattr(cache_config, "kv_cache_layout", None)
+    layout = getter() if getter is not None else getattr(cache_config, "kv_cache_layout", None)
     if layout is None:
         return DEFAULT_LAYOUT
-    if isinstance(layout, KVCacheLayoutTraits):
+    if isinstance(layout, KVCacheLayout):
         return layout
-    return KVCacheLayoutTraits.from_name(getattr(layout, "name", layout))
+    # vLLM's own `KVCacheLayout` member, or a layout name
+    return KVCacheLayout.from_name(getattr(layout, "name", layout))
 
 
 # ------------------------------------------------------------------------------------------ spec helpers
@@ -632,7 +581,7 @@ def _get_layer_block_stride(spec: KVCacheSpec) -> int:
     return _round_up(spec.page_size_bytes, _block_stride_alignment(spec))
 
 
-def _get_kv_cache_bytes_per_block(kv_cache_groups: list[KVCacheGroupSpec], layout: KVCacheLayoutTraits) -> int:
+def _get_kv_cache_bytes_per_block(kv_cache_groups: list[KVCacheGroupSpec], layout: KVCacheLayout) -> int:
     """Bytes of one block id across the pool: the widest group's pages (layer-outermost: each page at
     its aligned stride; block-outermost: the pages packed, rounded up to every alignment at once)."""
     if not layout.is_block_outermost:
@@ -645,7 +594,7 @@ def _get_kv_cache_bytes_per_block(kv_cache_groups: list[KVCacheGroupSpec], layou
     return _round_up(widest, math.lcm(*alignments))
 
 
-def validate_kv_cache_layout(layout: KVCacheLayoutTraits, kv_cache_groups: list[KVCacheGroupSpec]) -> None:
+def validate_kv_cache_layout(layout: KVCacheLayout, kv_cache_groups: list[KVCacheGroupSpec]) -> None:
     """ValueError when the layout cannot place this model's pages: mixed page sizes pack side by side in
     a block, so each page must be one contiguous chunk (block-compact) and, with several groups, blocks
     must be outside layers."""
@@ -683,12 +632,30 @@ def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups: list[KVCacheGr
     if not kv_cache_groups:
         return _empty_config(vllm_config, kv_cache_groups)
     if _hisparse_enabled(vllm_config):
-        return _get_hisparse_kv_cache_config(vllm_config, kv_cache_groups, available_memory)
+        return get_hisparse_kv_cache_config(vllm_config, kv_cache_groups, available_memory,
+                                            get_hisparse_host_pool_bytes(vllm_config))
     layout = resolve_kv_cache_layout(vllm_config)
     validate_kv_cache_layout(layout, kv_cache_groups)
     bytes_per_block = _get_kv_cache_bytes_per_block(kv_cache_groups, layout)
     num_blocks = may_override_num_blocks(vllm_config, available_memory // bytes_per_block)
-    size = bytes_per_block * num_blocks
+    tensors = _build_kv_cache_tensors(kv_cache_groups, num_blocks, bytes_per_block * num_blocks, layout,
+                                      bytes_per_block)
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=kv_cache_groups,
+                         prefix_cache_retention_interval=_retention_interval(vllm_config))
+
+
+def _build_kv_cache_tensors(kv_cache_groups: list[KVCacheGroupSpec], num_blocks: int, size: int,
+                            layout: KVCacheLayout, bytes_per_block: int, *,
+                            host_resident: bool = False) -> list[KVCacheTensor]:
+    """Place the groups in one backing allocation of `size` bytes holding `num_blocks` blocks of
+    `bytes_per_block`: every group starts at byte 0 (groups overlay; a block id belongs to one group at a
+    time) and inside a group each distinct layer spec gets one tensor after the group's previous ones.
+
+    Block-outermost: the same packing repeats in every block, the block stride being `bytes_per_block`.
+    Layer-outermost: each layer owns a run of blocks, a layer's block stride its page rounded up to the
+    spec's block-stride alignment. HiSparse's hot and resident pages have no per-layer view; they need a
+    block-outermost layout (ValueError otherwise) and sit one page apart within a block.
+    """
     interleaved_stride = bytes_per_block if layout.is_block_outermost else None
     tensors = []
     for group in kv_cache_groups:
@@ -700,55 +667,31 @@ def get_kv_cache_config_from_groups(vllm_config, kv_cache_groups: list[KVCacheGr
             by_spec[group.kv_cache_spec].extend(group.layer_names)
         offset = 0
         for spec, names in by_spec.items():
-            block_stride = interleaved_stride
-            padded = _get_layer_block_stride(spec)
-            if block_stride is None and padded != spec.page_size_bytes:
-                assert layout.is_block_compact, f"{layout.name} cannot pad pages"
-                block_stride = padded
-            strides = layout.strides(spec, num_blocks, len(names), fixed={"B": block_stride} if block_stride else None)
-            layer_stride, block_stride = strides["L"], strides["B"]
+            if isinstance(spec, (HiSparseHotSpec, HiSparseResidentSpec)):
+                if not layout.is_block_outermost:
+                    raise ValueError(f"HiSparse's {type(spec).__name__} pages need a block-outermost KV cache "
+                                     f"layout, got {layout.name}; accepted: BLHNC, BLNHC, BHLNC")
+                layer_stride, block_stride = spec.page_size_bytes, bytes_per_block
+            else:
+                block_stride = interleaved_stride
+                padded = _get_layer_block_stride(spec)
+                if block_stride is None and padded != spec.page_size_bytes:
+                    assert layout.is_block_compact, f"{layout.name} cannot pad pages"
+                    block_stride = padded
+                layer_stride, block_stride, *_ = compute_layout_strides(
+                    spec, num_blocks, len(names), layout, fixed_strides=(None, block_stride, None, None, None))
             tensors.append(KVCacheTensor(size=size, layers=names, layer_stride=layer_stride,
-                                         block_stride=block_stride, offset=offset))
+                                         block_stride=block_stride, offset=offset, host_resident=host_resident))
+            # Block-outermost layers share each block; layer-outermost ones own whole regions.
             offset += len(names) * (spec.page_size_bytes if layout.is_block_outermost else layer_stride)
-    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=kv_cache_groups,
-                         prefix_cache_retention_interval=_retention_interval(vllm_config))
-
-
-def _get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGroupSpec],
-                                  available_memory: int) -> KVCacheConfig:
-    """HiSparse: the device groups share the device pool; the host source group gets the host pool
-    (`hisparse_layout.create_hisparse_layout`)."""
-    device = [g for g in kv_cache_groups if not g.host_resident]
-    layout = create_hisparse_layout(vllm_config, kv_cache_groups, get_hisparse_host_pool_bytes(vllm_config))
-    bytes_per_block = _get_kv_cache_bytes_per_block(device, DEFAULT_LAYOUT)
-    num_blocks = may_override_num_blocks(vllm_config, available_memory // bytes_per_block)
-    tensors = []
-    for group in kv_cache_groups:
-        spec = group.kv_cache_spec
-        page = spec.page_size_bytes
-        if group.host_resident:
-            # The host pool is layer-outermost: each layer a run of host blocks.
-            per_layer = page // max(len(group.layer_names), 1) if isinstance(spec, UniformTypeKVCacheSpecs) else page
-            tensors.append(KVCacheTensor(size=page * layout.host_num_blocks, layers=list(group.layer_names),
-                                         layer_stride=per_layer * layout.host_num_blocks, block_stride=per_layer,
-                                         host_resident=True))
-            continue
-        per_layer = page // max(len(group.layer_names), 1) if isinstance(spec, UniformTypeKVCacheSpecs) else page
-        tensors.append(KVCacheTensor(size=bytes_per_block * num_blocks, layers=list(group.layer_names),
-                                     layer_stride=per_layer * num_blocks, block_stride=per_layer))
-    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=kv_cache_groups,
-                         prefix_cache_retention_interval=_retention_interval(vllm_config),
-                         hisparse_host_num_blocks=layout.host_num_blocks,
-                         hisparse_host_block_stride=layout.host_block_stride,
-                         hisparse_shared_host_pool=layout.shared_host_pool)
+    return tensors
 
 
 def _pool_bytes_per_block(vllm_config, kv_cache_groups: list[KVCacheGroupSpec]) -> int:
     """Bytes one block takes in the worker's device pool (the divisor `get_kv_cache_config_from_groups`
     turns memory into blocks with); host-resident groups excluded."""
     device = [g for g in kv_cache_groups if not g.host_resident]
-    layout = DEFAULT_LAYOUT if _hisparse_enabled(vllm_config) else resolve_kv_cache_layout(vllm_config)
-    return _get_kv_cache_bytes_per_block(device, layout)
+    return _get_kv_cache_bytes_per_block(device, resolve_kv_cache_layout(vllm_config))
 
 
 def _pool_bytes_per_block_from_builder(builder: KVCacheConfigBuilder, vllm_config,

@@ -210,13 +210,15 @@ class SingleTypeKVCacheManager:
     # -------------------------------------------------------------------------------------- allocation
     def add_local_computed_blocks(self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock],
                                   num_local_computed_tokens: int, num_external_computed_tokens: int = 0) -> None:
-        """Adopt prefix hits for a new request: skipped positions become null, the rest are touched."""
+        """Adopt prefix hits for a new request: skipped positions become null, the rest are touched.
+
+        Every skipped position is null even past the hit's blocks: a group that found no hit of its own
+        (one that takes no part in prefix caching) still skips what the computed tokens leave behind."""
         if self.req_to_blocks.get(request_id):
             raise ValueError(f"request {request_id!r} already has blocks in group {self.kv_cache_group_id}; "
                              "prefix hits can only be adopted by a new request")
         total_computed_tokens = num_local_computed_tokens + num_external_computed_tokens
-        skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size,
-                      len(new_computed_blocks))
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         kept = new_computed_blocks[skipped:]
         self.block_pool.touch(kept)
         self.req_to_blocks[request_id] = gc_untrack([self._null_block] * skipped + list(kept))
@@ -314,7 +316,10 @@ class SingleTypeKVCacheManager:
 
     def cache_blocks(self, request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: Sequence[int] = ()) -> None:
-        """Register the request's newly full blocks (up to `num_tokens`) in the prefix cache."""
+        """Register the request's newly full blocks (up to `num_tokens`) in the prefix cache; nothing for a
+        group that takes no part in prefix caching (scratch rings, bounded-replay windows)."""
+        if not self.kv_cache_spec.prefix_cacheable:
+            return
         request_id = request.request_id
         bs = self.block_size
         num_full = min(num_tokens, len(request.block_hashes) * self.block_pool.hash_block_size) // bs

@@ -21,19 +21,18 @@ import itertools
 from typing import Any
 
 from harness.eras import ERA_IDS
+from reference_impl.vocabulary import (CASE_DEFAULTS, FLAGS, MATRIX_STAGES, NO_CONNECTOR, NO_FEATURES, PLATFORMS,
+                                       UNREGISTERED_CONNECTOR)
 from suites.config.external_connectors import MODULE_PATH
 from suites.config.oracle import CHUNKED_ENV
 from suites.config.tables import era_table
 
-FLAGS: dict[str, bool | None] = {"N": None, "T": True, "F": False}
-PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
-STAGES = {"config": "config", "create": "create_connector"}
 CHUNK = 8192
 OFFLOAD_GIB = 4.0
 
-# Feature label -> the case fields it sets.
+# Feature id (its label: reference_impl.vocabulary.FEATURES) -> the case fields it sets.
 FEATURES: dict[str, dict[str, Any]] = {
-    "none": {},
+    NO_FEATURES: {},
     "kv_events": {"kv_events": True},
     "chunked": {"attention_chunk_size": CHUNK},  # env var left at the era's default (§2.8)
     "chunked_env1": {"attention_chunk_size": CHUNK, "env": {CHUNKED_ENV: "1"}},
@@ -73,8 +72,6 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
 # HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
 _NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
 _NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
-#: A connector name no release registers.
-UNREGISTERED_NAME = "FooConnector"
 
 
 def _child(name: str, children: list | None = None, role: str | None = "kv_both", extra: dict | None = None) -> dict:
@@ -89,23 +86,24 @@ def _child(name: str, children: list | None = None, role: str | None = "kv_both"
 
 
 def unregistered_for(era: str) -> dict[str, dict[str, Any]]:
-    """Connector label -> case fields for names `era` does not register: those an earlier era or the next
+    """Connector id -> case fields for names `era` does not register: those an earlier era or the next
     era registers, and a made-up name. A removed connector stays in every later era's matrix, so the report
     never carries an older release's answer for it into a release whose matrix did not ask."""
     registry = era_table(era)["connectors"]
     index = ERA_IDS.index(era)
     neighbours = ERA_IDS[:index] + ERA_IDS[index + 1:index + 2]
     others = sorted({name for other in neighbours for name in era_table(other)["connectors"]} - set(registry))
-    return {name: {"kv_connector": name} for name in [*others, UNREGISTERED_NAME]}
+    return {name: {"kv_connector": name} for name in [*others, UNREGISTERED_CONNECTOR]}
 
 
 def connectors_for(era: str) -> dict[str, dict[str, Any]]:
-    """Connector label -> case fields, for every connector dimension value of `era`."""
+    """Connector id -> case fields, for every connector dimension value of `era` (the labels of the matrix's own
+    ids: reference_impl.vocabulary.CONNECTOR_FIXTURES)."""
     table = era_table(era)
     registry = table["connectors"]
     blocked = _NOT_PLAIN_CHILDREN | set(table["factory"]["import_requires"])
     hma_children = sorted(name for name, hma in registry.items() if hma and name not in blocked)[:2]
-    options: dict[str, dict[str, Any]] = {"noconn": {}}
+    options: dict[str, dict[str, Any]] = {NO_CONNECTOR: {}}
     for name in registry:
         options[name] = {"kv_connector": name}
     external = {
@@ -145,7 +143,7 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
     if table["factory"]["tree_lookup_before_block"]:
         # a grandchild whose class cannot be found, behind an HMA-capable first child
         options["MultiBadGrandchild"] = multi([*(_child(n) for n in hma_children[:1]),
-                                               _child("MultiConnector", [_child(UNREGISTERED_NAME)])])
+                                               _child("MultiConnector", [_child(UNREGISTERED_CONNECTOR)])])
     if table["hisparse"]["host_pool_required"]:
         pool = {"host_pool_gib": 4}
         options["HiSparsePool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": pool}
@@ -185,29 +183,13 @@ class Cell:
             "platform": self.platform,
             "features": self.features,
             "connector": self.connector,
-            "stage": STAGES[self.stage],
+            "stage": MATRIX_STAGES[self.stage],
         }
 
     def case(self) -> dict[str, Any]:
         """The issue-2 case dict for this cell."""
-        case: dict[str, Any] = {
-            "id": self.id,
-            "profile": self.era,
-            "stage": STAGES[self.stage],
-            "flag": FLAGS[self.flag],
-            "platform": self.platform,
-            "kv_connector": None,
-            "kv_connector_module_path": None,
-            "kv_role": "kv_both",
-            "multi_connector_children": None,
-            "kv_events": False,
-            "attention_chunk_size": None,
-            "speculative_method": None,
-            "env": {},
-            "hisparse": False,
-            "kv_offloading_backend": None,
-            "kv_offloading_size": None,
-        }
+        case: dict[str, Any] = {**CASE_DEFAULTS, "id": self.id, "profile": self.era, "stage": MATRIX_STAGES[self.stage],
+                                "flag": FLAGS[self.flag], "platform": self.platform}
         case.update(features_for(self.era)[self.features])
         options = connectors_for(self.era)
         case.update(options[self.connector] if self.connector in options else unregistered_for(self.era)[self.connector])
@@ -245,7 +227,7 @@ def all_pairs(dimensions: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
 
 def cells_for(era: str) -> list[Cell]:
     """Every cell of one era, in a stable order."""
-    flags, stages, features = tuple(FLAGS), tuple(STAGES), tuple(features_for(era))
+    flags, stages, features = tuple(FLAGS), tuple(MATRIX_STAGES), tuple(features_for(era))
     connectors = tuple(connectors_for(era))
     cells: dict[str, Cell] = {}
 
@@ -254,18 +236,18 @@ def cells_for(era: str) -> list[Cell]:
         cells.setdefault(cell.id, cell)
 
     for flag, platform, feature, stage in itertools.product(flags, PLATFORMS, features, stages):
-        add(flag, platform, feature, "noconn", stage)
+        add(flag, platform, feature, NO_CONNECTOR, stage)
     for flag, platform, connector, stage in itertools.product(flags, PLATFORMS, connectors, stages):
-        add(flag, platform, "none", connector, stage)
+        add(flag, platform, NO_FEATURES, connector, stage)
     for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
         add(flag, platform, feature, connector, stage)
-        if connector != "noconn":
+        if connector != NO_CONNECTOR:
             # a connector's configuration is only answered once the connector is created (the factory's HMA
             # check): every sampled connector + feature cell runs to create_connector too, so no report cell
             # that stops at config can read as "this configuration works"
             add(flag, platform, feature, connector, "create")
     for flag, platform, connector, stage in itertools.product(flags, PLATFORMS, unregistered_for(era), stages):
-        add(flag, platform, "none", connector, stage)
+        add(flag, platform, NO_FEATURES, connector, stage)
     return list(cells.values())
 
 

@@ -14,6 +14,7 @@ import inspect
 from typing import Any
 
 from harness.eras import select_eras
+from reference_impl.vocabulary import CASE_DEFAULTS
 from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
@@ -246,7 +247,7 @@ class _Evaluation:
         return _Connector(
             name=name,
             module_path=self.case.get("kv_connector_module_path"),
-            role=self.case.get("kv_role", "kv_both"),
+            role=self.case["kv_role"],
             children=tuple(children or ()),
             has_children_key=children is not None,
             extra=extra,
@@ -397,9 +398,9 @@ class _Evaluation:
         if hisparse:
             # §10 lists the CUDA check (item 2) before the sparse-indexer model check (item 3); the
             # oracle takes that as their order.
-            if hisparse_table["platform_outside_vllm_unknown"] and table["platforms"][case.get("platform", "unspecified")] == "unknown":
+            if hisparse_table["platform_outside_vllm_unknown"] and table["platforms"][case["platform"]] == "unknown":
                 raise _Unknown("the platform's HiSparse backend is defined outside vLLM")
-            if case.get("platform") != "cuda":
+            if case["platform"] != "cuda":
                 self.note("§10 item 2: HiSparse requires CUDA (0.34: a HiSparse backend), checked before the HMA block")
                 raise _Raised(hisparse_table["platform_error"], "config")
             if case.get("attention_chunk_size") or case.get("speculative_method") is not None:
@@ -444,8 +445,9 @@ def _outcome_for(table: dict, case: dict, platform_supported: bool) -> Expectati
 
 def expected_outcome(case: dict) -> Expectation:
     """The outcome the spec predicts for `case` (issue 2 case schema), with the rules that fired."""
+    case = {**CASE_DEFAULTS, **case}  # a key the case leaves out has the schema's default
     table = era_table(era_of_case(case))
-    platform = case.get("platform", "unspecified")
+    platform = case["platform"]
     support = table["platforms"][platform]
     if support != "unknown":
         return _outcome_for(table, case, support)

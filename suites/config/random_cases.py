@@ -23,7 +23,8 @@ from collections import Counter
 from typing import Any
 
 from harness.eras import ERA_IDS
-from suites.config.matrix import FEATURES, FLAGS, PLATFORMS, STAGES, connectors_for, unregistered_for
+from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
+from suites.config.matrix import CUSTOM_METHOD, FEATURES, connectors_for, unregistered_for
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
 
@@ -42,7 +43,6 @@ ROLES = ("kv_both", "kv_producer", "kv_consumer", None)
 TRANSFER_MODES = ("pull", "push", "sideways", "PULL", None, 1)
 HOST_POOLS = (4, 0.5, 0, -1, "2", "abc", None, [1])
 SPECULATIVE_NAMES = ("eagle", "eagle3", "mtp", "ngram", "draft_model", "no_such_method")
-CUSTOM_METHOD = "kvconform_drafter"
 MODULE_CHILDREN = ("ExternalHMAConnector", "ExternalPlainConnector", "LegacyTwoArgConnector", "NoSuchClass")
 
 
@@ -75,7 +75,7 @@ def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
             "profile": era,
             "flag": FLAGS[rng.choice(list(FLAGS))],
             "platform": rng.choice(PLATFORMS),
-            "stage": rng.choice(list(STAGES.values())),
+            "stage": rng.choice(list(MATRIX_STAGES.values())),
         }
         if rng.random() < 0.1:
             case.update(FEATURES["hisparse"])

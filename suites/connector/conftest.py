@@ -8,7 +8,7 @@ import pytest
 
 from harness.plugins.connector import connector_targets, unusable_targets
 from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
-from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary
+from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary, check_cell
 from suites.connector.context import CheckContext
 
 
@@ -82,7 +82,7 @@ def _record_check(request, kvconform_record):
     if marker is None:
         return
     check_id = marker.args[0]
-    tier, name, description = CHECKS[check_id]
+    description = CHECKS[check_id][2]
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
@@ -93,8 +93,7 @@ def _record_check(request, kvconform_record):
         evidence = evidence.removeprefix("Failed: ")
     kvconform_record(
         suite="connector",
-        cell={"connector": getattr(target, "name", "?"), "check": f"{check_id} {name}", "tier": tier,
-              "preset": params.get("preset", "-")},
+        cell=check_cell(check_id, getattr(target, "name", "?"), params),
         description=description, evidence=evidence,
     )
 

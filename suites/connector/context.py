@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from harness.targets.connector_profile import not_applicable
+from harness.targets.connector_profile import STORE_SCOPES, not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget, guard_class
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
@@ -58,6 +58,7 @@ class CheckContext:
         self.around: dict = {}
         self.state: dict = {"current": None}
         self.engines: list[EngineCore] = []
+        self._races: dict[int, tuple] = {}  # id(engine) -> the hooks reuse_freed_blocks added to it
         self.exposure = Exposure()
         self.store_name = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         try:
@@ -96,6 +97,15 @@ class CheckContext:
                 child["kv_connector_extra_config"] = dict(child.get("kv_connector_extra_config") or {},
                                                           store_name=f"{store}-child{index}", **builtin_options)
         return extra
+
+    ENGINE_OWNED_STORE = ("the connector's store is owned by its engine (profile store_scope 'engine': "
+                          "{store}), so ")
+
+    def not_applicable_on_engine_owned_store(self, why: str) -> None:
+        """End the check as N/A when the store is the engine's own and the check needs a second engine (or
+        process) on the same store: `why` says what that second reader is for."""
+        if self.profile.engine_owned_store:
+            not_applicable(self.ENGINE_OWNED_STORE.format(store=STORE_SCOPES["engine"]) + why)
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
                max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, worker_model: str | None = None,
@@ -276,7 +286,9 @@ class CheckContext:
         """Request A finishes; in the very next step B (waiting for lack of blocks) gets every block A freed
         and its forward writes them; only then does anything A's connector left pending run. Returns the
         engine and A's prompt (stored or not, never with B's bytes). The default length ends on a
-        256-token (and Mamba) boundary: the last chunk completes in A's final step, window tail still allocated."""
+        256-token (and Mamba) boundary: the last chunk completes in A's final step, window tail still allocated.
+        Reload with `reload_prompt`: on an engine-owned store the reader is this engine, whose pool holds
+        `length` computed tokens and not one more."""
         preset = preset or self.preset
         engine = self.engine(preset, num_blocks=self.pool_for_one(preset, length))
         first = prompt(9100 + length, length)
@@ -290,6 +302,13 @@ class CheckContext:
         # delayed free), and B's forward writes them before this step's wait_for_save.
         engine.add_request(engine.make_request(prompt(9200 + length, length), max_tokens=1))
         return engine, first
+
+    def reload_prompt(self, first: list) -> list:
+        """The prompt that reloads `forced_finish_reuse`'s A: A itself on a fresh reader (a store shared by
+        engines); on an engine-owned store, whose reader is A's own engine with a pool that holds A's tokens and
+        not one more, A less its last two tokens (with the token `expect_reload_correct` appends and the first
+        generated one, as many tokens as A computed): the hit then ends one hit unit earlier."""
+        return list(first[:-2]) if self.profile.engine_owned_store else list(first)
 
     def reuse_freed_blocks(self, engine: EngineCore) -> None:
         """Force reuse races on `engine`: every block that left a request's table since the last step (out of
@@ -322,17 +341,46 @@ class CheckContext:
 
         engine.observers.append(record)
         engine.pre_execute.append(scribble)
+        self._races[id(engine)] = (record, scribble)
 
-    def expect_reload_correct(self, tokens_list, what: str, preset: str | None = None) -> EngineCore:
-        """On a fresh engine (same store, wiped memory), every prompt of `tokens_list` reads oracle KV."""
-        fresh = self.engine(preset)
+    def stop_reuse_races(self, engine: EngineCore) -> None:
+        """Stop `reuse_freed_blocks` on `engine`: what follows judges what was stored, as a fresh engine would."""
+        record, scribble = self._races.pop(id(engine), (None, None))
+        if record is not None:
+            engine.observers.remove(record)
+            engine.pre_execute.remove(scribble)
+
+    def reader(self, stored_on: EngineCore | None = None, preset: str | None = None) -> EngineCore:
+        """An engine that reads back what the check stored, its local prefix cache forgotten: a fresh engine (of
+        `preset`) on a store shared by engines; on a store owned by the engine (profile `store_scope` "engine",
+        where a fresh engine starts empty by design) the engine that stored, `stored_on` or else the check's
+        latest engine of that preset, whose requests must have finished."""
+        if not self.profile.engine_owned_store:
+            return self.engine(preset)
+        engine = stored_on
+        if engine is None:
+            want = preset or self.preset
+            engine = next((e for e in reversed(self.engines) if e.preset.name == want), None)
+            if engine is None:
+                raise ValueError(f"CheckContext.reader: no engine of preset {want!r} stored anything in this check")
+        engine.run_until_done()  # delayed frees reported, so the prefix cache can be emptied
+        self.stop_reuse_races(engine)  # the race was the store's scenario; the reload reads as a fresh engine
+        self.forget_local_cache(engine)
+        return engine
+
+    def expect_reload_correct(self, tokens_list, what: str, preset: str | None = None,
+                              stored_on: EngineCore | None = None) -> EngineCore:
+        """On a reader of the check's store (`reader`: a fresh engine, or the storing engine where the store is
+        the engine's own), memory wiped before each prompt, every prompt of `tokens_list` reads oracle KV."""
+        reader = self.reader(stored_on, preset)
         if not self.judges_content:
-            return fresh
+            return reader
+        since = read_marks(reader)  # a re-used engine: only the reloads' reads are judged here
         for tokens in tokens_list:
-            self.wipe(fresh)
-            self.run(fresh, list(tokens) + [11])
-        expect_no_read_errors(fresh, what)
-        return fresh
+            self.wipe(reader)
+            self.run(reader, list(tokens) + [11])
+        expect_no_read_errors(reader, what, since=since)
+        return reader
 
 
 # Capacity probes: prompts of this length are stored until the store must evict (built-ins get a small
@@ -418,9 +466,17 @@ def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -
                         f"{len(request.prompt_token_ids)}-token prompt hit {got} tokens, expected {want} (chunk {chunk})")
 
 
-def expect_no_read_errors(engine: EngineCore, what: str) -> None:
-    """The forward read only oracle-correct KV and states."""
+def read_marks(engine: EngineCore) -> tuple[int, ...]:
+    """How many wrong reads each worker of `engine` has recorded so far (for `expect_no_read_errors(since=)`)."""
+    return tuple(len(w.read_errors) for w in engine.workers)
+
+
+def expect_no_read_errors(engine: EngineCore, what: str, since: tuple[int, ...] | None = None) -> None:
+    """The forward read only oracle-correct KV and states (only the reads after `since`, from `read_marks`)."""
     if not getattr(engine, "content_judged", True):
         return  # a connector that stores no KV: what it loads is not what the model computed, by design
-    errors = engine.read_errors
+    if since is None:
+        errors = engine.read_errors
+    else:
+        errors = [e for w, mark in zip(engine.workers, since) for e in w.read_errors[mark:]]
     expect(not errors, f"the model read wrong KV{scenario(what)}: {len(errors)} reads, first: {errors[0] if errors else ''}")

@@ -157,8 +157,12 @@ class Exposure:
 
     After every step, for every scheduled request: each block whose tokens were computed and which was in
     the request's table (non-null) for group g, keyed by (g, the token prefix up to the block's end); and
-    for Mamba groups the state at the step's end when it lies on a state boundary. A connector can only
-    serve KV that it could have copied while it was exposed, whatever its chunking or keys.
+    for Mamba groups the state at the step's end when it lies on a state boundary. Also each computed block of
+    the request that the engine's prefix cache holds (under the request's block hash) although the table does
+    not (a null block out of the window): the scheduler binds every connector to its KV cache manager, and a
+    connector may copy such a cached block (SimpleCPUOffloadConnector stores "the GPU block still cached under
+    this group's block hash"). A connector can only serve KV that it could have copied while it was exposed,
+    whatever its chunking or keys.
     """
 
     def __init__(self):
@@ -193,25 +197,34 @@ class Exposure:
                         if ids[index] and marker not in self._seen:
                             self._seen.add(marker)
                             into.add((gid, self.key(tokens, (index + 1) * bs)))
+                    pool = engine.manager.block_pool
+                    hashes = pool.hashes_at(request, bs)
+                    for index in range(min(len(ids), computed // bs, len(hashes))):
+                        marker = (req_id, request.num_preemptions, gid, index, "cached")
+                        if not ids[index] and marker not in self._seen and pool.get_cached_block(hashes[index], [gid]):
+                            self._seen.add(marker)
+                            into.add((gid, self.key(tokens, (index + 1) * bs)))
 
         return observe
 
     def unservable(self, engine, tokens, end: int) -> str | None:
-        """Why a hit ending at `end` cannot be served from anything ever exposed (None: it can)."""
+        """Why a hit ending at `end` cannot be served from anything ever exposed (None: it can). `tokens` may run
+        past `end`: an attention hit that ends inside a block (legal: vLLM's scheduler takes it) is served from
+        the whole block, exposed under the prefix up to the block's end; a Mamba group restores the state at `end`."""
         for gid, group in enumerate(engine.kv_cache_config.kv_cache_groups):
             spec = group.kv_cache_spec
             if not getattr(spec, "prefix_cacheable", True):
                 continue
             bs = spec.block_size
-            if end % bs:
-                return f"group {gid} ({type(spec).__name__}) has no block boundary at {end} (block size {bs})"
+            if isinstance(spec, MambaSpec) and end % bs:
+                return f"Mamba group {gid} has no state boundary at {end} (block size {bs})"
             if isinstance(spec, MambaSpec):
                 if (gid, self.key(tokens, end)) not in self.states:
                     return (f"Mamba group {gid} never held the state after exactly {end} tokens "
                             "(no step ended there while the connector watched)")
                 continue
             first = max(0, end - spec.sliding_window + 1) if isinstance(spec, SlidingWindowSpec) else 0
-            for index in range(first // bs, end // bs):
+            for index in range(first // bs, -(-end // bs)):
                 if (gid, self.key(tokens, (index + 1) * bs)) not in self.blocks:
                     kind = "sliding-window" if isinstance(spec, SlidingWindowSpec) else "full-attention"
                     return (f"{kind} group {gid} never exposed tokens {index * bs}-{(index + 1) * bs - 1} "

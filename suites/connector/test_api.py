@@ -40,9 +40,9 @@ def test_c01_declares_hma(ctx):
     # and the blocks it frees go straight to the next request.
     engine, first = ctx.forced_finish_reuse(preset="fa+swa")
     ctx.drain(engine, "SupportsHMA declared, on a two-group model")
-    ctx.expect_reload_correct([first], "SupportsHMA declared: a request whose blocks were handed to the next request "
+    ctx.expect_reload_correct([ctx.reload_prompt(first)], "SupportsHMA declared: a request whose blocks were handed to the next request "
                                        "right after request_finished_all_groups was stored with that request's bytes",
-                              preset="fa+swa")
+                              preset="fa+swa", stored_on=engine)
 
 
 @pytest.mark.kv_check("C02")
@@ -60,7 +60,8 @@ def test_c02_scheduler_role_cpu(ctx, preset, monkeypatch):
     expect(ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER),
            "the scheduler instance never built metadata")
     ctx.drain(engine, "after a 3-request script")
-    ctx.expect_reload_correct([prompt(seed, 300) for seed in range(3)], "reloading the 3-request script")
+    ctx.expect_reload_correct([prompt(seed, 300) for seed in range(3)], "reloading the 3-request script",
+                              stored_on=engine)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -89,11 +90,22 @@ def _loaded_groups(inner, probe, default: tuple[int, ...]) -> tuple[int, ...]:
         return ()
 
 
+def _scheduler_instance(ctx, engine, kv_cache_config):
+    """A scheduler-role instance on `kv_cache_config`, bound to `engine`'s KV cache manager as vLLM's scheduler
+    binds its connector before any lookup (OffloadingConnector asks the manager how far the groups it does not
+    offload reach)."""
+    inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    bind = getattr(inner, "bind_kv_cache_manager", None)
+    if bind is not None:
+        bind(engine.manager)
+    return inner
+
+
 def _start_or_skip(ctx, engine, kv_cache_config, gid: int, what: str, names: tuple[str, ...]) -> None:
     """Build the scheduler role on `kv_cache_config`: a ValueError naming the spec, or group `gid` left out."""
     probe = engine.make_request(prompt(3, 40))
     try:
-        inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        inner = _scheduler_instance(ctx, engine, kv_cache_config)
     except ValueError as exc:
         expect(any(n.lower() in str(exc).lower() for n in names) or f"[{gid}]" in str(exc),
                f"{what}: the start-up ValueError does not name the spec or the group: {exc}")
@@ -114,7 +126,7 @@ def test_c03_group_discovery_rejects(ctx, preset):
     probe = engine.make_request(prompt(3, 40))
     off = copy.deepcopy(base)
     off.kv_cache_groups[1].enable_kv_transfer = False
-    inner = ctx.cls(engine.config, KVConnectorRole.SCHEDULER, off)
+    inner = _scheduler_instance(ctx, engine, off)
     loaded = _loaded_groups(inner, probe, ())
     expect(1 not in loaded, f"group 1 has enable_kv_transfer=False but the connector loads it (groups {loaded})")
     spec = base.kv_cache_groups[0].kv_cache_spec

@@ -44,6 +44,8 @@ def _failing_load(ctx, tokens, outputs: list | None = None, check_each=None):
     """Store `tokens`, then load them on a fresh engine whose workers cannot reach what its scheduler found
     (they run under another model name, so every object the lookup saw is missing for them): a backend read
     failure, injected without any backdoor. Returns (engine, request, whether a load was attempted)."""
+    ctx.not_applicable_on_engine_owned_store("the failure cannot be injected: it needs a second engine whose "
+                                             "workers cannot reach what its scheduler finds in the store")
     ctx.run(ctx.engine(), tokens)
     engine = ctx.engine(worker_model="unreachable")
 

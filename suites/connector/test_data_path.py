@@ -75,7 +75,7 @@ def test_c15_null_block_untouched(ctx, preset):
     fill_canaries(engine, [])
     ctx.run(engine, tokens)
     expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}")
-    fresh = ctx.engine()
+    fresh = ctx.reader(engine)
     ends = sorted({ctx.lookup(fresh, tokens[:n]) for n in range(40, len(tokens) + 1, 40)} - {0})
     if not ends:
         # A miss loads nothing, so the load half of this check has nothing to judge; missing is C14's concern.

@@ -35,7 +35,8 @@ def test_c24_swa_reuse_race_forced(ctx, preset):
     tokens = prompt(2400, 1300)
     ctx.run(engine, tokens)
     ctx.expect_reload_correct([tokens[:end] + [1] for end in (300, 560, 1300)],
-                              "reloading prefixes of a request whose out-of-window blocks were reused at once")
+                              "reloading prefixes of a request whose out-of-window blocks were reused at once",
+                              stored_on=engine)
 
 
 @pytest.mark.kv_check("C24")
@@ -58,7 +59,9 @@ def test_c25_finish_reuse_race_forced(ctx, preset):
     engine, first = ctx.forced_finish_reuse()
     ctx.reuse_freed_blocks(engine)  # and anything freed later is overwritten at once
     ctx.drain(engine, "after the forced reuse")
-    ctx.expect_reload_correct([first], "reloading a request whose blocks were reused right after it finished")
+    ctx.expect_reload_correct([ctx.reload_prompt(first)],
+                              "reloading a request whose blocks were reused right after it finished",
+                              stored_on=engine)
 
 
 @pytest.mark.kv_check("C25")

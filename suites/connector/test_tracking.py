@@ -49,7 +49,7 @@ def test_c10_alloc_input_dedupe(ctx, preset):
     expect_no_read_errors(engine, "after re-admission")
     expect(request.is_finished, "request did not finish")
     # What the re-admitted request stored beyond its hit went through the tracked table.
-    ctx.expect_reload_correct([longer + [3]], "reloading what the re-admitted request stored")
+    ctx.expect_reload_correct([longer + [3]], "reloading what the re-admitted request stored", stored_on=engine)
 
 
 @pytest.mark.kv_check("C11")
@@ -68,4 +68,5 @@ def test_c11_table_tracking(ctx, preset):
         pytest.skip(f"inconclusive: the preemption scenario did not occur (pool of {PREEMPTING_POOL[preset]} "
                     "blocks, no request was preempted with this connector's hits)")
     expect_no_read_errors(engine, "after preemption and resume")
-    ctx.expect_reload_correct([t + [5] for t in prompts], "reloading what was stored across preemption and resume")
+    ctx.expect_reload_correct([t + [5] for t in prompts], "reloading what was stored across preemption and resume",
+                              stored_on=engine)

@@ -5,7 +5,7 @@ W_A1_PREFIX = "Turning off hybrid kv cache manager because `--kv-transfer-config
 W_B1 = "and use --no-disable-hybrid-kv-cache-manager to start vLLM."
 W_C = "There is a latency regression when using chunked local attention with the hybrid KV cache manager."
 W_C1 = "selects a KV connector that does not support it."
-W_K22 = "does not subclass `SupportsHMA`."
+W_22 = "does not subclass `SupportsHMA`."
 E_B = "Consider omitting the --no-disable-hybrid-kv-cache-manager flag"
 E_C = "Consider omitting the --enable-hybrid-kv-cache-manager flag"
 E_H = "HiSparse requires the hybrid KV cache manager"
@@ -26,4 +26,4 @@ E_HISPARSE_POOL_POSITIVE = "HiSparseConnector host_pool_gib must be positive"
 E_NIXL_MODE = "Invalid NixlConnector transfer_mode: "
 E_UNKNOWN_METHOD = "Unknown speculative method "
 
-WARNINGS = {"W-A1": W_A1_PREFIX, "W-B1": W_B1, "W-C": W_C, "W-C1": W_C1, "W-K22": W_K22}
+WARNINGS = {"W-A1": W_A1_PREFIX, "W-B1": W_B1, "W-C": W_C, "W-C1": W_C1, "W-22": W_22}

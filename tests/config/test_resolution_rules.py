@@ -97,7 +97,7 @@ ROWS = [
     ("v0.20-offloading-not-hma", {"vllm_version": "0.20.0", "kv_offloading_backend": "native", "kv_offloading_size": 4, "stage": "create_connector"}, {"error": ("ValueError", T.E_F, "create_connector")}),
     ("v0.21-offloading-hma", {"vllm_version": "0.21.0", "kv_offloading_backend": "native", "kv_offloading_size": 4, "stage": "create_connector"}, {"resolved": False}),
     ("v0.21-multi-still-unconditional", {"vllm_version": "0.21.0", **multi("NixlConnector")}, {"resolved": True, "warnings": ["W-B1"]}),
-    ("v0.22-class-check-non-hma", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector"}, {"resolved": True, "warnings": ["W-K22"], "warning_has": "connector ExampleConnector does not subclass"}),
+    ("v0.22-class-check-non-hma", {"vllm_version": "0.22.0", "kv_connector": "ExampleConnector"}, {"resolved": True, "warnings": ["W-22"], "warning_has": "connector ExampleConnector does not subclass"}),
     ("v0.22-class-check-hma", {"vllm_version": "0.22.0", "kv_connector": "NixlConnector"}, {"resolved": False, "warnings": []}),
     ("v0.22-multi-child-by-name", {"vllm_version": "0.22.0", **multi("NixlConnector", "ExampleConnector")}, {"resolved": True, "warning_has": "connector MultiConnector does not subclass"}),
     ("v0.22-multi-all-hma", {"vllm_version": "0.22.0", **multi("NixlConnector", "OffloadingConnector")}, {"resolved": False}),

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 from reference_impl.config import cases as C
 from reference_impl.config.eras import ERAS, PROFILES, BUILTIN_CONNECTORS
+from reference_impl.vocabulary import LAYER_KINDS, OUTCOME_ONLY_STAGES, PLATFORMS, STAGES
 from suites.config.external_connectors import MODULE_PATH
 
 OUTCOME_KEYS = {"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}
-ERROR_STAGES = {"cli_parse", "config", "kv_cache_groups", "create_connector", "input", "internal"}
+ERROR_STAGES = {*STAGES, *OUTCOME_ONLY_STAGES}
 NAMES = sorted({info.name for info in BUILTIN_CONNECTORS} | {"FooConnector", "LMCacheLikeConnector", ""})
 EXTERNAL = ["ExternalHMAConnector", "ExternalPlainConnector", "LegacyTwoArgConnector", "RenamedMultiConnector",
             "NoSuchClass"]
@@ -55,7 +56,7 @@ def _child(depth: int):
 
 VERSIONS = st.sampled_from([*PROFILES, *(era.id for era in ERAS), *(era.representative for era in ERAS),
                             "0.9.0", "0.34.0", "0.13.0+cpu", "banana", ""])
-LAYERS = st.lists(st.sampled_from(C.LAYER_KINDS), min_size=1, max_size=4)
+LAYERS = st.lists(st.sampled_from(LAYER_KINDS), min_size=1, max_size=4)
 CLI_TOKENS = st.sampled_from([
     "--disable-hybrid-kv-cache-manager", "--no-disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager",
     "--disable_hybrid_kv_cache_manager", "--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}',
@@ -68,10 +69,10 @@ FIELDS = {
     "id": st.integers() | st.text(max_size=4),
     "vllm_version": VERSIONS | st.none(),
     "profile": VERSIONS | st.none(),
-    "stage": st.sampled_from([*C.CASE_STAGES, "bogus"]) | st.none(),
+    "stage": st.sampled_from([*STAGES, "bogus"]) | st.none(),
     "flag": st.sampled_from([None, True, False, "yes", 0]),
     "cli_args": st.none() | st.lists(CLI_TOKENS, max_size=4),
-    "platform": st.sampled_from(["cuda", "rocm", "xpu", "cpu", "tpu", "unspecified", "mainframe"]),
+    "platform": st.sampled_from([*PLATFORMS, "mainframe"]),
     "kv_connector": st.sampled_from(NAMES + EXTERNAL + ["MultiConnector"] * 3) | st.none(),
     "kv_connector_module_path": st.sampled_from([MODULE_PATH, "no_such_module_xyz"]) | st.none(),
     "kv_role": ROLES,

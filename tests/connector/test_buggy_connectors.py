@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from tests.connector.suite_process import REPO, results_by_test, run_together, suite_command
 from tests.once import once_per_session
 
-REPO = Path(__file__).resolve().parents[2]
 BUGGY = "tests.connector.buggy"
 REFERENCE = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"
 # Configured as the README tells a vendor: a store small enough that the capacity probes fill it, and how the
@@ -70,17 +70,6 @@ MISBEHAVING_TIMEOUT_S = 5
 BACKDOOR_MODES = ("on", "off")
 
 
-def suite_command(results: Path, backdoors: str, selection: list[str], connectors: list[str], timeout: float) -> list[str]:
-    """`pytest` over the connector suite: the selected checks of `connectors`, one results file."""
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider", "-q",
-           "-p", "no:randomly", "-p", "no:xdist", "--tb=line", "-k", " or ".join(selection),
-           "--kv-connector-timeout", str(timeout), "--kv-connector-extra-config", EXTRA_CONFIG,
-           "--kv-connector-backdoors", backdoors, "--kvconform-results", str(results)]
-    for spec in connectors:
-        cmd += ["--kv-connector", spec]
-    return cmd
-
-
 def suite_runs(folder: Path) -> dict[str, dict]:
     """Every suite run this module judges, started together (they share the cores; the hang waits):
     with backdoors on and off, every buggy connector on the check named for its bug and the reference
@@ -90,28 +79,19 @@ def suite_runs(folder: Path) -> dict[str, dict]:
     named = [f"({test} and {cls})" for cls, _, test in CAUGHT]
     named.append(f"(LMCacheLikeConnector and ({' or '.join(NAMED_TESTS)}))")
     misbehaving = [f"(test_c14 and fa_only and {cls})" for cls, _ in MISBEHAVING]
-    plans = {}
+    commands = {}
     for backdoors in BACKDOOR_MODES:
-        plans[f"named-{backdoors}"] = (backdoors, named, [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT], 60)
-        plans[f"misbehaving-{backdoors}"] = (backdoors, misbehaving, [f"{BUGGY}:{c}" for c, _ in MISBEHAVING],
-                                             MISBEHAVING_TIMEOUT_S)
-    running = {}
-    for name, (backdoors, selection, connectors, timeout) in plans.items():
-        command = suite_command(folder / f"{name}.json", backdoors, selection, connectors, timeout)
-        running[name] = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        commands[f"named-{backdoors}"] = suite_command(
+            folder / f"named-{backdoors}.json", [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT],
+            extra_config=EXTRA_CONFIG, backdoors=backdoors, selection=named)
+        commands[f"misbehaving-{backdoors}"] = suite_command(
+            folder / f"misbehaving-{backdoors}.json", [f"{BUGGY}:{c}" for c, _ in MISBEHAVING],
+            extra_config=EXTRA_CONFIG, backdoors=backdoors, selection=misbehaving, timeout=MISBEHAVING_TIMEOUT_S)
     runs = {}
-    try:
-        for name, proc in running.items():
-            stdout, _ = proc.communicate(timeout=1200)
-            results = folder / f"{name}.json"
-            assert results.exists(), f"{name}: no results written; pytest said:\n{stdout[-3000:]}"
-            entries = json.loads(results.read_text())["results"]
-            runs[name] = {"results": {e["id"].split("::")[-1]: e for e in entries}, "stdout": stdout}
-    finally:
-        for proc in running.values():  # after a failure, the runs not waited for yet
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    for name, (_status, stdout) in run_together(commands).items():
+        results = folder / f"{name}.json"
+        assert results.exists(), f"{name}: no results written; pytest said:\n{stdout[-3000:]}"
+        runs[name] = {"results": results_by_test(results), "stdout": stdout}
     return runs
 
 

@@ -18,7 +18,8 @@ import importlib.util
 
 import pytest
 
-from harness.targets.connector_target import ConnectorTarget, connector_target
+from harness.targets.connector_selection import connector_target
+from harness.targets.connector_target import ConnectorTarget
 from suites.connector import test_api, test_isolation, test_lookup, test_tracking
 from suites.connector.context import CheckContext, prompt
 
@@ -42,7 +43,7 @@ def _context(target: ConnectorTarget, preset: str | None, check_id: str) -> Chec
 def test_c05_expects_the_hit_of_the_prompt_not_of_generated_tokens(chunk, preset):
     ctx = _context(_vendor({"chunk_size": chunk}), preset, "C05")
     try:
-        test_lookup.test_c05_lookup_none_then_value(ctx, preset, load_async=False)
+        test_lookup.test_c05_lookup_none_then_value(ctx, preset, mode="sync")
     finally:
         ctx.close()
 

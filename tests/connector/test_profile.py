@@ -30,11 +30,28 @@ def test_the_declaration_is_taken_out_of_the_connectors_extra_config():
         "transfers KV between instances only, declares HMA (reviewed data)"
 
 
+def test_the_store_scope_is_declared_or_from_reviewed_data_and_shared_by_default():
+    extra, declared = split_declaration({"kvconform": {"store_scope": "engine"}})
+    assert extra == {}
+    assert profile_for(declared, True).store_scope == "engine"
+    assert profile_for(declared, True).describe() == ("stores and loads KV, declares HMA, a store owned by the engine "
+                                                      "(a second engine starts empty) (inferred, options declared)")
+    assert profile_for({}, True, known_store_scope="engine").engine_owned_store
+    assert not profile_for({}, True).engine_owned_store
+    # A vendor's declaration wins over reviewed data.
+    assert not profile_for({"store_scope": "shared"}, True, known_store_scope="engine").engine_owned_store
+
+
 @pytest.mark.parametrize("declared, needle", [
-    ("cache", '"kvconform" must be a JSON object, got \'cache\'; accepted keys: kind, multi_group, async_load_config'),
+    ("cache", '"kvconform" must be a JSON object, got \'cache\'; accepted keys: kind, multi_group, async_load_config, '
+              'store_scope'),
     ({"kind": "cache"}, '"kvconform".kind is \'cache\'; accepted: stores (stores and loads KV), dummy (fills dummy '
                         'KV), transfer (transfers KV between instances only)'),
-    ({"knd": "dummy"}, '"kvconform" has an unknown key \'knd\'; accepted: kind, multi_group, async_load_config'),
+    ({"knd": "dummy"}, '"kvconform" has an unknown key \'knd\'; accepted: kind, multi_group, async_load_config, '
+                       'store_scope'),
+    ({"store_scope": "process"}, '"kvconform".store_scope is \'process\'; accepted: shared (a store shared by the '
+                                 'engines of one process), engine (a store owned by the engine (a second engine '
+                                 'starts empty))'),
     ({"async_load_config": True}, '"kvconform".async_load_config must be a JSON object, got True'),
 ])
 def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):

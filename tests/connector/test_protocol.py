@@ -12,6 +12,7 @@ import pytest
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from reference_impl.connector.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from reference_impl.connector.protocol import HMAKVConnector, KVConnector, ONE_OF, REQUIRED_HOOKS
+from reference_impl.connector.template import TemplateConnector
 from reference_impl.engine.core import EngineConfig, EngineCore
 
 HOOKS = [name for name in (*KVConnector.__dict__, *HMAKVConnector.__dict__)
@@ -24,6 +25,12 @@ def _built(spec: str):
     made = []
     EngineCore("fa_only", EngineConfig(), connector_factory=lambda c, r, k: made.append(cls(c, r, k)) or made[-1])
     return made
+
+
+def test_the_template_connector_satisfies_the_hma_protocol():
+    built = _built("reference_impl.connector.template:TemplateConnector")
+    assert built and all(isinstance(c, HMAKVConnector) for c in built)
+    assert {c.role for c in built} == {KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER}
 
 
 def test_the_reference_connectors_satisfy_the_protocols():
@@ -42,6 +49,12 @@ def _parameters(function) -> list[str]:
 def test_hook_signatures_are_the_base_classes(hook):
     owner = SupportsHMA if hook == "request_finished_all_groups" else KVConnectorBase_V1
     assert _parameters(getattr(HMAKVConnector, hook)) == _parameters(getattr(owner, hook))
+
+
+@pytest.mark.parametrize("hook", [h for h in HOOKS if h in vars(TemplateConnector)])
+def test_the_template_keeps_the_hook_signatures(hook):
+    """A vendor copies the template's hooks: their parameters are the Protocol's (vLLM 0.33's)."""
+    assert _parameters(getattr(TemplateConnector, hook)) == _parameters(getattr(HMAKVConnector, hook))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (signatures vs vLLM 0.33)")

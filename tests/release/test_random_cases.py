@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reference_impl.config.cases import resolve_case
-from suites.config.matrix import FLAGS, PLATFORMS, STAGES
+from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
 from suites.config.random_cases import differences, grouped_lines, main, random_cases
 from suites.config.tables import era_table
 
@@ -24,7 +24,7 @@ def test_cases_stay_in_the_eras_dimensions():
     names = set(era_table(ERA)["connectors"]) | {"FooConnector", "MultiConnector"}
     for case in random_cases(ERA, 300, 3):
         assert case["profile"] == ERA
-        assert case["flag"] in FLAGS.values() and case["platform"] in PLATFORMS and case["stage"] in STAGES.values()
+        assert case["flag"] in FLAGS.values() and case["platform"] in PLATFORMS and case["stage"] in MATRIX_STAGES.values()
         if case.get("hisparse"):  # HiSparse stays alone
             assert not case.get("attention_chunk_size") and not case.get("kv_offloading_backend")
         for child in case.get("multi_connector_children") or []:

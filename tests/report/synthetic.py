@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 
 from harness.results_model import ResultsDocument, make_entry
+from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
 
 ERAS = ("v0.10", "v0.11", "pre-seed", "seed", "v0.14", "v0.18", "v0.19", "v0.20", "v0.21", "v0.22", "v0.23",
         "v0.30", "v0.33")
-PLATFORMS = ("cuda", "rocm", "xpu", "cpu", "tpu", "unspecified")
 FLAGS = (None, True, False)
 FEATURES = ("none", "kv_events", "chunked_local_env_on", "chunked_local_env_off", "chunked_local_eagle",
             "hisparse", "offload_native", "offload_lmcache")
-CONNECTORS = ("none", "LMCacheConnectorV1", "NixlConnector", "MooncakeConnector", "OffloadingConnector",
+CONNECTORS = (NO_CONNECTOR, "LMCacheConnectorV1", "NixlConnector", "MooncakeConnector", "OffloadingConnector",
               "SimpleCPUOffloadConnector", "ExampleConnector", "ext-hma", "ext-non-hma", "multi-all-hma",
               "multi-mixed", "multi-empty", "multi-nested", "multi-renamed", "P2pNcclConnector", "DecodeBench")
 STAGES = ("config", "create_connector")
@@ -40,12 +40,12 @@ def outcome(resolved=None, warnings=(), error=None, unknown=None, rules=()) -> d
             "rules": list(rules), "unknown": unknown}
 
 
-def config_entry(era="seed", flag=None, platform="cuda", features="none", connector="none", stage="config",
+def config_entry(era="seed", flag=None, platform="cuda", features=NO_FEATURES, connector=NO_CONNECTOR, stage="config",
                  actual=None, expected=None, status="passed", message=None) -> dict:
     """One config-matrix entry as the results plugin writes it."""
     cell = {"era": era, "flag": flag, "platform": platform, "features": features, "connector": connector,
             "stage": stage}
-    flag_id = {None: "N", True: "T", False: "F"}[flag]
+    flag_id = next(ident for ident, value in FLAG_IDS.items() if value is flag)
     actual = actual if actual is not None else outcome(resolved=False)
     return make_entry(nodeid=f"suites/config/test_matrix.py::test_cell[{era}-{flag_id}-{platform}-{features}-"
                              f"{connector}-{stage}]", suite="config", status=status, cell=cell,
@@ -91,17 +91,17 @@ def config_document() -> ResultsDocument:
     """A small hand-checked matrix: two eras, every kind of cell, one mismatch, one skip, one change between eras,
     and in each era one configuration where a connector meets a feature (listed under the era's table)."""
     entries = [
-        config_entry("seed", None, "cuda", "none", "none", actual=outcome(resolved=False)),
+        config_entry("seed", None, "cuda", "none", NO_CONNECTOR, actual=outcome(resolved=False)),
         config_entry("seed", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W1])),
         config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=False)),
         config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", stage="create_connector",
                      actual=outcome(error={"type": "ValueError", "stage": "create_connector", "message": E_F})),
-        config_entry("seed", True, "cuda", "none", "none", actual=outcome(resolved=True), status="failed",
+        config_entry("seed", True, "cuda", "none", NO_CONNECTOR, actual=outcome(resolved=True), status="failed",
                      message="expected resolved False"),
-        config_entry("seed", None, "rocm", "none", "none", actual=None, status="skipped", message="ROCm not modelled"),
-        config_entry("v0.33", None, "cuda", "none", "none", actual=outcome(resolved=False)),
+        config_entry("seed", None, "rocm", "none", NO_CONNECTOR, actual=None, status="skipped", message="ROCm not modelled"),
+        config_entry("v0.33", None, "cuda", "none", NO_CONNECTOR, actual=outcome(resolved=False)),
         config_entry("v0.33", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W2])),
-        config_entry("v0.33", None, "tpu", "none", "none", actual=outcome(unknown=TPU)),
+        config_entry("v0.33", None, "tpu", "none", NO_CONNECTOR, actual=outcome(unknown=TPU)),
         config_entry("seed", True, "rocm", "kv_events", "LMCacheConnectorV1",
                      actual=outcome(resolved=True, warnings=[W1])),
         config_entry("v0.33", None, "tpu", "hisparse", "LMCacheConnectorV1", stage="create_connector",

@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.report.passes import PytestPass, combine_passes, plan_passes
 from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
+from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import table_after
 from tests.report.synthetic import config_entry, outcome, run_info
 
@@ -83,13 +84,13 @@ def test_report_from_writes_the_same_results_back(tmp_path, capsys):
 
 
 def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
-    entries = [config_entry("seed", connector="none"), config_entry("seed", connector="NixlConnector"),
-               config_entry("v0.33", connector="none"),
+    entries = [config_entry("seed"), config_entry("seed", connector="NixlConnector"),
+               config_entry("v0.33"),
                make_entry(nodeid="suites/allocator/t.py::a", suite="allocator", status="passed",
                           cell={"target": "reference", "scenario": "s", "section": "3"})]
     source = write_results(tmp_path / "in.json", entries)
     run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"), "--vllm-version", "0.13.0",
-            "--kv-connector", "none")
+            "--kv-connector", NO_CONNECTOR)
     kept = load_results(tmp_path / "out" / "results.json").results
     assert sorted(e["id"] for e in kept) == sorted([entries[0]["id"], entries[3]["id"]]), (
         "0.13.0 is the seed era; entries without an era or connector stay")
@@ -280,7 +281,7 @@ def test_diff_lists_changed_added_removed_cells(tmp_path, capsys):
     base, head = diff_pair(tmp_path)
     status, out, _ = run_cli(capsys, "diff", base, head, "--all")
     assert status == 3, "nothing regressed, but one cell is in one run only: the scopes differ"
-    cell = "config era=seed flag={} platform={} features=none connector=none stage=config"
+    cell = "config era=seed flag={} platform={} features=none connector=noconn stage=config"
     assert out.splitlines() == [
         f"kvconform diff {base} -> {head}: 0 regressed, 0 fixed, 1 changed; scopes differ: only in base 1 cell: "
         f"config 1 (eras seed); only in head 1 cell: config 1 (eras seed)",
@@ -317,17 +318,17 @@ def test_diff_groups_changes_by_what_went_wrong(tmp_path, capsys):
     assert lines[0].endswith("/head.json: 8 regressed, 0 fixed, 1 changed")
     assert lines[1:] == [
         "regressed:",
-        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-none-config",
-        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-none-config",
+        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: chunked) — first: seed-N-cpu-chunked-noconn-config",
+        "  4 config cells: now failed: expected `HMA off`, got `HMA on` (§3.2: none) — first: seed-N-cpu-none-noconn-config",
         "changed:",
-        "  1 config cell: passed ⚪ off -> passed ⚪ off (warning: W-B1) — seed-N-tpu-none-none-config",
+        "  1 config cell: passed ⚪ off -> passed ⚪ off (warning: W-B1) — seed-N-tpu-none-noconn-config",
     ]
     status, md, _ = run_cli(capsys, "diff", str(tmp_path / "head.json"), str(tmp_path / "base.json"), "--format", "md")
     assert status == 0, "fixing cells is no regression"
     rows = [line for line in md.splitlines() if line.startswith("| fixed | 4 |")]
     assert rows == [
-        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-none-config |",
-        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-none-config |",
+        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: chunked) | seed-N-cpu-chunked-noconn-config |",
+        "| fixed | 4 | config | now passed ⚪ off, was failed: expected `HMA off`, got `HMA on` (§3.2: none) | seed-N-cpu-none-noconn-config |",
     ], md
 
 
@@ -364,8 +365,8 @@ def test_diff_regressions_first_whatever_the_scopes(tmp_path, capsys):
                         "config 1 (eras e99)")
     assert lines[1:] == [
         "regressed:",
-        "  2 config cells: now failed: expected `HMA on`, got `HMA off` (§2.2 1) — first: e07-N-cuda-none-none-config",
-        "  1 config cell: added, failed: boom — e99-N-cuda-none-none-config",
+        "  2 config cells: now failed: expected `HMA on`, got `HMA off` (§2.2 1) — first: e07-N-cuda-none-noconn-config",
+        "  1 config cell: added, failed: boom — e99-N-cuda-none-noconn-config",
     ], "the cells of one run only are one line, the regressions are all listed"
 
 
@@ -402,13 +403,13 @@ def test_diff_github_annotations(tmp_path, capsys):
     lines = out.splitlines()
     assert status == 1
     assert lines[0] == ("::error title=kvconform%3A 2 config cells regressed::now failed: expected `HMA on`, got "
-                        "`HMA off` (§2.2 1) (first: e07-N-cuda-none-none-config)")
+                        "`HMA off` (§2.2 1) (first: e07-N-cuda-none-noconn-config)")
     assert lines[1].startswith("::error title=kvconform%3A 1 config cell regressed::added, failed: boom")
     assert lines[-1].startswith("::notice title=kvconform diff::kvconform diff ")
     still = write_results(tmp_path / "still.json", [config_entry(era="e99", status="failed", message="Failed: boom")])
     _, out, _ = run_cli(capsys, "diff", still, still, "--format", "github")
     assert out.splitlines()[0] == ("::warning title=kvconform%3A 1 config cell failing in base and head::boom "
-                                   "(first: e99-N-cuda-none-none-config)")
+                                   "(first: e99-N-cuda-none-noconn-config)")
 
 
 def test_diff_help_documents_the_exit_status(capsys):
@@ -504,7 +505,7 @@ def test_merge_refuses_conflicting_outcomes(tmp_path, capsys):
     status, _, err = run_cli(capsys, "merge", a, b, "-o", str(tmp_path / "m.json"))
     assert status == 2
     assert_one_line_error(err, f"conflicting outcomes for config era=seed flag=null platform=cuda features=none "
-                               f"connector=none stage=config: passed in {a}, failed in {b}")
+                               f"connector=noconn stage=config: passed in {a}, failed in {b}")
     assert not (tmp_path / "m.json").exists()
 
 

@@ -56,8 +56,8 @@ def test_results_entries_group_by_their_message_first_line():
     assert entry_what(entries[2]) == "error: RuntimeError: setup broke"
     groups = group_entries(entries)
     assert [(g.count, g.what, g.cells[0]) for g in groups] == [
-        (2, "expected `HMA off`, got `HMA on` (§2.2)", "seed-N-cuda-none-none-config"),
-        (1, "error: RuntimeError: setup broke", "seed-N-cpu-none-none-config"),
+        (2, "expected `HMA off`, got `HMA on` (§2.2)", "seed-N-cuda-none-noconn-config"),
+        (1, "error: RuntimeError: setup broke", "seed-N-cpu-none-noconn-config"),
     ]
 
 

@@ -30,8 +30,8 @@ def test_groups_come_before_the_tables_in_both_renderings():
     assert "4 failing cells in 2 groups" in markdown
     table = markdown[section:].split("\n\n")[2].splitlines()
     assert [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]] == [
-        ["3", "config", "expected `HMA off`, got `HMA on` (§2.2 1b: kv_events_config)", "seed-N-cpu-kv_events-none-config"],
-        ["1", "config", "expected `HMA on`, got `HMA off` (§2.2 2)", "seed-N-cuda-none-none-config"],
+        ["3", "config", "expected `HMA off`, got `HMA on` (§2.2 1b: kv_events_config)", "seed-N-cpu-kv_events-noconn-config"],
+        ["1", "config", "expected `HMA on`, got `HMA off` (§2.2 2)", "seed-N-cuda-none-noconn-config"],
     ]
     page = files["compatibility.html"]
     assert page.index("What went wrong") < page.index("Config resolution matrix")

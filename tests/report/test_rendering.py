@@ -15,6 +15,7 @@ from harness.report.connector_section import hma_verdict
 from harness.report.html import _icon, render_html
 from harness.report.markdown import extract_section, render_markdown
 from harness.results_model import ResultsDocument, make_entry
+from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import html_table_after, footnotes, table_after
 from tests.report.synthetic import E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, outcome, run_info
 
@@ -162,15 +163,15 @@ def test_changes_between_releases_golden():
 def test_changes_group_configurations_and_skip_unknown_to_unknown():
     """Configurations that change alike share one row; an unknown whose reason names another release is no change."""
     entries = [
-        config_entry("seed", False, platform, "kv_events", "none",
+        config_entry("seed", False, platform, "kv_events", NO_CONNECTOR,
                      actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"}))
         for platform in ("cuda", "rocm", "tpu")
     ] + [
-        config_entry("v0.33", False, "cuda", "kv_events", "none", actual=outcome(resolved=False)),
-        config_entry("v0.33", False, "rocm", "kv_events", "none", actual=outcome(resolved=False)),
-        config_entry("v0.33", False, "tpu", "kv_events", "none", actual=outcome(unknown=TPU)),
-        config_entry("seed", None, "cuda", "hisparse", "none", actual=outcome(unknown="no HiSparse in 0.13.0")),
-        config_entry("v0.33", None, "cuda", "hisparse", "none", actual=outcome(unknown="no HiSparse in 0.33.0")),
+        config_entry("v0.33", False, "cuda", "kv_events", NO_CONNECTOR, actual=outcome(resolved=False)),
+        config_entry("v0.33", False, "rocm", "kv_events", NO_CONNECTOR, actual=outcome(resolved=False)),
+        config_entry("v0.33", False, "tpu", "kv_events", NO_CONNECTOR, actual=outcome(unknown=TPU)),
+        config_entry("seed", None, "cuda", "hisparse", NO_CONNECTOR, actual=outcome(unknown="no HiSparse in 0.13.0")),
+        config_entry("v0.33", None, "cuda", "hisparse", NO_CONNECTOR, actual=outcome(unknown="no HiSparse in 0.33.0")),
         config_entry("seed", False, "cuda", "none", "NixlConnector",
                      actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"})),
         config_entry("v0.33", False, "cuda", "none", "NixlConnector", actual=outcome(resolved=False)),
@@ -193,7 +194,7 @@ def test_summary_counts_against_the_oracle():
     ]
     assert ("9 of 11 matrix cases agree with the oracle, 1 differ, 0 could not be evaluated (error) "
             "and 1 were skipped.") in md
-    assert "- `suites/config/test_matrix.py::test_cell[seed-T-cuda-none-none-config]`: expected resolved False" in md
+    assert "- `suites/config/test_matrix.py::test_cell[seed-T-cuda-none-noconn-config]`: expected resolved False" in md
 
 
 def test_output_does_not_depend_on_entry_order():
@@ -417,11 +418,11 @@ def test_html_is_self_contained_and_filterable():
 
 def test_html_filter_options_are_single_values():
     """A row tagged with several platforms ("cuda rocm") adds each to the filter, never the pair."""
-    entries = [config_entry("seed", None, platform, "kv_events", "none", actual=outcome(resolved=True, warnings=[W1]))
+    entries = [config_entry("seed", None, platform, "kv_events", NO_CONNECTOR, actual=outcome(resolved=True, warnings=[W1]))
                for platform in ("rocm", "cuda")]
-    entries += [config_entry("v0.33", None, platform, "kv_events", "none") for platform in ("rocm", "cuda")]
+    entries += [config_entry("v0.33", None, platform, "kv_events", NO_CONNECTOR) for platform in ("rocm", "cuda")]
     page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
-    assert '<tr data-f-era="v0.33" data-f-connector="none" data-f-platform="cuda rocm">' in page
+    assert '<tr data-f-era="v0.33" data-f-connector="noconn" data-f-platform="cuda rocm">' in page
     assert 'value="cuda rocm"' not in page
     assert ('<option value="">all</option><option value="cuda">cuda</option><option value="rocm">rocm</option>'
             '</select>') in page

@@ -182,7 +182,7 @@ def agree(report: str, result: dict) -> bool:
     report (the matrix's case) and with argparse's refusal in explain (the command line)."""
     kind = explain_kind(result)
     if report == "error not registered":
-        return kind == "error ValueError" and "Unsupported connector type" in result["error"]["message"]
+        return kind == "error E-UNSUPPORTED-CONNECTOR" and "Unsupported connector type" in result["error"]["message"]
     if report == "unknown" and result["error"] and result["error"]["stage"] == "cli_parse":
         return result["error"]["type"] == "SystemExit"
     return report == kind

@@ -51,3 +51,14 @@ def test_findings_page():
             in page), "a new finding is never passed off as a known one"
     assert "  * 1 cells (C14): N/A: does not apply: it judges loaded KV bytes" in page
     assert "* NixlConnector: cannot run here: NixlConnector needs NIXL" in page
+
+
+def test_a_classification_scoped_to_a_preset_matches_only_there():
+    """OffloadingConnector's 'no hit' on the three-group preset is the reviewed Mamba/sliding-window finding; the
+    same words on another preset are a new, unclassified finding, never passed off as the known one."""
+    from harness.report.vllm_findings import classify
+
+    cause = "the connector reported no hit for a prompt it had just stored — while: round trip"
+    known = classify("OffloadingConnector", "C14", cause, "fa+swa+mamba")
+    assert known is not None and known.root == "on full attention + sliding window + Mamba no prompt ever hits"
+    assert classify("OffloadingConnector", "C14", cause, "fa+swa") is None

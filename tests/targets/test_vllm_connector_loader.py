@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import EXIT_TARGET, UsageError
-from harness.targets import vllm_connector
+from harness.targets import vllm_connector, vllm_connector_facts as facts
 from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ MODULES = dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory
 
 def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
     with pytest.raises(UsageError) as info:
-        vllm_connector.validate_spec("vllm:ExampleConnector")
+        facts.validate_spec("vllm:ExampleConnector")
     assert info.value.exit_code == EXIT_TARGET
     assert str(info.value).startswith("--kv-connector vllm:ExampleConnector: vLLM is not installed in this Python environment; ")
     assert "scripts/install-vllm.sh 0.33.0" in str(info.value)
@@ -35,7 +35,7 @@ def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
 def test_unknown_name_is_exit_4_listing_registered_names(fake_vllm):
     fake_vllm("0.33.0", MODULES)
     with pytest.raises(UsageError) as info:
-        vllm_connector.validate_spec("vllm:NoSuchConnector")
+        facts.validate_spec("vllm:NoSuchConnector")
     assert info.value.exit_code == EXIT_TARGET
     assert str(info.value) == ("--kv-connector vllm:NoSuchConnector: vLLM 0.33.0 registers no connector "
                                "'NoSuchConnector'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
@@ -46,19 +46,19 @@ def test_unknown_name_is_exit_4_listing_registered_names(fake_vllm):
 def test_bad_multiconnector_child_is_exit_4(fake_vllm, spec, bad):
     fake_vllm("0.33.0", MODULES)
     with pytest.raises(UsageError) as info:
-        vllm_connector.validate_spec(spec)
+        facts.validate_spec(spec)
     assert info.value.exit_code == EXIT_TARGET and f"registers no connector {bad!r}" in str(info.value)
 
 
 def test_multiconnector_cannot_nest(fake_vllm):
     fake_vllm("0.33.0", MODULES)
     with pytest.raises(UsageError, match="a MultiConnector child cannot be MultiConnector"):
-        vllm_connector.validate_spec("vllm:MultiConnector[MultiConnector,ExampleConnector]")
+        facts.validate_spec("vllm:MultiConnector[MultiConnector,ExampleConnector]")
 
 
 def test_parse_name():
-    assert vllm_connector.parse_name("vllm:ExampleConnector") == ("ExampleConnector", ())
-    assert vllm_connector.parse_name("vllm:MultiConnector[A,B]") == ("MultiConnector", ("A", "B"))
+    assert facts.parse_name("vllm:ExampleConnector") == ("ExampleConnector", ())
+    assert facts.parse_name("vllm:MultiConnector[A,B]") == ("MultiConnector", ("A", "B"))
 
 
 WITH_DECODE_BENCH = ("DecodeBenchConnector", "ExampleConnector", "MultiConnector", "NixlConnector", "OffloadingConnector")
@@ -70,12 +70,12 @@ def test_default_multiconnector_pairs_connectors_that_store_kv(fake_vllm, monkey
     factory = ("class KVConnectorFactory:\n"
                f"    _registry = {{name: (lambda: None) for name in {WITH_DECODE_BENCH!r}}}\n")
     fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
-    monkeypatch.setitem(vllm_connector.REQUIREMENTS, "OffloadingConnector",
-                        vllm_connector.Requirement(cuda=True, why="test: needs a GPU"))
+    monkeypatch.setitem(facts.REQUIREMENTS, "OffloadingConnector",
+                        facts.Requirement(cuda=True, why="test: needs a GPU"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "ExampleConnector"))
-    monkeypatch.delitem(vllm_connector.REQUIREMENTS, "OffloadingConnector")  # e.g. once it runs on a CPU
-    assert vllm_connector.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "OffloadingConnector"))
+    assert facts.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "ExampleConnector"))
+    monkeypatch.delitem(facts.REQUIREMENTS, "OffloadingConnector")  # e.g. once it runs on a CPU
+    assert facts.parse_name("vllm:MultiConnector") == ("MultiConnector", ("ExampleConnector", "OffloadingConnector"))
     assert vllm_connector.vllm_target("vllm:DecodeBenchConnector").known_kind == "dummy"
     assert vllm_connector.vllm_target("vllm:NixlConnector").known_kind == "transfer"
     assert vllm_connector.vllm_target("vllm:ExampleConnector").known_kind == "stores"
@@ -93,16 +93,19 @@ def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
     import torch
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert vllm_connector.missing_requirement("NixlConnector") == (
+    assert facts.missing_requirement("NixlConnector") == (
         "cannot run here: NixlConnector needs the NIXL transfer library (UCX/RDMA) (package 'nixl' is not installed)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert vllm_connector.missing_requirement("P2pNcclConnector").startswith(
+    assert facts.missing_requirement("P2pNcclConnector").startswith(
         "cannot run here: P2pNcclConnector needs CUDA (")
-    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):  # CUDA plumbing only: CPU stand-ins
-        assert vllm_connector.missing_requirement(name) is None and vllm_connector.runs_on_standins(name)
-    assert not vllm_connector.runs_on_standins("P2pNcclConnector")
-    assert vllm_connector.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
-    assert vllm_connector.missing_requirement("ExampleConnector") is None
+    # CUDA plumbing only: CPU stand-ins, where the release has the worker modules they patch (find_spec is patched
+    # above, so say so here; which releases have them is tests/targets/test_vllm_device_standins.py's business).
+    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
+        assert facts.missing_requirement(name) is None and facts.runs_on_standins(name)
+    assert not facts.runs_on_standins("P2pNcclConnector")
+    assert facts.missing_requirement("ExampleHiddenStatesConnector").startswith("not applicable: ")
+    assert facts.missing_requirement("ExampleConnector") is None
 
 
 def _run_pytest(tmp_path, modules, *argv):
@@ -140,10 +143,39 @@ def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
 def test_each_connector_under_test_gets_its_own_store_directory():
     """vLLM's ExampleConnector keys its files by tokens only: a MultiConnector's ExampleConnector child must not
     share the directory of the ExampleConnector checked on its own (its prompts would hit there)."""
-    alone = vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"]
-    child = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.0")["shared_storage_path"]
-    second = vllm_connector.default_extra_config("ExampleConnector", within="MultiConnector.1")["shared_storage_path"]
+    alone = facts.default_extra_config("ExampleConnector")["shared_storage_path"]
+    child = facts.default_extra_config("ExampleConnector", within="MultiConnector.0")["shared_storage_path"]
+    second = facts.default_extra_config("ExampleConnector", within="MultiConnector.1")["shared_storage_path"]
     assert len({alone, child, second}) == 3, "two children, or a child and the connector on its own, share one store"
-    assert vllm_connector.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
+    assert facts.default_extra_config("ExampleConnector")["shared_storage_path"] == alone, \
         "every engine of one connector in one process shares its store"
     assert all(Path(p).is_dir() for p in (alone, child))
+
+
+WITH_LMCACHE = ("ExampleConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "MultiConnector",
+                "OffloadingConnector")
+
+
+def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmcache_imports(fake_vllm, monkeypatch):
+    """LMCacheConnectorV1 shares one LMCacheEngine per process: it is never run (one reason, the same with and
+    without lmcache installed) and never a default MultiConnector child; nor is LMCacheMPConnector (a package
+    beyond vLLM), so the pairing does not depend on which packages the venv happens to have."""
+    import importlib.util
+
+    factory = ("class KVConnectorFactory:\n"
+               f"    _registry = {{name: (lambda: None) for name in {WITH_LMCACHE!r}}}\n")
+    fake_vllm("0.33.0", dict(IMPORTABLE, **{"vllm.distributed.kv_transfer.kv_connector.factory": factory}))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    # OffloadingConnector runs on the CPU stand-ins where the release has their modules (the fake one has none).
+    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    reasons = []
+    for installed in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: object() if name.startswith("lmcache") and installed else find_spec(name, *a))
+        reasons.append(facts.missing_requirement("LMCacheConnectorV1"))
+        assert facts.parse_name("vllm:MultiConnector") == ("MultiConnector",
+                                                           ("ExampleConnector", "OffloadingConnector"))
+    assert reasons[0] == reasons[1]
+    assert reasons[0].startswith("cannot run here: LMCacheConnectorV1 cannot be judged in a test process shared "
+                                 "with other checks: every instance in a process shares one LMCacheEngine")

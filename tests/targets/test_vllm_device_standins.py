@@ -100,3 +100,23 @@ def test_install_rebinds_only_the_listed_vllm_modules():
     finally:
         standins.uninstall()
     assert gpu_worker.torch is torch and spec.current_platform is current_platform
+
+
+def test_a_release_without_the_patched_worker_modules_is_not_covered(monkeypatch):
+    """vLLM 0.13.0's offloading worker lives in other modules than 0.33's: the stand-ins would patch nothing and
+    the worker would reach CUDA, so the connector is reported as not runnable here instead of failing every check."""
+    monkeypatch.setitem(standins._CONNECTOR_SITES, "SomeOffloader", ("json", "kvconform_absent_pkg.worker"))
+    assert standins.uncovered_modules("SomeOffloader") == ["kvconform_absent_pkg.worker"]
+    assert standins.uncovered_modules("ConnectorWithoutStandIns") == []
+
+
+def test_an_uncovered_release_is_one_cannot_run_line(monkeypatch):
+    from harness.targets import vllm_connector_facts as facts
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(standins._CONNECTOR_SITES, "OffloadingConnector", ("kvconform_absent_pkg.cpu_worker",))
+    reason = facts.missing_requirement("OffloadingConnector")
+    assert reason is not None and reason.startswith("cannot run here: OffloadingConnector needs CUDA"), reason
+    assert "kvconform_absent_pkg.cpu_worker" in reason, f"the reason should name the missing module: {reason}"
+    monkeypatch.setitem(standins._CONNECTOR_SITES, "OffloadingConnector", ("json",))
+    assert facts.missing_requirement("OffloadingConnector") is None, "covered: it runs on the stand-ins"

@@ -1,0 +1,269 @@
+"""What kvconform knows about the installed vLLM's connectors: reviewed data (each connector's kind, what it needs
+beyond CPU torch, its by-design refusals) and the lookups built on it (the names vLLM registers, the extra config a
+connector needs to start here, why one cannot run here, what a `vllm:Name` spec names).
+
+The target (`harness.targets.vllm_connector`) and the adapter (`harness.targets.vllm_connector_adapter`) both read
+these facts; the facts import neither, so imports run one way: selection -> target -> adapter -> facts.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.target_spec import VLLM_PREFIX, TargetError
+from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
+
+_MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
+# What kind of connector each of vLLM's is (harness.targets.connector_profile; reviewed data, read from each
+# connector's docstring and lookup in vLLM 0.33.0). Connectors absent here store and load KV.
+KINDS: dict[str, str] = {
+    "DecodeBenchConnector": "dummy",  # a benchmark stub: claims every prompt and fills its KV with dummy values
+    "NixlConnector": "transfer", "NixlPullConnector": "transfer", "NixlPushConnector": "transfer",
+    "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
+}
+
+# Whose store each of vLLM's storing connectors has (harness.targets.connector_profile, `store_scope`; reviewed
+# data, vLLM 0.33.0). Absent: shared by the engines of one process (a file store, a server). "engine": the CPU
+# tier belongs to the connector instances of one engine, so a second engine starts with an empty tier:
+# OffloadingConnector's index is the scheduler instance's `CPUOffloadingManager` (`CPUOffloadingSpec.get_manager`,
+# built per spec, v1/kv_offload/cpu/spec.py) and its bytes the worker's `CPUOffloadingWorker` buffers;
+# SimpleCPUOffloadConnector's index is the scheduler instance's `SimpleCPUOffloadScheduler` (its own block pool and
+# coordinator over `cpu_kv_cache_config`, v1/simple_kv_offload/manager.py) and its bytes the worker's CPU tensors.
+STORE_SCOPES: dict[str, str] = {
+    "OffloadingConnector": "engine",
+    "SimpleCPUOffloadConnector": "engine",
+}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a connector needs beyond CPU torch: importable modules and/or a CUDA device (reviewed data,
+    read from each connector's imports and constructor in vLLM 0.33.0)."""
+
+    modules: tuple[str, ...] = ()
+    cuda: bool = False
+    why: str = ""
+    model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
+    # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
+    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
+    cpu_standins: bool = False
+    # Why the connector cannot be judged in a test process it shares with other checks and connectors (the
+    # suite builds many engines per process): it is then not run, with this reason, and is no MultiConnector child.
+    shared_process: str = ""
+
+
+# Connector name -> requirement. Connectors absent here need nothing beyond vLLM itself.
+REQUIREMENTS: dict[str, Requirement] = {
+    "ExampleHiddenStatesConnector": Requirement(model="extracts hidden states into a KV cache group of their own "
+                                                      "(HiddenStateCacheSpec), which no preset has"),
+    "HiSparseConnector": Requirement(model="needs a sparse-attention model with a HiSparse host pool "
+                                           "(HiSparse groups), which no preset has"),
+    "OffloadingConnector": Requirement(cuda=True, cpu_standins=True,
+                                       why="CPU offloading worker: CPUOffloadingSpec.get_worker refuses platforms "
+                                           "other than CUDA-alike and XPU"),
+    "SimpleCPUOffloadConnector": Requirement(cuda=True, cpu_standins=True,
+                                             why="copy streams: the worker creates torch.cuda.Stream"),
+    "NixlConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "NixlPullConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "NixlPushConnector": Requirement(("nixl",), why="NIXL transfer library (UCX/RDMA)"),
+    "MooncakeConnector": Requirement(("mooncake",), why="Mooncake transfer engine"),
+    "MooncakeStoreConnector": Requirement(("mooncake",), why="Mooncake store"),
+    "LMCacheConnectorV1": Requirement(
+        ("lmcache",), why="LMCache engine",
+        shared_process="every instance in a process shares one LMCacheEngine (lmcache 0.5.6: the adapter "
+                       "builds it as LMCacheEngineBuilder.get_or_create(ENGINE_NAME, ...) with a config created "
+                       "once per process, lmcache/integration/vllm/vllm_v1_adapter.py and utils.py), so no check "
+                       "gets a store, a model or a layout of its own, and a process where it ran measured 58 "
+                       "failing cells of SimpleCPUOffloadConnector instead of 9; LMCache is judged through "
+                       "LMCacheMPConnector (CI step lmcache)"),
+    "LMCacheMPConnector": Requirement(("lmcache",), why="LMCache multi-process adapter"),
+    "FlexKVConnectorV1": Requirement(("flexkv",), why="FlexKV engine"),
+    "HF3FSKVConnector": Requirement(("hf3fs_fuse",), cuda=True, why="3FS client (hf3fs_fuse) and CUDA copies"),
+    "MoRIIOConnector": Requirement(("mori",), cuda=True, why="MoRI-IO (ROCm)"),
+    "P2pNcclConnector": Requirement(cuda=True, why="NCCL point-to-point"),
+    # vLLM 0.34.0: both UMBP runtimes (embedded, standalone) import MORI's UMBP client (`mori.cpp`, MORI built
+    # with BUILD_UMBP=ON) when the worker starts.
+    "UMBPStoreConnector": Requirement(("mori",), why="UMBP runtime (MORI's UMBP client, mori.cpp)"),
+}
+
+# Connector name -> (text of its by-design refusal of several KV cache groups, what it means): reviewed data
+# (LMCache 0.5.6, lmcache/v1/multiprocess: the engine-driven transfer mode, the only one a CPU worker has,
+# raises this ValueError at register_kv_caches for more than one KV transfer group).
+MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
+    "LMCacheMPConnector": ("engine-driven transfer does not support multiple KV transfer groups",
+                           "LMCache's engine-driven transfer mode"),
+}
+
+# Connector name -> (text of its start-up refusal of a Mamba group in mamba_cache_mode 'none', what it means):
+# reviewed data (vLLM 0.33.0). vLLM caches Mamba prefixes only in 'align' mode (its engine turns 'align' on with
+# prefix caching); both CPU-offloading connectors need prefix caching and refuse the 'none' mode with an
+# AssertionError at construction, which is their by-design refusal of that configuration, not a silent accept.
+MAMBA_NONE_REFUSALS: dict[str, tuple[str, str]] = {
+    "SimpleCPUOffloadConnector": ("Mamba prefix caching requires mamba_cache_mode='align'",
+                                  "its CPU tier's coordinator is vLLM's own KV cache coordinator with prefix caching "
+                                  "on, whose MambaManager (v1/core/single_type_kv_cache_manager.py) asserts 'align'"),
+    "OffloadingConnector": ("need --enable-prefix-caching to align block sizes",
+                            "build_offloading_config (v1/offloading/config.py) asserts that every group's block size "
+                            "is a multiple of the hash block size, which a Mamba group in 'none' mode is not"),
+}
+
+# Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
+# enough for it to start on this machine, with a private store.
+STORE_ROOT_ENV = "KVCONFORM_VLLM_STORE_ROOT"
+
+
+@functools.lru_cache(maxsize=None)
+def _store_root() -> str:
+    inherited = os.environ.get(STORE_ROOT_ENV)
+    if inherited:
+        return inherited  # a check's child process (C36) reads the stores of the process that started it
+    root = tempfile.mkdtemp(prefix="kvconform-vllm-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the stores live as long as the process
+    os.environ[STORE_ROOT_ENV] = root
+    return root
+
+
+@functools.lru_cache(maxsize=None)
+def _store_dir(name: str) -> str:
+    # One directory per connector under test under the process's root: both roles, and every engine of a
+    # run, share the store; a MultiConnector's child gets its own ("MultiConnector.0.ExampleConnector"), so
+    # what the MultiConnector's checks store never shows up as a hit in the checks of the connector on its own.
+    path = os.path.join(_store_root(), name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def default_multi_children() -> tuple[str, ...]:
+    """The children of `vllm:MultiConnector` without a list: two connectors that store KV and can run here
+    (the first two of them; ExampleConnector twice when only it can), so what the MultiConnector's checks find
+    is about fanning out over stores, not about a child that claims every prompt. Only connectors that need no
+    package beyond vLLM qualify: the pairing depends on the vLLM release, never on what else the venv has."""
+    names = [n for n in registered_names() if n != "MultiConnector" and KINDS.get(n, "stores") == "stores"
+             and missing_requirement(n) is None and not REQUIREMENTS.get(n, Requirement()).modules]
+    preferred = ["ExampleConnector"] + [n for n in names if n != "ExampleConnector"]
+    usable = [n for n in preferred if n in names]
+    return tuple(usable[:2]) if len(usable) >= 2 else ("ExampleConnector", "ExampleConnector")
+
+
+def default_extra_config(name: str, within: str | None = None) -> dict:
+    """The extra config `name` needs to start here (a private store directory, a CPU capacity); `within`:
+    the connector under test when `name` is one of its children."""
+    if name in ("ExampleConnector", "ExampleHiddenStatesConnector"):
+        return {"shared_storage_path": _store_dir(f"{within}.{name}" if within else name)}
+    if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
+        return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
+    if name == "LMCacheMPConnector":
+        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
+        from harness.targets import lmcache_server
+
+        server = lmcache_server.shared()
+        return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
+    return {}
+
+
+def registered_names() -> list[str]:
+    """The connector names the installed vLLM's factory registers (exit 4 when vLLM is unusable)."""
+    version = installed_vllm_version()
+    import_vllm_modules(version)
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    return sorted(KVConnectorFactory._registry)  # the factory has no public listing
+
+
+def missing_requirement(name: str) -> str | None:
+    """One line saying why `name` cannot run on this machine, or None when it can be tried."""
+    need = REQUIREMENTS.get(name)
+    if need is None:
+        return None
+    if need.model:
+        return f"not applicable: {name} {need.model}"
+    if need.shared_process:
+        return f"cannot run here: {name} cannot be judged in a test process shared with other checks: " \
+               f"{need.shared_process}"
+    absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
+    if absent:
+        return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
+                "is not installed)")
+    if need.cuda:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+        if not need.cpu_standins:
+            return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
+        from harness.targets.vllm_device_standins import uncovered_modules
+
+        uncovered = uncovered_modules(name)
+        if uncovered:
+            return (f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible, and this vLLM "
+                    f"lacks the worker modules kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
+                    "worker is laid out otherwise and would still reach CUDA")
+    return None
+
+
+def declares_hma_in_source(name: str) -> bool:
+    """Whether the source of vLLM's class `name` lists SupportsHMA among its bases, read without importing
+    the module (for a connector whose module does not import here)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    loader = KVConnectorFactory._registry[name]
+    cells = dict(zip(loader.__code__.co_freevars, (c.cell_contents for c in loader.__closure__ or ())))
+    module_path, class_name = cells.get("module_path"), cells.get("class_name", name)
+    spec = importlib.util.find_spec(module_path) if module_path else None
+    if spec is None or not spec.origin:
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return any((getattr(b, "id", None) or getattr(b, "attr", None)) == "SupportsHMA" for b in node.bases)
+    return False
+
+
+def needs_cuda(name: str) -> bool:
+    """True when `name`'s worker needs a CUDA device (the adapter then hands it device mirrors)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cuda)
+
+
+def runs_on_standins(name: str) -> bool:
+    """True when `name`'s worker needs CUDA only for device plumbing that kvconform's CPU stand-ins replace
+    (used when no CUDA device is visible)."""
+    need = REQUIREMENTS.get(name)
+    return bool(need and need.cpu_standins)
+
+
+def parse_name(spec: str) -> tuple[str, tuple[str, ...]]:
+    """`vllm:Name` -> (Name, ()); `vllm:MultiConnector[A,B]` -> ("MultiConnector", (A, B))."""
+    name = spec[len(VLLM_PREFIX):] if spec.startswith(VLLM_PREFIX) else spec
+    match = _MULTI.match(name)
+    if match:
+        return "MultiConnector", tuple(c for c in match.group("children").split(",") if c)
+    if name == "MultiConnector":
+        return name, default_multi_children()
+    return name, ()
+
+
+def validate_spec(spec: str, option: str = "--kv-connector") -> None:
+    """TargetError (exit 4, one line) unless every name in `spec` is registered by the installed vLLM."""
+    name, children = parse_name(spec)
+    try:
+        known = registered_names()
+    except UsageError as exc:  # no usable vLLM: its reason, under the option that asked for it
+        raise TargetError(option, spec, str(exc)) from None
+    for each in (name, *children):
+        if each not in known:
+            raise TargetError(option, spec, f"vLLM {installed_vllm_version()} registers no connector {each!r}; "
+                                            f"registered: {', '.join(known)}")
+    if children and "MultiConnector" in children:
+        raise TargetError(option, spec, f"a MultiConnector child cannot be MultiConnector; accepted: "
+                                        f"vllm:MultiConnector[A,B] with A, B from {', '.join(known)}")

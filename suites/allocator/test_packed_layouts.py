@@ -1,0 +1,165 @@
+"""Spec section 3: KV cache layouts and contiguous packing (vLLM 0.33's `KVCacheLayout`,
+`compute_layout_strides` and block-outermost packing of mixed page sizes), and the specs packing groups
+by (DeepSeek V4's padded MLA pages, bounded-replay sliding-window MLA, TP-replicated Mamba state).
+
+Every expected stride, offset and page below is worked out by hand in the comment next to it (bytes),
+from the layout rule: axes laid out innermost first, each stride the bytes of everything inside it.
+"""
+
+import pytest
+import torch
+
+from suites.allocator.conftest import require
+
+SECTION = "3"
+
+
+@pytest.fixture
+def kv(target):
+    """The reference's spec, planning and HiSparse layout modules, for targets that expose grouping."""
+    require(target, "grouping")
+    from reference_impl.kv_cache import hisparse_layout, kv_cache_interface, kv_cache_planning
+    return kv_cache_interface, kv_cache_planning, hisparse_layout
+
+
+def _full(iface, heads=2, head_size=64, **kw):
+    # block 16, fp16: H = heads, N = 16 states, C = (64 K + 64 V) * 2 bytes = 256; page = heads * 4096
+    return iface.FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=head_size,
+                                   dtype=torch.float16, **kw)
+
+
+@pytest.mark.parametrize("layout,fixed,expected", [
+    # 4 layers x 10 blocks of an 8192-byte page (H 2, N 16, C 256); strides in (L, B, H, N, C) order
+    ("LBHNC", None, (81920, 8192, 4096, 256, 1)),   # N 256, H 16*256, B 2*4096, L 10*8192
+    ("LBNHC", None, (81920, 8192, 256, 512, 1)),    # H 256, N 2*256, B 16*512, L 10*8192
+    ("LHBNC", None, (81920, 4096, 40960, 256, 1)),  # N 256, B 16*256, H 10*4096, L 2*40960
+    ("BLHNC", None, (8192, 32768, 4096, 256, 1)),   # N 256, H 4096, L 2*4096, B 4*8192
+    ("BLHNC", 50000, (8192, 50000, 4096, 256, 1)),  # a fixed block stride replaces the derived 32768
+])
+def test_layout_strides_follow_axis_order(kv, layout, fixed, expected):
+    iface, _, _ = kv
+    strides = iface.compute_layout_strides(_full(iface), 10, 4, iface.KVCacheLayout[layout],
+                                           fixed_strides=(None, fixed, None, None, None))
+    assert strides == expected, f"{layout}: strides (L, B, H, N, C) must be {expected}, got {strides}"
+
+
+def test_padded_page_widens_the_inner_page_axis(kv):
+    """LBHNC, page 8192 padded to 10000: B (the inner of L and B) steps 10000, L 10 * 10000."""
+    iface, _, _ = kv
+    strides = iface.compute_layout_strides(_full(iface, page_size_padded=10000), 10, 4, iface.KVCacheLayout.LBHNC)
+    assert strides == (100000, 10000, 4096, 256, 1)
+
+
+def test_layout_traits_and_names(kv):
+    iface, _, _ = kv
+    layout = iface.KVCacheLayout
+    assert [m.name for m in layout if m.is_block_outermost] == ["BLHNC", "BLNHC", "BHLNC"]
+    assert [m.name for m in layout if m.is_block_compact] == ["LBHNC", "LBNHC", "BLHNC", "BLNHC"]
+    assert layout.BLHNC.layer_view_order == (0, 1, 2, 3), "B, H, N, C of one layer stay in order"
+    assert layout.from_name("NHD") is layout.LBNHC and layout.from_name("HND") is layout.LBHNC
+    with pytest.raises(ValueError, match="Unknown KV cache layout 'XYZ'; accepted: .*'LBHNC'"):
+        layout.from_name("XYZ")
+
+
+def _two_groups(iface):
+    # group 0: a (page 8192) + b (page 4096, one head) -> 12288 bytes per block; group 1: c (8192)
+    specs = {"a": _full(iface), "b": _full(iface, heads=1)}
+    return [iface.KVCacheGroupSpec(["a", "b"], iface.UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs=specs)),
+            iface.KVCacheGroupSpec(["c"], _full(iface))]
+
+
+def test_block_outermost_packs_mixed_pages_into_one_block(kv):
+    """BLHNC: a block is the widest group's pages side by side (12288 bytes), groups overlay from byte 0."""
+    iface, planning, _ = kv
+    config = planning.get_kv_cache_config_from_groups(planning.planning_config(kv_cache_layout="BLHNC"),
+                                                      _two_groups(iface), 10 * 12288)
+    assert config.num_blocks == 10
+    assert [(list(t.layers), t.size, t.layer_stride, t.block_stride, t.offset) for t in config.kv_cache_tensors] == [
+        (["a"], 122880, 8192, 12288, 0),     # a's page first in every block
+        (["b"], 122880, 4096, 12288, 8192),  # b right after it
+        (["c"], 122880, 8192, 12288, 0),     # group 1 overlays group 0 from byte 0
+    ]
+
+
+def test_layer_outermost_layout_rejects_several_groups_of_mixed_pages(kv):
+    iface, planning, _ = kv
+    with pytest.raises(ValueError, match="KV cache layout LBHNC cannot express this model's mixed page sizes"):
+        planning.get_kv_cache_config_from_groups(planning.planning_config(kv_cache_layout="LBHNC"),
+                                                 _two_groups(iface), 10 * 12288)
+
+
+def test_unresolved_vllm_layout_is_an_error(kv):
+    """A vLLM-style cache config whose layout the engine core has not resolved: planning raises its error
+    instead of guessing a layout."""
+    iface, planning, _ = kv
+    config = planning.planning_config()
+
+    def unresolved():
+        raise ValueError("KV cache layout has not been resolved yet")
+
+    config.cache_config.get_resolved_kv_cache_layout = unresolved
+    with pytest.raises(ValueError, match="has not been resolved"):
+        planning.get_kv_cache_config_from_groups(config, _two_groups(iface), 10 * 12288)
+
+
+def test_hisparse_hot_pages_share_the_aligned_block(kv):
+    """An MLA page of 64*128 = 8192 bytes aligned to 1152, beside a hot page of 5120: one block stride
+    serves both, lcm(1152, 5120) = 46080; hot layers sit a page apart inside it."""
+    iface, planning, layout_module = kv
+    mla = iface.MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=128, dtype=torch.uint8,
+                                 block_stride_alignment=1152)
+    hot = iface.HiSparseHotSpec(block_size=16, page_size=5120, blocks_per_request=2)
+    groups = [iface.KVCacheGroupSpec(["attn"], mla), iface.KVCacheGroupSpec(["hot.0", "hot.1"], hot)]
+    config = planning.planning_config(kv_cache_layout="BLHNC")
+    assert planning._pool_bytes_per_block(config, groups) == 46080
+    tensors = layout_module._build_hisparse_kv_cache_tensors(groups, 3, 3 * 46080, iface.KVCacheLayout.BLHNC, 46080)
+    assert [(list(t.layers), t.layer_stride, t.block_stride, t.offset) for t in tensors] == [
+        (["attn"], 8192, 46080, 0), (["hot.0", "hot.1"], 5120, 46080, 0)]
+    with pytest.raises(ValueError, match="need a block-outermost KV cache layout, got LBNHC"):
+        layout_module._build_hisparse_kv_cache_tensors(groups, 3, 3 * 46080, iface.KVCacheLayout.LBNHC, 46080)
+
+
+def test_mla_alignment_pads_the_page(kv):
+    """DeepSeek V4 MLA, 64 tokens x 584 bytes = 37376, aligned to 576: padded to 65 * 576 = 37440."""
+    iface, _, _ = kv
+    spec = iface.MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=584, dtype=torch.uint8, alignment=576)
+    assert (spec.real_page_size_bytes, spec.page_size_bytes) == (37376, 37440)
+    swa = iface.SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=584, dtype=torch.uint8,
+                                     sliding_window=128, alignment=576)
+    assert swa.page_size_bytes == 37440
+
+
+def test_bounded_replay_and_replicated_state_keep_their_own_groups(kv):
+    """A bounded-replay SWA-MLA layer is never prefix-cached and does not share a group with a replaying
+    one of the same window; a TP-replicated Mamba state does not share one with sharded states."""
+    iface, _, _ = kv
+    swa = dict(block_size=32, num_kv_heads=1, head_size=64, dtype=torch.uint8, sliding_window=128)
+    bounded = iface.SlidingWindowMLASpec(bounded_replay=True, **swa)
+    plain = iface.SlidingWindowMLASpec(**swa)
+    assert (bounded.prefix_cacheable, bounded.prefix_replay_tokens) == (False, 128)
+    assert (plain.prefix_cacheable, plain.prefix_replay_tokens) == (True, 0)
+    assert not iface.UniformTypeKVCacheSpecs.is_uniform_type({"a": bounded, "b": plain})
+    mamba = dict(block_size=16, shapes=((32,),), dtypes=(torch.bfloat16,))
+    sharded, replicated = iface.MambaSpec(**mamba), iface.MambaSpec(tp_replicated=True, **mamba)
+    assert iface.UniformTypeKVCacheSpecs.is_uniform_type({"a": sharded, "b": iface.MambaSpec(**mamba)})
+    assert not iface.UniformTypeKVCacheSpecs.is_uniform_type({"a": sharded, "b": replicated})
+
+
+def test_window_group_without_a_hit_nulls_what_it_skips(kv, target):
+    """A bounded-replay window group (bs 16, window 32) has no hit of its own. Adopting a 64-token hit of
+    the other groups, it skips 64 - 32 + 1 = 33 tokens: two null blocks; it never registers blocks."""
+    iface, _, _ = kv
+    from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
+
+    swa = iface.SlidingWindowMLASpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.uint8,
+                                     sliding_window=32, bounded_replay=True)
+    config = iface.KVCacheConfig(num_blocks=32, kv_cache_tensors=[], kv_cache_groups=[
+        iface.KVCacheGroupSpec(["full"], _full(iface)), iface.KVCacheGroupSpec(["swa"], swa)])
+    manager = KVCacheManager(config, max_model_len=256, hash_block_size=16)
+    window = manager.coordinator.single_type_managers[1]
+    window.add_local_computed_blocks("r", [], num_local_computed_tokens=64, num_external_computed_tokens=0)
+    assert window.req_to_blocks["r"] == [window._null_block] * 2
+    request = target.make_request("r", list(range(80)), 16)
+    assert len(request.block_hashes) == 5, "the request is hashed: 80 tokens, five 16-token blocks"
+    window.cache_blocks(request, 80)
+    assert window.num_cached_block["r"] == 2, "a group outside prefix caching registers nothing"

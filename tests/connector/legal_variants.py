@@ -1,0 +1,49 @@
+"""Connectors with legal behaviour the suite once judged a bug, and their buggy twins (the check must still fail).
+
+* A store owned by the engine, as vLLM's CPU-offloading connectors keep their CPU tier in the engine's own
+  connector instances: a second engine (or process) starts with an empty store, by design.
+  `EngineOwnedStoreConnector` is correct; `EngineOwnedFullAttentionHitConnector` carries
+  `FullAttentionHitConnector`'s bug (caught by C07), so the checks that re-use the storing engine still fail.
+* Hits that end inside a block, as LMCache's (a full-prompt hit lowered by one token) and OffloadingConnector's
+  partial tails: vLLM 0.33's scheduler accepts them. `OneTokenShortHitConnector` answers every hit one token
+  short; on a Mamba model that is a hit between two Mamba states, which C06 must still catch.
+"""
+
+from __future__ import annotations
+
+from reference_impl.connector.lmcache_like import LMCacheLikeConnector, extra_config
+from reference_impl.connector.store import ChunkStore
+from tests.connector.buggy import FullAttentionHitConnector
+
+# id(kv_transfer_config) -> (that config, its engine's store). The roles and ranks of one engine share the
+# engine's KVTransferConfig object (EngineCore copies the config shallowly per rank); another engine has its own.
+# The config is kept alive with its store, so an id is never reused while its entry exists.
+_ENGINE_STORES: dict[int, tuple[object, ChunkStore]] = {}
+
+
+class _EngineOwnedStore:
+    """Replaces the process-wide named store by one that belongs to this engine's connector instances."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        ktc = vllm_config.kv_transfer_config
+        entry = _ENGINE_STORES.get(id(ktc))
+        if entry is None:
+            entry = _ENGINE_STORES[id(ktc)] = (ktc, ChunkStore(int(extra_config(vllm_config)["cpu_bytes"])))
+        self.store = entry[1]
+
+
+class EngineOwnedStoreConnector(_EngineOwnedStore, LMCacheLikeConnector):
+    """The reference connector with a store per engine: correct."""
+
+
+class EngineOwnedFullAttentionHitConnector(_EngineOwnedStore, FullAttentionHitConnector):
+    """A store per engine, hits from full-attention groups only: caught by C07 hit-min-over-groups."""
+
+
+class OneTokenShortHitConnector(LMCacheLikeConnector):
+    """Every hit one token short of the chunk boundary it would end on (a hit inside a block)."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        n, load_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        return (n - 1, load_async) if n and n > 1 else (n, load_async)

@@ -1,0 +1,127 @@
+"""Legal connector behaviour the suite once reported as a finding on vLLM's connectors (issue of the CPU
+offloading connectors): each check must pass a correct connector that behaves so, and still fail its buggy twin.
+
+* A store owned by the engine (profile `store_scope` "engine", as vLLM's OffloadingConnector and
+  SimpleCPUOffloadConnector keep their CPU tier): C07 read back on a fresh engine, which starts empty by design,
+  and reported "no hit for any prefix"; C36 looked up on a fresh engine and in other processes.
+* Hits that end inside a block (LMCache lowers a full-prompt hit by one token; OffloadingConnector's partial
+  tails): C06 required every group's block size, which vLLM 0.33's scheduler does not.
+* vLLM's CPU-offloading connectors refuse a Mamba group in mamba_cache_mode 'none' by design (C03): N/A with
+  vLLM's reason, not a failure.
+
+The checks run in this process through the suite's own `CheckContext`, as the suite runs them; the vLLM cases
+need the installed vLLM (skipped without one: run with the vLLM venv and `PYTHONPATH` of this tree).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from _pytest.outcomes import Failed
+
+from harness.targets.connector_profile import split_declaration
+from harness.targets.connector_target import ConnectorTarget
+from suites.connector import test_api, test_isolation, test_lookup
+from suites.connector.context import CheckContext, prompt
+
+LEGAL = "tests.connector.legal_variants"
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its "
+                                                     "venv and PYTHONPATH of this tree)")
+ENGINE_OWNED = {"kvconform": {"store_scope": "engine"}}
+
+
+def _context(cls: str, preset: str | None, check_id: str, extra: dict | None = None) -> CheckContext:
+    extra, declared = split_declaration(extra or {})  # as the plugin splits --kv-connector-extra-config
+    target = ConnectorTarget(cls, f"{LEGAL}:{cls}", "--kv-connector", extra_config=extra, declared=declared)
+    return CheckContext(target, preset, check_id=check_id)
+
+
+def _run(ctx: CheckContext, check, *args):
+    try:
+        check(ctx, *args)
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("preset", ["fa+swa", "fa+swa+mamba"])
+def test_c07_reads_back_an_engine_owned_store_on_the_engine_that_stored(preset):
+    _run(_context("EngineOwnedStoreConnector", preset, "C07", ENGINE_OWNED), test_lookup.test_c07_hit_min_over_groups,
+         preset)
+
+
+def test_c07_without_the_declaration_reads_on_a_fresh_engine_and_finds_nothing():
+    """What the suite reported for vLLM's offloading connectors: without the store scope, a fresh engine reads."""
+    ctx = _context("EngineOwnedStoreConnector", "fa+swa", "C07")
+    with pytest.raises(Failed, match="the connector offered no hit for any prefix of a prompt it had seen"):
+        _run(ctx, test_lookup.test_c07_hit_min_over_groups, "fa+swa")
+
+
+def test_c07_still_catches_a_wrong_hit_on_an_engine_owned_store():
+    ctx = _context("EngineOwnedFullAttentionHitConnector", "fa+swa", "C07", ENGINE_OWNED)
+    with pytest.raises(Failed, match="after a hole in what the connector saw"):
+        _run(ctx, test_lookup.test_c07_hit_min_over_groups, "fa+swa")
+
+
+def test_c36_on_an_engine_owned_store_judges_this_engine_then_is_not_applicable(tmp_path):
+    ctx = _context("EngineOwnedStoreConnector", None, "C36", ENGINE_OWNED)
+    with pytest.raises(pytest.skip.Exception, match="N/A: the connector's store is owned by its engine .*no other "
+                                                    "process can read it"):
+        _run(ctx, test_isolation.test_c36_determinism_across_processes, tmp_path)
+
+
+@pytest.mark.parametrize("preset", ["fa_only", "fa16+swa32"])
+def test_c06_takes_a_hit_that_ends_inside_a_block(preset):
+    _run(_context("OneTokenShortHitConnector", preset, "C06"), test_lookup.test_c06_hit_alignment, preset)
+
+
+def test_c06_still_catches_a_hit_between_two_mamba_states():
+    ctx = _context("OneTokenShortHitConnector", "fa+mamba_align", "C06")
+    with pytest.raises(Failed, match="is not on a Mamba state boundary"):
+        _run(ctx, test_lookup.test_c06_hit_alignment, "fa+mamba_align")
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", ["OffloadingConnector", "SimpleCPUOffloadConnector"])
+def test_vllm_cpu_offloading_connectors_own_their_store_by_reviewed_data(name):
+    from harness.targets.connector_selection import connector_target
+
+    assert connector_target(f"vllm:{name}").profile.store_scope == "engine"
+    assert connector_target(f"vllm:MultiConnector[ExampleConnector,{name}]").profile.store_scope == "engine"
+    assert connector_target("vllm:ExampleConnector").profile.store_scope == "shared"
+
+
+@needs_vllm
+@pytest.mark.parametrize("name, reason", [
+    ("OffloadingConnector", "need --enable-prefix-caching to align block sizes"),
+    ("SimpleCPUOffloadConnector", "Mamba prefix caching requires mamba_cache_mode='align'"),
+])
+def test_c03_reads_vllms_refusal_of_a_mamba_none_group_as_not_applicable(name, reason):
+    from harness.targets.connector_selection import connector_target
+
+    ctx = CheckContext(connector_target(f"vllm:{name}"), "fa+swa+mamba", check_id="C03")
+    with pytest.raises(pytest.skip.Exception, match=f"N/A: {name} refuses a Mamba group in mamba_cache_mode 'none' "
+                                                    f"by design: .*{reason}"):
+        _run(ctx, test_api.test_c03_group_discovery_rejects, "fa+swa+mamba")
+
+
+
+@pytest.mark.parametrize("preset, end, why", [
+    ("fa16+swa32", 255, None),  # inside a block of both groups: served from the whole blocks ending at 256
+    ("fa16+swa32", 256, None),
+    ("fa16+swa32", 300, "never exposed tokens 288-303"),  # its block was never computed in full
+    ("fa+mamba_align", 255, "Mamba group 1 has no state boundary at 255"),
+])
+def test_c07_exposure_serves_a_hit_inside_a_block_from_the_whole_block(preset, end, why):
+    """C07's servable-hit oracle: an attention hit may end inside a block (vLLM's scheduler takes it; LMCache and
+    OffloadingConnector answer such hits), a Mamba hit only where a state was kept."""
+    ctx = _context("EngineOwnedStoreConnector", preset, "C07")
+    try:
+        engine = ctx.engine()
+        tokens = prompt(5, 300)
+        ctx.run(engine, tokens)
+        got = ctx.exposure.unservable(engine, tokens + prompt(6, 100), end)  # a longer prompt of the same prefix
+        assert (got is None) if why is None else (why in (got or "")), got
+    finally:
+        ctx.close()
