@@ -1,7 +1,9 @@
 """Block metadata, the free queue, the prefix-cache map and `BlockPool` (vLLM 0.33 `v1/core` semantics).
 
-Hot paths (get_new_blocks, free_blocks, touch) link and unlink the intrusive free list inline instead of
-calling the queue's methods per block: this module is what the throughput benchmarks measure.
+Hot paths (get_new_blocks, free_blocks, touch) work on the free queue inline instead of calling its methods
+per block: blocks freed to the head go on the queue's `front` stack and are handed out from there by slicing,
+the rest of the intrusive free list is linked and unlinked in place. This module is what the throughput
+benchmarks measure.
 """
 
 from __future__ import annotations
@@ -202,7 +204,8 @@ class BlockPool:
         # be hidden from the GC and a dropped pool is freed by refcounting alone.
         self._weak_self = weakref.ref(self)
         self.blocks = [KVCacheBlock(i, pool=self._weak_self) for i in range(num_gpu_blocks)]
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        # Unlinked: a new pool hands its blocks out in id order straight from the queue's `front` stack.
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks, linked=False)
         self.cached_block_hash_to_block = BlockHashToBlockMap(self.blocks)
         # Extra keys a block is reachable under besides its primary `block_hash` (partial prefix entries
         # registered on a block that already had a key). Never non-empty for a block without a primary key.
@@ -211,8 +214,7 @@ class BlockPool:
         self.null_block.is_null = True
         # Never pooled (free_blocks skips it through this) and never freed.
         self.null_block.pool = None
-        # Scratch nodes free_blocks hangs the chains of freed blocks off before splicing them in.
-        self._head_chain = KVCacheBlock(-2)
+        # Scratch node free_blocks hangs the chain of blocks freed to the tail off before splicing it in.
         self._tail_chain = KVCacheBlock(-2)
         # Blocks released by `unpin_blocks` whose old contents someone still reads, with the callback
         # that tells the reader when the pool hands the block out again.
@@ -461,15 +463,39 @@ class BlockPool:
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Pop `num_blocks` from the head of the free queue (evicting cached ones), ref_cnt = 1 each."""
         queue = self.free_block_queue
+        front = queue.front
+        if 0 < num_blocks <= len(front):
+            # The head of the queue is the end of `front` (blocks freed to the head, a new pool's blocks):
+            # a slice, no links.
+            if num_blocks == 1:
+                out = [front.pop()]
+            else:
+                out = front[:-num_blocks - 1:-1]
+                del front[-num_blocks:]
+            queue.num_free_blocks -= num_blocks
+            if self.enable_caching:
+                for block in out:
+                    # only a block freed with evict_first (or cached while free) still has a key here
+                    if block.block_hash is not None:
+                        self._evict_cached(block)
+                    block.ref_cnt = 1
+            else:
+                for block in out:
+                    block.ref_cnt = 1
+            if self._reuse_watchers:
+                self._notify_reuse(out)
+            return out
         if num_blocks > queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         if num_blocks <= 0:
             if num_blocks < 0:
                 raise ValueError(f"num_blocks must be non-negative, got {num_blocks}")
             return []
+        if front:  # the request reaches past `front` into the linked list
+            queue.link_front()
         # Handed-out blocks keep their stale queue links: nothing reads a used block's links (only free
         # blocks are unlinked or walked), and not clearing them saves two stores per block.
-        head = queue.fake_free_list_head
+        head = queue._head
         cur = head.next_free_block
         if num_blocks == 1:  # the common decode case, without a loop
             nxt = cur.next_free_block
@@ -544,10 +570,13 @@ class BlockPool:
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on each non-null block (prefix hit), unlinking free ones from the queue."""
         queue = self.free_block_queue
+        front = queue.front
         for block in blocks:
             if block.is_null:
                 continue
             if block.ref_cnt == 0:
+                if front:  # the block may be on it: link it in so that the block can be unlinked
+                    queue.link_front()
                 prev = block.prev_free_block
                 nxt = block.next_free_block
                 prev.next_free_block = nxt
@@ -566,8 +595,6 @@ class BlockPool:
         if type(ordered_blocks) is list and len(ordered_blocks) == 1 and ordered_blocks[0].pool is self._weak_self \
                 and not evict_first:
             block = ordered_blocks[0]
-            if block.is_null:
-                return
             rc = block.ref_cnt - 1
             if rc < 0:
                 raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
@@ -576,85 +603,59 @@ class BlockPool:
                 return
             queue = self.free_block_queue
             if self.enable_caching and block.block_hash is not None:
-                tail = queue.fake_free_list_tail
+                tail = queue._tail
                 prev = tail.prev_free_block
                 prev.next_free_block = block
                 block.prev_free_block = prev
                 block.next_free_block = tail
                 tail.prev_free_block = block
             else:
-                head = queue.fake_free_list_head
-                nxt = head.next_free_block
-                nxt.prev_free_block = block
-                block.next_free_block = nxt
-                head.next_free_block = block
-                block.prev_free_block = head
+                queue.front.append(block)
             queue.num_free_blocks += 1
             return
-        # One pass: the blocks reaching 0 are chained as they come (head chain and tail chain, each in the
-        # given order, hung off the pool's two scratch nodes so the loop has no first-block branch), then
-        # each chain is spliced into the queue once. The null block names no pool, so one identity test
-        # sends it and foreign blocks to the slow branch.
+        # One pass: the blocks reaching 0 that go to the head are collected in the given order, then put on
+        # the queue's `front` reversed (the first of them on top: the head); those that go to the tail are
+        # chained as they come, hung off the pool's scratch node so the loop has no first-block branch, and
+        # the chain is spliced in once. The null block names no pool, so one identity test sends it and
+        # foreign blocks to the slow branch.
         own = self._weak_self
-        h_start = h_last = self._head_chain
+        keep_keyed = self.enable_caching and not evict_first
+        to_head = []
         t_start = t_last = self._tail_chain
-        num_freed = 0
+        num_to_tail = 0
         foreign = None
-        if self.enable_caching and not evict_first:
+        try:
             for block in ordered_blocks:
-                if block.pool is not own:
+                if block.ref_cnt == 1 and block.pool is own:
+                    block.ref_cnt = 0
+                    if block.block_hash is None or not keep_keyed:
+                        to_head.append(block)
+                    else:
+                        t_last.next_free_block = block
+                        block.prev_free_block = t_last
+                        t_last = block
+                        num_to_tail += 1
+                elif block.pool is not own:
                     if not block.is_null:
                         if foreign is None:
                             foreign = []
                         foreign.append(block)
-                    continue
-                rc = block.ref_cnt - 1
-                if rc:
-                    if rc < 0:
-                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
-                    block.ref_cnt = rc
-                    continue
-                block.ref_cnt = 0
-                num_freed += 1
-                if block.block_hash is None:
-                    h_last.next_free_block = block
-                    block.prev_free_block = h_last
-                    h_last = block
+                elif block.ref_cnt < 1:
+                    raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
                 else:
-                    t_last.next_free_block = block
-                    block.prev_free_block = t_last
-                    t_last = block
-        else:
-            for block in ordered_blocks:
-                if block.pool is not own:
-                    if not block.is_null:
-                        if foreign is None:
-                            foreign = []
-                        foreign.append(block)
-                    continue
-                rc = block.ref_cnt - 1
-                if rc:
-                    if rc < 0:
-                        raise AssertionError(f"ref_cnt of block {block.block_id} would become negative")
-                    block.ref_cnt = rc
-                    continue
-                block.ref_cnt = 0
-                num_freed += 1
-                h_last.next_free_block = block
-                block.prev_free_block = h_last
-                h_last = block
+                    block.ref_cnt -= 1
+        finally:
+            # Also when a block's count would go negative: the blocks released before it join the queue.
+            queue = self.free_block_queue
+            if to_head:
+                to_head.reverse()
+                queue.front += to_head
+            if num_to_tail:
+                tail = queue._tail
+                _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
+            queue.num_free_blocks += len(to_head) + num_to_tail
         if foreign:
             self._free_foreign_blocks(foreign, evict_first)
-        if not num_freed:
-            return
-        queue = self.free_block_queue
-        if h_last is not h_start:
-            head = queue.fake_free_list_head
-            _splice(head, h_start.next_free_block, h_last, head.next_free_block)
-        if t_last is not t_start:
-            tail = queue.fake_free_list_tail
-            _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
-        queue.num_free_blocks += num_freed
 
     @staticmethod
     def _free_foreign_blocks(blocks: list[KVCacheBlock], evict_first: bool = False) -> None:

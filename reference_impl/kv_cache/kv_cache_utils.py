@@ -149,21 +149,65 @@ class KVCacheBlock:
 
 
 class FreeKVCacheBlockQueue:
-    """Doubly linked free list threaded through the blocks, with sentinel head/tail (id -1).
+    """Doubly linked free list threaded through the blocks, with sentinel head/tail (id -1), behind `front`,
+    a stack of free blocks at the head.
 
-    The head is reused first; with prefix caching it doubles as the LRU list of evictable cached blocks.
+    The head is reused first; with prefix caching the queue doubles as the LRU list of evictable cached
+    blocks. The queue's order is `front` from its last element to its first, then the linked list;
+    `num_free_blocks` counts both. A pool keeps on `front` the blocks it frees to the head (unhashed ones,
+    reused first, LIFO) and a new pool's blocks: handing them out is a slice of a list, without link surgery,
+    and the usual next allocation takes back exactly the blocks freed last. The order is vLLM's.
+
+    Blocks on `front` carry stale links. Whatever reads or edits links at the head (`popleft_n` past
+    `front`, `remove`, `prepend_n`, reading `fake_free_list_head` or `fake_free_list_tail`) first links
+    `front` in (`link_front`), so that a walk from a sentinel sees every free block, as in vLLM.
     """
 
-    __slots__ = ("num_free_blocks", "fake_free_list_head", "fake_free_list_tail")
+    __slots__ = ("num_free_blocks", "front", "_head", "_tail")
 
-    def __init__(self, blocks: Sequence[KVCacheBlock]):
+    def __init__(self, blocks: Sequence[KVCacheBlock], *, linked: bool = True):
+        """The queue of `blocks`, `blocks[0]` at the head; `linked=False` puts them on `front` (a pool's
+        initial blocks: they are handed out from there, in the same order, without being linked first)."""
         self.num_free_blocks = 0
         head = KVCacheBlock(-1)
         tail = KVCacheBlock(-1)
         head.next_free_block, tail.prev_free_block = tail, head
-        self.fake_free_list_head = head
-        self.fake_free_list_tail = tail
-        self.append_n(blocks)
+        self._head = head
+        self._tail = tail
+        #: Free blocks ahead of the linked list, the last one at the head (see the class docstring).
+        self.front: list[KVCacheBlock] = untracked_list()
+        if linked:
+            self.append_n(blocks)
+        else:
+            self.front.extend(reversed(blocks))
+            self.num_free_blocks = len(self.front)
+
+    @property
+    def fake_free_list_head(self) -> KVCacheBlock:
+        """The head sentinel (`front` linked in first, so that its `next_free_block` is the real head)."""
+        if self.front:
+            self.link_front()
+        return self._head
+
+    @property
+    def fake_free_list_tail(self) -> KVCacheBlock:
+        """The tail sentinel (`front` linked in first, so that a walk back from it sees every free block)."""
+        if self.front:
+            self.link_front()
+        return self._tail
+
+    def link_front(self) -> None:
+        """Link the blocks of `front` in at the head of the linked list, in queue order, and empty it."""
+        front = self.front
+        head = self._head
+        nxt = head.next_free_block
+        for block in front:  # from the queue-last of them: each goes in before the one linked before it
+            block.next_free_block = nxt
+            nxt.prev_free_block = block
+            nxt = block
+        head.next_free_block = nxt
+        nxt.prev_free_block = head
+        front.clear()
 
     def popleft(self) -> KVCacheBlock:
         """Remove and return the head block."""
@@ -175,7 +219,17 @@ class FreeKVCacheBlockQueue:
         """Remove and return the first n blocks in queue order (caller guarantees n <= free)."""
         if n == 0:
             return []
-        head = self.fake_free_list_head
+        front = self.front
+        if n <= len(front):
+            out = front[:-n - 1:-1]
+            del front[-n:]
+            for block in out:  # a block on `front` kept stale links
+                block.prev_free_block = block.next_free_block = None
+            self.num_free_blocks -= n
+            return out
+        if front:
+            self.link_front()
+        head = self._head
         cur = head.next_free_block
         out = []
         append = out.append
@@ -191,6 +245,8 @@ class FreeKVCacheBlockQueue:
 
     def remove(self, block: KVCacheBlock) -> None:
         """Unlink a block from anywhere in the queue."""
+        if self.front:
+            self.link_front()
         prev, nxt = block.prev_free_block, block.next_free_block
         if prev is None or nxt is None:
             raise RuntimeError(f"remove() called on a block that is not free: {block}")
@@ -207,7 +263,7 @@ class FreeKVCacheBlockQueue:
         """Link blocks at the tail, in the given order."""
         if not blocks:
             return
-        tail = self.fake_free_list_tail
+        tail = self._tail
         prev = tail.prev_free_block
         assert prev is not None, "prev_free_block of fake_free_list_tail should always exist"
         for block in blocks:
@@ -222,7 +278,9 @@ class FreeKVCacheBlockQueue:
         """Link blocks at the head; blocks[0] becomes the new head."""
         if not blocks:
             return
-        head = self.fake_free_list_head
+        if self.front:
+            self.link_front()
+        head = self._head
         nxt = head.next_free_block
         for block in reversed(blocks):
             nxt.prev_free_block = block
@@ -234,15 +292,13 @@ class FreeKVCacheBlockQueue:
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """Head-to-tail list of the free blocks (for tests)."""
-        out = []
-        cur = self.fake_free_list_head.next_free_block
-        tail = self.fake_free_list_tail
+        out = self.front[::-1]
+        cur = self._head.next_free_block
+        tail = self._tail
         while cur is not tail:
             out.append(cur)
             cur = cur.next_free_block
         return out
-
-
 
 
 def null_head_len(blocks: Sequence[KVCacheBlock]) -> int:

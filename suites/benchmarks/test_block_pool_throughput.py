@@ -2,8 +2,11 @@
 allocation, on the reference and, when importable, vLLM, rounds interleaved as in `test_allocator_throughput`
 (pool workloads count block operations: a get or a free of one block is one)."""
 
+import importlib.util
+
 import pytest
 
+from harness.target_spec import load_allocator_target
 from suites.benchmarks import workloads as w
 from suites.benchmarks.interleave import record_side, side_by_side
 
@@ -32,3 +35,18 @@ def test_pool_evict_k16(impls, side_fixtures, kvconform_record):
     sides = side_by_side(impls, side_fixtures, lambda impl: (lambda: (w.make_evict_pool(impl),), w.evict_all), 3)
     for impl, side in zip(impls, sides):
         record_side(kvconform_record, side, "pool.evict_k16", impl, block_ops=99_984)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pool_ids_identical_to_vllm(kvconform_record, seed):
+    """The reference's pool hands out, hits and queues exactly vLLM's block ids under random pool operations
+    (`workloads.pool_ops_digest`): the pool workloads above time identical work on both."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("not applicable: vLLM is not importable in this environment")
+    kvconform_record(suite="allocator", cell={"target": "reference-vs-vllm", "scenario": f"pool.random_ops[{seed}]",
+                                              "section": "2"})
+    ref_target, vllm_target = load_allocator_target("reference"), load_allocator_target("vllm")
+    evict_first = w.has_evict_first(ref_target) and w.has_evict_first(vllm_target)
+    ref = w.pool_ops_digest(ref_target, seed, evict_first)
+    vllm = w.pool_ops_digest(vllm_target, seed, evict_first)
+    assert ref == vllm, f"pool operations (seed {seed}): the reference's block ids (digest {ref}) differ from vLLM's ({vllm})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import math
 import random
 from collections import deque
@@ -19,7 +20,8 @@ from harness.targets.allocator_target import GroupDesc
 __all__ = [
     "STREAMS", "StreamConfig", "StreamShape", "FULL_SCALE", "CI_SCALE", "make_stream_manager",
     "make_stream_requests", "run_stream", "mamba_aligned_chunk", "pool_churn", "make_steady_pool", "steady_pairs",
-    "make_evict_pool", "evict_all", "count_block_ops", "prefill_and_free", "lookup_prompts",
+    "make_evict_pool", "evict_all", "has_evict_first", "pool_ops_digest",
+    "count_block_ops", "prefill_and_free", "lookup_prompts",
 ]
 
 BLOCK_SIZE = 16
@@ -316,6 +318,74 @@ def evict_all(pool, k: int = 16) -> int:
         get(k)
         n += k
     return n
+
+
+def has_evict_first(target) -> bool:
+    """Whether the target's `BlockPool.free_blocks` takes `evict_first` (vLLM 0.34 and the reference)."""
+    return "evict_first" in inspect.signature(target.make_block_pool(2, False, BLOCK_SIZE).free_blocks).parameters
+
+
+def pool_ops_digest(target, seed: int, evict_first: bool, num_blocks: int = 48, num_ops: int = 600) -> str:
+    """SHA-256 over the block ids a random sequence of pool operations hands out, hits and leaves queued.
+
+    The operations (drawn from `seed`, caching on): get_new_blocks of 1..8 blocks; free_blocks of a held
+    allocation, tail first or not, some with `evict_first` when asked (every target compared must have it);
+    cache_full_blocks of a held allocation or of blocks that are free; a prefix hit (get_cached_block, then
+    touch). After each, the free queue from head to tail is digested, and now and then read by walking it
+    from its head sentinel.
+    """
+    rng = random.Random(seed)
+    pool = target.make_block_pool(num_blocks, True, BLOCK_SIZE)
+    queue = pool.free_block_queue
+    digest = hashlib.sha256()
+    held: list[list] = []
+
+    def keys(tag: int, n: int) -> list[bytes]:
+        return [hashlib.sha256(f"{tag}:{i}".encode()).digest() for i in range(n)]
+
+    for _ in range(num_ops):
+        op = rng.random()
+        free = pool.get_num_free_blocks()
+        if op < 0.35 and free:
+            blocks = pool.get_new_blocks(rng.randint(1, min(free, 8)))
+            digest.update(repr(("get", [b.block_id for b in blocks])).encode())
+            held.append(blocks)
+        elif op < 0.6 and held:
+            blocks = held.pop(rng.randrange(len(held)))
+            if rng.random() < 0.7:
+                blocks.reverse()
+            # drawn either way, so that the rest of the sequence does not depend on `evict_first`
+            first = rng.random() < 0.15
+            if evict_first and first:
+                pool.free_blocks(blocks, evict_first=True)
+            else:
+                pool.free_blocks(blocks)
+        elif op < 0.75:
+            # a held allocation, or blocks that are free (cached while queued: handing them out evicts them)
+            blocks = held[rng.randrange(len(held))] if held and rng.random() < 0.8 else \
+                queue.get_all_free_blocks()[:rng.randint(1, 4)]
+            if blocks and all(b.block_hash is None for b in blocks):
+                pool.cache_full_blocks(_HashOnly("r", keys(rng.randrange(6), len(blocks))), blocks, 0,
+                                       len(blocks), BLOCK_SIZE, 0)
+        elif op < 0.9:
+            hit = []
+            for key in keys(rng.randrange(6), 8):
+                cached = pool.get_cached_block(key, [0])
+                if cached is None:
+                    break
+                hit.append(cached[0])
+            digest.update(repr(("hit", [b.block_id for b in hit])).encode())
+            if hit:
+                pool.touch(hit)
+                held.append(hit)
+        elif op < 0.95:
+            walk, cur, tail = [], queue.fake_free_list_head.next_free_block, queue.fake_free_list_tail
+            while cur is not tail:
+                walk.append(cur.block_id)
+                cur = cur.next_free_block
+            digest.update(repr(("walk", walk)).encode())
+        digest.update(repr([b.block_id for b in queue.get_all_free_blocks()]).encode())
+    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------------------- 32k lookup
