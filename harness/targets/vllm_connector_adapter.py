@@ -460,6 +460,7 @@ class VllmConnectorAdapter:
         # CachedRequestData has no `resumed_req_ids`), with its whole table and every token so far to prefill.
         resumed_as_new = "resumed_req_ids" not in {f.name for f in dataclasses.fields(v.sched.CachedRequestData)}
         keep = [i for i, req_id in enumerate(c.req_ids) if not (resumed_as_new and req_id in c.resumed_req_ids)]
+        kept_ids = {c.req_ids[i] for i in keep}
         if resumed_as_new:
             for i, req_id in enumerate(c.req_ids):
                 if req_id in c.resumed_req_ids:
@@ -470,7 +471,7 @@ class VllmConnectorAdapter:
             v.sched.CachedRequestData, req_ids=[c.req_ids[i] for i in keep],
             resumed_req_ids=set() if resumed_as_new else set(c.resumed_req_ids),
             new_token_ids=[list(c.new_token_ids[i]) for i in keep],
-            all_token_ids={k: list(t) for k, t in c.all_token_ids.items() if k in {c.req_ids[i] for i in keep}},
+            all_token_ids={k: list(t) for k, t in c.all_token_ids.items() if k in kept_ids},
             new_block_ids=[None if c.new_block_ids[i] is None else tuple(list(g) for g in c.new_block_ids[i])
                            for i in keep],
             num_computed_tokens=[c.num_computed_tokens[i] for i in keep],
