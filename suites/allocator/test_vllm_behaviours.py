@@ -118,3 +118,14 @@ def test_reserved_blocks_apply_to_the_chunk_only(target, reserved, expected):
     out = m.allocate_slots(req, 8, full_sequence_must_fit=True, reserved_blocks=reserved)
     got = None if out is None else _ids(out)
     assert got == expected, f"reserved_blocks={reserved}: expected {expected}, got {got}"
+
+
+# ------------------------------------------------------------------------------------------- requests
+def test_request_carries_connector_params_and_resumability(target):
+    """Connectors and HiSparse's admission read and set two fields of vLLM's request: a connector's
+    `kv_transfer_params` (None unless the sampling parameters carry some; P/D sets `do_remote_prefill`)
+    and `resumable` (a streaming request that may get more input; False by default)."""
+    req = target.make_request("r", list(range(5)), 4)
+    assert (req.kv_transfer_params, req.resumable) == (None, False)
+    req.kv_transfer_params = {"do_remote_prefill": True}
+    assert req.kv_transfer_params == {"do_remote_prefill": True}
