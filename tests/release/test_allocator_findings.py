@@ -91,3 +91,21 @@ def test_each_reviewed_finding_names_an_existing_scenario_and_measured_releases(
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", r) for r in releases), f"{finding.test}: releases {releases}"
     assert finding.failing and not set(finding.failing) & set(finding.passing), \
         f"{finding.test}: a release is measured failing and passing: {finding.failing} / {finding.passing}"
+
+
+def test_the_report_marks_a_reviewed_finding_and_only_on_its_release():
+    from harness.report.allocator_section import allocator_sections
+    from harness.report.model import BulletList
+
+    finding = load_findings()[0]
+
+    def failing_items(release):
+        cell = {"target": f"vllm-{release}", "scenario": finding.test.split("::")[-1], "section": "4"}
+        entry = {"id": finding.test, "suite": "allocator", "cell": cell, "status": "failed", "message": "assert 24 == 28"}
+        blocks = allocator_sections([entry])[0].blocks
+        return [item for b in blocks if isinstance(b, BulletList) for item in b.items]
+
+    [item] = failing_items(finding.failing[0])
+    assert f"(reviewed vLLM bug: {finding.root}; upstream: {finding.upstream})" in item, item
+    [item] = failing_items("99.0.0")
+    assert "reviewed" not in item, f"a release the finding does not list gets no reviewed mark: {item}"
