@@ -115,6 +115,18 @@ CLASSIFIED = (
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
+    # Read against lmcache 0.5.6 (the newest on PyPI, 2026-12-04), lmcache/integration/vllm/lmcache_mp_connector.py
+    # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
+    # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a
+    # new one). vLLM 0.34.0's `LMCacheMPConnector` loads this class whenever lmcache is installed.
+    Classified("LMCacheMPConnector", "has no attribute 'resumed_req_ids'", "lmcache 0.5.6 reads a field vLLM 0.34.0 "
+               "removed", "connector bug",
+               "`build_connector_meta` reads `scheduler_output.scheduled_cached_reqs.resumed_req_ids` without a guard; "
+               "vLLM 0.34.0's `CachedRequestData` has no such field, so the first scheduler step with a running "
+               "request raises AttributeError (in vLLM's engine core: a fatal error). vLLM 0.34.0's own "
+               "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
+               "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
+               "only"),
     Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
                "connector bug",
                "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "

@@ -23,6 +23,11 @@ from reference_impl.kv_cache.kv_cache_utils import get_request_block_hasher
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 
 
+# Steps a run may take before it counts as stuck: generous, because a connector with an asynchronous lookup
+# (LMCache's server) keeps a request waiting for as many steps as its answer takes on a loaded machine.
+MAX_STEPS = 10000
+
+
 @dataclass
 class ModelConfig:
     """The model name connectors put into their keys."""
@@ -187,7 +192,7 @@ class EngineCore:
         self.step_count += 1
         return so
 
-    def run_until_done(self, max_steps: int = 10000, idle_steps: int = 2, **hooks) -> int:
+    def run_until_done(self, max_steps: int = MAX_STEPS, idle_steps: int = 2, **hooks) -> int:
         """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""
         start = self.step_count
         while self.scheduler.has_unfinished_requests():

@@ -19,7 +19,7 @@ from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
-from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
+from reference_impl.engine.core import MAX_STEPS, EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
 from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec
@@ -294,11 +294,11 @@ class CheckContext:
         engine = self.engine(preset, num_blocks=self.pool_for_one(preset, length))
         first = prompt(9100 + length, length)
         a = engine.add_request(engine.make_request(first, max_tokens=1))
-        for _ in range(100):
+        for _ in range(MAX_STEPS):
             if a.is_finished:
                 break
             engine.step()
-        expect(a.is_finished, "scenario: the first request did not finish within 100 steps")
+        expect(a.is_finished, f"scenario: the first request did not finish within {MAX_STEPS} steps")
         # The pool holds one request: B's allocation takes the blocks A just freed (or waits for a
         # delayed free), and B's forward writes them before this step's wait_for_save.
         engine.add_request(engine.make_request(prompt(9200 + length, length), max_tokens=1))
