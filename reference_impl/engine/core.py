@@ -100,6 +100,9 @@ class EngineCore:
                                    max_num_batched_tokens=self.config.max_num_batched_tokens,
                                    max_num_seqs=self.config.max_num_seqs)
         self.workers = []
+        # before_forward(worker, so) runs on each worker after its connector's handle_preemptions and bind, before
+        # the step's loads and forward: where vLLM may overwrite a block it re-allocated (shared by the workers).
+        self.before_forward: list[Callable] = []
         for rank in range(tp):
             worker_connector = None
             if connector_factory is not None:
@@ -107,7 +110,8 @@ class EngineCore:
                                                      self.preset.kv_cache_config(self.config.num_blocks, tp))
             self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp, content_salt=self.content_salt,
                                        vocab_size=self.preset.vocab_size, connector=worker_connector,
-                                       kernel_block_ratio=self.config.kernel_block_ratio))
+                                       kernel_block_ratio=self.config.kernel_block_ratio,
+                                       before_forward=self.before_forward))
         self.aggregator = KVOutputAggregator(tp)
         self.step_count = 0
         # observer(so) runs after the workers executed a step and before the scheduler applies it: tables
