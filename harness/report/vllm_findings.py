@@ -133,6 +133,17 @@ CLASSIFIED = (
                "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
                "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
                "only"),
+    # Same reading (`_create_key` of vllm_multi_process_adapter.py builds `IPCCacheServerKey` from num_kv_readers,
+    # model name, world size, worker id, token ids, start/end, request id, cache salt and request configs), and
+    # measured on vLLM 0.33.0: a prompt stored by a float16 engine hit 512 tokens on a bfloat16 engine of the same
+    # model name on the same server, and the model read the float16 bytes as bfloat16.
+    Classified("LMCacheMPConnector", "the model read wrong KV", "keys ignore the KV dtype", "connector bug",
+               "the MP connector's chunk keys carry the model name, world size, worker, token ids and cache salt, "
+               "not the KV cache dtype: on one server, an engine of another KV dtype (float16 and bfloat16) of the same "
+               "model finds the other's chunks and loads their bytes as its own dtype",
+               "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
+               "`IPCCacheServerKey` still carries no dtype",
+               checks=("C30",), presets=("dtype",)),
     Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
                "connector bug",
                "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
@@ -267,9 +278,11 @@ def _findings(connector: str, items: list[dict]) -> list[Finding]:
     for entry in items:
         if entry["status"] not in ("failed", "error"):
             continue
-        check, _preset, cause = split_check(_what(entry))
+        check, named, cause = split_check(_what(entry))
         check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
-        known = classify(connector, check, cause, str((entry.get("cell") or {}).get("preset", "")))
+        # A check across deployments has no preset cell ('-'): its first line names the variant ("C30 [dtype]").
+        preset = str((entry.get("cell") or {}).get("preset") or "")
+        known = classify(connector, check, cause, named or "" if preset in ("", "-") else preset)
         key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
         finding = found.setdefault(key, Finding(known, cause, []))
         finding.count += 1
