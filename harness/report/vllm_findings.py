@@ -121,6 +121,17 @@ CLASSIFIED = (
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
+    # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
+    # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
+    # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).
+    Classified("DecodeBenchConnector", "null block written during store", "the fill indexes FlashAttention's K/V "
+               "axis as blocks", "connector bug",
+               "`_fill_blocks` writes `kv_cache[block_ids]` after keeping the ids below `kv_cache.shape[0]`, taking "
+               "dim 0 as the block axis; FlashAttention's cache is `(2, num_blocks, ...)`, so only block id 1 passes "
+               "the filter (0 is the null block) and selects the whole V plane: the V of every block of every "
+               "request, the null block included, is overwritten with dummy values, and the request's own blocks "
+               "above 1 are not filled",
+               "none found; gone by vLLM 0.33.0", checks=("C15",)),
     # Read against lmcache 0.5.6 (the newest on PyPI, 2026-12-04), lmcache/integration/vllm/lmcache_mp_connector.py
     # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
     # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a
