@@ -40,6 +40,12 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
 
 
+def loaded_allocator_name(config) -> str | None:
+    """The name of the allocator target named on the command line (e.g. `vllm-0.13.0`), None for the default."""
+    target = config.stash.get(_LOADED, None)
+    return getattr(target, "name", None) if target is not None else None
+
+
 def pytest_report_header(config):
     if not is_active(config):
         return []

@@ -252,8 +252,12 @@ class ResultsCollector:
         if self._distributed_controller():
             covered = {e["id"].split("#", 1)[0] for e in self.worker_entries}
             entries = self.worker_entries + [e for e in self.entries if e["id"].split("#", 1)[0] not in covered]
-        run_info = collect_run_info(target=self._target())
+        target, config_target_named = self._target()
+        run_info = collect_run_info(target=target)
         run_info.update(self.config.stash.get(_RUN_INFO_KEY, {}))
+        if not config_target_named:
+            # the config target's version describes a target the header leaves unsaid
+            run_info.pop("target_version", None)
         run_info.update(
             started_at=self.started_at,
             finished_at=utc_now_iso(),
@@ -265,9 +269,10 @@ class ResultsCollector:
         document = ResultsDocument(run_info=run_info, results=sort_entries(entries))
         write_text_atomic(self.path, document.dumps())
 
-    def _target(self) -> str | None:
+    def _target(self) -> tuple[str | None, bool]:
         """What ran, as given on the command line or in the environment (None: the reference everywhere): the
-        config target, and the allocator and connectors under test when they are not the reference's."""
+        config target, and the allocator and connectors under test when they are not the reference's; and
+        whether the config target is named in it (its version describes it only then)."""
         def option(name: str):
             try:
                 return self.config.getoption(name)
@@ -278,11 +283,16 @@ class ResultsCollector:
         parts = []
         allocator = option("kvconform_kv_allocator")
         if allocator and allocator != "reference":
-            parts.append(f"allocator {allocator}")
+            # Imported here: a module-level import would load that plugin module before pytest registers it
+            # (assertion rewriting warns in every session).
+            from harness.plugins.allocator import loaded_allocator_name
+
+            loaded = loaded_allocator_name(self.config)  # which release `vllm` turned out to be
+            parts.append(f"allocator {allocator}" + (f" ({loaded})" if loaded and loaded != allocator else ""))
         connectors = list(option("kvconform_kv_connectors") or ())
         if connectors:
             shown = connectors if len(connectors) <= 4 else connectors[:3] + [f"{len(connectors) - 3} more"]
             parts.append(f"connectors {', '.join(shown)}")
         if config_target and (config_target != "reference" or not parts):
             parts.insert(0, str(config_target))  # the default config target goes unsaid next to another target
-        return "; ".join(parts) or None
+        return "; ".join(parts) or None, not parts or parts[0] == str(config_target)

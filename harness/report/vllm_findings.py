@@ -121,6 +121,17 @@ CLASSIFIED = (
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
+    # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
+    # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
+    # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).
+    Classified("DecodeBenchConnector", "null block written during store", "the fill indexes FlashAttention's K/V "
+               "axis as blocks", "connector bug",
+               "`_fill_blocks` writes `kv_cache[block_ids]` after keeping the ids below `kv_cache.shape[0]`, taking "
+               "dim 0 as the block axis; FlashAttention's cache is `(2, num_blocks, ...)`, so only block id 1 passes "
+               "the filter (0 is the null block) and selects the whole V plane: the V of every block of every "
+               "request, the null block included, is overwritten with dummy values, and the request's own blocks "
+               "above 1 are not filled",
+               "none found; gone by vLLM 0.33.0", checks=("C15",)),
     # Read against lmcache 0.5.6 (the newest on PyPI, 2026-12-04), lmcache/integration/vllm/lmcache_mp_connector.py
     # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
     # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a
@@ -133,6 +144,17 @@ CLASSIFIED = (
                "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
                "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
                "only"),
+    # Same reading (`_create_key` of vllm_multi_process_adapter.py builds `IPCCacheServerKey` from num_kv_readers,
+    # model name, world size, worker id, token ids, start/end, request id, cache salt and request configs), and
+    # measured on vLLM 0.33.0: a prompt stored by a float16 engine hit 512 tokens on a bfloat16 engine of the same
+    # model name on the same server, and the model read the float16 bytes as bfloat16.
+    Classified("LMCacheMPConnector", "the model read wrong KV", "keys ignore the KV dtype", "connector bug",
+               "the MP connector's chunk keys carry the model name, world size, worker, token ids and cache salt, "
+               "not the KV cache dtype: on one server, an engine of another KV dtype (float16 and bfloat16) of the same "
+               "model finds the other's chunks and loads their bytes as its own dtype",
+               "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
+               "`IPCCacheServerKey` still carries no dtype",
+               checks=("C30",), presets=("dtype",)),
     Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
                "connector bug",
                "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
@@ -267,9 +289,11 @@ def _findings(connector: str, items: list[dict]) -> list[Finding]:
     for entry in items:
         if entry["status"] not in ("failed", "error"):
             continue
-        check, _preset, cause = split_check(_what(entry))
+        check, named, cause = split_check(_what(entry))
         check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
-        known = classify(connector, check, cause, str((entry.get("cell") or {}).get("preset", "")))
+        # A check across deployments has no preset cell ('-'): its first line names the variant ("C30 [dtype]").
+        preset = str((entry.get("cell") or {}).get("preset") or "")
+        known = classify(connector, check, cause, named or "" if preset in ("", "-") else preset)
         key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
         finding = found.setdefault(key, Finding(known, cause, []))
         finding.count += 1

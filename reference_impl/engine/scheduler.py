@@ -216,8 +216,18 @@ class Scheduler:
             return False
         self.finished_recving.discard(req_id)
         if req_id in self.failed_recving:
+            # vLLM 0.33 (`_handle_failed_recving`, `_handle_blocked_waiting_request`): the request starts again from
+            # no computed token, promoted to WAITING (PREEMPTED only if it was preempted before): it was never
+            # scheduled, so it is admitted as a new request after a new lookup, not resumed as a preempted one
+            # (LMCache's MP connector bypasses itself on that lookup; a resumed request resets its state instead).
+            # Unlike vLLM, which keeps the request's blocks for it, they are freed and allocated again.
             self.failed_recving.discard(req_id)
-            self._restart(request)
+            self.kv_cache_manager.free(request)
+            request.num_computed_tokens = 0
+            if request.num_preemptions:
+                request.engine_status, request.status = EngineRequestStatus.PREEMPTED, RequestStatus.PREEMPTED
+            else:
+                request.engine_status, request.status = EngineRequestStatus.WAITING, RequestStatus.WAITING
             return True
         else:
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
@@ -227,9 +237,10 @@ class Scheduler:
         return True
 
     def _restart(self, request: EngineRequest) -> None:
-        """After a failed load: drop the request's blocks and compute it again (vLLM's recompute policy).
+        """After a failed sync load: drop the request's blocks and compute it again (vLLM's recompute policy).
 
-        It is re-admitted like a preempted request, so workers and connectors get a replaced table.
+        It ran in the failed step, so it is re-admitted like a preempted request: workers and connectors get a
+        replaced table.
         """
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0

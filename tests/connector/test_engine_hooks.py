@@ -12,10 +12,10 @@ from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig
 from suites.connector.context import prompt
 
 
-def _engine(store: str, **config) -> EngineCore:
+def _engine(store: str, load_async: bool = False, **config) -> EngineCore:
     ktc = KVTransferConfig(kv_connector="LMCacheLikeConnector", kv_role="kv_both",
                            kv_connector_module_path="reference_impl.connector.lmcache_like",
-                           kv_connector_extra_config={"store_name": store})
+                           kv_connector_extra_config={"store_name": store, "load_async": load_async})
     return EngineCore("fa+swa", EngineConfig(model_config=ModelConfig("hooks"), kv_transfer_config=ktc, **config))
 
 
@@ -67,5 +67,32 @@ def test_workers_under_another_model_name_cannot_load_what_the_scheduler_found()
     request = faulty.add_request(faulty.make_request(tokens + [1], max_tokens=2))
     faulty.run_until_done(after_execute=lambda so, out: outputs.append(out))
     assert any(request.request_id in o.failed_recving for o in outputs), "the workers' load must fail"
-    assert request.num_preemptions == 1, "the failed load restarts the request once (then it is not offered again)"
     assert request.is_finished and not faulty.read_errors, "the request recomputes and reads right KV"
+
+
+def test_a_failed_async_load_readmits_the_request_as_new_after_a_new_lookup():
+    """vLLM 0.33 (`_handle_failed_recving` sets num_computed_tokens to 0; `_handle_blocked_waiting_request` promotes
+    the request to WAITING unless it was preempted before): the request was never scheduled, so it comes back as a
+    new request, the connector asked again with nothing computed; it is no preemption and never a resumed one."""
+    store = uuid.uuid4().hex
+    tokens = prompt(4, 600)
+    _run(_engine(store), tokens)
+    faulty = _engine(store, worker_model="hooks@elsewhere", load_async=True)
+    request = faulty.add_request(faulty.make_request(tokens + [1], max_tokens=2))
+    outputs, lookups = [], []
+    original = faulty.connector.get_num_new_matched_tokens
+
+    def lookup(req, num_computed_tokens):
+        lookups.append((req.request_id, req.num_computed_tokens))
+        return original(req, num_computed_tokens)
+
+    faulty.connector.get_num_new_matched_tokens = lookup
+    schedules = []
+    while not request.is_finished:
+        schedules.append(faulty.step(after_execute=lambda so, out: outputs.append(out)))
+    assert any(request.request_id in o.failed_recving for o in outputs), "the workers' load must fail"
+    assert request.num_preemptions == 0
+    assert lookups.count((request.request_id, 0)) >= 2, "asked again after the failed load, with nothing computed"
+    assert not any(request.request_id in so.scheduled_cached_reqs.resumed_req_ids for so in schedules)
+    assert [r.req_id for so in schedules for r in so.scheduled_new_reqs] == [request.request_id]
+    assert not faulty.read_errors

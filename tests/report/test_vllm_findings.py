@@ -78,3 +78,16 @@ def test_a_wrong_mamba_state_after_an_unaligned_hit_is_classified_on_the_three_g
         assert known.root == "a hit cut short by the sliding-window lookup is not re-aligned to a Mamba state"
     assert classify("OffloadingConnector", "C24", cause, "fa+swa") is None
     assert classify("OffloadingConnector", "C14", cause, "fa+swa+mamba") is None
+
+
+def test_a_check_across_deployments_is_classified_by_the_variant_its_first_line_names():
+    """C30's store shared across deployments has no preset cell ('-'): the variant in its first line ('C30 [dtype]')
+    scopes the reviewed LMCache finding, and another variant's wrong read is not passed off as it."""
+    wrong = ("C30 [{}]: the model read wrong KV — while: another KV dtype (float16 / bfloat16), a prompt stored by "
+             "fa_only at TP=1 was run by fa_only@bf16 at TP=1 on the same store (hit 512 tokens): 4 reads")
+    page = findings_markdown([entry("LMCacheMPConnector", "C30 key-isolation", "failed", preset="-",
+                                    message=wrong.format("dtype")),
+                              entry("LMCacheMPConnector", "C30 key-isolation", "failed", preset="-",
+                                    message=wrong.format("tp"))])
+    assert "* **keys ignore the KV dtype** (connector bug): 1 cell (C30)" in page
+    assert "* **unclassified** (no reviewed entry matches): 1 cell (C30)" in page

@@ -3,6 +3,7 @@ so a CI gate never passes with every allocator test skipped or erroring."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,3 +36,28 @@ def test_unloadable_allocator_stops_before_anything_runs(spec, line):
     errors = [text for text in proc.stderr.splitlines() if text.strip()]
     assert errors == [f"ERROR: {errors[0][7:]}"] and line in errors[0], proc.stderr
     assert "passed" not in proc.stdout and "skipped" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def renamed_reference():
+    """A third-party-style factory: the reference under another name (what the run's header must show)."""
+    from harness.targets.allocator_target import make_reference_target
+
+    target = make_reference_target()
+    target.name = "vendor-alloc-2.1"
+    return target
+
+
+def test_the_run_names_the_allocator_that_ran_and_no_other_targets_version(tmp_path):
+    """The results' run info says which implementation `--kv-allocator` loaded (for `vllm`: which release), and
+    carries no version of the config target, which that run's header leaves unsaid."""
+    results = tmp_path / "results.json"
+    spec = "tests.targets.test_allocator_option:renamed_reference"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator.test_api", "--kv-allocator", spec, "-q",
+         "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist", "--kvconform-results", str(results)],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_info = json.loads(results.read_text())["run_info"]
+    assert run_info["target"] == f"allocator {spec} (vendor-alloc-2.1)", run_info["target"]
+    assert "target_version" not in run_info, run_info.get("target_version")
