@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugins.connector import connector_targets, unusable_targets
+from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
 from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary, check_cell
 from suites.connector.context import CheckContext
@@ -70,7 +70,8 @@ def ctx(connector_target, request):
     preset = request.node.callspec.params.get("preset") if hasattr(request.node, "callspec") else None
     backdoors = request.config.getoption("kvconform_kv_connector_backdoors") != "off"
     marker = request.node.get_closest_marker("kv_check")
-    context = CheckContext(connector_target, preset, backdoors=backdoors, check_id=marker.args[0] if marker else None)
+    context = CheckContext(connector_target, preset, backdoors=backdoors, check_id=marker.args[0] if marker else None,
+                           kv_engine=kv_engine(request.config))
     yield context
     context.close()
 
