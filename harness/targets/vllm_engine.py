@@ -343,6 +343,7 @@ class VllmSchedulerEngine(EngineCore):
         self._record_admissions(connector)
         self._connector = connector
         self._stuck = 0
+        self._loading: set[str] = set()
         self._calls_seen = 0
 
     def _record_admissions(self, connector) -> None:
@@ -443,16 +444,15 @@ class VllmSchedulerEngine(EngineCore):
     def step(self, before_execute=None, after_execute=None):
         """One engine step: vLLM schedules, kvconform's workers execute, vLLM applies the output."""
         s = self.scheduler
-        waiting_before = {r.request_id for r in s.waiting if r.status == _v().request.RequestStatus.WAITING_FOR_REMOTE_KVS}
         so = s.schedule()
         status = _v().request.RequestStatus
-        for req in list(s.waiting) + list(s.skipped_waiting if hasattr(s, "skipped_waiting") else ()):
-            if req.status == status.WAITING_FOR_REMOTE_KVS and req.request_id not in waiting_before:
-                s.transfers[("recv_started", req.request_id)] += 1
-        s.pending_cache = {rid: 0 for rid in so.num_scheduled_tokens
-                           if so.has_sync_kv_loads and s.requests[rid].num_external_computed_tokens
-                           and s.requests[rid].num_computed_tokens - so.num_scheduled_tokens[rid]
-                           == s.requests[rid].num_local_computed_tokens + s.requests[rid].num_external_computed_tokens}
+        loading = {rid for rid, r in s.requests.items() if r.status == status.WAITING_FOR_REMOTE_KVS}
+        for req_id in loading - self._loading:  # an asynchronous load started this step
+            s.transfers[("recv_started", req_id)] += 1
+        # This step's sync loads: requests admitted now with external tokens (not the end of an async load).
+        s.pending_cache = {n.req_id: n.num_computed_tokens for n in so.scheduled_new_reqs
+                           if n.req_id not in self._loading and s.requests[n.req_id].num_external_computed_tokens}
+        self._loading = loading
         for hook in self.pre_execute:
             hook(so)
         if before_execute is not None:

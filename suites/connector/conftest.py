@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
 from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary, check_cell
@@ -92,9 +93,13 @@ def _record_check(request, kvconform_record):
         evidence = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
         evidence = evidence.splitlines()[0][:500] if evidence else "failed"
         evidence = evidence.removeprefix("Failed: ")
+    cell = check_cell(check_id, getattr(target, "name", "?"), params)
+    engine = kv_engine(request.config)
+    if engine != DEFAULT_KV_ENGINE:
+        cell["engine"] = engine  # a run on vLLM's scheduler merges with a kvconform-engine run without colliding
     kvconform_record(
         suite="connector",
-        cell=check_cell(check_id, getattr(target, "name", "?"), params),
+        cell=cell,
         description=description, evidence=evidence,
     )
 
