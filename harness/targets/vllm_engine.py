@@ -26,7 +26,7 @@ from unittest import mock
 
 from harness.targets.connector_profile import not_applicable
 from harness.targets.connector_target import ConnectorGuard, ConnectorHookError
-from harness.targets.vllm_connector_adapter import VllmConnectorAdapter, vllm_config_for, vllm_kv_cache_config
+from harness.targets.vllm_connector_adapter import VllmConnectorAdapter, _make, vllm_config_for, vllm_kv_cache_config
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.engine import content
 from reference_impl.engine.aggregator import KVOutputAggregator
@@ -430,16 +430,16 @@ class VllmSchedulerEngine(EngineCore):
             preempted_req_ids=set(so.preempted_req_ids or ()), has_sync_kv_loads=bool(so.has_sync_kv_loads),
             kv_connector_metadata=so.kv_connector_metadata)
 
-    def _vllm_kv_output(self, kv_output):
-        out = _v().outputs.KVConnectorOutput
-        fields = {f for f in out.__dataclass_fields__}
-        values = dict(finished_sending=set(kv_output.finished_sending or ()) or None,
-                      finished_recving=set(kv_output.finished_recving or ()) or None,
-                      failed_recving=set(kv_output.failed_recving or ()),
-                      invalid_block_ids=set(kv_output.invalid_block_ids or ()),
-                      kv_connector_stats=kv_output.kv_connector_stats, kv_cache_events=kv_output.kv_cache_events,
-                      kv_connector_worker_meta=kv_output.kv_connector_worker_meta)
-        return out(**{k: val for k, val in values.items() if k in fields})
+    @staticmethod
+    def _vllm_kv_output(kv_output):
+        """The workers' aggregated output as vLLM's `KVConnectorOutput` (the fields this release has)."""
+        return _make(_v().outputs.KVConnectorOutput,
+                     finished_sending=set(kv_output.finished_sending or ()) or None,
+                     finished_recving=set(kv_output.finished_recving or ()) or None,
+                     failed_recving=set(kv_output.failed_recving or ()),
+                     invalid_block_ids=set(kv_output.invalid_block_ids or ()),
+                     kv_connector_stats=kv_output.kv_connector_stats, kv_cache_events=kv_output.kv_cache_events,
+                     kv_connector_worker_meta=kv_output.kv_connector_worker_meta)
 
     def step(self, before_execute=None, after_execute=None):
         """One engine step: vLLM schedules, kvconform's workers execute, vLLM applies the output."""
@@ -479,7 +479,7 @@ class VllmSchedulerEngine(EngineCore):
         for req_id in kv_output.finished_sending or ():
             s.transfers[("send_finished", req_id)] += 1
         req_ids = list(so.num_scheduled_tokens)
-        mro = _v().outputs.ModelRunnerOutput(
+        mro = _make(_v().outputs.ModelRunnerOutput,
             req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=[[sampled[r]] if r in sampled and s.requests[r].num_computed_tokens >= s.requests[r].num_tokens
                                else [] for r in req_ids],
