@@ -46,6 +46,7 @@ def not_applicable_on_vllm(reason: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _v():
+    """vLLM's modules this engine uses (imported once, on first use)."""
     from vllm.distributed.kv_transfer.kv_connector.v1 import base
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -80,12 +81,13 @@ class _FinishedFlag:
 
 @functools.lru_cache(maxsize=None)
 def _request_class():
+    """vLLM's Request class as the suite reads it (built once vLLM is imported)."""
     base = _v().request.Request
 
     class VllmEngineRequest(base):
         """vLLM's `Request` plus what the suite reads of an engine request: the admission's local and external
         hit (`num_local_computed_tokens`, `num_external_computed_tokens`, recorded as vLLM's scheduler hands them
-        to the connector), `max_tokens`, and `is_finished` usable as a property or a method."""
+        to the connector), and `is_finished` usable as a property or a method."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -453,38 +455,19 @@ class VllmSchedulerEngine(EngineCore):
         s.pending_cache = {n.req_id: n.num_computed_tokens for n in so.scheduled_new_reqs
                            if n.req_id not in self._loading and s.requests[n.req_id].num_external_computed_tokens}
         self._loading = loading
-        for hook in self.pre_execute:
-            hook(so)
-        if before_execute is not None:
-            before_execute(so)
-        worker_so = self._worker_output(so)
-        marks = [len(w.read_errors) for w in self.workers]
-        outputs = [w.execute_model(worker_so) for w in self.workers]
-        kv_output = self.aggregator.aggregate([o.kv_connector_output for o in outputs])
-        if kv_output.failed_recving:
-            for w, mark in zip(self.workers, marks):
-                w.read_errors[mark:] = [e for e in w.read_errors[mark:] if e.req_id not in kv_output.failed_recving]
-        for observer in self.observers:
-            observer(so)
-        if after_execute is not None:
-            after_execute(so, kv_output)
-        sampled = outputs[0].sampled_token_ids
-        for req_id, token in sampled.items():
-            request = s.requests[req_id]
-            if request.num_computed_tokens >= request.num_tokens:
-                for w in self.workers:
-                    w.append_token(req_id, token)
+        kv_output, sampled = self.execute(so, self._worker_output(so), before_execute, after_execute)
         for req_id in kv_output.finished_recving or ():
             s.transfers[("recv_finished", req_id)] += 1
         for req_id in kv_output.finished_sending or ():
             s.transfers[("send_finished", req_id)] += 1
         req_ids = list(so.num_scheduled_tokens)
-        mro = _make(_v().outputs.ModelRunnerOutput,
-            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-            sampled_token_ids=[[sampled[r]] if r in sampled and s.requests[r].num_computed_tokens >= s.requests[r].num_tokens
-                               else [] for r in req_ids],
-            logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
-            kv_connector_output=self._vllm_kv_output(kv_output) if s.connector is not None else None)
+        # A token only for a request whose prompt is computed (vLLM's runner discards a partial prefill's sample).
+        tokens = [[sampled[r]] if r in sampled and s.requests[r].num_computed_tokens >= s.requests[r].num_tokens
+                  else [] for r in req_ids]
+        mro = _make(_v().outputs.ModelRunnerOutput, req_ids=req_ids,
+                    req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=tokens, logprobs=None,
+                    prompt_logprobs_dict={}, pooler_output=None,
+                    kv_connector_output=self._vllm_kv_output(kv_output) if s.connector is not None else None)
         try:
             s.update_from_output(so, mro)
         except AssertionError as exc:
