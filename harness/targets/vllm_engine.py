@@ -274,6 +274,15 @@ SCRATCH_RING = ("vLLM's scheduler gives a scratch (circular-buffer) group a ring
 STUCK_STEPS = 50
 
 
+def _missing_class_hook(exc: Exception) -> str | None:
+    """The class attribute VllmConfig's validation found missing on the connector class ("type object 'X' has
+    no attribute 'kv_cache_access'", vLLM 0.34), else None."""
+    import re
+
+    match = re.search(r"type object '[^']+' has no attribute '(\w+)'", str(exc))
+    return match.group(1) if match else None
+
+
 def _vllm_assertion(exc: AssertionError) -> str:
     """Where in vLLM an assertion failed, with its source line (vLLM's asserts carry no message)."""
     import linecache
@@ -316,9 +325,17 @@ class VllmSchedulerEngine(EngineCore):
         guard = connector_factory(self._rank_config(0), KVConnectorRole.SCHEDULER, self.kv_cache_config)
         connector, given_config, given_kv = _scheduler_side(guard)
 
-        vllm_config = _scheduler_config(config, self.kv_cache_config, ktc.kv_connector,
-                                        dict(ktc.kv_connector_extra_config or {}), ktc.kv_connector_module_path,
-                                        given=given_config)
+        try:
+            vllm_config = _scheduler_config(config, self.kv_cache_config, ktc.kv_connector,
+                                            dict(ktc.kv_connector_extra_config or {}), ktc.kv_connector_module_path,
+                                            given=given_config)
+        except (AttributeError, ValueError) as exc:  # raised by VllmConfig (or inside its pydantic validation)
+            missing = _missing_class_hook(exc)
+            if missing is None:
+                raise
+            not_applicable_on_vllm(
+                f"this vLLM's VllmConfig calls the class-level hook {missing} of vLLM's KVConnectorBase_V1, which "
+                f"{ktc.kv_connector} lacks (it is not built on vLLM's base class; vLLM needs that to configure it)")
         vllm_kv = given_kv if given_kv is not None else vllm_kv_cache_config(self.kv_cache_config)
         scheduler_block_size = math.lcm(*sizes)
         cls = _observed_scheduler_class()

@@ -71,16 +71,17 @@ def test_c33_multiconnector(ctx, preset):
     if not ctx.is_hma:
         pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
     log = uuid.uuid4().hex
+    # Each child's config as vLLM's MultiConnector takes it (vLLM's config validation wants every child's kv_role).
     children = [
-        {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__,
+        {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__, "kv_role": "kv_both",
          "kv_connector_extra_config": ctx.extra_config()},
-        {"kv_connector": "RecordingHMAConnector", "kv_connector_module_path": stub.__name__,
+        {"kv_connector": "RecordingHMAConnector", "kv_connector_module_path": stub.__name__, "kv_role": "kv_both",
          "kv_connector_extra_config": {"log": log}},
     ]
     multi = ctx.target.__class__("MultiConnector", "reference_impl.connector.multi:MultiConnector", "check C33",
                                  extra_config={"connectors": children})
     from suites.connector.context import CheckContext
-    wrapped = CheckContext(multi, preset)
+    wrapped = CheckContext(multi, preset, kv_engine=ctx.kv_engine)
     wrapped.profile = ctx.profile  # the connector under test's kind decides what is judged, not the wrapper's
     engine = wrapped.engine(extra={"connectors": children})
     requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]

@@ -138,6 +138,14 @@ def _suite(tmp_path, name: str, connector: str, engine: str, selection: list[str
     return found
 
 
+def _configures_only_its_own_base() -> bool:
+    """Whether the installed vLLM's VllmConfig calls class-level hooks of its KVConnectorBase_V1 on the connector
+    class (0.34: `kv_cache_access`), so a class not built on vLLM's base (kvconform's) cannot be configured."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+    return hasattr(KVConnectorBase_V1, "kv_cache_access")
+
+
 def _verdict(entry: dict) -> str:
     if entry["status"] == "skipped" and (entry.get("message") or "").startswith("N/A: under --kv-engine vllm"):
         return "n/a on vllm"
@@ -146,8 +154,15 @@ def _verdict(entry: dict) -> str:
 
 @needs_vllm
 def test_the_template_connector_gets_the_same_verdicts_on_vllms_scheduler(tmp_path):
-    ours = _suite(tmp_path, "template", TEMPLATE, "kvconform", SELECTION)
     theirs = _suite(tmp_path, "template", TEMPLATE, "vllm", SELECTION)
+    if _configures_only_its_own_base():
+        # Nothing runs, and the cells say why: the template is not built on vLLM's base class (it imports
+        # kvconform's); where a preset is N/A on vLLM's scheduler anyway (Mamba, scratch) that reason comes first.
+        assert all(_verdict(e) == "n/a on vllm" for e in theirs.values()), \
+            {t: (e["status"], e.get("message")) for t, e in theirs.items() if _verdict(e) != "n/a on vllm"}
+        assert any("class-level hook kv_cache_access" in e["message"] for e in theirs.values())
+        return
+    ours = _suite(tmp_path, "template", TEMPLATE, "kvconform", SELECTION)
     assert set(ours) == set(theirs)
     assert all(e["cell"]["engine"] == "vllm" for e in theirs.values())
     differ = {t for t in ours if _verdict(ours[t]) != _verdict(theirs[t]) and _verdict(theirs[t]) != "n/a on vllm"}
@@ -161,6 +176,9 @@ def test_the_template_connector_gets_the_same_verdicts_on_vllms_scheduler(tmp_pa
 
 @needs_vllm
 def test_a_buggy_connector_is_still_caught_on_vllms_scheduler(tmp_path):
+    if _configures_only_its_own_base():
+        pytest.skip("this vLLM configures only connectors built on its KVConnectorBase_V1 (kv_cache_access); the "
+                    "buggy connectors of tests/connector/buggy.py are built on kvconform's base")
     found = _suite(tmp_path, "buggy", "tests.connector.buggy:BlockIdsZeroConnector", "vllm", ["test_c17"])
     multi = {t: e for t, e in found.items() if "fa+swa]" in t}
     assert multi and all(e["status"] == "failed" for e in multi.values()), \
