@@ -39,12 +39,10 @@ ENGINE_CONNECTORS=(--kv-connector vllm:SimpleCPUOffloadConnector --kv-connector 
 # release:step -> why the step cannot run on that release yet. Reviewed data, not a way to silence a
 # failure: each line names the missing capability.
 declare -A KNOWN_GAPS=(
-    [0.13.0:allocator]="one scenario differs on 0.13.0 (test_eagle_drops_last_hit_block[full+swa]: under EAGLE a full + sliding-window model drops two blocks of its hit, 24 tokens instead of 28; 0.20.0 and later drop one); the other 153 pass or are N/A on 0.13.0 (docs/allocator-releases.md)"
     [0.13.0:upstream]="the reference keeps the v1/core API of vLLM 0.33/0.34 and 0.13.0's own tests call 0.13's (estimate_max_model_len in kv_cache_utils, older manager signatures): measured 2026-12-04, 36 of the 103 tests of tests/v1/core that pass on vLLM 0.13.0 on CPU pass on the reference (34.9%), a figure of API drift, not of behaviour; the allocator suite judges 0.13.0's behaviour instead (KVCONFORM_CI_VLLM_VERSION=0.13.0 scripts/upstream-vllm-tests.sh VENV OUT)"
     [0.13.0:benchmarks]="the vLLM side of the benchmarks on 0.13.0 has not been run since the allocator target gained 0.13.0 (alloc34, landed at the deadline); its allocator step is a gap above"
-    [0.34.0:lmcache]="lmcache 0.5.6 with vLLM's LMCacheMPConnector is observed working on vLLM 0.33.0 only (scripts/install-lmcache.sh)"
     [0.13.0:engine]="kvconform's --kv-engine vllm drives vLLM 0.33/0.34's Scheduler (KVConnectorBlockState, the v1 Request and SchedulerOutput of those releases); 0.13.0's scheduler has not been tried"
-    [0.13.0:lmcache]="vLLM 0.13.0's LMCacheMPConnector predates SupportsHMA and the resolved KV cache layout that lmcache 0.5.6 reads; observed working on 0.33.0 only"
+    [0.13.0:lmcache]="lmcache 0.5.6 does not import against vLLM 0.13.0: its MP connector module imports vllm.v1.attention.backend, which 0.13.0 lacks (measured 2026-12-04: scripts/install-lmcache.sh's import check fails; the suite reports LMCacheMPConnector 'cannot run here')"
 )
 
 if [[ -n ${KVCONFORM_CI_VLLM_RELEASES:-} ]]; then read -r -a RELEASES <<< "$KVCONFORM_CI_VLLM_RELEASES"; fi
@@ -138,9 +136,14 @@ run_release() {
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
     fi
 
+    # A release's allocator may fail scenarios because of its own bugs: those are reviewed findings
+    # (harness/release/vllm_allocator_findings.toml), so the step accepts pytest's exit 1 and the next step
+    # passes only when the failures are exactly the release's reviewed findings.
     if [[ -n $(gap "$R" allocator) ]]; then skip "$R" allocator "$(gap "$R" allocator)"; else
-        run_step "$R" allocator 0 "${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
-            --kvconform-results "$dir/results-allocator.json" --junitxml "$dir/junit-allocator.xml"
+        run_step "$R" allocator "0 1" "${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
+            --kvconform-results "$dir/results-allocator.json" --junitxml "$dir/junit-allocator.xml" \
+        && run_step "$R" allocator-findings 0 "$venv/bin/python" -m harness.release.allocator_findings \
+            "$dir/results-allocator.json"
     fi
 
     # The whole tests/v1/core folder; the floor is the release's recorded pass rate on it

@@ -6,11 +6,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from harness.release.allocator_findings import finding_for, load_findings
 from harness.report.config_section import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 
 SUITE = "allocator"
 _LISTED_FAILURES = 50
+
+
+def _reviewed(entry: dict[str, Any], findings: list) -> str:
+    """" (reviewed vLLM bug: ...)" when a failing cell of a vLLM release is one of its reviewed findings."""
+    target = str((entry.get("cell") or {}).get("target") or "")
+    finding = finding_for(entry["id"], target.removeprefix("vllm-"), findings) if target.startswith("vllm-") else None
+    return f" (reviewed vLLM bug: {finding.root}; upstream: {finding.upstream})" if finding else ""
 
 
 def upstream_blocks(upstream: list[dict]) -> list:
@@ -49,9 +57,10 @@ def allocator_sections(entries: list[dict[str, Any]], upstream: list[dict] | Non
         Table(headers=["target", "section", "passed", "failed", "error", "skipped"], rows=rows),
     ]
     if failing:
+        findings = load_findings()
         items = [f"{label((e.get('cell') or {}).get('scenario'))} ({label((e.get('cell') or {}).get('section'))}, "
                  f"{label((e.get('cell') or {}).get('target'))}): {e.get('message') or e['status']}"
-                 for e in failing[:_LISTED_FAILURES]]
+                 f"{_reviewed(e, findings)}" for e in failing[:_LISTED_FAILURES]]
         if len(failing) > _LISTED_FAILURES:
             items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json)")
         blocks += [Heading(3, "Failing allocator scenarios"), BulletList(items)]

@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from harness.failure_groups import cause_key, split_check
 from harness.report.config_section import label
 from harness.targets.connector_profile import MULTI_GROUP_REFUSAL
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
@@ -65,6 +66,11 @@ def declares_hma(entries: list[dict[str, Any]]) -> bool:
                    for e in entries)
 
 
+def _cause(entry: dict[str, Any]) -> str:
+    """A failing cell's root-cause key: its message without the check, the preset and the numbers."""
+    return cause_key(split_check((entry.get("message") or "").splitlines()[0] if entry.get("message") else "")[2])
+
+
 def is_multi_group(entry: dict[str, Any]) -> bool:
     """Whether a cell exercised a model with several KV cache groups (its preset, or a check that always does)."""
     from reference_impl.engine.presets import PRESETS
@@ -79,12 +85,15 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     the checks on multi-group models, MUST tier, that failed (a harness error, status "error", is no evidence
     about the connector; single-group failures are findings of their own, not about HMA)."""
     multi = [e for e in entries if is_multi_group(e)]
-    failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in multi
-                          if e["status"] == "failed" and (e.get("cell") or {}).get("tier") == "MUST"},
-                         key=_natural_key)
-    failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in multi
-                            if e["status"] == "failed" and (e.get("cell") or {}).get("tier") != "MUST"},
-                           key=_natural_key)
+    # A cause that also fails a single-group model (a crash on every step, a version mismatch) says nothing
+    # about HMA: it is a finding of its own.
+    single_causes = {_cause(e) for e in entries if e["status"] == "failed" and not is_multi_group(e)} - {""}
+    hma_failures = [e for e in multi if e["status"] == "failed" and _cause(e) not in single_causes]
+    failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
+                          if (e.get("cell") or {}).get("tier") == "MUST"}, key=_natural_key)
+    shared = sorted({_cause(e) for e in multi if e["status"] == "failed" and _cause(e) in single_causes})
+    failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
+                            if (e.get("cell") or {}).get("tier") != "MUST"}, key=_natural_key)
     declares = declares_hma(entries)
     ran = [e for e in multi if e["status"] in ("passed", "failed")]
     if not declares:
@@ -99,6 +108,10 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
         return f"➖ {connector} {refused[0].removeprefix('N/A: ')}; no multi-group check applies."
     if not ran:
         return f"❔ {connector} declares `SupportsHMA`, but no multi-group check ran, so whether it may is unknown."
+    if shared:
+        return (f"❔ {connector} declares `SupportsHMA`, but the multi-group checks it fails fail on single-group "
+                f"models too ({shared[0].removeprefix('Failed: ')}), so whether it may is unknown until that is "
+                "fixed.")
     suffix = f" (SHOULD checks failing: {', '.join(failed_should)})" if failed_should else ""
     return (f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check that applies on every "
             f"multi-group preset{suffix}.")

@@ -100,21 +100,39 @@ CLASSIFIED = (
     Classified("OffloadingConnector", "the same salt must hit", "on full attention + sliding window + Mamba no "
                "prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
                presets=("fa+swa+mamba",)),
-    # Read against vLLM 0.33.0's offloading/worker.py (`prepare_store_kv` defers a step's stores to the next
-    # step's `handle_preemptions`/`start_kv_transfers`) and offloading/scheduler.py (`_block_id_to_pending_jobs`,
-    # `jobs_to_flush`), and traced on fa+swa: the wrong block (tokens 512-527) was freed when the request finished
-    # and overwritten by the forced race in the next step, before the deferred store ran; no request had it.
-    Classified("OffloadingConnector", "the model read wrong KV", "the forced reuse race writes blocks vLLM freed but never re-allocated",
-               "suspected defect of the suite (open)",
-               "C24's forced race overwrites every block the schedule frees before the workers run, re-allocated "
-               "or not; OffloadingConnector defers each step's stores to the start of the next step and, when a "
-               "block with a pending store is re-allocated, waits for that store before the forward "
-               "(`jobs_to_flush`), which is safe under vLLM's rules (nothing writes a freed block before it is "
-               "re-allocated). Without the race the same reloads are correct. To settle: overwrite a freed block "
-               "only when the schedule re-allocates it", checks=("C24",)),
+    # Read against vLLM 0.33.0's offloading/scheduler.py (`_lookup_complete_chunks`, `update_state_after_alloc`)
+    # and traced on fa+swa+mamba: C10's reload of a 1,102-token prompt on the engine that stored an 800-token
+    # prefix of it (window stored ending at 784) hits 784; C24's reload of a 562-token prompt after a 302-token one
+    # (window stored ending at 288) hits 288; each then reads a wrong Mamba state (`state after 784 tokens
+    # differs`, `state after 288 tokens differs`), and the Mamba block it reads holds the state after 1,024 and 512
+    # tokens. Without the forced reuse race the C24 reload fails the same way.
+    Classified("OffloadingConnector", "the model read wrong KV", "a hit cut short by the sliding-window lookup is "
+               "not re-aligned to a Mamba state", "connector bug",
+               "`_lookup_complete_chunks` rounds the hit window down to the Mamba block (`_mamba_align_size`) once, "
+               "before the group lookups; the sliding-window lookup (`_sliding_window_lookup`, the last run of a "
+               "whole window of stored chunks) then lowers it to the end of the window it found, a full-attention "
+               "chunk boundary that is not re-rounded, and that is the hit. `update_state_after_alloc` loads the "
+               "Mamba group's keys up to `cdiv(hit, 256)`, the state at the next Mamba boundary (after 1,024 tokens "
+               "for a hit of 784), for a request that resumes at the hit: the model continues from a Mamba state of "
+               "another length",
+               "none found in vllm-project/vllm in one search; the same fix (re-align the Mamba hit boundary after "
+               "every per-group clamp in `_lookup`) is weicj/vLLM-2080Ti-Definitive#133, a fork",
+               checks=("C10", "C24"), presets=("fa+swa+mamba",)),
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
+    # Read against lmcache 0.5.6 (the newest on PyPI, 2026-12-04), lmcache/integration/vllm/lmcache_mp_connector.py
+    # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
+    # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a
+    # new one). vLLM 0.34.0's `LMCacheMPConnector` loads this class whenever lmcache is installed.
+    Classified("LMCacheMPConnector", "has no attribute 'resumed_req_ids'", "lmcache 0.5.6 reads a field vLLM 0.34.0 "
+               "removed", "connector bug",
+               "`build_connector_meta` reads `scheduler_output.scheduled_cached_reqs.resumed_req_ids` without a guard; "
+               "vLLM 0.34.0's `CachedRequestData` has no such field, so the first scheduler step with a running "
+               "request raises AttributeError (in vLLM's engine core: a fatal error). vLLM 0.34.0's own "
+               "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
+               "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
+               "only"),
     Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
                "connector bug",
                "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "

@@ -23,6 +23,11 @@ from reference_impl.kv_cache.kv_cache_utils import get_request_block_hasher
 from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
 
 
+# Steps a run may take before it counts as stuck: generous, because a connector with an asynchronous lookup
+# (LMCache's server) keeps a request waiting for as many steps as its answer takes on a loaded machine.
+MAX_STEPS = 10000
+
+
 @dataclass
 class ModelConfig:
     """The model name connectors put into their keys."""
@@ -95,6 +100,9 @@ class EngineCore:
                                    max_num_batched_tokens=self.config.max_num_batched_tokens,
                                    max_num_seqs=self.config.max_num_seqs)
         self.workers = []
+        # before_forward(worker, so) runs on each worker after its connector's handle_preemptions and bind, before
+        # the step's loads and forward: where vLLM may overwrite a block it re-allocated (shared by the workers).
+        self.before_forward: list[Callable] = []
         for rank in range(tp):
             worker_connector = None
             if connector_factory is not None:
@@ -102,7 +110,8 @@ class EngineCore:
                                                      self.preset.kv_cache_config(self.config.num_blocks, tp))
             self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp, content_salt=self.content_salt,
                                        vocab_size=self.preset.vocab_size, connector=worker_connector,
-                                       kernel_block_ratio=self.config.kernel_block_ratio))
+                                       kernel_block_ratio=self.config.kernel_block_ratio,
+                                       before_forward=self.before_forward))
         self.aggregator = KVOutputAggregator(tp)
         self.step_count = 0
         # observer(so) runs after the workers executed a step and before the scheduler applies it: tables
@@ -196,7 +205,7 @@ class EngineCore:
                     w.append_token(req_id, token)
         return kv_output, sampled
 
-    def run_until_done(self, max_steps: int = 10000, idle_steps: int = 2, **hooks) -> int:
+    def run_until_done(self, max_steps: int = MAX_STEPS, idle_steps: int = 2, **hooks) -> int:
         """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""
         start = self.step_count
         while self.scheduler.has_unfinished_requests():

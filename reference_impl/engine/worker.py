@@ -40,16 +40,20 @@ class _ReqState:
 
 
 class Worker:
-    """One TP rank. `connector` is this rank's worker-role connector or None."""
+    """One TP rank. `connector` is this rank's worker-role connector or None; `before_forward` a list of
+    `hook(worker, scheduler_output)` run each step between the connector's pre-forward hooks and the forward."""
 
     def __init__(self, kv_cache_config: KVCacheConfig, *, rank: int = 0, tp_size: int = 1, vocab_size: int = 32000,
-                 connector=None, kernel_block_ratio: int = 1, content_salt: int = 0):
+                 connector=None, kernel_block_ratio: int = 1, content_salt: int = 0, before_forward=None):
         self.kv_cache_config = kv_cache_config
         self.content_salt = content_salt  # the model's: two models compute different KV for the same tokens
         self.rank = rank
         self.tp_size = tp_size
         self.vocab_size = vocab_size
         self.connector = connector
+        # before_forward(worker, so): test instrumentation that runs after the connector's pre-forward hooks
+        # (handle_preemptions, bind) and before this step's loads and forward (the engine's shared list).
+        self.before_forward = before_forward if before_forward is not None else []
         # CPU memory: the content oracle and the forward's checks are CPU tensors.
         self.memory = KVCacheTensors(kv_cache_config, device="cpu")
         self.backing = self.memory.backing
@@ -102,8 +106,13 @@ class Worker:
             if hasattr(c, "handle_preemptions"):
                 self._call("handle_preemptions", meta)
             self._call("bind_connector_metadata", meta)
-            if scheduler_output.has_sync_kv_loads:
-                self._call("start_load_kv", None)
+        # vLLM may overwrite a re-allocated block from here on: `handle_preemptions` is where a connector
+        # with stores in flight must finish with such blocks ("BEFORE they are overwritten", vLLM's base
+        # connector), and the step's loads and forward write them next.
+        for hook in self.before_forward:
+            hook(self, scheduler_output)
+        if c is not None and scheduler_output.has_sync_kv_loads:
+            self._call("start_load_kv", None)
         sampled = self._forward(scheduler_output)
         if c is not None:
             if not scheduler_output.has_sync_kv_loads:

@@ -19,7 +19,7 @@ from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
-from reference_impl.engine.core import EngineConfig, EngineCore, ModelConfig, ParallelConfig
+from reference_impl.engine.core import MAX_STEPS, EngineConfig, EngineCore, ModelConfig, ParallelConfig
 from reference_impl.engine.presets import get_preset
 from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec
@@ -304,11 +304,11 @@ class CheckContext:
         engine = self.engine(preset, num_blocks=self.pool_for_one(preset, length))
         first = prompt(9100 + length, length)
         a = engine.add_request(engine.make_request(first, max_tokens=1))
-        for _ in range(100):
+        for _ in range(MAX_STEPS):
             if a.is_finished:
                 break
             engine.step()
-        expect(a.is_finished, "scenario: the first request did not finish within 100 steps")
+        expect(a.is_finished, f"scenario: the first request did not finish within {MAX_STEPS} steps")
         # The pool holds one request: B's allocation takes the blocks A just freed (or waits for a
         # delayed free), and B's forward writes them before this step's wait_for_save.
         engine.add_request(engine.make_request(prompt(9200 + length, length), max_tokens=1))
@@ -322,44 +322,59 @@ class CheckContext:
         return list(first[:-2]) if self.profile.engine_owned_store else list(first)
 
     def reuse_freed_blocks(self, engine: EngineCore) -> None:
-        """Force reuse races on `engine`: every block that left a request's table since the last step (out of
-        the sliding window, a finished request's, a preempted one's) and that the schedule did not hand to
-        another request is dropped from the prefix cache and overwritten before the workers run, as a new
-        owner's forward would. Whatever a connector copies from such a block afterwards is not the old KV."""
-        owned_before: set[int] = set()
+        """Force reuse races on `engine`: every block that left a place in a request's table (out of the sliding
+        window, a finished request's, a preempted one's) and that a schedule re-allocates is overwritten, whole,
+        as soon as vLLM may overwrite it: on each rank after the connector's `handle_preemptions` and
+        `bind_connector_metadata` and before the step's loads and forward (vLLM's base connector: stores in
+        flight are handled there "BEFORE they are overwritten"). A block that is freed and not re-allocated
+        keeps its bytes, as in vLLM (nothing writes a free block), and so does one that comes back as a prefix
+        hit (its hash unchanged). Whatever a connector copies from a re-allocated block after that point is
+        not the old KV."""
+        before: dict[int, set] = {}  # block -> its places (request, group, index) when the workers last ran
+        hashes: dict[int, object] = {}  # block -> its hash then, for every block ever placed in a table
+        targets: set[int] = set()
 
-        def owned() -> set[int]:
-            live = set()
+        def places() -> dict[int, set]:
+            held: dict[int, set] = {}
             for req_id in engine.scheduler.requests:
                 if engine.manager.coordinator.has_request(req_id):
-                    for ids in engine.manager.get_block_ids(req_id):
-                        live.update(ids)
-            live.discard(0)
-            return live
+                    for group, ids in enumerate(engine.manager.get_block_ids(req_id)):
+                        for index, block in enumerate(ids):
+                            if block:
+                                held.setdefault(block, set()).add((req_id, group, index))
+            return held
 
         def record(so) -> None:
-            owned_before.clear()
-            owned_before.update(owned())
-
-        def scribble(so) -> None:
-            # A block someone still holds (a connector's pin through the block pool, as SimpleCPUOffload's
-            # `touch`) is not free: vLLM hands it to no new owner, so nothing may overwrite it.
+            before.clear()
+            before.update(places())
             blocks = engine.manager.block_pool.blocks
-            freed = {b for b in owned_before - owned() if blocks[b].ref_cnt == 0}
-            if freed:
-                engine.manager.evict_blocks(sorted(freed))
-                fill_canaries(engine, freed)
+            hashes.update((b, blocks[b].block_hash) for b in before)
+
+        def find(so) -> None:
+            # Re-allocated: placed somewhere new since the workers last ran, once held by a request, and not a
+            # prefix-cache hit on its old content (a re-allocation drops the old hash).
+            blocks = engine.manager.block_pool.blocks
+            targets.clear()
+            targets.update(b for b, now in places().items() if now - before.get(b, set()) and b in hashes
+                           and (hashes[b] is None or blocks[b].block_hash != hashes[b]))
+
+        def scribble(worker, so) -> None:
+            if targets:
+                fill_canaries(engine, targets, worker)
 
         engine.observers.append(record)
-        engine.pre_execute.append(scribble)
-        self._races[id(engine)] = (record, scribble)
+        engine.pre_execute.append(find)
+        engine.before_forward.append(scribble)
+        self._races[id(engine)] = (record, find, scribble)
 
     def stop_reuse_races(self, engine: EngineCore) -> None:
         """Stop `reuse_freed_blocks` on `engine`: what follows judges what was stored, as a fresh engine would."""
-        record, scribble = self._races.pop(id(engine), (None, None))
-        if record is not None:
+        hooks = self._races.pop(id(engine), None)
+        if hooks is not None:
+            record, find, scribble = hooks
             engine.observers.remove(record)
-            engine.pre_execute.remove(scribble)
+            engine.pre_execute.remove(find)
+            engine.before_forward.remove(scribble)
 
     def reader(self, stored_on: EngineCore | None = None, preset: str | None = None) -> EngineCore:
         """An engine that reads back what the check stored, its local prefix cache forgotten: a fresh engine (of

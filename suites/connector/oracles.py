@@ -95,10 +95,11 @@ def owned_or_cached_blocks(engine) -> set[int]:
     return live
 
 
-def fill_canaries(engine, blocks) -> None:
-    """Write the canary value into `blocks` (and always block 0) of every layer on every rank."""
+def fill_canaries(engine, blocks, worker=None) -> None:
+    """Write the canary value into `blocks` (and always block 0) of every layer on every rank, or on
+    `worker`'s rank only."""
     ids = torch.tensor(sorted(set(blocks) | {0}), dtype=torch.long)
-    for tensor in _layer_tensors(engine):
+    for tensor in _layer_tensors(engine, worker):
         tensor.index_fill_(0, ids, CANARY_VALUE)
 
 
@@ -134,8 +135,8 @@ def attention_group_ids(engine) -> list[int]:
             if isinstance(grp.kv_cache_spec, AttentionSpec)]
 
 
-def _layer_tensors(engine):
-    for worker in engine.workers:
+def _layer_tensors(engine, only=None):
+    for worker in engine.workers if only is None else [only]:
         for view in worker.kv_caches.values():
             yield from (view if isinstance(view, list) else [view])
 

@@ -27,10 +27,12 @@ def _reload_all(ctx, engine, prompts):
 @pytest.mark.kv_check("C24")
 @pytest.mark.parametrize("preset", SWA_PRESETS)
 def test_c24_swa_reuse_race_forced(ctx, preset):
-    """Forced: prefill steps of 512 tokens move the window past whole chunks; every block the schedule frees
-    is overwritten (as its next owner would) before the workers run. A store that copies a chunk's window
-    tail after its blocks left the window persists the new bytes; the reload must read only A's KV."""
-    engine = ctx.engine(max_num_batched_tokens=512)
+    """Forced: prefill steps of 512 tokens move the window past whole chunks, in a pool that holds this one
+    request and no more, so blocks that leave the window are re-allocated at once; each is overwritten (as
+    its next owner would) once vLLM may overwrite it. A store that copies a chunk's window tail after its
+    blocks were re-allocated persists the new bytes; the reload must read only A's KV."""
+    engine = ctx.engine(num_blocks=ctx.pool_for_one(preset, 1300, max_num_batched_tokens=512),
+                        max_num_batched_tokens=512)
     ctx.reuse_freed_blocks(engine)
     tokens = prompt(2400, 1300)
     ctx.run(engine, tokens)

@@ -7,6 +7,11 @@
 * Hits that end inside a block, as LMCache's (a full-prompt hit lowered by one token) and OffloadingConnector's
   partial tails: vLLM 0.33's scheduler accepts them. `OneTokenShortHitConnector` answers every hit one token
   short; on a Mamba model that is a hit between two Mamba states, which C06 must still catch.
+* Stores deferred to the next step, as OffloadingConnector defers them (`prepare_store_kv`): vLLM overwrites a
+  block it re-allocated only after the connector's `handle_preemptions` ("BEFORE they are overwritten", its base
+  connector), and never a block that stays free. `DeferredStoreConnector` copies a step's stores there and lets a
+  finished request's blocks go at once; `tests.connector.buggy.OutOfWindowStoreConnector`, which copies them after
+  the next step's forward, is its buggy twin (caught by C24).
 """
 
 from __future__ import annotations
@@ -47,3 +52,28 @@ class OneTokenShortHitConnector(LMCacheLikeConnector):
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         n, load_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
         return (n - 1, load_async) if n and n > 1 else (n, load_async)
+
+
+class DeferredStoreConnector(LMCacheLikeConnector):
+    """Copies each step's stores at the start of the next step, in `handle_preemptions`, before vLLM may
+    overwrite a re-allocated block; a finished request's blocks go at once (no delayed free): correct."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deferred = None
+
+    def wait_for_save(self):
+        # The stores of this step wait for the next one (OffloadingConnector: "offloading starts AFTER transfers
+        # related to token sampling").
+        self._deferred = self._connector_metadata
+
+    def handle_preemptions(self, kv_connector_metadata):
+        """Run the previous step's stores: their blocks hold that step's KV until this step's forward."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        current, self._connector_metadata = self._connector_metadata, deferred
+        try:
+            super().wait_for_save()
+        finally:
+            self._connector_metadata = current

@@ -6,6 +6,9 @@ offloading connectors): each check must pass a correct connector that behaves so
   and reported "no hit for any prefix"; C36 looked up on a fresh engine and in other processes.
 * Hits that end inside a block (LMCache lowers a full-prompt hit by one token; OffloadingConnector's partial
   tails): C06 required every group's block size, which vLLM 0.33's scheduler does not.
+* Stores deferred to the next step's `handle_preemptions` (OffloadingConnector): C24's and C25's forced reuse
+  races overwrote every block the schedule freed before the workers ran, re-allocated or not; vLLM overwrites
+  only a block it re-allocated, and only after that hook.
 * vLLM's CPU-offloading connectors refuse a Mamba group in mamba_cache_mode 'none' by design (C03): N/A with
   vLLM's reason, not a failure.
 
@@ -22,19 +25,22 @@ from _pytest.outcomes import Failed
 
 from harness.targets.connector_profile import split_declaration
 from harness.targets.connector_target import ConnectorTarget
-from suites.connector import test_api, test_isolation, test_lookup
+from reference_impl.engine.presets import CORE_PRESETS
+from suites.connector import test_api, test_isolation, test_lookup, test_races
 from suites.connector.context import CheckContext, prompt
 
 LEGAL = "tests.connector.legal_variants"
+BUGGY = "tests.connector.buggy"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its "
                                                      "venv and PYTHONPATH of this tree)")
 ENGINE_OWNED = {"kvconform": {"store_scope": "engine"}}
 
 
-def _context(cls: str, preset: str | None, check_id: str, extra: dict | None = None) -> CheckContext:
+def _context(cls: str, preset: str | None, check_id: str, extra: dict | None = None,
+             module: str = LEGAL) -> CheckContext:
     extra, declared = split_declaration(extra or {})  # as the plugin splits --kv-connector-extra-config
-    target = ConnectorTarget(cls, f"{LEGAL}:{cls}", "--kv-connector", extra_config=extra, declared=declared)
+    target = ConnectorTarget(cls, f"{module}:{cls}", "--kv-connector", extra_config=extra, declared=declared)
     return CheckContext(target, preset, check_id=check_id)
 
 
@@ -80,6 +86,31 @@ def test_c06_still_catches_a_hit_between_two_mamba_states():
     ctx = _context("OneTokenShortHitConnector", "fa+mamba_align", "C06")
     with pytest.raises(Failed, match="is not on a Mamba state boundary"):
         _run(ctx, test_lookup.test_c06_hit_alignment, "fa+mamba_align")
+
+
+@pytest.mark.parametrize("preset", test_races.SWA_PRESETS)
+def test_c24_takes_stores_deferred_to_the_next_steps_handle_preemptions(preset):
+    _run(_context("DeferredStoreConnector", preset, "C24"), test_races.test_c24_swa_reuse_race_forced, preset)
+
+
+@pytest.mark.parametrize("preset", CORE_PRESETS)
+def test_c25_takes_a_finished_requests_stores_deferred_to_the_next_steps_handle_preemptions(preset):
+    _run(_context("DeferredStoreConnector", preset, "C25"), test_races.test_c25_finish_reuse_race_forced, preset)
+
+
+@pytest.mark.parametrize("preset", ["fa+swa", "fa+swa8"])
+def test_c24_still_catches_stores_copied_after_the_next_forward(preset):
+    ctx = _context("OutOfWindowStoreConnector", preset, "C24", module=BUGGY)
+    with pytest.raises(Failed, match="the model read wrong KV — while: reloading prefixes of a request whose "
+                                     "out-of-window blocks were reused"):
+        _run(ctx, test_races.test_c24_swa_reuse_race_forced, preset)
+
+
+@pytest.mark.parametrize("preset", CORE_PRESETS)
+def test_c25_still_catches_a_finished_requests_store_copied_after_the_next_forward(preset):
+    ctx = _context("FinishNoDelayConnector", preset, "C25", module=BUGGY)
+    with pytest.raises(Failed, match="the model read wrong KV"):
+        _run(ctx, test_races.test_c25_finish_reuse_race_forced, preset)
 
 
 @needs_vllm

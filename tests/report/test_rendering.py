@@ -292,6 +292,15 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
     # a single-group failure is a finding of its own, not evidence about HMA
     ([("C01", "-", "passed", None), ("C02", "fa_only", "failed", None), ("C02", "fa+swa", "passed", None)],
      "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+    # a cause that fails single-group models too (a crash on every step) says nothing about HMA ...
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x' (request 12)"),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: hook raised AttributeError: no field 'x' (request 345)")],
+     "❔ Vendor declares `SupportsHMA`, but the multi-group checks it fails fail on single-group models too (hook "
+     "raised AttributeError: no field 'x' (request N)), so whether it may is unknown until that is fixed."),
+    # ... while a multi-group failure with a cause of its own does
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x'"),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: block 3 of group 1 differs")],
+     "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C14."),
     # a harness error is no evidence about the connector
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "error", None)],
      "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),

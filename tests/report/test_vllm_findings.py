@@ -62,3 +62,19 @@ def test_a_classification_scoped_to_a_preset_matches_only_there():
     known = classify("OffloadingConnector", "C14", cause, "fa+swa+mamba")
     assert known is not None and known.root == "on full attention + sliding window + Mamba no prompt ever hits"
     assert classify("OffloadingConnector", "C14", cause, "fa+swa") is None
+
+
+def test_a_wrong_mamba_state_after_an_unaligned_hit_is_classified_on_the_three_group_preset_only():
+    """OffloadingConnector's wrong reads on fa+swa+mamba (C10, C24) are the reviewed unaligned-hit finding; a wrong
+    read on a preset without Mamba, or of another check, is not passed off as it."""
+    from harness.report.vllm_findings import classify
+
+    cause = ("the model read wrong KV — while: reloading what the re-admitted request stored: 2 reads, first: "
+             "ReadError(req_id='2d8bc954a01b', layer='model.layers.4.mamba', position=-1, detail='state after 784 "
+             "tokens differs (block 233)')")
+    for check in ("C10", "C24"):
+        known = classify("OffloadingConnector", check, cause, "fa+swa+mamba")
+        assert known is not None and known.verdict == "connector bug"
+        assert known.root == "a hit cut short by the sliding-window lookup is not re-aligned to a Mamba state"
+    assert classify("OffloadingConnector", "C24", cause, "fa+swa") is None
+    assert classify("OffloadingConnector", "C14", cause, "fa+swa+mamba") is None
