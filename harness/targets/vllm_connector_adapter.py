@@ -194,7 +194,7 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     cfg = v.config
     block_size = kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
     ktc = cfg.KVTransferConfig(kv_connector=name, kv_role="kv_both", kv_connector_extra_config=extra,
-                               kv_connector_module_path=module_path)
+                               kv_connector_module_path=module_path) if name is not None else None
     vllm_config = cfg.VllmConfig(cache_config=cfg.CacheConfig(block_size=block_size), kv_transfer_config=ktc,
                                  device_config=cfg.DeviceConfig("cpu"))
     parallel = vllm_config.parallel_config

@@ -29,11 +29,9 @@ from harness.targets.connector_target import ConnectorGuard, ConnectorHookError
 from harness.targets.vllm_connector_adapter import VllmConnectorAdapter, _make, vllm_config_for, vllm_kv_cache_config
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.engine import content
-from reference_impl.engine.aggregator import KVOutputAggregator
 from reference_impl.engine.core import EngineCore
 from reference_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
 from reference_impl.engine.presets import get_preset
-from reference_impl.engine.worker import Worker
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, ScratchSpec
 
 NA_PREFIX = "under --kv-engine vllm: "
@@ -171,10 +169,10 @@ class _SchedulerModelConfig:
             return getattr(_plain_model_config(), name)
 
 
-def _scheduler_config(engine_config, kv_cache_config, connector_name: str, extra: dict, module_path: str | None,
+def _scheduler_config(engine_config, kv_cache_config, connector_name: str | None, extra: dict, module_path: str | None,
                       given=None):
     """The VllmConfig vLLM's scheduler gets: the one the connector was built with (a `vllm:` target), else one
-    made from the preset as the adapter makes it, naming the connector class and its module."""
+    made from the preset as the adapter makes it, naming the connector class and its module (none: no connector)."""
     vllm_config = given if given is not None else vllm_config_for(engine_config, kv_cache_config, connector_name, extra,
                                                                   module_path)
     vllm_config = copy.copy(vllm_config)  # the connector's own config keeps its model config
@@ -322,13 +320,14 @@ class VllmSchedulerEngine(EngineCore):
         self._block_hasher = v.utils.get_request_block_hasher(self.hash_block_size, v.sha256)
         self.content_salt = content.model_salt(config.model_config.model)
         ktc = config.kv_transfer_config
-        guard = connector_factory(self._rank_config(0), KVConnectorRole.SCHEDULER, self.kv_cache_config)
-        connector, given_config, given_kv = _scheduler_side(guard)
-
+        connector = given_config = given_kv = None
+        if connector_factory is not None:
+            guard = connector_factory(self._rank_config(0), KVConnectorRole.SCHEDULER, self.kv_cache_config)
+            connector, given_config, given_kv = _scheduler_side(guard)
         try:
-            vllm_config = _scheduler_config(config, self.kv_cache_config, ktc.kv_connector,
-                                            dict(ktc.kv_connector_extra_config or {}), ktc.kv_connector_module_path,
-                                            given=given_config)
+            vllm_config = _scheduler_config(config, self.kv_cache_config, ktc.kv_connector if ktc else None,
+                                            dict((ktc.kv_connector_extra_config if ktc else None) or {}),
+                                            ktc.kv_connector_module_path if ktc else None, given=given_config)
         except (AttributeError, ValueError) as exc:  # raised by VllmConfig (or inside its pydantic validation)
             missing = _missing_class_hook(exc)
             if missing is None:
@@ -348,18 +347,9 @@ class VllmSchedulerEngine(EngineCore):
                                  log_stats=False)
         self.scheduler._init_observed()
         self.manager = _ManagerView(self.scheduler.kv_cache_manager, self.hash_block_size)
-        self.workers = []
-        for rank in range(tp):
-            worker_connector = connector_factory(self._rank_config(rank, worker=True), KVConnectorRole.WORKER,
-                                                 self.preset.kv_cache_config(config.num_blocks, tp))
-            self.workers.append(Worker(self.kv_cache_config, rank=rank, tp_size=tp, content_salt=self.content_salt,
-                                       vocab_size=self.preset.vocab_size, connector=worker_connector,
-                                       kernel_block_ratio=config.kernel_block_ratio))
-        self.aggregator = KVOutputAggregator(tp)
-        self.step_count = 0
-        self.observers = []
-        self.pre_execute = []
-        self._record_admissions(connector)
+        self._build_workers(connector_factory)
+        if connector is not None:
+            self._record_admissions(connector)
         self._connector = connector
         self._stuck = 0
         self._loading: set[str] = set()
@@ -510,7 +500,8 @@ class VllmSchedulerEngine(EngineCore):
         status = _v().request.RequestStatus
         if any(r.status == status.WAITING_FOR_REMOTE_KVS for r in s.waiting):
             return False
-        answers = [c[3] for c in self._connector.calls[self._calls_seen:] if c[1] == "get_num_new_matched_tokens"]
-        self._calls_seen = len(self._connector.calls)
+        calls = self._connector.calls if self._connector is not None else []
+        answers = [c[3] for c in calls[self._calls_seen:] if c[1] == "get_num_new_matched_tokens"]
+        self._calls_seen = len(calls)
         return bool(answers) and all(a is not None and a[0] is not None for a in answers)
 

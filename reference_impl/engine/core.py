@@ -99,6 +99,12 @@ class EngineCore:
         self.scheduler = Scheduler(self.manager, scheduler_connector,
                                    max_num_batched_tokens=self.config.max_num_batched_tokens,
                                    max_num_seqs=self.config.max_num_seqs)
+        self._build_workers(connector_factory)
+
+    def _build_workers(self, connector_factory: ConnectorFactory | None) -> None:
+        """The workers (one per TP rank, each with its worker-role connector), the aggregator of their outputs,
+        and the instrumentation lists every step runs."""
+        tp = self.config.parallel_config.tensor_parallel_size
         self.workers = []
         # before_forward(worker, so) runs on each worker after its connector's handle_preemptions and bind, before
         # the step's loads and forward: where vLLM may overwrite a block it re-allocated (shared by the workers).

@@ -280,8 +280,9 @@ class CheckContext:
 
     def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048) -> int:
         """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
-        on a connector-less engine: a second request then gets exactly the blocks the first one freed."""
-        probe = EngineCore(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
+        on a connector-less engine of the check's kind: a second request then gets exactly the blocks the first one
+        freed."""
+        probe = self.engine_class(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
         peak = [0]
 
         def observe(so):
