@@ -10,6 +10,7 @@ with their reason, not listed as disagreements. The vLLM-engine cells stay out o
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -70,7 +71,9 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
         theirs = verdict(entry)
         counts[connector][theirs] += 1
         if theirs == "n/a":
-            not_expressed[connector][(entry.get("message") or "").removeprefix("N/A: ")] += 1
+            reason = (entry.get("message") or "").removeprefix("N/A: ")
+            # One line per reason, whatever numbers (pool sizes, request counts) it names.
+            not_expressed[connector][re.sub(r"\b\d+\b", "N", reason)] += 1
         twin = own.get(_twin_key(entry))
         if twin is None:
             unpaired[connector] += 1

@@ -142,7 +142,10 @@ SCHEDULER_MODEL = "facebook/opt-125m"
 
 @functools.lru_cache(maxsize=None)
 def _plain_model_config():
+    """A real ModelConfig of SCHEDULER_MODEL's config, built once per process (its folder removed at exit)."""
+    import atexit
     import json
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -150,6 +153,7 @@ def _plain_model_config():
     from vllm.config import ModelConfig
 
     folder = Path(tempfile.mkdtemp(prefix="kvconform-model-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     (folder / "config.json").write_text(json.dumps(load_model_configs()[SCHEDULER_MODEL]), encoding="utf-8")
     return ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float16", seed=0)
 
