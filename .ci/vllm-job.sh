@@ -40,7 +40,6 @@ ENGINE_CONNECTORS=(--kv-connector vllm:SimpleCPUOffloadConnector --kv-connector 
 # failure: each line names the missing capability.
 declare -A KNOWN_GAPS=(
     [0.13.0:upstream]="the reference keeps the v1/core API of vLLM 0.33/0.34 and 0.13.0's own tests call 0.13's (estimate_max_model_len in kv_cache_utils, older manager signatures): measured 2026-12-04, 36 of the 103 tests of tests/v1/core that pass on vLLM 0.13.0 on CPU pass on the reference (34.9%), a figure of API drift, not of behaviour; the allocator suite judges 0.13.0's behaviour instead (KVCONFORM_CI_VLLM_VERSION=0.13.0 scripts/upstream-vllm-tests.sh VENV OUT)"
-    [0.13.0:benchmarks]="the vLLM side of the benchmarks on 0.13.0 has not been run since the allocator target gained 0.13.0 (alloc34, landed at the deadline); its allocator step is a gap above"
     [0.13.0:engine]="kvconform's --kv-engine vllm drives vLLM 0.33/0.34's Scheduler (KVConnectorBlockState, the v1 Request and SchedulerOutput of those releases); 0.13.0's scheduler has not been tried"
     [0.13.0:lmcache]="lmcache 0.5.6 does not import against vLLM 0.13.0: its MP connector module imports vllm.v1.attention.backend, which 0.13.0 lacks (measured 2026-12-04: scripts/install-lmcache.sh's import check fails; the suite reports LMCacheMPConnector 'cannot run here')"
 )

@@ -27,7 +27,7 @@ _NOISE_PREFIXES = ("Failed: ", "AssertionError: ")
 _WHAT_LIMIT = 300
 _PARAMS = re.compile(r"\[(.*)\](#\d+)?$")
 _DIGITS = re.compile(r"(\d+)")
-# 'harness.targets.connector_target.ConnectorHookError: ...' -> 'ConnectorHookError: ...'
+# 'suites.connector.runner.ConnectorHookError: ...' -> 'ConnectorHookError: ...'
 _QUALIFIED_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )")
 
 

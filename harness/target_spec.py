@@ -66,7 +66,7 @@ KINDS: dict[str, TargetKind] = {
                          {"vllm": "harness.targets.vllm_config:load_target"}, call_builtin=True),
     "allocator": TargetKind("allocator", "--kv-allocator", "module:factory",
                             {"reference": "harness.targets.allocator_target:make_reference_target",
-                             "vllm": "harness.targets.vllm_allocator:make_target"}),
+                             "vllm": "harness.targets.allocator_target:make_vllm_target"}),
     "connector": TargetKind("connector", "--kv-connector", "module:Class", BUILTIN_CONNECTORS, vllm_names=True),
 }
 

@@ -1,12 +1,14 @@
-"""What one vLLM release's allocator (`v1/core`) offers: its capability table, read from the release itself.
+"""What one vLLM release's allocator (`v1/core`) offers: its capability table, read from the release itself
+(or from any implementation that keeps vLLM's modules: the reference is probed the same way, and has them all).
 
 A conformance check that needs an API or a feature the release under test lacks is not a failure of that
 release: it is "N/A on X.Y.Z: reason" (a skip with that reason), so a clean run on any supported release is
 green and `kvconform diff` of two releases' runs lists only what changed in behaviour.
 
 Each capability is probed from the installed release's own code (a constructor parameter, a dataclass
-field, a method, a class), never from a version number, so a release kvconform has never seen gets a correct
-table too. `docs/allocator-releases.md` lists the table for the releases checked by hand (0.13.0 to 0.34.0).
+field, a method, a class), never from a version number or a target's name, so a release kvconform has never
+seen gets a correct table too. The modules come from the target's module map (`ReleaseModules`).
+`docs/allocator-releases.md` lists the table for the releases checked by hand (0.13.0 to 0.34.0).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 
-__all__ = ["Capability", "CAPABILITIES", "probe_capabilities", "not_applicable"]
+__all__ = ["Capability", "CAPABILITIES", "PROBED_MODULES", "ReleaseModules", "probe_capabilities",
+           "not_applicable"]
 
 
 @dataclass(frozen=True)
@@ -37,15 +41,42 @@ def _params(obj) -> frozenset[str]:
 
 
 def _fields(cls) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else frozenset()
+    """A dataclass's fields, or a msgspec Struct's (vLLM's KV cache events)."""
+    if dataclasses.is_dataclass(cls):
+        return frozenset(f.name for f in dataclasses.fields(cls))
+    return frozenset(getattr(cls, "__struct_fields__", ()))
 
 
-def _has_module(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except Exception:  # absent, or present but not importable on this machine
-        return False
-    return True
+#: The short names the probes read -> vLLM's module name (a key of a target's module map).
+PROBED_MODULES = {"iface": "v1.kv_cache_interface", "pool": "v1.core.block_pool", "manager": "v1.core.kv_cache_manager",
+                  "coordinator": "v1.core.kv_cache_coordinator", "utils": "v1.core.kv_cache_utils",
+                  "events": "distributed.kv_events", "hisparse_layout": "v1.hisparse.layout",
+                  "hisparse_coordinator": "v1.hisparse.coordinator", "hisparse_backend": "v1.hisparse.backend",
+                  "platforms": "platforms"}
+
+
+class ReleaseModules(Mapping):
+    """The modules a target's module map names, by the probes' short names (`PROBED_MODULES`), imported on
+    first read; None for one the map does not name or that does not import on this machine."""
+
+    def __init__(self, module_map: Mapping[str, str]) -> None:
+        self._map = module_map
+        self._loaded: dict[str, ModuleType | None] = {}
+
+    def __getitem__(self, key: str) -> ModuleType | None:
+        if key not in self._loaded:
+            path = self._map.get(PROBED_MODULES[key])
+            try:
+                self._loaded[key] = importlib.import_module(path) if path else None
+            except Exception:  # absent, or present but not importable on this machine
+                self._loaded[key] = None
+        return self._loaded[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PROBED_MODULES)
+
+    def __len__(self) -> int:
+        return len(PROBED_MODULES)
 
 
 def _returns_boundary(mods: dict) -> bool:
@@ -55,9 +86,8 @@ def _returns_boundary(mods: dict) -> bool:
         or getattr(annotation, "__args__", None) is not None and len(annotation.__args__) >= 3
 
 
-# name -> Capability; `mods` holds the release's modules: iface (kv_cache_interface), pool (block_pool),
-# manager (kv_cache_manager), coordinator (kv_cache_coordinator), utils (kv_cache_utils), events
-# (vllm.distributed.kv_events, or None).
+# name -> Capability; `mods` holds the release's modules by the short names of PROBED_MODULES (None, or no
+# entry, for one the release lacks).
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (groups of different "
                "block sizes cannot be scheduled at their LCM)",
@@ -104,32 +134,29 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("partial_prefix_hits", "BlockPool has no cache_partial_block (no fine-grained prefix hits)",
                lambda m: hasattr(m["pool"].BlockPool, "cache_partial_block")),
     Capability("kv_event_group_idx", "BlockStored/BlockRemoved carry no group_idx",
-               lambda m: m["events"] is not None and "group_idx" in getattr(m["events"].BlockStored,
-                                                                           "__struct_fields__", ())),
+               lambda m: m.get("events") is not None and "group_idx" in _fields(m["events"].BlockStored)),
     Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),
     Capability("mamba_align", "MambaSpec has no mamba_cache_mode (no prefix caching of Mamba states)",
                lambda m: "mamba_cache_mode" in _fields(m["iface"].MambaSpec)),
     Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
                lambda m: "num_prefill_checkpoint_blocks" in _fields(m["iface"].MambaSpec)),
-    Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: _has_module("vllm.v1.hisparse.layout")),
+    Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: m.get("hisparse_layout") is not None),
     Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
                "(HiSparse before write-back spills and host indexer pages)",
-               lambda m: hasattr(importlib.import_module("vllm.v1.hisparse.coordinator").HiSparseCoordinator,
-                                 "advance_scheduled")
-               and hasattr(importlib.import_module("vllm.v1.hisparse.layout"),
-                           "get_hisparse_steady_state_concurrency")),
+               lambda m: hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "advance_scheduled")
+               and hasattr(m["hisparse_layout"], "get_hisparse_steady_state_concurrency")),
     Capability("hisparse_backend", "HiSparse's host pool needs a platform backend (vllm.v1.hisparse.backend) and "
                "this machine's platform has none",
-               lambda m: not _has_module("vllm.v1.hisparse.backend")
-               or importlib.import_module("vllm.platforms").current_platform.get_hisparse_backend_cls() is not None),
+               lambda m: m.get("hisparse_backend") is None
+               or m["platforms"].current_platform.get_hisparse_backend_cls() is not None),
     Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
-               lambda m: m["events"] is not None and "lookahead_token_ids" in getattr(
-                   m["events"].BlockStored, "__struct_fields__", ())),
+               lambda m: m.get("events") is not None and "lookahead_token_ids" in _fields(m["events"].BlockStored)),
 )}
 
 
-def probe_capabilities(mods: dict) -> tuple[frozenset[str], dict[str, str]]:
-    """(capabilities the release has, {capability it lacks: what it lacks}) from its modules."""
+def probe_capabilities(mods: Mapping) -> tuple[frozenset[str], dict[str, str]]:
+    """(capabilities the release has, {capability it lacks: what it lacks}) from its modules (`ReleaseModules`
+    of a target's module map, or any mapping of the short names of `PROBED_MODULES`)."""
     have, lacks = set(), {}
     for cap in CAPABILITIES.values():
         try:

@@ -1,25 +1,33 @@
-"""The allocator target protocol the allocator suite and benchmarks drive, and the reference target.
+"""The allocator target protocol the allocator suite and benchmarks drive, and the one adapter behind it.
 
-A target builds vLLM-0.33-shaped objects (`BlockPool`, `KVCacheManager`, `Request`) from plain
-descriptions; scenario code then calls their vLLM method names directly, so the same scenario runs on
-the reference and on vLLM. Backdoor accessors (zarr.testing style) expose internals the invariant checks
-need without trusting the public API. Capabilities are data: a test needing one the target lacks is
-skipped with a reason.
+A target builds vLLM-shaped objects (`BlockPool`, `KVCacheManager`, `Request`) from plain descriptions;
+scenario code then calls their vLLM method names directly, so the same scenario runs on the reference and on
+any vLLM release. `ModuleMapAllocatorTarget` is that target for every implementation that keeps vLLM's
+`v1/core` modules: it finds them through a module map (vLLM's module name -> where the implementation keeps
+it), the reference's (`make_reference_target`) or an installed vLLM's (`make_vllm_target`), and what an
+implementation offers is read from its code (`harness.targets.allocator_capabilities`), never from its
+name. Backdoor accessors (zarr.testing style) expose internals the invariant checks need without trusting
+the public API. Capabilities are data: a test needing one the target lacks is skipped with a reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+import math
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["GroupDesc", "AllocatorTarget", "ReferenceAllocatorTarget", "CAPABILITIES", "REFERENCE_MODULES",
-           "target_module", "make_reference_target"]
+from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+from harness.targets.allocator_capabilities import ReleaseModules, not_applicable, probe_capabilities
 
-#: Capabilities a target may declare.
+__all__ = ["GroupDesc", "AllocatorTarget", "ModuleMapAllocatorTarget", "CAPABILITIES", "REFERENCE_MODULES",
+           "target_module", "vllm_modules", "make_reference_target", "make_vllm_target"]
+
+#: Capabilities a target may declare (behaviour no probe of its code can see).
 CAPABILITIES = {
     "strict_input_validation": "target raises ValueError for bad input the engine would accept silently "
                                "(unknown request on free, tokens past max_model_len, window > model length)",
@@ -29,18 +37,31 @@ CAPABILITIES = {
 
 GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
 
-#: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how a scenario
-#: reaches an API the protocol does not wrap (HiSparse's layout helpers, the spec classes): by vLLM's name.
+#: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how the adapter
+#: and the scenarios reach an implementation's code, by vLLM's name (HiSparse's layout helpers, the spec
+#: classes, the event classes the capability probes read).
 REFERENCE_MODULES = {
     "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
     "v1.request": "reference_impl.kv_cache.request",
     "v1.core.block_pool": "reference_impl.kv_cache.block_pool",
     "v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
     "v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
+    "v1.core.kv_cache_coordinator": "reference_impl.kv_cache.kv_cache_coordinator",
     "v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
     "v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
     "v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
+    "distributed.kv_events": "reference_impl.kv_cache.kv_events",
+    "lora.request": "reference_impl.kv_cache.request",
+    "utils.hashing": "reference_impl.kv_cache.kv_cache_utils",
 }
+
+#: Modules of vLLM's engine the reference has no counterpart of: the sampling parameters every vLLM Request
+#: takes, the platform and the backend HiSparse's host pool asks for (probed by `hisparse_backend`).
+_VLLM_ONLY_MODULES = ("sampling_params", "platforms", "v1.hisparse.backend")
+
+#: What the adapter itself needs from every implementation: its short name -> vLLM's module name.
+_REQUIRED_MODULES = {"iface": "v1.kv_cache_interface", "pool": "v1.core.block_pool", "utils": "v1.core.kv_cache_utils",
+                     "manager": "v1.core.kv_cache_manager", "request": "v1.request", "hashing": "utils.hashing"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +98,8 @@ class AllocatorTarget(Protocol):
     name: str
     capabilities: frozenset[str]
     #: vLLM's module name (e.g. "v1.hisparse.layout") -> the importable module where this target keeps it
-    #: (`REFERENCE_MODULES`); a scenario needing a module the map lacks is skipped (`target_module`).
+    #: (`REFERENCE_MODULES`, `vllm_modules()`); a scenario needing a module the map lacks is skipped
+    #: (`target_module`).
     modules: Mapping[str, str]
 
     def make_block_pool(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int = 16,
@@ -166,68 +188,174 @@ def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, ret
     return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs, **extra)
 
 
-@dataclass
-class ReferenceAllocatorTarget:
-    """kvconform's reference allocator (`reference_impl.kv_cache`)."""
+def _boundary_manager(manager_class):
+    """A subclass of a release's KVCacheManager whose get_computed_blocks also returns the shared-prefix
+    boundary, 0, as the releases that added it report "no uncached shared prefix" (releases before it
+    return the pair (blocks, hit tokens))."""
 
-    name: str = "reference"
-    capabilities: frozenset[str] = field(
-        default_factory=lambda: frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
-    modules: Mapping[str, str] = field(default_factory=lambda: dict(REFERENCE_MODULES))
+    class KVCacheManager(manager_class):
+        def get_computed_blocks(self, request, *args, **kwargs):
+            blocks, hit = super().get_computed_blocks(request, *args, **kwargs)
+            return blocks, hit, 0
+
+    KVCacheManager.__qualname__ = f"{manager_class.__qualname__}+boundary"
+    return KVCacheManager
+
+
+@dataclass
+class ModuleMapAllocatorTarget:
+    """The allocator target protocol over any implementation that keeps vLLM's `v1/core` modules, found
+    through a module map: the reference's (`REFERENCE_MODULES`) or an installed vLLM's (`vllm_modules()`).
+
+    What the implementation offers is its capability table (`allocator_capabilities`, probed from the
+    modules' code): a scenario asking for an option it lacks (lookahead hashing, a retention interval, mixed
+    block sizes before `scheduler_block_size`, ...) is "N/A on VERSION: reason", never a failure. The
+    reference has every capability. API shapes that changed without changing behaviour are met here, each
+    read from the code as well: a KVCacheTensor's `shared_by` before `layers`, the manager's keyword arguments
+    by name, a Request that takes `eos_token_id` (vLLM 0.13), `get_computed_blocks`' pair before the
+    shared-prefix boundary was added (the boundary is then 0: nothing is reported), a NONE_HASH the engine
+    must initialise at start-up (vLLM) rather than on first use (the reference). `capabilities` are the ones
+    the implementation declares (`CAPABILITIES`: behaviour no probe can see, e.g. strict input validation).
+    """
+
+    name: str
+    modules: Mapping[str, str]
+    capabilities: frozenset[str] = frozenset()
+    #: What "N/A on ..." names (a release number); the target's name when not given.
+    version: str | None = None
 
     def __post_init__(self) -> None:
         import torch
 
-        from reference_impl import kv_cache
-        from reference_impl.kv_cache import kv_cache_utils
-
-        self._mod = kv_cache
-        self._hashing = kv_cache_utils
+        unknown = sorted(set(self.capabilities) - set(CAPABILITIES))
+        if unknown:
+            raise ValueError(f"capabilities: {unknown[0]!r} is not one of {', '.join(CAPABILITIES)}")
+        if self.version is None:
+            self.version = self.name
+        required = {key: self._import(name) for key, name in _REQUIRED_MODULES.items()}
+        self._iface = required["iface"]
+        self._block_pool = required["pool"]
+        self._utils = required["utils"]
+        self._Request = required["request"].Request
+        self._request_params = frozenset(inspect.signature(self._Request).parameters)
+        self._sha256 = required["hashing"].sha256
+        sampling = target_module(self, "sampling_params")  # only an engine's Request needs one
+        self._sampling = sampling.SamplingParams(max_tokens=1 << 20) if sampling is not None else None
         self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
+        if not hasattr(self._utils, "get_none_hash"):
+            # vLLM's engine sets NONE_HASH at start-up (init_none_hash); the reference sets it on first use.
+            self._utils.init_none_hash(self._sha256)
+        self.release_capabilities, self.lacks = probe_capabilities(ReleaseModules(self.modules))
+        manager_class = required["manager"].KVCacheManager
+        self._manager_params = frozenset(inspect.signature(manager_class).parameters)
+        self._manager_class = _boundary_manager(manager_class) if "shared_prefix_boundary" in self.lacks \
+            else manager_class
+
+    def _import(self, name: str) -> ModuleType:
+        path = self.modules.get(name)
+        if path is None:
+            raise ValueError(f"modules: no entry for vLLM's {name!r}; an allocator target maps at least "
+                             f"{', '.join(_REQUIRED_MODULES.values())}")
+        return importlib.import_module(path)
+
+    def require(self, capability: str) -> None:
+        """Skip the running check (N/A on this release) unless the implementation has `capability` (one of
+        `allocator_capabilities.CAPABILITIES`)."""
+        if capability not in RELEASE_CAPABILITIES:
+            raise ValueError(f"capability: {capability!r} is not one of {', '.join(RELEASE_CAPABILITIES)}")
+        if capability in self.lacks:
+            not_applicable(self.version, self.lacks[capability])
 
     def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16, enable_kv_cache_events=False):
-        return self._mod.BlockPool(num_gpu_blocks, enable_caching, hash_block_size,
-                                   enable_kv_cache_events=enable_kv_cache_events)
-
-    def make_kv_cache_config(self, groups, num_blocks, retention_interval=None):
-        """The reference `KVCacheConfig` for these group descriptions."""
-        return build_kv_cache_config(self._mod, groups, num_blocks, retention_interval, self._dtype)
+        return self._block_pool.BlockPool(num_gpu_blocks, enable_caching, hash_block_size,
+                                          enable_kv_cache_events=enable_kv_cache_events)
 
     def make_manager(self, groups, num_blocks, max_model_len, *, enable_caching=True, retention_interval=None,
                      hash_block_size=None, scheduler_block_size=None, max_in_flight_tokens=None,
                      use_eagle=False, dcp_world_size=1, enable_kv_cache_events=False, num_hash_lookahead_tokens=0):
-        import math
-
-        config = self.make_kv_cache_config(groups, num_blocks, retention_interval)
         sizes = [g.block_size for g in groups]
         sbs = scheduler_block_size or math.lcm(*sizes)
         hbs = hash_block_size or (math.gcd(*sizes) if enable_caching else sbs)
-        return self._mod.KVCacheManager(config, max_model_len, sbs, hbs, max_in_flight_tokens=max_in_flight_tokens,
-                                        enable_caching=enable_caching, use_eagle=use_eagle,
-                                        dcp_world_size=dcp_world_size,
-                                        enable_kv_cache_events=enable_kv_cache_events,
-                                        num_hash_lookahead_tokens=num_hash_lookahead_tokens)
+        # What the scenario asks for, against what the implementation offers.
+        if retention_interval is not None:
+            self.require("retention_interval")
+        if num_hash_lookahead_tokens:
+            self.require("hash_lookahead")
+        if max_in_flight_tokens is not None:
+            self.require("max_in_flight_tokens")
+        if dcp_world_size != 1:
+            self.require("dcp")
+        if sbs != hbs or len(set(sizes)) > 1:
+            self.require("scheduler_block_size")
+        for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align")):
+            if any(g.kind == kind for g in groups):
+                self.require(capability)
+        if any(g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment for g in groups):
+            self.require("mamba_checkpoints")
+        other_types = {(g.kind, g.sliding_window, g.attention_chunk_size, g.rswa_window)
+                       for g in groups if g.kind != "full"}
+        if len(other_types) > 1:
+            self.require("several_group_types")
+        config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval, self._dtype)
+        kwargs = dict(scheduler_block_size=sbs, hash_block_size=hbs, max_in_flight_tokens=max_in_flight_tokens,
+                      enable_caching=enable_caching, use_eagle=use_eagle, dcp_world_size=dcp_world_size,
+                      enable_kv_cache_events=enable_kv_cache_events,
+                      num_hash_lookahead_tokens=num_hash_lookahead_tokens)
+        kwargs = {k: v for k, v in kwargs.items() if k in self._manager_params}
+        return self._manager_class(config, max_model_len, **kwargs)
 
     def make_request(self, request_id, prompt_token_ids, hash_block_size, *, lora=None, cache_salt=None):
         hasher = self._hashers.get(hash_block_size)
         if hasher is None:
-            hasher = self._hashers[hash_block_size] = self._hashing.get_request_block_hasher(
-                hash_block_size, self._hashing.sha256)
-        lora_request = self._mod.LoRARequest(*lora) if lora else None
-        return self._mod.Request(request_id, prompt_token_ids, block_hasher=hasher, lora_request=lora_request,
-                                 cache_salt=cache_salt)
+            hasher = self._hashers[hash_block_size] = self._utils.get_request_block_hasher(
+                hash_block_size, self._sha256)
+        lora_request = target_module(self, "lora.request").LoRARequest(*lora) if lora else None
+        extra = {"eos_token_id": None} if "eos_token_id" in self._request_params else {}
+        return self._Request(request_id, list(prompt_token_ids), self._sampling, None, block_hasher=hasher,
+                             lora_request=lora_request, cache_salt=cache_salt, **extra)
 
     def cache_entries(self, block_pool):
-        return {k: [b.block_id for b in blocks] for k, blocks in block_pool.cached_block_hash_to_block.items()}
+        cache_map = block_pool.cached_block_hash_to_block
+        dups = getattr(cache_map, "_dup_ids", None)
+        out = {}
+        for key, entry in cache_map._cache.items():
+            if isinstance(entry, int):  # vLLM 0.34 and the reference: block ids, the shared keys' in _dup_ids
+                out[key] = list(dups[key]) if dups and key in dups else [entry]
+            else:  # vLLM 0.33 and before: a block, or {block_id: block} for a shared key
+                out[key] = [entry.block_id] if hasattr(entry, "block_id") else [b.block_id for b in entry.values()]
+        return out
 
     def block_key(self, block):
         return block.block_hash
 
     def sha256(self, obj):
-        return self._hashing.sha256(obj)
+        return self._sha256(obj)
 
 
-def make_reference_target() -> ReferenceAllocatorTarget:
-    """Factory of the default `--kv-allocator` target."""
-    return ReferenceAllocatorTarget()
+def vllm_modules() -> dict[str, str]:
+    """The installed vLLM's module map: each module under its own name (`vllm.` + vLLM's name), the hashing
+    helpers in `vllm.utils` before it became a package. Raises ImportError when vLLM is not importable."""
+    import importlib.util
+
+    import vllm  # noqa: F401  (ModuleNotFoundError here names 'vllm': the target cannot be built)
+
+    modules = {name: f"vllm.{name}" for name in REFERENCE_MODULES}
+    modules.update({name: f"vllm.{name}" for name in _VLLM_ONLY_MODULES})
+    if importlib.util.find_spec("vllm.utils.hashing") is None:
+        modules["utils.hashing"] = "vllm.utils"
+    return modules
+
+
+def make_reference_target() -> ModuleMapAllocatorTarget:
+    """Factory of the default `--kv-allocator` target: the reference allocator (`reference_impl.kv_cache`)."""
+    return ModuleMapAllocatorTarget("reference", dict(REFERENCE_MODULES),
+                                    frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
+
+
+def make_vllm_target() -> ModuleMapAllocatorTarget:
+    """Factory of `--kv-allocator vllm`: the installed vLLM release's own `v1/core` (any release from 0.13.0 to
+    the newest; needs vLLM importable, e.g. the venv built by scripts/install-vllm.sh)."""
+    import vllm
+
+    return ModuleMapAllocatorTarget(f"vllm-{vllm.__version__}", vllm_modules(), version=vllm.__version__)

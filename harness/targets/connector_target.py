@@ -1,5 +1,6 @@
-"""The connector under test: how it is loaded, and a guard that turns its misbehaviour into clear check failures
-(which hook raised, which hook was running when a check timed out).
+"""The connector under test: how it is loaded and probed. The guard that turns its misbehaviour into clear check
+failures during a check (which hook raised, which hook was running when a check timed out) lives with the
+check runner that uses it (`suites.connector.runner`).
 
 Which targets a run checks (built-in connectors, `--kv-connector` specs, entry points) is chosen by
 `harness.targets.connector_selection`; a `vllm:Name` target is `harness.targets.vllm_connector`'s subclass.
@@ -7,13 +8,11 @@ Which targets a run checks (built-in connectors, `--kv-connector` specs, entry p
 
 from __future__ import annotations
 
-import threading
 import uuid
 from dataclasses import dataclass, field
 
 from harness.target_spec import TargetError, import_object, parse_spec
 from harness.targets.connector_profile import ConnectorProfile, profile_for
-from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
 from reference_impl.connector.factory import check_constructor
@@ -26,39 +25,6 @@ REQUIRED_ONE_OF = ONE_OF
 class ConnectorLoadError(TargetError):
     """The connector class cannot be used at all (import failure, not a class, bad constructor, missing hooks):
     one line `SOURCE SPEC: why`, exit status 4."""
-
-
-class ConnectorHookError(AssertionError):
-    """A connector hook raised; the message names the hook and the original error."""
-
-
-class HookHung(BaseException):
-    """A call of a hook this run has already seen hang twice: the check stops at once (a BaseException, so
-    no `except Exception` in a check or in engine code swallows it)."""
-
-
-# A hook that hangs this often is taken as hung for the rest of the run (per process): later checks that
-# call it stop at once instead of each waiting out the per-check time limit.
-HANGS_BEFORE_GIVING_UP = 2
-
-
-class HangLog:
-    """Which hook of which target hung in which checks; `hung(target)` names the hooks given up on."""
-
-    def __init__(self) -> None:
-        self._hangs: dict[tuple[str, str], list[str]] = {}
-
-    def record(self, target: str, hook: str, check: str) -> None:
-        """A check of `target` timed out inside `hook`."""
-        self._hangs.setdefault((target, hook), []).append(check)
-
-    def hung(self, target: str) -> dict[str, str]:
-        """hook -> the check it first hung in, for the hooks of `target` that hung often enough."""
-        return {hook: checks[0] for (name, hook), checks in self._hangs.items()
-                if name == target and len(checks) >= HANGS_BEFORE_GIVING_UP}
-
-
-HANG_LOG = HangLog()
 
 
 @dataclass
@@ -170,96 +136,3 @@ def probe_constructor(cls: type, source: str, spec: str, extra_config: dict) -> 
         role, exc = failure["error"]
         raise ConnectorLoadError(source, spec, f"the constructor raised {type(exc).__name__}: {exc} (building the "
                                                f"{role.name.lower()}-role instance, as every check does; nothing was run)")
-
-
-class _HMAName:
-    """Stand-in so a guard of an HMA connector still passes name-based `supports_hma`."""
-
-
-class ConnectorGuard:
-    """Forwards every attribute to the wrapped connector; a raising hook becomes ConnectorHookError.
-
-    `calls` logs (role, hook, args, result); `around[hook] = (before, after)` instruments one hook;
-    `current` is the hook running now (named when a check times out). With `backdoors=False` the optional
-    `kvconform_*` methods are hidden, as if the connector had none.
-    """
-
-    def __init__(self, inner, role, calls: list, around: dict, state: dict, backdoors: bool = True):
-        object.__setattr__(self, "_backdoors", backdoors)
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_role", role)
-        object.__setattr__(self, "calls", calls)
-        object.__setattr__(self, "around", around)
-        object.__setattr__(self, "_state", state)
-
-    @property
-    def inner(self):
-        """The wrapped connector."""
-        return self._inner
-
-    def __getattr__(self, name):
-        if name.startswith(BACKDOOR_PREFIX) and not self._backdoors:
-            raise AttributeError(f"{name} (backdoors are off)")
-        attr = getattr(self._inner, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-        inner_name = type(self._inner).__name__
-
-        def call(*args, **kwargs):
-            hung_in = (self._state.get("hung") or {}).get(name)
-            if hung_in is not None:
-                raise HookHung(f"skipped: hook {inner_name}.{name} hung in {hung_in} (and once more after it); "
-                               "the checks that call it are not run again in this session")
-            before, after = self.around.get(name, (None, None))
-            if before is not None:
-                before(self._role, *args)
-            self._state["current"] = f"{inner_name}.{name} ({self._role.name.lower()})"
-            self._state["hook"] = name
-            try:
-                result = attr(*args, **kwargs)
-            except ConnectorHookError:
-                raise
-            except Exception as exc:
-                raise ConnectorHookError(
-                    f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
-                ) from exc
-            finally:
-                self._state["current"] = self._state["hook"] = None
-            self.calls.append((self._role, name, args, result))
-            if after is not None:
-                after(self._role, result, *args)
-            return result
-
-        return call
-
-    def __setattr__(self, name, value):
-        setattr(self._inner, name, value)
-
-
-def guard_class(inner_cls: type) -> type:
-    """A ConnectorGuard subclass that is HMA-capable exactly when `inner_cls` is."""
-    if supports_hma(inner_cls):
-        marker = type("SupportsHMA", (_HMAName,), {})
-        return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard, marker), {})
-    return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard,), {})
-
-
-def run_with_timeout(fn, timeout_s: float, state: dict):
-    """Run `fn()` in a daemon thread; AssertionError naming the running hook if it exceeds `timeout_s`."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = fn()
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: engine code)
-        raise AssertionError(f"check hung past {timeout_s:g}s (inside {state.get('current') or 'engine code'})")
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")

@@ -152,7 +152,7 @@ def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable 
                config: str = "full") -> int:
     """Admit up to `max_concurrent` requests, prefill in chunks, decode `decode_steps` tokens, free.
 
-    Every step starts with `new_step_starts()`, as the engine's scheduler does. Stream `config` says the
+    Every step starts with `new_step_starts()` where the manager has it, as the engine's scheduler does. Stream `config` says the
     draft slots reserved per call and whether chunks follow Mamba's alignment (`mamba_aligned_chunk`).
     A request the manager does not admit waits for the next step. Returns the number of allocate_slots
     calls. `on_finish(request)` runs just before each free.
@@ -167,7 +167,8 @@ def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable 
     steps = shape.decode_steps
     calls = 0
     allocate = manager.allocate_slots
-    step = manager.new_step_starts
+    # A release without per-step bookkeeping (vLLM 0.13) has no new_step_starts: its scheduler calls nothing.
+    step = getattr(manager, "new_step_starts", None) or (lambda: None)
 
     def prefill_tokens(req, start: int) -> int:
         n = min(chunk, req.num_prompt_tokens - start)
@@ -242,8 +243,9 @@ def count_block_ops(block_pool, action: Callable[[], object]) -> int:
         return orig_free(blocks)
 
     def touch(blocks):
-        blocks = [b for b in blocks if not b.is_null]
-        counts[0] += len(blocks)
+        # one list of blocks, or (vLLM 0.13) one list per KV cache group
+        flat = [b for item in blocks for b in (item if isinstance(item, (list, tuple)) else (item,))]
+        counts[0] += sum(1 for b in flat if not b.is_null)
         return orig_touch(blocks)
 
     block_pool.get_new_blocks, block_pool.free_blocks, block_pool.touch = get_new_blocks, free_blocks, touch

@@ -1,16 +1,23 @@
 """Pytest glue of the connector suite: parametrize over the selected connectors, record each check, and
-enforce the per-check time limit. A hook that hangs in two checks is given up on for the rest of the
-session: later checks that call it are skipped at once, naming the hook and the check it first hung in."""
+enforce the per-check time limit (the check runner beside this file, `suites.connector.runner`). A hook that
+hangs in two checks is given up on for the rest of the session: later checks that call it are skipped at
+once, naming the hook and the check it first hung in."""
 
 from __future__ import annotations
 
 import pytest
 
+<<<<<<< HEAD
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
 from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary, check_cell
+=======
+from harness.plugins.connector import connector_targets, unusable_targets
+from suites.connector.catalogue import CHECKS, black_box_summary, check_cell
+>>>>>>> main
 from suites.connector.context import CheckContext
+from suites.connector.runner import check_evidence, run_check
 
 
 def pytest_configure(config):
@@ -88,6 +95,7 @@ def _record_check(request, kvconform_record):
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
+<<<<<<< HEAD
     evidence = None
     if rep is not None and rep.failed:
         evidence = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
@@ -101,6 +109,12 @@ def _record_check(request, kvconform_record):
         suite="connector",
         cell=cell,
         description=description, evidence=evidence,
+=======
+    kvconform_record(
+        suite="connector",
+        cell=check_cell(check_id, getattr(target, "name", "?"), params),
+        description=description, evidence=check_evidence(rep),
+>>>>>>> main
     )
 
 
@@ -108,42 +122,5 @@ def _record_check(request, kvconform_record):
 def pytest_pyfunc_call(pyfuncitem):
     if pyfuncitem.get_closest_marker("kv_check") is None:
         return None
-    funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-    timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout")
-    timeout *= TIME_LIMIT_FACTOR.get(pyfuncitem.get_closest_marker("kv_check").args[0], 1)
-    context = funcargs.get("ctx")
-    if context is not None and context.load_error:
-        pytest.fail(context.load_error, pytrace=False)
-    state = context.state if context is not None else {}
-    target = context.target.name if context is not None else None
-    check_id = pyfuncitem.get_closest_marker("kv_check").args[0]
-    if target is not None:
-        state["hung"] = HANG_LOG.hung(target)  # hooks that hung twice stop this check at once (HookHung)
-    failure = skipped = None
-    try:
-        run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
-    except HookHung as exc:
-        skipped = str(exc)
-    except (AssertionError, pytest.fail.Exception) as exc:
-        failure = summarised(pyfuncitem, exc)
-        if target is not None and state.get("timed_out_in"):
-            HANG_LOG.record(target, state["timed_out_in"], check_id)
-    if skipped is not None:
-        pytest.skip(skipped)
-    if failure is not None:  # raised outside the except block: no chained traceback in the report
-        pytest.fail(failure, pytrace=False)
+    run_check(pyfuncitem)
     return True
-
-
-def summarised(item, exc: BaseException) -> str:
-    """"C07 [fa+swa]: <first line of evidence>", then the full evidence (one line per failing check). The label
-    in brackets is the cell's id less the connector's (its preset, and any other parameter, e.g. "tp")."""
-    check_id = item.get_closest_marker("kv_check").args[0]
-    preset = "-"
-    if hasattr(item, "callspec"):
-        name = getattr(item.callspec.params.get("connector_target"), "name", "")
-        cell = item.callspec.id
-        preset = cell[len(name) + 1:] if name and cell.startswith(name + "-") else item.callspec.params.get("preset", "-")
-    message = str(getattr(exc, "msg", None) or exc) or type(exc).__name__
-    first, _, rest = message.strip().partition("\n")
-    return f"{check_id} [{preset}]: {first}" + (f"\n{rest}" if rest else "")

@@ -1,7 +1,7 @@
 """`CheckContext`: builds mini engines around the connector under test and runs the shared scenarios.
 
-Every connector instance is wrapped in a `ConnectorGuard`, so a raising hook fails the check with the
-hook's name, and the checks can observe (`calls`) and instrument (`around`) hooks.
+Every connector instance is wrapped in a `ConnectorGuard` (`suites.connector.runner`), so a raising hook fails
+the check with the hook's name, and the checks can observe (`calls`) and instrument (`around`) hooks.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
-from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget, guard_class
+from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
@@ -25,6 +25,7 @@ from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec
 from suites.connector.catalogue import not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
+from suites.connector.runner import guard_class
 
 _counter = itertools.count()
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.targets.connector_target import HangLog
+from suites.connector.runner import HangLog
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 2

@@ -11,7 +11,7 @@ def test_first_line_drops_pytest_prefixes_and_collapses_whitespace():
     assert first_line("Failed: expected `HMA off`,   got `HMA on`\nconfig cell x") == "expected `HMA off`, got `HMA on`"
     assert first_line("AssertionError: C07 [cpu]: block 3 lost\nassert 3 == 4") == "C07 [cpu]: block 3 lost"
     assert first_line("\n\n  RuntimeError: setup broke  ") == "RuntimeError: setup broke"
-    assert first_line("harness.targets.connector_target.ConnectorHookError: X.build_connector_meta raised") == \
+    assert first_line("suites.connector.runner.ConnectorHookError: X.build_connector_meta raised") == \
         "ConnectorHookError: X.build_connector_meta raised", "an exception's module path says nothing"
     assert first_line(None) == "" and first_line("") == ""
     assert len(first_line("x" * 1000)) == 300, "a runaway first line is cut"

@@ -1,0 +1,200 @@
+"""The connector check runner: how one connector check is called, guarded, timed and recorded.
+
+`suites/connector/conftest.py`'s hooks are its only callers: `pytest_pyfunc_call` runs a check with
+`run_check` (per-check time limit, hooks given up on after hanging twice), `ctx` wraps every connector instance
+in a `ConnectorGuard` (a raising hook becomes a failure naming it, the running hook is named when time runs
+out), and `_record_check` writes the cell with `check_evidence`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
+from reference_impl.connector.base import supports_hma
+from suites.connector.catalogue import TIME_LIMIT_FACTOR
+
+__all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
+           "guard_class", "run_with_timeout", "run_check", "summarised", "check_evidence"]
+
+
+class ConnectorHookError(AssertionError):
+    """A connector hook raised; the message names the hook and the original error."""
+
+
+class HookHung(BaseException):
+    """A call of a hook this run has already seen hang twice: the check stops at once (a BaseException, so
+    no `except Exception` in a check or in engine code swallows it)."""
+
+
+# A hook that hangs this often is taken as hung for the rest of the run (per process): later checks that
+# call it stop at once instead of each waiting out the per-check time limit.
+HANGS_BEFORE_GIVING_UP = 2
+
+
+class HangLog:
+    """Which hook of which target hung in which checks; `hung(target)` names the hooks given up on."""
+
+    def __init__(self) -> None:
+        self._hangs: dict[tuple[str, str], list[str]] = {}
+
+    def record(self, target: str, hook: str, check: str) -> None:
+        """A check of `target` timed out inside `hook`."""
+        self._hangs.setdefault((target, hook), []).append(check)
+
+    def hung(self, target: str) -> dict[str, str]:
+        """hook -> the check it first hung in, for the hooks of `target` that hung often enough."""
+        return {hook: checks[0] for (name, hook), checks in self._hangs.items()
+                if name == target and len(checks) >= HANGS_BEFORE_GIVING_UP}
+
+
+HANG_LOG = HangLog()
+
+
+class _HMAName:
+    """Stand-in so a guard of an HMA connector still passes name-based `supports_hma`."""
+
+
+class ConnectorGuard:
+    """Forwards every attribute to the wrapped connector; a raising hook becomes ConnectorHookError.
+
+    `calls` logs (role, hook, args, result); `around[hook] = (before, after)` instruments one hook;
+    `current` is the hook running now (named when a check times out). With `backdoors=False` the optional
+    `kvconform_*` methods are hidden, as if the connector had none.
+    """
+
+    def __init__(self, inner, role, calls: list, around: dict, state: dict, backdoors: bool = True):
+        object.__setattr__(self, "_backdoors", backdoors)
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_role", role)
+        object.__setattr__(self, "calls", calls)
+        object.__setattr__(self, "around", around)
+        object.__setattr__(self, "_state", state)
+
+    @property
+    def inner(self):
+        """The wrapped connector."""
+        return self._inner
+
+    def __getattr__(self, name):
+        if name.startswith(BACKDOOR_PREFIX) and not self._backdoors:
+            raise AttributeError(f"{name} (backdoors are off)")
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+        inner_name = type(self._inner).__name__
+
+        def call(*args, **kwargs):
+            hung_in = (self._state.get("hung") or {}).get(name)
+            if hung_in is not None:
+                raise HookHung(f"skipped: hook {inner_name}.{name} hung in {hung_in} (and once more after it); "
+                               "the checks that call it are not run again in this session")
+            before, after = self.around.get(name, (None, None))
+            if before is not None:
+                before(self._role, *args)
+            self._state["current"] = f"{inner_name}.{name} ({self._role.name.lower()})"
+            self._state["hook"] = name
+            try:
+                result = attr(*args, **kwargs)
+            except ConnectorHookError:
+                raise
+            except Exception as exc:
+                raise ConnectorHookError(
+                    f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
+                ) from exc
+            finally:
+                self._state["current"] = self._state["hook"] = None
+            self.calls.append((self._role, name, args, result))
+            if after is not None:
+                after(self._role, result, *args)
+            return result
+
+        return call
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+
+def guard_class(inner_cls: type) -> type:
+    """A ConnectorGuard subclass that is HMA-capable exactly when `inner_cls` is."""
+    if supports_hma(inner_cls):
+        marker = type("SupportsHMA", (_HMAName,), {})
+        return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard, marker), {})
+    return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard,), {})
+
+
+def run_with_timeout(fn, timeout_s: float, state: dict):
+    """Run `fn()` in a daemon thread; AssertionError naming the running hook if it exceeds `timeout_s`."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: engine code)
+        raise AssertionError(f"check hung past {timeout_s:g}s (inside {state.get('current') or 'engine code'})")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def run_check(pyfuncitem) -> None:
+    """Call the check `pyfuncitem` under its time limit (`--kv-connector-timeout` times its factor): a failure
+    is one `pytest.fail` line per check (`summarised`), a hang inside a hook is logged against that hook, and a
+    check calling a hook given up on is skipped naming it."""
+    funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    check_id = pyfuncitem.get_closest_marker("kv_check").args[0]
+    timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout") * TIME_LIMIT_FACTOR.get(check_id, 1)
+    context = funcargs.get("ctx")
+    if context is not None and context.load_error:
+        pytest.fail(context.load_error, pytrace=False)
+    state = context.state if context is not None else {}
+    target = context.target.name if context is not None else None
+    if target is not None:
+        state["hung"] = HANG_LOG.hung(target)  # hooks that hung twice stop this check at once (HookHung)
+    failure = skipped = None
+    try:
+        run_with_timeout(lambda: pyfuncitem.obj(**funcargs), timeout, state)
+    except HookHung as exc:
+        skipped = str(exc)
+    except (AssertionError, pytest.fail.Exception) as exc:
+        failure = summarised(pyfuncitem, exc)
+        if target is not None and state.get("timed_out_in"):
+            HANG_LOG.record(target, state["timed_out_in"], check_id)
+    if skipped is not None:
+        pytest.skip(skipped)
+    if failure is not None:  # raised outside the except block: no chained traceback in the report
+        pytest.fail(failure, pytrace=False)
+
+
+def summarised(item, exc: BaseException) -> str:
+    """"C07 [fa+swa]: <first line of evidence>", then the full evidence (one line per failing check). The label
+    in brackets is the cell's id less the connector's (its preset, and any other parameter, e.g. "tp")."""
+    check_id = item.get_closest_marker("kv_check").args[0]
+    preset = "-"
+    if hasattr(item, "callspec"):
+        name = getattr(item.callspec.params.get("connector_target"), "name", "")
+        cell = item.callspec.id
+        preset = cell[len(name) + 1:] if name and cell.startswith(name + "-") else item.callspec.params.get("preset", "-")
+    message = str(getattr(exc, "msg", None) or exc) or type(exc).__name__
+    first, _, rest = message.strip().partition("\n")
+    return f"{check_id} [{preset}]: {first}" + (f"\n{rest}" if rest else "")
+
+
+def check_evidence(report) -> str | None:
+    """What a check's record says of its outcome: the first line of a failure (500 characters at most), None
+    when it did not fail."""
+    if report is None or not report.failed:
+        return None
+    evidence = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
+                   or report.longrepr)
+    evidence = evidence.splitlines()[0][:500] if evidence else "failed"
+    return evidence.removeprefix("Failed: ")
