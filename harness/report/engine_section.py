@@ -1,7 +1,7 @@
 """The "kvconform's engine and vLLM's scheduler" section: where a connector's verdict depends on the engine.
 
 A connector-suite run with `--kv-engine vllm` records its cells with `"engine": "vllm"` (the installed vLLM's
-own `Scheduler` drove the connector's scheduler side, `harness.targets.vllm_engine`); merged with a run of the
+own `Scheduler` drove the connector's scheduler side, `suites.connector.vllm_engine`); merged with a run of the
 same connector on kvconform's engine (`kvconform merge`), each such cell has a twin without the key. This
 section pairs them and lists every check whose verdict differs (pass on one engine, fail on the other), with
 each side's evidence; checks the vLLM engine cannot express ("N/A: under --kv-engine vllm: ...") are counted

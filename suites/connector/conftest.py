@@ -7,15 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-<<<<<<< HEAD
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
-from harness.targets.connector_target import HANG_LOG, HookHung, run_with_timeout
-from suites.connector.catalogue import CHECKS, TIME_LIMIT_FACTOR, black_box_summary, check_cell
-=======
-from harness.plugins.connector import connector_targets, unusable_targets
 from suites.connector.catalogue import CHECKS, black_box_summary, check_cell
->>>>>>> main
 from suites.connector.context import CheckContext
 from suites.connector.runner import check_evidence, run_check
 
@@ -95,12 +89,6 @@ def _record_check(request, kvconform_record):
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
-<<<<<<< HEAD
-    evidence = None
-    if rep is not None and rep.failed:
-        evidence = str(getattr(rep.longrepr, "reprcrash", None) and rep.longrepr.reprcrash.message or rep.longrepr)
-        evidence = evidence.splitlines()[0][:500] if evidence else "failed"
-        evidence = evidence.removeprefix("Failed: ")
     cell = check_cell(check_id, getattr(target, "name", "?"), params)
     engine = kv_engine(request.config)
     if engine != DEFAULT_KV_ENGINE:
@@ -108,13 +96,7 @@ def _record_check(request, kvconform_record):
     kvconform_record(
         suite="connector",
         cell=cell,
-        description=description, evidence=evidence,
-=======
-    kvconform_record(
-        suite="connector",
-        cell=check_cell(check_id, getattr(target, "name", "?"), params),
         description=description, evidence=check_evidence(rep),
->>>>>>> main
     )
 
 

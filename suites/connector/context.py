@@ -52,7 +52,7 @@ class CheckContext:
     def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True,
                  check_id: str | None = None, kv_engine: str = "kvconform"):
         self.target = target
-        self.kv_engine = kv_engine  # "vllm": vLLM's own Scheduler is the engine (harness.targets.vllm_engine)
+        self.kv_engine = kv_engine  # "vllm": vLLM's own Scheduler is the engine (suites.connector.vllm_engine)
         self.preset = preset
         self.backdoors = backdoors
         self.load_error: str | None = None
@@ -139,9 +139,9 @@ class CheckContext:
     @property
     def engine_class(self) -> type:
         """The engine the checks drive: kvconform's `EngineCore`, or with `--kv-engine vllm` vLLM's Scheduler
-        behind the same surface (`harness.targets.vllm_engine.VllmSchedulerEngine`)."""
+        behind the same surface (`suites.connector.vllm_engine.VllmSchedulerEngine`)."""
         if self.kv_engine == "vllm":
-            from harness.targets.vllm_engine import VllmSchedulerEngine
+            from suites.connector.vllm_engine import VllmSchedulerEngine
 
             return VllmSchedulerEngine
         return EngineCore

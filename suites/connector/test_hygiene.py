@@ -71,7 +71,7 @@ def test_c33_multiconnector(ctx, preset):
     if not ctx.is_hma:
         pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
     if ctx.kv_engine == "vllm" and getattr(ctx.cls, "vllm_name", None):
-        from harness.targets.vllm_engine import not_applicable_on_vllm
+        from suites.connector.vllm_engine import not_applicable_on_vllm
 
         not_applicable_on_vllm("C33 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "
                                "driven through kvconform's adapter, which takes kvconform's engine types, not the ones "

@@ -25,7 +25,7 @@ from collections import Counter
 from unittest import mock
 
 from harness.targets.connector_profile import not_applicable
-from harness.targets.connector_target import ConnectorGuard, ConnectorHookError
+from suites.connector.runner import ConnectorGuard, ConnectorHookError
 from harness.targets.vllm_connector_adapter import VllmConnectorAdapter, _make, vllm_config_for, vllm_kv_cache_config
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.engine import content
