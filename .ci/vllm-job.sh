@@ -10,7 +10,10 @@
 #   connectors  the connector suite on every connector the release registers (`--kv-connector vllm:Name`),
 #               LMCacheMPConnector aside (the next step),
 #   lmcache     real LMCache (scripts/install-lmcache.sh adds lmcache 0.5.6 to the release's venv) as the target
-#               `--kv-connector vllm:LMCacheMPConnector`; the suite starts and stops LMCache's MP server itself.
+#               `--kv-connector vllm:LMCacheMPConnector`; the suite starts and stops LMCache's MP server itself,
+#   engine      the connector suite on ENGINE_CONNECTORS with `--kv-engine vllm` (the release's own Scheduler drives
+#               the connector's scheduler side); merged with the connectors step's cells of the same connectors,
+#               the report's "kvconform's engine and vLLM's scheduler" section lists where the verdicts differ.
 # A step that cannot run on a release is skipped with its reason, printed at once and in the summary: the
 # matrix when kvconform declares no rule era for the release (computed), and the gaps listed in KNOWN_GAPS
 # below (reviewed data: each names what is missing; delete the line when it lands). Anything else that fails
@@ -31,10 +34,13 @@ ROOT=$PWD
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 RELEASES=(0.34.0 0.33.0 0.13.0)
+# The engine step's connectors: vLLM's own HMA connectors that run on CPU (about a minute each on 2 cores).
+ENGINE_CONNECTORS=(--kv-connector vllm:SimpleCPUOffloadConnector --kv-connector vllm:OffloadingConnector)
 # release:step -> why the step cannot run on that release yet. Reviewed data, not a way to silence a
 # failure: each line names the missing capability.
 declare -A KNOWN_GAPS=(
     [0.13.0:upstream]="the reference keeps the v1/core API of vLLM 0.33/0.34 and 0.13.0's own tests call 0.13's (estimate_max_model_len in kv_cache_utils, older manager signatures): measured 2026-12-04, 36 of the 103 tests of tests/v1/core that pass on vLLM 0.13.0 on CPU pass on the reference (34.9%), a figure of API drift, not of behaviour; the allocator suite judges 0.13.0's behaviour instead (KVCONFORM_CI_VLLM_VERSION=0.13.0 scripts/upstream-vllm-tests.sh VENV OUT)"
+    [0.13.0:engine]="kvconform's --kv-engine vllm drives vLLM 0.33/0.34's Scheduler (KVConnectorBlockState, the v1 Request and SchedulerOutput of those releases); 0.13.0's scheduler has not been tried"
     [0.13.0:lmcache]="lmcache 0.5.6 does not import against vLLM 0.13.0: its MP connector module imports vllm.v1.attention.backend, which 0.13.0 lacks (measured 2026-12-04: scripts/install-lmcache.sh's import check fails; the suite reports LMCacheMPConnector 'cannot run here')"
 )
 
@@ -185,6 +191,14 @@ run_release() {
         fi
     fi
     # ---- end of the lmcache step ----------------------------------------------------------------------
+
+    # engine: the same connectors on the release's own Scheduler (issue 19 item 6). Checks it cannot express
+    # are "N/A: under --kv-engine vllm: ..."; like the connectors step, failing checks are findings.
+    if [[ -n $(gap "$R" engine) ]]; then skip "$R" engine "$(gap "$R" engine)"; else
+        run_step "$R" engine "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
+            --kv-engine vllm "${ENGINE_CONNECTORS[@]}" --kvconform-results "$dir/results-engine.json" \
+            --junitxml "$dir/junit-engine.xml"
+    fi
 
     # One results file and one report per release (exit 1 = the report lists failing cells, e.g. the findings
     # on vLLM's connectors: rendered all the same); the throughput table goes to the log too.

@@ -46,7 +46,10 @@ def merged_run_info(runs: list[dict]) -> dict:
     """A summary of the merged runs: shared fields where they agree, the overall time span."""
     started = [r["started_at"] for r in runs if r.get("started_at")]
     finished = [r["finished_at"] for r in runs if r.get("finished_at")]
+    engines = {"kv_engine": _common([r.get("kv_engine") or "kvconform" for r in runs], mixed="mixed")} \
+        if any(r.get("kv_engine") for r in runs) else {}
     return {
+        **engines,
         "merged_runs": len(runs),
         "kvconform_version": _common([r.get("kvconform_version") for r in runs]),
         "git_commit": _common([r.get("git_commit") for r in runs], mixed="mixed"),

@@ -34,6 +34,7 @@ from harness.atomic_write import ensure_writable_dir, write_files_atomic
 from harness.bytecode import share_bytecode
 from harness.eras import EraSelectionError, select_eras
 from harness.junit import merge_junit, split_junit_option
+from harness.kv_engine import check_kv_engine
 from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
@@ -73,6 +74,9 @@ def register(subparsers) -> None:
                         help="only this vLLM release or rule era (a version, an era id, pre-seed, seed, v0.33 or v0.34)")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
                         help="connector to check (passed to the suites); with --from, keep only this connector's rows")
+    parser.add_argument("--kv-engine", metavar="ENGINE",
+                        help="the engine that drives the connector suite: kvconform (default) or vllm (the installed "
+                             "vLLM's Scheduler; passed to the suites)")
     parser.add_argument("--upstream", action="append", default=[], metavar="UPSTREAM.json",
                         help="show this upstream job result (scripts/upstream-vllm-tests.sh's upstream-vllm-VERSION.json) "
                              "in the allocator section (repeatable: one per vLLM release)")
@@ -119,6 +123,8 @@ def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[s
         command += ["--vllm-version", args.vllm_version]
     if args.kv_connector:
         command += ["--kv-connector", args.kv_connector]
+    if args.kv_engine:
+        command += ["--kv-engine", args.kv_engine]
     return command + list(args.pytest_args)
 
 
@@ -280,6 +286,10 @@ def _checked_output_dir(path: str) -> Path:
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
     check_report_options(args, args.own_options)
+    try:
+        check_kv_engine(args.kv_engine)
+    except ValueError as exc:
+        raise UsageError(f"kvconform report: {exc}") from None
     args.junit_path, args.pytest_args = split_junit_option(args.pytest_args)
     output_dir = _checked_output_dir(args.output_dir)
     eras = _eras(args.vllm_version)

@@ -28,6 +28,10 @@ def pytest_addoption(parser):
     group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors", choices=("on", "off"),
                     default="on", help="use the optional kvconform_* backdoor methods of a connector when it has "
                                        "them (default on); 'off' decides every check from behaviour alone")
+    group.addoption("--kv-engine", dest="kvconform_kv_engine", default=None, metavar="ENGINE",
+                    help="the engine that drives the connector: kvconform (default: kvconform's own engine) or vllm "
+                         "(the installed vLLM's Scheduler on CPU schedules and calls the connector's scheduler side; "
+                         "kvconform's workers execute)")
 
 
 def pytest_configure(config):
@@ -41,6 +45,7 @@ def pytest_configure(config):
         raw = config.getoption("kvconform_kv_connector_extra_config", None)
         if raw:
             parse_extra_config(raw)
+        kv_engine(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     specs = config.getoption("kvconform_kv_connectors", None) or ()
@@ -53,6 +58,14 @@ def pytest_configure(config):
                 check_loadable(spec, extra_config=connector_extra)
             except TargetError as exc:
                 raise pytest.UsageError(str(exc)) from None
+
+
+def kv_engine(config) -> str:
+    """The `--kv-engine` of this run ("kvconform" when not given); ValueError (a usage error) for a value that
+    is not an engine, or `vllm` without vLLM installed."""
+    from harness.kv_engine import check_kv_engine
+
+    return check_kv_engine(config.getoption("kvconform_kv_engine", None))
 
 
 def check_timeout(timeout) -> None:
@@ -76,9 +89,13 @@ def parse_extra_config(raw: str) -> dict:
 
 def check_pytest_args(args: list[str]) -> None:
     """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`)."""
-    for name, value in option_values(args, ("--kv-connector-extra-config", "--kv-connector-timeout")):
+    for name, value in option_values(args, ("--kv-connector-extra-config", "--kv-connector-timeout", "--kv-engine")):
         if name == "--kv-connector-extra-config":
             parse_extra_config(value)
+        elif name == "--kv-engine":
+            from harness.kv_engine import check_kv_engine
+
+            check_kv_engine(value)
         else:
             try:
                 check_timeout(float(value))

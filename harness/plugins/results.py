@@ -266,6 +266,9 @@ class ResultsCollector:
             workers=self.workers_seen or None,
             vllm_version=self.config.getoption("kvconform_vllm_version", None),
         )
+        engine = self.config.getoption("kvconform_kv_engine", None)
+        if engine is not None:
+            run_info["kv_engine"] = engine  # the engine that drove the connector suite (--kv-engine)
         document = ResultsDocument(run_info=run_info, results=sort_entries(entries))
         write_text_atomic(self.path, document.dumps())
 

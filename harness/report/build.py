@@ -6,6 +6,7 @@ from harness.report.allocator_section import allocator_sections
 from harness.report.benchmark_section import benchmark_sections
 from harness.report.config_section import config_sections
 from harness.report.connector_section import connector_sections
+from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.failures_section import failures_sections
 from harness.report.model import Document
 from harness.report.summary_section import summary_sections
@@ -26,6 +27,9 @@ def run_line(results: ResultsDocument) -> str:
     parts = [f"kvconform {', '.join(versions)}", f"target {', '.join(targets)}"]
     if len(results.runs) > 1:
         parts.append(f"merged from {len(results.runs)} runs")
+    engines = sorted({run.get("kv_engine") or "kvconform" for run in results.runs})
+    if engines != ["kvconform"]:
+        parts.append(f"engine {', '.join(engines)}")
     if info.get("vllm_version"):
         parts.append(f"vLLM version filter {info['vllm_version']}")
     return "Produced by " + " · ".join(parts) + "."
@@ -35,7 +39,9 @@ def build_document(results: ResultsDocument, upstream: list[dict] | None = None)
     """The report document: summary, config matrix, allocator (with vLLM's own tests when `upstream`
     results are given), connectors, throughput."""
     entries = results.results
+    # Connector cells run on vLLM's scheduler (--kv-engine vllm) are compared in their own section.
+    own_engine = without_other_engines(entries)
     sections = (summary_sections(entries) + failures_sections(entries) + config_sections(entries)
-                + allocator_sections(entries, upstream) + connector_sections(without_vllm_connectors(entries))
-                + vllm_connector_sections(entries) + benchmark_sections(entries))
+                + allocator_sections(entries, upstream) + connector_sections(without_vllm_connectors(own_engine))
+                + vllm_connector_sections(own_engine) + engine_sections(entries) + benchmark_sections(entries))
     return Document(title=TITLE, run_line=run_line(results), sections=sections)

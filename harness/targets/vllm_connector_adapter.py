@@ -186,12 +186,15 @@ def model_name_for_vllm(name: str) -> str:
     return name.replace("%", "%25").replace("@", "%40")
 
 
-def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: str, extra: dict):
-    """A real VllmConfig as the connector would get it from an engine serving the preset."""
+def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: str, extra: dict,
+                    module_path: str | None = None):
+    """A real VllmConfig as the connector would get it from an engine serving the preset (`module_path`: the
+    module of a connector class vLLM does not register, as `kv_connector_module_path` names it)."""
     v = _vllm()
     cfg = v.config
     block_size = kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
-    ktc = cfg.KVTransferConfig(kv_connector=name, kv_role="kv_both", kv_connector_extra_config=extra)
+    ktc = cfg.KVTransferConfig(kv_connector=name, kv_role="kv_both", kv_connector_extra_config=extra,
+                               kv_connector_module_path=module_path) if name is not None else None
     vllm_config = cfg.VllmConfig(cache_config=cfg.CacheConfig(block_size=block_size), kv_transfer_config=ktc,
                                  device_config=cfg.DeviceConfig("cpu"))
     parallel = vllm_config.parallel_config

@@ -99,6 +99,12 @@ class EngineCore:
         self.scheduler = Scheduler(self.manager, scheduler_connector,
                                    max_num_batched_tokens=self.config.max_num_batched_tokens,
                                    max_num_seqs=self.config.max_num_seqs)
+        self._build_workers(connector_factory)
+
+    def _build_workers(self, connector_factory: ConnectorFactory | None) -> None:
+        """The workers (one per TP rank, each with its worker-role connector), the aggregator of their outputs,
+        and the instrumentation lists every step runs."""
+        tp = self.config.parallel_config.tensor_parallel_size
         self.workers = []
         # before_forward(worker, so) runs on each worker after its connector's handle_preemptions and bind, before
         # the step's loads and forward: where vLLM may overwrite a block it re-allocated (shared by the workers).
@@ -172,12 +178,23 @@ class EngineCore:
         the workers and before the scheduler applies the results (test instrumentation).
         """
         so = self.scheduler.schedule()
+        kv_output, sampled = self.execute(so, so, before_execute, after_execute)
+        self.scheduler.update_from_output(so, sampled, kv_output if self.scheduler.connector is not None else None)
+        self.step_count += 1
+        return so
+
+    def execute(self, so, worker_so, before_execute: Callable | None = None,
+                after_execute: Callable | None = None) -> tuple[Any, dict[str, int]]:
+        """The part of a step between schedule and update: the `pre_execute` and `before_execute` hooks, every
+        worker executing `worker_so` (the schedule `so` as the workers read it), their connector outputs
+        aggregated, the observers and `after_execute`, and each sampled token handed to every worker.
+        Returns (the aggregated connector output, sampled token per request)."""
         for hook in self.pre_execute:
             hook(so)
         if before_execute is not None:
             before_execute(so)
         marks = [len(w.read_errors) for w in self.workers]
-        outputs = [w.execute_model(so) for w in self.workers]
+        outputs = [w.execute_model(worker_so) for w in self.workers]
         kv_output = self.aggregator.aggregate([o.kv_connector_output for o in outputs])
         if kv_output.failed_recving:
             # A failed sync load's step is discarded and recomputed: its reads are not model output.
@@ -192,9 +209,7 @@ class EngineCore:
             for w in self.workers:
                 if self.scheduler.requests[req_id].num_computed_tokens >= self.scheduler.requests[req_id].num_tokens:
                     w.append_token(req_id, token)
-        self.scheduler.update_from_output(so, sampled, kv_output if self.scheduler.connector is not None else None)
-        self.step_count += 1
-        return so
+        return kv_output, sampled
 
     def run_until_done(self, max_steps: int = MAX_STEPS, idle_steps: int = 2, **hooks) -> int:
         """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""

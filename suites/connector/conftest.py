@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugins.connector import connector_targets, unusable_targets
+from harness.kv_engine import DEFAULT_KV_ENGINE
+from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from suites.connector.catalogue import CHECKS, black_box_summary, check_cell
 from suites.connector.context import CheckContext
 from suites.connector.runner import check_evidence, run_check
@@ -71,7 +72,8 @@ def ctx(connector_target, request):
     preset = request.node.callspec.params.get("preset") if hasattr(request.node, "callspec") else None
     backdoors = request.config.getoption("kvconform_kv_connector_backdoors") != "off"
     marker = request.node.get_closest_marker("kv_check")
-    context = CheckContext(connector_target, preset, backdoors=backdoors, check_id=marker.args[0] if marker else None)
+    context = CheckContext(connector_target, preset, backdoors=backdoors, check_id=marker.args[0] if marker else None,
+                           kv_engine=kv_engine(request.config))
     yield context
     context.close()
 
@@ -87,9 +89,13 @@ def _record_check(request, kvconform_record):
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
+    cell = check_cell(check_id, getattr(target, "name", "?"), params)
+    engine = kv_engine(request.config)
+    if engine != DEFAULT_KV_ENGINE:
+        cell["engine"] = engine  # a run on vLLM's scheduler merges with a kvconform-engine run without colliding
     kvconform_record(
         suite="connector",
-        cell=check_cell(check_id, getattr(target, "name", "?"), params),
+        cell=cell,
         description=description, evidence=check_evidence(rep),
     )
 

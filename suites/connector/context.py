@@ -50,8 +50,9 @@ class CheckContext:
     """
 
     def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True,
-                 check_id: str | None = None):
+                 check_id: str | None = None, kv_engine: str = "kvconform"):
         self.target = target
+        self.kv_engine = kv_engine  # "vllm": vLLM's own Scheduler is the engine (suites.connector.vllm_engine)
         self.preset = preset
         self.backdoors = backdoors
         self.load_error: str | None = None
@@ -129,11 +130,21 @@ class CheckContext:
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
                               max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
                               worker_model=f"{model}@{worker_model}" if worker_model else None)
-        engine = EngineCore(preset, config, connector_factory=self.factory)
+        engine = self.engine_class(preset, config, connector_factory=self.factory)
         engine.content_judged = self.judges_content  # read by expect_no_read_errors
         engine.observers.append(self.exposure.observer(engine))
         self.engines.append(engine)
         return engine
+
+    @property
+    def engine_class(self) -> type:
+        """The engine the checks drive: kvconform's `EngineCore`, or with `--kv-engine vllm` vLLM's Scheduler
+        behind the same surface (`suites.connector.vllm_engine.VllmSchedulerEngine`)."""
+        if self.kv_engine == "vllm":
+            from suites.connector.vllm_engine import VllmSchedulerEngine
+
+            return VllmSchedulerEngine
+        return EngineCore
 
     def factory(self, vllm_config, role, kv_cache_config):
         """Build and guard one connector instance."""
@@ -270,8 +281,9 @@ class CheckContext:
 
     def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048) -> int:
         """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
-        on a connector-less engine: a second request then gets exactly the blocks the first one freed."""
-        probe = EngineCore(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
+        on a connector-less engine of the check's kind: a second request then gets exactly the blocks the first one
+        freed."""
+        probe = self.engine_class(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
         peak = [0]
 
         def observe(so):

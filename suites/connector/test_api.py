@@ -190,6 +190,13 @@ def test_c03_group_discovery_scratch(ctx, preset):
     expect_no_read_errors(engine, "after a reload next to a scratch group")
 
 
+def _without_scheduler_locals(so):
+    """`so` less what is not the schedule: the metadata being built, and vLLM's scheduler-local
+    `kv_connector_block_state` (a view of the scheduler's own manager, dropped before dispatch)."""
+    local = {"kv_connector_block_state": None} if hasattr(so, "kv_connector_block_state") else {}
+    return dataclasses.replace(so, kv_connector_metadata=None, **local)
+
+
 @pytest.mark.kv_check("C12")
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c12_meta_pure(ctx, preset):
@@ -197,11 +204,11 @@ def test_c12_meta_pure(ctx, preset):
     seen = []
 
     def before(role, so):
-        seen.append(copy.deepcopy(dataclasses.replace(so, kv_connector_metadata=None)))
+        seen.append(copy.deepcopy(_without_scheduler_locals(so)))
 
     def after(role, meta, so):
         snapshot = seen.pop()
-        current = dataclasses.replace(so, kv_connector_metadata=None)
+        current = _without_scheduler_locals(so)
         # The documented carve-out: a synchronous reader may drop blocks from new_block_ids_to_zero.
         current = dataclasses.replace(current, new_block_ids_to_zero=snapshot.new_block_ids_to_zero)
         expect(current == snapshot, "build_connector_meta mutated the SchedulerOutput")

@@ -70,17 +70,24 @@ def test_c33_multiconnector(ctx, preset):
     """Inside MultiConnector next to another HMA child, both children get request_finished_all_groups."""
     if not ctx.is_hma:
         pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
+    if ctx.kv_engine == "vllm" and getattr(ctx.cls, "vllm_name", None):
+        from suites.connector.vllm_engine import not_applicable_on_vllm
+
+        not_applicable_on_vllm("C33 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "
+                               "driven through kvconform's adapter, which takes kvconform's engine types, not the ones "
+                               "vLLM's scheduler hands the MultiConnector")
     log = uuid.uuid4().hex
+    # Each child's config as vLLM's MultiConnector takes it (vLLM's config validation wants every child's kv_role).
     children = [
-        {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__,
+        {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__, "kv_role": "kv_both",
          "kv_connector_extra_config": ctx.extra_config()},
-        {"kv_connector": "RecordingHMAConnector", "kv_connector_module_path": stub.__name__,
+        {"kv_connector": "RecordingHMAConnector", "kv_connector_module_path": stub.__name__, "kv_role": "kv_both",
          "kv_connector_extra_config": {"log": log}},
     ]
     multi = ctx.target.__class__("MultiConnector", "reference_impl.connector.multi:MultiConnector", "check C33",
                                  extra_config={"connectors": children})
     from suites.connector.context import CheckContext
-    wrapped = CheckContext(multi, preset)
+    wrapped = CheckContext(multi, preset, kv_engine=ctx.kv_engine)
     wrapped.profile = ctx.profile  # the connector under test's kind decides what is judged, not the wrapper's
     engine = wrapped.engine(extra={"connectors": children})
     requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]

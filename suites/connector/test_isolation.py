@@ -116,10 +116,10 @@ import json, sys
 from harness.targets.connector_selection import connector_target
 from harness.targets.connector_target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
-name, spec, source, builtin, extra, preset, store_name, mode, seed, backdoors = json.loads(sys.argv[1])
+name, spec, source, builtin, extra, preset, store_name, mode, seed, backdoors, kv_engine = json.loads(sys.argv[1])
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
 target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
-ctx = CheckContext(target, preset)
+ctx = CheckContext(target, preset, kv_engine=kv_engine)  # the parent check's engine drives this process too
 ctx.store_name = store_name  # the parent check's model name (and built-in store)
 tokens = prompt(seed, 700)
 if mode == "store":
@@ -140,7 +140,7 @@ def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt
     it up (and reads the `kvconform_object_keys` backdoor where allowed)."""
     target = ctx.target
     args = json.dumps([target.name, target.spec, target.source, target.builtin, extra, preset, ctx.store_name, mode,
-                       prompt_seed, ctx.backdoors])
+                       prompt_seed, ctx.backdoors, ctx.kv_engine])
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
