@@ -51,7 +51,7 @@ TEST_DIR = "tests/v1/core"
 # Reviewed data: per release, the pass-rate floor on the whole folder, a few points under the share
 # measured when the release was added (docs/upstream-tests.md has the figures). Raise it when a mismatch
 # is fixed; a drop below it is a regression of the reference.
-FLOORS = {"0.33.0": 0.94, "0.34.0": 0.94}
+FLOORS = {"0.33.0": 0.96, "0.34.0": 0.96}
 # A release without an entry (not measured yet): its figures are reported and nothing is enforced; the
 # job's output says so, and recording a floor is part of adding the release (docs/new-release.md).
 DEFAULT_FLOOR = 0.0
@@ -218,10 +218,12 @@ def per_file(tests: dict[str, dict]) -> dict[str, dict]:
 
 
 def summary_line(version: str, result: dict) -> str:
-    """The one line the CI log and the README quote."""
+    """The one line the CI log and the README quote. The share is computed from the counts (the stored
+    `pass_rate` is already rounded to 4 places, and rounding it again can go up: 1100/1130 is 97.3%)."""
+    share = result["pass_on_reference"] / result["pass_on_vllm"] if result["pass_on_vllm"] else 0.0
     return (f"upstream: vLLM {version} {TEST_DIR}: {result['collected']} collected, "
             f"{result['pass_on_vllm']} pass on vLLM (CPU), {result['pass_on_reference']} of them pass on the "
-            f"reference ({100 * result['pass_rate']:.1f}%)")
+            f"reference ({100 * share:.1f}%)")
 
 
 def main(argv: list[str] | None = None) -> int:

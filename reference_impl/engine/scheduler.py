@@ -202,6 +202,8 @@ class Scheduler:
         self.waiting.extendleft(reversed(skipped))
 
         out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
+        # As vLLM's scheduler: drained every step (the manager keeps recording otherwise).
+        out.new_block_ids_to_zero = self.kv_cache_manager.take_new_block_ids()
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
         for req_id, num in out.num_scheduled_tokens.items():

@@ -303,6 +303,10 @@ class HiSparseCoordinator:
         state = self._get_request_state(request_id)
         upto = min(num_computed_tokens // self.host_manager.block_size, len(host_blocks))
         for page_idx in range(state.copies_recorded_blocks, upto):
+            # A page with a transfer in flight (an import's tail restore) has no readable device copy
+            # yet: the transfer's completion records it.
+            if page_idx in state.pending_pages:
+                continue
             self._record_copy(request_id, page_idx, host_blocks[page_idx])
         state.copies_recorded_blocks = max(state.copies_recorded_blocks, upto)
 

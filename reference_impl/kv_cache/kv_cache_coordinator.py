@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from reference_impl.kv_cache.block_pool import BlockPool, KVCacheBlock
 from reference_impl.kv_cache.kv_cache_utils import eagle_proof_margin, partial_hash_hits_enabled
 from reference_impl.kv_cache.single_type_kv_cache_manager import (
+    CrossAttentionManager,
     FullAttentionManager,
     MambaManager,
     RSWAManager,
@@ -94,7 +95,8 @@ class KVCacheCoordinator:
             managers.append(get_manager_for_kv_cache_spec(
                 spec, role=group.role, block_pool=self.block_pool, enable_caching=enable_caching,
                 kv_cache_group_id=gid, scheduler_block_size=scheduler_block_size, dcp_world_size=dcp_world_size,
-                pcp_world_size=pcp_world_size, max_admission_blocks_per_request=cap, retention_interval=rti))
+                pcp_world_size=pcp_world_size, max_admission_blocks_per_request=cap, retention_interval=rti,
+                needs_kv_cache_zeroing=kv_cache_config.needs_kv_cache_zeroing))
         bind_hisparse_host_pool(kv_cache_config, managers)
         self.retention_interval = rti
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(managers)
@@ -104,8 +106,13 @@ class KVCacheCoordinator:
             if use_eagle and isinstance(m, MambaManager):
                 m.drop_eagle_checkpoint_block = True  # checkpoints follow EAGLE's replay boundary
         # Managers that may free blocks mid-request (plain full attention never does; R-SWA frees its gap).
-        self._skipping_managers = tuple(m for m in managers
-                                        if not isinstance(m, FullAttentionManager) or isinstance(m, RSWAManager))
+        self._skipping_managers = tuple(
+            m for m in managers
+            if not isinstance(m, (FullAttentionManager, CrossAttentionManager)) or isinstance(m, RSWAManager))
+        #: Groups sized by the request's encoder input tokens instead of its decoder tokens (encoder-decoder
+        #: models); empty for every other model.
+        self.cross_attention_group_ids = frozenset(
+            gid for gid, m in enumerate(managers) if isinstance(m, CrossAttentionManager))
         # Every group may cache the same prefix when no EAGLE block is kept past a boundary and no tokens
         # await re-prefill: `cache_blocks` then skips the per-group computation on the hot path.
         self._uniform_caching = not self.drop_eagle_group_ids and not self.num_reprefillable_tokens
@@ -131,11 +138,15 @@ class KVCacheCoordinator:
                                    num_encoder_tokens: int, total_computed_tokens: int,
                                    num_local_computed_tokens: int = 0, num_tokens_main_model: int | None = None,
                                    apply_admission_cap: bool = False, prefill_end: int = 0) -> int:
-        """Free-queue blocks the allocation needs, summed over groups."""
+        """Free-queue blocks the allocation needs, summed over groups (a cross-attention group: one static
+        table for `num_encoder_tokens`)."""
         if num_tokens_main_model is None:
             num_tokens_main_model = num_tokens
         prefill_end = self.checkpoint_prefill_end(prefill_end)
+        cross = self.cross_attention_group_ids
         return sum(
+            m.get_num_blocks_to_allocate(request_id, num_encoder_tokens, (), 0, 0, num_encoder_tokens,
+                                         apply_admission_cap, prefill_end) if i in cross else
             m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
                                          num_local_computed_tokens, num_tokens_main_model, apply_admission_cap,
                                          prefill_end)
@@ -147,20 +158,26 @@ class KVCacheCoordinator:
                                      num_local_computed_tokens: int, num_external_computed_tokens: int,
                                      skip_zeroing_group_ids: Sequence[int] = ()) -> None:
         """Touch every group's hits first, then allocate external-token blocks (two phases, so one group's
-        allocation cannot evict another group's not-yet-touched hits)."""
+        allocation cannot evict another group's not-yet-touched hits). The external blocks of the groups
+        in `skip_zeroing_group_ids` are not zeroed: an async load writes them after this step, which
+        zeroing would race."""
         for i, m in enumerate(self.single_type_managers):
             m.add_local_computed_blocks(request_id, new_computed_blocks[i], num_local_computed_tokens,
                                         num_external_computed_tokens)
         if num_external_computed_tokens > 0:
-            for m in self.single_type_managers:
+            for i, m in enumerate(self.single_type_managers):
                 m.allocate_external_computed_blocks(request_id, num_local_computed_tokens,
-                                                    num_external_computed_tokens)
+                                                    num_external_computed_tokens,
+                                                    record_for_zeroing=i not in skip_zeroing_group_ids)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None,
                             num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
-        """Grow every group's table to cover `num_tokens`; the new table entries per group."""
-        return tuple(m.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
-                     for m in self.single_type_managers)
+        """Grow every group's table to cover `num_tokens` (a cross-attention group's: `num_encoder_tokens`);
+        the new table entries per group."""
+        cross = self.cross_attention_group_ids
+        return tuple(m.allocate_new_blocks(request_id, num_encoder_tokens if i in cross else num_tokens,
+                                           num_tokens_main_model)
+                     for i, m in enumerate(self.single_type_managers))
 
     def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
         """The prefix of `num_computed_tokens` group `kv_cache_group_id` may register: all but the tokens

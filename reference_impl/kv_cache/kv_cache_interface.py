@@ -257,6 +257,27 @@ class KVCacheSpec:
         """Whether this spec's group takes part in prefix caching."""
         return True
 
+    @property
+    def num_states(self) -> int:
+        """Stored states per block: `tokens_per_state` tokens share one state (a fraction below 1 stores
+        several states per token); 0 or less (a Mamba layer's -1) means one state per block. As in vLLM,
+        the base class has them for every spec with a `tokens_per_state` (attention and Mamba specs)."""
+        return self.get_num_kernel_states(self.block_size)
+
+    def get_num_kernel_states(self, kernel_block_size: int) -> int:
+        """Stored states in a (kernel) block of `kernel_block_size` tokens (see `num_states`)."""
+        if self.tokens_per_state > 0:
+            return int(kernel_block_size // self.tokens_per_state)
+        return 1
+
+    def is_uniform_with_collection(self, kv_cache_specs: dict) -> bool:
+        """Whether every spec of `kv_cache_specs` is of this spec's uniform-type family (vLLM's spec
+        registry: full attention with MLA, R-SWA, sinks and hidden states, ...), so the layers may share
+        one block table; False for a kind vLLM does not register. Kinds with a parameter that changes
+        which blocks a layer keeps (a window, a chunk, a state geometry) also require it to match."""
+        base = _uniform_type_base(self)
+        return base is not None and all(isinstance(spec, base) for spec in kv_cache_specs.values())
+
     def copy_with_new_block_size(self, block_size: int) -> "KVCacheSpec":
         """This spec with another block size."""
         return replace(self, block_size=block_size)
@@ -365,18 +386,6 @@ class AttentionSpec(KVCacheSpec):
         return self.num_kv_heads if self.num_head_slots is None else self.num_head_slots
 
     @property
-    def num_states(self) -> int:
-        """Stored states per block: `tokens_per_state` tokens share one state (a fraction below 1 stores
-        several states per token); 0 or less means one state per block."""
-        return self.get_num_kernel_states(self.block_size)
-
-    def get_num_kernel_states(self, kernel_block_size: int) -> int:
-        """Stored states in a (kernel) block of `kernel_block_size` tokens (see `num_states`)."""
-        if self.tokens_per_state > 0:
-            return int(kernel_block_size // self.tokens_per_state)
-        return 1
-
-    @property
     def state_content_size_bytes(self) -> int:
         """Bytes of one (head slot, state) cell: the backend's packed width (e.g. data plus inline
         per-token-head scales) when it publishes one, else K and V elements."""
@@ -474,6 +483,11 @@ class SlidingWindowSpec(_AdmissionCapped, AttentionSpec):
                 f"({max_model_len}); accepted: 1..max_model_len"
             )
 
+    def is_uniform_with_collection(self, kv_cache_specs: dict) -> bool:
+        """Sliding-window layers of this window."""
+        return all(isinstance(s, SlidingWindowSpec) and s.sliding_window == self.sliding_window
+                   for s in kv_cache_specs.values())
+
     @property
     def num_retained_tokens(self) -> int:
         """Tokens below a request's first scheduled position that must stay readable."""
@@ -506,6 +520,11 @@ class ChunkedLocalAttentionSpec(_AdmissionCapped, AttentionSpec):
         """Blocks one request can hold at once."""
         return cdiv(min(self.attention_chunk_size + max_in_flight_tokens, max_model_len), self.block_size)
 
+    def is_uniform_with_collection(self, kv_cache_specs: dict) -> bool:
+        """Chunked local layers of this chunk size."""
+        return all(isinstance(s, ChunkedLocalAttentionSpec) and s.attention_chunk_size == self.attention_chunk_size
+                   for s in kv_cache_specs.values())
+
 
 @dataclass(frozen=True, kw_only=True)
 class ScratchSpec(AttentionSpec):
@@ -528,6 +547,9 @@ class MambaSpec(KVCacheSpec):
 
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[torch.dtype, ...]
+    #: Bytes each state starts on within a page (vLLM 0.34; ReplaySSM's packed rings need 16): every
+    #: state's bytes are rounded up to it.
+    state_alignment: int = 1
     page_size_padded: int | None = None
     mamba_type: str = "mamba2"
     mamba_cache_mode: str = "align"
@@ -552,6 +574,12 @@ class MambaSpec(KVCacheSpec):
             raise ValueError(
                 f"MambaSpec.num_speculative_blocks must be a non-negative integer, got {self.num_speculative_blocks!r}"
             )
+        _require_positive_int("MambaSpec", "state_alignment", self.state_alignment)
+        if self.page_size_padded is not None and self.page_size_padded % self.state_alignment:
+            # vLLM asserts it (and its tests expect the AssertionError).
+            raise AssertionError(
+                f"MambaSpec.page_size_padded must be aligned to state_alignment: {self.page_size_padded} is not "
+                f"a multiple of {self.state_alignment}")
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise ValueError(
                 f"MambaSpec.page_size_padded ({self.page_size_padded}) is smaller than the state "
@@ -559,10 +587,16 @@ class MambaSpec(KVCacheSpec):
             )
 
     @property
-    def real_page_size_bytes(self) -> int:
-        """Bytes of the state tensors of one snapshot."""
-        return sum(math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
+    def state_content_size_bytes(self) -> int:
+        """Bytes of the state tensors of one snapshot, each rounded up to `state_alignment`."""
+        align = self.state_alignment
+        return sum(cdiv(math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize, align) * align
                    for shape, dtype in zip(self.shapes, self.dtypes))
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        """Bytes of one snapshot's states (vLLM's name for `state_content_size_bytes`)."""
+        return self.state_content_size_bytes
 
     @property
     def page_size_bytes(self) -> int:
@@ -574,6 +608,13 @@ class MambaSpec(KVCacheSpec):
         if getattr(getattr(vllm_config, "cache_config", None), "mamba_cache_mode", self.mamba_cache_mode) == "align":
             return cdiv(max_len, self.block_size) + self.num_speculative_blocks
         return cdiv(self.max_memory_usage_bytes(vllm_config), self.page_size_bytes)
+
+    def is_uniform_with_collection(self, kv_cache_specs: dict) -> bool:
+        """Mamba layers that hold the same state blocks the same way (their state shapes may differ)."""
+        same = ("num_speculative_blocks", "num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment",
+                "page_size_bytes", "state_alignment", "tp_replicated")
+        return all(isinstance(s, MambaSpec) and all(getattr(s, a) == getattr(self, a) for a in same)
+                   for s in kv_cache_specs.values())
 
     def max_memory_usage_bytes(self, vllm_config=None, max_in_flight_tokens: int | None = None) -> int:
         pages = 1 + self.num_speculative_blocks
@@ -795,6 +836,11 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
         """A bounded-replay layer replays its window before a prefix hit."""
         return self.sliding_window if self.bounded_replay else 0
 
+    def is_uniform_with_collection(self, kv_cache_specs: dict) -> bool:
+        """Sliding-window MLA layers of this window and replay policy."""
+        return all(isinstance(s, SlidingWindowMLASpec) and s.sliding_window == self.sliding_window
+                   and s.bounded_replay == self.bounded_replay for s in kv_cache_specs.values())
+
 
 @dataclass(frozen=True, kw_only=True)
 class CircularBufferSpec(ScratchSpec):
@@ -934,35 +980,14 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
 
     @classmethod
     def is_uniform_type(cls, kv_cache_specs: dict) -> bool:
-        """Whether the layers can share one block table, as vLLM 0.33's spec registry decides: one block
-        size, one DCP sharding, and every layer of the first layer's uniform-type family (full attention
-        with MLA, R-SWA, sinks and hidden states; sliding window of one window; chunked local of one chunk
-        size; sliding-window MLA of one window and replay policy; Mamba of one state geometry and TP
-        replication; or one of the other registered kinds)."""
+        """Whether the layers can share one block table, as vLLM's spec registry decides: one block size,
+        one DCP sharding, and the first layer's `is_uniform_with_collection` over all of them."""
         specs = list(kv_cache_specs.values())
         if not specs:
             return False
-        first = specs[0]
         if len({s.block_size for s in specs}) > 1 or len({s.dcp_sharded for s in specs}) > 1:
             return False
-        base = _uniform_type_base(first)
-        if base is None:
-            return False
-        if isinstance(first, SlidingWindowMLASpec):
-            return all(isinstance(s, SlidingWindowMLASpec) and s.sliding_window == first.sliding_window
-                       and s.bounded_replay == first.bounded_replay for s in specs)
-        if isinstance(first, SlidingWindowSpec):
-            return all(isinstance(s, SlidingWindowSpec) and s.sliding_window == first.sliding_window for s in specs)
-        if isinstance(first, MambaSpec):
-            # Mamba layers share a block table only when they hold the same state blocks the same way.
-            same = ("num_speculative_blocks", "num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment",
-                    "page_size_bytes", "tp_replicated")
-            return all(isinstance(s, MambaSpec) and all(getattr(s, a) == getattr(first, a) for a in same)
-                       for s in specs)
-        if isinstance(first, ChunkedLocalAttentionSpec):
-            return all(isinstance(s, ChunkedLocalAttentionSpec)
-                       and s.attention_chunk_size == first.attention_chunk_size for s in specs)
-        return all(isinstance(s, base) for s in specs)
+        return specs[0].is_uniform_with_collection(kv_cache_specs)
 
     @classmethod
     def from_specs(cls, kv_cache_specs: dict) -> "UniformTypeKVCacheSpecs | None":

@@ -181,6 +181,10 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
+        # Encoder-decoder models size their cross-attention groups by the encoder input: their counting and
+        # allocation go through the coordinator, which knows those groups (the loops below inline its
+        # decoder-only case).
+        self._cross_attention = bool(self.coordinator.cross_attention_group_ids)
         # Shared-prefix junction checkpoints: EAGLE + partial hits, and no multi-token re-prefill (which
         # would make the cached count differ from the chunk end the scheduler stops at).
         coord = self.coordinator
@@ -357,10 +361,14 @@ class KVCacheManager:
             # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
             # chunk only (below), not from this check.
             whole = min(request.num_tokens, max_len)
-            needed_whole = 0
-            for i, m in enumerate(managers):
-                needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole, True,
-                                                             prefill_end)
+            if self._cross_attention:
+                needed_whole = coordinator.get_num_blocks_to_allocate(request_id, whole, hits, num_encoder_tokens,
+                                                                      total, local, whole, True, prefill_end)
+            else:
+                needed_whole = 0
+                for i, m in enumerate(managers):
+                    needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole,
+                                                                 True, prefill_end)
             if needed_whole + watermark > free:
                 return None
 
@@ -368,16 +376,24 @@ class KVCacheManager:
             m.remove_skipped_blocks(request_id, max(0, total - request.num_in_flight_tokens),
                                     request.num_prompt_tokens)
         free = pool.free_block_queue.num_free_blocks - reserved_blocks - watermark
-        needed = 0
-        for i, m in enumerate(managers):
-            needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model,
-                                                   False, prefill_end)
+        if self._cross_attention:
+            needed = coordinator.get_num_blocks_to_allocate(request_id, need_slots, hits, num_encoder_tokens, total,
+                                                            local, main_model, False, prefill_end)
+        else:
+            needed = 0
+            for i, m in enumerate(managers):
+                needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model,
+                                                       False, prefill_end)
         if needed > free:
             return None
 
         if adopting:
-            self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens)
-        new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
+            self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens,
+                                                          skip_zeroing_group_ids)
+        if self._cross_attention:
+            new_blocks = coordinator.allocate_new_blocks(request_id, need_slots, main_model, num_encoder_tokens)
+        else:
+            new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
 
         if self.enable_caching and not delay_cache_blocks:
             # Only finalized tokens are cached (not drafts that may be rejected).
@@ -506,8 +522,10 @@ class KVCacheManager:
         return cached or 0
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        """Blocks a failed KV load left unwritten would be zeroed again; the reference does not track
-        zeroing (`take_new_block_ids` is always empty), so there is nothing to record."""
+        """Record the request's blocks from `start_token` (block-aligned) for zeroing again in every group
+        the worker zeroes, e.g. blocks a failed async KV load left unwritten."""
+        for m in self._managers:
+            m.record_blocks_for_zeroing(request_id, start_token)
 
     def evict_blocks(self, block_ids) -> None:
         """Drop these blocks from the prefix cache."""
@@ -582,8 +600,10 @@ class KVCacheManager:
         return out
 
     def take_new_block_ids(self) -> list[int]:
-        """Blocks needing zeroing since the last call (none: the reference does not track zeroing)."""
-        return []
+        """Ids of the blocks the worker must zero, recorded since the last call (groups in order): new
+        attention blocks when the cache needs zeroing (`KVCacheConfig.needs_kv_cache_zeroing`: Mamba
+        layers or mixed precision) and blocks re-recorded by `record_blocks_for_zeroing`."""
+        return [i for m in self._managers for i in m.take_new_block_ids()]
 
 
 def _table_views(managers) -> tuple:

@@ -25,6 +25,7 @@ from reference_impl.kv_cache.hisparse_layout import (
     get_hisparse_kv_cache_groups,
 )
 from reference_impl.kv_cache.kv_cache_config_builder import KVCacheConfigBuilder, get_kv_cache_config_builder
+from reference_impl.kv_cache.kv_cache_utils import update_kv_cache_capacity
 from reference_impl.kv_cache.kv_cache_interface import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -54,6 +55,7 @@ __all__ = [
     "check_enough_kv_cache_memory",
     "create_kv_cache_group_specs",
     "estimate_max_model_len",
+    "finalize_extensible_kv_cache",
     "get_global_kv_cache_groups",
     "get_kv_cache_config_from_groups",
     "get_kv_cache_configs",
@@ -67,6 +69,7 @@ __all__ = [
     "may_override_num_blocks",
     "planning_config",
     "resolve_kv_cache_layout",
+    "shrink_kv_cache_configs",
     "unify_hybrid_kv_cache_specs",
     "unify_kv_cache_spec_page_size",
     "validate_kv_cache_layout",
@@ -660,11 +663,10 @@ def _build_kv_cache_tensors(kv_cache_groups: list[KVCacheGroupSpec], num_blocks:
     tensors = []
     for group in kv_cache_groups:
         by_spec: dict[KVCacheSpec, list[str]] = defaultdict(list)
-        if isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs):
-            for name, spec in group.kv_cache_spec.kv_cache_specs.items():
-                by_spec[spec].append(name)
-        elif group.layer_names:
-            by_spec[group.kv_cache_spec].extend(group.layer_names)
+        # The group's own layers, not its spec's: a pipeline stage owning none of a same-type group's
+        # layers keeps the global spec (vLLM 0.34) but must not place the other stage's layers.
+        for name in group.layer_names:
+            by_spec[_get_per_layer_spec(group, name)].append(name)
         offset = 0
         for spec, names in by_spec.items():
             if isinstance(spec, (HiSparseHotSpec, HiSparseResidentSpec)):
@@ -840,10 +842,11 @@ def _estimate_max_model_len_from_groups(builder: KVCacheConfigBuilder, vllm_conf
 
 def _auto_fit_max_model_len(builder: KVCacheConfigBuilder, vllm_config,
                             projected_groups_per_worker: list[list[KVCacheGroupSpec]],
-                            available_memory: list[int]) -> None:
+                            available_memory: list[int], after_warmup: bool = False) -> None:
     """max_model_len -1: lower `model_config.max_model_len` to the largest length every worker fits
     (unchanged when the model's full length fits or the model has no KV cache); ValueError when not one
-    token fits."""
+    token fits. `after_warmup` (vLLM 0.34's extensible KV cache): the fit is redone on the memory measured
+    after CUDA graph capture and warmup, and the error says what took the memory."""
     original = _max_model_len(vllm_config)
     if all(not groups for groups in projected_groups_per_worker):
         return
@@ -852,12 +855,62 @@ def _auto_fit_max_model_len(builder: KVCacheConfigBuilder, vllm_config,
         if groups:
             fit = min(fit, _estimate_max_model_len_from_groups(builder, vllm_config, groups, memory))
     if fit <= 0:
+        hint = ("CUDA graph capture and warmup left no memory for the KV cache. Increase "
+                "`gpu_memory_utilization`, reduce the memory CUDA graphs take (fewer or smaller capture sizes "
+                "in the compilation config), or use more GPUs." if after_warmup
+                else "Try increasing `gpu_memory_utilization`.")
         raise ValueError("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a "
-                         "single token. Try increasing `gpu_memory_utilization`.")
+                         f"single token. {hint}")
     if fit < original:
         logger.info("Auto-fit max_model_len: reduced from %d to %d to fit in available KV cache memory",
                     original, fit)
         _set_max_model_len(vllm_config, fit)
+
+
+def shrink_kv_cache_configs(vllm_config, kv_cache_configs: list[KVCacheConfig], num_blocks: int) -> None:
+    """Lower every config's `num_blocks` in place to the count measured after warmup (vLLM 0.34's
+    extensible KV cache). Device tensors shrink in proportion, keeping their strides and offsets (they
+    still describe the reserved capacity); host-resident tensors (HiSparse's host pool, sized by its own
+    block count) stay. ValueError when the count, less the null block, no longer serves max_model_len."""
+    builder = get_kv_cache_config_builder(vllm_config)
+    for config in kv_cache_configs:
+        if num_blocks > config.num_blocks:
+            raise ValueError(f"shrink_kv_cache_configs: num_blocks {num_blocks} exceeds the config's "
+                             f"{config.num_blocks}; the measured count can only lower the reservation")
+        config.kv_cache_tensors = [
+            tensor if tensor.host_resident else replace(tensor, size=num_blocks * tensor.size // config.num_blocks)
+            for tensor in config.kv_cache_tensors]
+        groups = config.kv_cache_groups
+        if groups:
+            _check_enough_kv_cache_memory(
+                (num_blocks - 1) * _pool_bytes_per_block_from_builder(builder, vllm_config, groups),
+                partial(_max_memory_usage_bytes_from_groups, builder, vllm_config, groups),
+                _max_model_len(vllm_config), partial(_estimate_max_model_len_from_groups, builder, vllm_config, groups))
+        config.num_blocks = num_blocks
+
+
+def finalize_extensible_kv_cache(vllm_config, kv_cache_configs: list[KVCacheConfig],
+                                 scheduler_kv_cache_config: KVCacheConfig, compilation_times: Sequence) -> int:
+    """Settle the KV cache size from the block counts the workers measured after warmup (each entry's
+    `num_kv_blocks`; None: not measured) and return it: the smallest, never above the scheduler's
+    reservation. With max_model_len -1 the length is fitted again to that count; every config shrinks to
+    it, `cache_config.num_gpu_blocks` takes it and the scheduler's capacity is updated."""
+    measured = [t.num_kv_blocks for t in compilation_times if t.num_kv_blocks is not None]
+    # No measurement (vLLM's elastic-EP scale-up skips warmup): the reservation stands.
+    num_blocks = min(min(measured, default=scheduler_kv_cache_config.num_blocks),
+                     scheduler_kv_cache_config.num_blocks)
+    if getattr(vllm_config.model_config, "original_max_model_len", None) == -1:
+        # The length was fitted to the reservation, before CUDA graphs and warmup took their share.
+        builder = get_kv_cache_config_builder(vllm_config)
+        groups_per_worker = [config.kv_cache_groups for config in kv_cache_configs]
+        memory = [(num_blocks - 1) * _pool_bytes_per_block_from_builder(builder, vllm_config, groups) if groups else 0
+                  for groups in groups_per_worker]
+        _auto_fit_max_model_len(builder, vllm_config, groups_per_worker, memory, after_warmup=True)
+    shrink_kv_cache_configs(vllm_config, [*kv_cache_configs, scheduler_kv_cache_config], num_blocks)
+    vllm_config.cache_config.num_gpu_blocks = num_blocks
+    if scheduler_kv_cache_config.kv_cache_groups:
+        update_kv_cache_capacity(vllm_config, scheduler_kv_cache_config)
+    return num_blocks
 
 
 def _layer_tp_replicas(spec: KVCacheSpec, tp_size: int, dcp_size: int) -> int:

@@ -62,6 +62,7 @@ class Request:
         "prompt_embeds", "has_no_extra_keys", "status", "shared_prefix_boundary",
         "skip_reading_prefix_cache", "prefix_cache_hit_limit", "num_in_flight_tokens", "sampling_params", "pooling_params",
         "client_index", "arrival_time", "priority", "session_id", "spec_token_ids", "num_preemptions",
+        "kv_transfer_params", "resumable",
         "_prompt_embeds_per_block_hashes",  # set lazily by kv_cache_utils: block range -> embeds digest
     )
 
@@ -82,6 +83,11 @@ class Request:
         self.arrival_time = arrival_time
         self.priority = priority
         self.session_id = session_id
+        # A connector's per-request parameters (P/D: `do_remote_prefill`, ...), from the sampling
+        # parameters' `extra_args` as in vLLM; connectors and HiSparse's admission read and set it.
+        self.kv_transfer_params = _kv_transfer_params(sampling_params)
+        # A streaming request that may be resumed with more input: HiSparse's async admission asks.
+        self.resumable = resumable
         self.spec_token_ids: list[int] = []
         self.num_preemptions = 0
         if prompt_token_ids is None:
@@ -162,6 +168,11 @@ class Request:
             self._all_token_ids.extend(token_ids)
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
+
+
+def _kv_transfer_params(sampling_params) -> dict | None:
+    extra_args = getattr(sampling_params, "extra_args", None)
+    return extra_args.get("kv_transfer_params") if extra_args is not None else None
 
 
 def _skip_reading_prefix_cache(sampling_params, pooling_params) -> bool:

@@ -50,6 +50,7 @@ __all__ = [
     "SlidingWindowManager",
     "CircularBufferManager",
     "ChunkedLocalAttentionManager",
+    "CrossAttentionManager",
     "MambaManager",
     "HiSparseSourceManager",
     "HiSparseHotManager",
@@ -102,8 +103,10 @@ class SingleTypeKVCacheManager:
         # lists are hidden from the cyclic GC, which would otherwise visit every block of every request.
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(untracked_list)
         self.num_cached_block: dict[str, int] = {}
-        self.new_block_ids: list[int] = []
-        # Workers zero new attention blocks when the cache needs it (scratch rings excepted).
+        # Workers zero new attention blocks when the cache needs it (scratch rings excepted). The blocks are
+        # kept as the lists they were allocated in (one append per allocation, no per-block work); their
+        # ids are read out when the scheduler drains them (`take_new_block_ids`), once per step.
+        self._new_blocks_to_zero: list[Sequence[KVCacheBlock]] = []
         self._record_new_block_ids = needs_kv_cache_zeroing and hasattr(kv_cache_spec, "num_kv_heads") \
             and not isinstance(kv_cache_spec, CircularBufferSpec)
         self._null_block = block_pool.null_block
@@ -244,8 +247,8 @@ class SingleTypeKVCacheManager:
         table.extend([self._null_block] * num_null)
         new = self.block_pool.get_new_blocks(target - len(table))
         table.extend(new)
-        if self._record_new_block_ids and record_for_zeroing:
-            self.new_block_ids.extend(b.block_id for b in new)
+        if self._record_new_block_ids and record_for_zeroing and new:
+            self._new_blocks_to_zero.append(new)
         return new
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
@@ -260,7 +263,7 @@ class SingleTypeKVCacheManager:
         new = self.block_pool.get_new_blocks(n)
         table.extend(new)
         if self._record_new_block_ids:
-            self.new_block_ids.extend(b.block_id for b in new)
+            self._new_blocks_to_zero.append(new)
         return cow + new if cow else new
 
     def _redirect_partial_hit(self, request_id: str) -> list[KVCacheBlock]:
@@ -271,7 +274,7 @@ class SingleTypeKVCacheManager:
         cow = self.block_pool.get_new_blocks(1)[0]
         self._apply_cow(request_id, partial[0], partial[1], cow)
         if self._record_new_block_ids:
-            self.new_block_ids.append(cow.block_id)
+            self._new_blocks_to_zero.append((cow,))
         return [cow]
 
     def _apply_cow(self, request_id: str, block_idx: int, source_block: KVCacheBlock,
@@ -354,9 +357,21 @@ class SingleTypeKVCacheManager:
             self.block_pool.free_blocks(reversed(table))
 
     def take_new_block_ids(self) -> list[int]:
-        """Newly allocated block ids since the last call (for worker-side zeroing)."""
-        ids, self.new_block_ids = self.new_block_ids, []
-        return ids
+        """Ids of the blocks to zero recorded since the last call (new blocks, and blocks re-recorded by
+        `record_blocks_for_zeroing`), in recording order; empty unless the worker zeroes this group."""
+        lists, self._new_blocks_to_zero = self._new_blocks_to_zero, []
+        return [block.block_id for blocks in lists for block in blocks]
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        """Record the request's blocks from `start_token` (block-aligned: a partly valid block must not be
+        wiped) for zeroing again, e.g. blocks a failed KV load left unwritten; nothing for a group the
+        worker does not zero."""
+        if not self._record_new_block_ids:
+            return
+        if start_token % self.block_size:
+            raise ValueError(f"record_blocks_for_zeroing: start_token {start_token} is not a multiple of group "
+                             f"{self.kv_cache_group_id}'s block_size {self.block_size}")
+        self._new_blocks_to_zero.append(self.req_to_blocks[request_id][start_token // self.block_size:])
 
     def new_step_starts(self) -> None:
         """Hook called at the start of every scheduling step."""
@@ -948,16 +963,11 @@ class MambaManager(SingleTypeKVCacheManager):
             # A decode step that completes no state block: no full block, checkpoint or partial tail to key.
             return
         super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
-        if self._align and request.request_id in self._checkpoints:
-            checkpoint_key = self._cache_checkpoint_block(
-                request, self.retention_interval if retention_interval is None else retention_interval)
-            if checkpoint_key is not None:
-                self.cached_blocks_this_step.add(checkpoint_key)
-        # Without a checkpoint this step, a step ending on a hash boundary within the prompt may register
-        # the prompt's partial tail (cheap tests first: decode steps are not).
-        elif self._align and self.enable_caching and (
-                num_tokens <= request.num_prompt_tokens and num_tokens % self.block_pool.hash_block_size == 0):
-            partial_key = self._cache_partial_tail_block(request, num_tokens)
+        # A checkpoint this step is re-keyed; without one, a step ending on a hash boundary within the
+        # prompt may register the prompt's partial tail (cheap tests first: decode steps are not).
+        if self._align and (request.request_id in self._checkpoints or (self.enable_caching and (
+                num_tokens <= request.num_prompt_tokens and num_tokens % self.block_pool.hash_block_size == 0))):
+            partial_key = self._cache_partial_tail_block(request, num_tokens, retention_interval=retention_interval)
             if partial_key is not None:
                 self.cached_blocks_this_step.add(partial_key)
         after = self.num_cached_block.get(request.request_id, 0)
@@ -997,15 +1007,20 @@ class MambaManager(SingleTypeKVCacheManager):
             self._pending_boundary_state_offloads.append(
                 (request_id, self.kv_cache_group_id, cow_block, tail[1]))
 
-    def _cache_partial_tail_block(self, request, num_tokens: int) -> bytes | None:
+    def _cache_partial_tail_block(self, request, num_tokens: int,
+                                  retention_interval: int | None = None) -> bytes | None:
         """Register the state at the prompt's last reusable hash boundary (or, with shared-prefix
         checkpoints, at the request's junction) when this step's computation ends exactly there; the key,
-        or None.
+        or None. A request with a prefill checkpoint this step has its checkpoint block re-keyed instead
+        (`_cache_checkpoint_block`, under `retention_interval`, else the manager's), as in vLLM.
 
         The boundary usually falls inside the running state block, which the next step overwrites: the
         request is then recorded as owning a partial tail, and its next allocation moves the entry to a
         private copy (see `_preserve_partial_tail`).
         """
+        if request.request_id in self._checkpoints:
+            return self._cache_checkpoint_block(
+                request, self.retention_interval if retention_interval is None else retention_interval)
         hbs = self.block_pool.hash_block_size
         if num_tokens <= 0 or num_tokens % hbs:
             return None
@@ -1129,6 +1144,34 @@ class CircularBufferManager(_NoPrefixCacheMixin, FullAttentionManager):
         return None
 
 
+class CrossAttentionManager(SingleTypeKVCacheManager):
+    """Encoder-decoder cross attention: one static table per request, sized by its encoder input tokens
+    (the coordinator passes those instead of the decoder's), never prefix-cached (encoder states are
+    unique per request) and never loaded externally."""
+
+    def add_local_computed_blocks(self, request_id, new_computed_blocks, num_local_computed_tokens,
+                                  num_external_computed_tokens=0):
+        """Nothing to adopt: cross-attention blocks are never shared between requests."""
+        assert len(new_computed_blocks) == 0, "cross attention never has prefix-cache hits"
+
+    def allocate_external_computed_blocks(self, request_id, num_local_computed_tokens,
+                                          num_external_computed_tokens=0, record_for_zeroing=True):
+        """Nothing: cross attention takes part in neither prefix caching nor external KV loads."""
+        return None
+
+    def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
+        """Never called: an encoder-decoder model runs without prefix caching (as vLLM, a ValueError)."""
+        raise ValueError("CrossAttentionManager.cache_blocks should not be called: prefix caching is disabled "
+                         "for cross attention")
+
+    @classmethod
+    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
+                               drop_eagle_block, alignment_tokens, dcp_world_size=1, pcp_world_size=1):
+        assert isinstance(kv_cache_spec, CrossAttentionSpec), \
+            "CrossAttentionManager can only be used for cross-attention groups"
+        raise NotImplementedError("CrossAttentionManager does not support caching")
+
+
 # ---------------------------------------------------------------------------------------------- HiSparse
 # HiSparse keeps a sparse-MLA model's source KV in a host pool (the "source" group, role HISPARSE_SOURCE)
 # and on the device only: an indexer group (ordinary full attention), resident copies of recent source
@@ -1154,14 +1197,7 @@ class HiSparseSourceManager(FullAttentionManager):
         super().__init__(kv_cache_spec, *args, **kwargs)
         self.device_pool: BlockPool = self.block_pool
         self._pending_cow_copies: list = []
-
-    @property
-    def records_new_block_ids(self) -> bool:
-        return False  # host blocks are never zeroed by the device worker
-
-    def take_new_block_ids(self) -> list[int]:
-        self.new_block_ids = []
-        return []
+        self._record_new_block_ids = False  # host blocks are never zeroed by the device worker
 
     def bind_host_pool(self, num_blocks: int) -> None:
         """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
@@ -1455,7 +1491,7 @@ spec_manager_map: dict[type, type[SingleTypeKVCacheManager]] = {
     MambaSpec: MambaManager,
     CircularBufferSpec: CircularBufferManager,
     ScratchSpec: FullAttentionManager,  # never read back, so any table that covers the tokens will do
-    CrossAttentionSpec: FullAttentionManager,
+    CrossAttentionSpec: CrossAttentionManager,
     HiSparseHotSpec: HiSparseHotManager,
     HiSparseResidentSpec: HiSparseResidentManager,
 }

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec
+from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheConfig, KVCacheSpec, MambaSpec, cdiv
 
 __all__ = ["default_device", "KVCacheTensors"]
 
@@ -90,7 +90,8 @@ class KVCacheTensors:
             for shape, dtype in zip(spec.shapes, spec.dtypes):
                 size = math.prod(shape) * dtype.itemsize
                 states.append(pages[:, start : start + size].view(dtype).view(self.num_blocks, *shape))
-                start += size
+                # Each state starts on the spec's state alignment, as vLLM's Mamba layers bind it.
+                start += cdiv(size, spec.state_alignment) * spec.state_alignment
             return states
         raise ValueError(f"layer {layer_name!r}: no connector view for {type(spec).__name__}")
 

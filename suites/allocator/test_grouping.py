@@ -107,3 +107,87 @@ def test_resolve_groups_hma_on_keeps_types(kv):
     summary, warnings = grouping.resolve_groups(["full", "sliding_window", "mamba"], False, "v0.33")
     assert [g["kind"] for g in summary] == ["full", "sliding_window", "mamba"] and warnings == [], \
         "with HMA on every type keeps its own group and nothing is logged"
+
+
+def _two_layer_config(mod, grouping, max_model_len, num_blocks, **kw):
+    """A worker config of one group of two full-attention layers (page 2 x 16 x (64 + 64) x 4 = 16384
+    bytes, so a block is 32768 bytes) holding `num_blocks` blocks, and the config it was planned with."""
+    cfg = _cfg(grouping, max_model_len=max_model_len, kv_cache_layout="LBNHC", **kw)
+    groups = [mod.KVCacheGroupSpec(["l0", "l1"], _attn(mod, mod.FullAttentionSpec, 64))]
+    return cfg, grouping.get_kv_cache_config_from_groups(cfg, groups, num_blocks * 32768)
+
+
+def test_shrink_to_the_measured_block_count(kv):
+    """vLLM 0.34's extensible KV cache: 16 reserved blocks shrink to 10, each device tensor to 10/16 of
+    its size with strides kept; a host-resident tensor stays; 4 blocks cannot serve max_model_len 64 (4
+    blocks of 16 tokens plus the null block), 5 can."""
+    mod, grouping = kv
+    cfg, config = _two_layer_config(mod, grouping, 64, 16)
+    assert config.num_blocks == 16
+    host = mod.KVCacheTensor(size=48000, layers=("host.0",), layer_stride=48000, block_stride=3000,
+                             host_resident=True)
+    config.kv_cache_tensors.insert(0, host)
+    before = list(config.kv_cache_tensors)
+    grouping.shrink_kv_cache_configs(cfg, [config], 10)
+    assert config.num_blocks == 10
+    assert config.kv_cache_tensors[0] == host, "the host pool keeps its own block count"
+    # 16 blocks x 32768 bytes = 524288; 10/16 of it = 327680, strides unchanged
+    assert [(t.size, t.layer_stride, t.block_stride) for t in config.kv_cache_tensors[1:]] == \
+        [(327680, b.layer_stride, b.block_stride) for b in before[1:]]
+    with pytest.raises(ValueError, match="max seq len"):
+        grouping.shrink_kv_cache_configs(cfg, [config], 4)
+    grouping.shrink_kv_cache_configs(cfg, [config], 5)
+    assert config.num_blocks == 5
+    with pytest.raises(ValueError, match="num_blocks 6 exceeds the config's 5"):
+        grouping.shrink_kv_cache_configs(cfg, [config], 6)
+
+
+def test_finalize_takes_the_smallest_measured_count(kv):
+    """Two ranks measure 999 and 997 blocks of a 1000-block reservation (one unmeasured): 997 becomes
+    every config's count and `cache_config.num_gpu_blocks`, not rounded; nothing measured keeps 1000."""
+    from types import SimpleNamespace
+
+    from reference_impl.kv_cache.kv_cache_utils import generate_scheduler_kv_cache_config
+
+    mod, grouping = kv
+    cfg, config = _two_layer_config(mod, grouping, 64, 1000)
+    scheduler = generate_scheduler_kv_cache_config([config])
+    measured = [SimpleNamespace(num_kv_blocks=n) for n in (999, None, 997)]
+    assert grouping.finalize_extensible_kv_cache(cfg, [config], scheduler, measured) == 997
+    assert config.num_blocks == scheduler.num_blocks == cfg.cache_config.num_gpu_blocks == 997
+    assert grouping.finalize_extensible_kv_cache(cfg, [config], scheduler, []) == 997
+
+
+def test_finalize_refits_an_auto_max_model_len(kv):
+    """max_model_len auto (-1), fitted to 256 tokens on 32 reserved blocks: warmup leaves 9 blocks, 8 of
+    them usable (the null block), so the length is fitted again to 8 x 16 = 128; 1 block fits nothing."""
+    from types import SimpleNamespace
+
+    from reference_impl.kv_cache.kv_cache_utils import generate_scheduler_kv_cache_config
+
+    mod, grouping = kv
+    cfg, config = _two_layer_config(mod, grouping, 256, 32)
+    cfg.model_config.original_max_model_len = -1
+    scheduler = generate_scheduler_kv_cache_config([config])
+    grouping.finalize_extensible_kv_cache(cfg, [config], scheduler, [SimpleNamespace(num_kv_blocks=9)])
+    assert (cfg.model_config.max_model_len, config.num_blocks) == (128, 9)
+    with pytest.raises(ValueError, match="CUDA graph capture and warmup left no memory"):
+        grouping.finalize_extensible_kv_cache(cfg, [config], scheduler, [SimpleNamespace(num_kv_blocks=1)])
+
+
+def test_pipeline_stage_places_only_its_own_layers(kv):
+    """A stage owning only layer2 of the same-type group {layer1, layer2} and nothing of {layer3} keeps
+    the global specs (vLLM 0.34) but places one tensor, for layer2."""
+    from reference_impl.kv_cache.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    mod, grouping = kv
+    spec_a, spec_b = _attn(mod, mod.FullAttentionSpec, 64), _attn(mod, mod.FullAttentionSpec, 32)
+    global_groups = [
+        mod.KVCacheGroupSpec(["layer1", "layer2"], UniformTypeKVCacheSpecs(
+            block_size=16, kv_cache_specs={"layer1": spec_a, "layer2": spec_a})),
+        mod.KVCacheGroupSpec(["layer3"], UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={"layer3": spec_b})),
+    ]
+    groups = grouping._project_kv_cache_groups_to_worker(global_groups, {"layer2": spec_a})
+    assert [g.layer_names for g in groups] == [["layer2"], []]
+    config = grouping.get_kv_cache_config_from_groups(_cfg(grouping, kv_cache_layout="BLHNC"), groups, 2**20)
+    assert [list(t.layers) for t in config.kv_cache_tensors] == [["layer2"]]

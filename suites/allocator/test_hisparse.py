@@ -360,3 +360,26 @@ def test_hisparse_write_back_waits_for_every_worker(api, target):
     assert resident_block.ref_cnt == 2 and coordinator.has_pending_work(), "1 of 2 workers done"
     coordinator.update_spills({}, {transfer.transfer_id: 1})
     assert resident_block.ref_cnt == 1 and not coordinator.has_pending_work(), "2 of 2 workers done"
+
+
+@pytest.mark.needs('hisparse', 'hisparse_write_back')
+def test_hisparse_import_tail_is_no_copy_until_its_restore_lands(api, target):
+    """A 16-token prompt imported into host page 0 (one full page; the device page is the writable tail
+    an import keeps). Finishing the import plans one host -> device restore of that page; caching the
+    imported prefix meanwhile must not index the device page as a readable copy of the host page (it
+    holds nothing yet). Once every worker reports the restore, the page is indexed."""
+    manager = _hisparse_manager(api, 32, 16)
+    coordinator = api.bind(manager)
+    req = target.make_request("import", list(range(16)), BS)
+    assert manager.allocate_slots(req, 0, num_external_computed_tokens=16, delay_cache_blocks=True,
+                                  full_sequence_must_fit=True) is not None
+    source, _, resident, _ = manager.get_blocks("import").blocks
+    coordinator.finish_host_import("import", failed=False)
+    [restore] = coordinator.build_offload_command().page_transfers
+    assert restore.restore and restore.resident_block_ids == (resident[0].block_id,)
+    req.num_computed_tokens = 16
+    manager.cache_blocks(req, 16)
+    assert all(resident[0] not in copies for copies in coordinator.copies.values()), \
+        "a device page with a restore in flight is not a copy of the host page"
+    coordinator.update_spills({restore.transfer_id: 1}, {restore.transfer_id: 1})
+    assert coordinator.copies[source[0].block_hash] == (resident[0],), "the landed restore is the copy"

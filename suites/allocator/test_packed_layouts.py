@@ -163,3 +163,42 @@ def test_window_group_without_a_hit_nulls_what_it_skips(kv, target):
     assert len(request.block_hashes) == 5, "the request is hashed: 80 tokens, five 16-token blocks"
     window.cache_blocks(request, 80)
     assert window.num_cached_block["r"] == 2, "a group outside prefix caching registers nothing"
+
+
+def test_mamba_states_start_on_the_state_alignment(kv):
+    """vLLM 0.34's `state_alignment`: float32 states of 3 and 5 elements (12 and 20 bytes) at alignment
+    16 take 16 + 32 = 48 bytes, the second state starting at byte 16; a padded page must stay a multiple
+    of it (AssertionError, as vLLM asserts)."""
+    iface, planning, _ = kv
+    from reference_impl.kv_cache.tensors import KVCacheTensors
+
+    spec = iface.MambaSpec(block_size=16, shapes=((3,), (5,)), dtypes=(torch.float32,) * 2, state_alignment=16)
+    assert (spec.state_content_size_bytes, spec.real_page_size_bytes, spec.page_size_bytes) == (48, 48, 48)
+    unaligned = iface.MambaSpec(block_size=16, shapes=((3,), (5,)), dtypes=(torch.float32,) * 2)
+    assert unaligned.state_content_size_bytes == 32, "alignment 1: 12 + 20 bytes"
+    with pytest.raises(AssertionError, match="page_size_padded must be aligned to state_alignment"):
+        iface.MambaSpec(block_size=16, shapes=((3,), (5,)), dtypes=(torch.float32,) * 2, state_alignment=16,
+                        page_size_padded=49)
+    assert iface.MambaSpec(block_size=16, shapes=((3,), (5,)), dtypes=(torch.float32,) * 2, state_alignment=16,
+                           page_size_padded=64).page_size_bytes == 64
+    config = planning.get_kv_cache_config_from_groups(
+        planning.planning_config(), [iface.KVCacheGroupSpec(["m"], spec)], 4 * 48)
+    mem = KVCacheTensors(config, device="cpu")
+    first, second = mem.kv_cache_view("m")
+    assert (first.shape, second.shape) == ((4, 3), (4, 5))
+    assert second.data_ptr() - first.data_ptr() == 16, "the 12-byte first state is rounded up to 16"
+
+
+def test_mamba_layers_share_a_group_by_page_not_by_shape(kv):
+    """Mamba layers of different state shapes but one page (8+12+4+4+4 and 8+12+1x4+4+4 floats) and one
+    state alignment share a block table; another state alignment does not."""
+    iface, _, _ = kv
+    spec = iface.MambaSpec(block_size=2, shapes=((8,), (12,), (4,), (4,), (4,)), dtypes=(torch.float32,) * 5)
+    other = iface.MambaSpec(block_size=2, shapes=((8,), (12,), (1, 4), (4,), (4,)), dtypes=(torch.float32,) * 5)
+    assert other.page_size_bytes == spec.page_size_bytes == 128
+    assert spec.is_uniform_with_collection({"first": spec, "second": other})
+    aligned = iface.MambaSpec(block_size=2, shapes=((8,), (12,), (4,), (4,), (4,)), dtypes=(torch.float32,) * 5,
+                              state_alignment=16, page_size_padded=128)
+    assert aligned.page_size_bytes == 128
+    assert not spec.is_uniform_with_collection({"first": spec, "second": aligned})
+    assert not iface.UniformTypeKVCacheSpecs.is_uniform_type({"first": spec, "second": aligned})

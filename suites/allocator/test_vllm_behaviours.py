@@ -118,3 +118,74 @@ def test_reserved_blocks_apply_to_the_chunk_only(target, reserved, expected):
     out = m.allocate_slots(req, 8, full_sequence_must_fit=True, reserved_blocks=reserved)
     got = None if out is None else _ids(out)
     assert got == expected, f"reserved_blocks={reserved}: expected {expected}, got {got}"
+
+
+# ------------------------------------------------------------------------------------------- requests
+def test_request_carries_connector_params(target):
+    """Connectors and HiSparse's admission read and set a connector's `kv_transfer_params` on vLLM's
+    request: None unless the sampling parameters carry some; P/D sets `do_remote_prefill`."""
+    req = target.make_request("r", list(range(5)), 4)
+    assert req.kv_transfer_params is None
+    req.kv_transfer_params = {"do_remote_prefill": True}
+    assert req.kv_transfer_params == {"do_remote_prefill": True}
+
+
+# ----------------------------------------------------------------------- encoder-decoder and zeroing
+# These two build their configs with the reference's own spec classes (targets exposing layer grouping);
+# vLLM 0.33's own tests of the same rules (`test_scheduler.py::test_cross_attn_*`,
+# `test_prefix_replay.py::test_kv_load_zeroing_respects_loaded_groups`) run on the reference in the
+# upstream job (docs/upstream-tests.md).
+def test_cross_attention_table_is_sized_by_the_encoder_input(target):
+    """Self attention (bs 16) + cross attention (bs 16): a 100-token decoder prompt over a 200-token
+    encoder input takes ceil(100/16) = 7 self-attention blocks (ids 1-7) and ceil(200/16) = 13
+    cross-attention blocks (ids 8-20), whatever the decoder's length; a decode step adds none to the
+    cross table. Cross attention is never prefix-cached."""
+    from suites.allocator.conftest import require
+
+    require(target, "grouping")
+    import torch
+
+    from reference_impl.kv_cache import kv_cache_interface as iface
+    from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
+    from reference_impl.kv_cache.single_type_kv_cache_manager import CrossAttentionManager
+
+    attn = dict(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    config = iface.KVCacheConfig(num_blocks=64, kv_cache_tensors=[], kv_cache_groups=[
+        iface.KVCacheGroupSpec(["self"], iface.FullAttentionSpec(**attn)),
+        iface.KVCacheGroupSpec(["cross"], iface.CrossAttentionSpec(**attn))])
+    manager = KVCacheManager(config, 1024, 16, 16, enable_caching=False)
+    assert isinstance(manager.coordinator.single_type_managers[1], CrossAttentionManager)
+    req = target.make_request("enc-dec", list(range(100)), 16)
+    new = manager.allocate_slots(req, 100, num_encoder_tokens=200)
+    assert new.get_block_ids() == (list(range(1, 8)), list(range(8, 21)))
+    req.num_computed_tokens = 100
+    req.append_output_token_ids(7)
+    assert manager.allocate_slots(req, 1).get_block_ids() == ([], []), "token 101 fits block 7"
+    with pytest.raises(NotImplementedError):
+        CrossAttentionManager.find_longest_cache_hit([], 16, [1], manager.block_pool, config.kv_cache_groups[1]
+                                                     .kv_cache_spec, False, 16)
+
+
+def test_new_attention_blocks_are_recorded_for_zeroing(target):
+    """A full-attention + Mamba model needs zeroing (a Mamba state is read before it is fully written):
+    the worker zeroes the attention group's new blocks, each step's ids drained once. A 40-token prompt
+    (bs 16) takes attention blocks 1-3; the Mamba state blocks are not attention and not zeroed.
+    Re-recording from token 16 (a failed load) yields blocks 2 and 3 again; an unaligned start is
+    refused."""
+    from suites.allocator.conftest import require
+
+    require(target, "grouping")
+    m = target.make_manager([GroupDesc("full", 16), GroupDesc("mamba", 16)], 64, 1000)
+    assert m.kv_cache_config.needs_kv_cache_zeroing
+    req = target.make_request("z", list(range(40)), 16)
+    new = m.allocate_slots(req, 40)
+    assert new.get_block_ids()[0] == [1, 2, 3]
+    assert m.take_new_block_ids() == [1, 2, 3]
+    assert m.take_new_block_ids() == [], "drained"
+    m.record_blocks_for_zeroing("z", 16)
+    assert m.take_new_block_ids() == [2, 3]
+    with pytest.raises(ValueError, match="start_token 8 is not a multiple"):
+        m.record_blocks_for_zeroing("z", 8)
+    plain = target.make_manager([GroupDesc("full", 16)], 64, 1000)
+    plain.allocate_slots(target.make_request("p", list(range(40)), 16), 40)
+    assert plain.take_new_block_ids() == [], "a uniform-precision attention model zeroes nothing"

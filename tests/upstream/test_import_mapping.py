@@ -68,3 +68,9 @@ def test_compare_counts_only_tests_passing_on_vllm(tmp_path):
     assert result["tests"]["tests/v1/core/test_a.py::test_bad"]["reference_reason"] == \
         "AssertionError: assert 0 == 1248"
     assert summary_line("0.33.0", result).endswith("2 pass on vLLM (CPU), 1 of them pass on the reference (50.0%)")
+
+
+def test_summary_share_is_rounded_once():
+    """1100 of 1130 is 97.345%: 97.3%, not the 97.4% that rounding the stored 0.9735 again gives."""
+    result = {"collected": 1215, "pass_on_vllm": 1130, "pass_on_reference": 1100, "pass_rate": 0.9735}
+    assert summary_line("0.33.0", result).endswith("1100 of them pass on the reference (97.3%)")
