@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -211,12 +212,16 @@ class EngineCore:
                     w.append_token(req_id, token)
         return kv_output, sampled
 
-    def run_until_done(self, max_steps: int = MAX_STEPS, idle_steps: int = 2, **hooks) -> int:
-        """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken."""
-        start = self.step_count
+    def run_until_done(self, max_steps: int = MAX_STEPS, idle_steps: int = 2, min_seconds: float = 0.0,
+                       **hooks) -> int:
+        """Step until no request is unfinished, then `idle_steps` idle steps; returns steps taken. The run is
+        stuck once it took `max_steps` steps and `min_seconds` of wall time: a connector whose transfers finish
+        on a server's clock (LMCache's) gets the time a real engine's slower steps would give it."""
+        start, started = self.step_count, time.monotonic()
         while self.scheduler.has_unfinished_requests():
-            if self.step_count - start >= max_steps:
-                raise RuntimeError(f"engine did not finish within {max_steps} steps")
+            if self.step_count - start >= max_steps and time.monotonic() - started >= min_seconds:
+                raise RuntimeError(f"engine did not finish within {max_steps} steps"
+                                   + (f" and {min_seconds:g} s" if min_seconds else ""))
             self.step(**hooks)
         for _ in range(idle_steps):
             self.step(**hooks)

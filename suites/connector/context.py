@@ -34,6 +34,10 @@ PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_alig
                    "scratch_group": 120}
 
 
+# A liveness bound counts steps and wall time: kvconform's steps take a millisecond where a real engine's take
+# tens, and a connector whose transfers finish on a server's clock (LMCache's) must get a real engine's time.
+LIVENESS_SECONDS = 5.0
+
 def prompt(seed: int, length: int, vocab: int = 32000) -> list[int]:
     """A deterministic random prompt."""
     rng = random.Random(seed)
@@ -270,11 +274,12 @@ class CheckContext:
         """Run the engine until it is empty; fail naming what is left (a delayed free never reported as
         finished_sending keeps blocks of every group allocated) and check every group's blocks came back."""
         try:
-            engine.run_until_done(max_steps=max_steps, idle_steps=idle_steps)
+            engine.run_until_done(max_steps=max_steps, idle_steps=idle_steps, min_seconds=LIVENESS_SECONDS)
         except RuntimeError:
             pass
         left = leftovers(engine)
-        expect(not left, f"the engine does not drain after {max_steps} steps{scenario(what)}: {'; '.join(left)}")
+        expect(not left, f"the engine does not drain after {max_steps} steps and {LIVENESS_SECONDS:g} s{scenario(what)}: "
+                         f"{'; '.join(left)}")
         expect_each_completion_once(engine)
         expect(engine.manager.reset_prefix_cache(),
                f"blocks are still allocated after every request finished (never released){scenario(what)}")

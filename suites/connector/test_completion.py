@@ -7,7 +7,8 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS
-from suites.connector.context import expect, expect_each_completion_once, expect_no_read_errors, leftovers, prompt
+from suites.connector.context import (LIVENESS_SECONDS, expect, expect_each_completion_once, expect_no_read_errors,
+                                      leftovers, prompt)
 
 ALL_PRESETS = list(CORE_PRESETS)
 MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
@@ -27,7 +28,7 @@ def test_c21_async_completion_liveness(ctx, preset):
     ctx.forget_local_cache(engine)
     for t in tokens:
         engine.add_request(engine.make_request(t + [1], max_tokens=2))
-    engine.run_until_done(max_steps=200, idle_steps=5)
+    engine.run_until_done(max_steps=200, idle_steps=5, min_seconds=LIVENESS_SECONDS)
     left = _scheduler_drained(engine)
     expect(not left, f"engine not drained after 5 idle steps: {left}")
     expect_each_completion_once(engine)

@@ -96,3 +96,22 @@ def test_a_failed_async_load_readmits_the_request_as_new_after_a_new_lookup():
     assert not any(request.request_id in so.scheduled_cached_reqs.resumed_req_ids for so in schedules)
     assert [r.req_id for so in schedules for r in so.scheduled_new_reqs] == [request.request_id]
     assert not faulty.read_errors
+
+
+def test_a_run_is_stuck_only_past_both_its_step_and_its_time_budget(monkeypatch):
+    """`run_until_done(max_steps, min_seconds)`: a request whose transfer finishes on a server's clock gets
+    `min_seconds` even when the engine's cheap steps use up `max_steps` first; without it the run is stuck."""
+    import time
+
+    engine = EngineCore("fa_only", EngineConfig(model_config=ModelConfig("budget")))
+    monkeypatch.setattr(engine, "step", lambda **hooks: setattr(engine, "step_count", engine.step_count + 1))
+    done_at = time.monotonic() + 0.3
+    monkeypatch.setattr(engine.scheduler, "has_unfinished_requests", lambda: time.monotonic() < done_at)
+    engine.run_until_done(max_steps=3, idle_steps=0, min_seconds=5.0)
+    assert time.monotonic() >= done_at, "the run returned before the request finished"
+
+    done_at = time.monotonic() + 60
+    with pytest.raises(RuntimeError, match=r"^engine did not finish within 3 steps$"):
+        engine.run_until_done(max_steps=3, idle_steps=0)
+    with pytest.raises(RuntimeError, match=r"^engine did not finish within 3 steps and 0.2 s$"):
+        engine.run_until_done(max_steps=3, idle_steps=0, min_seconds=0.2)
