@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from harness.release.allocator_findings import finding_for, load_findings
+from harness.release.allocator_findings import finding_of_cell, load_findings
 from harness.report.config_section import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 
@@ -16,8 +16,7 @@ _LISTED_FAILURES = 50
 
 def _reviewed(entry: dict[str, Any], findings: list) -> str:
     """" (reviewed vLLM bug: ...)" when a failing cell of a vLLM release is one of its reviewed findings."""
-    target = str((entry.get("cell") or {}).get("target") or "")
-    finding = finding_for(entry["id"], target.removeprefix("vllm-"), findings) if target.startswith("vllm-") else None
+    finding = finding_of_cell(entry, findings)
     return f" (reviewed vLLM bug: {finding.root}; upstream: {finding.upstream})" if finding else ""
 
 

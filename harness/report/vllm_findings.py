@@ -118,9 +118,6 @@ CLASSIFIED = (
                "none found in vllm-project/vllm in one search; the same fix (re-align the Mamba hit boundary after "
                "every per-group clamp in `_lookup`) is weicj/vLLM-2080Ti-Definitive#133, a fork",
                checks=("C10", "C24"), presets=("fa+swa+mamba",)),
-    # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
-    # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
-    # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
     # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
     # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
     # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).
@@ -144,7 +141,7 @@ CLASSIFIED = (
                "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
                "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
                "only"),
-    # Same reading (`_create_key` of vllm_multi_process_adapter.py builds `IPCCacheServerKey` from num_kv_readers,
+    # Read against lmcache 0.5.6 (`_create_key` of vllm_multi_process_adapter.py builds `IPCCacheServerKey` from num_kv_readers,
     # model name, world size, worker id, token ids, start/end, request id, cache salt and request configs), and
     # measured on vLLM 0.33.0: a prompt stored by a float16 engine hit 512 tokens on a bfloat16 engine of the same
     # model name on the same server, and the model read the float16 bytes as bfloat16.
@@ -155,6 +152,9 @@ CLASSIFIED = (
                "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
                "`IPCCacheServerKey` still carries no dtype",
                checks=("C30",), presets=("dtype",)),
+    # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
+    # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
+    # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
     Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
                "connector bug",
                "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
@@ -293,7 +293,7 @@ def _findings(connector: str, items: list[dict]) -> list[Finding]:
         check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
         # A check across deployments has no preset cell ('-'): its first line names the variant ("C30 [dtype]").
         preset = str((entry.get("cell") or {}).get("preset") or "")
-        known = classify(connector, check, cause, named or "" if preset in ("", "-") else preset)
+        known = classify(connector, check, cause, (named or "") if preset in ("", "-") else preset)
         key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
         finding = found.setdefault(key, Finding(known, cause, []))
         finding.count += 1

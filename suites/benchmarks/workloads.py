@@ -152,8 +152,9 @@ def run_stream(manager, requests: list, shape: StreamShape, on_finish: Callable 
                config: str = "full") -> int:
     """Admit up to `max_concurrent` requests, prefill in chunks, decode `decode_steps` tokens, free.
 
-    Every step starts with `new_step_starts()` where the manager has it, as the engine's scheduler does. Stream `config` says the
-    draft slots reserved per call and whether chunks follow Mamba's alignment (`mamba_aligned_chunk`).
+    Every step starts with `new_step_starts()` where the manager has it, as the engine's scheduler does.
+    Stream `config` says the draft slots reserved per call and whether chunks follow Mamba's alignment
+    (`mamba_aligned_chunk`).
     A request the manager does not admit waits for the next step. Returns the number of allocate_slots
     calls. `on_finish(request)` runs just before each free.
     """
