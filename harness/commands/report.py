@@ -286,6 +286,8 @@ def _checked_output_dir(path: str) -> Path:
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
     check_report_options(args, args.own_options)
+    if args.from_file and args.kv_engine:
+        raise UsageError("kvconform report: --kv-engine and --from exclude each other (--from runs nothing)")
     try:
         check_kv_engine(args.kv_engine)
     except ValueError as exc:

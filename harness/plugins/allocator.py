@@ -42,8 +42,7 @@ def pytest_configure(config):
 
 def loaded_allocator_name(config) -> str | None:
     """The name of the allocator target named on the command line (e.g. `vllm-0.13.0`), None for the default."""
-    target = config.stash.get(_LOADED, None)
-    return getattr(target, "name", None) if target is not None else None
+    return getattr(config.stash.get(_LOADED, None), "name", None)
 
 
 def pytest_report_header(config):

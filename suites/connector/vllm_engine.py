@@ -21,7 +21,7 @@ import inspect
 import math
 import types
 import uuid
-from collections import Counter
+from collections import ChainMap, Counter
 from unittest import mock
 
 from harness.targets.connector_profile import not_applicable
@@ -379,7 +379,10 @@ class VllmSchedulerEngine(EngineCore):
         def after_events(_role, result):
             self.scheduler.connector_events.extend(result or ())
 
-        around = connector.around
+        # The check's `around` is shared by every engine it builds: this engine's recorders go into a layer of
+        # its own guard (the check's hooks still read through), so one engine never counts another's requests.
+        around = ChainMap({}, connector.around)
+        object.__setattr__(connector, "around", around)
         for hook, after in (("get_num_new_matched_tokens", after_lookup), ("update_state_after_alloc", after_alloc),
                             ("request_finished", after_finish), ("request_finished_all_groups", after_finish),
                             ("take_events", after_events)):

@@ -133,6 +133,7 @@ def test_report_unwritable_output_dir(tmp_path, capsys):
     (["--vllm-version", "newest"], "--vllm-version: 'newest'"),
     (["--target", "x:y"], "--target and --from exclude each other"),
     (["--timing"], "--timing and --from exclude each other"),
+    (["--kv-engine", "vllm"], "--kv-engine and --from exclude each other"),
     (["-k", "something"], "pytest arguments (-k something) make no sense with --from"),
 ])
 def test_report_from_usage_errors(tmp_path, capsys, argv, expected):
