@@ -55,6 +55,7 @@ def _disable_hma(vllm_config) -> bool:
     return bool(getattr(scheduler_config, "disable_hybrid_kv_cache_manager", False))
 
 
+# ------------------------------------------------------------------------------------------ spec helpers
 def is_kv_cache_type_attention_free(kv_cache_spec: dict[str, KVCacheSpec]) -> bool:
     """Whether the model has no KV cache at all (an attention-free model has no layer specs)."""
     return not kv_cache_spec
