@@ -53,6 +53,7 @@ PROBED_MODULES = {"iface": "v1.kv_cache_interface", "pool": "v1.core.block_pool"
                   "events": "distributed.kv_events", "hisparse_layout": "v1.hisparse.layout",
                   "hisparse_coordinator": "v1.hisparse.coordinator", "hisparse_backend": "v1.hisparse.backend",
                   "platforms": "platforms", "planning": "v1.core.kv_cache_planning",
+                  "stm": "v1.core.single_type_kv_cache_manager",
                   "kv_tensors": "kvconform.kv_cache_tensors", "era_groups": "kvconform.kv_cache_groups"}
 
 
@@ -160,6 +161,13 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                or m["platforms"].current_platform.get_hisparse_backend_cls() is not None),
     Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
                lambda m: m.get("events") is not None and "lookahead_token_ids" in _fields(m["events"].BlockStored)),
+    Capability("cross_attention", "no CrossAttentionManager / allocate_slots num_encoder_tokens (no "
+               "encoder-decoder KV cache)",
+               lambda m: hasattr(m["iface"], "CrossAttentionSpec") and _has(m["stm"], "CrossAttentionManager")
+               and "num_encoder_tokens" in _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("kv_cache_zeroing", "KVCacheManager has no take_new_block_ids / record_blocks_for_zeroing (new "
+               "blocks of a Mamba model are not recorded for zeroing)",
+               lambda m: _has(m["manager"].KVCacheManager, "take_new_block_ids", "record_blocks_for_zeroing")),
     # Planning: layer specs -> KV cache groups -> a KVCacheConfig (the planner: kv_cache_planning, or
     # kv_cache_utils before it moved out), and the spec fields later releases plan by.
     Capability("grouping", "no KV cache planner (get_kv_cache_groups, unify_kv_cache_spec_page_size, "

@@ -35,7 +35,7 @@ CAPABILITIES = {
                                "(unknown request on free, tokens past max_model_len, window > model length)",
 }
 
-GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
+GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa", "cross_attention")
 
 #: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how the adapter
 #: and the scenarios reach an implementation's code, by vLLM's name (HiSparse's layout helpers, the spec
@@ -196,6 +196,8 @@ def make_spec(mod, desc: GroupDesc) -> Any:
         return mod.ChunkedLocalAttentionSpec(**attn, attention_chunk_size=desc.attention_chunk_size)
     if desc.kind == "rswa":
         return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
+    if desc.kind == "cross_attention":
+        return mod.CrossAttentionSpec(**attn)
     page = 2 * desc.block_size * desc.num_kv_heads * desc.head_size * dtype.itemsize
     extra = dict(mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
                  num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
@@ -352,7 +354,7 @@ class ModuleMapAllocatorTarget:
             self.require("dcp")
         if sbs != hbs or len(set(sizes)) > 1:
             self.require("scheduler_block_size")
-        for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align")):
+        for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align"), ("cross_attention", "cross_attention")):
             if any(g.kind == kind for g in groups):
                 self.require(capability)
         if any(g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment for g in groups):

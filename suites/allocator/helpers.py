@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +12,7 @@ from harness.targets.allocator_target import GroupDesc, PlanningTarget, target_m
 from suites.allocator.conftest import require
 
 __all__ = ["ids", "queue_ids", "prefill", "tables", "HISPARSE_MODULES", "hisparse_api", "PLANNING_MODULES",
-           "planning_api", "extension"]
+           "planning_api", "refused", "extension"]
 
 
 def ids(blocks) -> list[int]:
@@ -95,6 +97,17 @@ def planning_api(target, *capabilities: str) -> SimpleNamespace:
     return SimpleNamespace(**_mapped(target, PLANNING_MODULES),
                            spec=lambda kind, **fields: target.make_spec(GroupDesc(kind, **fields)),
                            config=target.planning_config)
+
+
+@contextmanager
+def refused(target, errors=(ValueError, AssertionError), *, match: str | None = None, strict_match: str):
+    """Bad input a scenario feeds: every implementation refuses it, raising one of `errors` (vLLM often with
+    an assert) whose text matches `match`; a target declaring `strict_input_validation` with a one-line
+    error naming the field and value, matching `strict_match`."""
+    with pytest.raises(errors, match=match) as info:
+        yield info
+    if "strict_input_validation" in target.capabilities:
+        assert re.search(strict_match, str(info.value)), f"a strict target names what it refuses: {info.value!r}"
 
 
 def extension(target, capability: str, module: str):
