@@ -8,6 +8,9 @@ it), the reference's (`make_reference_target`) or an installed vLLM's (`make_vll
 implementation offers is read from its code (`harness.targets.allocator_capabilities`), never from its
 name. Backdoor accessors (zarr.testing style) expose internals the invariant checks need without trusting
 the public API. Capabilities are data: a test needing one the target lacks is skipped with a reason.
+Planning scenarios (`PlanningTarget`) reach the target's own planner the same way, through its module map,
+with specs built by `make_spec` (the one home of GroupDesc -> spec, `make_manager`'s too) and the config
+sections the planner reads from `planning_config`.
 """
 
 from __future__ import annotations
@@ -258,6 +261,7 @@ class ModuleMapAllocatorTarget:
     shared-prefix boundary was added (the boundary is then 0: nothing is reported), a NONE_HASH the engine
     must initialise at start-up (vLLM) rather than on first use (the reference). `capabilities` are the ones
     the implementation declares (`CAPABILITIES`: behaviour no probe can see, e.g. strict input validation).
+    It is a `PlanningTarget` as well: `make_spec` and `planning_config` for the planner its map names.
     """
 
     name: str
