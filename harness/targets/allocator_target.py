@@ -15,7 +15,6 @@ sections the planner reads from `planning_config`.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import math
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
-from harness.targets.allocator_capabilities import ReleaseModules, not_applicable, probe_capabilities
+from harness.targets.allocator_capabilities import ReleaseModules, fields_of, not_applicable, probe_capabilities
 
 __all__ = ["GroupDesc", "AllocatorTarget", "PlanningTarget", "ModuleMapAllocatorTarget", "CAPABILITIES",
            "REFERENCE_MODULES", "REFERENCE_EXTENSIONS", "target_module", "make_spec", "vllm_modules",
@@ -177,10 +176,6 @@ def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
     return importlib.import_module(path) if path else None
 
 
-def _field_names(cls) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
 def make_spec(mod, desc: GroupDesc) -> Any:
     """Build `desc` with the spec classes of `mod` (an implementation's `v1.kv_cache_interface`: the
     reference and vLLM share field names; fields a release's MambaSpec lacks are left out, and only asked for
@@ -205,7 +200,7 @@ def make_spec(mod, desc: GroupDesc) -> Any:
     extra = dict(mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
                  num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
                  prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
-    known = _field_names(mod.MambaSpec)
+    known = fields_of(mod.MambaSpec)
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
                          **{k: v for k, v in extra.items() if k in known})
 
@@ -217,7 +212,7 @@ def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, ret
     without `prefix_cache_retention_interval` gets none (callers check the capability first)."""
     group_specs = []
     tensors = []
-    tensor_fields = _field_names(mod.KVCacheTensor)
+    tensor_fields = fields_of(mod.KVCacheTensor)
     for gid, desc in enumerate(groups):
         spec = make_spec(mod, desc)
         names = [f"g{gid}.layer{j}" for j in range(desc.num_layers)]
@@ -228,7 +223,7 @@ def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, ret
                                              layer_stride=page * num_blocks, block_stride=page))
         else:
             tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, shared_by=names))
-    if "prefix_cache_retention_interval" in _field_names(mod.KVCacheConfig):
+    if "prefix_cache_retention_interval" in fields_of(mod.KVCacheConfig):
         extra["prefix_cache_retention_interval"] = retention_interval
     return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs, **extra)
 
