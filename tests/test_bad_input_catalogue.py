@@ -114,6 +114,14 @@ CATALOGUE = [
         ("kvconform: error: --kv-connector LMCacheLike: not of the form", "did you mean LMCacheLikeConnector?")),
     Row("report-kv-connector-module-missing", ("report", "--kv-connector", "nosuch_vendor:Conn"), 4, "err",
         ("kvconform: error: --kv-connector nosuch_vendor:Conn: module 'nosuch_vendor' does not import",)),
+    Row("report-kv-connector-class-misspelled", ("report", "--kv-connector",
+                                                 "reference_impl.connector.template:TemplateConector"), 4, "err",
+        ("kvconform: error: --kv-connector reference_impl.connector.template:TemplateConector: module "
+         "'reference_impl.connector.template' has no attribute 'TemplateConector'; did you mean TemplateConnector?",)),
+    Row("report-kv-connector-class-unknown", ("report", "--kv-connector", "reference_impl.connector.template:Mine"),
+        4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
+    Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
+        ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),
     Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",
         ("kvconform: error: --kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
          "did you mean reference?",)),
