@@ -101,6 +101,12 @@ CATALOGUE = [
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),
     Row("kv-allocator-misspelled-alias", ("--pyargs", "suites.allocator", "--kv-allocator", "refrence"), 4, "err",
         ("did you mean reference?",), pytest=True),
+    Row("kv-connector-backdoors-misspelled", ("--pyargs", "suites.connector", "--kv-connector-backdoors", "of"), 4,
+        "err", ("ERROR: --kv-connector-backdoors: 'of' is not accepted; accepted: on, off",), pytest=True),
+    Row("kv-connector-timeout-not-a-number", ("--pyargs", "suites.connector", "--kv-connector-timeout", "1m"), 4,
+        "err", ("ERROR: --kv-connector-timeout must be a positive number of seconds, got 1m",), pytest=True),
+    Row("report-kv-connector-backdoors-misspelled", ("report", "--", "--kv-connector-backdoors", "of"), 2, "err",
+        ("kvconform report: --kv-connector-backdoors: 'of' is not accepted; accepted: on, off",)),
     # -- a target spec: one grammar and one answer (exit 4, `OPTION SPEC: why`) for every kind, from pytest and
     #    from `kvconform report` alike (harness.target_spec)
     Row("hma-target-misspelled-name", ("--pyargs", "suites.config", "--hma-target", "vlm"), 4, "err",
