@@ -24,6 +24,7 @@ import uuid
 from collections import ChainMap, Counter
 from unittest import mock
 
+from harness.kv_engine import VLLM_ENGINE_NA_PREFIX
 from harness.targets.connector_profile import not_applicable
 from suites.connector.runner import ConnectorGuard, ConnectorHookError, make_guard_class
 from harness.targets.vllm_connector_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
@@ -35,7 +36,7 @@ from reference_impl.engine.outputs import CachedRequestData, NewRequestData, Sch
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, ScratchSpec
 
-NA_PREFIX = "under --kv-engine vllm: "
+NA_PREFIX = VLLM_ENGINE_NA_PREFIX
 
 
 def not_applicable_on_vllm(reason: str) -> None:
