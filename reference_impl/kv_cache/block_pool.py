@@ -581,8 +581,8 @@ class BlockPool:
             if block.ref_cnt == 0:
                 prev = block.prev_free_block
                 if prev is None:
-                    # No prev link: the block is on `front` (a hit on a block freed to the head, rare), which
-                    # the queue takes it off without linking the rest.
+                    # No prev link: the block is on `front` (rare for a hit: a cached block freed with
+                    # evict_first, or cached while free); the queue takes it off without linking the rest.
                     queue.remove(block)
                 else:
                     # The usual hit: a cached block freed to the tail, unlinked in place.

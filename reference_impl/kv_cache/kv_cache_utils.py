@@ -250,8 +250,8 @@ class FreeKVCacheBlockQueue:
         """Take a block out of the queue from anywhere in it; the other blocks keep their order."""
         prev, nxt = block.prev_free_block, block.next_free_block
         if prev is None:
-            # Not linked, so on `front` if free: found from the top of the stack (the head end, where the
-            # blocks freed last sit), taken out without linking the rest.
+            # Not linked, so on `front` if free: looked for from the top of the stack (the head end, where
+            # the blocks freed last sit; the cost is the blocks above it) and taken out without linking the rest.
             front = self.front
             for i in range(len(front) - 1, -1, -1):
                 if front[i] is block:
