@@ -18,8 +18,9 @@ from harness.targets.connector_profile import MULTI_GROUP_REFUSAL
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"
-# Skip messages of a check that does not apply (harness.targets.connector_profile.NA_PREFIX, and older wordings).
-NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:")
+# Skip messages of a check that does not apply (harness.targets.connector_profile.NA_PREFIX; "N/A on X.Y.Z:", a
+# release without the API the check needs, harness.targets.connector_capabilities; and older wordings).
+NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:", "n/a on ")
 # Checks that exercise a multi-group model whatever their preset cell says (suites.connector.catalogue).
 MULTI_GROUP_CHECK_IDS = ("C01", "C33")
 _EVIDENCE_LIMIT = 300

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 __all__ = ["Capability", "CAPABILITIES", "PROBED_MODULES", "ReleaseModules", "probe_capabilities",
-           "not_applicable"]
+           "not_applicable", "fields_of"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _params(obj) -> frozenset[str]:
         return frozenset()
 
 
-def _fields(cls) -> frozenset[str]:
+def fields_of(cls) -> frozenset[str]:
     """A dataclass's fields, or a msgspec Struct's (vLLM's KV cache events)."""
     if dataclasses.is_dataclass(cls):
         return frozenset(f.name for f in dataclasses.fields(cls))
@@ -56,16 +56,18 @@ PROBED_MODULES = {"iface": "v1.kv_cache_interface", "pool": "v1.core.block_pool"
 
 
 class ReleaseModules(Mapping):
-    """The modules a target's module map names, by the probes' short names (`PROBED_MODULES`), imported on
-    first read; None for one the map does not name or that does not import on this machine."""
+    """The modules a target's module map names, by the probes' short names (`probed`: short name -> vLLM's
+    module name; the allocator's `PROBED_MODULES` unless given), imported on first read; None for one the map
+    does not name or that does not import on this machine."""
 
-    def __init__(self, module_map: Mapping[str, str]) -> None:
+    def __init__(self, module_map: Mapping[str, str], probed: Mapping[str, str] = PROBED_MODULES) -> None:
         self._map = module_map
+        self._probed = probed
         self._loaded: dict[str, ModuleType | None] = {}
 
     def __getitem__(self, key: str) -> ModuleType | None:
         if key not in self._loaded:
-            path = self._map.get(PROBED_MODULES[key])
+            path = self._map.get(self._probed[key])
             try:
                 self._loaded[key] = importlib.import_module(path) if path else None
             except Exception:  # absent, or present but not importable on this machine
@@ -73,10 +75,10 @@ class ReleaseModules(Mapping):
         return self._loaded[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(PROBED_MODULES)
+        return iter(self._probed)
 
     def __len__(self) -> int:
-        return len(PROBED_MODULES)
+        return len(self._probed)
 
 
 def _returns_boundary(mods: dict) -> bool:
@@ -101,7 +103,7 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                lambda m: "dcp_world_size" in _params(m["manager"].KVCacheManager)),
     Capability("retention_interval", "KVCacheConfig has no prefix_cache_retention_interval (sliding-window "
                "and Mamba groups cache every block)",
-               lambda m: "prefix_cache_retention_interval" in _fields(m["iface"].KVCacheConfig)),
+               lambda m: "prefix_cache_retention_interval" in fields_of(m["iface"].KVCacheConfig)),
     Capability("shared_prefix_boundary", "get_computed_blocks returns (blocks, hit tokens) without the "
                "shared-prefix boundary", _returns_boundary),
     Capability("external_computed_tokens", "allocate_slots takes no num_external_computed_tokens",
@@ -134,12 +136,12 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("partial_prefix_hits", "BlockPool has no cache_partial_block (no fine-grained prefix hits)",
                lambda m: hasattr(m["pool"].BlockPool, "cache_partial_block")),
     Capability("kv_event_group_idx", "BlockStored/BlockRemoved carry no group_idx",
-               lambda m: m.get("events") is not None and "group_idx" in _fields(m["events"].BlockStored)),
+               lambda m: m.get("events") is not None and "group_idx" in fields_of(m["events"].BlockStored)),
     Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),
     Capability("mamba_align", "MambaSpec has no mamba_cache_mode (no prefix caching of Mamba states)",
-               lambda m: "mamba_cache_mode" in _fields(m["iface"].MambaSpec)),
+               lambda m: "mamba_cache_mode" in fields_of(m["iface"].MambaSpec)),
     Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
-               lambda m: "num_prefill_checkpoint_blocks" in _fields(m["iface"].MambaSpec)),
+               lambda m: "num_prefill_checkpoint_blocks" in fields_of(m["iface"].MambaSpec)),
     Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: m.get("hisparse_layout") is not None),
     Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
                "(HiSparse before write-back spills and host indexer pages)",
@@ -150,15 +152,18 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                lambda m: m.get("hisparse_backend") is None
                or m["platforms"].current_platform.get_hisparse_backend_cls() is not None),
     Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
-               lambda m: m.get("events") is not None and "lookahead_token_ids" in _fields(m["events"].BlockStored)),
+               lambda m: m.get("events") is not None and "lookahead_token_ids" in fields_of(m["events"].BlockStored)),
 )}
 
 
-def probe_capabilities(mods: Mapping) -> tuple[frozenset[str], dict[str, str]]:
+def probe_capabilities(mods: Mapping, capabilities: Mapping[str, Capability] | None = None
+                       ) -> tuple[frozenset[str], dict[str, str]]:
     """(capabilities the release has, {capability it lacks: what it lacks}) from its modules (`ReleaseModules`
-    of a target's module map, or any mapping of the short names of `PROBED_MODULES`)."""
+    of a target's module map, or any mapping of the short names of `PROBED_MODULES`). `capabilities`: the
+    table to probe (the allocator's `CAPABILITIES` unless given; the connector's lives in
+    `harness.targets.connector_capabilities`)."""
     have, lacks = set(), {}
-    for cap in CAPABILITIES.values():
+    for cap in (CAPABILITIES if capabilities is None else capabilities).values():
         try:
             present = bool(cap.probe(mods))
         except (AttributeError, KeyError, TypeError, ValueError, ImportError, OSError):
@@ -171,7 +176,8 @@ def probe_capabilities(mods: Mapping) -> tuple[frozenset[str], dict[str, str]]:
 
 
 def not_applicable(version: str, reason: str):
-    """Skip the running check: the release lacks what it needs (pytest's skip, with the N/A wording)."""
+    """Skip the running check: the release lacks what it needs (pytest's skip, with the N/A wording: "N/A on
+    X.Y.Z: reason", for the allocator's and the connector's capability tables alike)."""
     import pytest
 
     pytest.skip(f"N/A on {version}: {reason}")

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from harness.target_spec import TargetError, import_object, parse_spec
+from harness.targets.connector_capabilities import ReleaseTable, reference_table
 from harness.targets.connector_profile import ConnectorProfile, profile_for
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
@@ -92,6 +93,12 @@ class ConnectorTarget:
     def profile(self) -> ConnectorProfile:
         """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
         return profile_for(self.declared, self.is_hma, self.known_kind, known_store_scope=self.known_store_scope)
+
+    @property
+    def release_table(self) -> ReleaseTable:
+        """The connector API this target is driven through (`harness.targets.connector_capabilities`):
+        kvconform's connector protocol, which has every capability; a vLLM connector's is its release's."""
+        return reference_table()
 
 
 PROBE_PRESET = "fa_only"

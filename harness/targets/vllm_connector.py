@@ -15,6 +15,7 @@ import sys
 
 from harness.errors import UsageError
 from harness.target_spec import VLLM_PREFIX, TargetError
+from harness.targets.connector_capabilities import ReleaseTable, installed_vllm_table
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from harness.targets.vllm_connector_facts import (KINDS, STORE_SCOPES, default_multi_children, parse_name,
                                                   registered_names, validate_spec)
@@ -36,6 +37,13 @@ class VllmConnectorTarget(ConnectorTarget):
         name, children = parse_name(self.spec)
         # A MultiConnector with an engine-owned child: only the storing engine reads back all of its hits.
         return "engine" if any(STORE_SCOPES.get(n) == "engine" for n in (children or (name,))) else None
+
+    @property
+    def release_table(self) -> ReleaseTable:
+        """The installed vLLM release's connector API (`harness.targets.connector_capabilities`)."""
+        if not self.spec.startswith(VLLM_PREFIX):
+            return super().release_table  # a plain module:Class target built from this one (check C33's wrapper)
+        return installed_vllm_table()
 
     def load(self) -> type:
         if self._cls is not None or not self.spec.startswith(VLLM_PREFIX):

@@ -14,7 +14,10 @@ The connector is vLLM's, unmodified. The adapter owns only translation, in both 
   (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
   forward context while the connector runs.
 
-A connector that needs a package or device this machine lacks skips the check with one line.
+A connector that needs a package or device this machine lacks skips the check with one line. Which of vLLM's
+hooks the adapter calls, and which shape each vLLM object takes, is the release's capability table
+(`harness.targets.connector_capabilities`, probed from the release's code): a hook the release's base class does
+not declare is one vLLM would never call, so the adapter does not call it either.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import pytest
 import torch
 
+from harness.targets.connector_capabilities import release_has
 from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
                                                   default_extra_config, missing_requirement, needs_cuda,
                                                   runs_on_standins)
@@ -209,7 +213,7 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
     sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
     vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
-    if hasattr(vllm_config.cache_config, "kv_cache_layout"):
+    if release_has("cache_config_layout"):
         # vLLM's engine core resolves the layout before the KV cache exists; connectors read it (LMCache's
         # register_kv_caches raises "KV cache layout has not been resolved yet" without it).
         object.__setattr__(vllm_config.cache_config, "kv_cache_layout", kv_cache_layout(kv_cache_config))
@@ -334,7 +338,7 @@ def on_device(registered: dict, device: str):
 
 def layout_for_installed_vllm():
     """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
-    if hasattr(_vllm().iface, "compute_layer_kv_cache_shape_bytes"):
+    if release_has("standardized_layout"):
         return StandardizedLayout()
     return SplitKVLayout()
 
@@ -461,7 +465,7 @@ class VllmConnectorAdapter:
         # A request resumed after preemption: vLLM 0.33 (and older) sends it among the cached requests, flagged in
         # `resumed_req_ids`, with its whole block table; vLLM 0.34's scheduler sends it as a new request (its
         # CachedRequestData has no `resumed_req_ids`), with its whole table and every token so far to prefill.
-        resumed_as_new = "resumed_req_ids" not in {f.name for f in dataclasses.fields(v.sched.CachedRequestData)}
+        resumed_as_new = not release_has("resumed_req_ids")
         keep = [i for i, req_id in enumerate(c.req_ids) if not (resumed_as_new and req_id in c.resumed_req_ids)]
         kept_ids = {c.req_ids[i] for i in keep}
         if resumed_as_new:
@@ -495,39 +499,39 @@ class VllmConnectorAdapter:
         (`block_pool.blocks[id]`, `touch`, `free_blocks`, `get_cached_block`, the same block hash bytes), so a
         connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
         self._kv_cache_manager = kv_cache_manager
-        hook = getattr(self.inner, "bind_kv_cache_manager", None)
-        if hook is not None:
-            hook(_ManagerView(kv_cache_manager))
+        self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
         manager: the tables of the requests scheduled now, and the drained Mamba "align" boundary-state
         hand-offs (without them an offloading connector never stores a Mamba state)."""
-        cls = getattr(_vllm().sched, "KVConnectorBlockState", None)
         manager = getattr(self, "_kv_cache_manager", None)
-        if cls is None or manager is None or not hasattr(manager, "take_boundary_state_offloads"):
+        if not release_has("block_state") or manager is None or not hasattr(manager, "take_boundary_state_offloads"):
             return None
+        cls = _vllm().sched.KVConnectorBlockState
         offloads = manager.take_boundary_state_offloads()
         req_ids = set(so.num_scheduled_tokens) | {r for r in offloads if r in self._requests}
         return cls(req_ids=req_ids, resolve_block_ids=manager.get_block_ids, boundary_state_offloads=offloads)
 
-    def _optional(self, hook: str, *args, default=None):
-        """Call a hook older vLLM releases lack only when vLLM's connector has it."""
-        method = getattr(self.inner, hook, None)
-        return method(*args) if method is not None else default
+    def _call_if(self, capability: str, hook: str, *args, default=None):
+        """Call vLLM's connector's `hook` when the release has `capability` (its base class declares the hook, so
+        vLLM would call it); else `default`, as vLLM would go on without it."""
+        return getattr(self.inner, hook)(*args) if release_has(capability) else default
 
     def on_new_request(self, request) -> None:
-        self._optional("on_new_request", self._request(request))
+        if release_has("on_new_request"):
+            self.inner.on_new_request(self._request(request))
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         return self.inner.get_num_new_matched_tokens(self._request(request), num_computed_tokens)
 
     def get_loaded_kv_cache_group_ids(self, request):
-        hook = getattr(self.inner, "get_loaded_kv_cache_group_ids", None)
-        if hook is None:
+        if not release_has("loaded_group_ids"):
+            # What the release's scheduler assumes without the hook (checks that judge the connector's own
+            # answer declare the capability: N/A here).
             return tuple(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups)
                          if g.enable_kv_transfer and getattr(g.kv_cache_spec, "prefix_cacheable", True))
-        return tuple(hook(self._request(request)))
+        return tuple(self.inner.get_loaded_kv_cache_group_ids(self._request(request)))
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         return self.inner.update_state_after_alloc(self._request(request), self._blocks(blocks), num_external_tokens)
@@ -557,13 +561,13 @@ class VllmConnectorAdapter:
         return result
 
     def take_events(self):
-        return list(self._optional("take_events") or ())
+        return list(self._call_if("take_events", "take_events") or ())
 
     def reset_cache(self):
-        return self._optional("reset_cache")
+        return self._call_if("reset_cache", "reset_cache")
 
     def shutdown(self):
-        return self._optional("shutdown")
+        return self.inner.shutdown()  # in vLLM's base class since before the seed release (0.13.0)
 
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
@@ -613,7 +617,8 @@ class VllmConnectorAdapter:
 
     @contextmanager
     def _in_forward(self):
-        override = getattr(_vllm().forward_context, "override_forward_context", None)
+        override = _vllm().forward_context.override_forward_context if release_has("override_forward_context") \
+            else None
         try:
             with (override(self._current_context) if override is not None else nullcontext()), self._synced():
                 yield
@@ -625,10 +630,7 @@ class VllmConnectorAdapter:
             pytest.skip(f"cannot run here: {self.vllm_name}'s worker needs CUDA (torch: {exc})")
 
     def handle_preemptions(self, metadata):
-        hook = getattr(self.inner, "handle_preemptions", None)
-        if hook is not None and metadata is not None:
-            return hook(metadata)
-        return None
+        return self._call_if("handle_preemptions", "handle_preemptions", metadata) if metadata is not None else None
 
     def bind_connector_metadata(self, metadata):
         self._current_context = self._forward_context()
@@ -655,8 +657,7 @@ class VllmConnectorAdapter:
             return getattr(self.inner, hook)(*args)
 
     def get_transfer_results(self, finished_req_ids):
-        hook = getattr(self.inner, "get_transfer_results", None)
-        if hook is not None:
+        if release_has("transfer_results"):
             results = self._worker_results("get_transfer_results", set(finished_req_ids))
             return KVConnectorTransferResults(set(results.finished_sending or ()), set(results.finished_recving or ()),
                                               set(getattr(results, "failed_recving", None) or ()))
@@ -667,14 +668,13 @@ class VllmConnectorAdapter:
         return set(self.inner.get_block_ids_with_load_errors() or ())
 
     def get_kv_connector_stats(self):
-        return self._optional("get_kv_connector_stats")
+        return self._call_if("connector_stats", "get_kv_connector_stats")
 
     def get_kv_connector_kv_cache_events(self):
-        return self._optional("get_kv_connector_kv_cache_events")
+        return self._call_if("worker_kv_events", "get_kv_connector_kv_cache_events")
 
     def build_connector_worker_meta(self):
-        hook = getattr(self.inner, "build_connector_worker_meta", None)
-        return hook() if hook is not None else None
+        return self._call_if("worker_meta", "build_connector_worker_meta")
 
     def clear_connector_metadata(self):
         return self.inner.clear_connector_metadata()
@@ -696,12 +696,12 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     cls, hma = None, False
     try:
         cls = vllm_class(name)
-        hma = _vllm().base.supports_hma(cls)
+        hma = release_has("hma") and _vllm().base.supports_hma(cls)
         if children:
             hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
     except ImportError as exc:
         reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
-        hma = declares_hma_in_source(name)
+        hma = release_has("hma") and declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
 
     device, standins = None, False

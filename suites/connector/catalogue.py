@@ -112,6 +112,27 @@ TIME_LIMIT_FACTOR = {"C36": 10}
 MULTI_GROUP_CHECKS = ("C01", "C33")
 
 
+# Which capabilities of the connector API (harness.targets.connector_capabilities.CAPABILITIES) each check needs:
+# reviewed data. On a release that lacks one the check is "N/A on X.Y.Z: <what the release lacks>", never a
+# failure. Only an API without which the check's property cannot be observed is listed: C22 reads per-request
+# failure reports (failed_recving), C32 the events the connector hands the scheduler. A check that needs one for
+# a part of it asks inline (`CheckContext.require`: C03's rejects half reads the connector's own answer of which
+# groups it loads, which without the hook is the scheduler's assumption, not the connector's). A property a
+# release can hold without the newer hook stays a check there (C24-C26's reuse races without
+# handle_preemptions: a store of a reused block is still stale).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "C22": ("failed_recving",),
+    "C32": ("take_events",),
+}
+
+
+def needs_of(check_id: str, multi_group: bool) -> tuple[str, ...]:
+    """The capabilities `check_id` needs on its preset (a multi-group one, when `multi_group`): its `NEEDS`, and
+    SupportsHMA for every check that runs a model with several KV cache groups."""
+    hma = ("hma",) if multi_group or check_id in MULTI_GROUP_CHECKS else ()
+    return hma + NEEDS.get(check_id, ())
+
+
 def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | None:
     """Why `check_id` does not apply to a connector of `profile` (on a multi-group model when `multi_group`), or
     None when it applies."""

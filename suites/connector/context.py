@@ -24,7 +24,7 @@ from reference_impl.engine.core import MAX_STEPS, EngineConfig, EngineCore, Mode
 from reference_impl.engine.presets import get_preset
 from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec
-from suites.connector.catalogue import not_applicable_reason
+from suites.connector.catalogue import needs_of, not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
 from suites.connector.runner import guard_class
 
@@ -77,13 +77,25 @@ class CheckContext:
             return
         self.is_hma = target.is_hma
         self.profile = target.profile
+        self.release = target.release_table
         multi_group = preset is not None and len(get_preset(preset).groups) > 1
+        needs = needs_of(check_id, multi_group) if check_id else ()
+        if "hma" in needs:
+            self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:
             pytest.skip(f"not HMA-capable: {self.cls.__name__} does not declare SupportsHMA, so vLLM refuses "
                         f"it on the multi-group preset {preset}")
         reason = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
         if reason is not None:
             not_applicable(reason)
+        for capability in needs:
+            self.require(capability)  # "N/A on X.Y.Z: ..." where the release lacks the API the check needs
+
+    def require(self, capability: str) -> None:
+        """End the check as "N/A on X.Y.Z: what the release lacks" unless the connector API the target is driven
+        through has `capability` (a row of `harness.targets.connector_capabilities.CAPABILITIES`; kvconform's
+        protocol, which reference and vendor connectors implement, has every one)."""
+        self.release.require(capability)
 
     @property
     def judges_content(self) -> bool:

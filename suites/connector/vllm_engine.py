@@ -25,6 +25,7 @@ from collections import ChainMap, Counter
 from unittest import mock
 
 from harness.kv_engine import VLLM_ENGINE_NA_PREFIX
+from harness.targets.connector_capabilities import release_has
 from harness.targets.connector_profile import not_applicable
 from suites.connector.runner import ConnectorGuard, ConnectorHookError, make_guard_class
 from harness.targets.vllm_connector_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
@@ -428,7 +429,8 @@ class VllmSchedulerEngine(EngineCore):
                                       block_ids=tuple(list(g) for g in n.block_ids),
                                       num_computed_tokens=n.num_computed_tokens))
         c = so.scheduled_cached_reqs
-        resumed = set(getattr(c, "resumed_req_ids", None) or ())
+        # A release without CachedRequestData.resumed_req_ids sends a resumed request as a new one.
+        resumed = set(c.resumed_req_ids) if release_has("resumed_req_ids") else set()
         cached = CachedRequestData(
             req_ids=list(c.req_ids), resumed_req_ids=resumed,
             new_block_ids=[None if b is None else tuple(list(g) for g in b) for b in c.new_block_ids],

@@ -626,3 +626,48 @@ def test_combined_passes_are_one_run():
     assert combined.run_info["started_at"] == "2026-01-01T00:00:01+00:00", "the run starts with its first pass"
     assert [(p["label"], p["tests"], p["wall_seconds"]) for p in combined.run_info["passes"]] == [
         ("config matrix", 1, 1.0), ("allocator suites", 1, 2.0)]
+
+
+def _connector_entry(release: str, connector: str, check: str, status: str, message: str | None = None,
+                     evidence: str | None = None):
+    """One cell of the connector suite on vLLM `release`'s connector, as suites/connector/conftest.py records it."""
+    name = f"vllm-{release}:{connector}"
+    return make_entry(nodeid=f"suites/connector/test_x.py::test_{check.split()[0].lower()}[{name}-fa_only]",
+                      suite="connector", status=status, message=message,
+                      cell={"connector": name, "check": check, "tier": "MUST", "preset": "fa_only"},
+                      extra={"description": "what it checks", "evidence": evidence})
+
+
+def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp_path, capsys):
+    """Each run names its release in the connector (`vllm-0.13.0:ExampleConnector`); two single-release runs are
+    compared cell by cell with the release left out, so the diff says what changed between the releases."""
+    na = "N/A on 0.13.0: KVConnectorOutput has no failed_recving (a failed load can be reported only as block ids)"
+    base = [_connector_entry("0.13.0", "ExampleConnector", "C14 round-trip-bytes", "passed"),
+            _connector_entry("0.13.0", "DecodeBenchConnector", "C15 null-block-untouched", "failed",
+                             message="null block written", evidence="null block written during store"),
+            _connector_entry("0.13.0", "ExampleConnector", "C22 failure-by-request", "skipped", message=na)]
+    head = [_connector_entry("0.34.0", "ExampleConnector", "C14 round-trip-bytes", "failed",
+                             message="shape mismatch", evidence="shape mismatch"),
+            _connector_entry("0.34.0", "DecodeBenchConnector", "C15 null-block-untouched", "passed"),
+            _connector_entry("0.34.0", "ExampleConnector", "C22 failure-by-request", "passed")]
+    b, h = write_results(tmp_path / "b.json", base), write_results(tmp_path / "h.json", head)
+    status, out, _ = run_cli(capsys, "diff", b, h, "--all")
+    assert status == 1, "C14 fails on 0.34.0 and passed on 0.13.0: a regression between the releases"
+    lines = out.splitlines()
+    assert lines[0] == (f"kvconform diff {b} (vLLM 0.13.0's connectors) -> {h} (vLLM 0.34.0's connectors): "
+                        "1 regressed, 1 fixed, 1 changed")
+    assert lines[1:] == [  # --all: one line per cell, in the order of the cells' labels
+        "fixed: connector connector=vllm:DecodeBenchConnector check=C15 null-block-untouched tier=MUST preset=fa_only: "
+        "failed (null block written) -> passed",
+        "regressed: connector connector=vllm:ExampleConnector check=C14 round-trip-bytes tier=MUST preset=fa_only: "
+        "passed -> failed (shape mismatch)",
+        "changed: connector connector=vllm:ExampleConnector check=C22 failure-by-request tier=MUST preset=fa_only: "
+        f"skipped ({na}) -> passed",
+    ]
+
+
+def test_diff_keeps_releases_apart_within_one_run_of_several(tmp_path, capsys):
+    both = [_connector_entry(r, "ExampleConnector", "C14 round-trip-bytes", "passed") for r in ("0.33.0", "0.34.0")]
+    b, h = write_results(tmp_path / "b.json", both), write_results(tmp_path / "h.json", both[1:])
+    status, out, _ = run_cli(capsys, "diff", b, h)
+    assert status == 3 and "(vLLM" not in out, "a merged run of two releases is compared as it is"

@@ -15,6 +15,8 @@ import types
 import pytest
 
 from harness.targets import vllm_connector_adapter as adapter_module
+from harness.targets.allocator_capabilities import probe_capabilities
+from harness.targets.connector_capabilities import CAPABILITIES
 from reference_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
 
 
@@ -53,7 +55,11 @@ def _sched(with_resumed_ids: bool) -> types.SimpleNamespace:
 @pytest.fixture
 def convert(monkeypatch):
     def run(with_resumed_ids: bool, so: SchedulerOutput):
-        monkeypatch.setattr(adapter_module, "_vllm", lambda: types.SimpleNamespace(sched=_sched(with_resumed_ids)))
+        sched = _sched(with_resumed_ids)
+        monkeypatch.setattr(adapter_module, "_vllm", lambda: types.SimpleNamespace(sched=sched))
+        # The adapter asks the release's capability table; its resumed_req_ids row is probed from the stand-ins.
+        have, _ = probe_capabilities({"sched": sched}, {"resumed_req_ids": CAPABILITIES["resumed_req_ids"]})
+        monkeypatch.setattr(adapter_module, "release_has", lambda name: name in have)
         adapter = object.__new__(adapter_module.VllmConnectorAdapter)
         adapter._requests = {"resumed": types.SimpleNamespace(prompt_token_ids=[1, 2, 3], sampling_params=None,
                                                               lora_request=None)}

@@ -1,0 +1,170 @@
+"""What one vLLM release's KV-connector API offers: the connector target's capability table, read from the
+release itself (or from kvconform's connector protocol, which keeps vLLM's names and has every row).
+
+A connector check that needs an API the release under test lacks is not a failure of that release's
+connectors: it is "N/A on X.Y.Z: reason" (a skip with that reason), so a clean run on any supported release is
+green and `kvconform diff` of two releases' runs lists only what changed in behaviour. A check asks for what it
+needs with `CheckContext.require(name)` (`suites/connector/context.py`); the vLLM adapter
+(`harness.targets.vllm_connector_adapter`) asks the same table which hooks vLLM would call (`release_has`).
+
+Each row is probed from the installed release's own code (a class, a method of `KVConnectorBase_V1`, a
+dataclass field), never from a version number or a connector's name, so a release kvconform has never seen
+gets a correct table too. Two kinds of row:
+
+* `CAPABILITIES`: features of the connector API (hooks vLLM calls, fields it reports through). kvconform's
+  connector protocol (`reference_impl.connector`, what the reference and vendor connectors implement) has
+  every one; a release without one makes the checks that declare it N/A.
+* `FORMS`: how vLLM-internal objects the adapter builds are shaped (the registered KV layout, the block state
+  handed to connectors, ...). The adapter meets either shape, no check depends on one, and kvconform's
+  protocol has no counterpart: they live here so that every release probe has one home.
+
+`docs/connector-releases.md` lists the table for the releases checked by hand (0.13.0, 0.33.0, 0.34.0);
+`python -m harness.targets.connector_capabilities` prints the installed release's table as JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Mapping
+
+from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
+                                                    probe_capabilities)
+
+__all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM_MODULES", "ReleaseTable",
+           "reference_table", "installed_vllm_table", "release_has"]
+
+#: The short names the probes read -> vLLM's module name (a key of a module map).
+PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outputs": "v1.outputs",
+                  "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
+                  "forward_context": "forward_context", "config": "config"}
+#: vLLM's module name -> the installed vLLM's module.
+VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
+#: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
+#: adapter's FORMS are vLLM's internals, which the protocol does not have).
+REFERENCE_MODULES = {"distributed.kv_transfer.kv_connector.v1.base": "reference_impl.connector.base",
+                     "v1.outputs": "reference_impl.connector.base",
+                     "v1.core.sched.output": "reference_impl.engine.outputs"}
+
+
+def _hook(name: str):
+    """A probe: `KVConnectorBase_V1` declares the hook `name` (vLLM calls a hook its base class declares)."""
+    return lambda m: callable(getattr(m["base"].KVConnectorBase_V1, name, None))
+
+
+# name -> Capability. `mods` holds the modules by the short names of PROBED_MODULES (None for one absent).
+CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
+    Capability("hma", "no SupportsHMA / request_finished_all_groups (no connector can run on a model with several "
+               "KV cache groups)",
+               lambda m: callable(getattr(m["base"], "supports_hma", None))
+               and callable(getattr(m["base"].SupportsHMA, "request_finished_all_groups", None))),
+    Capability("loaded_group_ids", "KVConnectorBase_V1 has no get_loaded_kv_cache_group_ids (the scheduler takes "
+               "every group as loaded; the connector cannot say which)", _hook("get_loaded_kv_cache_group_ids")),
+    Capability("on_new_request", "KVConnectorBase_V1 has no on_new_request (a connector first sees a request at "
+               "its lookup)", _hook("on_new_request")),
+    Capability("bind_kv_cache_manager", "KVConnectorBase_V1 has no bind_kv_cache_manager (a connector never sees "
+               "the scheduler's KV cache manager)", _hook("bind_kv_cache_manager")),
+    Capability("handle_preemptions", "KVConnectorBase_V1 has no handle_preemptions (no worker hook runs before a "
+               "preempted request's blocks are reused)", _hook("handle_preemptions")),
+    Capability("take_events", "KVConnectorBase_V1 has no take_events (a connector emits no KV cache events)",
+               _hook("take_events")),
+    Capability("worker_kv_events", "KVConnectorBase_V1 has no get_kv_connector_kv_cache_events (workers report no "
+               "KV cache events)", _hook("get_kv_connector_kv_cache_events")),
+    Capability("reset_cache", "KVConnectorBase_V1 has no reset_cache", _hook("reset_cache")),
+    Capability("connector_stats", "KVConnectorBase_V1 has no get_kv_connector_stats / build_kv_connector_stats",
+               lambda m: _hook("get_kv_connector_stats")(m) and _hook("build_kv_connector_stats")(m)),
+    Capability("load_error_blocks", "KVConnectorBase_V1 has no get_block_ids_with_load_errors (a failed load "
+               "cannot be reported)", _hook("get_block_ids_with_load_errors")),
+    Capability("failed_recving", "KVConnectorOutput has no failed_recving (a failed load can be reported only as "
+               "block ids, never per request)",
+               lambda m: "failed_recving" in fields_of(m["outputs"].KVConnectorOutput)),
+    Capability("transfer_results", "KVConnectorBase_V1 has no get_transfer_results / KVConnectorTransferResults "
+               "(workers report finished transfers with get_finished's pair of sets)",
+               lambda m: _hook("get_transfer_results")(m) and hasattr(m["base"], "KVConnectorTransferResults")),
+    Capability("worker_meta", "KVConnectorBase_V1 has no build_connector_worker_meta (workers hand the scheduler "
+               "no metadata of their own)",
+               lambda m: _hook("build_connector_worker_meta")(m)
+               and "kv_connector_worker_meta" in fields_of(m["outputs"].KVConnectorOutput)),
+    Capability("resumed_req_ids", "CachedRequestData has no resumed_req_ids (a request resumed after preemption "
+               "is scheduled as a new request, with its whole block table)",
+               lambda m: "resumed_req_ids" in fields_of(m["sched"].CachedRequestData)),
+)}
+
+FORMS: dict[str, Capability] = {c.name: c for c in (
+    Capability("block_state", "SchedulerOutput carries no kv_connector_block_state (connectors read block tables "
+               "from the scheduler output alone)",
+               lambda m: hasattr(m["sched"], "KVConnectorBlockState")
+               and "kv_connector_block_state" in fields_of(m["sched"].SchedulerOutput)),
+    Capability("standardized_layout", "no standardized per-layer [B, H, N, C] KV views (RFC #42082): connectors "
+               "register FlashAttention's split [2, B, N, H, D] layout",
+               lambda m: hasattr(m["iface"], "compute_layer_kv_cache_shape_bytes")),
+    Capability("cache_config_layout", "CacheConfig has no kv_cache_layout (connectors do not read the resolved "
+               "KV cache layout from the config)",
+               lambda m: "kv_cache_layout" in fields_of(m["config"].CacheConfig)),
+    Capability("override_forward_context", "forward_context has no override_forward_context (the adapter cannot "
+               "install its forward context around a worker hook)",
+               lambda m: callable(getattr(m["forward_context"], "override_forward_context", None))),
+)}
+
+
+class ReleaseTable:
+    """One implementation's probed table: `version` (what "N/A on ..." names), the rows it has, and what it
+    lacks (row -> the `lacks` text), for `CAPABILITIES` and `FORMS` alike."""
+
+    def __init__(self, version: str, module_map: Mapping[str, str]) -> None:
+        mods = ReleaseModules(module_map, PROBED_MODULES)
+        self.version = version
+        self.capabilities, self.lacks = probe_capabilities(mods, CAPABILITIES)
+        self.forms, self.forms_lacking = probe_capabilities(mods, FORMS)
+
+    def has(self, name: str) -> bool:
+        """Whether the implementation has row `name` (ValueError naming it when it is no row of the table)."""
+        if name in CAPABILITIES:
+            return name in self.capabilities
+        if name in FORMS:
+            return name in self.forms
+        raise ValueError(f"capability: {name!r} is not one of {', '.join([*CAPABILITIES, *FORMS])}")
+
+    def require(self, name: str) -> None:
+        """End the running check as "N/A on VERSION: what it lacks" unless the implementation has capability
+        `name` (one of `CAPABILITIES`)."""
+        if name not in CAPABILITIES:
+            raise ValueError(f"capability: {name!r} is not one of {', '.join(CAPABILITIES)}")
+        if name in self.lacks:
+            not_applicable(self.version, self.lacks[name])
+
+    def as_dict(self) -> dict[str, bool]:
+        """Row -> present, every row of both tables (what `python -m` prints, and the docs' table)."""
+        return {name: self.has(name) for name in [*CAPABILITIES, *FORMS]}
+
+
+@functools.lru_cache(maxsize=None)
+def reference_table() -> ReleaseTable:
+    """kvconform's connector protocol (reference and vendor connectors): every capability, no vLLM form."""
+    return ReleaseTable("kvconform's connector protocol", REFERENCE_MODULES)
+
+
+@functools.lru_cache(maxsize=None)
+def installed_vllm_table() -> ReleaseTable:
+    """The installed vLLM's table (probed once per process), named by its release number."""
+    from harness.targets.vllm_install import installed_vllm_version
+
+    return ReleaseTable(installed_vllm_version(), VLLM_MODULES)
+
+
+def release_has(name: str) -> bool:
+    """Whether the installed vLLM has row `name` of `CAPABILITIES` or `FORMS` (the adapter's one question)."""
+    return installed_vllm_table().has(name)
+
+
+def main() -> int:
+    """`python -m harness.targets.connector_capabilities`: the installed vLLM's table as one JSON object
+    (`version`, then row -> true/false)."""
+    table = installed_vllm_table()
+    print(json.dumps({"version": table.version, **table.as_dict()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

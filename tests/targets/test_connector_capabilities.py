@@ -1,0 +1,178 @@
+"""The connector target's capability table (`harness.targets.connector_capabilities`): each installed release's
+probed table against the reviewed one (`RELEASES`, read by hand from each release's source), kvconform's
+connector protocol with every capability, and a check on a release without the API it needs reported as
+"N/A on X.Y.Z: reason", never as a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from harness.report.connector_section import _is_not_applicable
+from harness.targets.connector_capabilities import (CAPABILITIES, FORMS, REFERENCE_MODULES, PROBED_MODULES,
+                                                    ReleaseTable, reference_table)
+from harness.targets.connector_target import ConnectorTarget
+from suites.connector.catalogue import CHECKS, MULTI_GROUP_CHECKS, NEEDS, needs_of
+from suites.connector.context import CheckContext
+
+REPO = Path(__file__).resolve().parents[2]
+# Where the prebuilt release venvs live (as .ci/vllm-job.sh's KVCONFORM_CI_VLLM_VENV_ROOT names them).
+VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
+
+# Reviewed data: what each release lacks, read by hand from its source (docs/connector-releases.md says where:
+# the `def` lines of vllm/distributed/kv_transfer/kv_connector/v1/base.py, the fields of vllm/v1/outputs.py's
+# KVConnectorOutput and vllm/v1/core/sched/output.py's dataclasses, vllm/v1/kv_cache_interface.py,
+# vllm/config/cache.py, vllm/forward_context.py). Every row not listed is present.
+RELEASES: dict[str, set[str]] = {
+    "0.13.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
+               "failed_recving", "transfer_results", "worker_meta",
+               "block_state", "standardized_layout", "cache_config_layout"},
+    "0.33.0": set(),
+    "0.34.0": {"resumed_req_ids"},
+}
+
+
+def _probed(release: str) -> dict:
+    python = VENV_ROOT / f"vllm-{release}" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"vLLM {release} is not installed here (no {python}; scripts/install-vllm.sh {release} "
+                    f"{VENV_ROOT}/vllm-{release}, or KVCONFORM_CI_VLLM_VENV_ROOT)")
+    done = subprocess.run([str(python), "-m", "harness.targets.connector_capabilities"], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # vLLM may log to stdout first
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_each_installed_release_probes_as_reviewed(release):
+    table = _probed(release)
+    assert table.pop("version") == release
+    lacking = {name for name, present in table.items() if not present}
+    assert lacking == RELEASES[release]
+    assert set(table) == set(CAPABILITIES) | set(FORMS)
+
+
+def test_the_protocol_has_every_capability_and_no_vllm_form():
+    table = reference_table()
+    assert table.capabilities == set(CAPABILITIES) and table.lacks == {}
+    assert table.forms == set(), "the adapter's forms are vLLM internals, which kvconform's protocol does not have"
+
+
+def test_a_reference_or_vendor_target_is_driven_through_the_protocol():
+    target = ConnectorTarget("LMCacheLikeConnector", "LMCacheLikeConnector", "built-in", builtin=True)
+    assert target.release_table is reference_table()
+
+
+def test_every_lacks_text_is_one_line_completing_the_na_line():
+    for cap in [*CAPABILITIES.values(), *FORMS.values()]:
+        assert cap.lacks.strip() == cap.lacks and "\n" not in cap.lacks and not cap.lacks.endswith("."), cap.name
+
+
+def test_needs_name_capabilities_of_checks_of_the_catalogue():
+    for check, needed in NEEDS.items():
+        assert check in CHECKS and set(needed) <= set(CAPABILITIES), check
+    assert needs_of("C22", multi_group=True) == ("hma", "failed_recving")
+    assert needs_of("C14", multi_group=False) == ()
+    assert all(needs_of(c, multi_group=False) == ("hma",) for c in MULTI_GROUP_CHECKS)
+
+
+def test_an_unknown_capability_is_one_line_naming_it():
+    with pytest.raises(ValueError, match=r"^capability: 'events' is not one of hma, loaded_group_ids, "):
+        reference_table().require("events")
+    with pytest.raises(ValueError, match=r"^capability: 'block_state' is not one of hma, "):
+        reference_table().require("block_state")  # a form: no check can need one
+
+
+# ---- a release shaped like 0.13.0, hand-written from its source ------------------------------------------
+def _release_013(monkeypatch) -> ReleaseTable:
+    """Modules shaped like vLLM 0.13.0's connector API (the members the probes read), registered under a fake
+    package, and their table."""
+    from dataclasses import dataclass
+
+    class SupportsHMA:
+        def request_finished_all_groups(self, request, block_ids):
+            pass
+
+    class KVConnectorBase_V1:  # noqa: N801 - vLLM's class name
+        def get_block_ids_with_load_errors(self):
+            pass
+
+        def get_finished(self, finished_req_ids):
+            pass
+
+    @dataclass
+    class KVConnectorOutput:
+        finished_sending: set
+        finished_recving: set
+        invalid_block_ids: set
+
+    @dataclass
+    class CachedRequestData:
+        req_ids: list
+        resumed_req_ids: set
+
+    base = types.ModuleType("fake013.base")
+    base.SupportsHMA, base.KVConnectorBase_V1 = SupportsHMA, KVConnectorBase_V1
+    base.supports_hma = lambda cls: issubclass(cls, SupportsHMA)
+    outputs = types.ModuleType("fake013.outputs")
+    outputs.KVConnectorOutput = KVConnectorOutput
+    sched = types.ModuleType("fake013.sched")
+    sched.CachedRequestData = CachedRequestData
+    for module in (base, outputs, sched):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    names = {v: k for k, v in PROBED_MODULES.items()}
+    return ReleaseTable("0.13.0", {vllm_name: f"fake013.{names[vllm_name]}" for vllm_name in REFERENCE_MODULES})
+
+
+def test_a_release_without_failed_recving_lacks_it_with_the_reviewed_reason(monkeypatch):
+    table = _release_013(monkeypatch)
+    assert table.capabilities == {"hma", "load_error_blocks", "resumed_req_ids"}
+    assert table.lacks["failed_recving"] == ("KVConnectorOutput has no failed_recving (a failed load can be reported "
+                                             "only as block ids, never per request)")
+    with pytest.raises(pytest.skip.Exception) as info:
+        table.require("failed_recving")
+    assert str(info.value) == ("N/A on 0.13.0: KVConnectorOutput has no failed_recving (a failed load can be reported "
+                               "only as block ids, never per request)")
+
+
+class _OnRelease(ConnectorTarget):
+    """A connector target driven through a given release's table (the vLLM target's, without vLLM)."""
+
+    table: ReleaseTable | None = None
+
+    @property
+    def release_table(self) -> ReleaseTable:
+        return self.table
+
+
+def _context_on(table: ReleaseTable, check_id: str, preset: str | None) -> CheckContext:
+    target = _OnRelease("RecordingHMAConnector", "suites.connector.stub:RecordingHMAConnector", "--kv-connector",
+                        extra_config={"log": "connector-capabilities-test"})
+    target.table = table
+    return CheckContext(target, preset, check_id=check_id)
+
+
+@pytest.mark.parametrize("check_id, preset, lacking", [
+    ("C22", "fa+swa", "KVConnectorOutput has no failed_recving"),
+    ("C32", "fa_only", "KVConnectorBase_V1 has no take_events"),
+])
+def test_a_check_needing_what_the_release_lacks_is_na_not_a_failure(monkeypatch, check_id, preset, lacking):
+    table = _release_013(monkeypatch)
+    with pytest.raises(pytest.skip.Exception) as info:
+        _context_on(table, check_id, preset)
+    message = str(info.value)
+    assert message.startswith(f"N/A on 0.13.0: {lacking}")
+    entry = {"status": "skipped", "message": message}
+    assert _is_not_applicable(entry), "the report counts it as N/A, not as a check that was not run"
+
+
+def test_a_check_with_what_it_needs_runs(monkeypatch):
+    table = _release_013(monkeypatch)
+    ctx = _context_on(table, "C14", "fa+swa")  # needs SupportsHMA only, which 0.13.0 has
+    ctx.close()
