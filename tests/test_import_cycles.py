@@ -13,16 +13,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "reference_impl", "suites")
 
-# Cycles still present, each with why it is not broken yet. Empty is the goal; the test fails on any other
-# cycle, and on a listed one that is gone (so the list only shrinks).
-KNOWN_CYCLES = {
-    # vLLM's own layout: `vllm.v1.hisparse.layout.get_hisparse_kv_cache_groups` groups the non-MLA layers with
-    # planning's `get_kv_cache_groups` (a function-local import, vLLM 0.33 layout.py:74) while planning calls
-    # the HiSparse layout. The reference keeps vLLM's module boundaries and public functions so vLLM's tests
-    # map onto it; breaking it needs a grouping callable on HiSparse's public function, which vLLM's lacks.
-    frozenset({"reference_impl.kv_cache.hisparse_layout", "reference_impl.kv_cache.kv_cache_planning"}),
-}
-
 
 def _modules() -> dict[str, Path]:
     found = {}
@@ -119,8 +109,5 @@ def test_no_import_cycle_among_project_modules():
     modules = _modules()
     graph = _graph(modules)
     assert len(graph) > 150 and graph["harness.cli"], "the scan should see the project's modules and imports"
-    cycles = _cycles(graph)
-    new = sorted(sorted(c) for c in cycles - KNOWN_CYCLES)
-    assert not new, f"import cycles: {new}"
-    gone = sorted(sorted(c) for c in KNOWN_CYCLES - cycles)
-    assert not gone, f"these cycles are gone: drop them from KNOWN_CYCLES: {gone}"
+    cycles = sorted(sorted(c) for c in _cycles(graph))
+    assert not cycles, f"import cycles: {cycles}"

@@ -52,7 +52,9 @@ PROBED_MODULES = {"iface": "v1.kv_cache_interface", "pool": "v1.core.block_pool"
                   "coordinator": "v1.core.kv_cache_coordinator", "utils": "v1.core.kv_cache_utils",
                   "events": "distributed.kv_events", "hisparse_layout": "v1.hisparse.layout",
                   "hisparse_coordinator": "v1.hisparse.coordinator", "hisparse_backend": "v1.hisparse.backend",
-                  "platforms": "platforms"}
+                  "platforms": "platforms", "planning": "v1.core.kv_cache_planning",
+                  "stm": "v1.core.single_type_kv_cache_manager",
+                  "kv_tensors": "kvconform.kv_cache_tensors", "era_groups": "kvconform.kv_cache_groups"}
 
 
 class ReleaseModules(Mapping):
@@ -79,6 +81,14 @@ class ReleaseModules(Mapping):
 
     def __len__(self) -> int:
         return len(self._probed)
+
+
+def _has(module, *names: str) -> bool:
+    return module is not None and all(hasattr(module, name) for name in names)
+
+
+#: What completes a reference extension's "N/A" line: kvconform's own code, which vLLM has no counterpart of.
+_EXTENSION = "kvconform's reference extension; vLLM has no counterpart"
 
 
 def _returns_boundary(mods: dict) -> bool:
@@ -153,6 +163,56 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                or m["platforms"].current_platform.get_hisparse_backend_cls() is not None),
     Capability("kv_event_lookahead", "BlockStored carries no lookahead_token_ids",
                lambda m: m.get("events") is not None and "lookahead_token_ids" in fields_of(m["events"].BlockStored)),
+    Capability("cross_attention", "no CrossAttentionManager / allocate_slots num_encoder_tokens (no "
+               "encoder-decoder KV cache)",
+               lambda m: hasattr(m["iface"], "CrossAttentionSpec") and _has(m["stm"], "CrossAttentionManager")
+               and "num_encoder_tokens" in _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("kv_cache_zeroing", "KVCacheManager has no take_new_block_ids / record_blocks_for_zeroing (new "
+               "blocks of a Mamba model are not recorded for zeroing)",
+               lambda m: _has(m["manager"].KVCacheManager, "take_new_block_ids", "record_blocks_for_zeroing")),
+    # Planning: layer specs -> KV cache groups -> a KVCacheConfig (the planner: kv_cache_planning, or
+    # kv_cache_utils before it moved out), and the spec fields later releases plan by.
+    Capability("grouping", "no KV cache planner (get_kv_cache_groups, unify_kv_cache_spec_page_size, "
+               "get_kv_cache_config_from_groups)",
+               lambda m: _has(m["planning"], "get_kv_cache_groups", "unify_kv_cache_spec_page_size",
+                              "get_kv_cache_config_from_groups")),
+    Capability("page_padding", "unify_kv_cache_spec_page_size only grows block sizes (a Mamba page, or one that "
+               "does not divide the largest, is refused instead of padded)",
+               lambda m: "page_size_padded" in inspect.getsource(m["planning"].unify_kv_cache_spec_page_size)),
+    Capability("kv_cache_layouts", "no KVCacheLayout / compute_layout_strides (no planned layouts, no "
+               "block-outermost packing of mixed page sizes)",
+               lambda m: _has(m["iface"], "KVCacheLayout", "compute_layout_strides")),
+    Capability("strided_kv_cache_tensors", "KVCacheTensor names its layers by shared_by (one tensor per layer "
+               "position: no layers, strides or offsets)",
+               lambda m: {"layers", "layer_stride", "block_stride"} <= fields_of(m["iface"].KVCacheTensor)),
+    Capability("layout_from_name", "KVCacheLayout has no from_name (kvconform's reference extension: vLLM "
+               "resolves layout names in its cache config)", lambda m: hasattr(m["iface"].KVCacheLayout, "from_name")),
+    Capability("extensible_kv_cache", "the planner has no shrink_kv_cache_configs / finalize_extensible_kv_cache "
+               "(no KV cache sized after warmup)",
+               lambda m: _has(m["planning"], "shrink_kv_cache_configs", "finalize_extensible_kv_cache")),
+    Capability("stage_projection", "the planner has no _project_kv_cache_groups_to_worker (pipeline stages are "
+               "not planned from global groups)",
+               lambda m: _has(m["planning"], "_project_kv_cache_groups_to_worker")),
+    Capability("mla_alignment", "MLAAttentionSpec has no alignment (MLA pages are not padded)",
+               lambda m: "alignment" in fields_of(m["iface"].MLAAttentionSpec)),
+    Capability("bounded_replay", "no SlidingWindowMLASpec with bounded_replay",
+               lambda m: "bounded_replay" in fields_of(m["iface"].SlidingWindowMLASpec)),
+    Capability("mamba_tp_replicated", "MambaSpec has no tp_replicated",
+               lambda m: "tp_replicated" in fields_of(m["iface"].MambaSpec)),
+    Capability("mamba_state_alignment", "MambaSpec has no state_alignment / is_uniform_with_collection (Mamba "
+               "states are packed unaligned and grouped by shape)",
+               lambda m: "state_alignment" in fields_of(m["iface"].MambaSpec)
+               and hasattr(m["iface"].MambaSpec, "is_uniform_with_collection")),
+    Capability("hisparse_packing", "MLAAttentionSpec has no block_stride_alignment or HiSparse's layout has no "
+               "_build_hisparse_kv_cache_tensors (no hot pages packed beside MLA pages)",
+               lambda m: "block_stride_alignment" in fields_of(m["iface"].MLAAttentionSpec)
+               and _has(m["hisparse_layout"], "_build_hisparse_kv_cache_tensors")
+               and _has(m["planning"], "_pool_bytes_per_block")),
+    # kvconform's own extensions: probed like the rest, from the module map (only the reference's names them).
+    Capability("kv_tensors", f"allocates no KV cache tensors from a planned config ({_EXTENSION}: its model "
+               "runner allocates them)", lambda m: m["kv_tensors"] is not None),
+    Capability("era_grouping", f"no era-styled grouping stage of the config resolver ({_EXTENSION})",
+               lambda m: m["era_groups"] is not None),
 )}
 
 

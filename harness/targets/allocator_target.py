@@ -8,34 +8,36 @@ it), the reference's (`make_reference_target`) or an installed vLLM's (`make_vll
 implementation offers is read from its code (`harness.targets.allocator_capabilities`), never from its
 name. Backdoor accessors (zarr.testing style) expose internals the invariant checks need without trusting
 the public API. Capabilities are data: a test needing one the target lacks is skipped with a reason.
+Planning scenarios (`PlanningTarget`) reach the target's own planner the same way, through its module map,
+with specs built by `make_spec` (the one home of GroupDesc -> spec, `make_manager`'s too) and the config
+sections the planner reads from `planning_config`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import math
 from collections.abc import Mapping, Sequence
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
-from harness.targets.allocator_capabilities import ReleaseModules, not_applicable, probe_capabilities
+from harness.targets.allocator_capabilities import ReleaseModules, fields_of, not_applicable, probe_capabilities
 
-__all__ = ["GroupDesc", "AllocatorTarget", "ModuleMapAllocatorTarget", "CAPABILITIES", "REFERENCE_MODULES",
-           "target_module", "vllm_modules", "make_reference_target", "make_vllm_target"]
+__all__ = ["GroupDesc", "AllocatorTarget", "PlanningTarget", "ModuleMapAllocatorTarget", "CAPABILITIES",
+           "REFERENCE_MODULES", "REFERENCE_EXTENSIONS", "target_module", "make_spec", "vllm_modules",
+           "make_reference_target", "make_vllm_target"]
 
-#: Capabilities a target may declare (behaviour no probe of its code can see).
+#: Capabilities a target may declare (behaviour no probe of its code can see). What its code offers, vLLM's
+#: APIs and kvconform's own extensions alike, is probed instead (`allocator_capabilities.CAPABILITIES`).
 CAPABILITIES = {
     "strict_input_validation": "target raises ValueError for bad input the engine would accept silently "
                                "(unknown request on free, tokens past max_model_len, window > model length)",
-    "grouping": "target exposes grouping of layer specs into KV cache groups (get_kv_cache_groups)",
-    "kv_tensors": "target allocates the KV cache tensors itself",
 }
 
-GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa")
+GROUP_KINDS = ("full", "sliding_window", "chunked_local", "mamba", "rswa", "cross_attention")
 
 #: vLLM's module (under `vllm.`) -> where the reference keeps it. A target's `modules` map is how the adapter
 #: and the scenarios reach an implementation's code, by vLLM's name (HiSparse's layout helpers, the spec
@@ -48,11 +50,21 @@ REFERENCE_MODULES = {
     "v1.core.single_type_kv_cache_manager": "reference_impl.kv_cache.single_type_kv_cache_manager",
     "v1.core.kv_cache_coordinator": "reference_impl.kv_cache.kv_cache_coordinator",
     "v1.core.kv_cache_manager": "reference_impl.kv_cache.kv_cache_manager",
+    "v1.core.kv_cache_planning": "reference_impl.kv_cache.kv_cache_planning",
     "v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
     "v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
     "distributed.kv_events": "reference_impl.kv_cache.kv_events",
     "lora.request": "reference_impl.kv_cache.request",
     "utils.hashing": "reference_impl.kv_cache.kv_cache_utils",
+}
+
+#: kvconform's extensions, modules with no vLLM counterpart, under names of their own (`kvconform.`): the
+#: reference's KV cache tensors allocated from a planned config (vLLM's model runner allocates them) and the
+#: config resolver's era-styled grouping stage. Only the reference's map names them; a scenario needing one is
+#: N/A elsewhere through a probed capability (`kv_tensors`, `era_grouping`), never through a target's name.
+REFERENCE_EXTENSIONS = {
+    "kvconform.kv_cache_tensors": "reference_impl.kv_cache.tensors",
+    "kvconform.kv_cache_groups": "reference_impl.config.kv_cache_groups",
 }
 
 #: Modules of vLLM's engine the reference has no counterpart of: the sampling parameters every vLLM Request
@@ -74,6 +86,11 @@ class GroupDesc:
     attention_chunk_size: int | None = None
     num_layers: int = 1
     rswa_window: int | None = None
+    #: A layer's shape: KV heads, head size and dtype (a torch dtype's name). A Mamba layer's one state is
+    #: as many bytes as an attention page of that shape would be.
+    num_kv_heads: int = 2
+    head_size: int = 8
+    dtype: str = "float16"
     #: Mamba only: scratch state blocks for speculative decoding, and prefill checkpoint blocks with the
     #: token alignment the worker exports checkpoints at.
     num_speculative_blocks: int = 0
@@ -89,6 +106,9 @@ class GroupDesc:
             raise ValueError("GroupDesc.attention_chunk_size is required for kind 'chunked_local'")
         if self.kind == "rswa" and self.rswa_window is None:
             raise ValueError("GroupDesc.rswa_window is required for kind 'rswa'")
+        for name in ("block_size", "num_kv_heads", "head_size"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"GroupDesc.{name} must be an integer, got {getattr(self, name)!r}")
 
 
 @runtime_checkable
@@ -132,6 +152,23 @@ class AllocatorTarget(Protocol):
         """The target's sha256 hash function (for hash-chain checks against an independent oracle)."""
 
 
+@runtime_checkable
+class PlanningTarget(Protocol):
+    """What the planning scenarios (layer specs -> KV cache groups -> a `KVCacheConfig`) need beyond
+    `AllocatorTarget`: the target's own spec classes and a config its planner reads. The planner itself is
+    the module the target's map keeps under vLLM's `v1.core.kv_cache_planning` (`target_module`)."""
+
+    modules: Mapping[str, str]
+
+    def make_spec(self, desc: GroupDesc) -> Any:
+        """One layer's spec as `desc` describes it, built with the target's own spec classes."""
+
+    def planning_config(self, *, max_model_len: int = 8192, disable_hybrid_kv_cache_manager: bool = False,
+                        kv_cache_layout: str = "LBHNC", num_gpu_blocks_override: int | None = None) -> Any:
+        """The sections of a `VllmConfig` the target's planner reads, `kv_cache_layout` resolved (a name of
+        the target's `KVCacheLayout`, where it has one)."""
+
+
 def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
     """The module a target keeps under vLLM's module name `name` (e.g. "v1.hisparse.layout"), or None when
     its map has no such entry (the scenario is then not applicable to that target)."""
@@ -139,14 +176,16 @@ def target_module(target: AllocatorTarget, name: str) -> ModuleType | None:
     return importlib.import_module(path) if path else None
 
 
-def _field_names(cls) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def make_spec(mod, desc: GroupDesc) -> Any:
+    """Build `desc` with the spec classes of `mod` (an implementation's `v1.kv_cache_interface`: the
+    reference and vLLM share field names; fields a release's MambaSpec lacks are left out, and only asked for
+    when they differ from their default)."""
+    import torch
 
-
-def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
-    """Build `desc` with the given module's spec classes (the reference and vLLM share field names; fields a
-    release's MambaSpec lacks are left out, and only asked for when they differ from their default)."""
-    attn = dict(block_size=desc.block_size, num_kv_heads=2, head_size=8, dtype=dtype)
+    dtype = getattr(torch, desc.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"GroupDesc.dtype must name a torch dtype (e.g. 'float16', 'float32'), got {desc.dtype!r}")
+    attn = dict(block_size=desc.block_size, num_kv_heads=desc.num_kv_heads, head_size=desc.head_size, dtype=dtype)
     if desc.kind == "full":
         return mod.FullAttentionSpec(**attn)
     if desc.kind == "sliding_window":
@@ -155,26 +194,27 @@ def _make_spec(mod, desc: GroupDesc, dtype) -> Any:
         return mod.ChunkedLocalAttentionSpec(**attn, attention_chunk_size=desc.attention_chunk_size)
     if desc.kind == "rswa":
         return mod.RSWASpec(**attn, rswa_window=desc.rswa_window)
-    page = 2 * desc.block_size * 2 * 8 * dtype.itemsize
+    if desc.kind == "cross_attention":
+        return mod.CrossAttentionSpec(**attn)
+    page = 2 * desc.block_size * desc.num_kv_heads * desc.head_size * dtype.itemsize
     extra = dict(mamba_cache_mode="align", num_speculative_blocks=desc.num_speculative_blocks,
                  num_prefill_checkpoint_blocks=desc.num_prefill_checkpoint_blocks,
                  prefill_checkpoint_alignment=desc.prefill_checkpoint_alignment)
-    known = _field_names(mod.MambaSpec)
+    known = fields_of(mod.MambaSpec)
     return mod.MambaSpec(block_size=desc.block_size, shapes=((page // dtype.itemsize,),), dtypes=(dtype,),
                          **{k: v for k, v in extra.items() if k in known})
 
 
-def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, dtype,
-                          **extra) -> Any:
+def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, retention_interval, **extra) -> Any:
     """A `KVCacheConfig` of `mod` with one group (and one overlaid tensor) per description.
 
     Releases name a tensor's layers `layers` (with strides) or, before that, `shared_by`; a KVCacheConfig
     without `prefix_cache_retention_interval` gets none (callers check the capability first)."""
     group_specs = []
     tensors = []
-    tensor_fields = _field_names(mod.KVCacheTensor)
+    tensor_fields = fields_of(mod.KVCacheTensor)
     for gid, desc in enumerate(groups):
-        spec = _make_spec(mod, desc, dtype)
+        spec = make_spec(mod, desc)
         names = [f"g{gid}.layer{j}" for j in range(desc.num_layers)]
         group_specs.append(mod.KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
         page = spec.page_size_bytes
@@ -183,7 +223,7 @@ def build_kv_cache_config(mod, groups: Sequence[GroupDesc], num_blocks: int, ret
                                              layer_stride=page * num_blocks, block_stride=page))
         else:
             tensors.append(mod.KVCacheTensor(size=page * desc.num_layers * num_blocks, shared_by=names))
-    if "prefix_cache_retention_interval" in _field_names(mod.KVCacheConfig):
+    if "prefix_cache_retention_interval" in fields_of(mod.KVCacheConfig):
         extra["prefix_cache_retention_interval"] = retention_interval
     return mod.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=group_specs, **extra)
 
@@ -216,6 +256,7 @@ class ModuleMapAllocatorTarget:
     shared-prefix boundary was added (the boundary is then 0: nothing is reported), a NONE_HASH the engine
     must initialise at start-up (vLLM) rather than on first use (the reference). `capabilities` are the ones
     the implementation declares (`CAPABILITIES`: behaviour no probe can see, e.g. strict input validation).
+    It is a `PlanningTarget` as well: `make_spec` and `planning_config` for the planner its map names.
     """
 
     name: str
@@ -225,8 +266,6 @@ class ModuleMapAllocatorTarget:
     version: str | None = None
 
     def __post_init__(self) -> None:
-        import torch
-
         unknown = sorted(set(self.capabilities) - set(CAPABILITIES))
         if unknown:
             raise ValueError(f"capabilities: {unknown[0]!r} is not one of {', '.join(CAPABILITIES)}")
@@ -241,7 +280,6 @@ class ModuleMapAllocatorTarget:
         self._sha256 = required["hashing"].sha256
         sampling = target_module(self, "sampling_params")  # only an engine's Request needs one
         self._sampling = sampling.SamplingParams(max_tokens=1 << 20) if sampling is not None else None
-        self._dtype = torch.float16
         self._hashers: dict[int, Any] = {}
         if not hasattr(self._utils, "get_none_hash"):
             # vLLM's engine sets NONE_HASH at start-up (init_none_hash); the reference sets it on first use.
@@ -267,6 +305,33 @@ class ModuleMapAllocatorTarget:
         if capability in self.lacks:
             not_applicable(self.version, self.lacks[capability])
 
+    def make_spec(self, desc: GroupDesc) -> Any:
+        return make_spec(self._iface, desc)
+
+    def planning_config(self, *, max_model_len=8192, disable_hybrid_kv_cache_manager=False, kv_cache_layout="LBHNC",
+                        num_gpu_blocks_override=None):
+        # Every section any release's planner reads, at vLLM's defaults for one CPU rank; the layout is
+        # resolved up front, as the engine core does before planning (a release without layouts never asks).
+        layouts = getattr(self._iface, "KVCacheLayout", None)
+        cache_config = SimpleNamespace(num_gpu_blocks=None, num_gpu_blocks_override=num_gpu_blocks_override,
+                                       prefix_cache_retention_interval=None, enable_prefix_caching=True,
+                                       enable_extensible_kv_cache=False, resolved_gpu_memory_utilization=0.92,
+                                       kv_cache_layout=kv_cache_layout)
+        if layouts is not None:
+            if kv_cache_layout not in layouts.__members__:
+                raise ValueError(f"kv_cache_layout: {kv_cache_layout!r} is not one of {', '.join(layouts.__members__)}")
+            cache_config.get_resolved_kv_cache_layout = lambda: layouts[kv_cache_layout]
+        return SimpleNamespace(
+            scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+                                             max_num_batched_tokens=max_model_len),
+            model_config=SimpleNamespace(max_model_len=max_model_len, original_max_model_len=max_model_len,
+                                         supports_kv_cache_grouping=False),
+            cache_config=cache_config, attention_config=SimpleNamespace(hisparse_config=None),
+            parallel_config=SimpleNamespace(tensor_parallel_size=1, decode_context_parallel_size=1,
+                                            prefill_context_parallel_size=1),
+            device_config=SimpleNamespace(device_type="cpu"), speculative_config=None, kv_transfer_config=None,
+            num_prefill_lookahead_tokens=0)
+
     def make_block_pool(self, num_gpu_blocks, enable_caching, hash_block_size=16, enable_kv_cache_events=False):
         return self._block_pool.BlockPool(num_gpu_blocks, enable_caching, hash_block_size,
                                           enable_kv_cache_events=enable_kv_cache_events)
@@ -288,7 +353,7 @@ class ModuleMapAllocatorTarget:
             self.require("dcp")
         if sbs != hbs or len(set(sizes)) > 1:
             self.require("scheduler_block_size")
-        for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align")):
+        for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align"), ("cross_attention", "cross_attention")):
             if any(g.kind == kind for g in groups):
                 self.require(capability)
         if any(g.num_prefill_checkpoint_blocks or g.prefill_checkpoint_alignment for g in groups):
@@ -297,7 +362,7 @@ class ModuleMapAllocatorTarget:
                        for g in groups if g.kind != "full"}
         if len(other_types) > 1:
             self.require("several_group_types")
-        config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval, self._dtype)
+        config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval)
         kwargs = dict(scheduler_block_size=sbs, hash_block_size=hbs, max_in_flight_tokens=max_in_flight_tokens,
                       enable_caching=enable_caching, use_eagle=use_eagle, dcp_world_size=dcp_world_size,
                       enable_kv_cache_events=enable_kv_cache_events,
@@ -335,7 +400,8 @@ class ModuleMapAllocatorTarget:
 
 def vllm_modules() -> dict[str, str]:
     """The installed vLLM's module map: each module under its own name (`vllm.` + vLLM's name), the hashing
-    helpers in `vllm.utils` before it became a package. Raises ImportError when vLLM is not importable."""
+    helpers in `vllm.utils` before it became a package, the planner in `kv_cache_utils` before
+    `kv_cache_planning` (0.13). Raises ImportError when vLLM is not importable."""
     import importlib.util
 
     import vllm  # noqa: F401  (ModuleNotFoundError here names 'vllm': the target cannot be built)
@@ -344,13 +410,15 @@ def vllm_modules() -> dict[str, str]:
     modules.update({name: f"vllm.{name}" for name in _VLLM_ONLY_MODULES})
     if importlib.util.find_spec("vllm.utils.hashing") is None:
         modules["utils.hashing"] = "vllm.utils"
+    if importlib.util.find_spec("vllm.v1.core.kv_cache_planning") is None:
+        modules["v1.core.kv_cache_planning"] = "vllm.v1.core.kv_cache_utils"  # the planner before it moved out
     return modules
 
 
 def make_reference_target() -> ModuleMapAllocatorTarget:
     """Factory of the default `--kv-allocator` target: the reference allocator (`reference_impl.kv_cache`)."""
-    return ModuleMapAllocatorTarget("reference", dict(REFERENCE_MODULES),
-                                    frozenset({"strict_input_validation", "grouping", "kv_tensors"}))
+    return ModuleMapAllocatorTarget("reference", {**REFERENCE_MODULES, **REFERENCE_EXTENSIONS},
+                                    frozenset({"strict_input_validation"}))
 
 
 def make_vllm_target() -> ModuleMapAllocatorTarget:

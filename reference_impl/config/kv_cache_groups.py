@@ -20,12 +20,8 @@ from reference_impl.kv_cache.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
-from reference_impl.kv_cache.kv_cache_planning import (
-    get_kv_cache_groups,
-    is_kv_cache_spec_uniform,
-    planning_config,
-    unify_hybrid_kv_cache_specs,
-)
+from reference_impl.kv_cache.kv_cache_grouping import is_kv_cache_spec_uniform, unify_hybrid_kv_cache_specs
+from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_groups, planning_config
 from reference_impl.vocabulary import LAYER_KINDS
 
 __all__ = ["ERA_STYLES", "LAYER_KINDS", "default_layer_spec", "resolve_groups"]

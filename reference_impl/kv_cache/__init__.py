@@ -1,13 +1,15 @@
 """The reference hybrid KV cache allocator, named and shaped after vLLM 0.33's `v1/core`.
 
 Modules, named as vLLM names them: `kv_cache_interface` (layer specs, groups, config), `kv_cache_planning`
-(layer specs -> groups -> a `KVCacheConfig`, HMA-off promotion, memory accounting; `kv_cache_config_builder`
+(layer specs -> groups -> a `KVCacheConfig`, HiSparse's dispatch, memory accounting; `kv_cache_config_builder`
 its pluggable placement), `kv_cache_utils` (prefix block hashes and the config helpers),
 `request`, `block_pool` (blocks, free queue, prefix-cache map), `single_type_kv_cache_manager`,
 `kv_cache_coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
 `hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound), `hisparse_coordinator`
 (HiSparse's write-back spills, device residency and host publication) and `hisparse_types` (what it
-hands the worker).
+hands the worker). Two modules vLLM keeps inside its planning module sit below planning and HiSparse's
+layout, which both use them: `kv_cache_grouping` (layer specs -> groups, HMA-off promotion) and
+`kv_cache_placement` (groups -> tensors in a KV cache layout).
 """
 
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock

@@ -6,15 +6,16 @@ layer) with the sparse "source" KV held in host memory. The groups, in order:
   indexer  the indexer layers on the device, role HISPARSE_INDEXER (ordinary full attention);
   resident one `HiSparseResidentSpec` group per hot group: device copies of recent source pages;
   hot      `HiSparseHotSpec` groups: a fixed per-request region holding the top-k rows read this step;
-  then any other layers, grouped as usual.
+  then any other layers, grouped as usual (`kv_cache_grouping.get_regular_kv_cache_groups`).
 Every device group shares one pool; resident and hot groups pack source layers so that their page is
 at most the indexer group's (so the shared pool's block fits them all).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from reference_impl.kv_cache.kv_cache_grouping import get_regular_kv_cache_groups
 from reference_impl.kv_cache.kv_cache_interface import (
     HiSparseHotSpec,
     HiSparseResidentSpec,
@@ -28,6 +29,12 @@ from reference_impl.kv_cache.kv_cache_interface import (
     SparseCacheRole,
     UniformTypeKVCacheSpecs,
     cdiv,
+)
+from reference_impl.kv_cache.kv_cache_placement import (
+    _build_kv_cache_tensors,
+    _get_kv_cache_bytes_per_block,
+    get_regular_kv_cache_config,
+    validate_kv_cache_layout,
 )
 
 __all__ = [
@@ -174,12 +181,10 @@ def get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec: dict[str, KVCacheSp
             HiSparseHotSpec(block_size=block_size, page_size=page_size, blocks_per_request=hot_blocks),
             enable_kv_transfer=False))
 
-    from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_groups  # planning imports this module
-
     source_group = KVCacheGroupSpec(list(source), _wrap(source), host_resident=True,
                                     role=KVCacheGroupRole.HISPARSE_SOURCE)
     indexer_group = KVCacheGroupSpec(list(indexer), _wrap(indexer), role=KVCacheGroupRole.HISPARSE_INDEXER)
-    regular = get_kv_cache_groups(vllm_config, others) if others else []
+    regular = get_regular_kv_cache_groups(vllm_config, others)
     return [source_group, indexer_group, *resident_groups, *hot_groups, *regular]
 
 
@@ -210,10 +215,8 @@ def _build_hisparse_kv_cache_tensors(kv_cache_groups: list[KVCacheGroupSpec], nu
                                      layout: KVCacheLayout, bytes_per_block: int, *,
                                      host_resident: bool = False) -> list[KVCacheTensor]:
     """The tensors of HiSparse's groups in one allocation of `size` bytes (`num_blocks` blocks of
-    `bytes_per_block`), placed as every pool is placed (`kv_cache_planning._build_kv_cache_tensors`):
+    `bytes_per_block`), placed as every pool is placed (`kv_cache_placement._build_kv_cache_tensors`):
     the hot and resident pages need a block-outermost `layout`; `host_resident` marks the host pool's."""
-    from reference_impl.kv_cache.kv_cache_planning import _build_kv_cache_tensors  # planning imports this module
-
     return _build_kv_cache_tensors(kv_cache_groups, num_blocks, size, layout, bytes_per_block,
                                    host_resident=host_resident)
 
@@ -224,36 +227,23 @@ _HOST_LAYOUT = KVCacheLayout.LBNHC
 
 def get_hisparse_kv_cache_config(vllm_config, kv_cache_groups: list[KVCacheGroupSpec], available_memory: int,
                                  host_budget: int) -> KVCacheConfig:
-    """HiSparse's `KVCacheConfig`: the device groups share the device pool of `available_memory` bytes in the
-    config's resolved layout; the host source group gets the host pool of `host_budget` bytes
+    """HiSparse's `KVCacheConfig`: the device groups share the device pool of `available_memory` bytes,
+    placed as any model's pool is (`kv_cache_placement.get_regular_kv_cache_config`: the config's resolved
+    layout, `num_gpu_blocks_override`); the host source group gets the host pool of `host_budget` bytes
     (`create_hisparse_layout`), its tensors first."""
-    from reference_impl.kv_cache.kv_cache_planning import (  # planning imports this module
-        _get_kv_cache_bytes_per_block,
-        _retention_interval,
-        may_override_num_blocks,
-        resolve_kv_cache_layout,
-        validate_kv_cache_layout,
-    )
-
     hisparse = create_hisparse_layout(vllm_config, kv_cache_groups, host_budget)
-    layout = resolve_kv_cache_layout(vllm_config)
-    validate_kv_cache_layout(layout, hisparse.device_groups)
-    bytes_per_block = _get_kv_cache_bytes_per_block(hisparse.device_groups, layout)
-    num_blocks = may_override_num_blocks(vllm_config, available_memory // bytes_per_block)
-    device_tensors = _build_hisparse_kv_cache_tensors(hisparse.device_groups, num_blocks,
-                                                      bytes_per_block * num_blocks, layout, bytes_per_block)
+    device = get_regular_kv_cache_config(vllm_config, hisparse.device_groups, available_memory)
     host_groups = [hisparse.source_group]
     validate_kv_cache_layout(_HOST_LAYOUT, host_groups)
     host_bytes_per_block = _get_kv_cache_bytes_per_block(host_groups, _HOST_LAYOUT)
     host_tensors = _build_hisparse_kv_cache_tensors(host_groups, hisparse.host_num_blocks,
                                                     host_bytes_per_block * hisparse.host_num_blocks, _HOST_LAYOUT,
                                                     host_bytes_per_block, host_resident=True)
-    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[*host_tensors, *device_tensors],
-                         kv_cache_groups=[*host_groups, *hisparse.device_groups],
-                         prefix_cache_retention_interval=_retention_interval(vllm_config),
-                         hisparse_host_num_blocks=hisparse.host_num_blocks,
-                         hisparse_host_block_stride=hisparse.host_block_stride,
-                         hisparse_shared_host_pool=hisparse.shared_host_pool)
+    return replace(device, kv_cache_tensors=[*host_tensors, *device.kv_cache_tensors],
+                   kv_cache_groups=[*host_groups, *device.kv_cache_groups],
+                   hisparse_host_num_blocks=hisparse.host_num_blocks,
+                   hisparse_host_block_stride=hisparse.host_block_stride,
+                   hisparse_shared_host_pool=hisparse.shared_host_pool)
 
 
 def get_hisparse_steady_state_concurrency(vllm_config, kv_cache_config: KVCacheConfig) -> float:

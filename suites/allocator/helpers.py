@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 
-from harness.targets.allocator_target import target_module
+from harness.targets.allocator_target import GroupDesc, PlanningTarget, target_module
 from suites.allocator.conftest import require
 
-__all__ = ["ids", "queue_ids", "prefill", "tables", "HISPARSE_MODULES", "hisparse_api"]
+__all__ = ["ids", "queue_ids", "prefill", "tables", "HISPARSE_MODULES", "hisparse_api", "PLANNING_MODULES",
+           "planning_api", "refused", "extension"]
 
 
 def ids(blocks) -> list[int]:
@@ -56,14 +59,59 @@ HISPARSE_MODULES = {"iface": "v1.kv_cache_interface", "utils": "v1.core.kv_cache
                     "pool": "v1.core.block_pool", "layout": "v1.hisparse.layout", "coordinator": "v1.hisparse.coordinator"}
 
 
+def _mapped(target, names: dict[str, str]) -> dict:
+    """`names` (short name -> module name in the target's map), imported; skips naming what the map lacks."""
+    found = {key: target_module(target, name) for key, name in names.items()}
+    missing = [names[key] for key, module in found.items() if module is None]
+    if missing:
+        pytest.skip(f"not applicable: target {target.name!r} maps no module for {', '.join(missing)}")
+    return found
+
+
 def hisparse_api(target) -> SimpleNamespace:
     """The target's spec module, kv_cache_utils, managers, KVCacheManager, block pool, HiSparse layout helpers,
     and `bind(manager)`: what must run before the first admission (build its HiSparse coordinator). Reached
     through the target's module map, so any target that maps vLLM's modules runs these scenarios."""
     require(target, "hisparse")  # a vLLM release before HiSparse: N/A on it
-    found = {key: target_module(target, name) for key, name in HISPARSE_MODULES.items()}
-    missing = [HISPARSE_MODULES[key] for key, module in found.items() if module is None]
-    if missing:
-        pytest.skip(f"not applicable: target {target.name!r} maps no module for vLLM's {', '.join(missing)}")
+    found = _mapped(target, HISPARSE_MODULES)
     return SimpleNamespace(**{k: v for k, v in found.items() if k != "coordinator"},
                            bind=found["coordinator"].get_hisparse_coordinator)
+
+
+# vLLM's module names the planning scenarios use (the planner sits in kv_cache_utils before 0.33: the target's
+# map says where).
+PLANNING_MODULES = {"iface": "v1.kv_cache_interface", "planner": "v1.core.kv_cache_planning",
+                    "utils": "v1.core.kv_cache_utils", "manager": "v1.core.kv_cache_manager"}
+
+
+def planning_api(target, *capabilities: str) -> SimpleNamespace:
+    """The target's planning API, after `grouping` and `capabilities` (N/A on a release without them): its spec
+    module (`iface`), planner, kv_cache_utils, KVCacheManager module, `spec(kind, **fields)` (a `GroupDesc`,
+    built with the target's own spec classes) and `config(**kw)` (the config its planner reads:
+    `PlanningTarget.planning_config`)."""
+    require(target, "grouping")
+    for capability in capabilities:
+        require(target, capability)
+    if not isinstance(target, PlanningTarget):
+        pytest.skip(f"not applicable: target {target.name!r} has no make_spec / planning_config (PlanningTarget)")
+    return SimpleNamespace(**_mapped(target, PLANNING_MODULES),
+                           spec=lambda kind, **fields: target.make_spec(GroupDesc(kind, **fields)),
+                           config=target.planning_config)
+
+
+@contextmanager
+def refused(target, errors=(ValueError, AssertionError), *, match: str | None = None, strict_match: str):
+    """Bad input a scenario feeds: every implementation refuses it, raising one of `errors` (vLLM often with
+    an assert) whose text matches `match`; a target declaring `strict_input_validation` with a one-line
+    error naming the field and value, matching `strict_match`."""
+    with pytest.raises(errors, match=match) as info:
+        yield info
+    if "strict_input_validation" in target.capabilities:
+        assert re.search(strict_match, str(info.value)), f"a strict target names what it refuses: {info.value!r}"
+
+
+def extension(target, capability: str, module: str):
+    """The module of a kvconform extension (`REFERENCE_EXTENSIONS`: no vLLM counterpart) the target's map keeps
+    under `module`, after `capability` (N/A on a target without it, e.g. every vLLM release)."""
+    require(target, capability)
+    return _mapped(target, {"module": module})["module"]

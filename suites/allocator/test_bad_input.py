@@ -5,6 +5,7 @@ import torch
 
 from harness.targets.allocator_target import GroupDesc
 from suites.allocator.conftest import require
+from suites.allocator.helpers import planning_api, refused
 
 SECTION = "bad-input"
 
@@ -33,17 +34,17 @@ def test_zero_blocks(strict):
         strict.make_block_pool(0, True, 16)
 
 
-def test_page_sizes_that_cannot_be_unified(strict):
-    require(strict, "grouping")
-    from reference_impl.kv_cache.kv_cache_interface import MambaSpec, MLAAttentionSpec
-    from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_groups, planning_config
+def test_page_sizes_that_cannot_be_unified(target):
+    api = planning_api(target)
     # vLLM 0.33 pads a non-MLA page that does not divide the largest, but never an MLA page (sparse MLA
-    # reads whole token rows): an MLA page of 3072 bytes beside a 16384-byte Mamba state cannot be unified
-    # (and MLA with full attention would share one same-type group instead).
-    specs = {"a": MambaSpec(block_size=16, shapes=((4096,),), dtypes=(torch.float32,)),
-             "b": MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=48, dtype=torch.float32)}
-    with pytest.raises(NotImplementedError, match="Layer b: page size is not divisible by the maximum page size"):
-        get_kv_cache_groups(planning_config(), specs)
+    # reads whole token rows), and 0.13 pads none: an MLA page of 3072 bytes beside a 16384-byte Mamba state
+    # (an attention page of head size 64) cannot be unified (and MLA with full attention would share one
+    # same-type group instead).
+    mla = api.iface.MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=48, dtype=torch.float32)
+    specs = {"a": api.spec("mamba", head_size=64, dtype="float32"), "b": mla}
+    with refused(target, NotImplementedError, match="not divisible by the maximum page size",
+                 strict_match="^Layer b: "):
+        api.planner.get_kv_cache_groups(api.config(), specs)
 
 
 def test_append_past_max_model_len(strict):

@@ -9,8 +9,8 @@ DCP Mamba block size.
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import prefill, queue_ids
+from harness.targets.allocator_target import GroupDesc, target_module
+from suites.allocator.helpers import prefill, queue_ids, refused
 
 SECTION = "4"
 
@@ -131,50 +131,38 @@ def test_request_carries_connector_params(target):
 
 
 # ----------------------------------------------------------------------- encoder-decoder and zeroing
-# These two build their configs with the reference's own spec classes (targets exposing layer grouping);
 # vLLM 0.33's own tests of the same rules (`test_scheduler.py::test_cross_attn_*`,
 # `test_prefix_replay.py::test_kv_load_zeroing_respects_loaded_groups`) run on the reference in the
 # upstream job (docs/upstream-tests.md).
+@pytest.mark.needs("cross_attention")
 def test_cross_attention_table_is_sized_by_the_encoder_input(target):
     """Self attention (bs 16) + cross attention (bs 16): a 100-token decoder prompt over a 200-token
     encoder input takes ceil(100/16) = 7 self-attention blocks (ids 1-7) and ceil(200/16) = 13
     cross-attention blocks (ids 8-20), whatever the decoder's length; a decode step adds none to the
     cross table. Cross attention is never prefix-cached."""
-    from suites.allocator.conftest import require
-
-    require(target, "grouping")
-    import torch
-
-    from reference_impl.kv_cache import kv_cache_interface as iface
-    from reference_impl.kv_cache.kv_cache_manager import KVCacheManager
-    from reference_impl.kv_cache.single_type_kv_cache_manager import CrossAttentionManager
-
-    attn = dict(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    config = iface.KVCacheConfig(num_blocks=64, kv_cache_tensors=[], kv_cache_groups=[
-        iface.KVCacheGroupSpec(["self"], iface.FullAttentionSpec(**attn)),
-        iface.KVCacheGroupSpec(["cross"], iface.CrossAttentionSpec(**attn))])
-    manager = KVCacheManager(config, 1024, 16, 16, enable_caching=False)
-    assert isinstance(manager.coordinator.single_type_managers[1], CrossAttentionManager)
+    layer = dict(num_kv_heads=1, head_size=1, dtype="float32")
+    manager = target.make_manager([GroupDesc("full", 16, **layer), GroupDesc("cross_attention", 16, **layer)], 64,
+                                  1024, enable_caching=False)
+    cross_manager = target_module(target, "v1.core.single_type_kv_cache_manager").CrossAttentionManager
+    assert isinstance(manager.coordinator.single_type_managers[1], cross_manager)
     req = target.make_request("enc-dec", list(range(100)), 16)
     new = manager.allocate_slots(req, 100, num_encoder_tokens=200)
-    assert new.get_block_ids() == (list(range(1, 8)), list(range(8, 21)))
+    assert _ids(new) == [list(range(1, 8)), list(range(8, 21))]
     req.num_computed_tokens = 100
     req.append_output_token_ids(7)
-    assert manager.allocate_slots(req, 1).get_block_ids() == ([], []), "token 101 fits block 7"
+    assert _ids(manager.allocate_slots(req, 1)) == [[], []], "token 101 fits block 7"
     with pytest.raises(NotImplementedError):
-        CrossAttentionManager.find_longest_cache_hit([], 16, [1], manager.block_pool, config.kv_cache_groups[1]
-                                                     .kv_cache_spec, False, 16)
+        cross_manager.find_longest_cache_hit([], 16, [1], manager.block_pool,
+                                             manager.kv_cache_config.kv_cache_groups[1].kv_cache_spec, False, 16)
 
 
+@pytest.mark.needs("kv_cache_zeroing")
 def test_new_attention_blocks_are_recorded_for_zeroing(target):
     """A full-attention + Mamba model needs zeroing (a Mamba state is read before it is fully written):
     the worker zeroes the attention group's new blocks, each step's ids drained once. A 40-token prompt
     (bs 16) takes attention blocks 1-3; the Mamba state blocks are not attention and not zeroed.
     Re-recording from token 16 (a failed load) yields blocks 2 and 3 again; an unaligned start is
     refused."""
-    from suites.allocator.conftest import require
-
-    require(target, "grouping")
     m = target.make_manager([GroupDesc("full", 16), GroupDesc("mamba", 16)], 64, 1000)
     assert m.kv_cache_config.needs_kv_cache_zeroing
     req = target.make_request("z", list(range(40)), 16)
@@ -184,7 +172,7 @@ def test_new_attention_blocks_are_recorded_for_zeroing(target):
     assert m.take_new_block_ids() == [], "drained"
     m.record_blocks_for_zeroing("z", 16)
     assert m.take_new_block_ids() == [2, 3]
-    with pytest.raises(ValueError, match="start_token 8 is not a multiple"):
+    with refused(target, strict_match="start_token 8 is not a multiple"):
         m.record_blocks_for_zeroing("z", 8)
     plain = target.make_manager([GroupDesc("full", 16)], 64, 1000)
     plain.allocate_slots(target.make_request("p", list(range(40)), 16), 40)
