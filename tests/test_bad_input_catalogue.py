@@ -126,6 +126,10 @@ CATALOGUE = [
          "'reference_impl.connector.template' has no attribute 'TemplateConector'; did you mean TemplateConnector?",)),
     Row("report-kv-connector-class-unknown", ("report", "--kv-connector", "reference_impl.connector.template:Mine"),
         4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
+    Row("report-version-unknown", ("report", "--vllm-version", "0.99"), 2, "err",
+        ("kvconform report: --vllm-version: '0.99' is outside the releases kvconform knows (0.10.0 to 0.34.x); "
+         "profiles: pre-seed, seed, v0.33, v0.34; or an era id: v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, "
+         "v0.22, v0.23, v0.30",)),
     Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
         ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),
     Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",

@@ -98,7 +98,7 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
     try:
         return select_eras(value)
     except EraSelectionError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"kvconform report: {exc}") from None
 
 
 def _slug(pytest_pass: PytestPass) -> str:
