@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from harness.atomic_write import write_text_atomic
 from harness.errors import UsageError
+from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.results_model import (ResultsDocument, ResultsFileError, cell_key, cell_label, load_results,
                                    outcome_of, sort_entries)
 
@@ -46,7 +47,7 @@ def merged_run_info(runs: list[dict]) -> dict:
     """A summary of the merged runs: shared fields where they agree, the overall time span."""
     started = [r["started_at"] for r in runs if r.get("started_at")]
     finished = [r["finished_at"] for r in runs if r.get("finished_at")]
-    engines = {"kv_engine": _common([r.get("kv_engine") or "kvconform" for r in runs], mixed="mixed")} \
+    engines = {"kv_engine": _common([r.get("kv_engine") or DEFAULT_KV_ENGINE for r in runs], mixed="mixed")} \
         if any(r.get("kv_engine") for r in runs) else {}
     return {
         **engines,

@@ -12,6 +12,9 @@ from harness.report_options import option_values
 from harness.target_spec import KINDS, TargetError
 from harness.targets.connector_profile import split_declaration
 
+# The run's engine, validated once (at configure): checks read it for every test.
+_KV_ENGINE = pytest.StashKey[str]()
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("kvconform")
@@ -61,11 +64,15 @@ def pytest_configure(config):
 
 
 def kv_engine(config) -> str:
-    """The `--kv-engine` of this run ("kvconform" when not given); ValueError (a usage error) for a value that
-    is not an engine, or `vllm` without vLLM installed."""
-    from harness.kv_engine import check_kv_engine
+    """The `--kv-engine` of this run (DEFAULT_KV_ENGINE when not given), validated on the first call (this
+    plugin's configure) and kept on the config; ValueError (a usage error) for a value that is not an engine, or
+    `vllm` without vLLM installed."""
+    engine = config.stash.get(_KV_ENGINE, None)
+    if engine is None:
+        from harness.kv_engine import check_kv_engine
 
-    return check_kv_engine(config.getoption("kvconform_kv_engine", None))
+        engine = config.stash[_KV_ENGINE] = check_kv_engine(config.getoption("kvconform_kv_engine", None))
+    return engine
 
 
 def check_timeout(timeout) -> None:

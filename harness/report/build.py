@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.report.allocator_section import allocator_sections
 from harness.report.benchmark_section import benchmark_sections
 from harness.report.config_section import config_sections
@@ -27,8 +28,8 @@ def run_line(results: ResultsDocument) -> str:
     parts = [f"kvconform {', '.join(versions)}", f"target {', '.join(targets)}"]
     if len(results.runs) > 1:
         parts.append(f"merged from {len(results.runs)} runs")
-    engines = sorted({run.get("kv_engine") or "kvconform" for run in results.runs})
-    if engines != ["kvconform"]:
+    engines = sorted({run.get("kv_engine") or DEFAULT_KV_ENGINE for run in results.runs})
+    if engines != [DEFAULT_KV_ENGINE]:
         parts.append(f"engine {', '.join(engines)}")
     if info.get("vllm_version"):
         parts.append(f"vLLM version filter {info['vllm_version']}")

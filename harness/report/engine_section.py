@@ -14,12 +14,12 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
+from harness.kv_engine import VLLM_ENGINE, VLLM_ENGINE_NA_PREFIX
 from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _evidence, _is_not_applicable, _natural_key
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 
 ENGINE_KEY = "engine"
-VLLM_ENGINE = "vllm"
 
 
 def engine_of(entry: dict[str, Any]) -> str | None:
@@ -103,7 +103,7 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
             line += f"; {unpaired[connector]} cells have no kvconform-engine run to compare with"
         summary.append(line)
         for reason, n in not_expressed[connector].most_common():
-            if reason.startswith("under --kv-engine vllm"):
+            if reason.startswith(VLLM_ENGINE_NA_PREFIX):
                 summary.append(f"{connector}: {n} cells N/A {reason}")
     blocks.append(BulletList(summary))
     return [Section("engines", blocks)]

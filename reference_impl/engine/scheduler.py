@@ -222,12 +222,7 @@ class Scheduler:
             # (LMCache's MP connector bypasses itself on that lookup; a resumed request resets its state instead).
             # Unlike vLLM, which keeps the request's blocks for it, they are freed and allocated again.
             self.failed_recving.discard(req_id)
-            self.kv_cache_manager.free(request)
-            request.num_computed_tokens = 0
-            if request.num_preemptions:
-                request.engine_status, request.status = EngineRequestStatus.PREEMPTED, RequestStatus.PREEMPTED
-            else:
-                request.engine_status, request.status = EngineRequestStatus.WAITING, RequestStatus.WAITING
+            self._restart(request, ran=False)
             return True
         else:
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
@@ -236,24 +231,25 @@ class Scheduler:
         request.engine_status = EngineRequestStatus.WAITING
         return True
 
-    def _restart(self, request: EngineRequest) -> None:
-        """After a failed sync load: drop the request's blocks and compute it again (vLLM's recompute policy).
+    def _restart(self, request: EngineRequest, ran: bool = True) -> None:
+        """Drop the request's blocks and compute it again from no computed token (vLLM's recompute policy):
+        on preemption, after a failed sync load, after a failed async load.
 
-        It ran in the failed step, so it is re-admitted like a preempted request: workers and connectors get a
-        replaced table.
+        A request that `ran` (preempted, or its sync load failed in the step it ran in) counts one more
+        preemption and is re-admitted like a preempted request: workers and connectors get a replaced table.
+        One that never ran (its async load failed) is WAITING again, PREEMPTED only if it was preempted before.
         """
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0
-        request.num_preemptions += 1
-        request.engine_status = EngineRequestStatus.PREEMPTED
-        request.status = RequestStatus.PREEMPTED
+        if ran:
+            request.num_preemptions += 1
+        if request.num_preemptions:
+            request.engine_status, request.status = EngineRequestStatus.PREEMPTED, RequestStatus.PREEMPTED
+        else:
+            request.engine_status, request.status = EngineRequestStatus.WAITING, RequestStatus.WAITING
 
     def _preempt(self, request: EngineRequest, out: SchedulerOutput) -> None:
-        self.kv_cache_manager.free(request)
-        request.engine_status = EngineRequestStatus.PREEMPTED
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        request.num_preemptions += 1
+        self._restart(request)
         out.preempted_req_ids.add(request.request_id)
         out.num_scheduled_tokens.pop(request.request_id, None)
         self.waiting.appendleft(request)

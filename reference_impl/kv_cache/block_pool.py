@@ -493,14 +493,16 @@ class BlockPool:
             return []
         if front:  # the request reaches past `front` into the linked list
             queue.link_front()
-        # Handed-out blocks keep their stale queue links: nothing reads a used block's links (only free
-        # blocks are unlinked or walked), and not clearing them saves two stores per block.
+        # A handed-out block's prev link is cleared, its next link left stale (nothing reads it): blocks
+        # then reach `front` only with no prev link, which is how `touch` and the queue's `remove` tell a
+        # block on `front` from a linked one in O(1).
         head = queue._head
         cur = head.next_free_block
         if num_blocks == 1:  # the common decode case, without a loop
             nxt = cur.next_free_block
             head.next_free_block = nxt
             nxt.prev_free_block = head
+            cur.prev_free_block = None
             if cur.block_hash is not None and self.enable_caching:
                 self._evict_cached(cur)
             cur.ref_cnt = 1
@@ -529,11 +531,13 @@ class BlockPool:
                     else:
                         evict(cur)
                 cur.ref_cnt = 1
+                cur.prev_free_block = None
                 cur = cur.next_free_block
         else:
             for _ in range(num_blocks):
                 append(cur)
                 cur.ref_cnt = 1
+                cur.prev_free_block = None
                 cur = cur.next_free_block
         head.next_free_block = cur
         cur.prev_free_block = head
@@ -568,21 +572,25 @@ class BlockPool:
         self.free_block_queue.append_n(released)
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """Take a reference on each non-null block (prefix hit), unlinking free ones from the queue."""
+        """Take a reference on each non-null block (prefix hit); free ones leave the queue, whose other
+        blocks keep their order (vLLM's `touch`)."""
         queue = self.free_block_queue
-        front = queue.front
         for block in blocks:
             if block.is_null:
                 continue
             if block.ref_cnt == 0:
-                if front:  # the block may be on it: link it in so that the block can be unlinked
-                    queue.link_front()
                 prev = block.prev_free_block
-                nxt = block.next_free_block
-                prev.next_free_block = nxt
-                nxt.prev_free_block = prev
-                block.prev_free_block = block.next_free_block = None
-                queue.num_free_blocks -= 1
+                if prev is None:
+                    # No prev link: the block is on `front` (rare for a hit: a cached block freed with
+                    # evict_first, or cached while free); the queue takes it off without linking the rest.
+                    queue.remove(block)
+                else:
+                    # The usual hit: a cached block freed to the tail, unlinked in place.
+                    nxt = block.next_free_block
+                    prev.next_free_block = nxt
+                    nxt.prev_free_block = prev
+                    block.prev_free_block = block.next_free_block = None
+                    queue.num_free_blocks -= 1
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool = False) -> None:

@@ -182,9 +182,14 @@ class KVCacheManager:
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
         # Encoder-decoder models size their cross-attention groups by the encoder input: their counting and
-        # allocation go through the coordinator, which knows those groups (the loops below inline its
-        # decoder-only case).
-        self._cross_attention = bool(self.coordinator.cross_attention_group_ids)
+        # allocation go through the coordinator, which knows those groups; any other model takes the
+        # coordinator's decoder-only case inlined here (allocate_slots' hot path). Chosen once, here.
+        if self.coordinator.cross_attention_group_ids:
+            self._count_blocks_to_allocate = self.coordinator.get_num_blocks_to_allocate
+            self._allocate_new_blocks = self.coordinator.allocate_new_blocks
+        else:
+            self._count_blocks_to_allocate = self._count_decoder_blocks_to_allocate
+            self._allocate_new_blocks = self._allocate_new_decoder_blocks
         # Shared-prefix junction checkpoints: EAGLE + partial hits, and no multi-token re-prefill (which
         # would make the cached count differ from the chunk end the scheduler stops at).
         coord = self.coordinator
@@ -332,7 +337,6 @@ class KVCacheManager:
         if need_slots > max_len:
             need_slots = max_len
         pool = self.block_pool
-        managers = self._managers
         plain, state = self._plain_groups, self._state_decode_groups
         if (plain is not None or state is not None) and new_computed_blocks is None \
                 and not num_new_computed_tokens and not num_external_computed_tokens and not full_sequence_must_fit:
@@ -361,14 +365,8 @@ class KVCacheManager:
             # The whole sequence must fit in the free pool; `reserved_blocks` is held back for the current
             # chunk only (below), not from this check.
             whole = min(request.num_tokens, max_len)
-            if self._cross_attention:
-                needed_whole = coordinator.get_num_blocks_to_allocate(request_id, whole, hits, num_encoder_tokens,
-                                                                      total, local, whole, True, prefill_end)
-            else:
-                needed_whole = 0
-                for i, m in enumerate(managers):
-                    needed_whole += m.get_num_blocks_to_allocate(request_id, whole, hits[i], total, local, whole,
-                                                                 True, prefill_end)
+            needed_whole = self._count_blocks_to_allocate(request_id, whole, hits, num_encoder_tokens, total, local,
+                                                          whole, True, prefill_end)
             if needed_whole + watermark > free:
                 return None
 
@@ -376,24 +374,15 @@ class KVCacheManager:
             m.remove_skipped_blocks(request_id, max(0, total - request.num_in_flight_tokens),
                                     request.num_prompt_tokens)
         free = pool.free_block_queue.num_free_blocks - reserved_blocks - watermark
-        if self._cross_attention:
-            needed = coordinator.get_num_blocks_to_allocate(request_id, need_slots, hits, num_encoder_tokens, total,
-                                                            local, main_model, False, prefill_end)
-        else:
-            needed = 0
-            for i, m in enumerate(managers):
-                needed += m.get_num_blocks_to_allocate(request_id, need_slots, hits[i], total, local, main_model,
-                                                       False, prefill_end)
+        needed = self._count_blocks_to_allocate(request_id, need_slots, hits, num_encoder_tokens, total, local,
+                                                main_model, False, prefill_end)
         if needed > free:
             return None
 
         if adopting:
             self.coordinator.allocate_new_computed_blocks(request_id, hits, local, num_external_computed_tokens,
                                                           skip_zeroing_group_ids)
-        if self._cross_attention:
-            new_blocks = coordinator.allocate_new_blocks(request_id, need_slots, main_model, num_encoder_tokens)
-        else:
-            new_blocks = tuple([m.allocate_new_blocks(request_id, need_slots, main_model) for m in managers])
+        new_blocks = self._allocate_new_blocks(request_id, need_slots, main_model, num_encoder_tokens)
 
         if self.enable_caching and not delay_cache_blocks:
             # Only finalized tokens are cached (not drafts that may be rejected).
@@ -402,6 +391,26 @@ class KVCacheManager:
             if g:
                 return KVCacheBlocks(new_blocks)
         return self.empty_kv_cache_blocks
+
+    def _count_decoder_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                                          new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+                                          num_encoder_tokens: int, total_computed_tokens: int,
+                                          num_local_computed_tokens: int, num_tokens_main_model: int,
+                                          apply_admission_cap: bool, prefill_end: int) -> int:
+        """The coordinator's `get_num_blocks_to_allocate` for a model without cross-attention groups (no group
+        is sized by `num_encoder_tokens`), without its per-call setup: `prefill_end` is already the
+        checkpoint prefill end."""
+        needed = 0
+        for i, m in enumerate(self._managers):
+            needed += m.get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks[i],
+                                                   total_computed_tokens, num_local_computed_tokens,
+                                                   num_tokens_main_model, apply_admission_cap, prefill_end)
+        return needed
+
+    def _allocate_new_decoder_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int,
+                                     num_encoder_tokens: int) -> tuple[list[KVCacheBlock], ...]:
+        """The coordinator's `allocate_new_blocks` for a model without cross-attention groups."""
+        return tuple([m.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model) for m in self._managers])
 
     def truncate_computed_blocks(self, blocks: KVCacheBlocks, num_computed_tokens: int) -> KVCacheBlocks:
         """A lookup result cut at `num_computed_tokens` (a multiple of every cacheable group's block size).

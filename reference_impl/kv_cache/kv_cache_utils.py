@@ -158,9 +158,12 @@ class FreeKVCacheBlockQueue:
     reused first, LIFO) and a new pool's blocks: handing them out is a slice of a list, without link surgery,
     and the usual next allocation takes back exactly the blocks freed last. The order is vLLM's.
 
-    Blocks on `front` carry stale links. Whatever reads or edits links at the head (`popleft_n` past
-    `front`, `remove`, `prepend_n`, reading `fake_free_list_head` or `fake_free_list_tail`) first links
-    `front` in (`link_front`), so that a walk from a sentinel sees every free block, as in vLLM.
+    Blocks on `front` carry no prev link (None; their next link may be stale), while every linked block has
+    one: that tells the two apart in O(1), and `remove` takes a block off `front` without linking the rest.
+    Whatever reads or edits links at the head (`popleft_n` past `front`, `prepend_n`, reading
+    `fake_free_list_head` or `fake_free_list_tail`) first links `front` in (`link_front`), so that a walk
+    from a sentinel sees every free block, as in vLLM. A pool that hands out linked blocks clears their prev
+    link (`BlockPool.get_new_blocks`) so that they reach `front` without one.
     """
 
     __slots__ = ("num_free_blocks", "front", "_head", "_tail")
@@ -244,11 +247,19 @@ class FreeKVCacheBlockQueue:
         return out
 
     def remove(self, block: KVCacheBlock) -> None:
-        """Unlink a block from anywhere in the queue."""
-        if self.front:
-            self.link_front()
+        """Take a block out of the queue from anywhere in it; the other blocks keep their order."""
         prev, nxt = block.prev_free_block, block.next_free_block
-        if prev is None or nxt is None:
+        if prev is None:
+            # Not linked, so on `front` if free: looked for from the top of the stack (the head end, where
+            # the blocks freed last sit; the cost is the blocks above it) and taken out without linking the rest.
+            front = self.front
+            for i in range(len(front) - 1, -1, -1):
+                if front[i] is block:
+                    del front[i]
+                    self.num_free_blocks -= 1
+                    return
+            raise RuntimeError(f"remove() called on a block that is not free: {block}")
+        if nxt is None:
             raise RuntimeError(f"remove() called on a block that is not free: {block}")
         prev.next_free_block = nxt
         nxt.prev_free_block = prev

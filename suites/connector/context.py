@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
 from reference_impl.config.objects import KVTransferConfig
@@ -54,9 +55,10 @@ class CheckContext:
     """
 
     def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True,
-                 check_id: str | None = None, kv_engine: str = "kvconform"):
+                 check_id: str | None = None, kv_engine: str = DEFAULT_KV_ENGINE):
         self.target = target
-        self.kv_engine = kv_engine  # "vllm": vLLM's own Scheduler is the engine (suites.connector.vllm_engine)
+        # VLLM_ENGINE: vLLM's own Scheduler is the engine (suites.connector.vllm_engine)
+        self.kv_engine = kv_engine
         self.preset = preset
         self.backdoors = backdoors
         self.load_error: str | None = None
@@ -156,7 +158,7 @@ class CheckContext:
     def engine_class(self) -> type:
         """The engine the checks drive: kvconform's `EngineCore`, or with `--kv-engine vllm` vLLM's Scheduler
         behind the same surface (`suites.connector.vllm_engine.VllmSchedulerEngine`)."""
-        if self.kv_engine == "vllm":
+        if self.kv_engine == VLLM_ENGINE:
             from suites.connector.vllm_engine import VllmSchedulerEngine
 
             return VllmSchedulerEngine

@@ -17,7 +17,7 @@ from reference_impl.connector.base import supports_hma
 from suites.connector.catalogue import TIME_LIMIT_FACTOR
 
 __all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
-           "guard_class", "run_with_timeout", "run_check", "summarised", "check_evidence"]
+           "guard_class", "make_guard_class", "run_with_timeout", "run_check", "summarised", "check_evidence"]
 
 
 class ConnectorHookError(AssertionError):
@@ -119,10 +119,17 @@ class ConnectorGuard:
 
 def guard_class(inner_cls: type) -> type:
     """A ConnectorGuard subclass that is HMA-capable exactly when `inner_cls` is."""
-    if supports_hma(inner_cls):
-        marker = type("SupportsHMA", (_HMAName,), {})
-        return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard, marker), {})
-    return type(f"Guarded{inner_cls.__name__}", (ConnectorGuard,), {})
+    marker = type("SupportsHMA", (_HMAName,), {}) if supports_hma(inner_cls) else None
+    return make_guard_class(f"Guarded{inner_cls.__name__}", marker)
+
+
+def make_guard_class(name: str, hma_marker: type | None, methods: dict | None = None) -> type:
+    """A ConnectorGuard subclass called `name`, HMA-capable exactly when `hma_marker` is given: a class the
+    engine's HMA check accepts (kvconform's name-based `supports_hma`, or another engine's own `SupportsHMA`,
+    which it tests with `isinstance`). `methods` become real methods of the class, for hooks an engine looks
+    up on the class rather than on the instance."""
+    bases = (ConnectorGuard,) if hma_marker is None else (ConnectorGuard, hma_marker)
+    return type(name, bases, dict(methods or {}))
 
 
 def run_with_timeout(fn, timeout_s: float, state: dict):

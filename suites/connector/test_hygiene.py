@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from harness.kv_engine import VLLM_ENGINE
 from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import stub
 from suites.connector.context import (
@@ -70,7 +71,7 @@ def test_c33_multiconnector(ctx, preset):
     """Inside MultiConnector next to another HMA child, both children get request_finished_all_groups."""
     if not ctx.is_hma:
         pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
-    if ctx.kv_engine == "vllm" and getattr(ctx.cls, "vllm_name", None):
+    if ctx.kv_engine == VLLM_ENGINE and getattr(ctx.cls, "vllm_name", None):
         from suites.connector.vllm_engine import not_applicable_on_vllm
 
         not_applicable_on_vllm("C33 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "

@@ -24,10 +24,12 @@ import uuid
 from collections import ChainMap, Counter
 from unittest import mock
 
+from harness.kv_engine import VLLM_ENGINE_NA_PREFIX
 from harness.targets.connector_capabilities import release_has
 from harness.targets.connector_profile import not_applicable
-from suites.connector.runner import ConnectorGuard, ConnectorHookError
-from harness.targets.vllm_connector_adapter import VllmConnectorAdapter, _make, vllm_config_for, vllm_kv_cache_config
+from suites.connector.runner import ConnectorGuard, ConnectorHookError, make_guard_class
+from harness.targets.vllm_connector_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
+                                                    vllm_kv_cache_config)
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.engine import content
 from reference_impl.engine.core import EngineCore
@@ -35,7 +37,7 @@ from reference_impl.engine.outputs import CachedRequestData, NewRequestData, Sch
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, ScratchSpec
 
-NA_PREFIX = "under --kv-engine vllm: "
+NA_PREFIX = VLLM_ENGINE_NA_PREFIX
 
 
 def not_applicable_on_vllm(reason: str) -> None:
@@ -45,19 +47,12 @@ def not_applicable_on_vllm(reason: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _v():
-    """vLLM's modules this engine uses (imported once, on first use)."""
-    from vllm.distributed.kv_transfer.kv_connector.v1 import base
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import sha256
-    from vllm.v1 import outputs, request
-    from vllm.v1.core import kv_cache_utils
+    """vLLM's modules this engine uses (imported once, on first use): the connector adapter's (`_vllm`, which
+    also sets vLLM's NONE_HASH) plus the scheduler's."""
     from vllm.v1.core.sched import scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
-    kv_cache_utils.init_none_hash(sha256)
-    return types.SimpleNamespace(base=base, SamplingParams=SamplingParams, sha256=sha256, outputs=outputs,
-                                 request=request, utils=kv_cache_utils, scheduler=scheduler,
-                                 StructuredOutputManager=StructuredOutputManager)
+    return types.SimpleNamespace(**vars(_vllm()), scheduler=scheduler, StructuredOutputManager=StructuredOutputManager)
 
 
 class _FinishedFlag:
@@ -110,13 +105,13 @@ def _guard_class(hma: bool) -> type:
         return list(ConnectorGuard.__getattr__(self, "take_events")() or ())
 
     if not hma:
-        return type("VllmSchedulerGuard", (ConnectorGuard,), {"take_events": take_events})
+        return make_guard_class("VllmSchedulerGuard", None, {"take_events": take_events})
 
     def request_finished_all_groups(self, request, block_ids):
         return ConnectorGuard.__getattr__(self, "request_finished_all_groups")(request, block_ids)
 
-    return type("VllmSchedulerGuardHMA", (ConnectorGuard, _v().base.SupportsHMA),
-                {"request_finished_all_groups": request_finished_all_groups, "take_events": take_events})
+    return make_guard_class("VllmSchedulerGuardHMA", _v().base.SupportsHMA,
+                            {"request_finished_all_groups": request_finished_all_groups, "take_events": take_events})
 
 
 def _scheduler_side(guard):

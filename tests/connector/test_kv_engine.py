@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -35,6 +36,24 @@ def test_a_bad_engine_is_one_line_naming_option_value_and_choices():
         check_kv_engine("vLLM")
     message = str(info.value)
     assert message == "--kv-engine: 'vLLM' is not an engine; accepted: kvconform, vllm"
+
+
+def test_the_engine_is_validated_once_per_session(monkeypatch):
+    # The checks read the engine for every test; validating it (a find_spec for vllm) is the configure's job.
+    import harness.kv_engine
+    from harness.plugins.connector import kv_engine
+
+    calls = []
+
+    def counting(value):
+        calls.append(value)
+        return check_kv_engine(value)
+
+    monkeypatch.setattr(harness.kv_engine, "check_kv_engine", counting)
+    config = types.SimpleNamespace(stash=pytest.Stash(),
+                                   getoption=lambda name, default=None: {"kvconform_kv_engine": "kvconform"}[name])
+    assert [kv_engine(config) for _ in range(3)] == ["kvconform"] * 3
+    assert calls == ["kvconform"]
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here: the refusal is for a Python without it")
