@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import EXIT_USAGE, UsageError
+from harness.errors import EXIT_USAGE, UsageError, unrecognized_argument
 
 # Subcommand name -> module under harness.commands. Each module has register() and run().
 COMMANDS = {
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"harness.commands.{module_name}")
         module.register(subparsers)
+        command = subparsers.choices[name]
+        # what a misspelled option is matched against (`main`); `report` sets its own, the same list
+        command.set_defaults(own_options=tuple(o for action in command._actions for o in action.option_strings),
+                             usage_line=" ".join(command.format_usage().split()[1:]))  # "usage:" dropped
     return parser
 
 
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise UsageError(f"kvconform: a command is required ({', '.join(COMMANDS)}); see kvconform --help")
         if extra and not getattr(args, "accepts_extra", False):
-            raise UsageError(f"kvconform {args.command}: unrecognized arguments: {' '.join(extra)}")
+            raise UsageError(unrecognized_argument(f"kvconform {args.command}", extra[0], args.own_options,
+                                                   f"accepted: {args.usage_line}"))
         args.extra = extra
         return int(args.run(args) or 0)
     except UsageError as exc:

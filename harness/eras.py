@@ -31,7 +31,10 @@ def era_for_version(version: str) -> str:
     try:
         return _eras.era_for_version(version).id
     except ValueError as exc:
-        raise EraSelectionError(f"--vllm-version: {str(exc).removeprefix('vllm_version: ')}; or one of {', '.join(ERA_IDS)}") from None
+        # the message already lists the profiles; name only the era ids that are not also profiles
+        others = [era for era in ERA_IDS if era not in _eras.PROFILES]
+        raise EraSelectionError(f"--vllm-version: {str(exc).removeprefix('vllm_version: ')}; or an era id: "
+                                f"{', '.join(others)}") from None
 
 
 def select_eras(value: str | None) -> tuple[str, ...]:

@@ -7,11 +7,10 @@ report option it most resembles.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import UsageError, unrecognized_argument
 
 #: `-n` values pytest-xdist understands besides a whole number.
 WORKER_WORDS = ("auto", "logical")
@@ -22,11 +21,8 @@ def pytest_passthrough(extra: list[str], own_options: tuple[str, ...]) -> list[s
     position = extra.index("--") if "--" in extra else len(extra)
     unknown = extra[:position]
     if unknown:
-        first = unknown[0]
-        name = first.split("=", 1)[0]
-        close = difflib.get_close_matches(name, own_options, n=1, cutoff=0.75) if name.startswith("-") else []
-        hint = f"; did you mean {close[0]}?" if close else "; pytest arguments go after -- (kvconform report -- -x -k seed)"
-        raise UsageError(f"kvconform report: unrecognized argument {first}{hint}")
+        raise UsageError(unrecognized_argument("kvconform report", unknown[0], own_options,
+                                               "pytest arguments go after -- (kvconform report -- -x -k seed)"))
     return extra[position + 1:]
 
 

@@ -135,6 +135,12 @@ def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
     return {"status": entry["status"], "actual": actual}
 
 
+# What a command that reads a results file accepts: said where a user passed another file (a JUnit XML, the
+# report's Markdown, the JSON of `kvconform diff`), the files a run leaves next to results.json.
+ACCEPTED = ("accepted: the results.json of `kvconform report`, `kvconform merge -o` or "
+            "`pytest --kvconform-results FILE`")
+
+
 def _fail(path: str | os.PathLike, what: str) -> ResultsFileError:
     return ResultsFileError(f"results file {os.fspath(path)}: {what}")
 
@@ -142,9 +148,10 @@ def _fail(path: str | os.PathLike, what: str) -> ResultsFileError:
 def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocument:
     """Validate a decoded JSON value as a results document; raise ResultsFileError naming the problem."""
     if not isinstance(data, dict):
-        raise _fail(path, f"expected a JSON object with format {FORMAT!r}, got {type(data).__name__}")
+        raise _fail(path, f"expected a JSON object with format {FORMAT!r}, got {type(data).__name__}; {ACCEPTED}")
     if data.get("format") != FORMAT:
-        raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r})")
+        raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r}); "
+                          f"{ACCEPTED}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise _fail(path, f"schema_version {version!r} is not supported (this kvconform reads {SCHEMA_VERSION})")
@@ -193,7 +200,7 @@ def load_results(path: str | os.PathLike) -> ResultsDocument:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(path, f"is not valid JSON ({json_error_text(exc)})") from None
+        raise _fail(path, f"is not valid JSON ({json_error_text(exc)}); {ACCEPTED}") from None
     return parse_document(data, path)
 
 

@@ -134,8 +134,27 @@ def import_object(spec: TargetSpec) -> Any:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise spec.error(f"module {module_name!r} has no attribute {attribute!r}") from None
+            raise spec.error(f"module {module_name!r} has no attribute {attribute!r}"
+                             f"{_attribute_hint(target, part, module_name)}") from None
     return target
+
+
+# Names a "has no attribute" message lists at most.
+_MAX_NAMES = 8
+
+
+def _attribute_hint(owner: Any, name: str, module_name: str) -> str:
+    """What `owner` does offer: the public name closest to a misspelt `name`, else the classes and functions the
+    module defines itself (not what it imports), so a typo'd `mod:MyConector` says what to write instead."""
+    public = [n for n in dir(owner) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=1, cutoff=0.75)
+    if close:
+        return f"; did you mean {close[0]}?"
+    own = [n for n in public if getattr(getattr(owner, n, None), "__module__", None) == module_name
+           and callable(getattr(owner, n, None))]
+    if not own:
+        return ""
+    return f"; it defines {', '.join(own[:_MAX_NAMES])}{', …' if len(own) > _MAX_NAMES else ''}"
 
 
 def call_loader(spec: TargetSpec, loader: Any) -> Any:

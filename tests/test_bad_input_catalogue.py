@@ -101,6 +101,12 @@ CATALOGUE = [
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),
     Row("kv-allocator-misspelled-alias", ("--pyargs", "suites.allocator", "--kv-allocator", "refrence"), 4, "err",
         ("did you mean reference?",), pytest=True),
+    Row("kv-connector-backdoors-misspelled", ("--pyargs", "suites.connector", "--kv-connector-backdoors", "of"), 4,
+        "err", ("ERROR: --kv-connector-backdoors: 'of' is not accepted; accepted: on, off",), pytest=True),
+    Row("kv-connector-timeout-not-a-number", ("--pyargs", "suites.connector", "--kv-connector-timeout", "1m"), 4,
+        "err", ("ERROR: --kv-connector-timeout must be a positive number of seconds, got 1m",), pytest=True),
+    Row("report-kv-connector-backdoors-misspelled", ("report", "--", "--kv-connector-backdoors", "of"), 2, "err",
+        ("kvconform report: --kv-connector-backdoors: 'of' is not accepted; accepted: on, off",)),
     # -- a target spec: one grammar and one answer (exit 4, `OPTION SPEC: why`) for every kind, from pytest and
     #    from `kvconform report` alike (harness.target_spec)
     Row("hma-target-misspelled-name", ("--pyargs", "suites.config", "--hma-target", "vlm"), 4, "err",
@@ -114,6 +120,18 @@ CATALOGUE = [
         ("kvconform: error: --kv-connector LMCacheLike: not of the form", "did you mean LMCacheLikeConnector?")),
     Row("report-kv-connector-module-missing", ("report", "--kv-connector", "nosuch_vendor:Conn"), 4, "err",
         ("kvconform: error: --kv-connector nosuch_vendor:Conn: module 'nosuch_vendor' does not import",)),
+    Row("report-kv-connector-class-misspelled", ("report", "--kv-connector",
+                                                 "reference_impl.connector.template:TemplateConector"), 4, "err",
+        ("kvconform: error: --kv-connector reference_impl.connector.template:TemplateConector: module "
+         "'reference_impl.connector.template' has no attribute 'TemplateConector'; did you mean TemplateConnector?",)),
+    Row("report-kv-connector-class-unknown", ("report", "--kv-connector", "reference_impl.connector.template:Mine"),
+        4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
+    Row("report-version-unknown", ("report", "--vllm-version", "0.99"), 2, "err",
+        ("kvconform report: --vllm-version: '0.99' is outside the releases kvconform knows (0.10.0 to 0.34.x); "
+         "profiles: pre-seed, seed, v0.33, v0.34; or an era id: v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, "
+         "v0.22, v0.23, v0.30",)),
+    Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
+        ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),
     Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",
         ("kvconform: error: --kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
          "did you mean reference?",)),

@@ -59,13 +59,43 @@ def test_failing_cells_are_grouped_in_one_screen(tmp_path, workers):
     ]
     # a connector check groups by root cause: the checks that found it, then the cause (harness.failure_groups)
     assert grouped[3] == "1 connector cell: C00: evidence — C00 0"
-    assert grouped[-1] == ("… and 20 more groups (20 cells), see reports/compatibility.md (`kvconform report`); "
-                           "-v for pytest's full output")
+    assert grouped[-1] == ("… and 20 more groups (20 cells), see -v for pytest's full output, or --kvconform-results "
+                           "FILE and then `kvconform report --from FILE`")
     assert not any(line.startswith("FAILED test_demo.py::test_cell") for line in lines), "no line per failing cell"
     assert "config cell 0 ..." not in out, "the full failure reports stay out of the console"
     assert "an ordinary test of the project" in out and "FAILED test_demo.py::test_own_test" in out, \
         "tests outside the suites keep pytest's own report"
     assert COUNTS in lines[-1], "the final counts still include every failure"
+
+
+FEW = '''
+import pytest
+
+@pytest.mark.parametrize("index", range(3))
+def test_cell(kvconform_record, index):
+    kvconform_record(suite="connector", cell={"connector": "Mine", "check": "C30", "preset": str(index)})
+    pytest.fail("C30 [fa_only]: cache_salt tenant-b: hit 768 on objects stored under another key", pytrace=False)
+'''
+
+
+@pytest.mark.parametrize(("args", "pointer"), [
+    ((), "full evidence: -v for pytest's full output, or --kvconform-results FILE and then "
+         "`kvconform report --from FILE`"),
+    (("--kvconform-results", "r.json"),
+     "full evidence: r.json (or the report of `kvconform report --from r.json`); -v for pytest's full output"),
+], ids=["plain", "with-results"])
+def test_a_short_summary_still_says_where_the_full_evidence_is(tmp_path, args, pointer):
+    # A vendor's first failing run: three cells, one group; the summary must say how to see the evidence.
+    (tmp_path / "test_few.py").write_text(FEW)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+                          env={"COLUMNS": "120", "LINES": "30", **_env()})
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "kvconform: 3 failing cells, grouped by what went wrong" in line)
+    assert lines[start + 1:start + 3] == [
+        "3 connector cells: C30: cache_salt tenant-b: hit 768 on objects stored under another key — first: C30 0",
+        pointer,
+    ], done.stdout[-3000:]
 
 
 def test_verbose_brings_back_pytests_full_output(tmp_path):

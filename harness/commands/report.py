@@ -98,7 +98,7 @@ def _eras(value: str | None) -> tuple[str, ...] | None:
     try:
         return select_eras(value)
     except EraSelectionError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"kvconform report: {exc}") from None
 
 
 def _slug(pytest_pass: PytestPass) -> str:
@@ -229,6 +229,22 @@ def _filtered(results: ResultsDocument, eras: tuple[str, ...] | None, connector:
     return ResultsDocument(run_info=run_info, runs=results.runs, results=[e for e in results.results if keep(e)])
 
 
+# Connector names an error message lists at most (a config matrix names dozens).
+_MAX_NAMES = 12
+
+
+def _check_connector_in(results: ResultsDocument, connector: str, path: str) -> None:
+    """`--from F --kv-connector NAME`: NAME must be a connector of F. A misspelt name would otherwise filter
+    every connector cell out and render a report of nothing (exit 5, as if nothing had run)."""
+    names = sorted({str(cell["connector"]) for entry in results.results
+                    if isinstance(cell := entry.get("cell"), dict) and cell.get("connector") is not None})
+    if connector in names:
+        return
+    shown = ", ".join(names[:_MAX_NAMES]) + (f", … ({len(names)} in all)" if len(names) > _MAX_NAMES else "")
+    raise UsageError(f"kvconform report: --kv-connector {connector}: no cell of {path} names this connector; "
+                     f"accepted: {shown or 'none (the file has no connector cells)'}")
+
+
 def exit_status(results: ResultsDocument) -> int:
     """5 when nothing ran (no entry, or every one skipped), 1 when any failed or errored, else 0."""
     statuses = [entry["status"] for entry in results.results]
@@ -305,9 +321,12 @@ def run(args) -> int:
             raise UsageError(f"kvconform report: {'--target' if args.target else '--timing'} and --from exclude "
                              "each other (--from runs nothing)")
         try:
-            results = _filtered(load_results(args.from_file), eras, args.kv_connector)
+            results = load_results(args.from_file)
         except ResultsFileError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
+        if args.kv_connector:
+            _check_connector_in(results, args.kv_connector, args.from_file)
+        results = _filtered(results, eras, args.kv_connector)
     else:
         try:
             check_pytest_args(args.pytest_args)  # --kv-connector-extra-config / --kv-connector-timeout after `--`

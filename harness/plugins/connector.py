@@ -26,9 +26,11 @@ def pytest_addoption(parser):
                     help="check the built-in connectors too when --kv-connector or entry points select others")
     group.addoption("--kv-connector-extra-config", dest="kvconform_kv_connector_extra_config", default=None,
                     metavar="JSON", help="kv_connector_extra_config (a JSON object) for --kv-connector classes")
-    group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", type=float, default=60.0,
+    # No argparse `type` nor `choices` on these two: argparse's refusal is pytest's usage text, several lines;
+    # pytest_configure checks them instead (one line naming the option, the value and what is accepted).
+    group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", default=60.0,
                     metavar="SECONDS", help="per-check time limit for the connector suite (default 60)")
-    group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors", choices=("on", "off"),
+    group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors",
                     default="on", help="use the optional kvconform_* backdoor methods of a connector when it has "
                                        "them (default on); 'off' decides every check from behaviour alone")
     group.addoption("--kv-engine", dest="kvconform_kv_engine", default=None, metavar="ENGINE",
@@ -44,7 +46,9 @@ def pytest_configure(config):
     vLLM that registers Name).
     """
     try:
-        check_timeout(config.getoption("kvconform_kv_connector_timeout", None))
+        config.option.kvconform_kv_connector_timeout = parse_timeout(
+            config.getoption("kvconform_kv_connector_timeout", None))
+        check_backdoors(config.getoption("kvconform_kv_connector_backdoors", None))
         raw = config.getoption("kvconform_kv_connector_extra_config", None)
         if raw:
             parse_extra_config(raw)
@@ -75,10 +79,26 @@ def kv_engine(config) -> str:
     return engine
 
 
-def check_timeout(timeout) -> None:
-    """ValueError unless `--kv-connector-timeout` is a positive number of seconds."""
-    if timeout is not None and not float(timeout) > 0:
+def parse_timeout(timeout) -> float | None:
+    """`--kv-connector-timeout` as seconds; ValueError unless it is a positive number."""
+    if timeout is None:
+        return None
+    try:
+        seconds = float(timeout)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:  # nan, 0 and negatives
         raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {timeout}")
+    return seconds
+
+
+BACKDOOR_CHOICES = ("on", "off")
+
+
+def check_backdoors(value) -> None:
+    """ValueError unless `--kv-connector-backdoors` is on or off."""
+    if value is not None and value not in BACKDOOR_CHOICES:
+        raise ValueError(f"--kv-connector-backdoors: {value!r} is not accepted; accepted: {', '.join(BACKDOOR_CHOICES)}")
 
 
 def parse_extra_config(raw: str) -> dict:
@@ -96,18 +116,18 @@ def parse_extra_config(raw: str) -> dict:
 
 def check_pytest_args(args: list[str]) -> None:
     """ValueError for a bad connector option among pytest arguments (`kvconform report -- ...`)."""
-    for name, value in option_values(args, ("--kv-connector-extra-config", "--kv-connector-timeout", "--kv-engine")):
+    for name, value in option_values(args, ("--kv-connector-extra-config", "--kv-connector-timeout", "--kv-engine",
+                                            "--kv-connector-backdoors")):
         if name == "--kv-connector-extra-config":
             parse_extra_config(value)
         elif name == "--kv-engine":
             from harness.kv_engine import check_kv_engine
 
             check_kv_engine(value)
+        elif name == "--kv-connector-backdoors":
+            check_backdoors(value)
         else:
-            try:
-                check_timeout(float(value))
-            except ValueError:
-                raise ValueError(f"--kv-connector-timeout must be a positive number of seconds, got {value}") from None
+            parse_timeout(value)
 
 
 def connector_targets(config):

@@ -23,7 +23,6 @@ from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
 _MIN_LINES = 10
 _SCREEN_MARGIN = 6
-_DEFAULT_REPORT = "reports/compatibility.md"
 
 
 def pytest_addoption(parser):
@@ -71,7 +70,9 @@ def _see(config: pytest.Config) -> str:
     elif results:
         where = f"{results} (or the report of `kvconform report --from {results}`)"
     else:
-        where = f"{_DEFAULT_REPORT} (`kvconform report`)"
+        # A plain pytest run writes no report: reports/compatibility.md would be an older run's (or the committed
+        # one), so say how to keep this run's evidence instead.
+        return "-v for pytest's full output, or --kvconform-results FILE and then `kvconform report --from FILE`"
     return f"{where}; -v for pytest's full output"
 
 
@@ -100,7 +101,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if failures:
         groups = group_failures(failures)
         rows = shutil.get_terminal_size().lines
-        lines = format_groups(groups, max_lines=max(_MIN_LINES, rows - _SCREEN_MARGIN), see=_see(config))
+        budget = max(_MIN_LINES, rows - _SCREEN_MARGIN)
+        lines = format_groups(groups, max_lines=budget, see=_see(config))
+        if len(groups) < budget:  # nothing left out, and one line to spare: where each cell's full evidence is
+            lines.append(f"full evidence: {_see(config)}")
         noun = "cell" if len(failures) == 1 else "cells"
         terminalreporter.write_sep("=", f"kvconform: {len(failures):,} failing {noun}, grouped by what went wrong",
                                    red=True, bold=True)

@@ -14,9 +14,10 @@ from pathlib import Path
 _VERBOSITY = re.compile(r"^(-v+|-q+|--verbose|--quiet|--verbosity(=.*)?)$")
 _SUMMARY_LINE = re.compile(r"^(FAILED|ERROR) ")
 # The console plugin's grouped failures (harness/plugins/console.py): a "=== kvconform: N failing ... ===" rule,
-# then one line per group, until pytest's next rule.
+# then one line per group, until pytest's next rule: "=== N failed ... ===", or a "---" one such as the JUnit
+# plugin's "--- generated xml file: <a scratch path, gone after the run> ---", which must not be printed.
 _GROUPED_RULE = re.compile(r"^=+ kvconform: .* grouped by what went wrong =+$")
-_RULE = re.compile(r"^=+( .* =+)?$")
+_RULE = re.compile(r"^([=-])\1+( .* \1+)?$")
 SUMMARY_LIMIT = 20
 TAIL_LINES = 30
 

@@ -44,3 +44,11 @@ def test_the_gate_step_reads_diffs_exit_statuses():
     gate = text[text.index("- name: Gate"):]
     assert re.search(rf"^\s+{EXIT_NO_REGRESSION}\) echo \"nothing regressed\"", gate, re.M)
     assert re.search(rf"^\s+{EXIT_SCOPES_DIFFER}\) echo \"::warning", gate, re.M)
+
+
+def test_a_pull_request_without_a_baseline_is_told_so():
+    # The compare and gate steps run only when a baseline was restored; without one the job must not pass silently.
+    text = WORKFLOW.read_text(encoding="utf-8")
+    step = text[text.index("- name: No baseline yet"):text.index("- name: Compare with the baseline")]
+    assert "if: github.event_name == 'pull_request' && hashFiles('baseline/results.json') == ''" in step
+    assert 'run: echo "::warning title=kvconform::no baseline of main yet' in step

@@ -96,6 +96,26 @@ def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
         "0.13.0 is the seed era; entries without an era or connector stay")
 
 
+def test_report_from_a_connector_the_file_lacks_is_exit_2_and_writes_nothing(tmp_path, capsys):
+    # A misspelt --kv-connector used to filter every connector cell out and write an empty report (exit 5).
+    entries = [_connector_entry("0.33.0", "ExampleConnector", "C01 declares-hma", "passed"),
+               config_entry("seed", connector="NixlConnector")]
+    source = write_results(tmp_path / "in.json", entries)
+    status, out, err = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"),
+                               "--kv-connector", "ExampleConector")
+    assert status == 2 and out == ""
+    assert_one_line_error(err, f"kvconform report: --kv-connector ExampleConector: no cell of {source} names this "
+                               "connector; accepted: NixlConnector, vllm-0.33.0:ExampleConnector\n")
+    assert not (tmp_path / "out").exists()
+    allocator = make_entry(nodeid="suites/allocator/t.py::a", suite="allocator", status="passed",
+                           cell={"target": "reference", "scenario": "s", "section": "3"})
+    only_allocator = write_results(tmp_path / "allocator.json", [allocator])
+    status, _, err = run_cli(capsys, "report", "--from", only_allocator, "--output-dir", str(tmp_path / "out"),
+                             "--kv-connector", "Mine")
+    assert status == 2
+    assert_one_line_error(err, "accepted: none (the file has no connector cells)")
+
+
 @pytest.mark.parametrize(("content", "expected"), [
     ("{broken", "is not valid JSON"),
     (json.dumps({"format": "junit", "results": []}), "not a kvconform results file (format is 'junit'"),
@@ -456,6 +476,19 @@ def test_diff_bad_input(tmp_path, capsys):
     status, _, err = run_cli(capsys, "diff", base, "--format", "html", base)
     assert status == 2
     assert_one_line_error(err, "invalid choice: 'html'")
+    status, _, err = run_cli(capsys, "diff", base, base, "--chnaged-only")
+    assert status == 2
+    assert_one_line_error(err, "kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?\n")
+    status, _, err = run_cli(capsys, "diff", base, base, base)
+    assert status == 2
+    assert_one_line_error(err, f"kvconform diff: unrecognized argument {base}; accepted: kvconform diff [-h] "
+                               "[--format {text,md,json,github}] [--all] [--changed-only] BASE.json HEAD.json\n")
+    (tmp_path / "junit.xml").write_text('<?xml version="1.0"?><testsuites/>')
+    status, _, err = run_cli(capsys, "diff", base, str(tmp_path / "junit.xml"))
+    assert status == 2
+    assert_one_line_error(err, "junit.xml: is not valid JSON (Expecting value at line 1 column 1); accepted: the "
+                               "results.json of `kvconform report`, `kvconform merge -o` or "
+                               "`pytest --kvconform-results FILE`\n")
 
 
 # --- merge --------------------------------------------------------------------------------------------
@@ -554,6 +587,10 @@ def test_merge_bad_inputs(tmp_path, capsys):
     status, _, err = run_cli(capsys, "merge", good)
     assert status == 2
     assert_one_line_error(err, "the following arguments are required: -o/--output")
+    status, _, err = run_cli(capsys, "merge", good, "-o", str(tmp_path / "m.json"), "--allow-mix")
+    assert status == 2
+    assert_one_line_error(err, "kvconform merge: unrecognized argument --allow-mix; did you mean --allow-mixed?\n")
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_report_renders_a_merged_file(tmp_path, capsys):

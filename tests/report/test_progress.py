@@ -88,3 +88,18 @@ def test_the_console_plugins_grouped_failures_are_what_the_report_prints(tmp_pat
     print_pytest_log(log, 1, stream)
     assert stream.getvalue().splitlines() == GROUPED_LOG.splitlines()[1:4], (
         "the grouped block (rule and group lines, without pytest's closing rule) is printed, not the log's tail")
+
+
+def test_the_junit_plugins_scratch_path_is_not_printed(tmp_path):
+    # With `-- --junitxml F` each pass writes its part into a scratch folder that is gone once the run ends.
+    log = tmp_path / "pass.log"
+    lines = GROUPED_LOG.splitlines()
+    lines.insert(4, "----- generated xml file: /tmp/kvconform-report-x/connector-suite.junit.xml -----")
+    log.write_text("\n".join(lines) + "\n")
+    stream = io.StringIO()
+    print_pytest_log(log, 1, stream)
+    assert stream.getvalue().splitlines() == [
+        "========= kvconform: 4 failing cells, grouped by what went wrong =========",
+        "4 config cells: expected `HMA off`, got `HMA on` - first: seed-T-cuda-noconn",
+        "see reports/compatibility.md",
+    ]

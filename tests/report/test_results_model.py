@@ -36,10 +36,13 @@ def test_an_empty_document_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
-    ("[]", "expected a JSON object with format 'kvconform-results', got list"),
+    ("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2)"
+     "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
+    ("[]", "expected a JSON object with format 'kvconform-results', got list"
+            "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
     ({"format": "pytest-json-report", "results": []},
-     "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"),
+     "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
+     "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
      "schema_version 99 is not supported (this kvconform reads 1)"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []}, "run_info must be an object"),

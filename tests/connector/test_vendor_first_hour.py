@@ -1,0 +1,59 @@
+"""docs/vendor.md's "Your first hour" runs as written: a vendor's package made from the template, outside the
+checkout, found by `--kv-connector mypkg.mod:MyConnector` and reported on by `kvconform report`.
+
+The block is read from the page, so a step that stops working there (a missing `mkdir`, a package layout that
+does not import as `mypkg.mod`) fails here. Three substitutions keep it cheap and leave this venv alone, each
+asserted to find its line: the template's own run is left out (tests/connector/test_template_connector.py runs
+it), `pip install -e ./mypkg` becomes `PYTHONPATH=$PWD/mypkg` (the page names that alternative), and the two
+suite runs keep one check (`-k c01`) without xdist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = "pip install -e ./mypkg"
+SUITE_RUN = "pytest --pyargs suites.connector --kv-connector mypkg.mod:MyConnector -n 2"
+REPORT_RUN = "kvconform report --suite suites.connector --kv-connector mypkg.mod:MyConnector -n 2 --output-dir my-report"
+
+
+def first_hour_block() -> list[str]:
+    """The commands of the page's first code block under "Your first hour", comments dropped."""
+    section = (REPO / "docs" / "vendor.md").read_text().split("## Your first hour", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_first_hour_block_runs_as_written(tmp_path):
+    lines = first_hour_block()
+    assert lines[0].startswith("pytest --pyargs suites.connector --kv-connector "
+                               "reference_impl.connector.template:TemplateConnector")
+    script = []
+    for line in lines[1:]:
+        command = line.split("  #", 1)[0].strip()
+        if command == INSTALL:
+            command = 'export PYTHONPATH="$PWD/mypkg:$PYTHONPATH"'
+        elif command == SUITE_RUN:
+            command = SUITE_RUN.replace("-n 2", "-p no:xdist -k c01")
+        elif command == REPORT_RUN:
+            command = REPORT_RUN.replace("-n 2", "-n 0") + " -- -k c01"
+        script.append(command)
+    assert sum(c.startswith("export PYTHONPATH") for c in script) == 1, f"{INSTALL!r} is no longer on the page"
+    assert sum("-k c01" in c for c in script) == 2, "the page's suite and report commands changed"
+    bin_dir = str(Path(sys.executable).parent)  # the venv's python, pytest and kvconform, as when activated
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=str(REPO))
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    where = f"\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, where
+    assert "kv-connectors: MyConnector (--kv-connector, mypkg.mod.MyConnector, HMA)" in done.stdout, where
+    assert "C36  MUST    determinism-across-processes" in done.stdout, "kvconform checks lists the catalogue" + where
+    report = (tmp_path / "my-report" / "compatibility.md").read_text()
+    assert re.search(r"^\| check +\| tier +\| description +\| MyConnector +\|$", report, re.M), report
+    assert re.search(r"^\| C01 declares-hma +\| MUST +\|.*\| ✅ pass +\|$", report, re.M), report
+    assert "MyConnector declares `SupportsHMA` and may" in report
