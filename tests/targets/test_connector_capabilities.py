@@ -33,6 +33,9 @@ RELEASES: dict[str, set[str]] = {
     "0.13.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
                "failed_recving", "transfer_results", "worker_meta",
                "block_state", "standardized_layout", "cache_config_layout"},
+    "0.20.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+               "block_state", "standardized_layout", "cache_config_layout"},
+    "0.31.0": {"loaded_group_ids"},
     "0.33.0": set(),
     "0.34.0": {"resumed_req_ids"},
 }
