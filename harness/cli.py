@@ -67,12 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
+    command = None  # once known, an error names the command it came from
     try:
         parser = build_parser()
         if not argv:  # a bare `kvconform`: say what it can do
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         args, extra = parser.parse_known_args(argv)
+        command = args.command
         if args.command is None and extra:
             raise UsageError(f"kvconform: unrecognized arguments: {' '.join(extra)}; see kvconform --help")
         if args.command is None:
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except UsageError as exc:
         text = str(exc)
-        print(text if text.startswith("kvconform") else f"kvconform: error: {text}", file=sys.stderr)
+        prefix = f"kvconform {command}: " if command else "kvconform: error: "
+        print(text if text.startswith("kvconform") else prefix + text, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kvconform: interrupted", file=sys.stderr)

@@ -115,14 +115,14 @@ CATALOGUE = [
         ("ERROR: --kv-connector LMCacheLike: not of the form module:Class or vllm:NAME or one of LMCacheLikeConnector, "
          "ExampleConnector, MultiConnector; did you mean LMCacheLikeConnector?",), pytest=True),
     Row("report-target-misspelled-name", ("report", "--target", "vlm"), 4, "err",
-        ("kvconform: error: --target vlm: not of the form module:callable or one of vllm; did you mean vllm?",)),
+        ("kvconform report: --target vlm: not of the form module:callable or one of vllm; did you mean vllm?",)),
     Row("report-kv-connector-misspelled-name", ("report", "--kv-connector", "LMCacheLike"), 4, "err",
-        ("kvconform: error: --kv-connector LMCacheLike: not of the form", "did you mean LMCacheLikeConnector?")),
+        ("kvconform report: --kv-connector LMCacheLike: not of the form", "did you mean LMCacheLikeConnector?")),
     Row("report-kv-connector-module-missing", ("report", "--kv-connector", "nosuch_vendor:Conn"), 4, "err",
-        ("kvconform: error: --kv-connector nosuch_vendor:Conn: module 'nosuch_vendor' does not import",)),
+        ("kvconform report: --kv-connector nosuch_vendor:Conn: module 'nosuch_vendor' does not import",)),
     Row("report-kv-connector-class-misspelled", ("report", "--kv-connector",
                                                  "reference_impl.connector.template:TemplateConector"), 4, "err",
-        ("kvconform: error: --kv-connector reference_impl.connector.template:TemplateConector: module "
+        ("kvconform report: --kv-connector reference_impl.connector.template:TemplateConector: module "
          "'reference_impl.connector.template' has no attribute 'TemplateConector'; did you mean TemplateConnector?",)),
     Row("report-kv-connector-class-unknown", ("report", "--kv-connector", "reference_impl.connector.template:Mine"),
         4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
@@ -133,10 +133,10 @@ CATALOGUE = [
     Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
         ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),
     Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",
-        ("kvconform: error: --kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
+        ("kvconform report: --kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
          "did you mean reference?",)),
     Row("report-hma-target-after-dashes", ("report", "--", "--hma-target=nosuch_vendor:resolve"), 4, "err",
-        ("kvconform: error: --hma-target nosuch_vendor:resolve: module 'nosuch_vendor' does not import",)),
+        ("kvconform report: --hma-target nosuch_vendor:resolve: module 'nosuch_vendor' does not import",)),
 ]
 
 

@@ -175,7 +175,7 @@ def test_unusable_connector_is_a_target_error(spec, needle, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 4, err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"kvconform: error: --kv-connector {spec}: ") and needle in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith(f"kvconform report: --kv-connector {spec}: ") and needle in lines[0], err
     assert not (tmp_path / "unused").exists(), "no report is written"
 
 

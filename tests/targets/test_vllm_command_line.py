@@ -51,7 +51,7 @@ def test_report_target_vllm_import_fails_halfway(tmp_path):
     result = _run(tmp_path, "0.33.0", broken, "-m", "harness.cli", "report", "--target", "vllm", "--output-dir", str(out))
     assert result.returncode == 4, result.stdout + result.stderr
     line = _one_line(result.stderr)
-    assert line == ("kvconform: error: --target vllm: vLLM 0.33.0 is installed but "
+    assert line == ("kvconform report: --target vllm: vLLM 0.33.0 is installed but "
                     "vllm.distributed.kv_transfer.kv_connector.factory does not import (missing package "
                     "'kvconform_absent_dependency'); reinstall it with: scripts/install-vllm.sh 0.33.0"), line
     assert result.stdout == "", "nothing may start (no pytest run) when the target cannot load"
@@ -62,7 +62,7 @@ def test_report_target_vllm_not_installed(tmp_path, no_vllm_distribution, capsys
     code = main(["report", "--target", "vllm", "--output-dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 4
-    assert _one_line(err).startswith("kvconform: error: --target vllm: vLLM is not installed in this Python environment; "
+    assert _one_line(err).startswith("kvconform report: --target vllm: vLLM is not installed in this Python environment; "
                                      "install one with: scripts/install-vllm.sh 0.33.0")
     assert out == "" and not any(tmp_path.iterdir())
 

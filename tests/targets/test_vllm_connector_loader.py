@@ -135,7 +135,7 @@ def test_report_command_unknown_vllm_connector_exits_4_before_pytest(tmp_path):
     result = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--kv-connector", "vllm:Nope",
                              "--output-dir", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 4, result.stdout + result.stderr
-    assert result.stderr.strip() == ("kvconform: error: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
+    assert result.stderr.strip() == ("kvconform report: --kv-connector vllm:Nope: vLLM 0.33.0 registers no connector "
                                      "'Nope'; registered: ExampleConnector, MultiConnector, OffloadingConnector")
     assert result.stdout == "" and not out.exists(), "nothing runs and no report is written"
 
