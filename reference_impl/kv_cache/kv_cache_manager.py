@@ -497,10 +497,6 @@ class KVCacheManager:
         stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
         return stats
 
-    def prefix_cache_lookup_enabled(self, request) -> bool:
-        """Whether a local prefix-cache lookup may run for this request."""
-        return self.enable_caching and not request.skip_reading_prefix_cache
-
     def record_prefix_cache_stats(self, request, num_hits: int) -> None:
         """Record one scheduled request's lookup (a request that skipped the lookup is not counted)."""
         if self.log_stats and self.prefix_cache_lookup_enabled(request):
@@ -517,18 +513,6 @@ class KVCacheManager:
                 ids = ids[:-(-num_computed_tokens // spec.block_size)]
             clipped.append(ids)
         return tuple(clipped)
-
-    def estimate_cached_tokens(self, request) -> int:
-        """Tokens of the request its blocks hold in the prefix cache: the smallest, over prefix-cacheable
-        groups (cross-attention and encoder-only excluded), of the deepest hashed block's token count."""
-        cached = None
-        for group, blocks in zip(self.kv_cache_config.kv_cache_groups, self.get_blocks(request.request_id).blocks):
-            spec = group.kv_cache_spec
-            if not spec.prefix_cacheable or isinstance(spec, (CrossAttentionSpec, EncoderOnlyAttentionSpec)):
-                continue
-            deepest = max((block.block_hash_num_tokens or 0 for block in blocks), default=0)
-            cached = deepest if cached is None else min(cached, deepest)
-        return cached or 0
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
         """Record the request's blocks from `start_token` (block-aligned) for zeroing again in every group
