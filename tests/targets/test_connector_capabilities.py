@@ -82,6 +82,7 @@ def test_needs_name_capabilities_of_checks_of_the_catalogue():
         assert check in CHECKS and set(needed) <= set(CAPABILITIES), check
     assert needs_of("C22", multi_group=True) == ("hma", "failed_recving")
     assert needs_of("C14", multi_group=False) == ()
+    assert needs_of("C03", multi_group=True, scratch=True) == ("hma", "scratch_groups")
     assert all(needs_of(c, multi_group=False) == ("hma",) for c in MULTI_GROUP_CHECKS)
 
 
