@@ -98,6 +98,37 @@ def test_a_short_summary_still_says_where_the_full_evidence_is(tmp_path, args, p
     ], done.stdout[-3000:]
 
 
+NOT_HMA = '''
+import pytest
+
+@pytest.mark.parametrize("preset", ["fa+swa", "fa16+swa32", "fa+swa+mamba"])
+def test_cell(kvconform_record, preset):
+    kvconform_record(suite="connector", cell={"connector": "Mine", "check": "C07", "preset": preset})
+    pytest.skip(f"not HMA-capable: Mine does not declare SupportsHMA, so vLLM refuses it on the multi-group preset "
+                f"{preset}")
+
+def test_other_skip():
+    pytest.skip("some other reason")
+'''
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["no-xdist", "xdist-2"])
+def test_not_hma_skips_are_one_line_per_connector(tmp_path, workers):
+    # -ra (the checkout's pytest configuration) listed each of a non-HMA connector's ~140 multi-group skips.
+    (tmp_path / "test_not_hma.py").write_text(NOT_HMA)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", *workers],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False, env=_env())
+    lines = done.stdout.splitlines()
+    assert ("kvconform: 3 multi-group cells of Mine skipped as not HMA-capable (it does not declare SupportsHMA, "
+            "so vLLM refuses it on those presets)") in lines, done.stdout[-3000:]
+    assert not any("not HMA-capable" in line for line in lines if line.startswith("SKIPPED")), done.stdout[-3000:]
+    assert any(line.startswith("SKIPPED") and "some other reason" in line for line in lines), "other skips stay"
+    assert "4 skipped" in lines[-1], "the final counts still include every skip"
+    verbose = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-v"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False, env=_env())
+    assert "multi-group preset fa16+swa32" in verbose.stdout and "kvconform: 3 multi-group" not in verbose.stdout
+
+
 def test_verbose_brings_back_pytests_full_output(tmp_path):
     out = run_demo(tmp_path, "-v")
     assert "grouped by what went wrong" not in out

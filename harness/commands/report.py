@@ -39,6 +39,7 @@ from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
+from harness.report.spec_refs import relink_docs_page
 from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
                                    plan_passes)
 from harness.report.summary_section import verdict
@@ -337,7 +338,9 @@ def run(args) -> int:
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow
         results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
-    files = {output_dir / name: text for name, text in render_reports(results, upstream).items()}
+    files = {output_dir / name: text if name == RESULTS_NAME else relink_docs_page(text, (output_dir / name).parent,
+                                                                                  html_text=name == HTML_NAME)
+             for name, text in render_reports(results, upstream).items()}
     if junit is not None:
         files[Path(args.junit_path)] = junit
     try:

@@ -9,12 +9,16 @@ and the errors of §3.3/§10).
 
 from __future__ import annotations
 
+import html
+import os
 import re
+from pathlib import Path
 from typing import Callable
 
 from reference_impl.vocabulary import MESSAGES
 
 DOCS_PAGE = "../docs/rules.md"  # relative to reports/, where the report files live
+_RULES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "rules.md"  # the checkout's page, when there is one
 
 # (id, pattern) in the order they are tried; the first match wins.
 _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile(pattern, re.S)) for ident, pattern in (
@@ -88,3 +92,17 @@ def link_references(text: str, link: Callable[[str, str], str], plain: Callable[
         position = match.end()
     out.append(plain(text[position:]))
     return "".join(out)
+
+
+def relink_docs_page(text: str, output_dir: Path, *, html_text: bool = False) -> str:
+    """`text` (a rendered report page) with its links to docs/rules.md made relative to `output_dir`.
+
+    The pages link `DOCS_PAGE`, which is right only for the checkout's own reports/ folder; a report written
+    elsewhere (`--output-dir`) would link a page that is not there. When the checkout's docs/rules.md exists,
+    the links point at it from `output_dir`; otherwise (kvconform installed without its docs) they are kept."""
+    if not _RULES_PAGE.is_file():
+        return text
+    href = Path(os.path.relpath(_RULES_PAGE, Path(output_dir).resolve())).as_posix()
+    if href == DOCS_PAGE:
+        return text
+    return text.replace(f"{DOCS_PAGE}#", f"{html.escape(href) if html_text else href}#")

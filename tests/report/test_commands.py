@@ -83,6 +83,25 @@ def test_report_from_writes_the_same_results_back(tmp_path, capsys):
     assert status == 0, out
 
 
+def test_report_outside_the_checkout_links_the_rules_page_that_exists(tmp_path, capsys):
+    """A report written with --output-dir anywhere links docs/rules.md by a path that resolves from there (the
+    pages' own "../docs/rules.md" is right only for the checkout's reports/ folder)."""
+    import re
+
+    failing = config_entry(flag=True, status="failed", actual=outcome(resolved=True),
+                           expected=outcome(resolved=False, rules=["§2.2"]), message="differs")
+    source = write_results(tmp_path / "in.json", [failing])
+    out_dir = tmp_path / "deep" / "out"
+    run_cli(capsys, "report", "--from", source, "--output-dir", str(out_dir))
+    rules = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+    for page in ("compatibility.md", "compatibility.html"):
+        text = (out_dir / page).read_text(encoding="utf-8")
+        targets = set(re.findall(r"""[("]([^()"]*rules\.md)#""", text))
+        assert targets, f"{page} links no rules section"
+        for target in targets:
+            assert (out_dir / target).resolve() == rules, f"{page} links {target}, not {rules} from {out_dir}"
+
+
 def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
     entries = [config_entry("seed"), config_entry("seed", connector="NixlConnector"),
                config_entry("v0.33"),
