@@ -27,9 +27,9 @@ from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_c
 @dataclass(frozen=True)
 class Classified:
     """Reviewed: a failing cell of `connector` (a name, or a MultiConnector's child) whose cause contains `cause`
-    (and whose check is among `checks`, and its preset among `presets`, when given) is the root cause `root`, a
-    `verdict` ("connector bug" or "not applicable") because `why`; `upstream`: the upstream issue, where one
-    exists."""
+    or one of `also` (the other ways checks see the same root cause), and whose check is among `checks`, and its
+    preset among `presets`, when given, is the root cause `root`, a `verdict` ("connector bug" or "not
+    applicable") because `why`; `upstream`: the upstream issue, where one exists."""
 
     connector: str
     cause: str
@@ -39,6 +39,7 @@ class Classified:
     upstream: str = ""
     checks: tuple[str, ...] = ()
     presets: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
 
 
 _KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
@@ -105,7 +106,10 @@ CLASSIFIED = (
     # prefix of it (window stored ending at 784) hits 784; C24's reload of a 562-token prompt after a 302-token one
     # (window stored ending at 288) hits 288; each then reads a wrong Mamba state (`state after 784 tokens
     # differs`, `state after 288 tokens differs`), and the Mamba block it reads holds the state after 1,024 and 512
-    # tokens. Without the forced reuse race the C24 reload fails the same way.
+    # tokens. Without the forced reuse race the C24 reload fails the same way. C06 sees it as the hit itself, once
+    # the store covers the request's progress at build_connector_meta (vLLM 0.34.0, 2026-12-05): for a prompt of
+    # 808 tokens `_lookup_complete_chunks` proves 768 on full attention (Mamba-aligned), the sliding-window lookup
+    # returns 47 chunks of 16, and the hit is 752 ("not on a Mamba state boundary").
     Classified("OffloadingConnector", "the model read wrong KV", "a hit cut short by the sliding-window lookup is "
                "not re-aligned to a Mamba state", "connector bug",
                "`_lookup_complete_chunks` rounds the hit window down to the Mamba block (`_mamba_align_size`) once, "
@@ -117,7 +121,7 @@ CLASSIFIED = (
                "another length",
                "none found in vllm-project/vllm in one search; the same fix (re-align the Mamba hit boundary after "
                "every per-group clamp in `_lookup`) is weicj/vLLM-2080Ti-Definitive#133, a fork",
-               checks=("C10", "C24"), presets=("fa+swa+mamba",)),
+               checks=("C06", "C10", "C24"), presets=("fa+swa+mamba",), also=("is not on a Mamba state boundary",)),
     # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
     # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
     # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).
@@ -171,7 +175,7 @@ def classify(connector: str, check: str, cause: str, preset: str = "") -> Classi
     """The reviewed entry for one failing cell (its cause's grouping key, its preset), or None."""
     key = cause_key(cause)
     for entry in CLASSIFIED:
-        if entry.connector in connector and entry.cause in key and (not entry.checks or check in entry.checks) \
+        if entry.connector in connector and any(c in key for c in (entry.cause, *entry.also)) and (not entry.checks or check in entry.checks) \
                 and (not entry.presets or preset in entry.presets):
             return entry
     return None

@@ -25,6 +25,7 @@ gets a correct table too. Two kinds of row:
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
 from collections.abc import Mapping
@@ -38,13 +39,14 @@ __all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM
 #: The short names the probes read -> vLLM's module name (a key of a module map).
 PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outputs": "v1.outputs",
                   "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
-                  "forward_context": "forward_context", "config": "config"}
+                  "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler"}
 #: vLLM's module name -> the installed vLLM's module.
 VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 #: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
 #: adapter's FORMS are vLLM's internals, which the protocol does not have).
 REFERENCE_MODULES = {"distributed.kv_transfer.kv_connector.v1.base": "reference_impl.connector.base",
                      "v1.outputs": "reference_impl.connector.base",
+                     "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
                      "v1.core.sched.output": "reference_impl.engine.outputs"}
 
 
@@ -91,6 +93,15 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                lambda m: "resumed_req_ids" in fields_of(m["sched"].CachedRequestData)),
 )}
 
+# A model with a scratch group (per-request working memory no later token reads back, which a connector must leave
+# alone) needs the release to have such specs: without them the group is an ordinary full-attention one, and a
+# second group of the same spec as the first is a layout vLLM never builds (vLLM 0.20's HybridKVCacheCoordinator
+# asserts "at least two attention groups").
+CAPABILITIES["scratch_groups"] = Capability(
+    "scratch_groups", "KVCacheSpec has no prefix_cacheable (no scratch KV cache group that connectors leave alone; "
+    "a model with one has no layout on this release)",
+    lambda m: hasattr(m["iface"].KVCacheSpec, "prefix_cacheable"))
+
 FORMS: dict[str, Capability] = {c.name: c for c in (
     Capability("block_state", "SchedulerOutput carries no kv_connector_block_state (connectors read block tables "
                "from the scheduler output alone)",
@@ -105,6 +116,12 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
     Capability("override_forward_context", "forward_context has no override_forward_context (the adapter cannot "
                "install its forward context around a worker hook)",
                lambda m: callable(getattr(m["forward_context"], "override_forward_context", None))),
+    # vLLM 0.20's Scheduler hands a connector that has `bind_gpu_block_pool` (duck-typed: no base-class hook) its
+    # GPU block pool, which SimpleCPUOffloadConnector needs to find the blocks it stores; later releases hand
+    # the whole manager through the `bind_kv_cache_manager` hook instead.
+    Capability("gpu_block_pool_binding", "the Scheduler does not hand a connector its block pool through "
+               "bind_gpu_block_pool",
+               lambda m: "bind_gpu_block_pool" in inspect.getsource(m["scheduler"].Scheduler.__init__)),
 )}
 
 

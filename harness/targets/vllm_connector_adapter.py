@@ -40,6 +40,7 @@ from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GRO
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
 from reference_impl.kv_cache import kv_cache_interface as kspecs
+from reference_impl.kv_cache import kv_cache_utils as engine_hashing
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,6 +58,11 @@ def _vllm():
     from vllm.v1.core.sched import output as sched_output
 
     kv_cache_utils.init_none_hash(sha256)
+    # The engine's block hashes (kvconform's) and those of the Requests handed to vLLM's connector must chain
+    # from one NONE_HASH, as vLLM's scheduler and connector do in one process. vLLM 0.33 derives it from a fixed
+    # seed, as kvconform does (the same bytes); an older release (0.20) draws it at random unless PYTHONHASHSEED
+    # is set, and its connector would then look up keys no engine block has: it takes the engine's.
+    kv_cache_utils.NONE_HASH = kv_cache_utils.BlockHash(engine_hashing.get_none_hash(sha256))
     return types.SimpleNamespace(
         config=config_mod, forward_context=forward_context, factory=factory.KVConnectorFactory,
         base=connector_base, SamplingParams=SamplingParams, sha256=sha256, iface=kv_cache_interface,
@@ -500,6 +506,10 @@ class VllmConnectorAdapter:
         connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
         self._kv_cache_manager = kv_cache_manager
         self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
+        # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
+        # the method, as here; without it such a connector never finds the blocks it should store.
+        if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
+            self.inner.bind_gpu_block_pool(kv_cache_manager.block_pool)
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
@@ -537,7 +547,17 @@ class VllmConnectorAdapter:
         return self.inner.update_state_after_alloc(self._request(request), self._blocks(blocks), num_external_tokens)
 
     def build_connector_meta(self, scheduler_output):
-        return self.inner.build_connector_meta(self._scheduler_output(scheduler_output))
+        # vLLM's connector may keep the Request objects it was handed and read their progress here, as vLLM's
+        # scheduler keeps them current (vLLM 0.20's SimpleCPUOffloadConnector stores the blocks of
+        # `num_computed_tokens` only): bring the mirrors to the progress this step's output carries, which is
+        # the request's own at this point of vLLM's schedule().
+        so = scheduler_output
+        progress = {new.req_id: new.num_computed_tokens for new in so.scheduled_new_reqs}
+        progress.update(zip(so.scheduled_cached_reqs.req_ids, so.scheduled_cached_reqs.num_computed_tokens))
+        for req_id, num_computed in progress.items():
+            if req_id in self._requests:
+                self._requests[req_id].num_computed_tokens = num_computed
+        return self.inner.build_connector_meta(self._scheduler_output(so))
 
     def update_connector_output(self, connector_output):
         v = _vllm()

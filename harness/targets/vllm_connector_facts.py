@@ -206,7 +206,7 @@ def missing_requirement(name: str) -> str | None:
         uncovered = uncovered_modules(name)
         if uncovered:
             return (f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible, and this vLLM "
-                    f"lacks the worker modules kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
+                    f"lacks the worker modules or names kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
                     "worker is laid out otherwise and would still reach CUDA")
     return None
 

@@ -15,9 +15,12 @@ module-level names in the listed vLLM modules (and nowhere else):
 | streams          | `torch.cuda.Stream`, `current_platform.Stream`  | `StandInStream`: ordering calls are no-ops      |
 | events           | `torch.Event`                                   | `StandInEvent`: complete once recorded          |
 | pinned memory    | `PIN_MEMORY` (True on vLLM's unspecified        | `False`: vLLM's own pageable-memory path        |
-|                  | platform), `cudaHostRegister`                   |                                                 |
+|                  | platform; vLLM 0.20 asks                        |                                                 |
+|                  | `is_pin_memory_available()`),                   |                                                 |
+|                  | `cudaHostRegister`                              |                                                 |
 | copy kernel      | `ops.swap_blocks_batch`, `cuMemcpyBatchAsync`   | `swap_blocks_batch` / `batch_memcpy`: the same  |
-|                  |                                                 | (src, dst, size) byte copies, done by memmove   |
+|                  | (resolved into `_batch_memcpy`, in vLLM 0.20    | (src, dst, size) byte copies, done by memmove   |
+|                  | `_batch_memcpy_fn`)                             |                                                 |
 | device memory    | `assert gpu_tensor.is_cuda`                     | `DeviceMemory`: the engine's CPU KV tensors     |
 |                  |                                                 | (no copy) with `is_cuda` true                   |
 | copy launch      | `queue.SimpleQueue` feeding the copy thread     | `HandoffQueue`: `put` returns once the thread   |
@@ -49,15 +52,25 @@ import queue
 import numpy as np
 import torch
 
-# module -> names the stand-ins rebind there (the modules of vLLM 0.33's two CPU-offloading connectors).
+# module -> names the stand-ins rebind there (the modules of vLLM 0.33's two CPU-offloading connectors), each
+# where the module binds it: releases name the same piece differently (vLLM 0.20's SimpleCPUOffloadConnector
+# worker asks `is_pin_memory_available()` where 0.33's reads `PIN_MEMORY`; its cuda_mem_ops resolves the copy
+# entry point into `_batch_memcpy_fn`, 0.33's into `_batch_memcpy`).
 _SITES: dict[str, tuple[str, ...]] = {
     "vllm.v1.kv_offload.cpu.spec": ("current_platform",),
     "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY"),
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker": ("torch",),
-    "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY"),
+    "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.v1.simple_kv_offload.copy_backend": ("current_platform", "torch", "queue"),
     "vllm.v1.simple_kv_offload.disk_backend": ("current_platform", "torch", "queue"),
-    "vllm.v1.simple_kv_offload.cuda_mem_ops": ("current_platform", "_batch_memcpy"),
+    "vllm.v1.simple_kv_offload.cuda_mem_ops": ("current_platform", "_batch_memcpy", "_batch_memcpy_fn"),
+}
+# module -> groups of names of which the module must bind at least one for the stand-ins to cover it: the
+# device pieces that reach CUDA when left unpatched (a release that names its pinned-memory switch or its copy
+# entry point in a way listed nowhere here still reaches CUDA, and its connector cannot run here).
+_ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {
+    "vllm.v1.simple_kv_offload.worker": (("PIN_MEMORY", "is_pin_memory_available"),),
+    "vllm.v1.simple_kv_offload.cuda_mem_ops": (("_batch_memcpy", "_batch_memcpy_fn"),),
 }
 # connector -> the modules among _SITES its worker runs through: all of them must import for the stand-ins to
 # cover that connector's device plumbing (an older release lays its offloading worker out in other modules,
@@ -269,6 +282,11 @@ class _TorchProxy(types.ModuleType):
         return getattr(torch, name)
 
 
+def pin_memory_unavailable() -> bool:
+    """vLLM's `is_pin_memory_available()` under the stand-ins: no (pinning is `cudaHostRegister`)."""
+    return False
+
+
 def _standin(module, name: str):
     if name == "current_platform":
         return StandInPlatform(getattr(module, name))
@@ -278,8 +296,12 @@ def _standin(module, name: str):
         return types.SimpleNamespace(swap_blocks_batch=swap_blocks_batch)
     if name == "PIN_MEMORY":
         return False
+    if name == "is_pin_memory_available":
+        return pin_memory_unavailable
     if name == "_batch_memcpy":
-        return (batch_memcpy, 1)
+        return (batch_memcpy, 1)  # (entry point, numAttrs to pass)
+    if name == "_batch_memcpy_fn":
+        return batch_memcpy
     if name == "queue":
         return types.SimpleNamespace(SimpleQueue=HandoffQueue, Queue=queue.Queue, Empty=queue.Empty)
     raise KeyError(name)
@@ -287,7 +309,8 @@ def _standin(module, name: str):
 
 def uncovered_modules(connector: str) -> list[str]:
     """The modules of `connector`'s worker that the stand-ins patch and that the installed vLLM lacks (its
-    release lays the worker out elsewhere, so CUDA is still reached): empty when the stand-ins cover it."""
+    release lays the worker out elsewhere, so CUDA is still reached), or that bind none of the names one of
+    its device pieces goes by (`module (binds none of a, b)`): empty when the stand-ins cover it."""
     missing = []
     for module_name in _CONNECTOR_SITES.get(connector, ()):
         try:
@@ -296,6 +319,12 @@ def uncovered_modules(connector: str) -> list[str]:
             found = False
         if not found:
             missing.append(module_name)
+            continue
+        groups = _ONE_OF.get(module_name, ())
+        if groups:
+            module = importlib.import_module(module_name)
+            missing += [f"{module_name} (binds none of {', '.join(group)})" for group in groups
+                        if not any(hasattr(module, name) for name in group)]
     return missing
 
 
@@ -310,8 +339,8 @@ def install() -> list[str]:
             except ImportError:
                 continue  # another vLLM release: that connector's module does not exist there
             for name in names:
-                if not hasattr(module, name) and name != "_batch_memcpy":
-                    continue
+                if not hasattr(module, name):
+                    continue  # this release names that piece otherwise (another entry of the same list)
                 key = (module_name, name)
                 if key not in _saved:
                     _saved[key] = getattr(module, name, None)

@@ -126,11 +126,12 @@ NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def needs_of(check_id: str, multi_group: bool) -> tuple[str, ...]:
-    """The capabilities `check_id` needs on its preset (a multi-group one, when `multi_group`): its `NEEDS`, and
-    SupportsHMA for every check that runs a model with several KV cache groups."""
+def needs_of(check_id: str, multi_group: bool, scratch: bool = False) -> tuple[str, ...]:
+    """The capabilities `check_id` needs on its preset (a multi-group one, when `multi_group`; one with a scratch
+    group, when `scratch`): SupportsHMA for every check that runs a model with several KV cache groups, scratch
+    KV cache specs for one whose model has a scratch group, and its `NEEDS`."""
     hma = ("hma",) if multi_group or check_id in MULTI_GROUP_CHECKS else ()
-    return hma + NEEDS.get(check_id, ())
+    return hma + (("scratch_groups",) if scratch else ()) + NEEDS.get(check_id, ())
 
 
 def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | None:

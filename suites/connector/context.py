@@ -79,7 +79,8 @@ class CheckContext:
         self.profile = target.profile
         self.release = target.release_table
         multi_group = preset is not None and len(get_preset(preset).groups) > 1
-        needs = needs_of(check_id, multi_group) if check_id else ()
+        scratch = preset is not None and any(group[0] == "scratch" for group in get_preset(preset).groups)
+        needs = needs_of(check_id, multi_group, scratch) if check_id else ()
         if "hma" in needs:
             self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:

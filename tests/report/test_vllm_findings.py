@@ -80,6 +80,19 @@ def test_a_wrong_mamba_state_after_an_unaligned_hit_is_classified_on_the_three_g
     assert classify("OffloadingConnector", "C14", cause, "fa+swa+mamba") is None
 
 
+def test_an_unaligned_hit_itself_is_the_same_finding_on_the_three_group_preset_only():
+    """C06 sees the same root cause as the hit it judges (vLLM 0.34.0: prompt 808 hits 752, a full-attention
+    chunk boundary the sliding-window lookup left unaligned to the Mamba block of 256)."""
+    from harness.report.vllm_findings import classify
+
+    cause = ("prompt 808: hit 752 is not on a Mamba state boundary (Mamba block sizes [256]): no state to restore "
+             "there")
+    known = classify("OffloadingConnector", "C06", cause, "fa+swa+mamba")
+    assert known is not None and known.root == "a hit cut short by the sliding-window lookup is not re-aligned to a Mamba state"
+    assert classify("OffloadingConnector", "C06", cause, "fa+swa") is None
+    assert classify("OffloadingConnector", "C07", cause, "fa+swa+mamba") is None
+
+
 def test_a_check_across_deployments_is_classified_by_the_variant_its_first_line_names():
     """C30's store shared across deployments has no preset cell ('-'): the variant in its first line ('C30 [dtype]')
     scopes the reviewed LMCache finding, and another variant's wrong read is not passed off as it."""

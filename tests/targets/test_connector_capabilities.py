@@ -32,12 +32,12 @@ VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 RELEASES: dict[str, set[str]] = {
     "0.13.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
                "failed_recving", "transfer_results", "worker_meta",
-               "block_state", "standardized_layout", "cache_config_layout"},
+               "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"},
     "0.20.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-               "block_state", "standardized_layout", "cache_config_layout"},
-    "0.31.0": {"loaded_group_ids"},
-    "0.33.0": set(),
-    "0.34.0": {"resumed_req_ids"},
+               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    "0.31.0": {"loaded_group_ids", "gpu_block_pool_binding"},
+    "0.33.0": {"gpu_block_pool_binding"},
+    "0.34.0": {"resumed_req_ids", "gpu_block_pool_binding"},
 }
 
 
@@ -82,6 +82,7 @@ def test_needs_name_capabilities_of_checks_of_the_catalogue():
         assert check in CHECKS and set(needed) <= set(CAPABILITIES), check
     assert needs_of("C22", multi_group=True) == ("hma", "failed_recving")
     assert needs_of("C14", multi_group=False) == ()
+    assert needs_of("C03", multi_group=True, scratch=True) == ("hma", "scratch_groups")
     assert all(needs_of(c, multi_group=False) == ("hma",) for c in MULTI_GROUP_CHECKS)
 
 

@@ -120,3 +120,53 @@ def test_an_uncovered_release_is_one_cannot_run_line(monkeypatch):
     assert "kvconform_absent_pkg.cpu_worker" in reason, f"the reason should name the missing module: {reason}"
     monkeypatch.setitem(standins._CONNECTOR_SITES, "OffloadingConnector", ("json",))
     assert facts.missing_requirement("OffloadingConnector") is None, "covered: it runs on the stand-ins"
+
+
+def _fake_module(monkeypatch, name: str, **names):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)  # what find_spec answers for an imported module
+    for key, value in names.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+def test_each_release_is_patched_under_the_name_its_module_binds(monkeypatch):
+    """vLLM 0.20's SimpleCPUOffloadConnector worker asks `is_pin_memory_available()` and resolves its copy entry
+    point into `_batch_memcpy_fn`, where 0.33's reads `PIN_MEMORY` and `_batch_memcpy`: each module gets the
+    stand-in under the name it binds, and no name it lacks is added."""
+    real_pin = lambda: True  # noqa: E731 - vLLM's answer on its unspecified platform
+    worker = _fake_module(monkeypatch, "kvconform_fake_v020.worker", torch=torch, is_pin_memory_available=real_pin)
+    ops = _fake_module(monkeypatch, "kvconform_fake_v020.cuda_mem_ops", _batch_memcpy_fn=None)
+    monkeypatch.setattr(standins, "_SITES", {
+        "kvconform_fake_v020.worker": ("torch", "PIN_MEMORY", "is_pin_memory_available"),
+        "kvconform_fake_v020.cuda_mem_ops": ("_batch_memcpy", "_batch_memcpy_fn")})
+    try:
+        done = standins.install()
+        assert sorted(done) == ["kvconform_fake_v020.cuda_mem_ops._batch_memcpy_fn",
+                                "kvconform_fake_v020.worker.is_pin_memory_available",
+                                "kvconform_fake_v020.worker.torch"]
+        assert worker.is_pin_memory_available() is False
+        assert worker.torch.cuda.Stream is standins.StandInStream
+        assert ops._batch_memcpy_fn is standins.batch_memcpy
+        assert not hasattr(worker, "PIN_MEMORY") and not hasattr(ops, "_batch_memcpy")
+    finally:
+        standins.uninstall()
+    assert worker.is_pin_memory_available is real_pin and ops._batch_memcpy_fn is None and worker.torch is torch
+
+
+def test_a_module_binding_none_of_a_pieces_names_is_not_covered(monkeypatch):
+    """A release whose worker module names its pinned-memory switch in a way the stand-ins do not know still
+    reaches CUDA: that module is reported, naming the names looked for."""
+    _fake_module(monkeypatch, "kvconform_fake_other.worker", torch=torch, pin_memory_enabled=True)
+    _fake_module(monkeypatch, "kvconform_fake_v020.worker2", torch=torch, is_pin_memory_available=lambda: True)
+    monkeypatch.setitem(standins._CONNECTOR_SITES, "SomeOffloader", ("kvconform_fake_other.worker",
+                                                                      "kvconform_fake_v020.worker2"))
+    monkeypatch.setattr(standins, "_ONE_OF", {
+        "kvconform_fake_other.worker": (("PIN_MEMORY", "is_pin_memory_available"),),
+        "kvconform_fake_v020.worker2": (("PIN_MEMORY", "is_pin_memory_available"),)})
+    assert standins.uncovered_modules("SomeOffloader") == [
+        "kvconform_fake_other.worker (binds none of PIN_MEMORY, is_pin_memory_available)"]
