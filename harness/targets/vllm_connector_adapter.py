@@ -110,6 +110,98 @@ def typed_like_vllm(coordinator):
     return _typed_proxy_class(vllm_cls)(coordinator)
 
 
+@functools.lru_cache(maxsize=None)
+def release_coarse_hash_differs() -> bool:
+    """Whether this vLLM release names a block of a coarser group (block size a multiple of the hash block size)
+    by another hash than kvconform's engine does, probed on the release's `BlockHashListWithBlockSize`: vLLM
+    0.20 joins the fine hashes the block spans, 0.31+ (and the engine) take the last one."""
+    fine = [b"\x01" * 32, b"\x02" * 32]
+    return bytes(_vllm().utils.BlockHashListWithBlockSize(fine, 1, 2)[0]) != \
+        bytes(engine_hashing.BlockHashListWithBlockSize(fine, 1, 2)[0])
+
+
+class _ReleaseHashedBlock:
+    """One engine block as the release's connector reads it: its `block_hash` in the release's form (see
+    `ReleaseHashedBlockPool`), everything else the engine block's."""
+
+    def __init__(self, block, block_hash) -> None:
+        self._block = block
+        self.block_hash = block_hash
+
+    def __getattr__(self, name: str):
+        return getattr(self._block, name)
+
+
+class ReleaseHashedBlockPool:
+    """The engine's block pool as a connector of a release whose coarse-block hashes differ from the engine's
+    (`release_coarse_hash_differs`) is handed it. On vLLM itself the GPU pool and the connector's lookups share
+    the release's hashing; here the pool is kvconform's, whose coarser groups' blocks carry the last fine hash,
+    so vLLM 0.20's SimpleCPUOffloadConnector stored them under keys its own lookup (the joined fine hashes)
+    never forms: every hit on a preset with two block sizes was 0. `blocks[i].block_hash` is the release's key
+    for the same block, derived from the fine hashes of the request mirrors (`mirrors()`); `touch` and
+    `free_blocks` act on the engine's blocks."""
+
+    def __init__(self, pool, kv_cache_config: kspecs.KVCacheConfig, mirrors) -> None:
+        self._pool = pool
+        self._sizes = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
+        self._hash_size = math.gcd(*self._sizes)
+        self._mirrors = mirrors
+        self._where: dict[bytes, tuple[list, int]] = {}   # fine hash -> (a hash list holding it, its index)
+        self.blocks = _BlockView(self)
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+    def release_hash(self, key):
+        """The release's key for the engine's key `key` (hash and group id); `key` itself at the hash block
+        size, or when no request mirror holds its fine hash (such a block is then not found, as before)."""
+        if key is None:
+            return None
+        group = engine_hashing.get_group_id(key)
+        scale = self._sizes[group] // self._hash_size
+        last = bytes(engine_hashing.get_block_hash(key))
+        if scale == 1:
+            return key
+        if last not in self._where:
+            for mirror in self._mirrors():
+                hashes = list(mirror.block_hashes)
+                self._where.update((bytes(h), (hashes, i)) for i, h in enumerate(hashes))
+        found = self._where.get(last)
+        if found is None or found[1] + 1 < scale:
+            return key
+        hashes, i = found
+        utils = _vllm().utils
+        coarse = utils.BlockHashListWithBlockSize(hashes[i + 1 - scale:i + 1], self._hash_size,
+                                                  self._sizes[group])[0]
+        return utils.make_block_hash_with_group_id(coarse, group)
+
+    @staticmethod
+    def _engine_blocks(blocks):
+        return [getattr(b, "_block", b) for b in blocks]
+
+    def touch(self, blocks) -> None:
+        """The engine pool's `touch` on the engine's blocks."""
+        self._pool.touch(self._engine_blocks(blocks))
+
+    def free_blocks(self, blocks) -> None:
+        """The engine pool's `free_blocks` on the engine's blocks."""
+        self._pool.free_blocks(self._engine_blocks(blocks))
+
+
+class _BlockView:
+    """`pool.blocks` of a `ReleaseHashedBlockPool`: item i is engine block i with the release's hash."""
+
+    def __init__(self, pool: ReleaseHashedBlockPool) -> None:
+        self._owner = pool
+
+    def __len__(self) -> int:
+        return len(self._owner._pool.blocks)
+
+    def __getitem__(self, index: int):
+        block = self._owner._pool.blocks[index]
+        return _ReleaseHashedBlock(block, self._owner.release_hash(block.block_hash))
+
+
 def vllm_class(name: str) -> type:
     """The class vLLM registers under `name` (imports its module)."""
     return _vllm().factory.get_connector_class_by_name(name)
@@ -509,7 +601,10 @@ class VllmConnectorAdapter:
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
         # the method, as here; without it such a connector never finds the blocks it should store.
         if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
-            self.inner.bind_gpu_block_pool(kv_cache_manager.block_pool)
+            pool = kv_cache_manager.block_pool
+            if release_coarse_hash_differs() and len(self.kv_cache_config.kv_cache_groups) > 1:
+                pool = ReleaseHashedBlockPool(pool, self.kv_cache_config, lambda: list(self._requests.values()))
+            self.inner.bind_gpu_block_pool(pool)
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
