@@ -540,9 +540,20 @@ class VllmConnectorAdapter:
 
     def _blocks(self, blocks):
         v = _vllm()
-        groups = tuple([v.utils.KVCacheBlock(b.block_id, is_null=b.block_id == 0 or bool(getattr(b, "is_null", False)))
-                        for b in group] for group in blocks.blocks)
+        pool = getattr(self, "_release_pool", None)
+        groups = tuple([self._block(v, b, pool) for b in group] for group in blocks.blocks)
         return v.KVCacheBlocks(groups)
+
+    @staticmethod
+    def _block(v, block, pool):
+        """vLLM's KVCacheBlock for an engine block, with its hash (in the release's form where the release names a
+        coarser block otherwise): vLLM 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a request's
+        table as its local prefix hit, and without hashes loaded the external hit over the start of the prompt."""
+        mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
+        key = getattr(block, "block_hash", None)
+        if key is not None and not mirror.is_null:
+            mirror._block_hash = pool.release_hash(key) if pool is not None else key
+        return mirror
 
     def _scheduler_output(self, so):
         v = _vllm()
@@ -603,7 +614,8 @@ class VllmConnectorAdapter:
         if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
             pool = kv_cache_manager.block_pool
             if release_coarse_hash_differs() and len(self.kv_cache_config.kv_cache_groups) > 1:
-                pool = ReleaseHashedBlockPool(pool, self.kv_cache_config, lambda: list(self._requests.values()))
+                pool = self._release_pool = ReleaseHashedBlockPool(pool, self.kv_cache_config,
+                                                                   lambda: list(self._requests.values()))
             self.inner.bind_gpu_block_pool(pool)
 
     def _block_state(self, so):
