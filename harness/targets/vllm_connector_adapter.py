@@ -110,16 +110,6 @@ def typed_like_vllm(coordinator):
     return _typed_proxy_class(vllm_cls)(coordinator)
 
 
-@functools.lru_cache(maxsize=None)
-def release_coarse_hash_differs() -> bool:
-    """Whether this vLLM release names a block of a coarser group (block size a multiple of the hash block size)
-    by another hash than kvconform's engine does, probed on the release's `BlockHashListWithBlockSize`: vLLM
-    0.20 joins the fine hashes the block spans, 0.31+ (and the engine) take the last one."""
-    fine = [b"\x01" * 32, b"\x02" * 32]
-    return bytes(_vllm().utils.BlockHashListWithBlockSize(fine, 1, 2)[0]) != \
-        bytes(engine_hashing.BlockHashListWithBlockSize(fine, 1, 2)[0])
-
-
 class _ReleaseHashedBlock:
     """One engine block as the release's connector reads it: its `block_hash` in the release's form (see
     `ReleaseHashedBlockPool`), everything else the engine block's."""
@@ -133,46 +123,46 @@ class _ReleaseHashedBlock:
 
 
 class ReleaseHashedBlockPool:
-    """The engine's block pool as a connector of a release whose coarse-block hashes differ from the engine's
-    (`release_coarse_hash_differs`) is handed it. On vLLM itself the GPU pool and the connector's lookups share
-    the release's hashing; here the pool is kvconform's, whose coarser groups' blocks carry the last fine hash,
-    so vLLM 0.20's SimpleCPUOffloadConnector stored them under keys its own lookup (the joined fine hashes)
-    never forms: every hit on a preset with two block sizes was 0. `blocks[i].block_hash` is the release's key
-    for the same block, derived from the fine hashes of the request mirrors (`mirrors()`); `touch` and
-    `free_blocks` act on the engine's blocks."""
+    """The engine's block pool as a connector that reads it by hash is handed it on a release whose Scheduler binds
+    the pool (vLLM 0.20's `bind_gpu_block_pool`). On vLLM the pool's block hashes and the connector's lookups come
+    from the release's one hashing; here the pool is kvconform's, which hashes as vLLM 0.33+ does, and vLLM 0.20
+    hashes otherwise: a coarser group's block is its fine hashes joined (0.33: the last one), a cache salt or
+    LoRA name is an untagged extra key (0.33: tagged). Its SimpleCPUOffloadConnector stored the engine's keys and
+    looked up its own, so it never hit a salted prompt or a preset with two block sizes. `blocks[i].block_hash`
+    is the release's key for engine block i: the request mirror's fine hashes at the positions where the engine
+    request has the block's fine hash, viewed at the group's block size by the release's
+    `BlockHashListWithBlockSize`. `touch` and `free_blocks` act on the engine's blocks."""
 
-    def __init__(self, pool, kv_cache_config: kspecs.KVCacheConfig, mirrors) -> None:
+    def __init__(self, pool, kv_cache_config: kspecs.KVCacheConfig, requests) -> None:
         self._pool = pool
         self._sizes = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
         self._hash_size = math.gcd(*self._sizes)
-        self._mirrors = mirrors
-        self._where: dict[bytes, tuple[list, int]] = {}   # fine hash -> (a hash list holding it, its index)
+        self._requests = requests   # () -> [(engine request, its vLLM mirror)]
+        self._where: dict[bytes, tuple[Any, int]] = {}   # engine fine hash -> (its request's mirror, index)
         self.blocks = _BlockView(self)
 
     def __getattr__(self, name: str):
         return getattr(self._pool, name)
 
     def release_hash(self, key):
-        """The release's key for the engine's key `key` (hash and group id); `key` itself at the hash block
-        size, or when no request mirror holds its fine hash (such a block is then not found, as before)."""
+        """The release's key for the engine's key `key` (hash and group id); `key` itself when no live request
+        has its fine hash (the block is then not found, as it would not be on vLLM either)."""
         if key is None:
             return None
         group = engine_hashing.get_group_id(key)
         scale = self._sizes[group] // self._hash_size
         last = bytes(engine_hashing.get_block_hash(key))
-        if scale == 1:
-            return key
         if last not in self._where:
-            for mirror in self._mirrors():
-                hashes = list(mirror.block_hashes)
-                self._where.update((bytes(h), (hashes, i)) for i, h in enumerate(hashes))
+            for request, mirror in self._requests():
+                self._where.update((bytes(h), (mirror, i)) for i, h in enumerate(request.block_hashes))
         found = self._where.get(last)
-        if found is None or found[1] + 1 < scale:
+        if found is None or found[1] + 1 < scale or found[1] >= len(found[0].block_hashes):
             return key
-        hashes, i = found
+        mirror, i = found
         utils = _vllm().utils
-        coarse = utils.BlockHashListWithBlockSize(hashes[i + 1 - scale:i + 1], self._hash_size,
-                                                  self._sizes[group])[0]
+        fine = list(mirror.block_hashes[i + 1 - scale:i + 1])
+        coarse = fine[0] if scale == 1 else utils.BlockHashListWithBlockSize(fine, self._hash_size,
+                                                                              self._sizes[group])[0]
         return utils.make_block_hash_with_group_id(coarse, group)
 
     @staticmethod
@@ -467,6 +457,7 @@ class VllmConnectorAdapter:
         self.vllm_config = vllm_config_for(vllm_config, kv_cache_config, self.vllm_name, extra)
         self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
         self._requests: dict[str, Any] = {}
+        self._engine_requests: dict[str, Any] = {}   # the engine requests the mirrors stand for
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
@@ -524,6 +515,7 @@ class VllmConnectorAdapter:
                 sampling_params=v.SamplingParams(max_tokens=getattr(request, "max_tokens", 1)), pooling_params=None,
                 eos_token_id=None, block_hasher=self._hasher(), lora_request=lora, cache_salt=request.cache_salt)
             self._requests[request.request_id] = mirror
+            self._engine_requests[request.request_id] = request
         outputs = list(request.output_token_ids)
         if len(outputs) > len(mirror.output_token_ids):
             mirror.append_output_token_ids(outputs[len(mirror.output_token_ids):])
@@ -613,9 +605,9 @@ class VllmConnectorAdapter:
         # the method, as here; without it such a connector never finds the blocks it should store.
         if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
             pool = kv_cache_manager.block_pool
-            if release_coarse_hash_differs() and len(self.kv_cache_config.kv_cache_groups) > 1:
-                pool = self._release_pool = ReleaseHashedBlockPool(pool, self.kv_cache_config,
-                                                                   lambda: list(self._requests.values()))
+            pool = self._release_pool = ReleaseHashedBlockPool(
+                pool, self.kv_cache_config,
+                lambda: [(self._engine_requests[r], m) for r, m in self._requests.items() if r in self._engine_requests])
             self.inner.bind_gpu_block_pool(pool)
 
     def _block_state(self, so):
@@ -680,11 +672,13 @@ class VllmConnectorAdapter:
     def request_finished(self, request, block_ids):
         result = self.inner.request_finished(self._request(request), list(block_ids))
         self._requests.pop(request.request_id, None)
+        self._engine_requests.pop(request.request_id, None)
         return result
 
     def request_finished_all_groups(self, request, block_ids):
         result = self.inner.request_finished_all_groups(self._request(request), tuple(list(g) for g in block_ids))
         self._requests.pop(request.request_id, None)
+        self._engine_requests.pop(request.request_id, None)
         return result
 
     def take_events(self):
