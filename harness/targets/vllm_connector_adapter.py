@@ -602,7 +602,8 @@ class VllmConnectorAdapter:
         self._kv_cache_manager = kv_cache_manager
         self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
-        # the method, as here; without it such a connector never finds the blocks it should store.
+        # the method, as here; without it such a connector never finds the blocks it should store. It gets the
+        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise.
         if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
             pool = kv_cache_manager.block_pool
             pool = self._release_pool = ReleaseHashedBlockPool(
