@@ -538,13 +538,14 @@ class VllmConnectorAdapter:
 
     @staticmethod
     def _block(v, block, pool):
-        """vLLM's KVCacheBlock for an engine block, with its hash (in the release's form where the release names a
-        coarser block otherwise): vLLM 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a request's
-        table as its local prefix hit, and without hashes loaded the external hit over the start of the prompt."""
+        """vLLM's KVCacheBlock for an engine block; where the release binds the block pool (`pool`, vLLM 0.20) with
+        the block's hash in the release's form: 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a
+        request's table as its local prefix hit, and without hashes loaded the external hit over the start of the
+        prompt. (0.31+ keep `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
         mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
         key = getattr(block, "block_hash", None)
-        if key is not None and not mirror.is_null:
-            mirror._block_hash = pool.release_hash(key) if pool is not None else key
+        if pool is not None and key is not None and not mirror.is_null:
+            mirror.block_hash = pool.release_hash(key)
         return mirror
 
     def _scheduler_output(self, so):
