@@ -110,6 +110,88 @@ def typed_like_vllm(coordinator):
     return _typed_proxy_class(vllm_cls)(coordinator)
 
 
+class _ReleaseHashedBlock:
+    """One engine block as the release's connector reads it: its `block_hash` in the release's form (see
+    `ReleaseHashedBlockPool`), everything else the engine block's."""
+
+    def __init__(self, block, block_hash) -> None:
+        self._block = block
+        self.block_hash = block_hash
+
+    def __getattr__(self, name: str):
+        return getattr(self._block, name)
+
+
+class ReleaseHashedBlockPool:
+    """The engine's block pool as a connector that reads it by hash is handed it on a release whose Scheduler binds
+    the pool (vLLM 0.20's `bind_gpu_block_pool`). On vLLM the pool's block hashes and the connector's lookups come
+    from the release's one hashing; here the pool is kvconform's, which hashes as vLLM 0.33+ does, and vLLM 0.20
+    hashes otherwise: a coarser group's block is its fine hashes joined (0.33: the last one), a cache salt or
+    LoRA name is an untagged extra key (0.33: tagged). Its SimpleCPUOffloadConnector stored the engine's keys and
+    looked up its own, so it never hit a salted prompt or a preset with two block sizes. `blocks[i].block_hash`
+    is the release's key for engine block i: the request mirror's fine hashes at the positions where the engine
+    request has the block's fine hash, viewed at the group's block size by the release's
+    `BlockHashListWithBlockSize`. `touch` and `free_blocks` act on the engine's blocks."""
+
+    def __init__(self, pool, kv_cache_config: kspecs.KVCacheConfig, requests) -> None:
+        self._pool = pool
+        self._sizes = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
+        self._hash_size = math.gcd(*self._sizes)
+        self._requests = requests   # () -> [(engine request, its vLLM mirror)]
+        self._where: dict[bytes, tuple[Any, int]] = {}   # engine fine hash -> (its request's mirror, index)
+        self.blocks = _BlockView(self)
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+    def release_hash(self, key):
+        """The release's key for the engine's key `key` (hash and group id); `key` itself when no live request
+        has its fine hash (the block is then not found, as it would not be on vLLM either)."""
+        if key is None:
+            return None
+        group = engine_hashing.get_group_id(key)
+        scale = self._sizes[group] // self._hash_size
+        last = bytes(engine_hashing.get_block_hash(key))
+        if last not in self._where:
+            for request, mirror in self._requests():
+                self._where.update((bytes(h), (mirror, i)) for i, h in enumerate(request.block_hashes))
+        found = self._where.get(last)
+        if found is None or found[1] + 1 < scale or found[1] >= len(found[0].block_hashes):
+            return key
+        mirror, i = found
+        utils = _vllm().utils
+        fine = list(mirror.block_hashes[i + 1 - scale:i + 1])
+        coarse = fine[0] if scale == 1 else utils.BlockHashListWithBlockSize(fine, self._hash_size,
+                                                                              self._sizes[group])[0]
+        return utils.make_block_hash_with_group_id(coarse, group)
+
+    @staticmethod
+    def _engine_blocks(blocks):
+        return [getattr(b, "_block", b) for b in blocks]
+
+    def touch(self, blocks) -> None:
+        """The engine pool's `touch` on the engine's blocks."""
+        self._pool.touch(self._engine_blocks(blocks))
+
+    def free_blocks(self, blocks) -> None:
+        """The engine pool's `free_blocks` on the engine's blocks."""
+        self._pool.free_blocks(self._engine_blocks(blocks))
+
+
+class _BlockView:
+    """`pool.blocks` of a `ReleaseHashedBlockPool`: item i is engine block i with the release's hash."""
+
+    def __init__(self, pool: ReleaseHashedBlockPool) -> None:
+        self._owner = pool
+
+    def __len__(self) -> int:
+        return len(self._owner._pool.blocks)
+
+    def __getitem__(self, index: int):
+        block = self._owner._pool.blocks[index]
+        return _ReleaseHashedBlock(block, self._owner.release_hash(block.block_hash))
+
+
 def vllm_class(name: str) -> type:
     """The class vLLM registers under `name` (imports its module)."""
     return _vllm().factory.get_connector_class_by_name(name)
@@ -375,6 +457,7 @@ class VllmConnectorAdapter:
         self.vllm_config = vllm_config_for(vllm_config, kv_cache_config, self.vllm_name, extra)
         self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
         self._requests: dict[str, Any] = {}
+        self._engine_requests: dict[str, Any] = {}   # the engine requests the mirrors stand for
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
@@ -432,6 +515,7 @@ class VllmConnectorAdapter:
                 sampling_params=v.SamplingParams(max_tokens=getattr(request, "max_tokens", 1)), pooling_params=None,
                 eos_token_id=None, block_hasher=self._hasher(), lora_request=lora, cache_salt=request.cache_salt)
             self._requests[request.request_id] = mirror
+            self._engine_requests[request.request_id] = request
         outputs = list(request.output_token_ids)
         if len(outputs) > len(mirror.output_token_ids):
             mirror.append_output_token_ids(outputs[len(mirror.output_token_ids):])
@@ -448,9 +532,21 @@ class VllmConnectorAdapter:
 
     def _blocks(self, blocks):
         v = _vllm()
-        groups = tuple([v.utils.KVCacheBlock(b.block_id, is_null=b.block_id == 0 or bool(getattr(b, "is_null", False)))
-                        for b in group] for group in blocks.blocks)
+        pool = getattr(self, "_release_pool", None)
+        groups = tuple([self._block(v, b, pool) for b in group] for group in blocks.blocks)
         return v.KVCacheBlocks(groups)
+
+    @staticmethod
+    def _block(v, block, pool):
+        """vLLM's KVCacheBlock for an engine block; where the release binds the block pool (`pool`, vLLM 0.20) with
+        the block's hash in the release's form: 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a
+        request's table as its local prefix hit, and without hashes loaded the external hit over the start of the
+        prompt. (0.31+ keep `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
+        mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
+        key = getattr(block, "block_hash", None)
+        if pool is not None and key is not None and not mirror.is_null:
+            mirror.block_hash = pool.release_hash(key)
+        return mirror
 
     def _scheduler_output(self, so):
         v = _vllm()
@@ -507,9 +603,14 @@ class VllmConnectorAdapter:
         self._kv_cache_manager = kv_cache_manager
         self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
-        # the method, as here; without it such a connector never finds the blocks it should store.
+        # the method, as here; without it such a connector never finds the blocks it should store. It gets the
+        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise.
         if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
-            self.inner.bind_gpu_block_pool(kv_cache_manager.block_pool)
+            pool = kv_cache_manager.block_pool
+            pool = self._release_pool = ReleaseHashedBlockPool(
+                pool, self.kv_cache_config,
+                lambda: [(self._engine_requests[r], m) for r, m in self._requests.items() if r in self._engine_requests])
+            self.inner.bind_gpu_block_pool(pool)
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
@@ -573,11 +674,13 @@ class VllmConnectorAdapter:
     def request_finished(self, request, block_ids):
         result = self.inner.request_finished(self._request(request), list(block_ids))
         self._requests.pop(request.request_id, None)
+        self._engine_requests.pop(request.request_id, None)
         return result
 
     def request_finished_all_groups(self, request, block_ids):
         result = self.inner.request_finished_all_groups(self._request(request), tuple(list(g) for g in block_ids))
         self._requests.pop(request.request_id, None)
+        self._engine_requests.pop(request.request_id, None)
         return result
 
     def take_events(self):
