@@ -137,7 +137,7 @@ def test_hash_chain_matches_independent_oracle(target):
     assert len(req.block_hashes) == 4, "appending 9 tokens completes a 4th block, hashed eagerly"
 
 
-@pytest.mark.needs('default_none_hash_seed')
+@pytest.mark.needs('default_none_hash_seed', 'tagged_extra_keys')
 def test_extra_keys_lora_every_block_salt_first_block(target):
     tokens = list(range(32))
     req = target.make_request("x", tokens, 16, lora=("ad", 1, "/p"), cache_salt="s")
