@@ -158,9 +158,9 @@ def _pool_modules(prepend_when):
 
 
 @pytest.mark.parametrize("shape,prepend_when,expected", [
-    ("every freed block to the tail (0.13, 0.20; 0.23-0.25 unless the caller asks to prepend)", lambda caching: False, False),
+    ("every freed block to the tail (0.13, 0.20; 0.23 unless the caller asks to prepend)", lambda caching: False, False),
     ("unhashed blocks first only while caching is on (0.27)", lambda caching: caching, False),
-    ("freed blocks of an uncached pool first (0.26, 0.28+, the reference)", lambda caching: True, True),
+    ("freed blocks of an uncached pool first (0.24-0.26, 0.28+, the reference)", lambda caching: True, True),
 ])
 def test_unhashed_lifo_is_probed_from_the_pool_behaviour(shape, prepend_when, expected):
     have, lacks = probe_capabilities(_pool_modules(prepend_when), {"unhashed_lifo": CAPABILITIES["unhashed_lifo"]})

@@ -99,9 +99,9 @@ def _returns_boundary(mods: dict) -> bool:
 
 
 def _uncached_pool_reuses_freed_first(mods: dict) -> bool:
-    # Behaviour, not a method name: 0.13-0.20 append every freed block to the tail, 0.23-0.25 too unless the
-    # caller passes prepend=True, and 0.27 prepends unhashed blocks only while caching is on ("when caching is
-    # disabled we always append", block_pool.py); the checks that need LIFO reuse watch a pool without caching.
+    # Behaviour, not a method name: 0.13-0.20 append every freed block to the tail, 0.23 too unless the caller
+    # passes prepend=True, and 0.27 prepends unhashed blocks only while caching is on ("when caching is disabled
+    # we always append", block_pool.py); the checks that need LIFO reuse watch a pool without caching.
     pool = mods["pool"].BlockPool(4, False, 16)
     freed = pool.get_new_blocks(2)
     pool.free_blocks(freed)
@@ -141,6 +141,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("tagged_extra_keys", "block hashes take a LoRA adapter's name and a cache salt untagged (no "
                "(\"lora\", name, path) / (\"cache_salt\", salt) extra keys)",
                lambda m: '("cache_salt"' in inspect.getsource(m["utils"])),
+    # 0.20 and 0.23 name a coarser group's block by its fine hashes joined; 0.24+ by the last one.
+    Capability("coarse_hash_last_fine", "a coarser group's block hash is its fine hashes joined "
+               "(BlockHashListWithBlockSize), not the last of them",
+               lambda m: m["utils"].BlockHashListWithBlockSize([b"a" * 32, b"b" * 32], 4, 8)[0] == b"b" * 32),
     Capability("unhashed_lifo", "freed blocks of a pool without prefix caching join the tail of the free "
                "queue (they are not reused first)", _uncached_pool_reuses_freed_first),
     Capability("default_none_hash_seed", "NONE_HASH is random per process unless PYTHONHASHSEED is set (no "

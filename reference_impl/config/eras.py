@@ -148,6 +148,9 @@ class Era:
     offloading_needs_size: bool = False
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
+    # 0.23.0 only: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
+    # start of the offloading shortcut's function (config/vllm.py:764-772)
+    hidden_states_refuses_chunked_prefill: bool = False
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
     multi_init_asserts: bool = False
@@ -278,9 +281,12 @@ def _build_eras() -> tuple[Era, ...]:
         simple_offload_env=True,
         module_path_first=True,
         deprecated_constructor_error=True,
+        hidden_states_refuses_chunked_prefill=True,
     )
     v024 = _evolve(v023, "v0.24", (0, 24), "0.24.0",
-                   "P2pNcclConnector unregistered; NixlPullConnector / NixlPushConnector registered (SupportsHMA)")
+                   "P2pNcclConnector unregistered; NixlPullConnector / NixlPushConnector registered (SupportsHMA); "
+                   "ExampleHiddenStatesConnector no longer refuses chunked prefill at config",
+                   hidden_states_refuses_chunked_prefill=False)
     v025 = _evolve(v024, "v0.25", (0, 25), "0.25.0", "dspark joins the EAGLE-style methods (use_eagle)",
                    eagle_methods=_BASE_EAGLE | {"dflash", "dspark"})
     v030 = _evolve(v025, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)

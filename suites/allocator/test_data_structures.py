@@ -148,6 +148,7 @@ def test_extra_keys_lora_every_block_salt_first_block(target):
     assert plain.block_hashes[0] != h0, "LoRA and salt change the key"
 
 
+@pytest.mark.needs('coarse_hash_last_fine')
 def test_coarse_block_uses_last_fine_hash(target):
     manager = target.make_manager([GroupDesc("full", 4), GroupDesc("full", 8)], 32, 1000,
                                   hash_block_size=4, scheduler_block_size=8)

@@ -142,3 +142,17 @@ def test_hisparse_on_cuda_has_triton_only_while_the_case_runs(tmp_path, monkeypa
     assert config_module.HAS_TRITON is False
     with patched_platform(True, None):  # not a HiSparse case: the machine's own answer
         assert config_module.HAS_TRITON is False
+
+
+@pytest.mark.parametrize("joined,expected", [(True, False), (False, True)])
+def test_coarse_hash_is_probed_from_the_release_hash_list(joined, expected):
+    class BlockHashListWithBlockSize:  # 0.20 / 0.23 join a coarse block's fine hashes; 0.24+ take the last
+        def __init__(self, block_hashes, hash_block_size, target_block_size):
+            self.hashes, self.scale = block_hashes, target_block_size // hash_block_size
+
+        def __getitem__(self, i):
+            fine = self.hashes[i * self.scale:(i + 1) * self.scale]
+            return b"".join(fine) if joined else fine[-1]
+
+    assert _probe("coarse_hash_last_fine",
+                  {"utils": types.SimpleNamespace(BlockHashListWithBlockSize=BlockHashListWithBlockSize)}) is expected
