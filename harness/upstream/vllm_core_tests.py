@@ -129,6 +129,13 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
     env["HF_HUB_OFFLINE"] = "1"  # the hub is the local cache only: fail fast instead of retrying the network
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["VLLM_TARGET_DEVICE"] = "cpu"  # the CUDA wheel detects no platform on a machine without a GPU
+    # vLLM 0.34's CPU platform refuses an x86 machine unless `vllm.triton_utils.HAS_TRITON` holds (its CPU model
+    # runner compiles Triton kernels; triton-cpu is not on PyPI). With exactly one active Triton driver or,
+    # as on a Ray worker, an empty CUDA_VISIBLE_DEVICES, vLLM keeps HAS_TRITON for the installed Triton. These
+    # tests run no kernel: the empty variable lets `VllmConfig` build (300 scheduler tests of 0.34.0 that
+    # otherwise stop at "vLLM on x86 CPUs requires Triton (triton-cpu)"); they run on the CPU platform
+    # anyway (above), so hiding GPUs changes nothing else.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     if select is not None:
         env[SELECT_ENV] = str(select)
         plugins = (*plugins, "harness.upstream.select_tests")

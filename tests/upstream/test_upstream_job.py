@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from harness.upstream import process_alias
+from harness.upstream import process_alias, vllm_core_tests
 from harness.upstream.offline_hub import load_model_configs, named_models, write_offline_hub
 from harness.upstream.results import UpstreamResultsError, load_upstream
 from harness.upstream.vllm_core_tests import compare, main
@@ -166,3 +166,23 @@ def test_select_plugin_runs_only_the_listed_tests(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
     assert "2 passed, 2 deselected" in done.stdout
+
+
+def test_run_pytest_gives_the_tests_vllms_cpu_platform_offline(tmp_path):
+    """The environment the upstream runs see: vLLM's CPU platform, offline hub, and an empty
+    CUDA_VISIBLE_DEVICES (vLLM 0.34's CPU platform accepts the installed Triton only then); checked by a
+    test file that records its own environment."""
+    root = tmp_path / "root"
+    (root / "t").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    record = tmp_path / "env.json"
+    (root / "t" / "test_env.py").write_text(
+        "import json, os\n"
+        "def test_env():\n"
+        f"    json.dump({{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'VLLM_TARGET_DEVICE',"
+        f" 'HF_HUB_OFFLINE')}}, open({str(record)!r}, 'w'))\n")
+    status = vllm_core_tests.run_pytest(sys.executable, root, tmp_path / "junit.xml", [], 1,
+                                        tmp_path / "log.txt", files=("t",))
+    assert status == 0, (tmp_path / "log.txt").read_text()
+    assert json.loads(record.read_text()) == {"CUDA_VISIBLE_DEVICES": "", "VLLM_TARGET_DEVICE": "cpu",
+                                              "HF_HUB_OFFLINE": "1"}
