@@ -7,9 +7,10 @@ Every change falls in one class, listed in this order whatever the two runs cove
   fixed       the cell failed in BASE and does not in HEAD
   changed     any other change of outcome (a different failure, a passing cell whose outcome moved)
 
-Two runs of vLLM's connectors on two releases (one release each) are compared cell by cell with the release left
-out of the connector's name, so the diff lists what changed between the releases (a check a release lacks the API
-for is "N/A on X.Y.Z: reason" there, `harness.targets.connector_capabilities`).
+Two runs of vLLM's connectors or allocator on two releases (one release each) are compared cell by cell with the
+release left out of the connector's or allocator target's name, so the diff lists what changed between the releases
+(a check a release lacks the API for is "N/A on X.Y.Z: reason" there, `harness.targets.connector_capabilities`,
+`harness.targets.allocator_capabilities`).
 
 Cells present in one run only (the runs' scopes differ: one era against every era, one suite against all)
 are summarised in one line, never listed one by one (`--all` lists them), except a failing cell new in HEAD,
@@ -321,32 +322,40 @@ def github_commands(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.vllm_connector).
-_CONNECTOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+):")
+# A vLLM target's report name carries its release: a connector cell's "vllm-0.34.0:ExampleConnector"
+# (harness.targets.vllm_connector), an allocator cell's target "vllm-0.34.0" (make_vllm_target). Field -> (the
+# name's pattern, what the name becomes without its release).
+_RELEASE_NAMES = {"connector": (re.compile(r"^vllm-(\d+\.\d+\.\d+):"), "vllm:"),
+                  "target": (re.compile(r"^vllm-(\d+\.\d+\.\d+)$"), "vllm")}
 
 
-def connector_releases(entries: list[dict]) -> set[str]:
-    """The vLLM releases whose connectors the entries' connector cells name."""
-    return {match.group(1) for entry in entries
-            if (match := _CONNECTOR_RELEASE.match(str((entry.get("cell") or {}).get("connector", ""))))}
+def vllm_releases(entries: list[dict]) -> set[str]:
+    """The vLLM releases whose connectors or allocator the entries' cells name."""
+    found = set()
+    for entry in entries:
+        cell = entry.get("cell") or {}
+        for field, (pattern, _) in _RELEASE_NAMES.items():
+            if match := pattern.match(str(cell.get(field, ""))):
+                found.add(match.group(1))
+    return found
 
 
 def across_releases(base: list[dict], head: list[dict]) -> tuple[list[dict], list[dict], tuple[str, str] | None]:
-    """(base, head, (base release, head release)) with each vLLM connector cell named without its release
-    (`vllm:ExampleConnector`) when each run checked the connectors of one vLLM release and the releases differ, so
+    """(base, head, (base release, head release)) with each vLLM connector or allocator cell named without its
+    release (`vllm:ExampleConnector`, `vllm`) when each run checked one vLLM release and the releases differ, so
     that a cell of one release meets the same cell of the other ("what changed between 0.33.0 and 0.34.0");
     else the entries as they are and None (a run of several releases keeps them apart)."""
-    releases = connector_releases(base), connector_releases(head)
+    releases = vllm_releases(base), vllm_releases(head)
     if len(releases[0]) != 1 or len(releases[1]) != 1 or releases[0] == releases[1]:
         return base, head, None
 
     def neutral(entries: list[dict]) -> list[dict]:
         out = []
         for entry in entries:
-            connector = str((entry.get("cell") or {}).get("connector", ""))
-            if _CONNECTOR_RELEASE.match(connector):
-                entry = {**entry, "cell": {**entry["cell"], "connector": _CONNECTOR_RELEASE.sub("vllm:", connector)}}
-            out.append(entry)
+            cell = entry.get("cell") or {}
+            renamed = {field: pattern.sub(plain, str(cell[field])) for field, (pattern, plain) in _RELEASE_NAMES.items()
+                       if pattern.match(str(cell.get(field, "")))}
+            out.append({**entry, "cell": {**cell, **renamed}} if renamed else entry)
         return out
 
     return neutral(base), neutral(head), (next(iter(releases[0])), next(iter(releases[1])))
@@ -361,8 +370,10 @@ def run(args) -> int:
     base_entries, head_entries, releases = across_releases(base.results, head.results)
     base_name, head_name = args.base, args.head
     if releases is not None:
-        base_name, head_name = (f"{name} (vLLM {release}'s connectors)" for name, release in zip((base_name, head_name),
-                                                                                             releases))
+        suites = {entry.get("suite") for entry in [*base_entries, *head_entries]} & {"connector", "allocator"}
+        what = {"connector": "'s connectors", "allocator": "'s allocator"}[suites.pop()] if len(suites) == 1 else ""
+        base_name, head_name = (f"{name} (vLLM {release}{what})" for name, release in zip((base_name, head_name),
+                                                                                         releases))
     comparison = compare(base_entries, head_entries, base_name, head_name, args.changed_only)
     print(format_comparison(comparison, args.format, args.every_cell), end="")
     return comparison.exit_status()

@@ -722,6 +722,26 @@ def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp
     ]
 
 
+
+def test_diff_of_two_releases_allocator_runs_lines_their_cells_up(tmp_path, capsys):
+    """The allocator target names its release (`vllm-0.24.0`); two single-release runs meet cell by cell, so a
+    reviewed bug failing in both is no change, and a check N/A on the older release that runs on the newer is one
+    (measured on vLLM 0.24.0 -> 0.25.0: R-SWA arrives, the Mamba page-unification bug stays)."""
+    def entry(release, scenario, status, message=None):
+        return make_entry(nodeid=f"suites/allocator/test_x.py::{scenario}", suite="allocator", status=status,
+                          message=message, cell={"target": f"vllm-{release}", "scenario": scenario, "section": "3"})
+
+    bug = "AssertionError: the Mamba page did not grow"
+    base = [entry("0.24.0", "test_page_unification", "failed", bug),
+            entry("0.24.0", "test_rswa_gap", "skipped", "N/A on 0.24.0: no RSWASpec (reverse sliding window)")]
+    head = [entry("0.25.0", "test_page_unification", "failed", bug), entry("0.25.0", "test_rswa_gap", "passed")]
+    b, h = write_results(tmp_path / "b.json", base), write_results(tmp_path / "h.json", head)
+    status, out, _ = run_cli(capsys, "diff", b, h, "--all")
+    lines = out.splitlines()
+    assert status == 0 and lines[0] == (f"kvconform diff {b} (vLLM 0.24.0's allocator) -> {h} (vLLM 0.25.0's "
+                                        "allocator): 0 regressed, 0 fixed, 1 changed")
+    assert lines[1].startswith("changed: allocator target=vllm scenario=test_rswa_gap section=3: skipped"), lines
+
 def test_diff_keeps_releases_apart_within_one_run_of_several(tmp_path, capsys):
     both = [_connector_entry(r, "ExampleConnector", "C14 round-trip-bytes", "passed") for r in ("0.33.0", "0.34.0")]
     b, h = write_results(tmp_path / "b.json", both), write_results(tmp_path / "h.json", both[1:])

@@ -61,3 +61,29 @@ def test_the_run_names_the_allocator_that_ran_and_no_other_targets_version(tmp_p
     run_info = json.loads(results.read_text())["run_info"]
     assert run_info["target"] == f"allocator {spec} (vendor-alloc-2.1)", run_info["target"]
     assert "target_version" not in run_info, run_info.get("target_version")
+
+
+def reference_without_hisparse():
+    """The reference under a release-like name, its map without HiSparse's modules (N/A for lacking HiSparse)."""
+    from harness.targets.allocator_target import REFERENCE_MODULES, ModuleMapAllocatorTarget
+
+    return ModuleMapAllocatorTarget("vllm-9.9.0", {k: v for k, v in REFERENCE_MODULES.items()
+                                                   if not k.startswith("v1.hisparse.")}, version="9.9.0")
+
+
+def test_a_scenario_not_applicable_by_its_marks_keeps_its_cell(tmp_path):
+    """A `needs` mark skips before the scenario runs; its cell (target, scenario) is recorded all the same, so
+    `kvconform diff` of a release without the capability and one with it meets the cell in both runs."""
+    results = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator.test_hisparse", "--kv-allocator",
+         "tests.targets.test_allocator_option:reference_without_hisparse", "-q", "-p", "no:randomly",
+         "-p", "no:cacheprovider", "-p", "no:xdist", "--kvconform-results", str(results)],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entries = json.loads(results.read_text())["results"]
+    skipped = [e for e in entries if e["status"] == "skipped"]
+    assert skipped and all(e["message"].startswith("N/A on 9.9.0: no HiSparse") for e in skipped)
+    assert all(e["cell"] == {"target": "vllm-9.9.0", "scenario": e["id"].split("::")[1], "section": "4"}
+               for e in skipped), skipped[0]
