@@ -323,10 +323,12 @@ class PresetModelConfig:
         self.max_model_len = engine_config.max_model_len
         self.dtype = first.dtype if first is not None else None
         self.use_mla = False
-        # Read on 0.27.0 by the Scheduler a connector builds (scheduler.py:122) and by VllmConfig.s V2
-        # model-runner choice (config/vllm.py:642): a preset is a generative model, never a diffusion one.
+        # What a real ModelConfig answers for the preset's model, read on 0.27.0 by the Scheduler a connector
+        # builds (scheduler.py:122) and by VllmConfig's V2 model-runner choice (config/vllm.py:642-658): a
+        # generative model, neither a diffusion model nor a mixture of experts.
         self.is_diffusion = False
         self.runner_type = "generate"
+        self.is_moe = False
         self.is_hybrid = any(isinstance(g.kv_cache_spec, kspecs.MambaSpec) for g in kv_cache_config.kv_cache_groups)
         self._kv_heads = first.num_kv_heads * tp if first is not None else 0
         self._head_size = first.head_size if first is not None else 0

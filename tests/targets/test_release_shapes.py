@@ -122,7 +122,7 @@ def test_preset_model_config_answers_what_older_schedulers_read():
     config = kspecs.KVCacheConfig(num_blocks=4, kv_cache_tensors=[],
                                   kv_cache_groups=[kspecs.KVCacheGroupSpec(["l0"], spec)])
     model = PresetModelConfig(EngineConfig(), config)
-    assert model.is_diffusion is False and model.runner_type == "generate"
+    assert model.is_diffusion is False and model.runner_type == "generate" and model.is_moe is False
 
 
 def test_hisparse_on_cuda_has_triton_only_while_the_case_runs(tmp_path, monkeypatch):
