@@ -7,10 +7,10 @@ Every change falls in one class, listed in this order whatever the two runs cove
   fixed       the cell failed in BASE and does not in HEAD
   changed     any other change of outcome (a different failure, a passing cell whose outcome moved)
 
-Two runs of vLLM's connectors or allocator on two releases (one release each) are compared cell by cell with the
-release left out of the connector's or allocator target's name, so the diff lists what changed between the releases
-(a check a release lacks the API for is "N/A on X.Y.Z: reason" there, `harness.targets.connector_capabilities`,
-`harness.targets.allocator_capabilities`).
+Two runs of vLLM on two releases (one release each: its connectors, or its allocator with `--kv-allocator vllm`)
+are compared cell by cell with the release left out of the connector's name and of the allocator cell's target, so
+the diff lists what changed between the releases (a check a release lacks the API for is "N/A on X.Y.Z: reason"
+there, `harness.targets.connector_capabilities` and `allocator_capabilities`).
 
 Cells present in one run only (the runs' scopes differ: one era against every era, one suite against all)
 are summarised in one line, never listed one by one (`--all` lists them), except a failing cell new in HEAD,
@@ -322,29 +322,36 @@ def github_commands(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-# A vLLM target's report name carries its release: a connector cell's "vllm-0.34.0:ExampleConnector"
-# (harness.targets.vllm_connector), an allocator cell's target "vllm-0.34.0" (make_vllm_target). Field -> (the
-# name's pattern, what the name becomes without its release).
-_RELEASE_NAMES = {"connector": (re.compile(r"^vllm-(\d+\.\d+\.\d+):"), "vllm:"),
-                  "target": (re.compile(r"^vllm-(\d+\.\d+\.\d+)$"), "vllm")}
+# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.vllm_connector);
+# an allocator cell of `--kv-allocator vllm` names its target "vllm-0.34.0" (harness.targets.allocator_target).
+_CONNECTOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+):")
+_ALLOCATOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+)$")
+
+
+def _named_release(entry: dict) -> tuple[str, str, str] | None:
+    """(cell field, its value, the vLLM release it names) for a connector cell of a vLLM connector or an allocator
+    cell of the vLLM allocator; None for any other cell."""
+    cell = entry.get("cell") or {}
+    connector = str(cell.get("connector", ""))
+    if match := _CONNECTOR_RELEASE.match(connector):
+        return "connector", connector, match.group(1)
+    target = str(cell.get("target", ""))
+    if entry.get("suite") == "allocator" and (match := _ALLOCATOR_RELEASE.match(target)):
+        return "target", target, match.group(1)
+    return None
 
 
 def vllm_releases(entries: list[dict]) -> set[str]:
-    """The vLLM releases whose connectors or allocator the entries' cells name."""
-    found = set()
-    for entry in entries:
-        cell = entry.get("cell") or {}
-        for field, (pattern, _) in _RELEASE_NAMES.items():
-            if match := pattern.match(str(cell.get(field, ""))):
-                found.add(match.group(1))
-    return found
+    """The vLLM releases the entries' cells name: a vLLM connector's, or the vLLM allocator target's."""
+    return {named[2] for entry in entries if (named := _named_release(entry)) is not None}
 
 
 def across_releases(base: list[dict], head: list[dict]) -> tuple[list[dict], list[dict], tuple[str, str] | None]:
-    """(base, head, (base release, head release)) with each vLLM connector or allocator cell named without its
-    release (`vllm:ExampleConnector`, `vllm`) when each run checked one vLLM release and the releases differ, so
-    that a cell of one release meets the same cell of the other ("what changed between 0.33.0 and 0.34.0");
-    else the entries as they are and None (a run of several releases keeps them apart)."""
+    """(base, head, (base release, head release)) with each vLLM connector cell named without its release
+    (`vllm:ExampleConnector`) and each vLLM allocator cell's target `vllm`, when each run checked one vLLM release
+    and the releases differ, so that a cell of one release meets the same cell of the other ("what changed
+    between 0.33.0 and 0.34.0"); else the entries as they are and None (a run of several releases keeps them
+    apart)."""
     releases = vllm_releases(base), vllm_releases(head)
     if len(releases[0]) != 1 or len(releases[1]) != 1 or releases[0] == releases[1]:
         return base, head, None
@@ -352,10 +359,11 @@ def across_releases(base: list[dict], head: list[dict]) -> tuple[list[dict], lis
     def neutral(entries: list[dict]) -> list[dict]:
         out = []
         for entry in entries:
-            cell = entry.get("cell") or {}
-            renamed = {field: pattern.sub(plain, str(cell[field])) for field, (pattern, plain) in _RELEASE_NAMES.items()
-                       if pattern.match(str(cell.get(field, "")))}
-            out.append({**entry, "cell": {**cell, **renamed}} if renamed else entry)
+            if (named := _named_release(entry)) is not None:
+                field, value, _ = named
+                value = _CONNECTOR_RELEASE.sub("vllm:", value) if field == "connector" else "vllm"
+                entry = {**entry, "cell": {**entry["cell"], field: value}}
+            out.append(entry)
         return out
 
     return neutral(base), neutral(head), (next(iter(releases[0])), next(iter(releases[1])))
@@ -370,10 +378,7 @@ def run(args) -> int:
     base_entries, head_entries, releases = across_releases(base.results, head.results)
     base_name, head_name = args.base, args.head
     if releases is not None:
-        suites = {entry.get("suite") for entry in [*base_entries, *head_entries]} & {"connector", "allocator"}
-        what = {"connector": "'s connectors", "allocator": "'s allocator"}[suites.pop()] if len(suites) == 1 else ""
-        base_name, head_name = (f"{name} (vLLM {release}{what})" for name, release in zip((base_name, head_name),
-                                                                                         releases))
+        base_name, head_name = (f"{name} (vLLM {release})" for name, release in zip((base_name, head_name), releases))
     comparison = compare(base_entries, head_entries, base_name, head_name, args.changed_only)
     print(format_comparison(comparison, args.format, args.every_cell), end="")
     return comparison.exit_status()
