@@ -7,7 +7,8 @@ engine does with it: `{"id", "resolved_disable_hma", "warnings", "error", "rules
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from reference_impl.config import eras as E, messages
@@ -24,7 +25,7 @@ from reference_impl.config.objects import (
     SchedulerConfig,
     SpeculativeConfig,
 )
-from reference_impl.config.resolution import VllmConfig, create_connector
+from reference_impl.config.resolution import SUPPORT_UNKNOWN, VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
 from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, LAYER_KINDS, OFFLOADING_BACKENDS, PLATFORM_CHOICES,
                                        STAGES)
@@ -380,8 +381,26 @@ def run_case(case: Case) -> dict[str, Any]:
             return outcome(case.id, error=error, rules=prefix)
         return outcome(case.id, warnings=res.warnings, error=error, rules=prefix + res.rules)
     except UnknownOutcome as exc:
+        if exc.rule == SUPPORT_UNKNOWN:
+            known = _same_either_way(case)
+            if known is not None:
+                return known
         res = exc.resolution
         return outcome(case.id, warnings=res.warnings, rules=prefix + res.rules, unknown=exc.reason)
+
+
+def _same_either_way(case: Case) -> dict[str, Any] | None:
+    """The outcome of a case whose platform's HMA support vLLM's sources do not define (TPU from 0.14), when it
+    is the same with the support True and False (e.g. an error MultiConnector's constructor raises whichever way
+    the flag was resolved); None when it depends on it. The oracle and the vllm target decide the same way."""
+    runs = []
+    for support in (True, False):
+        era = replace(case.era, platform_support=MappingProxyType({**case.era.platform_support, case.platform: support}))
+        runs.append(run_case(replace(case, era=era)))
+    comparable = [{key: value for key, value in run.items() if key != "rules"} for run in runs]
+    if comparable[0] != comparable[1]:
+        return None
+    return {**runs[0], "rules": ["platform_unknown", "platform_unknown_same_outcome", *runs[0]["rules"]]}
 
 
 def input_error(case_id: Any, message: str) -> dict[str, Any]:

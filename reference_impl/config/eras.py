@@ -233,7 +233,13 @@ def _build_eras() -> tuple[Era, ...]:
         connector_rule=CONNECTOR_FLAG_NONE,
         explicit_enable_error=messages.E_B,
     )
-    v014 = _evolve(seed, "v0.14", (0, 14), "0.14.0", "chunked-local env var default flips to 1 (#29627)", chunked_env_default="1")
+    v014 = _evolve(
+        seed, "v0.14", (0, 14), "0.14.0",
+        "chunked-local env var default flips to 1 (#29627); TPU outside vLLM (platforms/tpu.py re-exports "
+        "tpu_inference's TpuPlatform)",
+        chunked_env_default="1",
+        platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
+    )
     v018 = _evolve(v014, "v0.18", (0, 18), "0.18.0", "NixlConnector is the first in-tree SupportsHMA connector (#35758)")
     v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0", "SimpleCPUOffloadConnector gains SupportsHMA")
     v020 = _evolve(
@@ -262,8 +268,7 @@ def _build_eras() -> tuple[Era, ...]:
     v030 = _evolve(v023, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
     v033 = _evolve(
         v030, "v0.33", (0, 33), "0.33.0",
-        "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C; module path before registry; TPU outside vLLM",
-        platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
+        "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C; module path before registry",
         eagle_methods=_BASE_EAGLE | {"dflash", "dspark"},
         offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheMPConnector"}),
         simple_offload_env=True,

@@ -376,9 +376,16 @@ def _connector_disables(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig)
     return True
 
 
+#: `UnknownOutcome.rule` when only the platform's support_hybrid_kv_cache() is missing from the decision: the
+#: case runner then tries both values (`cases.run_case`), as the oracle and the vllm target do.
+SUPPORT_UNKNOWN = "platform_support_unknown"
+
+
 def _settle(cfg: VllmConfig, res: Resolution, disable: bool | None) -> None:
     if disable is None:
-        raise UnknownOutcome(res.platform_unknown or "the outcome depends on something vLLM's sources do not define", "platform_unknown")
+        if res.platform_unknown is not None:
+            raise UnknownOutcome(res.platform_unknown, SUPPORT_UNKNOWN)
+        raise UnknownOutcome("the outcome depends on something vLLM's sources do not define", "platform_unknown")
     cfg.scheduler_config.disable_hybrid_kv_cache_manager = disable
 
 

@@ -14,6 +14,7 @@ RULES: dict[str, str] = {
     "explicit_enable_rejected": "HMA was demanded but something in the configuration cannot run with it: error at config time",
     "platform_unsupported": "the platform's support_hybrid_kv_cache() is False",
     "platform_unknown": "the platform's support_hybrid_kv_cache() is defined outside vLLM in this release",
+    "platform_unknown_same_outcome": "the outcome is the same whether the platform supports HMA or not (both tried)",
     "kv_events_present": "a kv_events_config is present, which disables HMA in this release",
     "chunked_local_eagle": "chunked local attention with an EAGLE-style speculator disables HMA",
     "chunked_local_env_off": "chunked local attention with VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE off disables HMA (W-C)",

@@ -115,6 +115,13 @@ ROWS = [
     ("v033-dflash-is-eagle", {"profile": "v0.33", "speculative_method": "dflash", **CHUNK}, {"resolved": True, "warnings": []}),
     ("v033-true-chunked-W-C", {"profile": "v0.33", "flag": True, **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C"]}),
     ("v033-W-C-before-W-C1", {"profile": "v0.33", "kv_connector": "ExampleConnector", **CHUNK, **ENV_OFF}, {"resolved": True, "warnings": ["W-C", "W-C1"]}),
+    # 0.14.0's platforms/tpu.py defines no TpuPlatform: it re-exports tpu_inference's (measured on 0.17.0's matrix)
+    ("v0.14-tpu-unknown", {"vllm_version": "0.17.0", "platform": "tpu"}, {"unknown": True}),
+    ("v0.14-tpu-false-unknown", {"vllm_version": "0.14.0", "platform": "tpu", "flag": False}, {"unknown": True}),
+    # the same outcome with the support True or False is known: 0.22.0's MultiConnector.__init__ asserts a
+    # "connectors" list whichever way HMA was resolved (the oracle and the vllm target try both values too)
+    ("v0.22-tpu-multi-without-children-asserts-either-way", {"vllm_version": "0.22.0", "platform": "tpu", "kv_connector": "MultiConnector", "stage": "create_connector"}, {"error": ("AssertionError", "", "create_connector")}),
+    ("v0.22-tpu-multi-without-children-config-unknown", {"vllm_version": "0.22.0", "platform": "tpu", "kv_connector": "MultiConnector"}, {"unknown": True}),
     ("v033-tpu-unknown", {"profile": "v0.33", "platform": "tpu"}, {"unknown": True}),
     ("v033-tpu-true-known", {"profile": "v0.33", "platform": "tpu", "flag": True}, {"resolved": True}),
     ("v033-tpu-false-with-cl-known", {"profile": "v0.33", "platform": "tpu", "flag": False, **CHUNK, **ENV_OFF}, {"error": ("ValueError", T.E_C, "config")}),
