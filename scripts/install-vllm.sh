@@ -76,6 +76,7 @@ echo "install-vllm: [4/4] kvconform (editable, --no-deps) and its test tools"
 "$VENV/bin/python" - <<'PY'
 import vllm, vllm.config  # noqa: F401  (the config target needs both)
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: F401
+import vllm.v1.core.kv_cache_manager  # noqa: F401  (the allocator target; its imports reach v1/request.py's)
 print(f"install-vllm: vLLM {vllm.__version__} imports")
 PY
 echo "$stamp_value" > "$STAMP"

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 import pytest
 
 from harness.targets.allocator_capabilities import CAPABILITIES, probe_capabilities
+from harness.targets.allocator_target import make_reference_target
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlock
 from reference_impl.kv_cache.release import ENV_VAR, NEWEST, allocator_release, parse_release
+from suites.allocator.helpers import new_step
 
 
 @pytest.mark.parametrize("text,expected", [("0.33", (0, 33)), ("0.33.0", (0, 33)), ("v0.13", (0, 13)),
@@ -127,3 +129,21 @@ def test_capability_table_of_an_old_release():
     assert lacks["hash_lookahead"] == ("KVCacheManager takes no num_hash_lookahead_tokens (block hashes cover "
                                        "only their own block)")
     assert lacks["shared_prefix_boundary"].startswith("get_computed_blocks returns (blocks, hit tokens)")
+
+
+def test_a_step_starts_only_where_the_release_has_new_step_starts():
+    """vLLM 0.16.0 caches Mamba prefixes but its KVCacheManager has no new_step_starts (its scheduler calls
+    nothing between steps): a chunked-prefill check there must not call it (it raised AttributeError on 0.16.0);
+    where the release has it (probed, as the reference), the step starts."""
+    _, lacks = probe_capabilities(_old_release_modules())
+    assert "new_step_starts" in lacks
+    new_step(types.SimpleNamespace(lacks=lacks), object())  # an object without the method: nothing is called
+
+    calls = []
+
+    class Manager:
+        def new_step_starts(self):
+            calls.append("step")
+
+    new_step(make_reference_target(), Manager())
+    assert calls == ["step"]

@@ -7,9 +7,10 @@ Every change falls in one class, listed in this order whatever the two runs cove
   fixed       the cell failed in BASE and does not in HEAD
   changed     any other change of outcome (a different failure, a passing cell whose outcome moved)
 
-Two runs of vLLM's connectors on two releases (one release each) are compared cell by cell with the release left
-out of the connector's name, so the diff lists what changed between the releases (a check a release lacks the API
-for is "N/A on X.Y.Z: reason" there, `harness.targets.connector_capabilities`).
+Two runs of vLLM on two releases (one release each: its connectors, or its allocator with `--kv-allocator vllm`)
+are compared cell by cell with the release left out of the connector's name and of the allocator cell's target, so
+the diff lists what changed between the releases (a check a release lacks the API for is "N/A on X.Y.Z: reason"
+there, `harness.targets.connector_capabilities` and `allocator_capabilities`).
 
 Cells present in one run only (the runs' scopes differ: one era against every era, one suite against all)
 are summarised in one line, never listed one by one (`--all` lists them), except a failing cell new in HEAD,
@@ -321,31 +322,47 @@ def github_commands(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.vllm_connector).
+# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.vllm_connector);
+# an allocator cell of `--kv-allocator vllm` names its target "vllm-0.34.0" (harness.targets.allocator_target).
 _CONNECTOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+):")
+_ALLOCATOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+)$")
 
 
-def connector_releases(entries: list[dict]) -> set[str]:
-    """The vLLM releases whose connectors the entries' connector cells name."""
-    return {match.group(1) for entry in entries
-            if (match := _CONNECTOR_RELEASE.match(str((entry.get("cell") or {}).get("connector", ""))))}
+def _named_release(entry: dict) -> tuple[str, str, str] | None:
+    """(cell field, its value, the vLLM release it names) for a connector cell of a vLLM connector or an allocator
+    cell of the vLLM allocator; None for any other cell."""
+    cell = entry.get("cell") or {}
+    connector = str(cell.get("connector", ""))
+    if match := _CONNECTOR_RELEASE.match(connector):
+        return "connector", connector, match.group(1)
+    target = str(cell.get("target", ""))
+    if entry.get("suite") == "allocator" and (match := _ALLOCATOR_RELEASE.match(target)):
+        return "target", target, match.group(1)
+    return None
+
+
+def vllm_releases(entries: list[dict]) -> set[str]:
+    """The vLLM releases the entries' cells name: a vLLM connector's, or the vLLM allocator target's."""
+    return {named[2] for entry in entries if (named := _named_release(entry)) is not None}
 
 
 def across_releases(base: list[dict], head: list[dict]) -> tuple[list[dict], list[dict], tuple[str, str] | None]:
     """(base, head, (base release, head release)) with each vLLM connector cell named without its release
-    (`vllm:ExampleConnector`) when each run checked the connectors of one vLLM release and the releases differ, so
-    that a cell of one release meets the same cell of the other ("what changed between 0.33.0 and 0.34.0");
-    else the entries as they are and None (a run of several releases keeps them apart)."""
-    releases = connector_releases(base), connector_releases(head)
+    (`vllm:ExampleConnector`) and each vLLM allocator cell's target `vllm`, when each run checked one vLLM release
+    and the releases differ, so that a cell of one release meets the same cell of the other ("what changed
+    between 0.33.0 and 0.34.0"); else the entries as they are and None (a run of several releases keeps them
+    apart)."""
+    releases = vllm_releases(base), vllm_releases(head)
     if len(releases[0]) != 1 or len(releases[1]) != 1 or releases[0] == releases[1]:
         return base, head, None
 
     def neutral(entries: list[dict]) -> list[dict]:
         out = []
         for entry in entries:
-            connector = str((entry.get("cell") or {}).get("connector", ""))
-            if _CONNECTOR_RELEASE.match(connector):
-                entry = {**entry, "cell": {**entry["cell"], "connector": _CONNECTOR_RELEASE.sub("vllm:", connector)}}
+            if (named := _named_release(entry)) is not None:
+                field, value, _ = named
+                value = _CONNECTOR_RELEASE.sub("vllm:", value) if field == "connector" else "vllm"
+                entry = {**entry, "cell": {**entry["cell"], field: value}}
             out.append(entry)
         return out
 
@@ -361,8 +378,7 @@ def run(args) -> int:
     base_entries, head_entries, releases = across_releases(base.results, head.results)
     base_name, head_name = args.base, args.head
     if releases is not None:
-        base_name, head_name = (f"{name} (vLLM {release}'s connectors)" for name, release in zip((base_name, head_name),
-                                                                                             releases))
+        base_name, head_name = (f"{name} (vLLM {release})" for name, release in zip((base_name, head_name), releases))
     comparison = compare(base_entries, head_entries, base_name, head_name, args.changed_only)
     print(format_comparison(comparison, args.format, args.every_cell), end="")
     return comparison.exit_status()

@@ -54,8 +54,8 @@ class PackageImport:
 _LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.13.0 ... 0.33.0)
     "lmcache", (0, 13), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33)
 )
-_MOONCAKE_IMPORT = PackageImport(  # 0.13.0 re-raises a missing mooncake as ImportError; 0.20.0 only warns
-    "mooncake", (0, 13), (0, 20), "ImportError", messages.E_NO_MOONCAKE,
+_MOONCAKE_IMPORT = PackageImport(  # 0.13.0-0.18.x re-raise a missing mooncake as ImportError; 0.19.0 only warns
+    "mooncake", (0, 13), (0, 19), "ImportError", messages.E_NO_MOONCAKE,
 )
 
 

@@ -48,6 +48,14 @@ def prefill(manager, request, chunk: int | None = None, use_hits: bool = True) -
     return hit
 
 
+def new_step(target, manager) -> None:
+    """Start a scheduling step as the release's scheduler does: `KVCacheManager.new_step_starts()` where the
+    release has it (capability `new_step_starts`); a release without it (0.16 and earlier) keeps no per-step
+    state, and its scheduler calls nothing between steps."""
+    if "new_step_starts" not in getattr(target, "lacks", {}):
+        manager.new_step_starts()
+
+
 def tables(manager, request) -> list[list[int]]:
     """The request's block ids per group, as lists."""
     return [list(g) for g in manager.get_block_ids(request.request_id)]

@@ -21,7 +21,7 @@ and then confirmed on both targets; none is computed by the allocator. All group
 import pytest
 
 from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import prefill, tables
+from suites.allocator.helpers import new_step, prefill, tables
 
 SECTION = "4"
 
@@ -46,13 +46,13 @@ def _mamba_keyed_hashes(target, manager, request) -> list[int]:
     return [i for i, h in enumerate(request.block_hashes) if pool.get_cached_block(h, [1]) is not None]
 
 
-def _prefill_to(manager, request, chunk_ends: list[int]) -> None:
+def _prefill_to(target, manager, request, chunk_ends: list[int]) -> None:
     """Prefill `request` (no prefix hit) in chunks ending at `chunk_ends`, one scheduling step each."""
     for end in chunk_ends:
         out = manager.allocate_slots(request, end - request.num_computed_tokens)
         assert out is not None, f"the chunk ending at {end} must fit the pool"
         request.num_computed_tokens = end
-        manager.new_step_starts()
+        new_step(target, manager)
 
 
 def _replay_hit(target, manager, prompt: list[int], request_id: str) -> int:
@@ -127,7 +127,7 @@ def test_chunked_prefill_checkpoints_follow_retention(target, checkpoint_blocks,
     m = target.make_manager(_groups(checkpoint_blocks), POOL, 512, retention_interval=retention)
     prompt = _prompt(100)
     req = target.make_request("producer", prompt, BS)
-    _prefill_to(m, req, [32, 64, 100])
+    _prefill_to(target, m, req, [32, 64, 100])
     assert _mamba_keyed_hashes(target, m, req) == keyed, \
         f"retention={retention}: Mamba must be keyed at hash indices {keyed}"
     m.free(req)
@@ -188,7 +188,7 @@ def test_prompt_checkpoint_survives_decode_under_sparse_retention(target):
         req.append_output_token_ids(5000 + token)
         assert m.allocate_slots(req, 1) is not None, "a decode token fits"
         req.num_computed_tokens += 1
-        m.new_step_starts()
+        new_step(target, m)
     assert _mamba_keyed_hashes(target, m, req) == [5], \
         "decode steps publish no Mamba state under sparse retention; only the prompt's checkpoint stays"
 
@@ -219,7 +219,7 @@ def _resend_after_chunked_prefill(target, use_eagle: bool, retention: int | None
                             use_eagle=use_eagle)
     prompt = _prompt(64)
     req = target.make_request("producer", prompt, BS)
-    _prefill_to(m, req, [16, 32, 48, 64])
+    _prefill_to(target, m, req, [16, 32, 48, 64])
     keyed = _mamba_keyed_hashes(target, m, req)
     m.free(req)
     return keyed, _replay_hit(target, m, prompt, "resend")

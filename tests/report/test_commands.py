@@ -710,7 +710,7 @@ def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp
     status, out, _ = run_cli(capsys, "diff", b, h, "--all")
     assert status == 1, "C14 fails on 0.34.0 and passed on 0.13.0: a regression between the releases"
     lines = out.splitlines()
-    assert lines[0] == (f"kvconform diff {b} (vLLM 0.13.0's connectors) -> {h} (vLLM 0.34.0's connectors): "
+    assert lines[0] == (f"kvconform diff {b} (vLLM 0.13.0) -> {h} (vLLM 0.34.0): "
                         "1 regressed, 1 fixed, 1 changed")
     assert lines[1:] == [  # --all: one line per cell, in the order of the cells' labels
         "fixed: connector connector=vllm:DecodeBenchConnector check=C15 null-block-untouched tier=MUST preset=fa_only: "
@@ -720,6 +720,36 @@ def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp
         "changed: connector connector=vllm:ExampleConnector check=C22 failure-by-request tier=MUST preset=fa_only: "
         f"skipped ({na}) -> passed",
     ]
+
+
+def _allocator_entry(release: str, scenario: str, status: str, message: str | None = None) -> dict:
+    """An allocator cell as `--kv-allocator vllm` records it (its target names the release); a scenario skipped
+    as N/A before it ran records no target."""
+    cell = {"target": f"vllm-{release}", "scenario": scenario, "section": "4"}
+    if status == "skipped":
+        cell = {"scenario": scenario, "section": "4"}
+    return make_entry(nodeid=f"suites/allocator/test_x.py::{scenario}", suite="allocator", cell=cell, status=status,
+                      message=message)
+
+
+def test_diff_of_two_releases_allocator_runs_lists_what_changed_between_them(tmp_path, capsys):
+    """Measured on vLLM 0.19.0 -> 0.20.0 (`suites/allocator --kv-allocator vllm`): the EAGLE hybrid drop is fixed
+    and nothing else changes; before the allocator cells were lined up, every cell with a target was 'only in
+    base' or 'only in head' and the diff said '0 fixed'."""
+    eagle = "test_eagle_drops_last_hit_block[full+swa]"
+    base = [_allocator_entry("0.19.0", eagle, "failed", "EAGLE drops the last hit block: 28 tokens, got 24"),
+            _allocator_entry("0.19.0", "test_free_queue_order", "passed"),
+            _allocator_entry("0.19.0", "test_hisparse_pages", "skipped", "N/A on 0.19.0: no HiSparse (vllm.v1.hisparse)")]
+    head = [_allocator_entry("0.20.0", eagle, "passed"),
+            _allocator_entry("0.20.0", "test_free_queue_order", "passed"),
+            _allocator_entry("0.20.0", "test_hisparse_pages", "skipped", "N/A on 0.20.0: no HiSparse (vllm.v1.hisparse)")]
+    b, h = write_results(tmp_path / "b.json", base), write_results(tmp_path / "h.json", head)
+    status, out, _ = run_cli(capsys, "diff", b, h, "--all")
+    assert status == 0, "nothing regressed between the releases"
+    lines = out.splitlines()
+    assert lines[0] == f"kvconform diff {b} (vLLM 0.19.0) -> {h} (vLLM 0.20.0): 0 regressed, 1 fixed, 0 changed"
+    assert lines[1:] == [f"fixed: allocator target=vllm scenario={eagle} section=4: "
+                         "failed (EAGLE drops the last hit block: 28 tokens, got 24) -> passed"]
 
 
 def test_diff_keeps_releases_apart_within_one_run_of_several(tmp_path, capsys):

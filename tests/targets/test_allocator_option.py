@@ -61,3 +61,32 @@ def test_the_run_names_the_allocator_that_ran_and_no_other_targets_version(tmp_p
     run_info = json.loads(results.read_text())["run_info"]
     assert run_info["target"] == f"allocator {spec} (vendor-alloc-2.1)", run_info["target"]
     assert "target_version" not in run_info, run_info.get("target_version")
+
+
+def reference_as_a_release_without_remove_skipped_blocks():
+    """Factory: the reference shaped like vLLM 0.13.0 in one row of the capability table."""
+    from harness.targets.allocator_target import make_reference_target
+
+    target = make_reference_target()
+    target.name, target.version = "vllm-0.13.0", "0.13.0"
+    target.lacks = {**target.lacks, "remove_skipped_blocks": "KVCacheManager has no remove_skipped_blocks"}
+    return target
+
+
+def test_a_scenario_na_on_a_release_records_the_same_cell_as_where_it_runs(tmp_path):
+    """A scenario N/A on a release (its `needs` mark) records its cell, target included, as a run where it passes
+    does, so `kvconform diff` of two releases' runs lines them up (measured on vLLM 0.13.0 -> 0.14.0: the 8
+    remove_skipped_blocks / external-tokens scenarios were 'only in base' and 'only in head')."""
+    results = tmp_path / "results.json"
+    spec = "tests.targets.test_allocator_option:reference_as_a_release_without_remove_skipped_blocks"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator.test_remove_skipped_blocks", "--kv-allocator",
+         spec, "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist", "--kvconform-results",
+         str(results)],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entries = json.loads(results.read_text())["results"]
+    assert entries and all(e["status"] == "skipped" for e in entries)
+    assert all(e["message"] == "N/A on 0.13.0: KVCacheManager has no remove_skipped_blocks" for e in entries)
+    assert {(e["cell"] or {}).get("target") for e in entries} == {"vllm-0.13.0"}

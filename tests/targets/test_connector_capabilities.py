@@ -33,6 +33,19 @@ RELEASES: dict[str, set[str]] = {
     "0.13.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
                "failed_recving", "transfer_results", "worker_meta",
                "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"},
+    # 0.14.0-0.17.0: handle_preemptions arrives (base.py), nothing else of 0.20.0's; 0.18.0 adds
+    # build_connector_worker_meta / KVConnectorOutput.kv_connector_worker_meta; 0.19.0 the Scheduler's
+    # bind_gpu_block_pool; 0.22.0 on_new_request (each read in that release's venv, 2026-12-05).
+    **{release: {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+                 "worker_meta", "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding",
+                 "scratch_groups"} for release in ("0.14.0", "0.15.0", "0.16.0", "0.17.0")},
+    "0.18.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+               "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"},
+    **{release: {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+                 "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"}
+       for release in ("0.19.0", "0.21.0")},
+    "0.22.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.20.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.31.0": {"loaded_group_ids", "gpu_block_pool_binding"},
