@@ -425,7 +425,6 @@ def test_hisparse_host_hit_past_the_local_prefix_is_not_adopted(api, target):
     host block; host pages 1 and 2, past the adopted prefix, are not held by the request."""
     manager = _hisparse_manager(api, 32, 16)
     coordinator = api.bind(manager)
-    source = manager.coordinator.single_type_managers[0]
     first = target.make_request("first", list(range(64)), BS)
     assert manager.allocate_slots(first, 64) is not None
     coordinator.advance_scheduled([("first", 64)])
