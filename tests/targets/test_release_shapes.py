@@ -130,18 +130,25 @@ def test_hisparse_on_cuda_has_triton_only_while_the_case_runs(tmp_path, monkeypa
         "vllm.platforms": "class CpuPlatform:\n    pass\ncurrent_platform = CpuPlatform()\n",
         "vllm.config.vllm": "HAS_TRITON = False\n",
     })
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+    def vllm_modules():
+        return [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]
+
+    for name in vllm_modules():
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(str(tmp_path))
     from harness.targets.vllm_config import patched_platform
 
-    import vllm.config.vllm as config_module
+    try:
+        import vllm.config.vllm as config_module
 
-    with patched_platform(True, True):
-        assert config_module.HAS_TRITON is True, "a CUDA machine has Triton"
-    assert config_module.HAS_TRITON is False
-    with patched_platform(True, None):  # not a HiSparse case: the machine's own answer
+        with patched_platform(True, True):
+            assert config_module.HAS_TRITON is True, "a CUDA machine has Triton"
         assert config_module.HAS_TRITON is False
+        with patched_platform(True, None):  # not a HiSparse case: the machine's own answer
+            assert config_module.HAS_TRITON is False
+    finally:
+        for name in vllm_modules():  # the fake must not outlive the test (later tests importorskip vllm)
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize("joined,expected", [(True, False), (False, True)])
