@@ -167,6 +167,13 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "encoder-decoder KV cache)",
                lambda m: hasattr(m["iface"], "CrossAttentionSpec") and _has(m["stm"], "CrossAttentionManager")
                and "num_encoder_tokens" in _params(m["manager"].KVCacheManager.allocate_slots)),
+    Capability("kv_cache_zeroing_resolved", "KVCacheConfig.needs_kv_cache_zeroing is a property of each worker's "
+               "own layers (not one answer get_kv_cache_configs sets on every worker)",
+               lambda m: "needs_kv_cache_zeroing" in fields_of(m["iface"].KVCacheConfig)),
+    Capability("hisparse_import_reservation", "HiSparseCoordinator has no reserved_import_pages (an asynchronous "
+               "import is admitted when its own prompt's host pages fit, whatever earlier imports still need)",
+               lambda m: m.get("hisparse_coordinator") is not None
+               and hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "reserved_import_pages")),
     Capability("kv_cache_zeroing", "KVCacheManager has no take_new_block_ids / record_blocks_for_zeroing (new "
                "blocks of a Mamba model are not recorded for zeroing)",
                lambda m: _has(m["manager"].KVCacheManager, "take_new_block_ids", "record_blocks_for_zeroing")),

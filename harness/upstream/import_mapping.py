@@ -4,7 +4,8 @@ vLLM's `tests/v1/core` files import the allocator from `vllm.v1.core.<module>`, 
 `vllm.v1.kv_cache_interface` and, since 0.33, HiSparse's allocator side (its group layout and the
 coordinator that drives residency, spills and host publication) from `vllm.v1.hisparse.<module>`. The
 mapping swaps exactly those module names for `reference_impl.kv_cache.<module>`, in import statements and in dotted strings (`monkeypatch.setattr`
-targets) alike; everything else (Request, SamplingParams, vllm.utils, the scheduler) stays vLLM's. No
+targets) alike; everything else (Request, SamplingParams, vllm.utils, the scheduler) stays vLLM's, including a
+name a test imports through a mapped module that only re-exports it (`KEPT_REEXPORTS`). No
 adapter sits in between: a name the reference lacks fails the test, as it would fail a user's code.
 
 The swap is applied to the staged copy of the test files only, never to vLLM's own modules, so vLLM's
@@ -13,11 +14,12 @@ internals keep their own allocator and a test measures the reference through its
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from pathlib import Path
 
-__all__ = ["MAPPED_MODULES", "map_source", "stage_mapped_tests"]
+__all__ = ["MAPPED_MODULES", "KEPT_REEXPORTS", "map_source", "stage_mapped_tests"]
 
 # vLLM module -> reference module: the allocator's `v1/core` modules, the spec module and HiSparse's
 # allocator-side modules (its worker runtime and connector stay vLLM's).
@@ -34,13 +36,52 @@ MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
 }
 
+# Reviewed data: names a mapped vLLM module only re-exports from a vLLM module the mapping leaves alone,
+# which stay vLLM's when a test imports them through the mapped module. vLLM 0.33/0.34's
+# `test_prefix_caching.py` takes the serving `Request` (defined in `vllm.v1.request`, which every other
+# file of the folder imports it from) from `vllm.v1.core.kv_cache_manager`, and hands those requests to
+# vLLM's `Scheduler`, which reads its serving fields (events, streaming, structured output). A name the
+# reference's module defines for the allocator's own use (its spec types, `KVCacheLayout`) is not listed.
+KEPT_REEXPORTS: dict[str, dict[str, str]] = {
+    "vllm.v1.core.kv_cache_manager": {"Request": "vllm.v1.request"},
+}
+
 # A mapped name followed by a non-identifier character: `vllm.v1.core.block_pool_x` is not mapped.
 _PATTERN = re.compile(r"\b(" + "|".join(re.escape(m) for m in MAPPED_MODULES) + r")(?![\w])")
 
 
+def _keep_reexports(text: str) -> str:
+    """`text` with each `from <mapped module> import ...` that names a `KEPT_REEXPORTS` entry split in two:
+    the kept names imported from their vLLM home, the rest left for the module mapping."""
+    if not any(module in text for module in KEPT_REEXPORTS):
+        return text
+    lines = text.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        kept = KEPT_REEXPORTS.get(node.module, {})
+        if not any(alias.name in kept for alias in node.names):
+            continue
+        indent = lines[node.lineno - 1][:node.col_offset]
+        if indent.strip():
+            raise ValueError(f"import_mapping: line {node.lineno}: an import of {node.module} that does not "
+                             "start its line cannot be split (accepted: one import statement per line)")
+        homes: dict[str, list[str]] = {}
+        for alias in node.names:
+            spelled = alias.name + (f" as {alias.asname}" if alias.asname else "")
+            homes.setdefault(kept.get(alias.name, node.module), []).append(spelled)
+        statements = "".join(f"{indent}from {home} import {', '.join(names)}\n" for home, names in homes.items())
+        edits.append((node.lineno - 1, node.end_lineno, statements))
+    for start, end, statements in sorted(edits, reverse=True):  # bottom-up: earlier line numbers stay valid
+        lines[start:end] = [statements]
+    return "".join(lines)
+
+
 def map_source(text: str) -> str:
-    """`text` with every mapped vLLM module name replaced by its reference module."""
-    return _PATTERN.sub(lambda m: MAPPED_MODULES[m.group(1)], text)
+    """`text` with every mapped vLLM module name replaced by its reference module (names listed in
+    `KEPT_REEXPORTS` are imported from their own vLLM module instead)."""
+    return _PATTERN.sub(lambda m: MAPPED_MODULES[m.group(1)], _keep_reexports(text))
 
 
 def stage_mapped_tests(source_root: Path, target_root: Path, package: str = "tests/v1/core") -> list[Path]:

@@ -124,8 +124,10 @@ class HiSparseCoordinator:
     """
 
     def __init__(self, kv_cache_config: KVCacheConfig, managers: Sequence[SingleTypeKVCacheManager],
-                 max_model_len: int, *, num_reprefillable_tokens: int = 0) -> None:
+                 max_model_len: int, *, num_reprefillable_tokens: int = 0, import_step_tokens: int = 0) -> None:
         self.managers = tuple(managers)
+        #: Tokens an imported request needs beyond its sequence: the spec-decode step it runs on resume.
+        self.import_step_tokens = import_step_tokens
         self.max_model_len = max_model_len
         self.num_reprefillable_tokens = num_reprefillable_tokens
         groups = kv_cache_config.kv_cache_groups
@@ -185,6 +187,13 @@ class HiSparseCoordinator:
         self._retained_copies: dict[int, tuple[KVCacheBlock, KVCacheBlock]] = {}
         # request -> prefix length (tokens) an external load is still writing into host pages.
         self._pending_imports: dict[str, int] = {}
+        # request -> host pages an admitted import needs for its whole sequence, and of those the pages it
+        # has yet to allocate (reserved against later import admissions; see `size_import`).
+        self._import_pages: dict[str, int] = {}
+        self._import_reservations: dict[str, int] = {}
+        self._num_reserved_import_pages = 0
+        # (request, pages) the admission check last sized; kept only if that request's import is recorded.
+        self._sized_import: tuple[str, int] | None = None
         # Requests whose resident pages were all device-backed at the last scan; a page only turns
         # host-only on a prefix hit, an import or a reuse of an unpinned block, which all clear this.
         self._resident_requests: set[str] = set()
@@ -226,9 +235,39 @@ class HiSparseCoordinator:
         state.copies_recorded_blocks = max(state.copies_recorded_blocks, num_host_pages)
 
     def record_pending_host_import(self, request_id: str, num_tokens: int) -> None:
-        """An external load is writing the first `num_tokens` tokens into the request's host pages."""
+        """An external load is writing the first `num_tokens` tokens into the request's host pages; an
+        admission sized for this request (`size_import`) now holds its pages."""
         self._resident_requests.discard(request_id)
         self._pending_imports[request_id] = num_tokens
+        if self._sized_import is not None and self._sized_import[0] == request_id:
+            self._import_pages[request_id] = self._sized_import[1]
+        self._sized_import = None
+
+    def size_import(self, request_id: str, num_pages: int) -> None:
+        """The admission check sized an import at `num_pages` host pages for its whole sequence. The
+        allocation that follows in the same `allocate_slots` call records it (`record_pending_host_import`);
+        a size whose admission was refused is dropped at the next recorded import."""
+        self._sized_import = (request_id, num_pages)
+
+    @property
+    def reserved_import_pages(self) -> int:
+        """Host pages admitted imports still need for their sequence and have not allocated."""
+        return self._num_reserved_import_pages
+
+    def update_import_reservation(self, request_id: str, num_held_pages: int) -> None:
+        """The request now holds `num_held_pages` host pages: reserve the rest of its import's pages (none
+        once it holds them all, when it stops being tracked)."""
+        pages = self._import_pages.get(request_id)
+        if pages is None:
+            return
+        self._set_import_reservation(request_id, max(pages - num_held_pages, 0))
+        if num_held_pages >= pages:
+            del self._import_pages[request_id]
+
+    def _set_import_reservation(self, request_id: str, num_pages: int) -> None:
+        self._num_reserved_import_pages += num_pages - self._import_reservations.pop(request_id, 0)
+        if num_pages > 0:
+            self._import_reservations[request_id] = num_pages
 
     def finish_host_import(self, request_id: str, *, failed: bool) -> None:
         """The external load for the request ended; on success its pages become clean and publishable."""
@@ -681,6 +720,8 @@ class HiSparseCoordinator:
         complete, so the durable prefix can still be published."""
         self._resident_requests.discard(request_id)
         self._pending_imports.pop(request_id, None)
+        self._import_pages.pop(request_id, None)
+        self._set_import_reservation(request_id, 0)
         state = self.request_states.pop(request_id, None)
         if state is None:
             return
@@ -713,17 +754,26 @@ class HiSparseCoordinator:
                 manager.drop_resident_page(request_id, page_idx)
 
 
-def get_hisparse_coordinator(kv_cache_manager: KVCacheManager) -> HiSparseCoordinator:
+def get_hisparse_coordinator(kv_cache_manager: KVCacheManager, *,
+                             import_step_tokens: int | None = None) -> HiSparseCoordinator:
     """The HiSparse coordinator of a KV cache manager, built on first use (before any admission) and
-    remembered on the HiSparse managers it binds to. ValueError when the manager has no HiSparse group."""
+    remembered on the HiSparse managers it binds to. `import_step_tokens` (None: 0, or whatever the bound
+    coordinator has) is the spec-decode step an imported request needs beyond its sequence (HiSparse's
+    connector passes it). ValueError when the manager has no HiSparse group, or when a bound coordinator
+    was built with another `import_step_tokens`."""
     managers = tuple(kv_cache_manager.coordinator.single_type_managers)
     for manager in managers:
         bound = getattr(manager, "coordinator", None)
         if isinstance(bound, HiSparseCoordinator):
+            if import_step_tokens is not None and import_step_tokens != bound.import_step_tokens:
+                raise ValueError(f"import_step_tokens: {import_step_tokens} differs from the "
+                                 f"{bound.import_step_tokens} the bound HiSparse coordinator was built with "
+                                 "(accepted: None or the same value)")
             return bound
     coordinator = HiSparseCoordinator(
         kv_cache_manager.kv_cache_config, managers, kv_cache_manager.max_model_len,
-        num_reprefillable_tokens=getattr(kv_cache_manager.coordinator, "num_reprefillable_tokens", 0))
+        num_reprefillable_tokens=getattr(kv_cache_manager.coordinator, "num_reprefillable_tokens", 0),
+        import_step_tokens=import_step_tokens or 0)
     if coordinator.host_manager is None:
         raise ValueError("No HiSparse cache group is configured.")
     return coordinator

@@ -16,6 +16,10 @@ __all__ = ["DEFAULT_BUILDER_QUALNAME", "KVCacheConfigBuilder", "get_kv_cache_con
 
 #: The builder a platform selects unless it says otherwise (vLLM's default hook returns its own path).
 DEFAULT_BUILDER_QUALNAME = "reference_impl.kv_cache.kv_cache_planning.DefaultKVCacheConfigBuilder"
+#: What vLLM's default platform hook returns: the default builder, which for the reference is its own. Where
+#: vLLM's `v1/core` is the reference's (the upstream job's process alias) the two name one class; elsewhere
+#: (vLLM loaded beside the reference) resolving vLLM's path would plan with vLLM's builder.
+_VLLM_DEFAULT_BUILDER_QUALNAME = "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
 
 
 class KVCacheConfigBuilder(ABC):
@@ -58,9 +62,12 @@ def _platform_builder_qualname(vllm_config) -> str | None:
 
 
 def get_kv_cache_config_builder(vllm_config) -> KVCacheConfigBuilder:
-    """A fresh instance of the builder the platform selects (the default builder without a platform).
+    """A fresh instance of the builder the platform selects (the reference's default builder without a
+    platform, or when the platform selects vLLM's default one).
 
     Builders are stateless (every method takes `vllm_config`), so each call returns a new instance.
     """
-    qualname = _platform_builder_qualname(vllm_config) or DEFAULT_BUILDER_QUALNAME
+    qualname = _platform_builder_qualname(vllm_config)
+    if not qualname or qualname == _VLLM_DEFAULT_BUILDER_QUALNAME:
+        qualname = DEFAULT_BUILDER_QUALNAME
     return resolve_obj_by_qualname(qualname)()

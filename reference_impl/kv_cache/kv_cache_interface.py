@@ -679,6 +679,11 @@ class KVCacheConfig:
     hisparse_shared_host_pool: bool = False
     #: Consecutive TP ranks holding identical KV for every layer (1: none).
     kv_tp_replicas: int = 1
+    #: Whether new attention blocks must be zeroed before use. A field, not a property: it starts as this
+    #: config's own need (`__post_init__`) and `get_kv_cache_configs` then sets one answer on every worker's
+    #: config, since every worker receives the scheduler's `new_block_ids_to_zero` (vLLM 0.34; a pipeline
+    #: stage without a Mamba or mixed-precision layer must still zero when another stage needs it).
+    needs_kv_cache_zeroing: bool = field(init=False)
 
     # Group selections are plain properties (not cached): groups may be edited after construction.
     @property
@@ -738,13 +743,10 @@ class KVCacheConfig:
                       for s in iter_layer_specs(g.kv_cache_spec) if isinstance(s, AttentionSpec)}
         return len(precisions) > 1
 
-    @property
-    def needs_kv_cache_zeroing(self) -> bool:
-        """Whether new blocks must be zeroed before use: a Mamba state is read before it is fully
-        written, and under mixed precision a reused block would decode stale bytes of another format."""
-        return self.has_mamba_layers or self.has_mixed_precision_kv_cache
-
     def __post_init__(self) -> None:
+        # A Mamba state is read before it is fully written, and under mixed precision a reused block would
+        # decode stale bytes of another format: either makes new blocks need zeroing.
+        self.needs_kv_cache_zeroing = self.has_mamba_layers or self.has_mixed_precision_kv_cache
         if isinstance(self.num_blocks, bool) or not isinstance(self.num_blocks, int) or self.num_blocks < 1:
             raise ValueError(
                 f"KVCacheConfig.num_blocks must be an integer >= 1 (block 0 is the null block), got {self.num_blocks!r}"

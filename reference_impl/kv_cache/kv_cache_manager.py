@@ -181,6 +181,9 @@ class KVCacheManager:
         self._empty_lists = tuple(() for _ in range(self.num_kv_cache_groups))
         self._managers = self.coordinator.single_type_managers
         self._skipping = self.coordinator._skipping_managers
+        # Groups whose own hit may run past the request's computed prefix (HiSparse's host source keeps a
+        # prefix the device groups lost); allocate_slots adopts only the part the local and external hits cover.
+        self.retained_hit_group_ids = tuple(i for i, m in enumerate(self._managers) if m.retains_longer_hit)
         # Encoder-decoder models size their cross-attention groups by the encoder input: their counting and
         # allocation go through the coordinator, which knows those groups; any other model takes the
         # coordinator's decoder-only case inlined here (allocate_slots' hot path). Chosen once, here.
@@ -351,6 +354,13 @@ class KVCacheManager:
                 return self._allocate_nothing(request, total, num_new_tokens, reserved_blocks,
                                               has_scheduled_reqs, delay_cache_blocks)
         hits = self._empty_lists if new_computed_blocks is None else new_computed_blocks.blocks
+        if self.retained_hit_group_ids and new_computed_blocks is not None:
+            # A longer retained hit past the adopted prefix would hold blocks for tokens nobody computes.
+            reused = num_new_computed_tokens + num_external_computed_tokens
+            hits = list(hits)
+            for i in self.retained_hit_group_ids:
+                hits[i] = hits[i][:-(-reused // self._managers[i].block_size)]
+            hits = tuple(hits)
         adopting = num_external_computed_tokens > 0 or any(hits)
 
         free = pool.free_block_queue.num_free_blocks

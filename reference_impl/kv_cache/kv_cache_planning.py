@@ -473,6 +473,10 @@ def get_kv_cache_configs(vllm_config, kv_cache_specs: list[dict[str, KVCacheSpec
     tp_size, dcp_size = _parallel_sizes(vllm_config)
     for config in configs:
         config.kv_tp_replicas = kv_cache_groups_tp_replicas(config.kv_cache_groups, tp_size, dcp_size)
+    # Every worker zeroes the block ids the one scheduler sends, so all agree on whether it sends any.
+    needs_zeroing = any(config.needs_kv_cache_zeroing for config in configs)
+    for config in configs:
+        config.needs_kv_cache_zeroing = needs_zeroing
     return configs
 
 

@@ -6,7 +6,9 @@ to one block id, `_dup_ids` keeps the keys several blocks share), 0.33's held th
 key maps to a block, or to `{block_id: block}` once a second block shared it, and stays a dict). Code
 written against an older release (its own tests, an out-of-tree scheduler) selects that release with
 $KVCONFORM_ALLOCATOR_RELEASE (`0.33`, `0.33.0` or `v0.33`); `harness.upstream` sets it to the release
-whose tests it runs. Every other behaviour is the same on every supported release.
+whose tests it runs. HiSparse's host pool is the other: 0.34 reserves, against later admissions, the host
+pages an admitted asynchronous import has yet to allocate, 0.33 admitted an import when its own prompt's
+pages fit. Every other behaviour is the same on every supported release.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
     untracked_list,
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_CPU
+from reference_impl.kv_cache.release import allocator_release
 
 __all__ = [
     "SingleTypeKVCacheManager",
@@ -1198,6 +1199,9 @@ class HiSparseSourceManager(FullAttentionManager):
         self.device_pool: BlockPool = self.block_pool
         self._pending_cow_copies: list = []
         self._record_new_block_ids = False  # host blocks are never zeroed by the device worker
+        # vLLM 0.34 reserves the host pages an admitted import has yet to allocate (`get_num_blocks_to_allocate`);
+        # 0.33 admitted an import when its own prompt's pages fit, whatever earlier imports still needed.
+        self._reserves_import_pages = allocator_release() >= (0, 34)
 
     def bind_host_pool(self, num_blocks: int) -> None:
         """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
@@ -1224,12 +1228,22 @@ class HiSparseSourceManager(FullAttentionManager):
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
                                    num_local_computed_tokens=0, num_tokens_main_model=None,
                                    apply_admission_cap=False, prefill_end=0):
+        available = self.block_pool.get_num_free_blocks()
+        if apply_admission_cap and total_computed_tokens > num_local_computed_tokens \
+                and self.coordinator is not None and self._reserves_import_pages:
+            # Admitting an external import: a waiting import keeps its host pages and is never preempted,
+            # so two imports that together need more pages than are left would both wait forever. Its whole
+            # sequence (with the spec-decode step it runs on resume) must fit beside the pages earlier
+            # imports have yet to allocate; the coordinator keeps that size if the admission goes ahead.
+            num_tokens += self.coordinator.import_step_tokens
+            available -= self.coordinator.reserved_import_pages
+            self.coordinator.size_import(request_id, cdiv(num_tokens, self.block_size))
         required = super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
                                                       total_computed_tokens, num_local_computed_tokens,
                                                       num_tokens_main_model)
         if not self.host_pool_bound:
             return required
-        if required > self.block_pool.get_num_free_blocks():
+        if required > available:
             return self.device_pool.num_gpu_blocks + 1
         return 0
 
@@ -1240,8 +1254,18 @@ class HiSparseSourceManager(FullAttentionManager):
         if num_external_computed_tokens > 0 and self.coordinator is not None:
             self.coordinator.record_pending_host_import(
                 request_id, num_local_computed_tokens + num_external_computed_tokens)
-        return super().allocate_external_computed_blocks(request_id, num_local_computed_tokens,
-                                                         num_external_computed_tokens, record_for_zeroing)
+        result = super().allocate_external_computed_blocks(request_id, num_local_computed_tokens,
+                                                           num_external_computed_tokens, record_for_zeroing)
+        if num_external_computed_tokens > 0 and self.coordinator is not None and self._reserves_import_pages:
+            self.coordinator.update_import_reservation(request_id, len(self.req_to_blocks[request_id]))
+        return result
+
+    def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model=None):
+        new_blocks = super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+        if new_blocks and self.coordinator is not None and self._reserves_import_pages:
+            # Pages an admitted import now holds are no longer reserved for it.
+            self.coordinator.update_import_reservation(request_id, len(self.req_to_blocks[request_id]))
+        return new_blocks
 
     def cache_blocks(self, request, num_tokens, retention_interval=None, *, replay_boundaries=()):
         if self.coordinator is not None:

@@ -209,3 +209,28 @@ def test_pipeline_stage_places_only_its_own_layers(target):
     assert [g.layer_names for g in groups] == [["layer2"], []]
     config = api.planner.get_kv_cache_config_from_groups(api.config(kv_cache_layout="BLHNC"), groups, 2**20)
     assert [list(t.layers) for t in config.kv_cache_tensors] == [["layer2"]]
+
+
+# (worker 0's second layer dtype, worker 1's second layer dtype, zeroing on every worker): the other layer of
+# each worker is float32. Mixed precision on one worker (a reused block would decode another format's stale
+# bytes) makes it need zeroing, and every worker zeroes the block ids of the one scheduler, so all must agree.
+ZEROING_ACROSS_WORKERS = [("float32", "float32", False), ("float16", "float32", True), ("float32", "float16", True)]
+
+
+@pytest.mark.parametrize("first,second,expected", ZEROING_ACROSS_WORKERS)
+def test_zeroing_is_resolved_across_pipeline_stages(target, first, second, expected):
+    """Two pipeline stages of two full-attention layers each; only one stage may mix precisions. vLLM
+    0.34's get_kv_cache_configs sets one answer on every stage's config (and the scheduler's copy keeps
+    it), while a config built for the uniform stage alone does not need zeroing."""
+    api = planning_api(target, "stage_projection", "kv_cache_zeroing_resolved")
+    config = api.config(max_model_len=128, kv_cache_layout="LBNHC")
+    specs = [{"layer_0": _attn(api), "layer_1": api.spec("full", head_size=64, dtype=first)},
+             {"layer_2": _attn(api), "layer_3": api.spec("full", head_size=64, dtype=second)}]
+    groups = api.planner.get_global_kv_cache_groups(config, specs)
+    configs = api.planner.get_kv_cache_configs(config, specs, [2**20, 2**20], groups)
+    assert [c.needs_kv_cache_zeroing for c in configs] == [expected, expected], \
+        f"stage dtypes float32+{first} and float32+{second}: zeroing {expected} on both stages"
+    assert api.utils.generate_scheduler_kv_cache_config(configs).needs_kv_cache_zeroing is expected
+    alone = api.planner.get_kv_cache_config_from_groups(config, configs[1].kv_cache_groups, 2**20)
+    assert alone.needs_kv_cache_zeroing is (second == "float16"), \
+        f"stage 1 planned alone (float32+{second}) needs zeroing only if it mixes precisions itself"

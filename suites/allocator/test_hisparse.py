@@ -383,3 +383,64 @@ def test_hisparse_import_tail_is_no_copy_until_its_restore_lands(api, target):
         "a device page with a restore in flight is not a copy of the host page"
     coordinator.update_spills({restore.transfer_id: 1}, {restore.transfer_id: 1})
     assert coordinator.copies[source[0].block_hash] == (resident[0],), "the landed restore is the copy"
+
+
+@pytest.mark.needs('hisparse', 'hisparse_write_back', 'hisparse_import_reservation')
+def test_hisparse_import_reserves_its_remaining_host_pages(api, target):
+    """A host pool of 8 blocks: 7 usable (block 0 is its null block). "first", a 48-token prompt (3 pages),
+    imports its first page: it holds 1 host page and reserves the 2 it has yet to allocate, since a waiting
+    import keeps its pages and is never preempted. A second import must fit its whole prompt beside them:
+    6 free - 2 reserved = 4 pages, so a 5-page (80-token) import is refused although 6 blocks are free, and
+    a 4-page one would fit. A local admission (nothing imported) is not gated by the reservation. Freeing
+    "first" returns its page and drops its reservation: the 5-page import then fits (7 free)."""
+    manager = _hisparse_manager(api, 64, 8)
+    api.bind(manager)
+    source = manager.coordinator.single_type_managers[0]
+
+    def admit_import(request_id: str, num_pages: int, offset: int):
+        req = target.make_request(request_id, list(range(offset, offset + num_pages * BS)), BS)
+        return req, manager.allocate_slots(req, 0, num_external_computed_tokens=BS, delay_cache_blocks=True,
+                                           full_sequence_must_fit=True)
+
+    first, out = admit_import("first", 3, 0)
+    assert out is not None and source.block_pool.get_num_free_blocks() == 6, "first holds 1 of 7 host pages"
+    assert admit_import("second", 5, 1000)[1] is None, "5 pages > 6 free - 2 reserved for first"
+    assert source.block_pool.get_num_free_blocks() == 6, "a refused admission allocates nothing"
+    local = target.make_request("local", list(range(2000, 2000 + 5 * BS)), BS)
+    assert manager.allocate_slots(local, 5 * BS, full_sequence_must_fit=True) is not None, \
+        "a local admission of 5 pages needs only the 6 free host blocks"
+    local.num_computed_tokens = 5 * BS
+    manager.free(local)
+    manager.free(first)
+    assert source.block_pool.get_num_free_blocks() == 7
+    assert admit_import("second", 5, 1000)[1] is not None, "nothing is reserved once first is freed"
+
+
+@pytest.mark.needs('hisparse', 'hisparse_write_back', 'connector_lookup')
+def test_hisparse_host_hit_past_the_local_prefix_is_not_adopted(api, target):
+    """A 64-token prompt (4 pages) is computed, written back and published, then freed. Evicting the
+    indexer's page 1 leaves the device groups a 16-token hit while the host source still holds pages 0-2
+    (the last prompt token is always recomputed, so not page 3): the connector lookup returns both. A step
+    adopting the 16 local tokens and computing 1 new one (17 tokens, 2 pages) takes host page 0 and one new
+    host block; host pages 1 and 2, past the adopted prefix, are not held by the request."""
+    manager = _hisparse_manager(api, 32, 16)
+    coordinator = api.bind(manager)
+    first = target.make_request("first", list(range(64)), BS)
+    assert manager.allocate_slots(first, 64) is not None
+    coordinator.advance_scheduled([("first", 64)])
+    done = {t.transfer_id: 1 for t in coordinator.build_offload_command().page_transfers}
+    coordinator.update_spills(done, done)
+    host, indexer, _, _ = manager.get_blocks("first").blocks
+    first.num_computed_tokens = 64
+    manager.free(first)
+    manager.block_pool.evict_blocks({indexer[1].block_id})
+
+    resumed = target.make_request("resumed", list(range(64)), BS)
+    blocks, local = manager.get_computed_blocks_for_connector(resumed)[:2]
+    assert local == 16, "the indexer's hit ends at its evicted page 1"
+    assert [len(g) for g in blocks.blocks] == [3, 1, 0, 0], "the host source keeps its own 3-page hit"
+    assert manager.allocate_slots(resumed, 1, num_new_computed_tokens=16, new_computed_blocks=blocks) is not None
+    table = manager.get_blocks("resumed").blocks[0]
+    assert len(table) == 2 and table[0] is host[0], "host page 0 adopted, then one new block for token 17"
+    assert all(block not in table and block.ref_cnt == 0 for block in host[1:3]), \
+        "host pages 1 and 2 are past the adopted prefix: not held"

@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 from harness.upstream.import_mapping import map_source, stage_mapped_tests
 from harness.upstream.vllm_core_tests import compare, read_junit, summary_line
 
@@ -34,6 +36,30 @@ EXPECTED = textwrap.dedent('''\
 
 def test_map_source_swaps_only_the_allocator_modules():
     assert map_source(SOURCE) == EXPECTED, "only vllm.v1.core.<allocator module>, kv_cache_interface and HiSparse's layout/coordinator move; its runtime stays"
+
+
+def test_a_reexported_serving_request_stays_vllms():
+    """`Request` is vLLM's serving request, which `vllm.v1.core.kv_cache_manager` only re-exports: a test
+    importing it from there gets it from `vllm.v1.request`; the module's own names still move."""
+    source = textwrap.dedent('''\
+        from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager, Request
+        def helper():
+            from vllm.v1.core.kv_cache_manager import (
+                Request as R,
+                KVCacheBlocks,
+            )
+        from vllm.v1.core.block_pool import Request
+    ''')
+    assert map_source(source) == textwrap.dedent('''\
+        from reference_impl.kv_cache.kv_cache_manager import KVCacheBlocks, KVCacheManager
+        from vllm.v1.request import Request
+        def helper():
+            from vllm.v1.request import Request as R
+            from reference_impl.kv_cache.kv_cache_manager import KVCacheBlocks
+        from reference_impl.kv_cache.block_pool import Request
+    '''), "only the re-exports listed for their module stay vLLM's"
+    with pytest.raises(ValueError, match="line 1: .*one import statement per line"):
+        map_source("x = 1; from vllm.v1.core.kv_cache_manager import Request\n")
 
 
 def test_stage_maps_only_the_core_package(tmp_path):
