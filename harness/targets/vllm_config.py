@@ -685,6 +685,27 @@ class _InertChild:
         """Nothing to release."""
 
 
+def _inert_child_for(cls) -> type:
+    """`_InertChild`, declaring vLLM's `SupportsHMA` where the real child class does (a MultiConnector child stays
+    itself): 0.21 and 0.22's MultiConnector
+    asserts `all(supports_hma(c) for c in self._connectors)` over the constructed children (multi_connector.py,
+    0.21.0: 171-175), so the stand-in answers as the child would (0.22.0's ExampleHiddenStatesConnector, whose
+    constructor asserts a speculative method, is SupportsHMA)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+    if any(base.__name__ == "MultiConnector" for base in cls.__mro__):
+        return cls  # a nested MultiConnector runs its own checks, over its own (inert) children
+    if not issubclass(cls, SupportsHMA):
+        return _InertChild
+
+    class _InertHMAChild(_InertChild, SupportsHMA):
+        def request_finished_all_groups(self, request, block_ids):
+            """Never called: the stand-in only lets MultiConnector's constructor run its own checks."""
+            return False, None
+
+    return _InertHMAChild
+
+
 @contextlib.contextmanager
 def _inert_multi_children() -> Iterator[None]:
     """Keep MultiConnector's real child-config resolution but construct each child as `_InertChild`."""
@@ -695,7 +716,7 @@ def _inert_multi_children() -> Iterator[None]:
 
     def inert(self_or_cls, vllm_config):
         pairs = (resolve or real.__get__(self_or_cls))(vllm_config)
-        return [(_InertChild, config) for _cls, config in pairs]
+        return [(_inert_child_for(cls), config) for cls, config in pairs]
 
     wrapper = classmethod(inert) if isinstance(real, classmethod) else inert
     MultiConnector._get_connector_classes_and_configs = wrapper

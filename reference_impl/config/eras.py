@@ -87,9 +87,11 @@ BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("DecodeBenchConnector", (0, 10), (0, 21)),
     ConnectorInfo("MooncakeConnector", (0, 10), (0, 20), imports=_MOONCAKE_IMPORT),
     ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
-    ConnectorInfo("ExampleHiddenStatesConnector", (0, 22), (0, 22)),
-    ConnectorInfo("MooncakeStoreConnector", (0, 22), (0, 22)),
-    # Registered by 0.23.0 (read from its factory.py; also in 0.20.0's, dated in the eras before 0.23).
+    # registered from 0.17.0 (factory.py; 0.16.0 lacks it) but declared from 0.21 here: an earlier entry reorders
+    # the registries of later eras, and with them the matrix cells of v0.33 and v0.34 (docs/allocator-releases.md)
+    ConnectorInfo("ExampleHiddenStatesConnector", (0, 21), (0, 22)),
+    ConnectorInfo("MooncakeStoreConnector", (0, 21), (0, 22)),  # registered in 0.21.0's factory.py:199-203
+    # Registered by 0.23.0 (read from its factory.py; also in 0.20.0's).
     ConnectorInfo("MoRIIOConnector", (0, 23), (0, 30)),
     ConnectorInfo("HiSparseConnector", (0, 30), (0, 30)),
     ConnectorInfo("NixlPullConnector", (0, 24), (0, 24)),  # 0.24.0 factory.py; NixlConnector an alias of Pull
@@ -248,13 +250,16 @@ def _build_eras() -> tuple[Era, ...]:
     v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0", "SimpleCPUOffloadConnector gains SupportsHMA")
     v020 = _evolve(
         v019, "v0.20", (0, 20), "0.20.0",
-        "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA",
+        "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA; module path before registry",
         kv_events_disables=False,
+        module_path_first=True,  # 0.20.0 factory.py:113-130 (0.19.0 looks the registry up first, line 110)
     )
     v021 = _evolve(
         v020, "v0.21", (0, 21), "0.21.0",
-        "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA",
-        multi_init_asserts=True,  # assumption: the all-children assertion came with MultiConnector's SupportsHMA
+        "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA; the 2-argument constructor "
+        "is an error; ExampleHiddenStates and MooncakeStore connectors registered",
+        multi_init_asserts=True,  # 0.21.0 multi_connector.py:171-175 (0.20.0 has no such assertion)
+        deprecated_constructor_error=True,  # 0.21.0 factory.py:115-122 (0.20.0 only warned and used the shim)
     )
     v022 = _evolve(
         v021, "v0.22", (0, 22), "0.22.0",
@@ -292,12 +297,10 @@ def _build_eras() -> tuple[Era, ...]:
     v030 = _evolve(v025, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
     v033 = _evolve(
         v030, "v0.33", (0, 33), "0.33.0",
-        "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C; module path before registry",
+        "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C",
         eagle_methods=_BASE_EAGLE | {"dflash", "dspark"},
         offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheMPConnector"}),
         simple_offload_env=True,
-        module_path_first=True,
-        deprecated_constructor_error=True,
         cli_enable_form=True,
         cli_json_release="0.33",
         speculative_method_check="literal",

@@ -432,8 +432,17 @@ def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfi
 
 
 def _all_children_support_hma(cfg: VllmConfig, res: Resolution, children: list[KVTransferConfig]) -> bool:
-    """MultiConnector.all_children_support_hma: False without children."""
+    """MultiConnector.all_children_support_hma: False without children (0.23+). Before (0.21, 0.22) the
+    constructor builds its children first, so a MultiConnector child asserts on its own children the same way, then
+    asserts `all(supports_hma(c) for c in self._connectors)`, which an empty list passes (vLLM 0.21.0
+    multi_connector.py:163-175)."""
     factory = res.factory
     if cfg.runtime.era.factory_check == E.FACTORY_HMA_CONFIG:
         return bool(children) and all(factory.supports_hma_config(child, "create_connector") for child in children)
-    return bool(children) and all(factory.class_supports_hma(factory.get_connector_class(child, "create_connector")) for child in children)
+    for child in children:
+        cls = factory.get_connector_class(child, "create_connector")
+        if not factory.class_supports_hma(cls):
+            return False
+        if class_is_multi(cls) and not _all_children_support_hma(cfg, res, child.children()):
+            return False
+    return True

@@ -377,11 +377,23 @@ class _Evaluation:
                 if factory["check"] == "supports_hma_config":
                     capable = bool(children) and all([self.supports_hma_config(c, "create_connector") for c in children])
                 else:
-                    capable = bool(child_classes) and all(child.hma for child in child_classes)
+                    capable = self.constructed_children_support_hma(children)
                 if not capable:
                     self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
                     raise _Raised("E-MULTI-ASSERT", "create_connector")
         self.note(f"factory creates {cls.class_name}")
+
+    def constructed_children_support_hma(self, children: list[_Connector]) -> bool:
+        """vLLM 0.21.0-0.22.x multi_connector.py:163-175: __init__ constructs every child (a MultiConnector child
+        runs this same assertion on its own children first), then asserts `all(supports_hma(c) ...)` over the
+        instances: an empty list passes."""
+        for child in children:
+            cls = self.lookup(child, "create_connector")
+            if not cls.hma:
+                return False
+            if cls.multi and not self.constructed_children_support_hma(self.child_configs(child, "create_connector")):
+                return False
+        return True
 
     def run(self) -> dict:
         table, case = self.table, self.case

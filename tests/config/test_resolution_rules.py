@@ -122,6 +122,15 @@ ROWS = [
     # "connectors" list whichever way HMA was resolved (the oracle and the vllm target try both values too)
     ("v0.22-tpu-multi-without-children-asserts-either-way", {"vllm_version": "0.22.0", "platform": "tpu", "kv_connector": "MultiConnector", "stage": "create_connector"}, {"error": ("AssertionError", "", "create_connector")}),
     ("v0.22-tpu-multi-without-children-config-unknown", {"vllm_version": "0.22.0", "platform": "tpu", "kv_connector": "MultiConnector"}, {"unknown": True}),
+    # vLLM 0.21.0 (measured with era v0.21's matrix): MultiConnector.__init__ asserts over its constructed
+    # children (multi_connector.py:163-175): an empty list passes, a nested MultiConnector asserts on its own
+    # children; the 2-argument constructor is a ValueError (factory.py:115-122); 0.20.0 looks a module path up
+    # before the registry (factory.py:113-130); ExampleHiddenStatesConnector is registered, not yet SupportsHMA.
+    ("v0.21-multi-empty-list-passes", {"vllm_version": "0.21.0", "flag": False, "stage": "create_connector", **multi()}, {"resolved": False, "error": None}),
+    ("v0.21-multi-nested-non-hma-grandchild-asserts", {"vllm_version": "0.21.0", "flag": False, "stage": "create_connector", "kv_connector": "MultiConnector", "multi_connector_children": [{"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": [{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}]}, {"kv_connector": "NixlConnector", "kv_role": "kv_both"}]}, {"error": ("AssertionError", T.E_MULTI, "create_connector")}),
+    ("v0.21-two-arg-constructor-error", {"vllm_version": "0.21.0", "flag": True, "kv_connector": "TwoArgConnector", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"error": ("ValueError", T.E_DEPRECATED, "create_connector")}),
+    ("v0.20-two-arg-constructor-not-an-error", {"vllm_version": "0.20.0", "flag": True, "kv_connector": "TwoArgConnector", "kv_connector_module_path": EXT, "stage": "create_connector"}, {"resolved": True, "error": None}),
+    ("v0.21-hidden-states-registered-not-hma", {"vllm_version": "0.21.0", "flag": False, "kv_connector": "ExampleHiddenStatesConnector", "stage": "create_connector"}, {"error": ("ValueError", "ExampleHiddenStatesConnector", "create_connector")}),
     ("v033-tpu-unknown", {"profile": "v0.33", "platform": "tpu"}, {"unknown": True}),
     ("v033-tpu-true-known", {"profile": "v0.33", "platform": "tpu", "flag": True}, {"resolved": True}),
     ("v033-tpu-false-with-cl-known", {"profile": "v0.33", "platform": "tpu", "flag": False, **CHUNK, **ENV_OFF}, {"error": ("ValueError", T.E_C, "config")}),
