@@ -192,6 +192,7 @@ MESSAGES: Mapping[str, str] = MappingProxyType({
     "E-MULTI-NO-CONNECTORS": "error",
     "E-KV-ROLE": "error",
     "E-TWO-ARG": "error",
+    "E-HIDDEN-STATES-CHUNKED-PREFILL": "error",
     "E-NO-LMCACHE": "error",
     "E-NO-MOONCAKE": "error",
     "E-UNSUPPORTED-CONNECTOR": "error",

@@ -147,3 +147,43 @@ def test_a_step_starts_only_where_the_release_has_new_step_starts():
 
     new_step(make_reference_target(), Manager())
     assert calls == ["step"]
+
+
+class _Block:
+    def __init__(self, block_id):
+        self.block_id = block_id
+
+
+def _pool_modules(prepend_when):
+    """A block pool shaped like vLLM's (BlockPool(num_gpu_blocks, enable_caching, hash_block_size),
+    get_new_blocks, free_blocks), whose free_blocks puts freed blocks at the head of the free queue when
+    `prepend_when(enable_caching)` holds and at the tail otherwise."""
+
+    class BlockPool:
+        def __init__(self, num_gpu_blocks, enable_caching, hash_block_size):
+            self.enable_caching = enable_caching
+            self.free = [_Block(i) for i in range(1, num_gpu_blocks)]  # block 0 is the null block
+
+        def get_new_blocks(self, n):
+            out, self.free = self.free[:n], self.free[n:]
+            return out
+
+        def free_blocks(self, blocks):
+            if prepend_when(self.enable_caching):
+                self.free = list(reversed(blocks)) + self.free
+            else:
+                self.free = self.free + list(blocks)
+
+    return {"pool": types.SimpleNamespace(BlockPool=BlockPool)}
+
+
+@pytest.mark.parametrize("shape,prepend_when,expected", [
+    ("every freed block to the tail (0.13, 0.20; 0.23 unless the caller asks to prepend)", lambda caching: False, False),
+    ("unhashed blocks first only while caching is on (0.27)", lambda caching: caching, False),
+    ("freed blocks of an uncached pool first (0.24-0.26, 0.28+, the reference)", lambda caching: True, True),
+])
+def test_unhashed_lifo_is_probed_from_the_pool_behaviour(shape, prepend_when, expected):
+    have, lacks = probe_capabilities(_pool_modules(prepend_when), {"unhashed_lifo": CAPABILITIES["unhashed_lifo"]})
+    assert ("unhashed_lifo" in have) is expected, shape
+    if not expected:
+        assert lacks["unhashed_lifo"].startswith("freed blocks of a pool without prefix caching join the tail")

@@ -95,7 +95,7 @@ def test_cell_counts(era, connectors, features, unregistered, cells):
 def test_era_selection():
     assert select_eras(None) == ERA_IDS
     assert select_eras("seed") == ("seed",) and select_eras("0.12.0") == ("pre-seed",)
-    assert era_for_version("0.11.1") == "pre-seed" and era_for_version("0.29.3") == "v0.23"
+    assert era_for_version("0.11.1") == "pre-seed" and era_for_version("0.29.3") == "v0.25" and era_for_version("0.24.1") == "v0.24"
     assert select_eras("0.34.0") == ("v0.34",) and select_eras("v0.34") == ("v0.34",)
     for bad in ("0.35.0", "0.9.0", "latest"):
         with pytest.raises(EraSelectionError, match="--vllm-version"):

@@ -43,6 +43,7 @@ _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile
     ("E-MULTI-ASSERT", r"HMA should not be enabled unless all sub-connectors support it"),
     ("E-KV-ROLE", r"Please specify kv_role when kv_connector is set"),
     ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
+    ("E-HIDDEN-STATES-CHUNKED-PREFILL", r"ExampleHiddenStatesConnector does not support chunked prefill"),
     ("E-NO-LMCACHE", r"No module named 'lmcache'"),
     ("E-NO-MOONCAKE", r"Please install mooncake"),
     ("E-UNSUPPORTED-CONNECTOR", r"Unsupported connector type: "),

@@ -98,6 +98,16 @@ def _returns_boundary(mods: dict) -> bool:
         or getattr(annotation, "__args__", None) is not None and len(annotation.__args__) >= 3
 
 
+def _uncached_pool_reuses_freed_first(mods: dict) -> bool:
+    # Behaviour, not a method name: 0.13-0.20 append every freed block to the tail, 0.23 too unless the caller
+    # passes prepend=True, and 0.27 prepends unhashed blocks only while caching is on ("when caching is disabled
+    # we always append", block_pool.py); the checks that need LIFO reuse watch a pool without caching.
+    pool = mods["pool"].BlockPool(4, False, 16)
+    freed = pool.get_new_blocks(2)
+    pool.free_blocks(freed)
+    return pool.get_new_blocks(1)[0].block_id in {block.block_id for block in freed}
+
+
 # name -> Capability; `mods` holds the release's modules by the short names of PROBED_MODULES (None, or no
 # entry, for one the release lacks).
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
@@ -111,6 +121,9 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                lambda m: "num_hash_lookahead_tokens" in _params(m["manager"].KVCacheManager)),
     Capability("dcp", "KVCacheManager takes no dcp_world_size",
                lambda m: "dcp_world_size" in _params(m["manager"].KVCacheManager)),
+    Capability("hybrid_dcp", "HybridKVCacheCoordinator refuses decode context parallelism (\"DCP not support "
+               "hybrid attn now.\")",
+               lambda m: "DCP not support hybrid attn" not in inspect.getsource(m["coordinator"].HybridKVCacheCoordinator)),
     Capability("retention_interval", "KVCacheConfig has no prefix_cache_retention_interval (sliding-window "
                "and Mamba groups cache every block)",
                lambda m: "prefix_cache_retention_interval" in fields_of(m["iface"].KVCacheConfig)),
@@ -123,9 +136,17 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                <= _params(m["manager"].KVCacheManager.allocate_slots)),
     Capability("block_ids_by_group", "KVCacheBlocks.get_block_ids takes no group_ids",
                lambda m: "group_ids" in _params(m["manager"].KVCacheBlocks.get_block_ids)),
-    Capability("unhashed_lifo", "freed blocks all join the tail of the free queue (no FreeKVCacheBlockQueue."
-               "prepend_n: unhashed blocks are not reused first)",
-               lambda m: hasattr(m["utils"].FreeKVCacheBlockQueue, "prepend_n")),
+    # 0.20 and 0.30 hash a LoRA adapter's name and a cache salt as bare strings; 0.31+ as tagged tuples (the
+    # exact hashes the checks compare with an independent oracle).
+    Capability("tagged_extra_keys", "block hashes take a LoRA adapter's name and a cache salt untagged (no "
+               "(\"lora\", name, path) / (\"cache_salt\", salt) extra keys)",
+               lambda m: '("cache_salt"' in inspect.getsource(m["utils"])),
+    # 0.20 and 0.23 name a coarser group's block by its fine hashes joined; 0.24+ by the last one.
+    Capability("coarse_hash_last_fine", "a coarser group's block hash is its fine hashes joined "
+               "(BlockHashListWithBlockSize), not the last of them",
+               lambda m: m["utils"].BlockHashListWithBlockSize([b"a" * 32, b"b" * 32], 4, 8)[0] == b"b" * 32),
+    Capability("unhashed_lifo", "freed blocks of a pool without prefix caching join the tail of the free "
+               "queue (they are not reused first)", _uncached_pool_reuses_freed_first),
     Capability("default_none_hash_seed", "NONE_HASH is random per process unless PYTHONHASHSEED is set (no "
                "DEFAULT_NONE_HASH_SEED)",
                lambda m: hasattr(m["utils"], "DEFAULT_NONE_HASH_SEED")),
@@ -143,8 +164,12 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                lambda m: hasattr(m["pool"].BlockPool, "unpin_blocks")),
     Capability("emit_cached_block_events", "BlockPool has no emit_cached_block_events (hits are not reported)",
                lambda m: hasattr(m["pool"].BlockPool, "emit_cached_block_events")),
-    Capability("partial_prefix_hits", "BlockPool has no cache_partial_block (no fine-grained prefix hits)",
-               lambda m: hasattr(m["pool"].BlockPool, "cache_partial_block")),
+    # 0.24 and 0.25 have BlockPool.cache_partial_block but no coordinator that looks partial hits up.
+    Capability("partial_prefix_hits", "no fine-grained prefix hits (BlockPool.cache_partial_block, "
+               "KVCacheManager.take_kv_cache_block_copies and the coordinator's enable_partial_hash_hits)",
+               lambda m: hasattr(m["pool"].BlockPool, "cache_partial_block")
+               and hasattr(m["manager"].KVCacheManager, "take_kv_cache_block_copies")
+               and "enable_partial_hash_hits" in inspect.getsource(m["coordinator"].HybridKVCacheCoordinator)),
     Capability("kv_event_group_idx", "BlockStored/BlockRemoved carry no group_idx",
                lambda m: m.get("events") is not None and "group_idx" in fields_of(m["events"].BlockStored)),
     Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),

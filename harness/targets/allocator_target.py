@@ -351,6 +351,8 @@ class ModuleMapAllocatorTarget:
             self.require("max_in_flight_tokens")
         if dcp_world_size != 1:
             self.require("dcp")
+            if len(groups) > 1:  # more than one group: the hybrid coordinator
+                self.require("hybrid_dcp")
         if sbs != hbs or len(set(sizes)) > 1:
             self.require("scheduler_block_size")
         for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align"), ("cross_attention", "cross_attention")):

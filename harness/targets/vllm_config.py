@@ -247,6 +247,8 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
     HiSparse `is_cuda` (0.30-0.33) and `get_hisparse_backend_cls` (0.34)."""
     from vllm.platforms import current_platform
 
+    import vllm.config.vllm as config_module
+
     cls = type(current_platform)
     names = ("support_hybrid_kv_cache", "is_cuda", "get_hisparse_backend_cls")
     saved = {name: cls.__dict__.get(name) for name in names}
@@ -255,9 +257,17 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
         cls.is_cuda = lambda _self: is_cuda
     if hisparse_backend is not _UNPATCHED:
         cls.get_hisparse_backend_cls = classmethod(lambda _cls: hisparse_backend)
+    # 0.30-0.32: HiSparse forces the V2 model runner, whose validation raises "Model Runner V2 requires Triton."
+    # without Triton (config/vllm.py `_validate_v2_model_runner`): a fact of this CPU machine, not of a CUDA
+    # one, where vLLM's install brings Triton.
+    triton = getattr(config_module, "HAS_TRITON", None)
+    if is_cuda and triton is not None:
+        config_module.HAS_TRITON = True
     try:
         yield
     finally:
+        if triton is not None:
+            config_module.HAS_TRITON = triton
         for name, old in saved.items():
             if old is None:
                 if name in cls.__dict__:

@@ -323,6 +323,12 @@ class PresetModelConfig:
         self.max_model_len = engine_config.max_model_len
         self.dtype = first.dtype if first is not None else None
         self.use_mla = False
+        # What a real ModelConfig answers for the preset's model, read on 0.27.0 by the Scheduler a connector
+        # builds (scheduler.py:122) and by VllmConfig's V2 model-runner choice (config/vllm.py:642-658): a
+        # generative model, neither a diffusion model nor a mixture of experts.
+        self.is_diffusion = False
+        self.runner_type = "generate"
+        self.is_moe = False
         self.is_hybrid = any(isinstance(g.kv_cache_spec, kspecs.MambaSpec) for g in kv_cache_config.kv_cache_groups)
         self._kv_heads = first.num_kv_heads * tp if first is not None else 0
         self._head_size = first.head_size if first is not None else 0
@@ -545,7 +551,12 @@ class VllmConnectorAdapter:
         mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
         key = getattr(block, "block_hash", None)
         if pool is not None and key is not None and not mirror.is_null:
-            mirror.block_hash = pool.release_hash(key)
+            if hasattr(mirror, "set_block_hash"):
+                # 0.24-0.29 bind the pool too, and their KVCacheBlock.block_hash is a read-only property set
+                # with the number of prefix tokens the hash covers
+                mirror.set_block_hash(pool.release_hash(key), getattr(block, "block_hash_num_tokens", None))
+            else:
+                mirror.block_hash = pool.release_hash(key)
         return mirror
 
     def _scheduler_output(self, so):

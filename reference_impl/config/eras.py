@@ -78,7 +78,7 @@ class ConnectorInfo:
 # the first release whose registry (3.7) no longer has it.
 BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("ExampleConnector", (0, 10), None),
-    ConnectorInfo("P2pNcclConnector", (0, 10), None, removed_from=(0, 33)),
+    ConnectorInfo("P2pNcclConnector", (0, 10), None, removed_from=(0, 24)),  # 0.24.0 factory.py lacks it
     ConnectorInfo("LMCacheConnectorV1", (0, 10), None, "in-tree class never subclassed SupportsHMA"),
     ConnectorInfo("LMCacheMPConnector", (0, 10), None, imports=_LMCACHE_IMPORT),
     ConnectorInfo("NixlConnector", (0, 10), (0, 18)),
@@ -91,12 +91,13 @@ BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     # the registries of later eras, and with them the matrix cells of v0.33 and v0.34 (docs/allocator-releases.md)
     ConnectorInfo("ExampleHiddenStatesConnector", (0, 21), (0, 22)),
     ConnectorInfo("MooncakeStoreConnector", (0, 21), (0, 22)),  # registered in 0.21.0's factory.py:199-203
-    ConnectorInfo("MoRIIOConnector", (0, 30), (0, 30)),
+    # Registered by 0.23.0 (read from its factory.py; also in 0.20.0's).
+    ConnectorInfo("MoRIIOConnector", (0, 23), (0, 30)),
     ConnectorInfo("HiSparseConnector", (0, 30), (0, 30)),
-    ConnectorInfo("NixlPullConnector", (0, 33), (0, 33)),
-    ConnectorInfo("NixlPushConnector", (0, 33), (0, 33)),
-    ConnectorInfo("FlexKVConnectorV1", (0, 33), None),
-    ConnectorInfo("HF3FSKVConnector", (0, 33), None),
+    ConnectorInfo("NixlPullConnector", (0, 24), (0, 24)),  # 0.24.0 factory.py; NixlConnector an alias of Pull
+    ConnectorInfo("NixlPushConnector", (0, 24), (0, 24)),
+    ConnectorInfo("FlexKVConnectorV1", (0, 23), None),  # registered by 0.23.0 (and 0.20.0), like MoRIIO
+    ConnectorInfo("HF3FSKVConnector", (0, 23), None),
     ConnectorInfo("UMBPStoreConnector", (0, 34), (0, 34)),
 )
 
@@ -149,6 +150,9 @@ class Era:
     offloading_needs_size: bool = False
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
+    # 0.23.0 only: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
+    # start of the offloading shortcut's function (config/vllm.py:764-772)
+    hidden_states_refuses_chunked_prefill: bool = False
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
     multi_init_asserts: bool = False
@@ -264,13 +268,33 @@ def _build_eras() -> tuple[Era, ...]:
         offloading_shortcut=OFFLOAD_BEFORE,
         offloading_needs_size=True,
     )
+    # Read from vLLM 0.23.0's source (config/vllm.py, kv_connector/factory.py, platforms/__init__.py,
+    # config/speculative.py): besides supports_hma_config, the factory looks a module path up before the
+    # registry and refuses a 2-argument constructor, the lmcache offloading backend installs
+    # LMCacheMPConnector (native: SimpleCPUOffloadConnector under VLLM_USE_SIMPLE_KV_OFFLOAD=1), TPU support
+    # lives in tpu_inference, and dflash is an EAGLE-style method. (0.20.0 already has some of these; the
+    # eras before 0.23 date them.)
     v023 = _evolve(
         v022, "v0.23", (0, 23), "0.23.0",
-        "KVConnectorFactory.supports_hma_config (#41847) shared by config and factory; W-C1",
+        "KVConnectorFactory.supports_hma_config (#41847) shared by config and factory; W-C1; module path before "
+        "registry; 2-argument constructors refused; lmcache offloading -> LMCacheMPConnector; TPU outside vLLM",
         connector_rule=CONNECTOR_HMA_CONFIG,
         factory_check=FACTORY_HMA_CONFIG,
+        platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
+        eagle_methods=_BASE_EAGLE | {"dflash"},
+        offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheMPConnector"}),
+        simple_offload_env=True,
+        module_path_first=True,
+        deprecated_constructor_error=True,
+        hidden_states_refuses_chunked_prefill=True,
     )
-    v030 = _evolve(v023, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
+    v024 = _evolve(v023, "v0.24", (0, 24), "0.24.0",
+                   "P2pNcclConnector unregistered; NixlPullConnector / NixlPushConnector registered (SupportsHMA); "
+                   "ExampleHiddenStatesConnector no longer refuses chunked prefill at config",
+                   hidden_states_refuses_chunked_prefill=False)
+    v025 = _evolve(v024, "v0.25", (0, 25), "0.25.0", "dspark joins the EAGLE-style methods (use_eagle)",
+                   eagle_methods=_BASE_EAGLE | {"dflash", "dspark"})
+    v030 = _evolve(v025, "v0.30", (0, 30), "0.30.0", "HiSparse requires HMA (E-H); MoRIIO and HiSparse connectors gain SupportsHMA", hisparse=True)
     v033 = _evolve(
         v030, "v0.33", (0, 33), "0.33.0",
         "--enable-hybrid-kv-cache-manager (EnableDisableAction) and E-C",
@@ -296,7 +320,7 @@ def _build_eras() -> tuple[Era, ...]:
         speculative_method_check="registry",
         lookahead_lookup=True,
     )
-    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v030, v033, v034)
+    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v024, v025, v030, v033, v034)
 
 
 ERAS: tuple[Era, ...] = _build_eras()

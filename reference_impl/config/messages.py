@@ -120,6 +120,12 @@ E_UNSUPPORTED_CONNECTOR = "Unsupported connector type: {connector}"
 E_CLASS_NOT_FOUND = "Class {connector} not found in {module}"
 #: MultiConnector.__init__ without a "connectors" key (`assert ktcs is not None` has no message).
 E_MULTI_NO_CONNECTORS = ""
+#: vLLM 0.23.0 config/vllm.py:764-772, at the start of `_post_init_kv_transfer_config` (before the HMA block):
+#: the configured connector is ExampleHiddenStatesConnector and chunked prefill is on (vLLM's default).
+E_HIDDEN_STATES_CHUNKED_PREFILL = (
+    "ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill "
+    "(--no-enable-chunked-prefill)."
+)
 E_TWO_ARG = (
     "Connector {connector} uses deprecated 2-argument constructor signature. External v1 KV connectors must "
     "accept kv_cache_config as the third constructor argument and pass it to super().__init__()."

@@ -133,6 +133,10 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
         res.rules.append("connector_tree_looked_up")
         factory.lookup_tree(cfg.kv_transfer_config, "config")
     if era.offloading_shortcut == E.OFFLOAD_BEFORE:
+        ktc = cfg.kv_transfer_config
+        if era.hidden_states_refuses_chunked_prefill and ktc is not None and ktc.kv_connector == "ExampleHiddenStatesConnector":
+            # chunked prefill is vLLM's default and no case turns it off
+            res.fail(messages.E_HIDDEN_STATES_CHUNKED_PREFILL, "config", "hidden_states_chunked_prefill")
         _apply_offloading_shortcut(cfg, res, "offloading_shortcut_before")
     if hisparse and era.hisparse_host_pool:
         _hisparse_host_pool(cfg, res)

@@ -137,7 +137,7 @@ def test_hash_chain_matches_independent_oracle(target):
     assert len(req.block_hashes) == 4, "appending 9 tokens completes a 4th block, hashed eagerly"
 
 
-@pytest.mark.needs('default_none_hash_seed')
+@pytest.mark.needs('default_none_hash_seed', 'tagged_extra_keys')
 def test_extra_keys_lora_every_block_salt_first_block(target):
     tokens = list(range(32))
     req = target.make_request("x", tokens, 16, lora=("ad", 1, "/p"), cache_salt="s")
@@ -148,6 +148,7 @@ def test_extra_keys_lora_every_block_salt_first_block(target):
     assert plain.block_hashes[0] != h0, "LoRA and salt change the key"
 
 
+@pytest.mark.needs('coarse_hash_last_fine')
 def test_coarse_block_uses_last_fine_hash(target):
     manager = target.make_manager([GroupDesc("full", 4), GroupDesc("full", 8)], 32, 1000,
                                   hash_block_size=4, scheduler_block_size=8)

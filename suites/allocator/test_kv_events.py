@@ -94,6 +94,7 @@ def test_block_stored_per_chunk_chains_from_its_parent(target):
     assert m.take_events() == [], "take_events drains the queue"
 
 
+@pytest.mark.needs('tagged_extra_keys')
 def test_block_stored_carries_lora_and_salt_extra_keys(target):
     """Extra keys are published untagged, one entry per block: the LoRA name on every block, the cache salt
     on the first only; the hashes themselves chain the tagged keys."""

@@ -11,9 +11,12 @@ scenario) and then confirmed on both targets; they are data, not computed by the
 `--kv-allocator vllm` they gate a vLLM change that breaks partial hits.
 """
 
+import pytest
+
 from harness.targets.allocator_target import GroupDesc
 
 SECTION = "4"
+pytestmark = pytest.mark.needs('partial_prefix_hits')
 
 
 def _ids(blocks) -> list[list[int]]:
@@ -158,6 +161,7 @@ def test_partial_hits_need_mamba_align_and_fine_grained_groups(target):
 # sharing those 16 tokens then hits 16 in both groups: nothing diverges. With state 5 evicted, Mamba's own
 # hit is 0 while full attention's stays 16: the connector lookup reports full attention's 16 with each
 # group's own blocks and flags the divergence; the reconciled lookup hits 0.
+@pytest.mark.needs('connector_lookup')
 def test_connector_lookup_reports_full_attention_hit_and_divergence(target):
     m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 8)], 32, 256, hash_block_size=4)
     owner_prompt = list(range(1, 18))

@@ -95,7 +95,8 @@ def test_rswa_gap_starts_after_a_partial_prompt_block(target):
 # Allocation frees the gap itself: a 16-token prompt (blocks 1..4) decodes one token per step. Before the
 # step at t computed tokens the gap [16, max(16, t - 8)) is freed, then cdiv(t + 1, 4) blocks are needed.
 # t=16, 20, 24 add blocks 5, 6, 7; t=28 frees block 5 (index 4) and reuses it at index 7; t=32 frees
-# block 6 (index 5) and reuses it at index 8.
+# block 6 (index 5) and reuses it at index 8 (a freed block is reused first: LIFO reuse without caching).
+@pytest.mark.needs('unhashed_lifo')
 def test_rswa_gap_freed_and_reused_during_decode(target):
     m = target.make_manager([GroupDesc("rswa", 4, rswa_window=8)], 16, 200, enable_caching=False)
     req = target.make_request("d", list(range(1, 17)), 4)

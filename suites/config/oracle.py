@@ -423,6 +423,10 @@ class _Evaluation:
             self.note("0.34 config/vllm.py:2006: every connector class of the tree is looked up before the HMA block")
             self.lookup_tree(user, "config")
         shortcut = table["offloading"]["shortcut"]
+        if table["offloading"]["hidden_states_refuses_chunked_prefill"] and user is not None \
+                and user.name == "ExampleHiddenStatesConnector":
+            self.note("0.23.0 config/vllm.py:764-772: ExampleHiddenStatesConnector with chunked prefill (on by default)")
+            raise _Raised("E-HIDDEN-STATES-CHUNKED-PREFILL", "config")
         self.connector_at_block = self.offloading_connector(user) if shortcut == "before" else user
         if hisparse and hisparse_table["host_pool_required"]:
             self.hisparse_host_pool(self.connector_at_block)

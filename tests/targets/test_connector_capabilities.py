@@ -48,7 +48,15 @@ RELEASES: dict[str, set[str]] = {
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.20.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    # 0.24.0-0.32.0: probed on their venvs and checked against base.py's `def` lines and scheduler.py's
+    # bind_gpu_block_pool (2026-12-05); 0.24.0 and 0.27.0 lack the same rows.
+    "0.24.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    "0.27.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    "0.30.0": {"loaded_group_ids", "gpu_block_pool_binding"},
     "0.31.0": {"loaded_group_ids", "gpu_block_pool_binding"},
+    "0.32.0": {"gpu_block_pool_binding"},
     "0.33.0": {"gpu_block_pool_binding"},
     "0.34.0": {"resumed_req_ids", "gpu_block_pool_binding"},
 }

@@ -1,0 +1,165 @@
+"""API shapes of vLLM 0.23-0.32 that the targets meet, on small fakes of those shapes (no vLLM needed): the
+allocator capability probes added for them, the connector adapter's block mirrors and preset model config, and
+the config target's Triton stand-in for HiSparse on CUDA."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from harness.targets.allocator_capabilities import CAPABILITIES, probe_capabilities
+from harness.targets.vllm_connector_adapter import PresetModelConfig, VllmConnectorAdapter
+from tests.targets.fake_vllm import write_fake_vllm
+
+
+def _probe(name: str, mods: dict) -> bool:
+    have, _ = probe_capabilities(mods, {name: CAPABILITIES[name]})
+    return name in have
+
+
+def _coordinator_module(source: str) -> types.ModuleType:
+    """A module whose HybridKVCacheCoordinator has `source` as its body (the probes read the class's source)."""
+    module = types.ModuleType("fake_coordinator")
+    namespace: dict = {}
+    exec(compile(f"class HybridKVCacheCoordinator:\n{source}", "<fake>", "exec"), namespace)  # noqa: S102
+    module.HybridKVCacheCoordinator = namespace["HybridKVCacheCoordinator"]
+    return module
+
+
+def test_hybrid_dcp_is_lacking_where_the_coordinator_refuses_dcp(monkeypatch):
+    # getsource needs a file: read the class body from the text given instead
+    import inspect
+
+    texts = {}
+    monkeypatch.setattr(inspect, "getsource", lambda obj: texts[obj])
+    refusing = _coordinator_module("    pass\n").HybridKVCacheCoordinator
+    texts[refusing] = '        assert dcp_world_size == 1, "DCP not support hybrid attn now."\n'
+    accepting = _coordinator_module("    pass\n").HybridKVCacheCoordinator
+    texts[accepting] = "        self.dcp_world_size = dcp_world_size\n"
+    assert not _probe("hybrid_dcp", {"coordinator": types.SimpleNamespace(HybridKVCacheCoordinator=refusing)})
+    assert _probe("hybrid_dcp", {"coordinator": types.SimpleNamespace(HybridKVCacheCoordinator=accepting)})
+
+
+def test_partial_prefix_hits_need_the_coordinator_and_the_copies_not_only_the_pool(monkeypatch):
+    import inspect
+
+    class Pool:
+        def cache_partial_block(self):
+            pass
+
+    class OldManager:  # 0.24, 0.25: the pool primitive only
+        pass
+
+    class Manager:
+        def take_kv_cache_block_copies(self):
+            pass
+
+    coordinator = _coordinator_module("    pass\n").HybridKVCacheCoordinator
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "self.enable_partial_hash_hits = False")
+
+    def mods(manager):
+        return {"pool": types.SimpleNamespace(BlockPool=Pool), "manager": types.SimpleNamespace(KVCacheManager=manager),
+                "coordinator": types.SimpleNamespace(HybridKVCacheCoordinator=coordinator)}
+
+    assert not _probe("partial_prefix_hits", mods(OldManager))
+    assert _probe("partial_prefix_hits", mods(Manager))
+
+
+def test_tagged_extra_keys_are_read_from_the_hashing_module(monkeypatch):
+    import inspect
+
+    untagged, tagged = types.ModuleType("untagged"), types.ModuleType("tagged")
+    sources = {untagged: "cache_salt_keys = [request.cache_salt]\n",
+               tagged: 'cache_salt_keys = [("cache_salt", request.cache_salt)]\n'}
+    monkeypatch.setattr(inspect, "getsource", lambda obj: sources[obj])
+    assert not _probe("tagged_extra_keys", {"utils": untagged})
+    assert _probe("tagged_extra_keys", {"utils": tagged})
+
+
+class _ReadOnlyHashBlock:
+    """vLLM 0.24-0.29's KVCacheBlock: `block_hash` is a property, set with the tokens the hash covers."""
+
+    def __init__(self, block_id, is_null=False):
+        self.block_id, self.is_null, self._hash, self._tokens = block_id, is_null, None, None
+
+    @property
+    def block_hash(self):
+        return self._hash
+
+    def set_block_hash(self, block_hash, num_tokens=None):
+        self._hash, self._tokens = block_hash, num_tokens
+
+
+class _PlainBlock:
+    """vLLM 0.20's KVCacheBlock: a plain `block_hash` attribute."""
+
+    def __init__(self, block_id, is_null=False):
+        self.block_id, self.is_null, self.block_hash = block_id, is_null, None
+
+
+class _Pool:
+    def release_hash(self, key):
+        return b"release:" + key
+
+
+@pytest.mark.parametrize("block_class", [_ReadOnlyHashBlock, _PlainBlock])
+def test_block_mirror_carries_the_release_hash_in_either_form(block_class):
+    v = types.SimpleNamespace(utils=types.SimpleNamespace(KVCacheBlock=block_class))
+    engine_block = types.SimpleNamespace(block_id=3, block_hash=b"k", block_hash_num_tokens=48)
+    mirror = VllmConnectorAdapter._block(v, engine_block, _Pool())
+    assert mirror.block_hash == b"release:k"
+    if block_class is _ReadOnlyHashBlock:
+        assert mirror._tokens == 48, "the tokens the engine block's hash covers"
+
+
+def test_preset_model_config_answers_what_older_schedulers_read():
+    from reference_impl.engine.core import EngineConfig
+    from reference_impl.kv_cache import kv_cache_interface as kspecs
+
+    spec = kspecs.FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=__import__("torch").float16)
+    config = kspecs.KVCacheConfig(num_blocks=4, kv_cache_tensors=[],
+                                  kv_cache_groups=[kspecs.KVCacheGroupSpec(["l0"], spec)])
+    model = PresetModelConfig(EngineConfig(), config)
+    assert model.is_diffusion is False and model.runner_type == "generate" and model.is_moe is False
+
+
+def test_hisparse_on_cuda_has_triton_only_while_the_case_runs(tmp_path, monkeypatch):
+    write_fake_vllm(tmp_path, "0.30.0", {
+        "vllm.platforms": "class CpuPlatform:\n    pass\ncurrent_platform = CpuPlatform()\n",
+        "vllm.config.vllm": "HAS_TRITON = False\n",
+    })
+    def vllm_modules():
+        return [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]
+
+    for name in vllm_modules():
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from harness.targets.vllm_config import patched_platform
+
+    try:
+        import vllm.config.vllm as config_module
+
+        with patched_platform(True, True):
+            assert config_module.HAS_TRITON is True, "a CUDA machine has Triton"
+        assert config_module.HAS_TRITON is False
+        with patched_platform(True, None):  # not a HiSparse case: the machine's own answer
+            assert config_module.HAS_TRITON is False
+    finally:
+        for name in vllm_modules():  # the fake must not outlive the test (later tests importorskip vllm)
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("joined,expected", [(True, False), (False, True)])
+def test_coarse_hash_is_probed_from_the_release_hash_list(joined, expected):
+    class BlockHashListWithBlockSize:  # 0.20 / 0.23 join a coarse block's fine hashes; 0.24+ take the last
+        def __init__(self, block_hashes, hash_block_size, target_block_size):
+            self.hashes, self.scale = block_hashes, target_block_size // hash_block_size
+
+        def __getitem__(self, i):
+            fine = self.hashes[i * self.scale:(i + 1) * self.scale]
+            return b"".join(fine) if joined else fine[-1]
+
+    assert _probe("coarse_hash_last_fine",
+                  {"utils": types.SimpleNamespace(BlockHashListWithBlockSize=BlockHashListWithBlockSize)}) is expected
