@@ -17,6 +17,7 @@ time) are its behaviour and are reported as errors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import linecache
@@ -685,18 +686,10 @@ class _InertChild:
         """Nothing to release."""
 
 
-def _inert_child_for(cls) -> type:
-    """`_InertChild`, declaring vLLM's `SupportsHMA` where the real child class does (a MultiConnector child stays
-    itself): 0.21 and 0.22's MultiConnector
-    asserts `all(supports_hma(c) for c in self._connectors)` over the constructed children (multi_connector.py,
-    0.21.0: 171-175), so the stand-in answers as the child would (0.22.0's ExampleHiddenStatesConnector, whose
-    constructor asserts a speculative method, is SupportsHMA)."""
+@functools.cache
+def _inert_hma_child() -> type:
+    """`_InertChild` declaring vLLM's `SupportsHMA` (one class per process: vLLM's base is imported lazily)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
-
-    if any(base.__name__ == "MultiConnector" for base in cls.__mro__):
-        return cls  # a nested MultiConnector runs its own checks, over its own (inert) children
-    if not issubclass(cls, SupportsHMA):
-        return _InertChild
 
     class _InertHMAChild(_InertChild, SupportsHMA):
         def request_finished_all_groups(self, request, block_ids):
@@ -704,6 +697,18 @@ def _inert_child_for(cls) -> type:
             return False, None
 
     return _InertHMAChild
+
+
+def _inert_child_for(cls) -> type:
+    """`_InertChild`, declaring vLLM's `SupportsHMA` where the real child class does (a MultiConnector child stays
+    itself): 0.21 and 0.22's MultiConnector asserts `all(supports_hma(c) for c in self._connectors)` over the
+    constructed children (multi_connector.py, 0.21.0: 171-175), so the stand-in answers as the child would
+    (0.22.0's ExampleHiddenStatesConnector, whose constructor asserts a speculative method, is SupportsHMA)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+    if any(base.__name__ == "MultiConnector" for base in cls.__mro__):
+        return cls  # a nested MultiConnector runs its own checks, over its own (inert) children
+    return _inert_hma_child() if issubclass(cls, SupportsHMA) else _InertChild
 
 
 @contextlib.contextmanager

@@ -464,6 +464,9 @@ class VllmConnectorAdapter:
         self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
         self._requests: dict[str, Any] = {}
         self._engine_requests: dict[str, Any] = {}   # the engine requests the mirrors stand for
+        # The block pool bound with the release's block hashes (ReleaseHashedBlockPool), on a release whose
+        # Scheduler binds the pool (vLLM 0.20); None elsewhere.
+        self._release_pool: ReleaseHashedBlockPool | None = None
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
@@ -538,8 +541,7 @@ class VllmConnectorAdapter:
 
     def _blocks(self, blocks):
         v = _vllm()
-        pool = getattr(self, "_release_pool", None)
-        groups = tuple([self._block(v, b, pool) for b in group] for group in blocks.blocks)
+        groups = tuple([self._block(v, b, self._release_pool) for b in group] for group in blocks.blocks)
         return v.KVCacheBlocks(groups)
 
     @staticmethod
