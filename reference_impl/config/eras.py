@@ -150,8 +150,8 @@ class Era:
     offloading_needs_size: bool = False
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
-    # 0.23.0 only: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
-    # start of the offloading shortcut's function (config/vllm.py:764-772)
+    # 0.22.0 - 0.23.x: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
+    # start of the offloading shortcut's function (0.22.0 config/vllm.py:737-746, 0.23.0 764-772)
     hidden_states_refuses_chunked_prefill: bool = False
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
@@ -263,10 +263,12 @@ def _build_eras() -> tuple[Era, ...]:
     )
     v022 = _evolve(
         v021, "v0.22", (0, 22), "0.22.0",
-        "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by __name__)",
+        "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by "
+        "__name__); ExampleHiddenStatesConnector refuses chunked prefill at config",
         connector_rule=CONNECTOR_CLASS_CHECK,
         offloading_shortcut=OFFLOAD_BEFORE,
         offloading_needs_size=True,
+        hidden_states_refuses_chunked_prefill=True,  # 0.22.0 config/vllm.py:737-746 (0.21.0 has no such check)
     )
     # Read from vLLM 0.23.0's source (config/vllm.py, kv_connector/factory.py, platforms/__init__.py,
     # config/speculative.py): besides supports_hma_config, the factory looks a module path up before the
@@ -286,7 +288,6 @@ def _build_eras() -> tuple[Era, ...]:
         simple_offload_env=True,
         module_path_first=True,
         deprecated_constructor_error=True,
-        hidden_states_refuses_chunked_prefill=True,
     )
     v024 = _evolve(v023, "v0.24", (0, 24), "0.24.0",
                    "P2pNcclConnector unregistered; NixlPullConnector / NixlPushConnector registered (SupportsHMA); "
