@@ -175,8 +175,14 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),
     Capability("mamba_align", "MambaSpec has no mamba_cache_mode (no prefix caching of Mamba states)",
                lambda m: "mamba_cache_mode" in fields_of(m["iface"].MambaSpec)),
-    Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
-               lambda m: "num_prefill_checkpoint_blocks" in fields_of(m["iface"].MambaSpec)),
+    # The checkpoints of spec section 4.5 sit at positions the backend's export alignment allows; a MambaSpec with
+    # num_prefill_checkpoint_blocks but no prefill_checkpoint_alignment reserves a checkpoint only below a chunk
+    # that ends off a block boundary, keyed at that block's end, with none of the position rules the checks assert
+    # (the scenarios' alignment could not even be configured).
+    Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks / prefill_checkpoint_alignment "
+               "(no prefill checkpoints at aligned positions)",
+               lambda m: {"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"}
+               <= set(fields_of(m["iface"].MambaSpec))),
     Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: m.get("hisparse_layout") is not None),
     Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
                "(HiSparse before write-back spills and host indexer pages)",
