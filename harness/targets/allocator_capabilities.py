@@ -188,6 +188,24 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                "(HiSparse before write-back spills and host indexer pages)",
                lambda m: hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "advance_scheduled")
                and hasattr(m["hisparse_layout"], "get_hisparse_steady_state_concurrency")),
+    # vLLM 0.30.0's get_hisparse_kv_cache_groups returns the planner's groups before HiSparse's split (the MLA group
+    # and the model's other groups; None for a model of MLA layers only); create_hisparse_layout splits them, and
+    # get_hisparse_gpu_memory_usage sizes the GPU side from those unsplit groups. From 0.31 the function returns the
+    # split groups (source, indexer, resident, hot) that create_hisparse_layout sizes, and the unsplit-group helper is
+    # gone (0.31.0 - 0.34.0 and the reference have no get_hisparse_gpu_memory_usage).
+    Capability("hisparse_layout_groups", "get_hisparse_kv_cache_groups returns the planner's groups before "
+               "HiSparse's split (create_hisparse_layout splits them; get_hisparse_gpu_memory_usage sizes them unsplit)",
+               lambda m: m.get("hisparse_layout") is not None
+               and not hasattr(m["hisparse_layout"], "get_hisparse_gpu_memory_usage")),
+    # vLLM 0.30.0's HiSparseSourceManager: "Host capacity is best effort: a page that cannot get a host block keeps a
+    # null host entry, so its GPU copy is never written back and stays pinned"; 0.31's: "Every page gets a host
+    # block: allocation fails when the host pool cannot back it", with the coordinator checking that a request holds
+    # no more resident pages than admission reserved (_fills_admission_window).
+    Capability("hisparse_host_backed_pages", "HiSparse's host capacity is best effort (a page without a host block "
+               "stays pinned on the GPU: admission does not wait for host blocks, and resident pages are not bounded "
+               "by the in-flight window; no HiSparseCoordinator._fills_admission_window)",
+               lambda m: _has(m["hisparse_coordinator"], "HiSparseCoordinator")
+               and hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "_fills_admission_window")),
     Capability("hisparse_backend", "HiSparse's host pool needs a platform backend (vllm.v1.hisparse.backend) and "
                "this machine's platform has none",
                lambda m: m.get("hisparse_backend") is None
