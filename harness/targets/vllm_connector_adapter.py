@@ -435,25 +435,25 @@ class BlocksOutermostLayout:
         """(what the connector registers, [(engine view, its mirror)] to copy around every worker hook)."""
         registered, pairs = {}, []
         for name, t in kv_caches.items():
-            if isinstance(t, (list, tuple)):
-                registered[name] = standardized_view(t) if self.mamba_pages else list(t)
-                continue
-            if self.packed:
-                # The release's memory order, but in storage of the layer's own: those releases allocate each KV
-                # cache tensor apart, and connectors read a layer's whole storage as its blocks
-                # (SimpleCPUOffloadConnector: `storage.nbytes() // num_blocks` bytes a block), where kvconform's
-                # layers share one pool.
-                mirror = t.clone(memory_format=torch.contiguous_format)
-                registered[name] = mirror.permute(0, 2, 1, 3)
-                pairs.append((t, mirror))
-                continue
-            blocks, tokens, heads, width = t.shape
-            # K is the first half of kvconform's content dim, V the second (FlashAttention's index 0 and 1).
-            engine_view = t.view(blocks, tokens, heads, 2, width // 2).permute(0, 3, 1, 2, 4)
-            mirror = engine_view.contiguous()
-            registered[name] = mirror
-            pairs.append((engine_view, mirror))
+            registered[name], synced = self._layer(t)
+            pairs += synced
         return registered, pairs
+
+    def _layer(self, t):
+        """One layer's registered tensor and its [(engine view, mirror)] pairs."""
+        if isinstance(t, (list, tuple)):
+            return (standardized_view(t) if self.mamba_pages else list(t)), []
+        if self.packed:
+            # The release's memory order, but in storage of the layer's own: those releases allocate each KV
+            # cache tensor apart, and connectors read a layer's whole storage as its blocks
+            # (SimpleCPUOffloadConnector: `storage.nbytes() // num_blocks` bytes a block), where kvconform's
+            # layers share one pool.
+            mirror = t.clone(memory_format=torch.contiguous_format)
+            return mirror.permute(0, 2, 1, 3), [(t, mirror)]
+        # K is the first half of kvconform's content dim, V the second (FlashAttention's index 0 and 1).
+        engine_view = t.unflatten(-1, (2, t.shape[-1] // 2)).permute(0, 3, 1, 2, 4)
+        mirror = engine_view.contiguous()
+        return mirror, [(engine_view, mirror)]
 
 
 def on_device(registered: dict, device: str):
