@@ -66,6 +66,12 @@ RELEASES: dict[str, set[str]] = {
                         "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.28.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    # 0.29.0 (probed in /work/venvs/vllm-0.29.0, 2026-12-05, and read: kv_cache_interface.py has prefix_cacheable,
+    # sched/output.py:209 KVConnectorBlockState, config/cache.py:88 kv_cache_layout, scheduler.py:306 still calls
+    # bind_gpu_block_pool; base.py has no bind_kv_cache_manager / get_transfer_results / get_loaded_kv_cache_group_ids,
+    # outputs.py no failed_recving; FlashAttention has no get_kv_cache_shape, so none of the split layout forms): the
+    # block state, standardized layout and scratch groups of 0.30 with 0.27's pool binding.
+    "0.29.0": _SPLIT | {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results"},
     "0.30.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
     "0.31.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
     "0.32.0": _SPLIT | {"gpu_block_pool_binding"},
