@@ -31,6 +31,7 @@ import re
 import sys
 from collections.abc import Mapping
 
+from harness.targets.allocator_capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
 from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
                                                     probe_capabilities)
 
@@ -41,7 +42,7 @@ __all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM
 PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outputs": "v1.outputs",
                   "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
                   "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler",
-                  "flash_attn": "v1.attention.backends.flash_attn", "model_runner": "v1.worker.gpu_model_runner"}
+                  "flash_attn": "v1.attention.backends.flash_attn", "kv_utils": "v1.core.kv_cache_utils", "model_runner": "v1.worker.gpu_model_runner"}
 #: vLLM's module name -> the installed vLLM's module.
 VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 #: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
@@ -148,6 +149,15 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
                "[num_blocks, 1, 1, page bytes] int8 page view)",
                lambda m: re.search(r"\(\s*num_blocks,\s*1,\s*1,\s*page_size_bytes\s*\)",
                                    inspect.getsource(m["model_runner"].GPUModelRunner)) is not None),
+    # Whether the release hashes blocks otherwise than kvconform's engine (vLLM 0.33's hashing): extra keys for a
+    # cache salt or LoRA adapter untagged (0.20-0.30), or a coarser group's block named by its fine hashes joined
+    # (0.20, 0.23). The allocator's probes of the same module, read here for the connector's adapter: a
+    # connector of such a release stores under its pool's hashes and looks up its Requests' (vLLM's one hashing),
+    # so the adapter hands it the pool with the release's hashes.
+    Capability("release_block_hashing", "the release hashes blocks as kvconform's engine does (tagged cache salt "
+               "and LoRA keys, a coarser block named by its last fine hash)",
+               lambda m: not (ALLOCATOR_CAPABILITIES["tagged_extra_keys"].probe({"utils": m["kv_utils"]})
+                              and ALLOCATOR_CAPABILITIES["coarse_hash_last_fine"].probe({"utils": m["kv_utils"]}))),
     # vLLM 0.20's Scheduler hands a connector that has `bind_gpu_block_pool` (duck-typed: no base-class hook) its
     # GPU block pool, which SimpleCPUOffloadConnector needs to find the blocks it stores; later releases hand
     # the whole manager through the `bind_kv_cache_manager` hook instead.
