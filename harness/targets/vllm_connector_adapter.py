@@ -246,14 +246,32 @@ def vllm_spec(spec):
     raise ValueError(f"kvconform spec {name} has no vLLM counterpart in the adapter")
 
 
+def layer_slots(config: kspecs.KVCacheConfig) -> list[list[str]]:
+    """The layers that share memory, slot by slot: kvconform overlays every group's layers from byte 0 of one
+    allocation, so layer j of each group starts at the same byte (`offset + j * layer_stride`); vLLM 0.13-0.29
+    allocate one buffer per such slot, shared by those layers (`KVCacheTensor.shared_by`)."""
+    slots: dict[int, list[str]] = {}
+    for t in config.kv_cache_tensors:
+        for j, name in enumerate(t.layers):
+            slots.setdefault(t.offset + j * t.layer_stride, []).append(name)
+    return [slots[start] for start in sorted(slots)]
+
+
 def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
-    """vLLM's KVCacheConfig with the same groups, tensors and block count."""
+    """vLLM's KVCacheConfig with the same groups, tensors and block count (the tensors in the release's form: one
+    per group with its `layers`, or, where KVCacheTensor has no `layers`, one per layer slot `shared_by` the
+    layers of that slot, each the size of one layer's blocks, as those releases plan them)."""
     iface = _vllm().iface
     groups = [_make(iface.KVCacheGroupSpec, layer_names=list(g.layer_names), kv_cache_spec=vllm_spec(g.kv_cache_spec),
                     enable_kv_transfer=g.enable_kv_transfer) for g in config.kv_cache_groups]
-    tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
-                     block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
-               for t in config.kv_cache_tensors]
+    if release_has("tensor_layers"):
+        tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
+                         block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
+                   for t in config.kv_cache_tensors]
+    else:
+        page = {name: t.block_stride for t in config.kv_cache_tensors for name in t.layers}
+        tensors = [_make(iface.KVCacheTensor, size=config.num_blocks * page[slot[0]], shared_by=list(slot))
+                   for slot in layer_slots(config)]
     sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
     values = dict(num_blocks=config.num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
                   hash_block_size=math.gcd(*sizes), kv_cache_layout=kv_cache_layout(config))
@@ -351,6 +369,36 @@ class PresetModelConfig:
         return self._layers
 
 
+@functools.lru_cache(maxsize=None)
+def _attention_layer_class() -> type:
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    def __init__(self, name: str, spec) -> None:
+        self.layer_name = name
+        self._kv_cache_spec = spec
+
+    return type("KvconformAttentionLayer", (AttentionLayerBase,), {
+        "__init__": __init__, "__module__": __name__,
+        "__doc__": "One attention layer of the preset as a worker's model holds it: FlashAttention, the backend "
+                   "whose layout the adapter registers on releases without standardized views.",
+        "get_attn_backend": lambda self: FlashAttentionBackend,
+        "get_kv_cache_spec": lambda self, vllm_config=None: self._kv_cache_spec})
+
+
+def model_layers(vllm_config, kv_cache_config: kspecs.KVCacheConfig) -> None:
+    """Put the preset's attention layers into `vllm_config`'s static forward context, as a worker's model does
+    when it is built: connectors look a layer's attention backend up there (vLLM 0.21's offloading worker reads
+    `get_kv_cache_shape` of each registered layer's backend to find the block axis)."""
+    context = vllm_config.compilation_config.static_forward_context
+    cls = _attention_layer_class()
+    for group in kv_cache_config.kv_cache_groups:
+        if isinstance(group.kv_cache_spec, kspecs.AttentionSpec):
+            spec = vllm_spec(group.kv_cache_spec)
+            for name in group.layer_names:
+                context[name] = cls(name, spec)
+
+
 def _role(role: KVConnectorRole):
     return _vllm().base.KVConnectorRole[role.name]
 
@@ -397,22 +445,90 @@ class SplitKVLayout:
     """Older vLLM (0.13): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
     kvconform's `[B, N, H, 2*D]` memory (connectors reshape it), so the connector gets a contiguous mirror that
     is filled from the engine's memory before each worker hook and copied back after it. Mamba layers keep
-    their list of state tensors (aliasing), as those releases register them."""
+    their list of state tensors (aliasing), as those releases register them.
+
+    `slots` (the layers sharing memory, `layer_slots`), where the release describes the memory as one
+    KVCacheTensor per slot: the layers of a slot view one mirror buffer, as they view one buffer on vLLM (whose
+    offloading worker asserts it: one `data_ptr` per KVCacheTensor, the buffer's whole storage from byte 0). A slot
+    of attention layers holds their `[2, B, N, H, D]` planes; a slot with a Mamba layer is laid out as vLLM's
+    hybrid models are (`_update_hybrid_attention_mamba_layout`: blocks outermost, each block one page), so the
+    buffer is the engine's bytes of the slot, each attention layer a strided `[2, B, N, H, D]` view of its
+    pages and each Mamba state a view at the engine's offsets. Either way one copy per slot keeps it in sync,
+    whichever group a block belongs to."""
 
     name = "[2, B, N, H, D] mirrors synced around every worker hook"
 
+    def __init__(self, slots: list[list[str]] | None = None) -> None:
+        self.slots = slots
+
     def register(self, kv_caches):
+        if self.slots is not None:
+            return self._register_slots(kv_caches)
         registered, pairs = {}, []
         for name, t in kv_caches.items():
             if isinstance(t, (list, tuple)):
                 registered[name] = list(t)
                 continue
-            blocks, tokens, heads, width = t.shape
-            engine_view = t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
+            engine_view = _split_planes(t)
             mirror = engine_view.contiguous()
             registered[name] = mirror
             pairs.append((engine_view, mirror))
         return registered, pairs
+
+    def _register_slots(self, kv_caches):
+        registered, pairs = {}, []
+        for slot in self.slots:
+            layers = {name: kv_caches[name] for name in slot if name in kv_caches}
+            if not layers:
+                continue
+            if all(not isinstance(t, (list, tuple)) for t in layers.values()):
+                first = next(iter(layers.values()))
+                engine_view = _split_planes(first)
+                buffer = engine_view.contiguous()
+                for name, t in layers.items():
+                    if t.dtype != first.dtype or t.shape[-1] != first.shape[-1]:
+                        raise ValueError(f"layer {name!r}: the attention layers of one memory slot must share dtype "
+                                         f"and head size to share a [2, B, N, H, D] buffer, got {t.dtype}/"
+                                         f"{t.shape[-1] // 2} beside {first.dtype}/{first.shape[-1] // 2}")
+                    registered[name] = buffer.view(_split_shape(t))
+                pairs.append((engine_view, buffer))
+                continue
+            first = next(t[0] if isinstance(t, (list, tuple)) else t for t in layers.values())
+            start = first.storage_offset() * first.element_size()
+            size = first.shape[0] * first.stride(0) * first.element_size()
+            engine_bytes = torch.empty(0, dtype=torch.int8, device=first.device).set_(
+                first.untyped_storage(), start, (size,), (1,))
+            buffer = engine_bytes.clone()
+            for name, t in layers.items():
+                registered[name] = _rebased(t, buffer, start)
+            pairs.append((engine_bytes, buffer))
+        return registered, pairs
+
+
+def _split_shape(t) -> tuple[int, ...]:
+    """FlashAttention's `[2, B, N, H, D]` for a kvconform attention view `[B, N, H, 2*D]`."""
+    blocks, tokens, heads, width = t.shape
+    return (2, blocks, tokens, heads, width // 2)
+
+
+def _split_planes(t):
+    """kvconform's attention view `[B, N, H, 2*D]` seen as FlashAttention's `[2, B, N, H, D]` (no copy)."""
+    blocks, tokens, heads, width = t.shape
+    return t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
+
+
+def _rebased(t, buffer, start: int):
+    """`t` (a kvconform view whose memory starts at byte `start` of its storage; a Mamba layer's list of state
+    views) as the same view of `buffer`, a copy of those bytes: an attention layer as `[2, B, N, H, D]`."""
+    if isinstance(t, (list, tuple)):
+        return [_rebased(s, buffer, start) for s in t]
+    size = t.element_size()
+    offset = t.storage_offset() * size - start
+    typed = buffer.view(t.dtype)
+    if t.dim() == 4:  # attention: [B, N, H, 2*D] with blocks outermost
+        view = _split_planes(t)
+        return typed.as_strided(view.shape, view.stride(), offset // size)
+    return typed.as_strided(t.shape, t.stride(), offset // size)
 
 
 def on_device(registered: dict, device: str):
@@ -430,10 +546,13 @@ def on_device(registered: dict, device: str):
     return moved, pairs
 
 
-def layout_for_installed_vllm():
-    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
+def layout_for_installed_vllm(kv_cache_config: kspecs.KVCacheConfig | None = None):
+    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082); a release
+    that describes the memory as one KVCacheTensor per layer slot gets one mirror per slot of `kv_cache_config`."""
     if release_has("standardized_layout"):
         return StandardizedLayout()
+    if kv_cache_config is not None and not release_has("tensor_layers"):
+        return SplitKVLayout(layer_slots(kv_cache_config))
     return SplitKVLayout()
 
 
@@ -464,8 +583,8 @@ class VllmConnectorAdapter:
         self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
         self._requests: dict[str, Any] = {}
         self._engine_requests: dict[str, Any] = {}   # the engine requests the mirrors stand for
-        # The block pool bound with the release's block hashes (ReleaseHashedBlockPool), on a release whose
-        # Scheduler binds the pool (vLLM 0.20); None elsewhere.
+        # The block pool with the release's block hashes (ReleaseHashedBlockPool), on a release whose Scheduler
+        # binds the pool (vLLM 0.19-0.27; bound to a connector that takes it); None elsewhere.
         self._release_pool: ReleaseHashedBlockPool | None = None
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
@@ -474,6 +593,8 @@ class VllmConnectorAdapter:
             from harness.targets import vllm_device_standins
 
             vllm_device_standins.install()
+        if role == KVConnectorRole.WORKER:
+            model_layers(self.vllm_config, kv_cache_config)
         try:
             self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
         except Exception as exc:
@@ -549,7 +670,8 @@ class VllmConnectorAdapter:
         """vLLM's KVCacheBlock for an engine block; where the release binds the block pool (`pool`, vLLM 0.20) with
         the block's hash in the release's form: 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a
         request's table as its local prefix hit, and without hashes loaded the external hit over the start of the
-        prompt. (0.31+ keep `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
+        prompt; 0.21's OffloadingConnector asserts that the local hit is hashed blocks. (0.31+ keep
+        `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
         mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
         key = getattr(block, "block_hash", None)
         if pool is not None and key is not None and not mirror.is_null:
@@ -617,13 +739,15 @@ class VllmConnectorAdapter:
         self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
         # the method, as here; without it such a connector never finds the blocks it should store. It gets the
-        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise.
-        if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
-            pool = kv_cache_manager.block_pool
-            pool = self._release_pool = ReleaseHashedBlockPool(
-                pool, self.kv_cache_config,
+        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise. The same
+        # view gives every connector's KVCacheBlocks their hashes in the release's form (`_block`): vLLM 0.21's
+        # OffloadingConnector asserts that a local prefix hit is made of hashed blocks.
+        if release_has("gpu_block_pool_binding"):
+            self._release_pool = ReleaseHashedBlockPool(
+                kv_cache_manager.block_pool, self.kv_cache_config,
                 lambda: [(self._engine_requests[r], m) for r, m in self._requests.items() if r in self._engine_requests])
-            self.inner.bind_gpu_block_pool(pool)
+            if hasattr(self.inner, "bind_gpu_block_pool"):
+                self.inner.bind_gpu_block_pool(self._release_pool)
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound
@@ -708,7 +832,7 @@ class VllmConnectorAdapter:
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
         self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
-        self._layout = layout_for_installed_vllm()
+        self._layout = layout_for_installed_vllm(self.kv_cache_config)
         self._kv_caches, self._sync_pairs = self._layout.register(kv_caches)
         if self.device is not None:
             self._kv_caches, more = on_device(self._kv_caches, self.device)
