@@ -156,9 +156,10 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
     # vLLM 0.13-0.29 describe the KV memory as one KVCacheTensor per layer slot, `shared_by` the layer of each
     # group at that slot (`KVCacheTensor(size, shared_by)`: the worker allocates one buffer per tensor and every
     # layer of `shared_by` views it); 0.30+ as one tensor per group with `layers` at a `layer_stride`.
-    Capability("tensor_layers", "KVCacheTensor has no layers (one tensor per layer slot, shared by the layer of "
-               "each group at that slot)",
-               lambda m: "layers" in fields_of(m["iface"].KVCacheTensor)),
+    Capability("slot_tensors", "KVCacheTensor has layers (one tensor per group, its layers a layer_stride apart), "
+               "not one per layer slot",
+               lambda m: "layers" not in fields_of(m["iface"].KVCacheTensor)
+               and "shared_by" in fields_of(m["iface"].KVCacheTensor)),
     # vLLM 0.20's Scheduler hands a connector that has `bind_gpu_block_pool` (duck-typed: no base-class hook) its
     # GPU block pool, which SimpleCPUOffloadConnector needs to find the blocks it stores; later releases hand
     # the whole manager through the `bind_kv_cache_manager` hook instead.

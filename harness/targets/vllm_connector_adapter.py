@@ -264,7 +264,7 @@ def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
     iface = _vllm().iface
     groups = [_make(iface.KVCacheGroupSpec, layer_names=list(g.layer_names), kv_cache_spec=vllm_spec(g.kv_cache_spec),
                     enable_kv_transfer=g.enable_kv_transfer) for g in config.kv_cache_groups]
-    if release_has("tensor_layers"):
+    if not release_has("slot_tensors"):
         tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
                          block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
                    for t in config.kv_cache_tensors]
@@ -551,7 +551,7 @@ def layout_for_installed_vllm(kv_cache_config: kspecs.KVCacheConfig | None = Non
     that describes the memory as one KVCacheTensor per layer slot gets one mirror per slot of `kv_cache_config`."""
     if release_has("standardized_layout"):
         return StandardizedLayout()
-    if kv_cache_config is not None and not release_has("tensor_layers"):
+    if kv_cache_config is not None and release_has("slot_tensors"):
         return SplitKVLayout(layer_slots(kv_cache_config))
     return SplitKVLayout()
 
