@@ -56,6 +56,7 @@ def cell_name(nodeid: str) -> str:
 _CHECK = re.compile(r"\b(C\d{2}) \[([^\]]+)\]: ")
 _PATH = re.compile(r"(?:/[^\s'\"/]+)+/([^\s'\"/]+)")
 _HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b")  # request ids, hashes (with a digit: not a word)
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")  # "<object at 0x7f...>": differs from process to process
 _NUMBER = re.compile(r"\d+")
 # "<symptom> — while: <scenario>: <details>" (suites.connector.context.scenario): the scenario is the check's.
 _SCENARIO = re.compile(r" — while: [^:]*")
@@ -66,7 +67,18 @@ def cause_key(cause: str) -> str:
     last part, then request ids and hashes, then every number (block ids, token counts, positions, ranks, shapes)
     replaced by a placeholder."""
     cause = _PATH.sub(lambda m: "…/" + m.group(1), _SCENARIO.sub("", cause))
-    return _NUMBER.sub("N", _HEX_ID.sub("<id>", cause))
+    return _NUMBER.sub("N", _HEX_ID.sub("<id>", _ADDRESS.sub("<address>", cause)))
+
+
+def failure_signature(entry: dict[str, Any]) -> str | None:
+    """How a failing entry went wrong, with what differs from run to run taken out (`cause_key` of its first
+    line: paths, ids, addresses, numbers); None for an entry that does not fail. Two runs of one cell that
+    fail with the same signature failed the same way; a different signature is a different failure (a bug
+    fixed and another one met in the same cell, what `kvconform diff` must not call unchanged)."""
+    if entry["status"] not in FAILING_STATUSES:
+        return None
+    check, _preset, cause = split_check(entry_what(entry))
+    return f"{check or ''}{cause_key(cause)}"
 
 
 def split_check(what: str) -> tuple[str | None, str | None, str]:

@@ -5,7 +5,9 @@ Every change falls in one class, listed in this order whatever the two runs cove
 
   regressed   the cell fails in HEAD and did not in BASE (passed or skipped there, or a new failing cell)
   fixed       the cell failed in BASE and does not in HEAD
-  changed     any other change of outcome (a different failure, a passing cell whose outcome moved)
+  changed     any other change of outcome: a cell failing in both runs another way (its first line differs once
+              paths, ids, addresses and numbers are taken out, `harness.failure_groups.failure_signature`:
+              one bug fixed and another met), a passing cell whose outcome moved
 
 Two runs of vLLM on two releases (one release each: its connectors, or its allocator with `--kv-allocator vllm`)
 are compared cell by cell with the release left out of the connector's name and of the allocator cell's target, so
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import UsageError
-from harness.failure_groups import FAILING_STATUSES, FailureGroup, cell_name, entry_what, group_entries, group_failures
+from harness.failure_groups import (FAILING_STATUSES, FailureGroup, cell_name, entry_what, failure_signature,
+                                    group_entries, group_failures, split_check)
 from harness.report.config_section import SUITE as CONFIG_SUITE, era_sort_key, outcome_cell
 from harness.results_model import ResultsFileError, cell_label, index_by_cell, load_results, outcome_of
 
@@ -90,7 +93,7 @@ def compute_changes(base: list[dict], head: list[dict]) -> list[tuple[str, str, 
             changes.append(("added", cell_label(after), None, after))
         elif after is None:
             changes.append(("removed", cell_label(before), before, None))
-        elif outcome_of(before) != outcome_of(after):
+        elif outcome_of(before) != outcome_of(after) or failure_signature(before) != failure_signature(after):
             changes.append(("changed", cell_label(after), before, after))
     changes.sort(key=lambda change: (change[1], change[0]))
     return changes
@@ -107,8 +110,12 @@ def change_what(kind: str, before: dict | None, after: dict | None) -> str:
         entry = after if after is not None else before
         state = f"{entry['status']}: {entry_what(entry)}" if entry["status"] in FAILING_STATUSES else describe_outcome(entry)
         return f"{kind}, {state}"
-    if after["status"] in FAILING_STATUSES and (before["status"] != after["status"]
-                                                or entry_what(before) != entry_what(after)):
+    if after["status"] in FAILING_STATUSES and before["status"] in FAILING_STATUSES \
+            and entry_what(before) != entry_what(after):
+        # failing in both runs, another way: a fix and a new failure in one cell, both said
+        was = split_check(entry_what(before))[2]  # the same cell: its check and preset are said once
+        return f"now {after['status']}: {entry_what(after)} (was {before['status']}: {was})"
+    if after["status"] in FAILING_STATUSES and before["status"] != after["status"]:
         return f"now {after['status']}: {entry_what(after)}"
     if before["status"] in FAILING_STATUSES and after["status"] not in FAILING_STATUSES:
         return f"now {describe_outcome(after)}, was {before['status']}: {entry_what(before)}"
@@ -189,7 +196,8 @@ def compare(base: list[dict], head: list[dict], base_name: str, head_name: str, 
             only_head.append(after)  # counted in the scope line too: the cell is new
     base_cells = index_by_cell(base)
     still = [entry for key, entry in index_by_cell(head).items()
-             if _failing(entry) and _failing(base_cells.get(key)) and outcome_of(entry) == outcome_of(base_cells[key])]
+             if _failing(entry) and _failing(base_cells.get(key)) and outcome_of(entry) == outcome_of(base_cells[key])
+             and failure_signature(entry) == failure_signature(base_cells[key])]
     return Comparison(base_name, head_name, changes, only_base, only_head, still, changed_only)
 
 

@@ -722,6 +722,33 @@ def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp
     ]
 
 
+def test_diff_of_a_cell_failing_in_both_runs_tells_another_failure_from_the_same_one(tmp_path, capsys):
+    """A cell failing in both runs is unchanged only when it fails the same way: the same first line once store
+    paths, request ids, addresses and numbers are taken out. A bug fixed and another met in the same cell (what
+    a buggy release against its successor looks like) is a change, and the line says both failures."""
+    def cell(release, message):
+        return _connector_entry(release, "OffloadingConnector", "C05 hit-length", "failed", message=message)
+
+    base = [cell("0.27.0", "C05 [fa_only]: a 703-token prompt hit 256 tokens, expected 512 (req 4f3a9c21d0e8)"),
+            cell("0.27.0", "C05 [fa_only]: register_kv_caches raised KeyError: 'model.layers.0.full'")]
+    head_same = [cell("0.28.0", "C05 [fa_only]: a 903-token prompt hit 512 tokens, expected 768 (req 9b2e7d41aa03)")]
+    head_other = [cell("0.28.0", "C05 [fa_only]: the model read wrong KV at block 7 <Tensor at 0x7f3a2b1c4d50>")]
+    b = write_results(tmp_path / "b.json", base[:1])
+    status, out, _ = run_cli(capsys, "diff", b, write_results(tmp_path / "same.json", head_same), "--format", "json")
+    payload = json.loads(out)
+    assert status == 0 and payload["counts"]["changed"] == 0 and payload["counts"]["failing_in_both"] == 1, (
+        "the same short hit with other token counts and request ids is the same failure")
+    status, out, _ = run_cli(capsys, "diff", b, write_results(tmp_path / "other.json", head_other))
+    assert status == 0, "a cell failing in both runs is never a regression"
+    assert out.splitlines()[0].endswith("0 regressed, 0 fixed, 1 changed"), out
+    assert ("C05: now failed: the model read wrong KV at block 7" in out
+            and "(was failed: a 703-token prompt hit 256 tokens, expected 512" in out), out
+    b2 = write_results(tmp_path / "b2.json", base[1:])
+    status, out, _ = run_cli(capsys, "diff", b2, write_results(tmp_path / "same2.json", [
+        cell("0.28.0", "C05 [fa_only]: register_kv_caches raised KeyError: 'model.layers.0.full'")]))
+    assert status == 0 and out.startswith("No cell changed"), "an identical failure is no change"
+
+
 def _allocator_entry(release: str, scenario: str, status: str, message: str | None = None) -> dict:
     """An allocator cell as `--kv-allocator vllm` records it (its target names the release); a scenario skipped
     as N/A before it ran records no target."""
