@@ -10,8 +10,8 @@ The connector is vLLM's, unmodified. The adapter owns only translation, in both 
   `SchedulerOutput` for `build_connector_meta`, vLLM's `KVConnectorOutput` for `update_connector_output`;
 * worker side: the registered tensors as vLLM 0.33's standardized per-layer `[B, H, N, C]` views of the
   engine's own memory (no copies: a write by the connector lands in the engine's KV; older releases get
-  their split-KV layout as mirrors synced around every worker hook, `SplitKVLayout`), a `ForwardContext`
-  (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
+  their layout as mirrors synced around every worker hook, `SplitKVLayout`, `BlocksOutermostLayout`), a
+  `ForwardContext` (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
   forward context while the connector runs.
 
 A connector that needs a package or device this machine lacks skips the check with one line. Which of vLLM's
@@ -441,38 +441,52 @@ class StandardizedLayout:
         return {name: standardized_view(t) for name, t in kv_caches.items()}, []
 
 
-class SplitKVLayout:
-    """Older vLLM (0.13): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
-    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it), so the connector gets a contiguous mirror that
-    is filled from the engine's memory before each worker hook and copied back after it. Mamba layers keep
-    their list of state tensors (aliasing), as those releases register them.
+class _MirroredLayout:
+    """A release layout that cannot alias kvconform's `[B, N, H, 2*D]` memory: each attention layer is registered
+    as a mirror in the release's form, filled from the engine's memory before each worker hook and copied back
+    after it. A subclass says the release's form: `_view(t)` (a no-copy view of a kvconform attention view in the
+    release's logical shape), `_mirror(t)` (the layer's mirror and the engine view it copies) and `_mamba(states)`
+    (a Mamba layer's registered form of its state views).
 
-    `slots` (the layers sharing memory, `layer_slots`), where the release describes the memory as one
-    KVCacheTensor per slot: the layers of a slot view one mirror buffer, as they view one buffer on vLLM (whose
-    offloading worker asserts it: one `data_ptr` per KVCacheTensor, the buffer's whole storage from byte 0). A slot
-    of attention layers holds their `[2, B, N, H, D]` planes; a slot with a Mamba layer is laid out as vLLM's
-    hybrid models are (`_update_hybrid_attention_mamba_layout`: blocks outermost, each block one page), so the
-    buffer is the engine's bytes of the slot, each attention layer a strided `[2, B, N, H, D]` view of its
-    pages and each Mamba state a view at the engine's offsets. Either way one copy per slot keeps it in sync,
+    `slots` (the layers sharing memory, `layer_slots`), where the release describes the memory as one KVCacheTensor
+    per slot (form `slot_tensors`): the layers of a slot view one buffer, as they view one buffer on vLLM (whose
+    offloading worker asserts it: one `data_ptr` per KVCacheTensor, its storage from byte 0). Separate mirrors of
+    aliasing layers would also lose writes: copied back one after another, a later layer's mirror puts back the
+    old bytes of a block another group's layer was loaded into. A slot of attention layers shares the first
+    layer's mirror (their forms must agree: one dtype and head size); a slot with a Mamba layer is laid out as
+    vLLM's hybrid models are (`_update_hybrid_attention_mamba_layout`: blocks outermost, each block one page), so
+    its buffer is a copy of the engine's bytes of the slot and each layer a view of its pages (an attention layer
+    in the release's logical shape over kvconform's page order). Either way one copy per slot keeps it in sync,
     whichever group a block belongs to."""
 
-    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+    name = ""
 
     def __init__(self, slots: list[list[str]] | None = None) -> None:
         self.slots = slots
 
+    def _view(self, t):
+        raise NotImplementedError
+
+    def _mirror(self, t):
+        """(what is registered, (engine view, mirror copied from it)): the release's form in storage of its own."""
+        engine_view = self._view(t)
+        mirror = engine_view.contiguous()
+        return mirror, (engine_view, mirror)
+
+    def _mamba(self, states):
+        return list(states)
+
     def register(self, kv_caches):
+        """(what the connector registers, [(engine view, mirror)] to copy around every worker hook)."""
         if self.slots is not None:
             return self._register_slots(kv_caches)
         registered, pairs = {}, []
         for name, t in kv_caches.items():
             if isinstance(t, (list, tuple)):
-                registered[name] = list(t)
+                registered[name] = self._mamba(t)
                 continue
-            engine_view = _split_planes(t)
-            mirror = engine_view.contiguous()
-            registered[name] = mirror
-            pairs.append((engine_view, mirror))
+            registered[name], pair = self._mirror(t)
+            pairs.append(pair)
         return registered, pairs
 
     def _register_slots(self, kv_caches):
@@ -482,16 +496,20 @@ class SplitKVLayout:
             if not layers:
                 continue
             if all(not isinstance(t, (list, tuple)) for t in layers.values()):
-                first = next(iter(layers.values()))
-                engine_view = _split_planes(first)
-                buffer = engine_view.contiguous()
-                for name, t in layers.items():
+                names = list(layers)
+                first = layers[names[0]]
+                mirror, pair = self._mirror(first)
+                registered[names[0]] = mirror
+                for name in names[1:]:
+                    t = layers[name]
                     if t.dtype != first.dtype or t.shape[-1] != first.shape[-1]:
                         raise ValueError(f"layer {name!r}: the attention layers of one memory slot must share dtype "
-                                         f"and head size to share a [2, B, N, H, D] buffer, got {t.dtype}/"
-                                         f"{t.shape[-1] // 2} beside {first.dtype}/{first.shape[-1] // 2}")
-                    registered[name] = buffer.view(_split_shape(t))
-                pairs.append((engine_view, buffer))
+                                         f"and head size to share one buffer, got {t.dtype}/{t.shape[-1] // 2} beside "
+                                         f"{first.dtype}/{first.shape[-1] // 2}")
+                    own, _ = self._mirror(t)  # the form of this layer's shape, placed on the first's buffer
+                    registered[name] = torch.empty(0, dtype=own.dtype, device=own.device).set_(
+                        mirror.untyped_storage(), own.storage_offset(), own.shape, own.stride())
+                pairs.append(pair)
                 continue
             first = next(t[0] if isinstance(t, (list, tuple)) else t for t in layers.values())
             start = first.storage_offset() * first.element_size()
@@ -500,9 +518,21 @@ class SplitKVLayout:
                 first.untyped_storage(), start, (size,), (1,))
             buffer = engine_bytes.clone()
             for name, t in layers.items():
-                registered[name] = _rebased(t, buffer, start)
+                pages = _rebased(t, buffer, start)
+                registered[name] = self._mamba(pages) if isinstance(t, (list, tuple)) else self._view(pages)
             pairs.append((engine_bytes, buffer))
         return registered, pairs
+
+
+class SplitKVLayout(_MirroredLayout):
+    """Older vLLM (0.13-0.22): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
+    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it). Mamba layers keep their list of state tensors, as
+    those releases register them."""
+
+    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+
+    def _view(self, t):
+        return _split_planes(t)
 
 
 def _split_shape(t) -> tuple[int, ...]:
@@ -513,22 +543,49 @@ def _split_shape(t) -> tuple[int, ...]:
 
 def _split_planes(t):
     """kvconform's attention view `[B, N, H, 2*D]` seen as FlashAttention's `[2, B, N, H, D]` (no copy)."""
-    blocks, tokens, heads, width = t.shape
-    return t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
+    return t.view(_split_shape(t)[1:4] + (2, t.shape[-1] // 2)).permute(3, 0, 1, 2, 4)
 
 
 def _rebased(t, buffer, start: int):
     """`t` (a kvconform view whose memory starts at byte `start` of its storage; a Mamba layer's list of state
-    views) as the same view of `buffer`, a copy of those bytes: an attention layer as `[2, B, N, H, D]`."""
+    views) as the same view of `buffer`, a copy of those bytes."""
     if isinstance(t, (list, tuple)):
         return [_rebased(s, buffer, start) for s in t]
     size = t.element_size()
-    offset = t.storage_offset() * size - start
-    typed = buffer.view(t.dtype)
-    if t.dim() == 4:  # attention: [B, N, H, 2*D] with blocks outermost
-        view = _split_planes(t)
-        return typed.as_strided(view.shape, view.stride(), offset // size)
-    return typed.as_strided(t.shape, t.stride(), offset // size)
+    return buffer.view(t.dtype).as_strided(t.shape, t.stride(), (t.storage_offset() * size - start) // size)
+
+
+class BlocksOutermostLayout(_MirroredLayout):
+    """vLLM 0.24-0.28, as their forms say (`connector_capabilities.FORMS`): FlashAttention's KV cache with the
+    blocks outermost, K and V on an axis of their own `[B, 2, N, H, D]` (vLLM 0.24) or packed in the content dim,
+    `(B, H, N, 2*D)` over `(B, N, H, 2*D)` memory (`packed`, 0.27, 0.28: the standardized view's order). Each
+    attention layer is a mirror in storage of its own (those releases allocate each layer's memory apart, and
+    connectors read a layer's whole storage as its blocks, where kvconform's layers share one pool; `[B, 2, N, H,
+    D]` cannot alias kvconform's `[B, N, H, 2*D]` at all), shared by the layers of its slot. Mamba: one int8 page
+    view per layer (`mamba_pages`, 0.27, 0.28, as `standardized_view`), else the list of its state tensors."""
+
+    def __init__(self, packed: bool = False, mamba_pages: bool = False, slots: list[list[str]] | None = None) -> None:
+        super().__init__(slots)
+        self.packed, self.mamba_pages = packed, mamba_pages
+        attention = "[B, H, N, 2*D]" if packed else "[B, 2, N, H, D]"
+        self.name = f"{attention} mirrors synced around hooks, Mamba as " \
+            f"{'int8 page views' if mamba_pages else 'state tensor lists'}"
+
+    def _view(self, t):
+        if self.packed:
+            return t.permute(0, 2, 1, 3)
+        # K is the first half of kvconform's content dim, V the second (FlashAttention's index 0 and 1).
+        return t.unflatten(-1, (2, t.shape[-1] // 2)).permute(0, 3, 1, 2, 4)
+
+    def _mirror(self, t):
+        if self.packed:
+            # The release's memory order (kvconform's), in storage of the layer's own.
+            mirror = t.clone(memory_format=torch.contiguous_format)
+            return self._view(mirror), (t, mirror)
+        return super()._mirror(t)
+
+    def _mamba(self, states):
+        return standardized_view(states) if self.mamba_pages else list(states)
 
 
 def on_device(registered: dict, device: str):
@@ -547,13 +604,16 @@ def on_device(registered: dict, device: str):
 
 
 def layout_for_installed_vllm(kv_cache_config: kspecs.KVCacheConfig | None = None):
-    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082); a release
-    that describes the memory as one KVCacheTensor per layer slot gets one mirror per slot of `kv_cache_config`."""
+    """The registered-tensor layout of the installed vLLM, as its forms say (standardized views arrived with RFC
+    #42082; FlashAttention put the blocks outermost from vLLM 0.24); a release that describes the memory as one
+    KVCacheTensor per layer slot (`slot_tensors`) gets one buffer per slot of `kv_cache_config`."""
     if release_has("standardized_layout"):
         return StandardizedLayout()
-    if kv_cache_config is not None and release_has("slot_tensors"):
-        return SplitKVLayout(layer_slots(kv_cache_config))
-    return SplitKVLayout()
+    slots = layer_slots(kv_cache_config) if kv_cache_config is not None and release_has("slot_tensors") else None
+    if release_has("kv_blocks_outermost"):
+        return BlocksOutermostLayout(packed=release_has("kv_packed_content"), mamba_pages=release_has("mamba_page_view"),
+                                     slots=slots)
+    return SplitKVLayout(slots)
 
 
 # ---- the adapter --------------------------------------------------------------------------------
