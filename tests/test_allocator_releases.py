@@ -1,5 +1,6 @@
 """The reference's release switch (0.34's id map, 0.33's view of it) and the vLLM target's capability table."""
 
+import dataclasses
 import gc
 import types
 from dataclasses import dataclass
@@ -129,6 +130,23 @@ def test_capability_table_of_an_old_release():
     assert lacks["hash_lookahead"] == ("KVCacheManager takes no num_hash_lookahead_tokens (block hashes cover "
                                        "only their own block)")
     assert lacks["shared_prefix_boundary"].startswith("get_computed_blocks returns (blocks, hit tokens)")
+
+
+@pytest.mark.parametrize("fields,has", [(("num_prefill_checkpoint_blocks",), False),
+                                        (("num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"), True)],
+                         ids=["blocks-only", "blocks-and-alignment"])
+def test_mamba_checkpoints_need_the_checkpoint_alignment(fields, has):
+    """vLLM 0.29.0's MambaSpec has num_prefill_checkpoint_blocks but no prefill_checkpoint_alignment (its
+    checkpoint sits below a chunk ending off a block boundary, with no position rules): the section 4.5 checks,
+    which configure an alignment, are N/A there; 0.30.0 adds the field."""
+    modules = _old_release_modules()
+    spec = dataclasses.make_dataclass("MambaSpec", [("block_size", int), ("num_speculative_blocks", int, 0),
+                                                    *((name, int, 0) for name in fields)])
+    modules["iface"] = types.SimpleNamespace(**{**vars(modules["iface"]), "MambaSpec": spec})
+    have, lacks = probe_capabilities(modules)
+    assert ("mamba_checkpoints" in have) is has
+    if not has:
+        assert "prefill_checkpoint_alignment" in lacks["mamba_checkpoints"]
 
 
 def test_a_step_starts_only_where_the_release_has_new_step_starts():

@@ -95,7 +95,7 @@ CATALOGUE = [
     Row("resolve-json-error-text", ("resolve", "-"), 2, "err",
         ("(Unterminated string starting at line 1 column 9)",), stdin='[{"id": "unterminated', absent=("at at",)),
     Row("version-latest", ("explain", "--vllm-version", "latest"), 2, "err",
-        ("profile (pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, v0.22, v0.23, v0.24, v0.25, v0.30)",)),
+        ("profile (pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14, v0.17, v0.18, v0.19, v0.20, v0.21, v0.22, v0.23, v0.24, v0.25, v0.30)",)),
     # -- pytest options ---------------------------------------------------------------------------------------
     Row("kv-allocator-module-missing", ("--pyargs", "suites.allocator", "--kv-allocator", "nosuch.alloc:make_target"),
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),
@@ -128,7 +128,7 @@ CATALOGUE = [
         4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
     Row("report-version-unknown", ("report", "--vllm-version", "0.99"), 2, "err",
         ("kvconform report: --vllm-version: '0.99' is outside the releases kvconform knows (0.10.0 to 0.34.x); "
-         "profiles: pre-seed, seed, v0.33, v0.34; or an era id: v0.10, v0.11, v0.14, v0.18, v0.19, v0.20, v0.21, "
+         "profiles: pre-seed, seed, v0.33, v0.34; or an era id: v0.10, v0.11, v0.14, v0.17, v0.18, v0.19, v0.20, v0.21, "
          "v0.22, v0.23, v0.24, v0.25, v0.30",)),
     Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
         ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),

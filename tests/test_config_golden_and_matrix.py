@@ -64,7 +64,7 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 # each other connector without features (36 per connector), and all-pairs puts each connector x feature
 # pair (besides "none"/"noconn") in exactly one row: 17 x 8 = 136 in seed (18 connector values),
 # 31 x 8 = 248 in v0.33 (32 values). Names the era does not register but a neighbouring era does, and
-# FooConnector (seed: FooConnector only, its neighbours register the same names; v0.33: P2pNcclConnector, which
+# FooConnector (seed: MoRIIOConnector, which v0.14 registers from 0.14.0, and FooConnector; v0.33: P2pNcclConnector, which
 # v0.30 registers, UMBPStoreConnector, which v0.34 registers, and FooConnector) add 36 cells each, without
 # features. A sampled row at stage config also runs at create_connector (one more cell).
 # v0.34: 12 features (the 9 + two custom speculative methods + EAGLE with lmcache offloading): 12 x 36 = 432
@@ -73,7 +73,7 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 # 40 x 11 = 440 pairs; unregistered: P2pNcclConnector (removed at 0.33, so it stays in every later era's
 # matrix) and FooConnector.
 @pytest.mark.parametrize(("era", "connectors", "features", "unregistered", "cells"), [
-    ("seed", 18, 9, 1, 324 + 17 * 36 + 136 + 1 * 36),  # 1108
+    ("seed", 18, 9, 2, 324 + 17 * 36 + 136 + 2 * 36),  # 1144
     ("v0.33", 32, 9, 3, 324 + 31 * 36 + 248 + 3 * 36),  # 1796 (UMBPStoreConnector: v0.34 registers it)
     ("v0.34", 41, 12, 2, 432 + 40 * 36 + 440 + 2 * 36),  # 2384
 ])

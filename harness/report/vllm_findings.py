@@ -133,6 +133,20 @@ CLASSIFIED = (
                "request, the null block included, is overwritten with dummy values, and the request's own blocks "
                "above 1 are not filled",
                "none found; gone by vLLM 0.33.0", checks=("C15",)),
+    # Read against vLLM 0.27.0's kv_connector/v1/decode_bench_connector.py (`update_state_after_alloc`, lines
+    # 232-265; 0.13.0's is the same, lines 218-250) and v1/core/sched/scheduler.py:1001-1003; fixed in 0.30.0
+    # (`external_block_start = num_local_computed_tokens // group_block_size`, line 286). Seen from 0.24.0, whose
+    # blocks-outermost FlashAttention layout lets the fill reach the blocks it names (before, the K/V-axis bug
+    # above hid it).
+    Classified("DecodeBenchConnector", "the load wrote a block of the local prefix hit", "the fill starts at the "
+               "request's first block, over its local prefix-cache hit", "connector bug",
+               "the scheduler hands `update_state_after_alloc` the request's whole block table "
+               "(`kv_cache_manager.get_blocks(request_id)`), and the connector fills its first "
+               "`cdiv(num_external_tokens, block_size)` blocks (`group_blocks[:num_blocks_to_fill]`): with a local "
+               "prefix-cache hit those are the hit's blocks, cached and shared with other requests, which it "
+               "overwrites with dummy values, while the last blocks it claimed stay unfilled",
+               "none found; fixed by vLLM 0.30.0 (the fill starts at `num_local_computed_tokens // block_size`)",
+               checks=("C19",)),
     # Read against lmcache 0.5.6 (the newest on PyPI, 2026-12-04), lmcache/integration/vllm/lmcache_mp_connector.py
     # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
     # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a

@@ -180,13 +180,37 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("rswa", "no RSWASpec (reverse sliding window)", lambda m: hasattr(m["iface"], "RSWASpec")),
     Capability("mamba_align", "MambaSpec has no mamba_cache_mode (no prefix caching of Mamba states)",
                lambda m: "mamba_cache_mode" in fields_of(m["iface"].MambaSpec)),
-    Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks (no prefill checkpoints)",
-               lambda m: "num_prefill_checkpoint_blocks" in fields_of(m["iface"].MambaSpec)),
+    # The checkpoints of spec section 4.5 sit at positions the backend's export alignment allows; a MambaSpec with
+    # num_prefill_checkpoint_blocks but no prefill_checkpoint_alignment reserves a checkpoint only below a chunk
+    # that ends off a block boundary, keyed at that block's end, with none of the position rules the checks assert
+    # (the scenarios' alignment could not even be configured).
+    Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks / prefill_checkpoint_alignment "
+               "(no prefill checkpoints at aligned positions)",
+               lambda m: {"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"}
+               <= set(fields_of(m["iface"].MambaSpec))),
     Capability("hisparse", "no HiSparse (vllm.v1.hisparse)", lambda m: m.get("hisparse_layout") is not None),
     Capability("hisparse_write_back", "HiSparseCoordinator has no advance_scheduled / steady-state concurrency "
                "(HiSparse before write-back spills and host indexer pages)",
                lambda m: hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "advance_scheduled")
                and hasattr(m["hisparse_layout"], "get_hisparse_steady_state_concurrency")),
+    # vLLM 0.30.0's get_hisparse_kv_cache_groups returns the planner's groups before HiSparse's split (the MLA group
+    # and the model's other groups; None for a model of MLA layers only); create_hisparse_layout splits them, and
+    # get_hisparse_gpu_memory_usage sizes the GPU side from those unsplit groups. From 0.31 the function returns the
+    # split groups (source, indexer, resident, hot) that create_hisparse_layout sizes, and the unsplit-group helper is
+    # gone (0.31.0 - 0.34.0 and the reference have no get_hisparse_gpu_memory_usage).
+    Capability("hisparse_layout_groups", "get_hisparse_kv_cache_groups returns the planner's groups before "
+               "HiSparse's split (create_hisparse_layout splits them; get_hisparse_gpu_memory_usage sizes them unsplit)",
+               lambda m: m.get("hisparse_layout") is not None
+               and not hasattr(m["hisparse_layout"], "get_hisparse_gpu_memory_usage")),
+    # vLLM 0.30.0's HiSparseSourceManager: "Host capacity is best effort: a page that cannot get a host block keeps a
+    # null host entry, so its GPU copy is never written back and stays pinned"; 0.31's: "Every page gets a host
+    # block: allocation fails when the host pool cannot back it", with the coordinator checking that a request holds
+    # no more resident pages than admission reserved (_fills_admission_window).
+    Capability("hisparse_host_backed_pages", "HiSparse's host capacity is best effort (a page without a host block "
+               "stays pinned on the GPU: admission does not wait for host blocks, and resident pages are not bounded "
+               "by the in-flight window; no HiSparseCoordinator._fills_admission_window)",
+               lambda m: _has(m["hisparse_coordinator"], "HiSparseCoordinator")
+               and hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "_fills_admission_window")),
     Capability("hisparse_backend", "HiSparse's host pool needs a platform backend (vllm.v1.hisparse.backend) and "
                "this machine's platform has none",
                lambda m: m.get("hisparse_backend") is None

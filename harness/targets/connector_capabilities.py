@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 import sys
 from collections.abc import Mapping
 
@@ -39,7 +40,8 @@ __all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM
 #: The short names the probes read -> vLLM's module name (a key of a module map).
 PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outputs": "v1.outputs",
                   "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
-                  "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler"}
+                  "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler",
+                  "flash_attn": "v1.attention.backends.flash_attn", "model_runner": "v1.worker.gpu_model_runner"}
 #: vLLM's module name -> the installed vLLM's module.
 VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 #: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
@@ -48,6 +50,17 @@ REFERENCE_MODULES = {"distributed.kv_transfer.kv_connector.v1.base": "reference_
                      "v1.outputs": "reference_impl.connector.base",
                      "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
                      "v1.core.sched.output": "reference_impl.engine.outputs"}
+
+
+#: The geometry the layout probes ask FlashAttention's `get_kv_cache_shape` for: every size distinct (and the
+#: packed content `2 * head size` too), so each axis of the answer is recognisable.
+_PROBE_GEOMETRY = {"num_blocks": 5, "block_size": 16, "num_kv_heads": 3, "head_size": 24}
+
+
+def _flash_attention_shape(m) -> tuple[int, ...]:
+    """The logical shape of one layer's KV cache as the release's FlashAttention backend declares it for
+    `_PROBE_GEOMETRY` (the shape its model runner registers with connectors)."""
+    return tuple(m["flash_attn"].FlashAttentionBackend.get_kv_cache_shape(**_PROBE_GEOMETRY))
 
 
 def _hook(name: str):
@@ -116,6 +129,25 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
     Capability("override_forward_context", "forward_context has no override_forward_context (the adapter cannot "
                "install its forward context around a worker hook)",
                lambda m: callable(getattr(m["forward_context"], "override_forward_context", None))),
+    # How the releases without standardized views shape the attention tensors they register, read from their
+    # FlashAttention backend: K and V planes outermost, `(2, num_blocks, block_size, heads, head_size)` (vLLM
+    # 0.13-0.22); blocks outermost, `(num_blocks, 2, block_size, heads, head_size)` (0.24); K and V packed in the
+    # content dim, `(num_blocks, heads, block_size, 2 * head_size)` over `(num_blocks, block_size, heads,
+    # 2 * head_size)` memory (0.27, 0.28: the standardized attention view). Connectors index the axes as their
+    # release lays them out (0.27's ExampleConnector reads `layer[block_ids, :, offsets]`).
+    Capability("kv_blocks_outermost", "FlashAttention's KV cache puts its K and V planes outermost (2, num_blocks, "
+               "block_size, heads, head_size)",
+               lambda m: _flash_attention_shape(m)[0] == _PROBE_GEOMETRY["num_blocks"]),
+    Capability("kv_packed_content", "FlashAttention's KV cache keeps K and V on an axis of their own (no (num_blocks, "
+               "heads, block_size, 2 * head_size) packing)",
+               lambda m: _flash_attention_shape(m) == tuple(_PROBE_GEOMETRY[k] for k in (
+                   "num_blocks", "num_kv_heads", "block_size")) + (2 * _PROBE_GEOMETRY["head_size"],)),
+    # vLLM 0.27's model runner registers a Mamba layer as one int8 view of its pages (`[num_blocks, 1, 1, page
+    # bytes]`, as the standardized layout later does); older ones as the list of its state tensors.
+    Capability("mamba_page_view", "the model runner registers a Mamba layer as the list of its state tensors (no "
+               "[num_blocks, 1, 1, page bytes] int8 page view)",
+               lambda m: re.search(r"\(\s*num_blocks,\s*1,\s*1,\s*page_size_bytes\s*\)",
+                                   inspect.getsource(m["model_runner"].GPUModelRunner)) is not None),
     # vLLM 0.20's Scheduler hands a connector that has `bind_gpu_block_pool` (duck-typed: no base-class hook) its
     # GPU block pool, which SimpleCPUOffloadConnector needs to find the blocks it stores; later releases hand
     # the whole manager through the `bind_kv_cache_manager` hook instead.

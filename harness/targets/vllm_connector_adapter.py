@@ -10,8 +10,8 @@ The connector is vLLM's, unmodified. The adapter owns only translation, in both 
   `SchedulerOutput` for `build_connector_meta`, vLLM's `KVConnectorOutput` for `update_connector_output`;
 * worker side: the registered tensors as vLLM 0.33's standardized per-layer `[B, H, N, C]` views of the
   engine's own memory (no copies: a write by the connector lands in the engine's KV; older releases get
-  their split-KV layout as mirrors synced around every worker hook, `SplitKVLayout`), a `ForwardContext`
-  (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
+  their layout as mirrors synced around every worker hook, `SplitKVLayout`, `BlocksOutermostLayout`), a
+  `ForwardContext` (layers with `kv_cache`, per-layer attention metadata) for `start_load_kv`, installed as vLLM's current
   forward context while the connector runs.
 
 A connector that needs a package or device this machine lacks skips the check with one line. Which of vLLM's
@@ -415,6 +415,47 @@ class SplitKVLayout:
         return registered, pairs
 
 
+class BlocksOutermostLayout:
+    """vLLM 0.24-0.28, as their forms say (`connector_capabilities.FORMS`): FlashAttention's KV cache with the
+    blocks outermost, K and V on an axis of their own `[B, 2, N, H, D]` (vLLM 0.24) or packed in the content dim,
+    `(B, H, N, 2*D)` over `(B, N, H, 2*D)` memory (`packed`, 0.27, 0.28: the standardized view's order). Each
+    attention layer is a mirror in storage of its own (those releases allocate each layer's memory apart, and
+    connectors read a layer's whole storage as its blocks, where kvconform's layers share one pool; `[B, 2, N, H,
+    D]` cannot alias kvconform's `[B, N, H, 2*D]` at all), filled from the engine's memory before each worker
+    hook and copied back after it. Mamba: one int8 page view per layer (`mamba_pages`, 0.27, 0.28, as
+    `standardized_view`), else the list of its state tensors (aliasing), as `SplitKVLayout`."""
+
+    def __init__(self, packed: bool = False, mamba_pages: bool = False) -> None:
+        self.packed, self.mamba_pages = packed, mamba_pages
+        attention = "[B, H, N, 2*D]" if packed else "[B, 2, N, H, D]"
+        self.name = f"{attention} mirrors synced around hooks, Mamba as " \
+            f"{'int8 page views' if mamba_pages else 'state tensor lists'}"
+
+    def register(self, kv_caches):
+        """(what the connector registers, [(engine view, its mirror)] to copy around every worker hook)."""
+        registered, pairs = {}, []
+        for name, t in kv_caches.items():
+            registered[name], synced = self._layer(t)
+            pairs += synced
+        return registered, pairs
+
+    def _layer(self, t):
+        """One layer's registered tensor and its [(engine view, mirror)] pairs."""
+        if isinstance(t, (list, tuple)):
+            return (standardized_view(t) if self.mamba_pages else list(t)), []
+        if self.packed:
+            # The release's memory order, but in storage of the layer's own: those releases allocate each KV
+            # cache tensor apart, and connectors read a layer's whole storage as its blocks
+            # (SimpleCPUOffloadConnector: `storage.nbytes() // num_blocks` bytes a block), where kvconform's
+            # layers share one pool.
+            mirror = t.clone(memory_format=torch.contiguous_format)
+            return mirror.permute(0, 2, 1, 3), [(t, mirror)]
+        # K is the first half of kvconform's content dim, V the second (FlashAttention's index 0 and 1).
+        engine_view = t.unflatten(-1, (2, t.shape[-1] // 2)).permute(0, 3, 1, 2, 4)
+        mirror = engine_view.contiguous()
+        return mirror, [(engine_view, mirror)]
+
+
 def on_device(registered: dict, device: str):
     """Device copies of the registered tensors, for a connector whose worker needs CUDA: the engine's memory is
     CPU memory, so the connector gets device mirrors synced around every worker hook (with the device
@@ -431,9 +472,12 @@ def on_device(registered: dict, device: str):
 
 
 def layout_for_installed_vllm():
-    """The registered-tensor layout of the installed vLLM (standardized views arrived with RFC #42082)."""
+    """The registered-tensor layout of the installed vLLM, as its forms say (standardized views arrived with RFC
+    #42082; FlashAttention put the blocks outermost from vLLM 0.24)."""
     if release_has("standardized_layout"):
         return StandardizedLayout()
+    if release_has("kv_blocks_outermost"):
+        return BlocksOutermostLayout(packed=release_has("kv_packed_content"), mamba_pages=release_has("mamba_page_view"))
     return SplitKVLayout()
 
 

@@ -87,17 +87,16 @@ BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
     ConnectorInfo("DecodeBenchConnector", (0, 10), (0, 21)),
     ConnectorInfo("MooncakeConnector", (0, 10), (0, 20), imports=_MOONCAKE_IMPORT),
     ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
-    # registered from 0.17.0 (factory.py; 0.16.0 lacks it) but declared from 0.21 here: an earlier entry reorders
-    # the registries of later eras, and with them the matrix cells of v0.33 and v0.34 (docs/allocator-releases.md)
-    ConnectorInfo("ExampleHiddenStatesConnector", (0, 21), (0, 22)),
+    # Each registration date read from the releases' factory.py (0.13.0 - 0.24.0): the first release that
+    # registers the name.
+    ConnectorInfo("ExampleHiddenStatesConnector", (0, 17), (0, 22)),  # 0.17.0 factory.py (0.16.0 lacks it)
     ConnectorInfo("MooncakeStoreConnector", (0, 21), (0, 22)),  # registered in 0.21.0's factory.py:199-203
-    # Registered by 0.23.0 (read from its factory.py; also in 0.20.0's).
-    ConnectorInfo("MoRIIOConnector", (0, 23), (0, 30)),
+    ConnectorInfo("MoRIIOConnector", (0, 14), (0, 30)),  # 0.14.0 factory.py (0.13.0 lacks it)
     ConnectorInfo("HiSparseConnector", (0, 30), (0, 30)),
     ConnectorInfo("NixlPullConnector", (0, 24), (0, 24)),  # 0.24.0 factory.py; NixlConnector an alias of Pull
     ConnectorInfo("NixlPushConnector", (0, 24), (0, 24)),
-    ConnectorInfo("FlexKVConnectorV1", (0, 23), None),  # registered by 0.23.0 (and 0.20.0), like MoRIIO
-    ConnectorInfo("HF3FSKVConnector", (0, 23), None),
+    ConnectorInfo("FlexKVConnectorV1", (0, 18), None),  # 0.18.0 factory.py (0.17.0 lacks it)
+    ConnectorInfo("HF3FSKVConnector", (0, 20), None),  # 0.20.0 factory.py (0.19.0 lacks it)
     ConnectorInfo("UMBPStoreConnector", (0, 34), (0, 34)),
 )
 
@@ -150,8 +149,8 @@ class Era:
     offloading_needs_size: bool = False
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
-    # 0.23.0 only: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
-    # start of the offloading shortcut's function (config/vllm.py:764-772)
+    # 0.22.0 - 0.23.x: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
+    # start of the offloading shortcut's function (0.22.0 config/vllm.py:737-746, 0.23.0 764-772)
     hidden_states_refuses_chunked_prefill: bool = False
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
@@ -242,31 +241,37 @@ def _build_eras() -> tuple[Era, ...]:
     v014 = _evolve(
         seed, "v0.14", (0, 14), "0.14.0",
         "chunked-local env var default flips to 1 (#29627); TPU outside vLLM (platforms/tpu.py re-exports "
-        "tpu_inference's TpuPlatform)",
+        "tpu_inference's TpuPlatform); MoRIIOConnector registered",
         chunked_env_default="1",
         platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
     )
-    v018 = _evolve(v014, "v0.18", (0, 18), "0.18.0", "NixlConnector is the first in-tree SupportsHMA connector (#35758)")
+    # the rules of v0.14; only the registry grows (BUILTIN_CONNECTORS)
+    v017 = _evolve(v014, "v0.17", (0, 17), "0.17.0", "ExampleHiddenStatesConnector registered (not SupportsHMA)")
+    v018 = _evolve(v017, "v0.18", (0, 18), "0.18.0",
+                   "NixlConnector is the first in-tree SupportsHMA connector (#35758); FlexKVConnectorV1 registered")
     v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0", "SimpleCPUOffloadConnector gains SupportsHMA")
     v020 = _evolve(
         v019, "v0.20", (0, 20), "0.20.0",
-        "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA; module path before registry",
+        "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA; module path before registry; "
+        "HF3FSKVConnector registered",
         kv_events_disables=False,
         module_path_first=True,  # 0.20.0 factory.py:113-130 (0.19.0 looks the registry up first, line 110)
     )
     v021 = _evolve(
         v020, "v0.21", (0, 21), "0.21.0",
         "MultiConnector, OffloadingConnector and DecodeBenchConnector gain SupportsHMA; the 2-argument constructor "
-        "is an error; ExampleHiddenStates and MooncakeStore connectors registered",
+        "is an error; MooncakeStoreConnector registered",
         multi_init_asserts=True,  # 0.21.0 multi_connector.py:171-175 (0.20.0 has no such assertion)
         deprecated_constructor_error=True,  # 0.21.0 factory.py:115-122 (0.20.0 only warned and used the shim)
     )
     v022 = _evolve(
         v021, "v0.22", (0, 22), "0.22.0",
-        "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by __name__)",
+        "kv-offloading shortcut before the HMA block; connector-aware auto-disable by class (+MultiConnector children by "
+        "__name__); ExampleHiddenStatesConnector refuses chunked prefill at config",
         connector_rule=CONNECTOR_CLASS_CHECK,
         offloading_shortcut=OFFLOAD_BEFORE,
         offloading_needs_size=True,
+        hidden_states_refuses_chunked_prefill=True,  # 0.22.0 config/vllm.py:737-746 (0.21.0 has no such check)
     )
     # Read from vLLM 0.23.0's source (config/vllm.py, kv_connector/factory.py, platforms/__init__.py,
     # config/speculative.py): besides supports_hma_config, the factory looks a module path up before the
@@ -286,7 +291,6 @@ def _build_eras() -> tuple[Era, ...]:
         simple_offload_env=True,
         module_path_first=True,
         deprecated_constructor_error=True,
-        hidden_states_refuses_chunked_prefill=True,
     )
     v024 = _evolve(v023, "v0.24", (0, 24), "0.24.0",
                    "P2pNcclConnector unregistered; NixlPullConnector / NixlPushConnector registered (SupportsHMA); "
@@ -320,7 +324,7 @@ def _build_eras() -> tuple[Era, ...]:
         speculative_method_check="registry",
         lookahead_lookup=True,
     )
-    return (v010, v011, pre_seed, seed, v014, v018, v019, v020, v021, v022, v023, v024, v025, v030, v033, v034)
+    return (v010, v011, pre_seed, seed, v014, v017, v018, v019, v020, v021, v022, v023, v024, v025, v030, v033, v034)
 
 
 ERAS: tuple[Era, ...] = _build_eras()

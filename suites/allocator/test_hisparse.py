@@ -86,6 +86,7 @@ RESIDENT_SIZES = [(160, 48, 3), (160, 1000, 10), (160, 17, 2)]
 
 
 @pytest.mark.parametrize("max_model_len,in_flight,blocks", RESIDENT_SIZES)
+@pytest.mark.needs('hisparse', 'hisparse_host_backed_pages')
 def test_resident_spec_is_sized_by_its_in_flight_window(api, max_model_len, in_flight, blocks):
     spec = api.iface.HiSparseResidentSpec(block_size=BS, page_size=PAGE)
     assert spec.max_admission_blocks_per_request(max_in_flight_tokens=in_flight,
@@ -187,6 +188,7 @@ def test_hisparse_cold_admission_allocates_host_indexer_and_resident_pages(api, 
     assert source.block_pool.get_num_free_blocks() == 15, "host pages go back to the host pool"
 
 
+@pytest.mark.needs('hisparse', 'hisparse_host_backed_pages')
 def test_hisparse_admission_waits_for_host_capacity(api, target):
     """Every page needs a host block: 64 tokens = 4 pages, but a host pool of 4 has 3 usable blocks, so
     the request is refused although the device pool has room, and nothing is allocated."""
@@ -250,6 +252,7 @@ def _layout_config(max_model_len: int = 256) -> SimpleNamespace:
         cache_config=SimpleNamespace(num_gpu_blocks_override=None))
 
 
+@pytest.mark.needs('hisparse', 'hisparse_layout_groups')
 def test_hisparse_groups_of_a_sparse_mla_layer(api):
     """One sparse-MLA layer: source (host), indexer, one resident and one hot group. Hot region: top-k 128
     x (1 decode query + 1 of slack) = 256 rows = 4 blocks of 64; pages 64 x 576 x 2 bytes = 73728."""
@@ -268,7 +271,7 @@ def test_hisparse_groups_of_a_sparse_mla_layer(api):
 
 # The host pool must hold one max_model_len request (256 / 64 = 4 pages) + null block + a CoW tail = 6.
 @pytest.mark.parametrize("host_pages,ok", [(5, False), (6, True)])
-@pytest.mark.needs('hisparse', 'hisparse_backend')
+@pytest.mark.needs('hisparse', 'hisparse_backend', 'hisparse_layout_groups')
 def test_hisparse_host_pool_must_fit_max_model_len(api, host_pages, ok):
     config = _layout_config(max_model_len=256)
     specs = _sparse_mla_specs(api)
@@ -281,6 +284,7 @@ def test_hisparse_host_pool_must_fit_max_model_len(api, host_pages, ok):
             api.layout.create_hisparse_layout(config, groups, host_budget=budget)
 
 
+@pytest.mark.needs('hisparse', 'hisparse_layout_groups')
 def test_hisparse_rejects_deepseek_v4(api):
     specs = _sparse_mla_specs(api, model_version="deepseek_v4")
     with pytest.raises(ValueError, match="does not support DeepSeek V4"):

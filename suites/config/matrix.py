@@ -68,6 +68,26 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
         features.update(LOOKAHEAD_FEATURES)
     return features
 
+# The order of the connector dimension's registered names. The all-pairs cover (and with it which cells exist)
+# depends on the order of each dimension's values, and an era table's registry lists its names in the order they
+# were declared along the chain of eras it extends, which moves whenever a registration date is corrected. So the
+# matrix orders them by name: this list is the order the registries had before the dates were read from each
+# release's factory.py (v0.34's, with P2pNcclConnector where the eras that register it had it), which keeps the
+# cells of every era whose registry did not change; a name not listed comes after these, alphabetically.
+CONNECTOR_ORDER: tuple[str, ...] = (
+    "ExampleConnector", "P2pNcclConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector",
+    "MultiConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector", "SimpleCPUOffloadConnector",
+    "ExampleHiddenStatesConnector", "MooncakeStoreConnector", "MoRIIOConnector", "FlexKVConnectorV1",
+    "HF3FSKVConnector", "NixlPullConnector", "NixlPushConnector", "HiSparseConnector", "UMBPStoreConnector",
+)
+
+
+def in_connector_order(names) -> list[str]:
+    """Registered connector names in the matrix's fixed order (`CONNECTOR_ORDER`, then alphabetical)."""
+    rank = {name: index for index, name in enumerate(CONNECTOR_ORDER)}
+    return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
+
+
 # Children that are never in the way of a child list: MultiConnector itself, HiSparse (switches
 # HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
 _NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
@@ -104,7 +124,7 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
     blocked = _NOT_PLAIN_CHILDREN | set(table["factory"]["import_requires"])
     hma_children = sorted(name for name, hma in registry.items() if hma and name not in blocked)[:2]
     options: dict[str, dict[str, Any]] = {NO_CONNECTOR: {}}
-    for name in registry:
+    for name in in_connector_order(registry):
         options[name] = {"kv_connector": name}
     external = {
         "ExternalHMA": "ExternalHMAConnector",

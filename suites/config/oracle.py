@@ -425,7 +425,7 @@ class _Evaluation:
         shortcut = table["offloading"]["shortcut"]
         if table["offloading"]["hidden_states_refuses_chunked_prefill"] and user is not None \
                 and user.name == "ExampleHiddenStatesConnector":
-            self.note("0.23.0 config/vllm.py:764-772: ExampleHiddenStatesConnector with chunked prefill (on by default)")
+            self.note("0.22.0 config/vllm.py:737-746 (0.23.0: 764-772): ExampleHiddenStatesConnector with chunked prefill (on by default)")
             raise _Raised("E-HIDDEN-STATES-CHUNKED-PREFILL", "config")
         self.connector_at_block = self.offloading_connector(user) if shortcut == "before" else user
         if hisparse and hisparse_table["host_pool_required"]:

@@ -64,6 +64,19 @@ def test_a_classification_scoped_to_a_preset_matches_only_there():
     assert classify("OffloadingConnector", "C14", cause, "fa+swa") is None
 
 
+def test_decode_bench_fill_over_the_local_hit_is_its_own_finding_not_example_connectors():
+    """The same first line in DecodeBenchConnector (vLLM 0.24-0.28: the fill starts at the request's first block) and
+    ExampleConnector (the load ignores num_computed_tokens) is two reviewed root causes, one per connector."""
+    from harness.report.vllm_findings import classify
+
+    cause = "the load wrote a block of the local prefix hit: ['rank 0 layer model.layers.0.full block 69']"
+    bench = classify("DecodeBenchConnector", "C19", cause, "fa_only")
+    example = classify("ExampleConnector", "C19", cause, "fa_only")
+    assert bench is not None and bench.root.startswith("the fill starts at the request's first block")
+    assert example is not None and example.root == "loads overwrite the local prefix-cache hit"
+    assert classify("DecodeBenchConnector", "C16", cause, "fa_only") is None
+
+
 def test_a_wrong_mamba_state_after_an_unaligned_hit_is_classified_on_the_three_group_preset_only():
     """OffloadingConnector's wrong reads on fa+swa+mamba (C10, C24) are the reviewed unaligned-hit finding; a wrong
     read on a preset without Mamba, or of another check, is not passed off as it."""

@@ -29,36 +29,54 @@ VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 # the `def` lines of vllm/distributed/kv_transfer/kv_connector/v1/base.py, the fields of vllm/v1/outputs.py's
 # KVConnectorOutput and vllm/v1/core/sched/output.py's dataclasses, vllm/v1/kv_cache_interface.py,
 # vllm/config/cache.py, vllm/forward_context.py). Every row not listed is present.
+# The layout forms (FlashAttention's get_kv_cache_shape, the model runner's Mamba registration) read in each venv
+# (2026-12-05): K and V planes outermost through 0.22.0, blocks outermost from 0.24.0, K and V packed and Mamba
+# page views in 0.27.0 and 0.28.0; from 0.30.0 the standardized layout replaces all three (FlashAttention has no
+# get_kv_cache_shape there).
+_SPLIT = {"kv_blocks_outermost", "kv_packed_content", "mamba_page_view"}
 RELEASES: dict[str, set[str]] = {
-    "0.13.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
+    "0.13.0": _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
                "failed_recving", "transfer_results", "worker_meta",
                "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"},
     # 0.14.0-0.17.0: handle_preemptions arrives (base.py), nothing else of 0.20.0's; 0.18.0 adds
     # build_connector_worker_meta / KVConnectorOutput.kv_connector_worker_meta; 0.19.0 the Scheduler's
     # bind_gpu_block_pool; 0.22.0 on_new_request (each read in that release's venv, 2026-12-05).
-    **{release: {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-                 "worker_meta", "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding",
-                 "scratch_groups"} for release in ("0.14.0", "0.15.0", "0.16.0", "0.17.0")},
-    "0.18.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-               "block_state", "standardized_layout", "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"},
-    **{release: {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-                 "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"}
-       for release in ("0.19.0", "0.21.0")},
-    "0.22.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
-    "0.20.0": {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    **{release: _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving",
+                          "transfer_results", "worker_meta", "block_state", "standardized_layout",
+                          "cache_config_layout", "gpu_block_pool_binding", "scratch_groups"}
+       for release in ("0.14.0", "0.15.0", "0.16.0", "0.17.0")},
+    "0.18.0": _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving",
+                        "transfer_results", "block_state", "standardized_layout", "cache_config_layout",
+                        "gpu_block_pool_binding", "scratch_groups"},
+    "0.19.0": _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving",
+                        "transfer_results", "block_state", "standardized_layout", "cache_config_layout",
+                        "scratch_groups"},
+    **{release: _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "failed_recving",
+                                   "transfer_results", "block_state", "standardized_layout", "cache_config_layout",
+                                   "scratch_groups"}
+       for release in ("0.20.0", "0.21.0")},
+    "0.22.0": _SPLIT | {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+                                 "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     # 0.24.0-0.32.0: probed on their venvs and checked against base.py's `def` lines and scheduler.py's
     # bind_gpu_block_pool (2026-12-05); 0.24.0 and 0.27.0 lack the same rows.
-    "0.24.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
-               "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    "0.24.0": {"kv_packed_content", "mamba_page_view", "loaded_group_ids", "bind_kv_cache_manager",
+                        "failed_recving", "transfer_results", "block_state", "standardized_layout",
+                        "cache_config_layout", "scratch_groups"},
     "0.27.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
+                        "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
+    "0.28.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
-    "0.30.0": {"loaded_group_ids", "gpu_block_pool_binding"},
-    "0.31.0": {"loaded_group_ids", "gpu_block_pool_binding"},
-    "0.32.0": {"gpu_block_pool_binding"},
-    "0.33.0": {"gpu_block_pool_binding"},
-    "0.34.0": {"resumed_req_ids", "gpu_block_pool_binding"},
+    # 0.29.0 (probed in /work/venvs/vllm-0.29.0, 2026-12-05, and read: kv_cache_interface.py has prefix_cacheable,
+    # sched/output.py:209 KVConnectorBlockState, config/cache.py:88 kv_cache_layout, scheduler.py:306 still calls
+    # bind_gpu_block_pool; base.py has no bind_kv_cache_manager / get_transfer_results / get_loaded_kv_cache_group_ids,
+    # outputs.py no failed_recving; FlashAttention has no get_kv_cache_shape, so none of the split layout forms): the
+    # block state, standardized layout and scratch groups of 0.30 with 0.27's pool binding.
+    "0.29.0": _SPLIT | {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results"},
+    "0.30.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
+    "0.31.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
+    "0.32.0": _SPLIT | {"gpu_block_pool_binding"},
+    "0.33.0": _SPLIT | {"gpu_block_pool_binding"},
+    "0.34.0": _SPLIT | {"resumed_req_ids", "gpu_block_pool_binding"},
 }
 
 
@@ -201,3 +219,4 @@ def test_a_check_with_what_it_needs_runs(monkeypatch):
     table = _release_013(monkeypatch)
     ctx = _context_on(table, "C14", "fa+swa")  # needs SupportsHMA only, which 0.13.0 has
     ctx.close()
+

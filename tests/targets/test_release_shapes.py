@@ -163,3 +163,104 @@ def test_coarse_hash_is_probed_from_the_release_hash_list(joined, expected):
 
     assert _probe("coarse_hash_last_fine",
                   {"utils": types.SimpleNamespace(BlockHashListWithBlockSize=BlockHashListWithBlockSize)}) is expected
+
+
+# ---- the registered KV layout of releases without standardized views ----------------------------------------
+def _backend_module(shape_fn) -> types.SimpleNamespace:
+    """A flash_attn module whose FlashAttentionBackend declares `shape_fn(num_blocks, block_size, heads, head)`."""
+    class FlashAttentionBackend:
+        @staticmethod
+        def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+            return shape_fn(num_blocks, block_size, num_kv_heads, head_size)
+
+    return types.SimpleNamespace(FlashAttentionBackend=FlashAttentionBackend)
+
+
+@pytest.mark.parametrize("shape_fn,outermost,packed", [
+    (lambda b, n, h, d: (2, b, n, h, d), False, False),     # 0.13-0.22's flash_attn.py
+    (lambda b, n, h, d: (b, 2, n, h, d), True, False),      # 0.24's
+    (lambda b, n, h, d: (b, h, n, 2 * d), True, True),      # 0.27's, 0.28's
+])
+def test_layout_forms_are_probed_from_flash_attention_shape(shape_fn, outermost, packed):
+    from harness.targets.connector_capabilities import FORMS
+
+    def probe(name):
+        have, _ = probe_capabilities({"flash_attn": _backend_module(shape_fn)}, {name: FORMS[name]})
+        return name in have
+
+    assert probe("kv_blocks_outermost") is outermost and probe("kv_packed_content") is packed
+
+
+def test_mamba_page_view_is_read_from_the_model_runner(monkeypatch):
+    import inspect
+
+    from harness.targets.connector_capabilities import FORMS
+
+    class GPUModelRunner:
+        pass
+
+    texts = {"pages": "kv_caches[layer_name] = raw_tensor[: n].view(\n    num_blocks, 1, 1, page_size_bytes\n)\n",
+             "lists": "kv_caches[layer_name] = state_tensors\n"}
+    for text, expected in (("pages", True), ("lists", False)):
+        monkeypatch.setattr(inspect, "getsource", lambda obj, t=texts[text]: t)
+        have, _ = probe_capabilities({"model_runner": types.SimpleNamespace(GPUModelRunner=GPUModelRunner)},
+                                     {"mamba_page_view": FORMS["mamba_page_view"]})
+        assert ("mamba_page_view" in have) is expected, text
+
+
+def _engine_layer(blocks=4, tokens=16, heads=2, head=3):
+    """One attention layer of kvconform's memory `[B, N, H, 2*D]` (K the first D of the content, V the last),
+    every element its own flat index."""
+    import torch
+
+    return torch.arange(blocks * tokens * heads * 2 * head, dtype=torch.float32).view(blocks, tokens, heads, 2 * head)
+
+
+@pytest.mark.parametrize("outermost", [False, True])
+def test_split_kv_layouts_are_flash_attention_axes_mirrored_and_synced(outermost):
+    from harness.targets.vllm_connector_adapter import BlocksOutermostLayout, SplitKVLayout
+
+    t = _engine_layer()
+    registered, pairs = (BlocksOutermostLayout() if outermost else SplitKVLayout()).register({"l": t})
+    layer = registered["l"]
+    # FlashAttention's index: [kv, block, token, head, d] (0.13-0.22) or [block, kv, token, head, d] (0.24)
+    def at(kv, b, n, h, d):
+        return layer[b, kv, n, h, d] if outermost else layer[kv, b, n, h, d]
+
+    assert tuple(layer.shape) == ((4, 2, 16, 2, 3) if outermost else (2, 4, 16, 2, 3)) and layer.is_contiguous()
+    assert at(0, 2, 5, 1, 2) == t[2, 5, 1, 2] and at(1, 2, 5, 1, 2) == t[2, 5, 1, 3 + 2], "K then V of the content"
+    assert layer.data_ptr() != t.data_ptr(), "a mirror: these axes cannot alias the engine's memory"
+    (engine_view, mirror), = pairs
+    layer.zero_()
+    at(1, 3, 0, 0, 0).fill_(-1.0)
+    engine_view.copy_(mirror)  # the adapter's copy back after a worker hook
+    assert t[3, 0, 0, 3] == -1.0 and t[3, 0, 0, 0] == 0.0
+
+
+def test_packed_layout_is_the_standardized_order_in_storage_of_its_own_and_mamba_pages_are_int8_views():
+    import torch
+
+    from harness.targets.vllm_connector_adapter import BlocksOutermostLayout
+
+    pool = torch.arange(2 * 4 * 16 * 2 * 6, dtype=torch.float32).view(4, 2, 16, 2, 6)   # blocks, layers, N, H, 2D
+    t = pool[:, 1]   # the second layer of a pool kvconform's layers share
+    # one Mamba layer's two states packed from byte 0 of each block's 40-byte page, as the engine hands them
+    raw = torch.zeros(4 * 40, dtype=torch.int8)
+    states = [torch.as_strided(raw.view(torch.float32), (4, 2, 3), (10, 3, 1), 0),
+              torch.as_strided(raw.view(torch.float16), (4, 5), (20, 1), 12)]
+    registered, pairs = BlocksOutermostLayout(packed=True, mamba_pages=True).register(
+        {"attn": t, "mamba": states})
+    layer = registered["attn"]
+    assert tuple(layer.shape) == (4, 2, 16, 6) and layer[2, 1, 5, 4] == t[2, 5, 1, 4], "(B, H, N, 2*D)"
+    assert layer.untyped_storage().nbytes() == 4 * 16 * 2 * 6 * 4, "the layer's own storage: its blocks only"
+    assert layer.permute(0, 2, 1, 3).is_contiguous(), "(B, N, H, 2*D) memory, as the release lays it out"
+    (engine_view, mirror), = pairs
+    layer[3, 0, 0, 0] = -1.0
+    engine_view.copy_(mirror)  # the adapter's copy back after a worker hook
+    assert pool[3, 1, 0, 0, 0] == -1.0 and pool[3, 0, 0, 0, 0] != -1.0
+    pages = registered["mamba"]
+    assert pages.dtype == torch.int8 and tuple(pages.shape) == (4, 1, 1, 24 + 10), "[B, 1, 1, state bytes]"
+    pages[2].fill_(1)
+    assert (states[0][2] != 0).all() and (states[1][2] != 0).all() and (states[0][1] == 0).all()
+    lists, _ = BlocksOutermostLayout().register({"mamba": states})
+    assert lists["mamba"][0] is states[0], "without page views a Mamba layer is its list of state tensors"
