@@ -205,3 +205,30 @@ def test_unhashed_lifo_is_probed_from_the_pool_behaviour(shape, prepend_when, ex
     assert ("unhashed_lifo" in have) is expected, shape
     if not expected:
         assert lacks["unhashed_lifo"].startswith("freed blocks of a pool without prefix caching join the tail")
+
+
+
+class _NoBudget:
+    def __init__(self, kv_cache_config, max_model_len):
+        pass
+
+
+class _BatchBudget:
+    def __init__(self, kv_cache_config, max_model_len, max_num_batched_tokens=None):
+        pass
+
+
+class _InFlightBudget:
+    def __init__(self, kv_cache_config, max_model_len, max_in_flight_tokens=None):
+        pass
+
+
+@pytest.mark.parametrize("manager,expected", [
+    (_NoBudget, False),  # 0.13 - 0.19: no budget bounds a sliding-window request
+    (_BatchBudget, True),  # 0.20 - 0.24: max_num_batched_tokens
+    (_InFlightBudget, True),  # 0.27+, the reference: max_in_flight_tokens
+])
+def test_the_token_budget_is_probed_under_either_name(manager, expected):
+    modules = {"manager": types.SimpleNamespace(KVCacheManager=manager)}
+    have, _ = probe_capabilities(modules, {"max_in_flight_tokens": CAPABILITIES["max_in_flight_tokens"]})
+    assert ("max_in_flight_tokens" in have) is expected, manager.__name__

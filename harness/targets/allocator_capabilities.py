@@ -114,8 +114,13 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (groups of different "
                "block sizes cannot be scheduled at their LCM)",
                lambda m: "scheduler_block_size" in _params(m["manager"].KVCacheManager)),
-    Capability("max_in_flight_tokens", "KVCacheManager takes no max_in_flight_tokens",
-               lambda m: "max_in_flight_tokens" in _params(m["manager"].KVCacheManager)),
+    # The token budget that bounds a recycling-aware group's (sliding window, chunked local) blocks per request:
+    # 0.20.0 - 0.24.0 take it as max_num_batched_tokens (one batch in flight), 0.27.0+ as max_in_flight_tokens
+    # (every concurrent batch's tokens; the same number with one batch in flight).
+    Capability("max_in_flight_tokens", "KVCacheManager takes no max_in_flight_tokens / max_num_batched_tokens "
+               "(no token budget bounds a sliding-window request's blocks)",
+               lambda m: bool({"max_in_flight_tokens", "max_num_batched_tokens"}
+                              & _params(m["manager"].KVCacheManager))),
     Capability("hash_lookahead", "KVCacheManager takes no num_hash_lookahead_tokens (block hashes cover "
                "only their own block)",
                lambda m: "num_hash_lookahead_tokens" in _params(m["manager"].KVCacheManager)),

@@ -369,6 +369,9 @@ class ModuleMapAllocatorTarget:
                       enable_caching=enable_caching, use_eagle=use_eagle, dcp_world_size=dcp_world_size,
                       enable_kv_cache_events=enable_kv_cache_events,
                       num_hash_lookahead_tokens=num_hash_lookahead_tokens)
+        if "max_in_flight_tokens" not in self._manager_params:
+            # 0.20.0 - 0.24.0 name the same budget max_num_batched_tokens (one batch in flight).
+            kwargs["max_num_batched_tokens"] = kwargs.pop("max_in_flight_tokens")
         kwargs = {k: v for k, v in kwargs.items() if k in self._manager_params}
         return self._manager_class(config, max_model_len, **kwargs)
 

@@ -29,7 +29,10 @@ import inspect
 import json
 import re
 import sys
+import types
 from collections.abc import Mapping
+
+import torch
 
 from harness.targets.allocator_capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
 from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
@@ -42,7 +45,8 @@ __all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM
 PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outputs": "v1.outputs",
                   "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
                   "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler",
-                  "flash_attn": "v1.attention.backends.flash_attn", "kv_utils": "v1.core.kv_cache_utils", "model_runner": "v1.worker.gpu_model_runner"}
+                  "flash_attn": "v1.attention.backends.flash_attn", "model_runner": "v1.worker.gpu_model_runner",
+                  "kv_utils": "v1.core.kv_cache_utils"}
 #: vLLM's module name -> the installed vLLM's module.
 VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 #: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
@@ -50,7 +54,8 @@ VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 REFERENCE_MODULES = {"distributed.kv_transfer.kv_connector.v1.base": "reference_impl.connector.base",
                      "v1.outputs": "reference_impl.connector.base",
                      "v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
-                     "v1.core.sched.output": "reference_impl.engine.outputs"}
+                     "v1.core.sched.output": "reference_impl.engine.outputs",
+                     "v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils"}
 
 
 #: The geometry the layout probes ask FlashAttention's `get_kv_cache_shape` for: every size distinct (and the
@@ -116,6 +121,38 @@ CAPABILITIES["scratch_groups"] = Capability(
     "a model with one has no layout on this release)",
     lambda m: hasattr(m["iface"].KVCacheSpec, "prefix_cacheable"))
 
+
+
+def _hashes_mamba_align_at_gcd(m) -> bool:
+    """Whether the release's `resolve_kv_cache_block_sizes` hashes a model of full attention in blocks of 16 beside
+    a Mamba 'align' group in blocks of 256 (the cache block being 16) at their GCD, 16: it takes such a Mamba
+    group for an 'align' one. vLLM 0.20-0.27 take a Mamba group whose block is not `cache_config.block_size` for
+    one outside 'align' mode and hash at the scheduler block (256), because their config code makes an 'align'
+    group's block the cache block (`Platform._align_hybrid_block_size`: `mamba_block_size = block_size`). The
+    configs are plain namespaces holding only what the function reads; the specs are the release's own."""
+    iface = m["iface"]
+    full = iface.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)
+    mamba = iface.MambaSpec(block_size=256, shapes=((4, 8),), dtypes=(torch.float16,), mamba_cache_mode="align")
+    groups = [iface.KVCacheGroupSpec(["model.layers.0.full"], full),
+              iface.KVCacheGroupSpec(["model.layers.1.mamba"], mamba)]
+    cache = types.SimpleNamespace(block_size=16, enable_prefix_caching=True, hash_block_size=None,
+                                  prefix_match_unit=None, mamba_cache_mode="align")
+    parallel = types.SimpleNamespace(decode_context_parallel_size=1, prefill_context_parallel_size=1)
+    vllm_config = types.SimpleNamespace(cache_config=cache, parallel_config=parallel, kv_transfer_config=object())
+    _, hash_block_size = m["kv_utils"].resolve_kv_cache_block_sizes(
+        types.SimpleNamespace(kv_cache_groups=groups), vllm_config)
+    return hash_block_size == 16
+
+
+# A model whose Mamba 'align' group keeps a block of its own beside smaller attention blocks (the presets
+# fa+mamba_align and fa+swa+mamba: full attention 16, Mamba 256) is a layout only a release that hashes it at the
+# GCD builds; elsewhere the preset is a model the release never serves (its 'align' block is the attention block).
+CAPABILITIES["mamba_align_block"] = Capability(
+    "mamba_align_block", "an 'align' Mamba group's block is the cache block size (resolve_kv_cache_block_sizes "
+    "takes a Mamba group with a block of its own for one outside 'align' mode and hashes at the scheduler block): "
+    "a model with attention blocks of 16 beside a Mamba 'align' block of 256 has no layout on this release",
+    _hashes_mamba_align_at_gcd)
+
 FORMS: dict[str, Capability] = {c.name: c for c in (
     Capability("block_state", "SchedulerOutput carries no kv_connector_block_state (connectors read block tables "
                "from the scheduler output alone)",
@@ -158,6 +195,13 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
                "and LoRA keys, a coarser block named by its last fine hash)",
                lambda m: not (ALLOCATOR_CAPABILITIES["tagged_extra_keys"].probe({"utils": m["kv_utils"]})
                               and ALLOCATOR_CAPABILITIES["coarse_hash_last_fine"].probe({"utils": m["kv_utils"]}))),
+    # vLLM 0.13-0.28 describe the KV memory as one KVCacheTensor per layer slot, `shared_by` the layer of each
+    # group at that slot (`KVCacheTensor(size, shared_by)`: the worker allocates one buffer per tensor and every
+    # layer of `shared_by` views it); 0.29+ as one tensor per group with `layers` at a `layer_stride`.
+    Capability("slot_tensors", "KVCacheTensor has layers (one tensor per group, its layers a layer_stride apart), "
+               "not one per layer slot",
+               lambda m: "layers" not in fields_of(m["iface"].KVCacheTensor)
+               and "shared_by" in fields_of(m["iface"].KVCacheTensor)),
     # vLLM 0.20's Scheduler hands a connector that has `bind_gpu_block_pool` (duck-typed: no base-class hook) its
     # GPU block pool, which SimpleCPUOffloadConnector needs to find the blocks it stores; later releases hand
     # the whole manager through the `bind_kv_cache_manager` hook instead.

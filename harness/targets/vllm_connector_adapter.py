@@ -249,14 +249,32 @@ def vllm_spec(spec):
     raise ValueError(f"kvconform spec {name} has no vLLM counterpart in the adapter")
 
 
+def layer_slots(config: kspecs.KVCacheConfig) -> list[list[str]]:
+    """The layers that share memory, slot by slot: kvconform overlays every group's layers from byte 0 of one
+    allocation, so layer j of each group starts at the same byte (`offset + j * layer_stride`); vLLM 0.13-0.29
+    allocate one buffer per such slot, shared by those layers (`KVCacheTensor.shared_by`)."""
+    slots: dict[int, list[str]] = {}
+    for t in config.kv_cache_tensors:
+        for j, name in enumerate(t.layers):
+            slots.setdefault(t.offset + j * t.layer_stride, []).append(name)
+    return [slots[start] for start in sorted(slots)]
+
+
 def vllm_kv_cache_config(config: kspecs.KVCacheConfig):
-    """vLLM's KVCacheConfig with the same groups, tensors and block count."""
+    """vLLM's KVCacheConfig with the same groups, tensors and block count (the tensors in the release's form: one
+    per group with its `layers`, or, where KVCacheTensor has no `layers`, one per layer slot `shared_by` the
+    layers of that slot, each the size of one layer's blocks, as those releases plan them)."""
     iface = _vllm().iface
     groups = [_make(iface.KVCacheGroupSpec, layer_names=list(g.layer_names), kv_cache_spec=vllm_spec(g.kv_cache_spec),
                     enable_kv_transfer=g.enable_kv_transfer) for g in config.kv_cache_groups]
-    tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
-                     block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
-               for t in config.kv_cache_tensors]
+    if not release_has("slot_tensors"):
+        tensors = [_make(iface.KVCacheTensor, size=t.size, layers=list(t.layers), layer_stride=t.layer_stride,
+                         block_stride=t.block_stride, offset=t.offset, shared_by=list(t.layers))
+                   for t in config.kv_cache_tensors]
+    else:
+        page = {name: t.block_stride for t in config.kv_cache_tensors for name in t.layers}
+        tensors = [_make(iface.KVCacheTensor, size=config.num_blocks * page[slot[0]], shared_by=list(slot))
+                   for slot in layer_slots(config)]
     sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
     values = dict(num_blocks=config.num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
                   hash_block_size=math.gcd(*sizes), kv_cache_layout=kv_cache_layout(config))
@@ -354,6 +372,36 @@ class PresetModelConfig:
         return self._layers
 
 
+@functools.lru_cache(maxsize=None)
+def _attention_layer_class() -> type:
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    def __init__(self, name: str, spec) -> None:
+        self.layer_name = name
+        self._kv_cache_spec = spec
+
+    return type("KvconformAttentionLayer", (AttentionLayerBase,), {
+        "__init__": __init__, "__module__": __name__,
+        "__doc__": "One attention layer of the preset as a worker's model holds it: FlashAttention, the backend "
+                   "whose layout the adapter registers on releases without standardized views.",
+        "get_attn_backend": lambda self: FlashAttentionBackend,
+        "get_kv_cache_spec": lambda self, vllm_config=None: self._kv_cache_spec})
+
+
+def model_layers(vllm_config, kv_cache_config: kspecs.KVCacheConfig) -> None:
+    """Put the preset's attention layers into `vllm_config`'s static forward context, as a worker's model does
+    when it is built: connectors look a layer's attention backend up there (vLLM 0.21's offloading worker reads
+    `get_kv_cache_shape` of each registered layer's backend to find the block axis)."""
+    context = vllm_config.compilation_config.static_forward_context
+    cls = _attention_layer_class()
+    for group in kv_cache_config.kv_cache_groups:
+        if isinstance(group.kv_cache_spec, kspecs.AttentionSpec):
+            spec = vllm_spec(group.kv_cache_spec)
+            for name in group.layer_names:
+                context[name] = cls(name, spec)
+
+
 def _role(role: KVConnectorRole):
     return _vllm().base.KVConnectorRole[role.name]
 
@@ -396,67 +444,151 @@ class StandardizedLayout:
         return {name: standardized_view(t) for name, t in kv_caches.items()}, []
 
 
-class SplitKVLayout:
-    """Older vLLM (0.13): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
-    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it), so the connector gets a contiguous mirror that
-    is filled from the engine's memory before each worker hook and copied back after it. Mamba layers keep
-    their list of state tensors (aliasing), as those releases register them."""
+class _MirroredLayout:
+    """A release layout that cannot alias kvconform's `[B, N, H, 2*D]` memory: each attention layer is registered
+    as a mirror in the release's form, filled from the engine's memory before each worker hook and copied back
+    after it. A subclass says the release's form: `_view(t)` (a no-copy view of a kvconform attention view in the
+    release's logical shape), `_mirror(t)` (the layer's mirror and the engine view it copies) and `_mamba(states)`
+    (a Mamba layer's registered form of its state views).
 
-    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+    `slots` (the layers sharing memory, `layer_slots`), where the release describes the memory as one KVCacheTensor
+    per slot (form `slot_tensors`): the layers of a slot view one buffer, as they view one buffer on vLLM (whose
+    offloading worker asserts it: one `data_ptr` per KVCacheTensor, its storage from byte 0). Separate mirrors of
+    aliasing layers would also lose writes: copied back one after another, a later layer's mirror puts back the
+    old bytes of a block another group's layer was loaded into. A slot of attention layers shares the first
+    layer's mirror (their forms must agree: one dtype and head size); a slot with a Mamba layer is laid out as
+    vLLM's hybrid models are (`_update_hybrid_attention_mamba_layout`: blocks outermost, each block one page), so
+    its buffer is a copy of the engine's bytes of the slot and each layer a view of its pages (an attention layer
+    in the release's logical shape over kvconform's page order). Either way one copy per slot keeps it in sync,
+    whichever group a block belongs to."""
+
+    name = ""
+
+    def __init__(self, slots: list[list[str]] | None = None) -> None:
+        self.slots = slots
+
+    def _view(self, t):
+        raise NotImplementedError
+
+    def _mirror(self, t):
+        """(what is registered, (engine view, mirror copied from it)): the release's form in storage of its own."""
+        engine_view = self._view(t)
+        mirror = engine_view.contiguous()
+        return mirror, (engine_view, mirror)
+
+    def _mamba(self, states):
+        return list(states)
 
     def register(self, kv_caches):
+        """(what the connector registers, [(engine view, mirror)] to copy around every worker hook)."""
+        if self.slots is not None:
+            return self._register_slots(kv_caches)
         registered, pairs = {}, []
         for name, t in kv_caches.items():
             if isinstance(t, (list, tuple)):
-                registered[name] = list(t)
+                registered[name] = self._mamba(t)
                 continue
-            blocks, tokens, heads, width = t.shape
-            engine_view = t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
-            mirror = engine_view.contiguous()
-            registered[name] = mirror
-            pairs.append((engine_view, mirror))
+            registered[name], pair = self._mirror(t)
+            pairs.append(pair)
+        return registered, pairs
+
+    def _register_slots(self, kv_caches):
+        registered, pairs = {}, []
+        for slot in self.slots:
+            layers = {name: kv_caches[name] for name in slot if name in kv_caches}
+            if not layers:
+                continue
+            if all(not isinstance(t, (list, tuple)) for t in layers.values()):
+                names = list(layers)
+                first = layers[names[0]]
+                mirror, pair = self._mirror(first)
+                registered[names[0]] = mirror
+                for name in names[1:]:
+                    t = layers[name]
+                    if t.dtype != first.dtype or t.shape[-1] != first.shape[-1]:
+                        raise ValueError(f"layer {name!r}: the attention layers of one memory slot must share dtype "
+                                         f"and head size to share one buffer, got {t.dtype}/{t.shape[-1] // 2} beside "
+                                         f"{first.dtype}/{first.shape[-1] // 2}")
+                    own, _ = self._mirror(t)  # the form of this layer's shape, placed on the first's buffer
+                    registered[name] = torch.empty(0, dtype=own.dtype, device=own.device).set_(
+                        mirror.untyped_storage(), own.storage_offset(), own.shape, own.stride())
+                pairs.append(pair)
+                continue
+            first = next(t[0] if isinstance(t, (list, tuple)) else t for t in layers.values())
+            start = first.storage_offset() * first.element_size()
+            size = first.shape[0] * first.stride(0) * first.element_size()
+            engine_bytes = torch.empty(0, dtype=torch.int8, device=first.device).set_(
+                first.untyped_storage(), start, (size,), (1,))
+            buffer = engine_bytes.clone()
+            for name, t in layers.items():
+                pages = _rebased(t, buffer, start)
+                registered[name] = self._mamba(pages) if isinstance(t, (list, tuple)) else self._view(pages)
+            pairs.append((engine_bytes, buffer))
         return registered, pairs
 
 
-class BlocksOutermostLayout:
+class SplitKVLayout(_MirroredLayout):
+    """Older vLLM (0.13-0.22): the FlashAttention layout `[2, B, N, H, D]` (K plane, V plane), which cannot alias
+    kvconform's `[B, N, H, 2*D]` memory (connectors reshape it). Mamba layers keep their list of state tensors, as
+    those releases register them."""
+
+    name = "[2, B, N, H, D] mirrors synced around every worker hook"
+
+    def _view(self, t):
+        return _split_planes(t)
+
+
+def _split_shape(t) -> tuple[int, ...]:
+    """FlashAttention's `[2, B, N, H, D]` for a kvconform attention view `[B, N, H, 2*D]`."""
+    blocks, tokens, heads, width = t.shape
+    return (2, blocks, tokens, heads, width // 2)
+
+
+def _split_planes(t):
+    """kvconform's attention view `[B, N, H, 2*D]` seen as FlashAttention's `[2, B, N, H, D]` (no copy)."""
+    return t.view(_split_shape(t)[1:4] + (2, t.shape[-1] // 2)).permute(3, 0, 1, 2, 4)
+
+
+def _rebased(t, buffer, start: int):
+    """`t` (a kvconform view whose memory starts at byte `start` of its storage; a Mamba layer's list of state
+    views) as the same view of `buffer`, a copy of those bytes."""
+    if isinstance(t, (list, tuple)):
+        return [_rebased(s, buffer, start) for s in t]
+    size = t.element_size()
+    return buffer.view(t.dtype).as_strided(t.shape, t.stride(), (t.storage_offset() * size - start) // size)
+
+
+class BlocksOutermostLayout(_MirroredLayout):
     """vLLM 0.24-0.28, as their forms say (`connector_capabilities.FORMS`): FlashAttention's KV cache with the
     blocks outermost, K and V on an axis of their own `[B, 2, N, H, D]` (vLLM 0.24) or packed in the content dim,
     `(B, H, N, 2*D)` over `(B, N, H, 2*D)` memory (`packed`, 0.27, 0.28: the standardized view's order). Each
     attention layer is a mirror in storage of its own (those releases allocate each layer's memory apart, and
     connectors read a layer's whole storage as its blocks, where kvconform's layers share one pool; `[B, 2, N, H,
-    D]` cannot alias kvconform's `[B, N, H, 2*D]` at all), filled from the engine's memory before each worker
-    hook and copied back after it. Mamba: one int8 page view per layer (`mamba_pages`, 0.27, 0.28, as
-    `standardized_view`), else the list of its state tensors (aliasing), as `SplitKVLayout`."""
+    D]` cannot alias kvconform's `[B, N, H, 2*D]` at all), shared by the layers of its slot. Mamba: one int8 page
+    view per layer (`mamba_pages`, 0.27, 0.28, as `standardized_view`), else the list of its state tensors."""
 
-    def __init__(self, packed: bool = False, mamba_pages: bool = False) -> None:
+    def __init__(self, packed: bool = False, mamba_pages: bool = False, slots: list[list[str]] | None = None) -> None:
+        super().__init__(slots)
         self.packed, self.mamba_pages = packed, mamba_pages
         attention = "[B, H, N, 2*D]" if packed else "[B, 2, N, H, D]"
         self.name = f"{attention} mirrors synced around hooks, Mamba as " \
             f"{'int8 page views' if mamba_pages else 'state tensor lists'}"
 
-    def register(self, kv_caches):
-        """(what the connector registers, [(engine view, its mirror)] to copy around every worker hook)."""
-        registered, pairs = {}, []
-        for name, t in kv_caches.items():
-            registered[name], synced = self._layer(t)
-            pairs += synced
-        return registered, pairs
-
-    def _layer(self, t):
-        """One layer's registered tensor and its [(engine view, mirror)] pairs."""
-        if isinstance(t, (list, tuple)):
-            return (standardized_view(t) if self.mamba_pages else list(t)), []
+    def _view(self, t):
         if self.packed:
-            # The release's memory order, but in storage of the layer's own: those releases allocate each KV
-            # cache tensor apart, and connectors read a layer's whole storage as its blocks
-            # (SimpleCPUOffloadConnector: `storage.nbytes() // num_blocks` bytes a block), where kvconform's
-            # layers share one pool.
-            mirror = t.clone(memory_format=torch.contiguous_format)
-            return mirror.permute(0, 2, 1, 3), [(t, mirror)]
+            return t.permute(0, 2, 1, 3)
         # K is the first half of kvconform's content dim, V the second (FlashAttention's index 0 and 1).
-        engine_view = t.unflatten(-1, (2, t.shape[-1] // 2)).permute(0, 3, 1, 2, 4)
-        mirror = engine_view.contiguous()
-        return mirror, [(engine_view, mirror)]
+        return t.unflatten(-1, (2, t.shape[-1] // 2)).permute(0, 3, 1, 2, 4)
+
+    def _mirror(self, t):
+        if self.packed:
+            # The release's memory order (kvconform's), in storage of the layer's own.
+            mirror = t.clone(memory_format=torch.contiguous_format)
+            return self._view(mirror), (t, mirror)
+        return super()._mirror(t)
+
+    def _mamba(self, states):
+        return standardized_view(states) if self.mamba_pages else list(states)
 
 
 def on_device(registered: dict, device: str):
@@ -474,14 +606,17 @@ def on_device(registered: dict, device: str):
     return moved, pairs
 
 
-def layout_for_installed_vllm():
+def layout_for_installed_vllm(kv_cache_config: kspecs.KVCacheConfig | None = None):
     """The registered-tensor layout of the installed vLLM, as its forms say (standardized views arrived with RFC
-    #42082; FlashAttention put the blocks outermost from vLLM 0.24)."""
+    #42082; FlashAttention put the blocks outermost from vLLM 0.24); a release that describes the memory as one
+    KVCacheTensor per layer slot (`slot_tensors`) gets one buffer per slot of `kv_cache_config`."""
     if release_has("standardized_layout"):
         return StandardizedLayout()
+    slots = layer_slots(kv_cache_config) if kv_cache_config is not None and release_has("slot_tensors") else None
     if release_has("kv_blocks_outermost"):
-        return BlocksOutermostLayout(packed=release_has("kv_packed_content"), mamba_pages=release_has("mamba_page_view"))
-    return SplitKVLayout()
+        return BlocksOutermostLayout(packed=release_has("kv_packed_content"), mamba_pages=release_has("mamba_page_view"),
+                                     slots=slots)
+    return SplitKVLayout(slots)
 
 
 # ---- the adapter --------------------------------------------------------------------------------
@@ -511,8 +646,8 @@ class VllmConnectorAdapter:
         self.vllm_kv_cache_config = vllm_kv_cache_config(kv_cache_config)
         self._requests: dict[str, Any] = {}
         self._engine_requests: dict[str, Any] = {}   # the engine requests the mirrors stand for
-        # The block pool bound with the release's block hashes (ReleaseHashedBlockPool), on a release whose
-        # Scheduler binds the pool (vLLM 0.20); None elsewhere.
+        # The block pool with the release's block hashes (ReleaseHashedBlockPool), on a release whose Scheduler
+        # binds the pool (vLLM 0.19-0.27; bound to a connector that takes it); None elsewhere.
         self._release_pool: ReleaseHashedBlockPool | None = None
         self._hashers: dict[int, Any] = {}
         self._kv_caches: dict[str, Any] = {}
@@ -521,6 +656,8 @@ class VllmConnectorAdapter:
             from harness.targets import vllm_device_standins
 
             vllm_device_standins.install()
+        if role == KVConnectorRole.WORKER:
+            model_layers(self.vllm_config, kv_cache_config)
         try:
             self.inner = self.vllm_cls(self.vllm_config, _role(role), self.vllm_kv_cache_config)
         except Exception as exc:
@@ -596,7 +733,8 @@ class VllmConnectorAdapter:
         """vLLM's KVCacheBlock for an engine block; where the release binds the block pool (`pool`, vLLM 0.20) with
         the block's hash in the release's form: 0.20's SimpleCPUOffloadConnector counts the hashed blocks of a
         request's table as its local prefix hit, and without hashes loaded the external hit over the start of the
-        prompt. (0.31+ keep `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
+        prompt; 0.21's OffloadingConnector asserts that the local hit is hashed blocks. (0.31+ keep
+        `block_hash_num_tokens` beside the hash; their mirrors carry neither, as before.)"""
         mirror = v.utils.KVCacheBlock(block.block_id, is_null=block.block_id == 0 or bool(getattr(block, "is_null", False)))
         key = getattr(block, "block_hash", None)
         if pool is not None and key is not None and not mirror.is_null:
@@ -668,10 +806,13 @@ class VllmConnectorAdapter:
         self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager, hashed))
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
         # the method, as here; without it such a connector never finds the blocks it should store. It gets the
-        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise.
-        if release_has("gpu_block_pool_binding") and hasattr(self.inner, "bind_gpu_block_pool"):
-            pool = self._release_pool = self._release_hashed_pool(kv_cache_manager)
-            self.inner.bind_gpu_block_pool(pool)
+        # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise. The same
+        # view gives every connector's KVCacheBlocks their hashes in the release's form (`_block`): vLLM 0.21's
+        # OffloadingConnector asserts that a local prefix hit is made of hashed blocks.
+        if release_has("gpu_block_pool_binding"):
+            self._release_pool = self._release_hashed_pool(kv_cache_manager)
+            if hasattr(self.inner, "bind_gpu_block_pool"):
+                self.inner.bind_gpu_block_pool(self._release_pool)
 
     def _release_hashed_pool(self, kv_cache_manager) -> ReleaseHashedBlockPool:
         """The engine's block pool with the release's block hashes of the live requests' blocks."""
@@ -762,7 +903,7 @@ class VllmConnectorAdapter:
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
         self._attention_layers = [name for name, t in kv_caches.items() if not isinstance(t, (list, tuple))]
-        self._layout = layout_for_installed_vllm()
+        self._layout = layout_for_installed_vllm(self.kv_cache_config)
         self._kv_caches, self._sync_pairs = self._layout.register(kv_caches)
         if self.device is not None:
             self._kv_caches, more = on_device(self._kv_caches, self.device)

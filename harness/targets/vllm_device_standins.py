@@ -54,11 +54,11 @@ import torch
 
 # module -> names the stand-ins rebind there (the modules of vLLM 0.33's two CPU-offloading connectors), each
 # where the module binds it: releases name the same piece differently (vLLM 0.20's SimpleCPUOffloadConnector
-# worker asks `is_pin_memory_available()` where 0.33's reads `PIN_MEMORY`; its cuda_mem_ops resolves the copy
+# worker and 0.21's offloading CPU worker ask `is_pin_memory_available()` where 0.33's read `PIN_MEMORY`; its cuda_mem_ops resolves the copy
 # entry point into `_batch_memcpy_fn`, 0.33's into `_batch_memcpy`).
 _SITES: dict[str, tuple[str, ...]] = {
     "vllm.v1.kv_offload.cpu.spec": ("current_platform",),
-    "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY"),
+    "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker": ("torch",),
     "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.v1.simple_kv_offload.copy_backend": ("current_platform", "torch", "queue"),
@@ -69,6 +69,7 @@ _SITES: dict[str, tuple[str, ...]] = {
 # device pieces that reach CUDA when left unpatched (a release that names its pinned-memory switch or its copy
 # entry point in a way listed nowhere here still reaches CUDA, and its connector cannot run here).
 _ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {
+    "vllm.v1.kv_offload.cpu.gpu_worker": (("PIN_MEMORY", "is_pin_memory_available"),),
     "vllm.v1.simple_kv_offload.worker": (("PIN_MEMORY", "is_pin_memory_available"),),
     "vllm.v1.simple_kv_offload.cuda_mem_ops": (("_batch_memcpy", "_batch_memcpy_fn"),),
 }
@@ -262,9 +263,11 @@ class StandInPlatform:
 
 
 def _cuda_namespace() -> types.SimpleNamespace:
-    """What the offloading modules call on `torch.cuda`."""
+    """What the offloading modules call on `torch.cuda` (vLLM 0.21's CPU worker selects its stream with
+    `torch.cuda.stream(s)` where 0.33's asks `current_platform.stream(s)`)."""
     return types.SimpleNamespace(Stream=StandInStream, Event=StandInEvent, current_stream=StandInPlatform.current_stream,
-                                 synchronize=StandInPlatform.synchronize, is_available=torch.cuda.is_available)
+                                 stream=StandInPlatform.stream, synchronize=StandInPlatform.synchronize,
+                                 is_available=torch.cuda.is_available)
 
 
 class _TorchProxy(types.ModuleType):

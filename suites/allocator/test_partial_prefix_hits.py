@@ -181,3 +181,26 @@ def test_connector_lookup_reports_full_attention_hit_and_divergence(target):
         "Mamba lost its state: full attention's 16 is reported, flagged as diverged"
     _, reconciled, _ = m.get_computed_blocks(req)
     assert reconciled == 0, "the reconciled hit needs a Mamba state: 0"
+
+
+# The scheduler's use of that lookup: a local hit with a partial tail past the scheduler block (8) is cut back
+# to the block boundary when a connector offers more than the tail (`truncate_computed_blocks`). The owner
+# computes 12 of a 13-token prompt: full attention [1, 2, 3], Mamba [null, 4] (state 4 keyed at 12, the
+# prompt's last hash boundary). With state 4 evicted, the connector lookup reports full attention's 12 and
+# Mamba's empty hit (diverged). Cut at 8: full attention keeps [1, 2]; Mamba keeps what it has, nothing (the
+# connector supplies the state at the endpoint); a Mamba group holding fewer blocks than 8 // 8 is no error.
+@pytest.mark.needs('connector_lookup')
+def test_cutting_a_diverged_connector_hit_keeps_what_mamba_has(target):
+    m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 8)], 32, 256, hash_block_size=4)
+    prompt = list(range(1, 14))
+    owner = target.make_request("owner", prompt, 4)
+    assert _ids(m.allocate_slots(owner, 12)) == [[1, 2, 3], [0, 4]]
+    m.free(owner)
+    m.new_step_starts()
+    m.evict_blocks({4})
+    req = target.make_request("later", prompt[:12] + list(range(100, 108)), 4)
+    blocks, hit, _, diverged = m.get_computed_blocks_for_connector(req)
+    assert (_ids(blocks), hit, diverged) == ([[1, 2, 3], []], 12, True), "full attention's 12, Mamba empty"
+    assert _ids(m.truncate_computed_blocks(blocks, 8)) == [[1, 2], []], \
+        "cut at the scheduler block: full attention's first 2 blocks, Mamba's (empty) hit as it is"
+    assert _ids(blocks) == [[1, 2, 3], []], "cutting is pure slicing: the lookup result is not changed"

@@ -10,7 +10,7 @@ DCP Mamba block size.
 import pytest
 
 from harness.targets.allocator_target import GroupDesc, target_module
-from suites.allocator.helpers import prefill, queue_ids, refused
+from suites.allocator.helpers import new_step, prefill, queue_ids, refused, tables
 
 SECTION = "4"
 
@@ -60,6 +60,26 @@ def test_mamba_null_pads_and_null_gap_freeing(target):
         assert list(m.get_block_ids("m")[1]) == expected_mamba, f"step {step}: Mamba table must be {expected_mamba}"
         req.num_computed_tokens += n
     assert queue_ids(m.block_pool)[0] == 8, "the freed Mamba state block 8 is reused first"
+
+
+# Full bs 4 + Mamba bs 4 (hash block 4: whole-block hits only), pool of 24. The owner computes 8 of its 9
+# prompt tokens in this step: full [1, 2], Mamba [null, 3], and both are cached at 8 as the step is scheduled.
+# The Mamba state at 8 is written by this step's forward pass, so a sibling sharing those 8 tokens, looked up
+# in the same step, sees the hit (8 tokens: full [1, 2], Mamba [null, 3]) but must not be scheduled on it: its
+# first token would read a state nobody wrote yet. The next step serves it (full 4, Mamba 5 from the head).
+@pytest.mark.needs("mamba_align")
+def test_mamba_state_cached_this_step_is_not_served_before_the_next(target):
+    m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 4)], 24, 256)
+    prompt = list(range(1, 10))
+    owner = target.make_request("owner", prompt, 4)
+    assert _ids(m.allocate_slots(owner, 8)) == [[1, 2], [0, 3]], "owner: full [1, 2], Mamba [null, 3]"
+    sibling = target.make_request("sibling", prompt[:8] + [99, 98], 4)
+    blocks, hit, _ = m.get_computed_blocks(sibling)
+    assert (hit, _ids(blocks)) == (8, [[1, 2], [0, 3]]), "the lookup already sees the blocks cached at 8"
+    assert m.allocate_slots(sibling, 2, hit, blocks) is None, \
+        "same step: the Mamba state at 8 is not written yet, so the sibling waits for the next step"
+    new_step(target, m)
+    assert _ids(m.allocate_slots(sibling, 2, hit, blocks)) == [[4], [5]], "next step: the hit is served"
 
 
 def test_mamba_block_size_not_scaled_by_dcp(target):
@@ -120,6 +140,40 @@ def test_reserved_blocks_apply_to_the_chunk_only(target, reserved, expected):
     assert got == expected, f"reserved_blocks={reserved}: expected {expected}, got {got}"
 
 
+# Sliding window 8, bs 4, one budget of 8 tokens a step (`max_in_flight_tokens`), pool of 16 (15 usable),
+# caching off. Request A (40-token prompt) is prefilled in chunks of 8, 8, 8 and 4 (other requests share the
+# budget). After n computed tokens, n - 7 tokens are outside the window: (n - 7) // 4 whole blocks are null.
+#   chunk to 8: 2 real blocks; to 16: 4; to 24: blocks 0, 1 freed, 4 real; to 28: blocks 2, 3 freed,
+#   7 table entries, 3 real (positions 4..6); 12 free.
+# B then takes the 12 free blocks (48 tokens). A's next chunk of 8 (28 -> 36) frees position 4 (21 tokens
+# skipped: 5 whole blocks) and needs positions 7 and 8: 2 blocks, 1 free. The allocation must be refused
+# (None: the scheduler waits or preempts), never a crash; once B is freed it succeeds: 4 real blocks.
+SWA_BUDGET_CHUNKS = [(8, 2), (8, 4), (8, 4), (4, 3)]
+
+
+def _real_blocks(manager, request) -> int:
+    return sum(block_id != 0 for block_id in tables(manager, request)[0])
+
+
+def test_sliding_window_chunk_the_pool_cannot_hold_is_refused(target):
+    m = target.make_manager([GroupDesc("sliding_window", 4, sliding_window=8)], 16, 100, enable_caching=False,
+                            max_in_flight_tokens=8)
+    a = target.make_request("a", list(range(40)), 4)
+    for n, real in SWA_BUDGET_CHUNKS:
+        assert m.allocate_slots(a, n) is not None, f"chunk of {n} at {a.num_computed_tokens} fits"
+        a.num_computed_tokens += n
+        assert _real_blocks(m, a) == real, f"after {a.num_computed_tokens} computed: {real} real blocks"
+    assert m.block_pool.get_num_free_blocks() == 12
+    b = target.make_request("b", list(range(48)), 4)
+    assert m.allocate_slots(b, 48) is not None and m.block_pool.get_num_free_blocks() == 0
+    assert m.allocate_slots(a, 8) is None, "2 blocks needed, 1 free (position 4 left the window): refused"
+    assert tables(m, a)[0][:5] == [0] * 5 and m.block_pool.get_num_free_blocks() == 1, \
+        "the refused step still frees what left the window, and allocates nothing"
+    m.free(b)
+    assert m.allocate_slots(a, 8) is not None
+    assert _real_blocks(m, a) == 4, "positions 5..8 hold the window and the chunk"
+
+
 # ------------------------------------------------------------------------------------------- requests
 def test_request_carries_connector_params(target):
     """Connectors and HiSparse's admission read and set a connector's `kv_transfer_params` on vLLM's
@@ -128,6 +182,28 @@ def test_request_carries_connector_params(target):
     assert req.kv_transfer_params is None
     req.kv_transfer_params = {"do_remote_prefill": True}
     assert req.kv_transfer_params == {"do_remote_prefill": True}
+
+
+# ------------------------------------------------------------------------------------------ KV events
+# Sliding window 4, bs 4, pool of 16, events on. The 8-token prompt is stored in one BlockStored (two
+# hashes, no parent, tokens 1..8). Decoding tokens 9..12 one at a time nulls the blocks that leave the
+# window (after 11 computed, 8 tokens are skipped: both prompt blocks); the step that fills block 2 stores
+# it with tokens 9..12 and, as parent, the hash of block 1 (the previous block of the token chain), whether
+# or not block 1 is still in the table. A consumer (a KV-aware router) chains stored blocks by that parent.
+def test_sliding_window_decode_stores_blocks_chained_to_their_parent(target):
+    m = target.make_manager([GroupDesc("sliding_window", 4, sliding_window=4)], 16, 100, enable_kv_cache_events=True)
+    req = target.make_request("d", list(range(1, 9)), 4)
+    prefill(m, req, use_hits=False)
+    for token in range(9, 13):
+        req.append_output_token_ids(token)
+        assert m.allocate_slots(req, 1) is not None, f"decoding token {token} fits a pool of 16"
+        req.num_computed_tokens += 1
+    assert tables(m, req) == [[0, 0, 3]], "both prompt blocks left the window; block 3 holds tokens 9..12"
+    stored = [e for e in m.take_events() if type(e).__name__ == "BlockStored"]
+    assert [(len(e.block_hashes), list(e.token_ids)) for e in stored] == [(2, list(range(1, 9))),
+                                                                         (1, [9, 10, 11, 12])]
+    assert stored[0].parent_block_hash is None, "the prompt's first block has no parent"
+    assert stored[1].parent_block_hash == stored[0].block_hashes[-1], "block 2's parent is block 1's hash"
 
 
 # ----------------------------------------------------------------------- encoder-decoder and zeroing

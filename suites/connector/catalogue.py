@@ -126,12 +126,16 @@ NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def needs_of(check_id: str, multi_group: bool, scratch: bool = False) -> tuple[str, ...]:
+def needs_of(check_id: str, multi_group: bool, scratch: bool = False, mamba_own_block: bool = False
+             ) -> tuple[str, ...]:
     """The capabilities `check_id` needs on its preset (a multi-group one, when `multi_group`; one with a scratch
-    group, when `scratch`): SupportsHMA for every check that runs a model with several KV cache groups, scratch
-    KV cache specs for one whose model has a scratch group, and its `NEEDS`."""
+    group, when `scratch`; one whose Mamba 'align' group has a block of its own beside the attention blocks, when
+    `mamba_own_block`): SupportsHMA for every check that runs a model with several KV cache groups, scratch KV
+    cache specs for one whose model has a scratch group, a Mamba 'align' block apart from the cache block for
+    one with such a group, and its `NEEDS`."""
     hma = ("hma",) if multi_group or check_id in MULTI_GROUP_CHECKS else ()
-    return hma + (("scratch_groups",) if scratch else ()) + NEEDS.get(check_id, ())
+    return hma + (("scratch_groups",) if scratch else ()) + (("mamba_align_block",) if mamba_own_block else ()) \
+        + NEEDS.get(check_id, ())
 
 
 def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | None:

@@ -79,8 +79,12 @@ class CheckContext:
         self.profile = target.profile
         self.release = target.release_table
         multi_group = preset is not None and len(get_preset(preset).groups) > 1
-        scratch = preset is not None and any(group[0] == "scratch" for group in get_preset(preset).groups)
-        needs = needs_of(check_id, multi_group, scratch) if check_id else ()
+        groups = get_preset(preset).groups if preset is not None else ()
+        scratch = any(group[0] == "scratch" for group in groups)
+        # A Mamba group whose block is not the first (full-attention) group's: the presets' 'align' Mamba state
+        # every 256 tokens beside attention blocks of 16.
+        mamba_own_block = any(kind == "mamba" and size != groups[0][1] for kind, size, _ in groups)
+        needs = needs_of(check_id, multi_group, scratch, mamba_own_block) if check_id else ()
         if "hma" in needs:
             self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:

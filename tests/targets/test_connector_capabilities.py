@@ -81,6 +81,16 @@ RELEASES: dict[str, set[str]] = {
     "0.33.0": _SPLIT | _SAME_HASHING | {"gpu_block_pool_binding"},
     "0.34.0": _SPLIT | _SAME_HASHING | {"resumed_req_ids", "gpu_block_pool_binding"},
 }
+# 0.13.0-0.27.0: resolve_kv_cache_block_sizes (kv_cache_utils.py, from 0.20.0; 0.13.0-0.19.0 have none) takes a Mamba
+# group whose block is not cache_config.block_size for one outside 'align' mode (0.28.0 reads the spec's
+# mamba_cache_mode instead), read in each release's venv, 2026-12-05.
+for _release in ("0.13.0", "0.14.0", "0.15.0", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.20.0", "0.21.0", "0.22.0",
+                 "0.24.0", "0.27.0"):
+    RELEASES[_release] |= {"mamba_align_block"}
+# 0.29.0+ describe the KV memory as one KVCacheTensor per group with its `layers` (kv_cache_interface.py); 0.13.0-0.28.0
+# as one per layer slot (`size, shared_by`), the form slot_tensors.
+for _release in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"):
+    RELEASES[_release] |= {"slot_tensors"}
 
 
 def _probed(release: str) -> dict:
@@ -125,6 +135,7 @@ def test_needs_name_capabilities_of_checks_of_the_catalogue():
     assert needs_of("C22", multi_group=True) == ("hma", "failed_recving")
     assert needs_of("C14", multi_group=False) == ()
     assert needs_of("C03", multi_group=True, scratch=True) == ("hma", "scratch_groups")
+    assert needs_of("C14", multi_group=True, mamba_own_block=True) == ("hma", "mamba_align_block")
     assert all(needs_of(c, multi_group=False) == ("hma",) for c in MULTI_GROUP_CHECKS)
 
 
@@ -216,6 +227,41 @@ def test_a_check_needing_what_the_release_lacks_is_na_not_a_failure(monkeypatch,
     assert message.startswith(f"N/A on 0.13.0: {lacking}")
     entry = {"status": "skipped", "message": message}
     assert _is_not_applicable(entry), "the report counts it as N/A, not as a check that was not run"
+
+
+def _resolve_027(kv_cache_config, vllm_config):
+    """vLLM 0.27.0's resolve_kv_cache_block_sizes (v1/core/kv_cache_utils.py:626-688), hand-copied without its
+    DCP scaling and prefix_match_unit: a Mamba group whose block is not the cache block is taken for one outside
+    'align' mode, and the hash block falls back to the scheduler block."""
+    import math
+
+    from reference_impl.kv_cache.kv_cache_interface import MambaSpec
+
+    sizes = [g.kv_cache_spec.block_size for g in kv_cache_config.kv_cache_groups]
+    scheduler_block_size = math.lcm(*sizes)
+    if any(isinstance(g.kv_cache_spec, MambaSpec) and g.kv_cache_spec.block_size != vllm_config.cache_config.block_size
+           for g in kv_cache_config.kv_cache_groups):
+        return scheduler_block_size, scheduler_block_size
+    return scheduler_block_size, math.gcd(*sizes)
+
+
+def _release_027_hashing(monkeypatch) -> ReleaseTable:
+    """kvconform's protocol with 0.27.0's block-size resolution in place of 0.33's."""
+    utils = types.ModuleType("fake027.kv_utils")
+    utils.resolve_kv_cache_block_sizes = _resolve_027
+    monkeypatch.setitem(sys.modules, utils.__name__, utils)
+    return ReleaseTable("0.27.0", {**REFERENCE_MODULES, "v1.core.kv_cache_utils": utils.__name__})
+
+
+def test_a_mamba_align_preset_is_na_where_the_release_hashes_it_at_the_scheduler_block(monkeypatch):
+    table = _release_027_hashing(monkeypatch)
+    assert table.lacks.keys() == {"mamba_align_block"}
+    for preset in ("fa+mamba_align", "fa+swa+mamba"):
+        with pytest.raises(pytest.skip.Exception) as info:
+            _context_on(table, "C14", preset)
+        assert str(info.value).startswith("N/A on 0.27.0: an 'align' Mamba group's block is the cache block size")
+    _context_on(table, "C14", "fa16+swa32").close()  # two block sizes without Mamba: hashed at the GCD there too
+    _context_on(reference_table(), "C14", "fa+swa+mamba").close()
 
 
 def test_a_check_with_what_it_needs_runs(monkeypatch):
