@@ -565,7 +565,7 @@ class BlocksOutermostLayout(_MirroredLayout):
     attention layer is a mirror in storage of its own (those releases allocate each layer's memory apart, and
     connectors read a layer's whole storage as its blocks, where kvconform's layers share one pool; `[B, 2, N, H,
     D]` cannot alias kvconform's `[B, N, H, 2*D]` at all), shared by the layers of its slot. Mamba: one int8 page
-    view per layer (`mamba_pages`, 0.27, 0.28, as `standardized_view`), else the list of its state tensors."""
+    view per layer (`mamba_pages`, 0.27, 0.28: `mamba_page_view`), else the list of its state tensors."""
 
     def __init__(self, packed: bool = False, mamba_pages: bool = False, slots: list[list[str]] | None = None) -> None:
         super().__init__(slots)
@@ -588,7 +588,19 @@ class BlocksOutermostLayout(_MirroredLayout):
         return super()._mirror(t)
 
     def _mamba(self, states):
-        return standardized_view(states) if self.mamba_pages else list(states)
+        return mamba_page_view(states) if self.mamba_pages else list(states)
+
+
+def mamba_page_view(states):
+    """vLLM 0.27's and 0.28's registered Mamba layer: its whole pages as one `[B, 1, 1, page bytes]` int8 view
+    (`GPUModelRunner._reshape_kv_cache_tensors`: `raw_tensor[:num_blocks * page_size_bytes].view(num_blocks, 1, 1,
+    page_size_bytes)`, the spec's page size, padding included; 0.33's standardized view has the state bytes only),
+    over the same memory as kvconform's state views `states` (packed from byte 0 of each page)."""
+    first = states[0]
+    size = first.element_size()
+    page = first.stride(0) * size
+    raw = torch.empty(0, dtype=torch.int8, device=first.device).set_(first.untyped_storage())
+    return raw.as_strided((first.shape[0], 1, 1, page), (page, page, page, 1), first.storage_offset() * size)
 
 
 def on_device(registered: dict, device: str):
