@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 import torch
 
+from harness.targets.allocator_capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
 from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
                                                     probe_capabilities)
 
@@ -185,6 +186,15 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
                "[num_blocks, 1, 1, page bytes] int8 page view)",
                lambda m: re.search(r"\(\s*num_blocks,\s*1,\s*1,\s*page_size_bytes\s*\)",
                                    inspect.getsource(m["model_runner"].GPUModelRunner)) is not None),
+    # Whether the release hashes blocks otherwise than kvconform's engine (vLLM 0.33's hashing): extra keys for a
+    # cache salt or LoRA adapter untagged (0.20-0.30), or a coarser group's block named by its fine hashes joined
+    # (0.20, 0.23). The allocator's probes of the same module, read here for the connector's adapter: a
+    # connector of such a release stores under its pool's hashes and looks up its Requests' (vLLM's one hashing),
+    # so the adapter hands it the pool with the release's hashes.
+    Capability("release_block_hashing", "the release hashes blocks as kvconform's engine does (tagged cache salt "
+               "and LoRA keys, a coarser block named by its last fine hash)",
+               lambda m: not (ALLOCATOR_CAPABILITIES["tagged_extra_keys"].probe({"utils": m["kv_utils"]})
+                              and ALLOCATOR_CAPABILITIES["coarse_hash_last_fine"].probe({"utils": m["kv_utils"]}))),
     # vLLM 0.13-0.28 describe the KV memory as one KVCacheTensor per layer slot, `shared_by` the layer of each
     # group at that slot (`KVCacheTensor(size, shared_by)`: the worker allocates one buffer per tensor and every
     # layer of `shared_by` views it); 0.29+ as one tensor per group with `layers` at a `layer_stride`.

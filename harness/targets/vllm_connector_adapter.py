@@ -74,10 +74,13 @@ class _ManagerView:
     """kvconform's KV cache manager as a vLLM connector is handed it: every attribute is the manager's own, and
     its `coordinator` is typed as vLLM's coordinator class of the same name (`typed_like_vllm`), because vLLM's
     connectors check the type before they use it (OffloadingConnector's `_max_loadable_tokens` asserts
-    `isinstance(coordinator, HybridKVCacheCoordinator)` for groups it does not offload)."""
+    `isinstance(coordinator, HybridKVCacheCoordinator)` for groups it does not offload). `block_pool`, when
+    given, stands for the manager's (the pool with the release's block hashes, `ReleaseHashedBlockPool`)."""
 
-    def __init__(self, manager) -> None:
+    def __init__(self, manager, block_pool=None) -> None:
         self._manager = manager
+        if block_pool is not None:
+            self.block_pool = block_pool
 
     def __getattr__(self, name: str):
         value = getattr(self._manager, name)
@@ -683,10 +686,10 @@ class VllmConnectorAdapter:
         if "none" not in modes:
             return
         for name in (self.vllm_name, *self.vllm_children):
-            known = MAMBA_NONE_REFUSALS.get(name)
-            if known and known[0] in str(exc):
-                not_applicable(f"{name} refuses a Mamba group in mamba_cache_mode 'none' by design: {known[1]} "
-                               f"({type(exc).__name__} at construction: {exc})")
+            for message, why in MAMBA_NONE_REFUSALS.get(name, ()):
+                if message in str(exc):
+                    not_applicable(f"{name} refuses a Mamba group in mamba_cache_mode 'none' by design: {why} "
+                                   f"({type(exc).__name__} at construction: {exc})")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vLLM {self.vllm_name}, {self.role.name.lower()})"
@@ -808,18 +811,26 @@ class VllmConnectorAdapter:
         (`block_pool.blocks[id]`, `touch`, `free_blocks`, `get_cached_block`, the same block hash bytes), so a
         connector that pins or reads the GPU block pool (SimpleCPUOffloadConnector) works on the engine's own."""
         self._kv_cache_manager = kv_cache_manager
-        self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager))
+        # A release that hashes blocks otherwise than the engine (vLLM 0.30: untagged cache salt and LoRA keys)
+        # gets the manager with the release's block hashes on its pool: the connector stores under the pool's keys
+        # and looks up the Requests' (SimpleCPUOffloadConnector's base-class hook binds `manager.block_pool`).
+        hashed = self._release_hashed_pool(kv_cache_manager) if release_has("release_block_hashing") else None
+        self._call_if("bind_kv_cache_manager", "bind_kv_cache_manager", _ManagerView(kv_cache_manager, hashed))
         # A release whose Scheduler binds the block pool instead (vLLM 0.20) does so for any connector that has
         # the method, as here; without it such a connector never finds the blocks it should store. It gets the
         # pool with the release's block hashes (ReleaseHashedBlockPool): that release hashes otherwise. The same
         # view gives every connector's KVCacheBlocks their hashes in the release's form (`_block`): vLLM 0.21's
         # OffloadingConnector asserts that a local prefix hit is made of hashed blocks.
         if release_has("gpu_block_pool_binding"):
-            self._release_pool = ReleaseHashedBlockPool(
-                kv_cache_manager.block_pool, self.kv_cache_config,
-                lambda: [(self._engine_requests[r], m) for r, m in self._requests.items() if r in self._engine_requests])
+            self._release_pool = self._release_hashed_pool(kv_cache_manager)
             if hasattr(self.inner, "bind_gpu_block_pool"):
                 self.inner.bind_gpu_block_pool(self._release_pool)
+
+    def _release_hashed_pool(self, kv_cache_manager) -> ReleaseHashedBlockPool:
+        """The engine's block pool with the release's block hashes of the live requests' blocks."""
+        return ReleaseHashedBlockPool(
+            kv_cache_manager.block_pool, self.kv_cache_config,
+            lambda: [(self._engine_requests[r], m) for r, m in self._requests.items() if r in self._engine_requests])
 
     def _block_state(self, so):
         """vLLM 0.33's `KVConnectorBlockState` for this step, built as vLLM's scheduler builds it from the bound

@@ -104,18 +104,32 @@ MULTI_GROUP_REFUSALS: dict[str, tuple[str, str]] = {
                            "LMCache's engine-driven transfer mode"),
 }
 
-# Connector name -> (text of its start-up refusal of a Mamba group in mamba_cache_mode 'none', what it means):
-# reviewed data (vLLM 0.33.0). vLLM caches Mamba prefixes only in 'align' mode (its engine turns 'align' on with
-# prefix caching); both CPU-offloading connectors need prefix caching and refuse the 'none' mode with an
-# AssertionError at construction, which is their by-design refusal of that configuration, not a silent accept.
-MAMBA_NONE_REFUSALS: dict[str, tuple[str, str]] = {
-    "SimpleCPUOffloadConnector": ("Mamba prefix caching requires mamba_cache_mode='align'",
-                                  "its CPU tier's coordinator is vLLM's own KV cache coordinator with prefix caching "
-                                  "on, whose MambaManager (v1/core/single_type_kv_cache_manager.py) asserts 'align'"),
-    "OffloadingConnector": ("need --enable-prefix-caching to align block sizes",
-                            "build_offloading_config (v1/offloading/config.py) asserts that every group's block size "
-                            "is a multiple of the hash block size, which a Mamba group in 'none' mode is not"),
+# Connector name -> its start-up refusals of a Mamba group in mamba_cache_mode 'none', (text, what it means) for
+# each form a release words it in: reviewed data (vLLM 0.33.0; SimpleCPUOffloadConnector's second, 0.32.0). vLLM
+# caches Mamba prefixes only in 'align' mode (its engine turns 'align' on with prefix caching); both CPU-offloading
+# connectors need prefix caching and refuse the 'none' mode with an AssertionError at construction, which is their
+# by-design refusal of that configuration, not a silent accept.
+MAMBA_NONE_REFUSALS: dict[str, tuple[tuple[str, str], ...]] = {
+    "SimpleCPUOffloadConnector": (
+        ("Mamba prefix caching requires mamba_cache_mode='align'",
+         "its CPU tier's coordinator is vLLM's own KV cache coordinator with prefix caching on, whose MambaManager "
+         "(v1/core/single_type_kv_cache_manager.py) asserts 'align'"),
+        # vLLM 0.32.0 (its MambaManager has no such assert): the connector sizes its coordinator with
+        # `resolve_kv_cache_block_sizes`, which backs off to the scheduler block for a Mamba group outside 'align'
+        # mode ("Mamba groups outside align mode break divisibility", kv_cache_utils.py), and the coordinator
+        # asserts every group's block divisible by it (kv_cache_coordinator.py:660-665)
+        ("Each KV cache group's real block_size must be divisible by hash_block_size",
+         "its CPU tier's coordinator hashes at the scheduler block once a Mamba group is not in 'align' mode "
+         "(resolve_kv_cache_block_sizes), and vLLM's HybridKVCacheCoordinator asserts every group's block size a "
+         "multiple of it"),
+    ),
+    "OffloadingConnector": (
+        ("need --enable-prefix-caching to align block sizes",
+         "build_offloading_config (v1/offloading/config.py) asserts that every group's block size is a multiple of "
+         "the hash block size, which a Mamba group in 'none' mode is not"),
+    ),
 }
+
 
 # Extra config kvconform gives a connector unless the user's --kv-connector-extra-config says otherwise:
 # enough for it to start on this machine, with a private store.

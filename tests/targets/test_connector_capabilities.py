@@ -34,6 +34,9 @@ VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 # page views in 0.27.0 and 0.28.0; from 0.30.0 the standardized layout replaces all three (FlashAttention has no
 # get_kv_cache_shape there).
 _SPLIT = {"kv_blocks_outermost", "kv_packed_content", "mamba_page_view"}
+# 0.31.0+ hash blocks as kvconform's engine does (`cache_salt_keys` tagged `("cache_salt", salt)` in
+# v1/core/kv_cache_utils.py; 0.13.0-0.30.0 untagged `[request.cache_salt]`).
+_SAME_HASHING = {"release_block_hashing"}
 RELEASES: dict[str, set[str]] = {
     "0.13.0": _SPLIT | {"loaded_group_ids", "on_new_request", "bind_kv_cache_manager", "handle_preemptions",
                "failed_recving", "transfer_results", "worker_meta",
@@ -73,10 +76,10 @@ RELEASES: dict[str, set[str]] = {
     # block state, standardized layout and scratch groups of 0.30 with 0.27's pool binding.
     "0.29.0": _SPLIT | {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results"},
     "0.30.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
-    "0.31.0": _SPLIT | {"loaded_group_ids", "gpu_block_pool_binding"},
-    "0.32.0": _SPLIT | {"gpu_block_pool_binding"},
-    "0.33.0": _SPLIT | {"gpu_block_pool_binding"},
-    "0.34.0": _SPLIT | {"resumed_req_ids", "gpu_block_pool_binding"},
+    "0.31.0": _SPLIT | _SAME_HASHING | {"loaded_group_ids", "gpu_block_pool_binding"},
+    "0.32.0": _SPLIT | _SAME_HASHING | {"gpu_block_pool_binding"},
+    "0.33.0": _SPLIT | _SAME_HASHING | {"gpu_block_pool_binding"},
+    "0.34.0": _SPLIT | _SAME_HASHING | {"resumed_req_ids", "gpu_block_pool_binding"},
 }
 # 0.13.0-0.27.0: resolve_kv_cache_block_sizes (kv_cache_utils.py, from 0.20.0; 0.13.0-0.19.0 have none) takes a Mamba
 # group whose block is not cache_config.block_size for one outside 'align' mode (0.28.0 reads the spec's

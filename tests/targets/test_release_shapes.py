@@ -267,3 +267,35 @@ def test_packed_layout_is_the_standardized_order_in_storage_of_its_own_and_mamba
     assert (states[0][2] != 0).all() and (states[1][2] != 0).all() and (states[0][1] == 0).all()
     lists, _ = BlocksOutermostLayout().register({"mamba": states})
     assert lists["mamba"][0] is states[0], "without page views a Mamba layer is its list of state tensors"
+
+
+@pytest.mark.parametrize("salt_source,expected", [
+    ("cache_salt_keys = [request.cache_salt]\n", True),                      # 0.13-0.30: untagged
+    ('cache_salt_keys = [("cache_salt", request.cache_salt)]\n', False),     # 0.31+: as kvconform's engine
+])
+def test_release_block_hashing_is_read_from_the_release_hash_module(monkeypatch, salt_source, expected):
+    import inspect
+
+    from harness.targets.connector_capabilities import FORMS
+
+    class BlockHashListWithBlockSize:  # 0.24+: a coarser block is its last fine hash
+        def __init__(self, block_hashes, hash_block_size, target_block_size):
+            self.hashes = block_hashes
+
+        def __getitem__(self, i):
+            return self.hashes[-1]
+
+    utils = types.ModuleType("utils")
+    utils.BlockHashListWithBlockSize = BlockHashListWithBlockSize
+    monkeypatch.setattr(inspect, "getsource", lambda obj: salt_source)
+    have, _ = probe_capabilities({"kv_utils": utils}, {"release_block_hashing": FORMS["release_block_hashing"]})
+    assert ("release_block_hashing" in have) is expected
+
+
+def test_manager_view_hands_the_release_hashed_pool_where_given():
+    from harness.targets.vllm_connector_adapter import _ManagerView
+
+    manager = types.SimpleNamespace(block_pool="engine pool", num_gpu_blocks=7)
+    assert _ManagerView(manager).block_pool == "engine pool"
+    view = _ManagerView(manager, "release-hashed pool")
+    assert view.block_pool == "release-hashed pool" and view.num_gpu_blocks == 7
