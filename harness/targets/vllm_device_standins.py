@@ -30,6 +30,8 @@ module-level names in the listed vLLM modules (and nowhere else):
 |                  | `/dev/shm` (vLLM 0.27-0.31 on a CUDA-alike      | and removed when the engine's connector shuts   |
 |                  | platform), unlinked by its creator's shutdown   | down or the process exits (`remove_regions`):   |
 |                  |                                                 | a check that stops early leaves none behind     |
+| openers barrier  | `_all_workers_barrier` (0.30+: gloo barrier     | returns at once: each worker connector's engine |
+|                  | once every rank mapped the region's file)       | is its own, so its region has one opener        |
 | copy launch      | `queue.SimpleQueue` feeding the copy thread     | `HandoffQueue`: `put` returns once the thread   |
 |                  | (SimpleCPUOffloadConnector's DMA/disk backends) | has run the copy and recorded its event         |
 
@@ -68,7 +70,7 @@ import torch
 # worker and 0.21's offloading CPU worker ask `is_pin_memory_available()` where 0.33's read `PIN_MEMORY`; its cuda_mem_ops resolves the copy
 # entry point into `_batch_memcpy_fn`, 0.33's into `_batch_memcpy`).
 _SITES: dict[str, tuple[str, ...]] = {
-    "vllm.v1.kv_offload.cpu.spec": ("current_platform", "torch", "SharedOffloadRegion"),
+    "vllm.v1.kv_offload.cpu.spec": ("current_platform", "torch", "SharedOffloadRegion", "_all_workers_barrier"),
     "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker": ("torch",),
     "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY", "is_pin_memory_available"),
@@ -369,6 +371,14 @@ def remove_regions(engine_id: str | None = None) -> list[str]:
     return removed
 
 
+def region_openers_barrier() -> None:
+    """vLLM 0.30+'s `_all_workers_barrier` (a gloo barrier over every worker rank, reached once each rank has
+    mapped the shared region's file) under the stand-ins: returns at once. Here each worker connector has an
+    engine of its own (the adapter builds each one's config with a fresh `engine_id`), so the region's only
+    opener is the worker that created it, which has mapped it when it reaches the barrier; a real barrier in
+    this one process would wait forever for ranks that are built one after another."""
+
+
 def pin_memory_unavailable() -> bool:
     """vLLM's `is_pin_memory_available()` under the stand-ins: no (pinning is `cudaHostRegister`)."""
     return False
@@ -391,6 +401,8 @@ def _standin(module, name: str):
         return batch_memcpy
     if name == "SharedOffloadRegion":
         return recording_region(getattr(module, name))
+    if name == "_all_workers_barrier":
+        return region_openers_barrier
     if name == "queue":
         return types.SimpleNamespace(SimpleQueue=HandoffQueue, Queue=queue.Queue, Empty=queue.Empty)
     raise KeyError(name)
