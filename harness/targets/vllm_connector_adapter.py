@@ -910,7 +910,13 @@ class VllmConnectorAdapter:
         return self._call_if("reset_cache", "reset_cache")
 
     def shutdown(self):
-        return self.inner.shutdown()  # in vLLM's base class since before the seed release (0.13.0)
+        try:
+            return self.inner.shutdown()  # in vLLM's base class since before the seed release (0.13.0)
+        finally:
+            if self.cpu_standins:  # the engine's shared-region files go with it, also when its shutdown failed
+                from harness.targets import vllm_device_standins
+
+                vllm_device_standins.remove_regions(self.vllm_config.kv_transfer_config.engine_id)
 
     # ---- worker side ----------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches) -> None:
@@ -946,12 +952,19 @@ class VllmConnectorAdapter:
 
     @contextmanager
     def _synced(self):
-        """Around a worker hook: a copied layout (older vLLM) sees the engine's KV and hands writes back."""
+        """Around a worker hook: a copied layout (older vLLM) sees the engine's KV and hands writes back; on the
+        CPU stand-ins the hook runs on this worker's own stand-in device (its rank)."""
         # Pairs chain (engine -> host mirror -> device mirror): copied in order, and back in reverse order.
         for engine_view, mirror in self._sync_pairs:
             mirror.copy_(engine_view)
         try:
-            yield
+            if self.cpu_standins:
+                from harness.targets import vllm_device_standins
+
+                with vllm_device_standins.selected_device(self.vllm_config.parallel_config.rank):
+                    yield
+            else:
+                yield
         finally:
             if self.device is not None and torch.device(self.device).type == "cuda":
                 torch.cuda.synchronize()  # the connector's own streams: their writes land before the copy back

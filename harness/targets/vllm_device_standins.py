@@ -23,6 +23,15 @@ module-level names in the listed vLLM modules (and nowhere else):
 |                  | `_batch_memcpy_fn`)                             |                                                 |
 | device memory    | `assert gpu_tensor.is_cuda`                     | `DeviceMemory`: the engine's CPU KV tensors     |
 |                  |                                                 | (no copy) with `is_cuda` true                   |
+| device index     | `torch.accelerator.current_device_index()`      | the worker's rank, selected around each of its  |
+|                  | (vLLM 0.27-0.31 pick the worker's slot of the   | calls (`selected_device`): the TP ranks share   |
+|                  | shared mmap region by it)                       | this process, vLLM gives each its own device    |
+| shared region    | `SharedOffloadRegion`: the CPU tier in          | vLLM's own class, its files recorded per engine |
+|                  | `/dev/shm` (vLLM 0.27-0.31 on a CUDA-alike      | and removed when the engine's connector shuts   |
+|                  | platform), unlinked by its creator's shutdown   | down or the process exits (`remove_regions`):   |
+|                  |                                                 | a check that stops early leaves none behind     |
+| openers barrier  | `_all_workers_barrier` (0.30+: gloo barrier     | returns at once: each worker connector's engine |
+|                  | once every rank mapped the region's file)       | is its own, so its region has one opener        |
 | copy launch      | `queue.SimpleQueue` feeding the copy thread     | `HandoffQueue`: `put` returns once the thread   |
 |                  | (SimpleCPUOffloadConnector's DMA/disk backends) | has run the copy and recorded its event         |
 
@@ -40,10 +49,14 @@ ids into the (src, dst, size) lists the copy kernel receives.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import functools
 import importlib
 import importlib.util
+import inspect
+import os
 import threading
 import time
 import types
@@ -57,13 +70,19 @@ import torch
 # worker and 0.21's offloading CPU worker ask `is_pin_memory_available()` where 0.33's read `PIN_MEMORY`; its cuda_mem_ops resolves the copy
 # entry point into `_batch_memcpy_fn`, 0.33's into `_batch_memcpy`).
 _SITES: dict[str, tuple[str, ...]] = {
-    "vllm.v1.kv_offload.cpu.spec": ("current_platform",),
+    "vllm.v1.kv_offload.cpu.spec": ("current_platform", "torch", "SharedOffloadRegion", "_all_workers_barrier"),
     "vllm.v1.kv_offload.cpu.gpu_worker": ("current_platform", "torch", "ops", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker": ("torch",),
     "vllm.v1.simple_kv_offload.worker": ("torch", "PIN_MEMORY", "is_pin_memory_available"),
     "vllm.v1.simple_kv_offload.copy_backend": ("current_platform", "torch", "queue"),
     "vllm.v1.simple_kv_offload.disk_backend": ("current_platform", "torch", "queue"),
     "vllm.v1.simple_kv_offload.cuda_mem_ops": ("current_platform", "_batch_memcpy", "_batch_memcpy_fn"),
+}
+# (module, name) -> the attribute a function or method of the module must read for that name to be rebound: a
+# release whose code has that path (vLLM 0.27-0.31's CPU spec picks the worker's slot of the shared region by
+# `torch.accelerator.current_device_index()`; 0.32+ by the logical rank) gets the stand-in, no other release.
+_CODE_PATHS: dict[tuple[str, str], str] = {
+    ("vllm.v1.kv_offload.cpu.spec", "torch"): "current_device_index",
 }
 # module -> groups of names of which the module must bind at least one for the stand-ins to cover it: the
 # device pieces that reach CUDA when left unpatched (a release that names its pinned-memory switch or its copy
@@ -84,6 +103,8 @@ _CONNECTOR_SITES: dict[str, tuple[str, ...]] = {
 }
 _lock = threading.Lock()
 _saved: dict[tuple[str, str], object] = {}
+_device = threading.local()  # .index: the device of the worker whose call runs on this thread
+_region_files: dict[str, set[str]] = {}  # engine_id -> the /dev/shm files of the shared regions made for it
 
 
 class StandInEvent:
@@ -270,19 +291,92 @@ def _cuda_namespace() -> types.SimpleNamespace:
                                  is_available=torch.cuda.is_available)
 
 
+@contextlib.contextmanager
+def selected_device(index: int):
+    """Run the calls inside on stand-in device `index`: what a vLLM worker process's `set_device(local_rank)`
+    selects once for all its calls. Here the TP ranks' workers share one process (and thread), so the adapter
+    selects each worker's own device around each of its calls."""
+    previous = getattr(_device, "index", None)
+    _device.index = index
+    try:
+        yield
+    finally:
+        _device.index = previous
+
+
+def current_device_index() -> int:
+    """`torch.accelerator.current_device_index()` under the stand-ins: the device `selected_device` chose."""
+    index = getattr(_device, "index", None)
+    if index is None:
+        raise RuntimeError("no stand-in device selected: torch.accelerator.current_device_index() was called "
+                           "outside a worker call of harness.targets.vllm_connector_adapter")
+    return index
+
+
+class _AcceleratorProxy(types.ModuleType):
+    """`torch.accelerator` for one vLLM module: the real one except the current device's index."""
+
+    def __init__(self):
+        super().__init__("torch.accelerator")
+        self.current_device_index = current_device_index
+
+    def __getattr__(self, name):
+        return getattr(torch.accelerator, name)
+
+
 class _TorchProxy(types.ModuleType):
-    """`torch` for one vLLM module: the real module except `Event`, `cuda` and (for the offloading worker,
-    which builds its device views with `torch.tensor([]).set_(storage)`) `tensor`."""
+    """`torch` for one vLLM module: the real module except `Event`, `cuda`, `accelerator`'s device index and
+    (for the offloading worker, which builds its device views with `torch.tensor([]).set_(storage)` or
+    `torch.empty(0).set_(storage)`) `tensor` and `empty`."""
 
     def __init__(self, device_memory: bool):
         super().__init__("torch")
         self.Event = StandInEvent
         self.cuda = _cuda_namespace()
-        if device_memory:
+        self.accelerator = _AcceleratorProxy()
+        if device_memory:  # 0.33 builds a view from `torch.tensor([])`, 0.27/0.28 from `torch.empty(0)`
             self.tensor = lambda *a, **k: torch.tensor(*a, **k).as_subclass(DeviceMemory)
+            self.empty = lambda *a, **k: torch.empty(*a, **k).as_subclass(DeviceMemory)
 
     def __getattr__(self, name):
         return getattr(torch, name)
+
+
+def recording_region(real: type) -> type:
+    """vLLM's `SharedOffloadRegion` (the CPU tier in a `/dev/shm` file that its creator's shutdown unlinks),
+    recording each region's file under its engine so that `remove_regions` can remove what a check that stopped
+    before shutting its connectors down left behind."""
+
+    @functools.wraps(real.__init__)  # the release's signature, as vLLM's callers see it
+    def __init__(self, *args, **kwargs):
+        engine_id = inspect.signature(real).bind(*args, **kwargs).arguments["engine_id"]
+        real.__init__(self, *args, **kwargs)
+        with _lock:
+            _region_files.setdefault(engine_id, set()).add(self.mmap_path)
+
+    return type(real.__name__, (real,), {"__init__": __init__, "__module__": __name__, "__doc__": real.__doc__})
+
+
+def remove_regions(engine_id: str | None = None) -> list[str]:
+    """Remove the shared-region files recorded for `engine_id` (every engine's when None) that are still there
+    (the region's own cleanup unlinks its file when its connector shuts down cleanly). Returns those removed."""
+    with _lock:
+        keys = list(_region_files) if engine_id is None else [engine_id]
+        paths = sorted(p for key in keys for p in _region_files.pop(key, ()))
+    removed = []
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def region_openers_barrier() -> None:
+    """vLLM 0.30+'s `_all_workers_barrier` (a gloo barrier over every worker rank, reached once each rank has
+    mapped the shared region's file) under the stand-ins: returns at once. Here each worker connector has an
+    engine of its own (the adapter builds each one's config with a fresh `engine_id`), so the region's only
+    opener is the worker that created it, which has mapped it when it reaches the barrier; a real barrier in
+    this one process would wait forever for ranks that are built one after another."""
 
 
 def pin_memory_unavailable() -> bool:
@@ -305,9 +399,33 @@ def _standin(module, name: str):
         return (batch_memcpy, 1)  # (entry point, numAttrs to pass)
     if name == "_batch_memcpy_fn":
         return batch_memcpy
+    if name == "SharedOffloadRegion":
+        return recording_region(getattr(module, name))
+    if name == "_all_workers_barrier":
+        return region_openers_barrier
     if name == "queue":
         return types.SimpleNamespace(SimpleQueue=HandoffQueue, Queue=queue.Queue, Empty=queue.Empty)
     raise KeyError(name)
+
+
+def code_names(module) -> set[str]:
+    """The global and attribute names read by the functions and methods defined in `module` (nested code
+    included): what its code can reach, read from the release rather than from its version."""
+    codes = []
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        members = vars(value).values() if isinstance(value, type) else (value,)
+        for member in members:
+            code = getattr(getattr(member, "__func__", member), "__code__", None)
+            if code is not None:
+                codes.append(code)
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
 
 
 def uncovered_modules(connector: str) -> list[str]:
@@ -335,6 +453,8 @@ def install() -> list[str]:
     """Rebind the stand-ins in every listed vLLM module that imports here (idempotent). Returns the
     `module.name` entries it rebinds."""
     done = []
+    atexit.unregister(remove_regions)  # registered once however often install() runs
+    atexit.register(remove_regions)  # what a process that never shut its connectors down left behind
     with _lock:
         for module_name, names in _SITES.items():
             try:
@@ -344,6 +464,9 @@ def install() -> list[str]:
             for name in names:
                 if not hasattr(module, name):
                     continue  # this release names that piece otherwise (another entry of the same list)
+                path = _CODE_PATHS.get((module_name, name))
+                if path is not None and path not in code_names(module):
+                    continue  # this release does not take that path
                 key = (module_name, name)
                 if key not in _saved:
                     _saved[key] = getattr(module, name, None)

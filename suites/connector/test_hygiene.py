@@ -90,8 +90,11 @@ def test_c33_multiconnector(ctx, preset):
     from suites.connector.context import CheckContext
     wrapped = CheckContext(multi, preset, kv_engine=ctx.kv_engine)
     wrapped.profile = ctx.profile  # the connector under test's kind decides what is judged, not the wrapper's
-    engine = wrapped.engine(extra={"connectors": children})
-    requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]
+    try:
+        engine = wrapped.engine(extra={"connectors": children})
+        requests = [wrapped.run(engine, prompt(330 + i, 500)) for i in range(2)]
+    finally:
+        wrapped.close()  # the wrapper's engine is not the check context's: shut its connectors down here
     calls = stub.RECORDED.get(log, [])
     for request in requests:
         got = [c for c in calls if c[1] == request.request_id]

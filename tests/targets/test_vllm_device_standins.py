@@ -7,6 +7,8 @@ stand-ins against the semantics vLLM relies on. Installing them needs vLLM (skip
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import random
 
 import numpy as np
@@ -170,3 +172,106 @@ def test_a_module_binding_none_of_a_pieces_names_is_not_covered(monkeypatch):
         "kvconform_fake_v020.worker2": (("PIN_MEMORY", "is_pin_memory_available"),)})
     assert standins.uncovered_modules("SomeOffloader") == [
         "kvconform_fake_other.worker (binds none of PIN_MEMORY, is_pin_memory_available)"]
+
+
+def test_each_worker_call_runs_on_its_own_device():
+    """Two TP ranks share this process: each worker's calls see its own device index (vLLM 0.27-0.31 pick the
+    worker's slot of the shared region by it), and a call outside any worker's is refused, not given slot 0."""
+    with standins.selected_device(1):
+        assert standins.current_device_index() == 1
+        with standins.selected_device(0):
+            assert standins.current_device_index() == 0
+        assert standins.current_device_index() == 1, "the outer worker's device again once the inner call returns"
+    with pytest.raises(RuntimeError, match="no stand-in device selected"):
+        standins.current_device_index()
+
+
+_SLOT_BY_DEVICE = '''
+def create_worker(world_size):
+    return torch.accelerator.current_device_index() % world_size
+'''
+_SLOT_BY_RANK = '''
+def create_worker(rank):
+    return rank
+'''
+
+
+def test_the_device_index_is_patched_only_where_the_release_reads_it(monkeypatch):
+    """vLLM 0.27's CPU spec picks the slot by `torch.accelerator.current_device_index()`, 0.33's by the logical rank:
+    the spec module's `torch` is rebound only where its code reads the device index (read from the code)."""
+    modules = {}
+    for name, source in (("kvconform_fake_v027.spec", _SLOT_BY_DEVICE), ("kvconform_fake_v033.spec", _SLOT_BY_RANK)):
+        module = _fake_module(monkeypatch, name, torch=torch)
+        exec(compile(source, name, "exec"), vars(module))
+        modules[name] = module
+    monkeypatch.setattr(standins, "_SITES", {name: ("torch",) for name in modules})
+    monkeypatch.setattr(standins, "_CODE_PATHS", {(name, "torch"): "current_device_index" for name in modules})
+    try:
+        assert standins.install() == ["kvconform_fake_v027.spec.torch"]
+        with standins.selected_device(1):
+            assert modules["kvconform_fake_v027.spec"].create_worker(2) == 1, "rank 1's slot, not device 0's"
+        assert modules["kvconform_fake_v033.spec"].torch is torch
+    finally:
+        standins.uninstall()
+    assert modules["kvconform_fake_v027.spec"].torch is torch
+
+
+class _FileRegion:
+    """A stand-in for vLLM's SharedOffloadRegion with its constructor's keywords: one file per engine, unlinked
+    by `cleanup` (what its creator's shutdown does)."""
+
+    def __init__(self, engine_id: str, num_blocks: int, rank: int | None, kv_bytes_per_block: int, cpu_page_size: int,
+                 directory=None):
+        self.mmap_path = str(directory / f"vllm_offload_{engine_id}.mmap")
+        with open(self.mmap_path, "wb") as f:
+            f.truncate(num_blocks * kv_bytes_per_block)
+
+    def cleanup(self) -> None:
+        os.unlink(self.mmap_path)
+
+
+def test_shared_region_files_go_with_their_engine(tmp_path):
+    """A region whose connector shut down cleanly removed its own file; one of an engine that never shut down is
+    removed with its engine (another engine's stays until its own turn, or the process's exit)."""
+    region_cls = standins.recording_region(_FileRegion)
+    clean = region_cls("e-clean", 2, 0, 4096, 4096, directory=tmp_path)
+    region_cls("e-left", 2, 0, 4096, 4096, directory=tmp_path)
+    region_cls(engine_id="e-other", num_blocks=2, rank=1, kv_bytes_per_block=4096, cpu_page_size=2048,
+               directory=tmp_path)
+    clean.cleanup()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm_offload_e-left.mmap", "vllm_offload_e-other.mmap"]
+    assert standins.remove_regions("e-clean") == [], "nothing left of a region that cleaned up"
+    assert standins.remove_regions("e-left") == [str(tmp_path / "vllm_offload_e-left.mmap")]
+    assert [p.name for p in tmp_path.iterdir()] == ["vllm_offload_e-other.mmap"]
+    assert standins.remove_regions() == [str(tmp_path / "vllm_offload_e-other.mmap")]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_vllms_shared_region_leaves_no_file_behind():
+    """vLLM's own SharedOffloadRegion (0.27-0.31 put the CPU tier there on a CUDA-alike platform), rebound by
+    install(): a region nobody cleaned up is gone from /dev/shm once its engine's regions are removed."""
+    spec = pytest.importorskip("vllm.v1.kv_offload.cpu.spec", reason="needs vLLM (scripts/install-vllm.sh 0.27.0)")
+    if not hasattr(spec, "SharedOffloadRegion"):
+        pytest.skip("this vLLM release has no shared offload region")
+    engine_id = f"kvconform-test-{os.getpid()}"
+    try:
+        assert "vllm.v1.kv_offload.cpu.spec.SharedOffloadRegion" in standins.install()
+        region_cls = spec.SharedOffloadRegion
+        page = region_cls.BLOCK_SIZE_ALIGNMENT
+        kwargs = {name: value for name, value in (("engine_id", engine_id), ("num_blocks", 2), ("num_chunks", 2),
+                                                  ("rank", 0), ("kv_bytes_per_block", page),
+                                                  ("kv_bytes_per_chunk", page), ("cpu_page_size", page))
+                  if name in inspect.signature(region_cls).parameters}
+        if "barrier" in inspect.signature(region_cls).parameters:
+            # vLLM 0.30+: the creator unlinks its file once every opener passed the barrier (the stand-in's,
+            # which returns at once: the region's one opener is its creator), so the region leaves no file itself.
+            region = region_cls(**kwargs, barrier=spec._all_workers_barrier)
+            assert not os.path.exists(region.mmap_path) and standins.remove_regions(engine_id) == []
+            return
+        region = region_cls(**kwargs)
+        assert os.path.exists(region.mmap_path) and engine_id in region.mmap_path
+        assert standins.remove_regions(engine_id) == [region.mmap_path]
+        assert not os.path.exists(region.mmap_path), "nothing left behind in /dev/shm"
+    finally:
+        standins.uninstall()
+        standins.remove_regions()
