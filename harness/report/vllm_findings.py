@@ -122,6 +122,20 @@ CLASSIFIED = (
                "none found in vllm-project/vllm in one search; the same fix (re-align the Mamba hit boundary after "
                "every per-group clamp in `_lookup`) is weicj/vLLM-2080Ti-Definitive#133, a fork",
                checks=("C06", "C10", "C24"), presets=("fa+swa+mamba",), also=("is not on a Mamba state boundary",)),
+    # Read against vLLM 0.30.0's distributed/kv_transfer/kv_connector/v1/offloading/config.py and scheduler.py,
+    # traced on scratch_group (full attention beside a CircularBufferSpec group, vLLM's prefix_cacheable=False
+    # spec, `v1/kv_cache_interface.py:895-897`): the connector's scheduler role fails at construction. Not seen on
+    # 0.31.0+, whose `get_offloading_group_ids` returns `kv_cache_config.prefix_cacheable_group_ids` (config.py:38).
+    Classified("OffloadingConnector", "AssertionError", "a KV cache group outside prefix caching fails the "
+               "scheduler's construction", "connector bug",
+               "`get_offloading_group_ids` offloads every KV cache group unless HiSparse is on (`return "
+               "tuple(range(len(kv_cache_config.kv_cache_groups)))`, `offloading/config.py:36-38`), prefix-cacheable "
+               "or not, though the connector itself knows such groups (`offloading_connector.py:60-65`); "
+               "`SchedulerOffloadConfig.from_spec` then asks `get_sliding_window_size_in_chunks` for each group "
+               "(`offloading/scheduler.py:195`), which takes any spec that is neither sliding window, chunked local "
+               "nor Mamba for full attention and asserts it (`assert isinstance(kv_cache_spec, "
+               "FullAttentionSpec)`, line 140): a model with a CircularBufferSpec group cannot build the connector",
+               "none found; gone by vLLM 0.31.0 (`prefix_cacheable_group_ids`)", presets=("scratch_group",)),
     # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
     # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
     # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).

@@ -117,3 +117,15 @@ def test_a_check_across_deployments_is_classified_by_the_variant_its_first_line_
                                     message=wrong.format("tp"))])
     assert "* **keys ignore the KV dtype** (connector bug): 1 cell (C30)" in page
     assert "* **unclassified** (no reviewed entry matches): 1 cell (C30)" in page
+
+
+def test_vllm_030s_offloading_construction_assert_is_classified_on_the_scratch_preset_only():
+    """vLLM 0.30.0's OffloadingConnector asserts a non-cacheable group is full attention while building its
+    scheduler role (a bare `AssertionError`, as the cells record it): that cause is the finding on scratch_group, and
+    an `AssertionError` on any other preset stays unclassified."""
+    from harness.report.vllm_findings import classify
+
+    known = classify("OffloadingConnector", "C04", "AssertionError", "scratch_group")
+    assert known is not None and known.verdict == "connector bug" and "offloading/config.py:36-38" in known.why
+    assert classify("OffloadingConnector", "C04", "AssertionError", "fa_only") is None
+    assert classify("SimpleCPUOffloadConnector", "C04", "AssertionError", "scratch_group") is None
