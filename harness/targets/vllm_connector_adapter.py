@@ -538,15 +538,10 @@ class SplitKVLayout(_MirroredLayout):
         return _split_planes(t)
 
 
-def _split_shape(t) -> tuple[int, ...]:
-    """FlashAttention's `[2, B, N, H, D]` for a kvconform attention view `[B, N, H, 2*D]`."""
-    blocks, tokens, heads, width = t.shape
-    return (2, blocks, tokens, heads, width // 2)
-
-
 def _split_planes(t):
     """kvconform's attention view `[B, N, H, 2*D]` seen as FlashAttention's `[2, B, N, H, D]` (no copy)."""
-    return t.view(_split_shape(t)[1:4] + (2, t.shape[-1] // 2)).permute(3, 0, 1, 2, 4)
+    blocks, tokens, heads, width = t.shape
+    return t.view(blocks, tokens, heads, 2, width // 2).permute(3, 0, 1, 2, 4)
 
 
 def _rebased(t, buffer, start: int):
