@@ -684,6 +684,23 @@ def test_combined_passes_are_one_run():
         ("config matrix", 1, 1.0), ("allocator suites", 1, 2.0)]
 
 
+@pytest.mark.parametrize(("pass_targets", "combined_target"), [
+    ((None, None), "reference"),
+    ((None, "connectors mypkg.mod:MyConnector"), "connectors mypkg.mod:MyConnector"),
+    (("mypkg.hma:resolve", "mypkg.hma:resolve; connectors mypkg.mod:MyConnector"),
+     "mypkg.hma:resolve; connectors mypkg.mod:MyConnector"),
+])
+def test_combined_passes_name_the_target_their_passes_ran(pass_targets, combined_target):
+    # `kvconform report --kv-connector mypkg.mod:MyConnector` said "target reference" in its report and results.json,
+    # where the connector suite's own results file names the connector.
+    documents = [ResultsDocument(run_info=run_info(target=target), results=[config_entry()]) for target in pass_targets]
+    passes = [PytestPass("config matrix", ("suites.config",), xdist=False),
+              PytestPass("connector suite", ("suites.connector",), xdist=True)]
+    combined = combine_passes([(p, d, {}) for p, d in zip(passes, documents)],
+                              {"target": "reference", "argv": ["kvconform", "report"]})
+    assert combined.run_info["target"] == combined_target
+
+
 def _connector_entry(release: str, connector: str, check: str, status: str, message: str | None = None,
                      evidence: str | None = None):
     """One cell of the connector suite on vLLM `release`'s connector, as suites/connector/conftest.py records it."""
