@@ -129,6 +129,17 @@ def test_index_prefers_an_entry_that_ran_over_a_skipped_one():
     assert index_by_cell([ran, skipped])[cell_key(ran)] is ran
 
 
+def test_index_prefers_a_failing_entry_over_a_passing_twin():
+    # Two tests recording one cell (a results file of a kvconform before the connector suite's scenario cells):
+    # the passing one sorted first and `kvconform diff` read "No cell changed" over the other's regression.
+    passed = config_entry(status="passed")
+    failed = config_entry(status="failed", message="C24 [fa+swa]: the model read wrong KV")
+    error = config_entry(status="error", message="error in setup")
+    assert index_by_cell([passed, failed])[cell_key(passed)] is failed
+    assert index_by_cell([failed, passed])[cell_key(passed)] is failed
+    assert index_by_cell([failed, error, passed])[cell_key(passed)] is error
+
+
 def test_atomic_write_replaces_in_one_step_and_leaves_no_temp(tmp_path):
     target = tmp_path / "report.md"
     target.write_text("old")
