@@ -126,6 +126,10 @@ CLASSIFIED = (
     # traced on scratch_group (full attention beside a CircularBufferSpec group, vLLM's prefix_cacheable=False
     # spec, `v1/kv_cache_interface.py:895-897`): the connector's scheduler role fails at construction. Not seen on
     # 0.31.0+, whose `get_offloading_group_ids` returns `kv_cache_config.prefix_cacheable_group_ids` (config.py:38).
+    # vLLM 0.29.0 reaches the same assert (traced on its scratch_group cells, 2026-12-05): `build_offloading_config`
+    # makes an offloading group of every KV cache group (`offloading/config.py:41-53`, no prefix_cacheable filter in
+    # offloading/ or offloading_connector.py), `from_spec` asks for each (scheduler.py:195), assert at line 125;
+    # CircularBufferSpec.prefix_cacheable is False (kv_cache_interface.py:780-781).
     Classified("OffloadingConnector", "AssertionError", "a KV cache group outside prefix caching fails the "
                "scheduler's construction", "connector bug",
                "`get_offloading_group_ids` offloads every KV cache group unless HiSparse is on (`return "
@@ -135,7 +139,9 @@ CLASSIFIED = (
                "(`offloading/scheduler.py:195`), which takes any spec that is neither sliding window, chunked local "
                "nor Mamba for full attention and asserts it (`assert isinstance(kv_cache_spec, "
                "FullAttentionSpec)`, line 140): a model with a CircularBufferSpec group cannot build the connector",
-               "none found; gone by vLLM 0.31.0 (`prefix_cacheable_group_ids`)", presets=("scratch_group",)),
+               "none found; also in vLLM 0.29.0 (every group an offloading group, `offloading/config.py:41-53`; "
+               "the assert at scheduler.py:125); gone by vLLM 0.31.0 (`prefix_cacheable_group_ids`)",
+               presets=("scratch_group",)),
     # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
     # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
     # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).

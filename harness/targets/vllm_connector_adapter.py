@@ -836,7 +836,16 @@ class VllmConnectorAdapter:
             return None
         cls = _vllm().sched.KVConnectorBlockState
         offloads = manager.take_boundary_state_offloads()
-        req_ids = set(so.num_scheduled_tokens) | {r for r in offloads if r in self._requests}
+        live_offloads = {r for r in offloads if r in self._requests}
+        if "block_ids" in {f.name for f in dataclasses.fields(cls)}:
+            # vLLM 0.29 hands a snapshot of the tables (`block_ids`) of the new requests, the cached ones that got
+            # blocks this step and those with a hand-off (0.29.0 scheduler.py:1286-1305); 0.30+ resolve any
+            # scheduled request's table on demand (`req_ids`, `resolve_block_ids`).
+            c = so.scheduled_cached_reqs
+            req_ids = {new.req_id for new in so.scheduled_new_reqs} | live_offloads | {
+                r for r, blocks in zip(c.req_ids, c.new_block_ids, strict=True) if blocks}
+            return cls(block_ids={r: manager.get_block_ids(r) for r in req_ids}, boundary_state_offloads=offloads)
+        req_ids = set(so.num_scheduled_tokens) | live_offloads
         return cls(req_ids=req_ids, resolve_block_ids=manager.get_block_ids, boundary_state_offloads=offloads)
 
     def _call_if(self, capability: str, hook: str, *args, default=None):

@@ -61,10 +61,13 @@ RELEASES: dict[str, set[str]] = {
     "0.22.0": _SPLIT | {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                                  "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     # 0.24.0-0.32.0: probed on their venvs and checked against base.py's `def` lines and scheduler.py's
-    # bind_gpu_block_pool (2026-12-05); 0.24.0 and 0.27.0 lack the same rows.
-    "0.24.0": {"kv_packed_content", "mamba_page_view", "loaded_group_ids", "bind_kv_cache_manager",
+    # bind_gpu_block_pool (2026-12-05); 0.24.0 and 0.27.0 lack the same rows. 0.23.0 (branch conn, 2026-12-05): as
+    # 0.24.0 (base.py's `def` lines the same but 0.24's new has_pending_push_work, no row; scheduler.py:248
+    # bind_gpu_block_pool; FlashAttention's (num_blocks, 2, block_size, heads, head_size), flash_attn.py:149).
+    **{release: {"kv_packed_content", "mamba_page_view", "loaded_group_ids", "bind_kv_cache_manager",
                         "failed_recving", "transfer_results", "block_state", "standardized_layout",
-                        "cache_config_layout", "scratch_groups"},
+                        "cache_config_layout", "scratch_groups"}
+       for release in ("0.23.0", "0.24.0")},
     "0.27.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                         "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.28.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
@@ -85,7 +88,7 @@ RELEASES: dict[str, set[str]] = {
 # group whose block is not cache_config.block_size for one outside 'align' mode (0.28.0 reads the spec's
 # mamba_cache_mode instead), read in each release's venv, 2026-12-05.
 for _release in ("0.13.0", "0.14.0", "0.15.0", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.20.0", "0.21.0", "0.22.0",
-                 "0.24.0", "0.27.0"):
+                 "0.23.0", "0.24.0", "0.27.0"):
     RELEASES[_release] |= {"mamba_align_block"}
 # 0.29.0+ describe the KV memory as one KVCacheTensor per group with its `layers` (kv_cache_interface.py); 0.13.0-0.28.0
 # as one per layer slot (`size, shared_by`), the form slot_tensors.

@@ -101,3 +101,65 @@ def test_a_release_without_resumed_req_ids_gets_the_resumed_request_as_a_new_one
     assert cached.num_computed_tokens == [32] and cached.num_output_tokens == [2] and cached.new_token_ids == [[]]
     assert not hasattr(cached, "resumed_req_ids")
     assert new["fresh"].prefill_token_ids == [8, 8]
+
+
+class _Manager:
+    """What the adapter reads of the bound KV cache manager to build the block state."""
+
+    def __init__(self, offloads: dict) -> None:
+        self.offloads = offloads
+
+    def take_boundary_state_offloads(self) -> dict:
+        offloads, self.offloads = self.offloads, {}
+        return offloads
+
+    @staticmethod
+    def get_block_ids(req_id: str) -> tuple[list[int], ...]:
+        return ({"fresh": [6], "running": [1, 7], "idle": [2], "resumed": [4, 5], "offloaded": [3]}[req_id],)
+
+
+def _block_state(monkeypatch, state_cls, so: SchedulerOutput):
+    monkeypatch.setattr(adapter_module, "_vllm", lambda: types.SimpleNamespace(
+        sched=types.SimpleNamespace(KVConnectorBlockState=state_cls)))
+    monkeypatch.setattr(adapter_module, "release_has", lambda name: name == "block_state")
+    adapter = object.__new__(adapter_module.VllmConnectorAdapter)
+    adapter._requests = {r: object() for r in ("fresh", "running", "idle", "resumed", "offloaded")}
+    adapter._kv_cache_manager = _Manager({"offloaded": [(0, 3, 256)], "gone": [(0, 9, 256)]})
+    return adapter._block_state(so)
+
+
+def _output_with_idle_request() -> SchedulerOutput:
+    """`_output()` plus a cached request scheduled this step without new blocks, and no step for 'offloaded'."""
+    cached = CachedRequestData(
+        req_ids=["running", "idle", "resumed"], resumed_req_ids={"resumed"}, new_token_ids=[[], [], []],
+        all_token_ids={"resumed": [1, 2, 3, 9]}, new_block_ids=[([7],), None, ([4, 5],)],
+        num_computed_tokens=[32, 16, 3], num_output_tokens=[2, 1, 1])
+    return SchedulerOutput(
+        scheduled_new_reqs=[NewRequestData("fresh", [8, 8], ([6],), 0)], scheduled_cached_reqs=cached,
+        num_scheduled_tokens={"fresh": 2, "running": 1, "idle": 1, "resumed": 1}, total_num_scheduled_tokens=5)
+
+
+def test_a_release_with_a_block_table_snapshot_gets_the_tables_its_scheduler_snapshots(monkeypatch):
+    """vLLM 0.29's KVConnectorBlockState is a snapshot (`block_ids`) of the new requests, the cached ones given
+    blocks this step and those with a Mamba hand-off still live (0.29.0 scheduler.py:1286-1305)."""
+    @dataclasses.dataclass
+    class SnapshotBlockState:
+        block_ids: dict
+        boundary_state_offloads: dict
+
+    state = _block_state(monkeypatch, SnapshotBlockState, _output_with_idle_request())
+    assert state.block_ids == {"fresh": ([6],), "running": ([1, 7],), "resumed": ([4, 5],), "offloaded": ([3],)}
+    assert state.boundary_state_offloads == {"offloaded": [(0, 3, 256)], "gone": [(0, 9, 256)]}
+
+
+def test_a_release_with_a_block_table_resolver_gets_every_scheduled_request(monkeypatch):
+    """vLLM 0.30+ resolve the table of any request scheduled this step, or with a live hand-off, on demand."""
+    @dataclasses.dataclass
+    class ResolvingBlockState:
+        req_ids: set
+        resolve_block_ids: object
+        boundary_state_offloads: dict
+
+    state = _block_state(monkeypatch, ResolvingBlockState, _output_with_idle_request())
+    assert state.req_ids == {"fresh", "running", "idle", "resumed", "offloaded"}
+    assert state.resolve_block_ids("idle") == ([2],)
