@@ -145,40 +145,60 @@ def _fail(path: str | os.PathLike, what: str) -> ResultsFileError:
     return ResultsFileError(f"results file {os.fspath(path)}: {what}")
 
 
+_MISSING = object()
+_JSON_TYPES = ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), (int, "number"),
+               (float, "number"))
+
+
+def _found(value: Any) -> str:
+    """What a field holds, for an error line: 'is missing' or 'is [] (an array)' (long values cut)."""
+    if value is _MISSING:
+        return "is missing"
+    text = json.dumps(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    kind = next((name for cls, name in _JSON_TYPES if isinstance(value, cls)), "null")
+    return f"is {text} ({'an' if kind[0] in 'ao' else 'a'} {kind})"
+
+
+def _bad_field(path: str | os.PathLike, field_name: str, value: Any, accepted: str) -> ResultsFileError:
+    return _fail(path, f"{field_name} {_found(value)}; accepted: {accepted}")
+
+
 def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocument:
-    """Validate a decoded JSON value as a results document; raise ResultsFileError naming the problem."""
+    """Validate a decoded JSON value as a results document; raise ResultsFileError naming the field, what it
+    holds and what is accepted."""
     if not isinstance(data, dict):
         raise _fail(path, f"expected a JSON object with format {FORMAT!r}, got {type(data).__name__}; {ACCEPTED}")
     if data.get("format") != FORMAT:
         raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r}); "
                           f"{ACCEPTED}")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise _fail(path, f"schema_version {version!r} is not supported (this kvconform reads {SCHEMA_VERSION})")
-    run_info = data.get("run_info")
+    version = data.get("schema_version", _MISSING)
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise _bad_field(path, "schema_version", version, f"{SCHEMA_VERSION} (the schema this kvconform reads)")
+    run_info = data.get("run_info", _MISSING)
     if not isinstance(run_info, dict):
-        raise _fail(path, "run_info must be an object")
+        raise _bad_field(path, "run_info", run_info, "an object describing the run")
     runs = data.get("runs", [run_info])
     if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
-        raise _fail(path, "runs must be a non-empty list of objects")
-    results = data.get("results")
+        raise _bad_field(path, "runs", runs, "a non-empty array of objects")
+    results = data.get("results", _MISSING)
     if not isinstance(results, list):
-        raise _fail(path, "results must be a list")
+        raise _bad_field(path, "results", results, "an array of test entries")
     for index, entry in enumerate(results):
         where = f"results[{index}]"
         if not isinstance(entry, dict):
-            raise _fail(path, f"{where} must be an object")
+            raise _bad_field(path, where, entry, "an object")
         for key in REQUIRED_ENTRY_KEYS:
             if not isinstance(entry.get(key), str):
-                raise _fail(path, f"{where}.{key} must be a string")
+                raise _bad_field(path, f"{where}.{key}", entry.get(key, _MISSING), "a string")
         if entry["status"] not in STATUSES:
-            raise _fail(path, f"{where}.status {entry['status']!r} is not one of {', '.join(STATUSES)}")
+            raise _bad_field(path, f"{where}.status", entry["status"], ", ".join(STATUSES))
         cell = entry.get("cell")
         if cell is not None and not isinstance(cell, dict):
-            raise _fail(path, f"{where}.cell must be an object or null")
+            raise _bad_field(path, f"{where}.cell", cell, "an object or null")
         run = entry.setdefault("run", 0)
-        if not isinstance(run, int) or not 0 <= run < len(runs):
-            raise _fail(path, f"{where}.run {run!r} does not name one of the {len(runs)} run(s)")
+        if not isinstance(run, int) or isinstance(run, bool) or not 0 <= run < len(runs):
+            raise _bad_field(path, f"{where}.run", run, f"an index into runs, 0 to {len(runs) - 1}")
         for key, default in (("cell", None), ("params", {}), ("expected", None), ("actual", None),
                              ("message", None), ("duration", 0.0), ("extra", {})):
             entry.setdefault(key, default)
@@ -213,12 +233,18 @@ def cell_label(entry: dict[str, Any]) -> str:
     return f"{entry['suite']} {parts}"
 
 
+# Which entry stands for a cell that appears more than once: a failing one, else one that ran.
+_STANDS_FOR_CELL = {"error": 3, "failed": 2, "passed": 1, "skipped": 0}
+
+
 def index_by_cell(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Cell key -> entry; where a cell appears twice, an entry that ran wins over a skipped one."""
+    """Cell key -> entry; where a cell appears twice (two tests that record one cell, as the connector suite's C24
+    forced race and C24 did before they had cells of their own), a failing entry wins, then one that ran: the cell
+    fails when any of its tests does, so `kvconform diff` cannot miss a regression behind a passing twin."""
     index: dict[str, dict[str, Any]] = {}
     for entry in entries:
         key = cell_key(entry)
         known = index.get(key)
-        if known is None or (known["status"] == "skipped" and entry["status"] != "skipped"):
+        if known is None or _STANDS_FOR_CELL[entry["status"]] > _STANDS_FOR_CELL[known["status"]]:
             index[key] = entry
     return index

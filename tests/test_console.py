@@ -191,3 +191,25 @@ def test_a_raising_target_fails_every_cell_in_one_group(tmp_path):
     import json
     entries = json.loads((tmp_path / "results.json").read_text())["results"]
     assert entries and all(e["status"] == "failed" and e["actual"] is None for e in entries)
+
+
+def test_the_real_connector_suite_is_grouped_when_run_from_a_vendors_folder(tmp_path):
+    # docs/vendor.md has vendors run the suite "in a folder of your own outside the checkout": there pytest names
+    # the suite's tests `test_api.py::...`, and a connector check's record is attached only at teardown, so the
+    # console took its failures for the vendor's own tests and printed pytest's full output, every skip too.
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-n", "2",
+                           "--pyargs", "suites.connector", "-k", "c01 or c17",
+                           "--kv-connector", "tests.connector.buggy:HMAStubFinishConnector",
+                           "--kv-connector", "ExampleConnector"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+                          env={**_env(), "PYTHONPATH": str(repo), "COLUMNS": "200", "LINES": "40"})
+    out = done.stdout
+    assert done.returncode == 1, out[-3000:] + done.stderr[-3000:]
+    assert "rootdir: " + str(tmp_path) in out, "the run is outside the checkout"
+    assert "kvconform: 5 failing cells, grouped by what went wrong" in out, out[-3000:]
+    assert re.search(r"^1 connector cell: C01: the model read wrong KV .* — C01 HMAStubFinishConnector$", out, re.M), out
+    assert "= FAILURES =" not in out and "FAILED " not in out, out[-3000:]
+    assert ("kvconform: 5 multi-group cells of ExampleConnector skipped as not HMA-capable (it does not declare "
+            "SupportsHMA, so vLLM refuses it on those presets)") in out, out[-3000:]
+    assert out.splitlines()[-1].startswith("=") and "5 failed, 1 passed, 6 skipped" in out.splitlines()[-1]

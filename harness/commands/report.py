@@ -209,7 +209,7 @@ def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | 
     if not ran:
         raise UsageError("kvconform report: nothing ran (pytest collected no tests)", EXIT_NOTHING_RAN)
     command_info = {
-        "target": args.target or "reference",
+        "target": args.target or "reference",  # unless a pass names what ran (combine_passes)
         # the command as typed (`kvconform report ...`), not pytest's argv with its temporary results path
         "argv": ["kvconform", *sys.argv[1:]] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
         "report_wall_seconds": round(time.perf_counter() - started, 3),

@@ -32,7 +32,7 @@ _OPTIONS: dict[str, object] = {}  # dest -> default, of every option in the kvco
 _OPTION_NAMES: set[str] = set()  # their long names, as spelled on a command line
 
 # The folder the `suites` package is installed in, next to `harness` (site-packages, or the source tree).
-_SUITES_DIR = Path(__file__).resolve().parents[2] / SUITES_PACKAGE
+SUITES_DIR = Path(__file__).resolve().parents[2] / SUITES_PACKAGE
 
 
 def remember_options(parser) -> None:
@@ -62,7 +62,7 @@ def _skipped_by_pytest(parts: tuple[str, ...], start: Path) -> bool:
     return False
 
 
-def reaches_suites(arg: str, invocation_dir: Path, pyargs: bool, suites_dir: Path = _SUITES_DIR) -> bool:
+def reaches_suites(arg: str, invocation_dir: Path, pyargs: bool, suites_dir: Path = SUITES_DIR) -> bool:
     """True when pytest, given the test path (or `--pyargs` module) `arg`, would collect from `suites_dir`."""
     name = arg.split("::", 1)[0]
     if pyargs and (name == SUITES_PACKAGE or name.startswith(SUITES_PACKAGE + ".")):
@@ -81,7 +81,7 @@ def reaches_suites(arg: str, invocation_dir: Path, pyargs: bool, suites_dir: Pat
 def _decide(config) -> bool:
     if _option_given(config) or os.environ.get(TARGET_ENV):
         return True
-    if not _SUITES_DIR.is_dir():
+    if not SUITES_DIR.is_dir():
         return False
     invocation_dir = Path(config.invocation_params.dir)
     pyargs = bool(getattr(config.option, "pyargs", False))

@@ -31,7 +31,7 @@ def pytest_addoption(parser):
     group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", default=60.0,
                     metavar="SECONDS", help="per-check time limit for the connector suite (default 60)")
     group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors",
-                    default="on", help="use the optional kvconform_* backdoor methods of a connector when it has "
+                    default="on", metavar="on|off", help="use the optional kvconform_* backdoor methods of a connector when it has "
                                        "them (default on); 'off' decides every check from behaviour alone")
     group.addoption("--kv-engine", dest="kvconform_kv_engine", default=None, metavar="ENGINE",
                     help="the engine that drives the connector: kvconform (default: kvconform's own engine) or vllm "

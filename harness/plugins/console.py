@@ -19,7 +19,7 @@ import pytest
 
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cell_name, first_line, format_groups, group_failures
-from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid
+from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
 _MIN_LINES = 10
@@ -38,15 +38,31 @@ def grouped_console(config: pytest.Config) -> bool:
     return config.get_verbosity() <= 0 and config.getoption("tbstyle", "auto") == "auto"
 
 
+# The attribute a failing or skipped report of a suite test carries its suite in (it travels with the report
+# from an xdist worker): the test's record says it too, but only from the teardown report on.
+_SUITE_ATTR = "kvconform_suite"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Tag a failing or skipped report of a kvconform suite with its suite, from the test file's location."""
+    report = yield
+    if not report.passed and is_active(item.config):
+        suite = suite_of_path(item.path)
+        if suite is not None:
+            setattr(report, _SUITE_ATTR, suite)
+    return report
+
+
 def _cell_suite(report: pytest.TestReport, active: bool) -> str | None:
     """The kvconform suite a report's test belongs to, or None for any other test. Without a record, the
-    test's folder decides, only in a kvconform session (another project may have a `suites/config` too)."""
+    test's file decides, only in a kvconform session (another project may have a `suites/config` too)."""
     for key, payload in report.user_properties:
         if key == RECORD_KEY:
             return str(payload.get("suite"))
     if not active:
         return None
-    suite = suite_of_nodeid(report.nodeid)
+    suite = getattr(report, _SUITE_ATTR, None) or suite_of_nodeid(report.nodeid)
     return suite if suite in ("config", "allocator", "connector", "benchmark") else None
 
 

@@ -11,6 +11,7 @@ No temporary files are shared between processes. Without xdist the entries are c
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from harness.plugins.activation import TARGET_ENV
+from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE, TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
@@ -127,6 +128,18 @@ def suite_of_nodeid(nodeid: str) -> str:
         folder = parts[parts.index("suites") + 1]
         return _SUITE_OF_FOLDER.get(folder, folder)
     return parts[0] if len(parts) > 1 else "tests"
+
+
+@functools.lru_cache(maxsize=1024)
+def suite_of_path(path: str | os.PathLike) -> str | None:
+    """The kvconform suite of a test file by where it lies (`suites/<folder>/` of the installed package), None for
+    a file elsewhere. Unlike a node id, right whatever pytest's rootdir: from a vendor's own folder,
+    `pytest --pyargs suites.connector` names its tests `test_lookup.py::...`."""
+    try:
+        relative = Path(path).resolve().relative_to(SUITES_DIR)
+    except ValueError:
+        return None
+    return suite_of_nodeid(f"{SUITES_PACKAGE}/{relative.as_posix()}") if len(relative.parts) > 1 else None
 
 
 def failure_message(report: pytest.TestReport) -> str | None:

@@ -110,8 +110,10 @@ def combine_passes(documents: list[tuple[PytestPass, ResultsDocument, dict[str, 
                    run_info: dict[str, Any]) -> ResultsDocument:
     """The passes' results as one run: every entry with run 0, one run_info describing each pass.
 
-    `run_info` holds what the command knows (target, argv, wall time); the first pass's run_info gives the
-    environment (versions, machine, commit); timing fields cover the whole command.
+    `run_info` holds what the command knows (argv, wall time, the target when no pass names one); the first pass's
+    run_info gives the environment (versions, machine, commit); timing fields cover the whole command. The target
+    is what the passes say ran, each part once ("connectors mypkg.mod:MyConnector" from the connector suite's
+    pass, beside a config pass on the reference, which names none).
     """
     first = documents[0][1].run_info
     info = dict(first)
@@ -129,6 +131,13 @@ def combine_passes(documents: list[tuple[PytestPass, ResultsDocument, dict[str, 
          "pytest_exit_status": d.run_info.get("pytest_exit_status")}
         for p, d, details in documents
     ]
+    targets: list[str] = []
+    for _, document, _ in documents:
+        for part in str(document.run_info.get("target") or "").split("; "):
+            if part and part not in targets:
+                targets.append(part)
     info.update(run_info)
+    if targets:
+        info["target"] = "; ".join(targets)
     entries = [dict(entry, run=0) for _, document, _ in documents for entry in document.results]
     return ResultsDocument(run_info=info, runs=[info], results=sort_entries(entries))

@@ -58,13 +58,16 @@ BACKDOORS: dict[str, tuple[str, str]] = {
 }
 
 
-def check_cell(check_id: str, target_name: str, params: dict) -> dict[str, str]:
-    """The report cell a check's test records: connector, check, tier, preset, and every other parameter of
-    the test (C30's deployment variant, C05's sync/async), so that two variants of one check on one preset are
-    two cells, not one cell with two outcomes (which `kvconform merge` rightly refuses)."""
+def check_cell(check_id: str, target_name: str, params: dict, scenario: str | None = None) -> dict[str, str]:
+    """The report cell a check's test records: connector, check, tier, preset, the scenario of a check that has
+    several test functions (`kv_check("C24", scenario="forced")`), and every other parameter of the test (C30's
+    deployment variant, C05's sync/async), so that two variants of one check on one preset are two cells, not one
+    cell with two outcomes (`kvconform merge` refuses those, and `kvconform diff` judged only one of them)."""
     tier, name, _ = CHECKS[check_id]
     cell = {"connector": target_name, "check": f"{check_id} {name}", "tier": tier,
             "preset": str(params.get("preset", "-"))}
+    if scenario is not None:
+        cell["scenario"] = scenario
     for key, value in sorted(params.items()):
         if key not in ("connector_target", "preset"):
             cell[key] = str(value)

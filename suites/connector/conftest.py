@@ -15,7 +15,8 @@ from suites.connector.runner import check_evidence, run_check
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "kv_check(check_id): a connector conformance check of the catalogue")
+    config.addinivalue_line("markers", "kv_check(check_id, scenario=None): a connector conformance check of the "
+                                       "catalogue; scenario names one of a check's several test functions")
 
 
 def pytest_collection_finish(session):
@@ -89,7 +90,7 @@ def _record_check(request, kvconform_record):
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)
-    cell = check_cell(check_id, getattr(target, "name", "?"), params)
+    cell = check_cell(check_id, getattr(target, "name", "?"), params, marker.kwargs.get("scenario"))
     engine = kv_engine(request.config)
     if engine != DEFAULT_KV_ENGINE:
         cell["engine"] = engine  # a run on vLLM's scheduler merges with a kvconform-engine run without colliding

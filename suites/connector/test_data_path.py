@@ -226,7 +226,7 @@ def test_c18_per_group_block_size(ctx, preset):
 KERNEL_BLOCK_RATIO = 2  # the attention backend splits each manager block in two kernel blocks
 
 
-@pytest.mark.kv_check("C18")
+@pytest.mark.kv_check("C18", scenario="kernel-block-ratio")
 @pytest.mark.parametrize("preset", ["fa16+swa32", "fa+swa+mamba"])
 def test_c18_kernel_block_ratio(ctx, preset):
     """Registered attention tensors hold kernel blocks (B = num_blocks x 2, each half a manager block):

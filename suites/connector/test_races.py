@@ -24,7 +24,7 @@ def _reload_all(ctx, engine, prompts):
     expect_no_read_errors(engine, "reloading what was stored")
 
 
-@pytest.mark.kv_check("C24")
+@pytest.mark.kv_check("C24", scenario="forced")
 @pytest.mark.parametrize("preset", SWA_PRESETS)
 def test_c24_swa_reuse_race_forced(ctx, preset):
     """Forced: prefill steps of 512 tokens move the window past whole chunks, in a pool that holds this one
@@ -53,7 +53,7 @@ def test_c24_swa_reuse_race(ctx, preset):
     _reload_all(ctx, engine, prompts)
 
 
-@pytest.mark.kv_check("C25")
+@pytest.mark.kv_check("C25", scenario="forced")
 @pytest.mark.parametrize("preset", ALL_PRESETS)
 def test_c25_finish_reuse_race_forced(ctx, preset):
     """Forced: A finishes, B gets every block A freed and writes them in the next step's forward, and only

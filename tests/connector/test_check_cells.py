@@ -1,7 +1,9 @@
 """Every test of the connector suite records its own cell: two tests (or two parametrizations of one test) that
 check the same thing on the same preset differ in their cell, so `kvconform merge` and `diff` never see one cell
 with two outcomes (C30's deployment variants once all recorded as preset "-", and a run with one variant failing
-could not be merged)."""
+could not be merged; C24's and C25's forced races and C18's kernel-block test recorded the cells of their
+check's other test, and `kvconform diff` judged only one of the two: a regression of the forced race alone was
+"No cell changed")."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _checks():
         for name, function in vars(module).items():
             marks = [m for m in getattr(function, "pytestmark", []) if m.name == "kv_check"] if name.startswith("test_") else []
             if marks:
-                yield f"{info.name}::{name}", marks[0].args[0], function
+                yield f"{info.name}::{name}", marks[0], function
 
 
 def test_the_suite_has_checks_to_look_at():
@@ -45,10 +47,11 @@ def test_the_suite_has_checks_to_look_at():
 
 def test_every_parametrization_of_a_check_is_its_own_cell():
     seen: dict[str, str] = {}
-    for test_name, check_id, function in _checks():
+    for test_name, mark, function in _checks():
         for params in _parametrizations(function):
-            cell = check_cell(check_id, "SomeConnector", {"connector_target": object(), **params})
-            key = json.dumps(cell, sort_keys=True) + "::" + test_name.partition("::")[2]
+            cell = check_cell(mark.args[0], "SomeConnector", {"connector_target": object(), **params},
+                              mark.kwargs.get("scenario"))
+            key = json.dumps(cell, sort_keys=True)  # across test functions too: a cell is all diff and merge see
             assert key not in seen, (f"{test_name}{params} records the same cell as {seen[key]}: {cell}; a parameter "
                                      "that is not in the cell makes two outcomes of one cell")
             seen[key] = f"{test_name}{params}"
@@ -63,3 +66,9 @@ def test_every_parametrization_of_a_check_is_its_own_cell():
 def test_a_cell_names_connector_check_tier_and_every_parameter(params, expected):
     cell = check_cell("C30", "X", {"connector_target": object(), **params})
     assert cell == {"connector": "X", "check": "C30 key-isolation", "tier": "MUST", **expected}
+
+
+def test_a_scenario_is_part_of_the_cell():
+    cell = check_cell("C24", "X", {"connector_target": object(), "preset": "fa+swa"}, "forced")
+    assert cell == {"connector": "X", "check": "C24 swa-reuse-race", "tier": "MUST", "preset": "fa+swa",
+                    "scenario": "forced"}

@@ -10,6 +10,7 @@ suite runs keep one check (`-k c01`) without xdist.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -57,3 +58,7 @@ def test_the_first_hour_block_runs_as_written(tmp_path):
     assert re.search(r"^\| check +\| tier +\| description +\| MyConnector +\|$", report, re.M), report
     assert re.search(r"^\| C01 declares-hma +\| MUST +\|.*\| ✅ pass +\|$", report, re.M), report
     assert "MyConnector declares `SupportsHMA` and may" in report
+    assert "Produced by kvconform " in report and " · target connectors mypkg.mod:MyConnector." in report, \
+        "the report names the connector that ran, not 'reference'"
+    results = json.loads((tmp_path / "my-report" / "results.json").read_text())
+    assert results["run_info"]["target"] == "connectors mypkg.mod:MyConnector"

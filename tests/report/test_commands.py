@@ -138,7 +138,8 @@ def test_report_from_a_connector_the_file_lacks_is_exit_2_and_writes_nothing(tmp
 @pytest.mark.parametrize(("content", "expected"), [
     ("{broken", "is not valid JSON"),
     (json.dumps({"format": "junit", "results": []}), "not a kvconform results file (format is 'junit'"),
-    (json.dumps({"format": "kvconform-results", "schema_version": 2}), "schema_version 2 is not supported"),
+    (json.dumps({"format": "kvconform-results", "schema_version": 2}),
+     "schema_version is 2 (a number); accepted: 1 (the schema this kvconform reads)"),
 ])
 def test_report_from_bad_file_is_exit_2_and_writes_nothing(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.json"
@@ -682,6 +683,23 @@ def test_combined_passes_are_one_run():
     assert combined.run_info["started_at"] == "2026-01-01T00:00:01+00:00", "the run starts with its first pass"
     assert [(p["label"], p["tests"], p["wall_seconds"]) for p in combined.run_info["passes"]] == [
         ("config matrix", 1, 1.0), ("allocator suites", 1, 2.0)]
+
+
+@pytest.mark.parametrize(("pass_targets", "combined_target"), [
+    ((None, None), "reference"),
+    ((None, "connectors mypkg.mod:MyConnector"), "connectors mypkg.mod:MyConnector"),
+    (("mypkg.hma:resolve", "mypkg.hma:resolve; connectors mypkg.mod:MyConnector"),
+     "mypkg.hma:resolve; connectors mypkg.mod:MyConnector"),
+])
+def test_combined_passes_name_the_target_their_passes_ran(pass_targets, combined_target):
+    # `kvconform report --kv-connector mypkg.mod:MyConnector` said "target reference" in its report and results.json,
+    # where the connector suite's own results file names the connector.
+    documents = [ResultsDocument(run_info=run_info(target=target), results=[config_entry()]) for target in pass_targets]
+    passes = [PytestPass("config matrix", ("suites.config",), xdist=False),
+              PytestPass("connector suite", ("suites.connector",), xdist=True)]
+    combined = combine_passes([(p, d, {}) for p, d in zip(passes, documents)],
+                              {"target": "reference", "argv": ["kvconform", "report"]})
+    assert combined.run_info["target"] == combined_target
 
 
 def _connector_entry(release: str, connector: str, check: str, status: str, message: str | None = None,

@@ -44,23 +44,39 @@ def test_an_empty_document_round_trips(tmp_path):
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
      "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
-     "schema_version 99 is not supported (this kvconform reads 1)"),
-    ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []}, "run_info must be an object"),
-    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": {}}, "results must be a list"),
+     "schema_version is 99 (a number); accepted: 1 (the schema this kvconform reads)"),
+    ({"format": "kvconform-results", "run_info": {}, "results": []},
+     "schema_version is missing; accepted: 1 (the schema this kvconform reads)"),
+    ({"format": "kvconform-results", "schema_version": "1", "run_info": {}, "results": []},
+     "schema_version is \"1\" (a string); accepted: 1 (the schema this kvconform reads)"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []},
+     "run_info is [] (an array); accepted: an object describing the run"),
+    ({"format": "kvconform-results", "schema_version": 1, "results": []},
+     "run_info is missing; accepted: an object describing the run"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": {}},
+     "results is {} (an object); accepted: an array of test entries"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}},
+     "results is missing; accepted: an array of test entries"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "runs": [], "results": []},
-     "runs must be a non-empty list of objects"),
-    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [7]}, "results[0] must be an object"),
+     "runs is [] (an array); accepted: a non-empty array of objects"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [7]},
+     "results[0] is 7 (a number); accepted: an object"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [{"suite": "x", "status": "passed"}]},
-     "results[0].id must be a string"),
+     "results[0].id is missing; accepted: a string"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {}, "results": [{"id": 3, "suite": "x"}]},
+     "results[0].id is 3 (a number); accepted: a string"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
       "results": [{"id": "t", "suite": "x", "status": "green"}]},
-     "results[0].status 'green' is not one of passed, failed, skipped, error"),
+     "results[0].status is \"green\" (a string); accepted: passed, failed, skipped, error"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
       "results": [{"id": "t", "suite": "x", "status": "passed", "cell": "seed"}]},
-     "results[0].cell must be an object or null"),
+     "results[0].cell is \"seed\" (a string); accepted: an object or null"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
       "results": [{"id": "t", "suite": "x", "status": "passed", "run": 3}]},
-     "results[0].run 3 does not name one of the 1 run(s)"),
+     "results[0].run is 3 (a number); accepted: an index into runs, 0 to 0"),
+    ({"format": "kvconform-results", "schema_version": 1, "run_info": {},
+      "results": [{"id": "t", "suite": "x", "status": "passed", "cell": ["v" * 60]}]},
+     "results[0].cell is [\"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv... (an array); accepted: an object or null"),
 ])
 def test_malformed_files_are_one_clear_error(tmp_path, data, message):
     path = _write(tmp_path, data)
@@ -111,6 +127,17 @@ def test_index_prefers_an_entry_that_ran_over_a_skipped_one():
     ran = config_entry(status="passed")
     assert index_by_cell([skipped, ran])[cell_key(ran)] is ran
     assert index_by_cell([ran, skipped])[cell_key(ran)] is ran
+
+
+def test_index_prefers_a_failing_entry_over_a_passing_twin():
+    # Two tests recording one cell (a results file of a kvconform before the connector suite's scenario cells):
+    # the passing one sorted first and `kvconform diff` read "No cell changed" over the other's regression.
+    passed = config_entry(status="passed")
+    failed = config_entry(status="failed", message="C24 [fa+swa]: the model read wrong KV")
+    error = config_entry(status="error", message="error in setup")
+    assert index_by_cell([passed, failed])[cell_key(passed)] is failed
+    assert index_by_cell([failed, passed])[cell_key(passed)] is failed
+    assert index_by_cell([failed, error, passed])[cell_key(passed)] is error
 
 
 def test_atomic_write_replaces_in_one_step_and_leaves_no_temp(tmp_path):
