@@ -337,14 +337,21 @@ class VllmSchedulerEngine(EngineCore):
                 f"{ktc.kv_connector} lacks (it is not built on vLLM's base class; vLLM needs that to configure it)")
         vllm_kv = given_kv if given_kv is not None else vllm_kv_cache_config(self.kv_cache_config)
         scheduler_block_size = math.lcm(*sizes)
+        block_sizes = dict(block_size=scheduler_block_size, hash_block_size=self.hash_block_size)
         cls = _observed_scheduler_class()
+        if "hash_block_size" not in inspect.signature(cls.__init__).parameters:
+            # Before 0.20 the scheduler hashed, scheduled and cached at one block size, the cache config's.
+            if len(set(sizes)) > 1:
+                not_applicable_on_vllm(
+                    f"this vLLM's Scheduler takes one block size (no hash_block_size, added in 0.20.0), and this "
+                    f"preset's groups have block sizes {sorted(set(sizes))}")
+            block_sizes = dict(block_size=scheduler_block_size)
         # vLLM's scheduler builds its connector through the factory; it gets the check's guarded instance.
         with mock.patch.object(v.scheduler.KVConnectorFactory, "create_connector",
                                lambda *args, **kwargs: connector):
             self.scheduler = cls(vllm_config=vllm_config, kv_cache_config=vllm_kv,
                                  structured_output_manager=v.StructuredOutputManager(vllm_config),
-                                 block_size=scheduler_block_size, hash_block_size=self.hash_block_size,
-                                 log_stats=False)
+                                 log_stats=False, **block_sizes)
         self.scheduler._init_observed()
         self.manager = _ManagerView(self.scheduler.kv_cache_manager, self.hash_block_size)
         self._build_workers(connector_factory)
@@ -440,7 +447,9 @@ class VllmSchedulerEngine(EngineCore):
         return SchedulerOutput(
             scheduled_new_reqs=new, scheduled_cached_reqs=cached, num_scheduled_tokens=dict(so.num_scheduled_tokens),
             total_num_scheduled_tokens=so.total_num_scheduled_tokens, finished_req_ids=set(so.finished_req_ids),
-            preempted_req_ids=set(so.preempted_req_ids or ()), has_sync_kv_loads=bool(so.has_sync_kv_loads),
+            preempted_req_ids=set(so.preempted_req_ids or ()),
+            # Before 0.29 vLLM had no such flag: its runner started every load before the forward.
+            has_sync_kv_loads=bool(getattr(so, "has_sync_kv_loads", True)),
             kv_connector_metadata=so.kv_connector_metadata)
 
     @staticmethod
