@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from harness.failure_groups import first_line
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 
 STATUS_COLUMNS = ("passed", "failed", "error", "skipped")
@@ -35,7 +36,8 @@ def summary_sections(entries: list[dict[str, Any]]) -> list[Section]:
     blocks = [Heading(2, "Summary"), Paragraph(verdict(entries)),
               Table(headers=["suite", *STATUS_COLUMNS, "total"], rows=rows)]
     if failing:
-        items = [f"`{e['id']}`: {e.get('message') or e['status']}" for e in failing[:_LISTED_FAILURES]]
+        # What went wrong, as the console and "What went wrong" say it: the first line without pytest's "Failed: ".
+        items = [f"`{e['id']}`: {first_line(e.get('message')) or e['status']}" for e in failing[:_LISTED_FAILURES]]
         if len(failing) > _LISTED_FAILURES:
             items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json)")
         blocks += [Heading(3, "Failures"), BulletList(items)]

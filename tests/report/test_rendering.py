@@ -197,6 +197,18 @@ def test_summary_counts_against_the_oracle():
     assert "- `suites/config/test_matrix.py::test_cell[seed-T-cuda-none-noconn-config]`: expected resolved False" in md
 
 
+def test_the_failures_list_says_what_went_wrong_in_one_line():
+    # A vendor's report listed "Failed: C31 [fa+swa+mamba]: ..." (pytest.fail's prefix) with the whole evidence.
+    entry = make_entry(nodeid="test_hygiene.py::test_c31_state_hygiene[Mine-fa+swa+mamba]", suite="connector",
+                       status="failed", cell={"connector": "Mine", "check": "C31 state-hygiene", "tier": "MUST",
+                                              "preset": "fa+swa+mamba"},
+                       message="Failed: C31 [fa+swa+mamba]: scheduler role keeps per-request state: {'requests': 33}\n"
+                               "evidence: 30 random requests")
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
+    assert ("- `test_hygiene.py::test_c31_state_hygiene[Mine-fa+swa+mamba]`: C31 [fa+swa+mamba]: scheduler role keeps "
+            "per-request state: {'requests': 33}\n") in md
+
+
 def test_output_does_not_depend_on_entry_order():
     document = config_document()
     shuffled = list(document.results)
