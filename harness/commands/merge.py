@@ -55,7 +55,9 @@ def merged_run_info(runs: list[dict]) -> dict:
         "kvconform_version": _common([r.get("kvconform_version") for r in runs]),
         "git_commit": _common([r.get("git_commit") for r in runs], mixed="mixed"),
         "target": _common([r.get("target") for r in runs], mixed="mixed"),
-        "vllm_version": _common([r.get("vllm_version") for r in runs], mixed="mixed"),
+        # A run without --vllm-version covers every era: merged with it, the runs were not filtered as a whole.
+        "vllm_version": (None if any(not r.get("vllm_version") for r in runs)
+                         else _common([r.get("vllm_version") for r in runs], mixed="mixed")),
         "started_at": min(started) if started else None,
         "finished_at": max(finished) if finished else None,
     }

@@ -529,6 +529,19 @@ def test_merge_keeps_every_run_and_all_cells(tmp_path, capsys):
     assert merged.run_info["started_at"] == "2025-12-31T00:00:00+00:00"
 
 
+@pytest.mark.parametrize(("filters", "merged_filter"), [
+    ((None, None), None), (("v0.33", "v0.33"), "v0.33"), (("v0.33", "seed"), "mixed"),
+    ((None, "v0.33"), None),
+])
+def test_merge_says_a_version_filter_only_where_every_run_had_it(tmp_path, capsys, filters, merged_filter):
+    # A connector run (every era: no filter) merged with a config run of one era read "vLLM version filter v0.33".
+    paths = [write_results(tmp_path / f"{i}.json", [config_entry(platform=platform)], vllm_version=version)
+             for i, (platform, version) in enumerate(zip(("cuda", "cpu"), filters))]
+    status, _, _ = run_cli(capsys, "merge", *paths, "-o", str(tmp_path / "merged.json"))
+    assert status == 0
+    assert load_results(tmp_path / "merged.json").run_info["vllm_version"] == merged_filter
+
+
 def test_merge_of_merged_files_renumbers_runs(tmp_path, capsys):
     a = write_results(tmp_path / "a.json", [config_entry(platform="cuda")])
     b = write_results(tmp_path / "b.json", [config_entry(platform="cpu")])
