@@ -129,6 +129,9 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("hybrid_dcp", "HybridKVCacheCoordinator refuses decode context parallelism (\"DCP not support "
                "hybrid attn now.\")",
                lambda m: "DCP not support hybrid attn" not in inspect.getsource(m["coordinator"].HybridKVCacheCoordinator)),
+    Capability("group_block_sizes", "the coordinator has no group_block_sizes (each group's block span as "
+               "allocated, after decode/prefill context parallelism)",
+               lambda m: "group_block_sizes" in inspect.getsource(m["coordinator"].KVCacheCoordinator.__init__)),
     Capability("retention_interval", "KVCacheConfig has no prefix_cache_retention_interval (sliding-window "
                "and Mamba groups cache every block)",
                lambda m: "prefix_cache_retention_interval" in fields_of(m["iface"].KVCacheConfig)),
@@ -243,6 +246,14 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("kv_cache_layouts", "no KVCacheLayout / compute_layout_strides (no planned layouts, no "
                "block-outermost packing of mixed page sizes)",
                lambda m: _has(m["iface"], "KVCacheLayout", "compute_layout_strides")),
+    Capability("kv_cache_views", "no create_kv_cache_views / group_kernel_blocks (a planned tensor is not viewed "
+               "per layer by the spec module)",
+               lambda m: _has(m["iface"], "create_kv_cache_views", "group_kernel_blocks")),
+    Capability("block_table_width", "no get_block_table_width (block-table rows are not widened to whole token "
+               "tiles by the spec module)", lambda m: _has(m["iface"], "get_block_table_width")),
+    Capability("kv_quant_modes", "no get_kv_quant_mode / kv_cache_uses_per_token_head_scales (a KV cache dtype "
+               "name has no quantization mode)",
+               lambda m: _has(m["iface"], "get_kv_quant_mode", "kv_cache_uses_per_token_head_scales")),
     Capability("strided_kv_cache_tensors", "KVCacheTensor names its layers by shared_by (one tensor per layer "
                "position: no layers, strides or offsets)",
                lambda m: {"layers", "layer_stride", "block_stride"} <= fields_of(m["iface"].KVCacheTensor)),

@@ -46,7 +46,7 @@ PROBED_MODULES = {"base": "distributed.kv_transfer.kv_connector.v1.base", "outpu
                   "sched": "v1.core.sched.output", "iface": "v1.kv_cache_interface",
                   "forward_context": "forward_context", "config": "config", "scheduler": "v1.core.sched.scheduler",
                   "flash_attn": "v1.attention.backends.flash_attn", "model_runner": "v1.worker.gpu_model_runner",
-                  "kv_utils": "v1.core.kv_cache_utils"}
+                  "kv_utils": "v1.core.kv_cache_utils", "worker_utils": "v1.worker.utils"}
 #: vLLM's module name -> the installed vLLM's module.
 VLLM_MODULES = {name: f"vllm.{name}" for name in PROBED_MODULES.values()}
 #: vLLM's module name -> where kvconform's connector protocol keeps it (the connector API modules only: the
@@ -160,7 +160,10 @@ FORMS: dict[str, Capability] = {c.name: c for c in (
                and "kv_connector_block_state" in fields_of(m["sched"].SchedulerOutput)),
     Capability("standardized_layout", "no standardized per-layer [B, H, N, C] KV views (RFC #42082): connectors "
                "register FlashAttention's split [2, B, N, H, D] layout",
-               lambda m: hasattr(m["iface"], "compute_layer_kv_cache_shape_bytes")),
+               # The worker side: its KV cache allocation views every layer through the spec module's
+               # standardized views (vLLM 0.29+). The spec module alone says nothing: the reference's holds the
+               # same view helpers, and kvconform's protocol registers no vLLM layout.
+               lambda m: hasattr(m["worker_utils"], "create_kv_cache_views")),
     Capability("cache_config_layout", "CacheConfig has no kv_cache_layout (connectors do not read the resolved "
                "KV cache layout from the config)",
                lambda m: "kv_cache_layout" in fields_of(m["config"].CacheConfig)),

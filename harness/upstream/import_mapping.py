@@ -1,15 +1,16 @@
 """The import mapping that points vLLM's allocator tests at the reference allocator.
 
 vLLM's `tests/v1/core` files import the allocator from `vllm.v1.core.<module>`, the layer specs from
-`vllm.v1.kv_cache_interface` and, since 0.33, HiSparse's allocator side (its group layout and the
-coordinator that drives residency, spills and host publication) from `vllm.v1.hisparse.<module>`. The
-mapping swaps exactly those module names for `reference_impl.kv_cache.<module>`, in import statements and in dotted strings (`monkeypatch.setattr`
+`vllm.v1.kv_cache_interface` (its layout enum from `vllm.v1.kv_cache_layout`) and, since 0.33, HiSparse's
+allocator side (its group layout and the coordinator that drives residency, spills and host publication)
+from `vllm.v1.hisparse.<module>`. The mapping swaps exactly those module names for
+`reference_impl.kv_cache.<module>`, in import statements and in dotted strings (`monkeypatch.setattr`
 targets) alike; everything else (Request, SamplingParams, vllm.utils, the scheduler) stays vLLM's, including a
 name a test imports through a mapped module that only re-exports it (`KEPT_REEXPORTS`). No
 adapter sits in between: a name the reference lacks fails the test, as it would fail a user's code.
 
-The swap is applied to the staged copy of the test files only, never to vLLM's own modules, so vLLM's
-internals keep their own allocator and a test measures the reference through its public surface.
+The text swap is applied to the staged copy of the test files only, never to vLLM's own modules; what
+vLLM's own code imports is `process_alias`'s (the same modules but HiSparse's, bound for the whole process).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 
 __all__ = ["MAPPED_MODULES", "KEPT_REEXPORTS", "map_source", "stage_mapped_tests"]
 
-# vLLM module -> reference module: the allocator's `v1/core` modules, the spec module and HiSparse's
-# allocator-side modules (its worker runtime and connector stay vLLM's).
+# vLLM module -> reference module: the allocator's `v1/core` modules, the spec module (with the layout
+# enum's module) and HiSparse's allocator-side modules (its worker runtime and connector stay vLLM's).
 MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.core.block_pool": "reference_impl.kv_cache.block_pool",
     "vllm.v1.core.kv_cache_utils": "reference_impl.kv_cache.kv_cache_utils",
@@ -32,6 +33,9 @@ MAPPED_MODULES: dict[str, str] = {
     "vllm.v1.core.kv_cache_planning": "reference_impl.kv_cache.kv_cache_planning",
     "vllm.v1.core.kv_cache_config_builder": "reference_impl.kv_cache.kv_cache_config_builder",
     "vllm.v1.kv_cache_interface": "reference_impl.kv_cache.kv_cache_interface",
+    # vLLM's layout enum lives in a leaf module of its own, which its spec module re-exports; the
+    # reference keeps it in the spec module.
+    "vllm.v1.kv_cache_layout": "reference_impl.kv_cache.kv_cache_interface",
     "vllm.v1.hisparse.layout": "reference_impl.kv_cache.hisparse_layout",
     "vllm.v1.hisparse.coordinator": "reference_impl.kv_cache.hisparse_coordinator",
 }

@@ -100,6 +100,9 @@ class KVCacheCoordinator:
         bind_hisparse_host_pool(kv_cache_config, managers)
         self.retention_interval = rti
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(managers)
+        #: Tokens one block of each group spans, as its manager allocates them (scaled by the DCP and PCP ranks
+        #: where the group's spec is sharded across them), group by group (vLLM 0.31+'s attribute).
+        self.group_block_sizes: tuple[int, ...] = tuple(m.block_size for m in managers)
         # A group whose hits drop the EAGLE block must also keep that block cached (sparse SWA masks).
         for gid, m in enumerate(managers):
             m.use_eagle = gid in self.drop_eagle_group_ids

@@ -50,6 +50,13 @@ __all__ = [
     "KVCacheLayout",
     "cdiv",
     "compute_layout_strides",
+    "compute_layer_kv_cache_shape_bytes",
+    "create_kv_cache_views",
+    "group_kernel_blocks",
+    "get_block_table_width",
+    "get_kv_quant_mode",
+    "is_quantized_kv_cache",
+    "kv_cache_uses_per_token_head_scales",
 ]
 
 
@@ -118,10 +125,13 @@ class KVCacheLayout(Enum):
             raise ValueError(f"Unknown KV cache layout {name!r}; accepted: {[m.name for m in cls]}") from None
 
 
-def _layer_shape_bytes(spec: "KVCacheSpec", num_blocks: int, kernel_block_size: int | None) -> tuple[int, ...]:
-    """Logical [B, H, N, C] extents of one layer's cache, C in bytes. With `kernel_block_size` each block
-    is seen as block_size / kernel_block_size kernel blocks. A state layer (no heads or states, e.g. Mamba)
-    is one head and one state of its whole unpadded page."""
+def compute_layer_kv_cache_shape_bytes(spec: "KVCacheSpec", num_blocks: int,
+                                       kernel_block_size: int | None = None) -> tuple[int, ...]:
+    """Logical [B, H, N, C] extents of one layer's cache, C in bytes (vLLM's function of the same name).
+
+    With `kernel_block_size` each block is seen as block_size / kernel_block_size kernel blocks. A state
+    layer (no heads or states, e.g. Mamba) is one head and one state of its whole unpadded page.
+    """
     block_size = spec.block_size if kernel_block_size is None else kernel_block_size
     if block_size <= 0 or spec.block_size % block_size:
         raise ValueError(f"kernel_block_size must divide the spec's block_size {spec.block_size}, "
@@ -147,7 +157,7 @@ def compute_layout_strides(spec: "KVCacheSpec", num_blocks: int, num_layers: int
         raise ValueError(f"fixed_strides must give 5 strides (L, B, H, N, C), got {len(fixed_strides)}")
     if any(stride is not None and stride <= 0 for stride in fixed_strides):
         raise ValueError(f"fixed_strides must be positive or None, got {tuple(fixed_strides)}")
-    extents = (num_layers, *_layer_shape_bytes(spec, num_blocks, kernel_block_size))
+    extents = (num_layers, *compute_layer_kv_cache_shape_bytes(spec, num_blocks, kernel_block_size))
     order = layout.stride_order
     padded = getattr(spec, "page_size_padded", None)
     page_position = max(order.index(_L), order.index(_B))  # the page starts inside this physical axis
@@ -169,20 +179,167 @@ def compute_layout_strides(spec: "KVCacheSpec", num_blocks: int, num_layers: int
     return tuple(strides)
 
 
+def create_kv_cache_views(raw: torch.Tensor, spec: "KVCacheSpec", num_blocks: int, layout: KVCacheLayout,
+                          kv_cache_tensor: "KVCacheTensor", kernel_block_size: int | None = None) -> list[torch.Tensor]:
+    """One [B, H, N, C] view per layer that `kv_cache_tensor` places in the flat one-byte buffer `raw`
+    (vLLM's function of the same name), C as elements of the spec's `dtype` (bytes for a spec without one,
+    e.g. Mamba's several state tensors).
+
+    Layer l's block b starts at byte `offset + l * layer_stride + b * block_stride` of `raw`; the head, state
+    and content strides inside a page follow `layout` (`compute_layout_strides`). With `kernel_block_size`
+    each block is split into block_size / kernel_block_size kernel blocks, which sit one constant stride
+    apart only when a block is one dense page (its stride the unpadded page): ValueError otherwise, as for
+    a block-outermost layout, whose blocks hold every layer's page.
+    """
+    if raw.dim() != 1 or raw.element_size() != 1:
+        raise ValueError(f"raw must be a flat tensor of one-byte elements, got shape {tuple(raw.shape)} of "
+                         f"{raw.dtype}")
+    shape = compute_layer_kv_cache_shape_bytes(spec, num_blocks, kernel_block_size)
+    block_stride = kv_cache_tensor.block_stride
+    kernel_blocks_per_block = shape[0] // num_blocks
+    if kernel_blocks_per_block > 1:
+        dense_page = math.prod(shape[1:]) * kernel_blocks_per_block
+        if block_stride != dense_page:
+            raise ValueError(
+                f"KV cache layout {layout.name} stores a block of {type(spec).__name__} {block_stride} bytes apart, "
+                f"not as one dense {dense_page}-byte page, so it cannot be split into kernel blocks of "
+                f"{kernel_block_size} tokens; accepted: a layer-outermost layout of unpadded pages")
+        block_stride //= kernel_blocks_per_block
+    num_layers = len(kv_cache_tensor.layers)
+    strides = compute_layout_strides(spec, num_blocks, num_layers, layout, kernel_block_size,
+                                     fixed_strides=(kv_cache_tensor.layer_stride, block_stride, None, None, None))
+    layers = torch.as_strided(raw, (num_layers, *shape), strides, raw.storage_offset() + kv_cache_tensor.offset)
+    dtype = getattr(spec, "dtype", None)
+    # The innermost axis is C in bytes; an attention layer reads it as elements of its dtype.
+    return [layers[i] if dtype is None else layers[i].view(dtype) for i in range(num_layers)]
+
+
+def group_kernel_blocks(cache: torch.Tensor, num_blocks: int) -> torch.Tensor:
+    """A layer's cache viewed in kernel blocks (`create_kv_cache_views` with a kernel block size), with its
+    `num_blocks` allocator blocks as the first axis: [num_blocks, kernel blocks per block, ...]. A cache
+    whose first axis already counts allocator blocks is returned as it is (vLLM's function of the same name).
+    """
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks <= 0:
+        raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+    if cache.shape[0] == num_blocks:
+        return cache
+    if cache.shape[0] % num_blocks:
+        raise ValueError(f"a cache of {cache.shape[0]} kernel blocks cannot be grouped into {num_blocks} blocks; "
+                         f"accepted: a multiple of num_blocks")
+    return cache.unflatten(0, (num_blocks, cache.shape[0] // num_blocks))
+
+
+def get_block_table_width(max_num_blocks: int, block_size: int, *, token_alignment: int | None = 128) -> int:
+    """Entries of a block-table row holding up to `max_num_blocks` blocks of `block_size` tokens (vLLM 0.34's
+    function of the same name): widened to the next whole number of `token_alignment`-token tiles, i.e. to a
+    multiple of the fewest blocks that span a multiple of `token_alignment` tokens. None: not widened.
+    """
+    if isinstance(max_num_blocks, bool) or not isinstance(max_num_blocks, int) or max_num_blocks < 0:
+        raise ValueError(f"max_num_blocks must be a non-negative integer, got {max_num_blocks!r}")
+    _require_positive_int("get_block_table_width", "block_size", block_size)
+    if token_alignment is None:
+        return max_num_blocks
+    _require_positive_int("get_block_table_width", "token_alignment", token_alignment)
+    blocks_per_tile = token_alignment // math.gcd(token_alignment, block_size)
+    return cdiv(max_num_blocks, blocks_per_tile) * blocks_per_tile
+
+
 class KVQuantMode(IntEnum):
-    """How a layer's KV cache is quantized (the reference sizes pages from `dtype` only)."""
+    """How a layer's KV cache is quantized, as vLLM 0.33/0.34 number the modes. The mode is carried on
+    attention specs for the backends; the reference sizes pages from `dtype` and the backend's published
+    packing (`num_head_slots`, `state_content_bytes`), never from the mode, as vLLM 0.33 and 0.34 do."""
 
     NONE = 0
     FP8_PER_TENSOR = 1
     INT8_PER_TOKEN_HEAD = 2
     FP8_PER_TOKEN_HEAD = 3
     INT4_PER_TOKEN_HEAD = 4
+    NVFP4 = 5
+    TURBOQUANT_K8V4 = 6
+    TURBOQUANT_4BIT_NC = 7
+    TURBOQUANT_K3V4_NC = 8
+    TURBOQUANT_3BIT_NC = 9
+    NVFP4_DS_MLA = 10
+    ULTRAQUANT_4BIT = 11
+    OCTAVE_K3V4 = 12
+    OCTAVE_K3V3 = 13
+    OCTAVE_K3V3_COMPACT = 14
 
     @property
     def is_per_token_head(self) -> bool:
         """Whether scales are kept per token and head."""
         return self in (KVQuantMode.INT8_PER_TOKEN_HEAD, KVQuantMode.FP8_PER_TOKEN_HEAD,
                         KVQuantMode.INT4_PER_TOKEN_HEAD)
+
+    @property
+    def is_nvfp4(self) -> bool:
+        """Whether the cache is packed NVFP4 (FP4 values with FP8 block scales); DeepSeek MLA's opaque
+        NVFP4 pages are a mode of their own."""
+        return self is KVQuantMode.NVFP4
+
+    @property
+    def is_turboquant(self) -> bool:
+        """Whether the cache is one of the TurboQuant formats."""
+        return self.name.startswith("TURBOQUANT_")
+
+    @property
+    def is_octave(self) -> bool:
+        """Whether the cache is one of the Octave formats."""
+        return self.name.startswith("OCTAVE_")
+
+    @property
+    def is_ultraquant(self) -> bool:
+        """Whether the cache is the UltraQuant 4-bit format."""
+        return self is KVQuantMode.ULTRAQUANT_4BIT
+
+
+# Reviewed data: every `--kv-cache-dtype` name vLLM 0.33 and 0.34 accept (their `CacheDType`) and its mode.
+# "auto" and the float names store unquantized values; every fp8 name other than fp8_per_token_head keeps one
+# scale per tensor. Names a vLLM plugin registers at run time (vLLM's KV cache dtype handlers) are not here.
+_KV_QUANT_MODE_OF_DTYPE: dict[str, KVQuantMode] = {
+    "auto": KVQuantMode.NONE,
+    "float16": KVQuantMode.NONE,
+    "bfloat16": KVQuantMode.NONE,
+    "fp8": KVQuantMode.FP8_PER_TENSOR,
+    "fp8_e4m3": KVQuantMode.FP8_PER_TENSOR,
+    "fp8_e5m2": KVQuantMode.FP8_PER_TENSOR,
+    "fp8_inc": KVQuantMode.FP8_PER_TENSOR,
+    "fp8_ds_mla": KVQuantMode.FP8_PER_TENSOR,
+    "nvfp4_ds_mla": KVQuantMode.NVFP4_DS_MLA,
+    "turboquant_k8v4": KVQuantMode.TURBOQUANT_K8V4,
+    "turboquant_4bit_nc": KVQuantMode.TURBOQUANT_4BIT_NC,
+    "turboquant_k3v4_nc": KVQuantMode.TURBOQUANT_K3V4_NC,
+    "turboquant_3bit_nc": KVQuantMode.TURBOQUANT_3BIT_NC,
+    "octave_k3v4": KVQuantMode.OCTAVE_K3V4,
+    "octave_k3v3": KVQuantMode.OCTAVE_K3V3,
+    "octave_k3v3_compact": KVQuantMode.OCTAVE_K3V3_COMPACT,
+    "ultraquant_4bit": KVQuantMode.ULTRAQUANT_4BIT,
+    "int4_per_token_head": KVQuantMode.INT4_PER_TOKEN_HEAD,
+    "int8_per_token_head": KVQuantMode.INT8_PER_TOKEN_HEAD,
+    "fp8_per_token_head": KVQuantMode.FP8_PER_TOKEN_HEAD,
+    "nvfp4": KVQuantMode.NVFP4,
+    "nvfp4_4over6": KVQuantMode.NVFP4,
+}
+
+
+def get_kv_quant_mode(kv_cache_dtype: str) -> KVQuantMode:
+    """The quantization mode of a KV cache dtype name (`--kv-cache-dtype`); ValueError for a name outside
+    vLLM's built-in set (the reference does not know the dtypes a vLLM plugin registers)."""
+    try:
+        return _KV_QUANT_MODE_OF_DTYPE[kv_cache_dtype]
+    except (KeyError, TypeError):
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r} is not a KV cache dtype the reference knows; "
+                         f"accepted: {sorted(_KV_QUANT_MODE_OF_DTYPE)}") from None
+
+
+def is_quantized_kv_cache(kv_cache_dtype: str) -> bool:
+    """Whether the KV cache dtype name stores quantized values."""
+    return get_kv_quant_mode(kv_cache_dtype) is not KVQuantMode.NONE
+
+
+def kv_cache_uses_per_token_head_scales(kv_cache_dtype: str) -> bool:
+    """Whether the KV cache dtype name keeps a scale per token and head."""
+    return get_kv_quant_mode(kv_cache_dtype).is_per_token_head
 
 
 class KVCacheSpecKind(str, Enum):

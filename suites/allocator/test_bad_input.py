@@ -56,3 +56,19 @@ def test_append_past_max_model_len(strict):
     with pytest.raises(ValueError, match=r"exceeds max_model_len \(10\)"):
         m.allocate_slots(a, 3)
     assert [list(g) for g in m.get_block_ids("a")] == before, "a refused allocation leaves the table as it was"
+
+
+def test_unknown_kv_cache_dtype_name(strict):
+    """vLLM maps a name outside its table to no quantization; a strict target refuses it, naming the accepted."""
+    iface = planning_api(strict, "kv_quant_modes").iface
+    with pytest.raises(ValueError, match=r"kv_cache_dtype 'fp9' is not a KV cache dtype .*accepted: \['auto', "):
+        iface.get_kv_quant_mode("fp9")
+
+
+def test_views_need_a_flat_byte_buffer(strict):
+    iface = planning_api(strict, "kv_cache_views").iface
+    spec = iface.FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8, dtype=torch.float16)
+    tensor = iface.KVCacheTensor(size=256, layers=["a"], layer_stride=256, block_stride=256)
+    with pytest.raises(ValueError, match=r"raw must be a flat tensor of one-byte elements, got shape \(128,\) of "
+                                         r"torch.float16"):
+        iface.create_kv_cache_views(torch.zeros(128, dtype=torch.float16), spec, 1, iface.KVCacheLayout.LBHNC, tensor)

@@ -1,7 +1,8 @@
 """Spec section 3: layer specs to groups, page unification, one shared pool, HMA-off promotion, on the
 target's own planner (`kv_cache_planning`; `kv_cache_utils` before 0.33) with its own spec classes, reached
 through the target (`planning_api`). The era styles of HMA-off errors are the config resolver's stage, and
-the tensors allocated from a plan the reference's: kvconform extensions, N/A on vLLM by capability."""
+the tensors allocated from a plan the reference's: kvconform extensions, N/A on vLLM by capability. Last, the
+quantization mode a KV cache dtype name gives the attention specs."""
 
 import dataclasses
 
@@ -244,3 +245,26 @@ def test_zeroing_is_resolved_across_pipeline_stages(target, first, second, expec
     alone = api.planner.get_kv_cache_config_from_groups(config, configs[1].kv_cache_groups, 2**20)
     assert alone.needs_kv_cache_zeroing is (second == "float16"), \
         f"stage 1 planned alone (float32+{second}) needs zeroing only if it mixes precisions itself"
+
+
+# Reviewed data: KV cache dtype names every release with the quant-mode table (0.20.0 on) maps alike (by member
+# name: the numbers moved when INT4_PER_TOKEN_HEAD was added), with (quantized, per-token-head scales).
+_QUANT_MODES = {
+    "auto": ("NONE", False, False),
+    "bfloat16": ("NONE", False, False),
+    "fp8": ("FP8_PER_TENSOR", True, False),
+    "fp8_e5m2": ("FP8_PER_TENSOR", True, False),
+    "fp8_per_token_head": ("FP8_PER_TOKEN_HEAD", True, True),
+    "int8_per_token_head": ("INT8_PER_TOKEN_HEAD", True, True),
+    "nvfp4": ("NVFP4", True, False),
+}
+
+
+@pytest.mark.parametrize("dtype_name", sorted(_QUANT_MODES))
+def test_kv_cache_dtype_names_have_a_quant_mode(target, dtype_name):
+    """The quantization mode attention specs carry (`kv_quant_mode`), from the `--kv-cache-dtype` name."""
+    iface = planning_api(target, "kv_quant_modes").iface
+    mode, quantized, per_token_head = _QUANT_MODES[dtype_name]
+    assert iface.get_kv_quant_mode(dtype_name).name == mode
+    assert iface.is_quantized_kv_cache(dtype_name) is quantized
+    assert iface.kv_cache_uses_per_token_head_scales(dtype_name) is per_token_head

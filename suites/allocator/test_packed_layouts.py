@@ -2,7 +2,9 @@
 `compute_layout_strides` and block-outermost packing of mixed page sizes), and the specs packing groups
 by (DeepSeek V4's padded MLA pages, bounded-replay sliding-window MLA, TP-replicated Mamba state), on the
 target's own planner and spec classes (`planning_api`); each scenario names the capabilities it needs, so a
-release without one is N/A, and the tensors allocated from a plan are the reference's extension.
+release without one is N/A, and the tensors allocated from a plan are the reference's extension. The spec
+module's per-layer views of a planned tensor (`create_kv_cache_views`, vLLM's worker binds its cache with
+them) and its block-table row width close the file.
 
 Every expected stride, offset and page below is worked out by hand in the comment next to it (bytes),
 from the layout rule: axes laid out innermost first, each stride the bytes of everything inside it.
@@ -215,3 +217,86 @@ def test_mamba_layers_share_a_group_by_page_not_by_shape(target):
     assert aligned.page_size_bytes == 128
     assert not spec.is_uniform_with_collection({"first": spec, "second": aligned})
     assert not iface.UniformTypeKVCacheSpecs.is_uniform_type({"first": spec, "second": aligned})
+
+
+def _two_layer_tensor(iface, layer_stride, block_stride, offset):
+    # size: both layers' 3 blocks of 256 bytes after `offset` bytes
+    return iface.KVCacheTensor(size=offset + 1536, layers=["a", "b"], layer_stride=layer_stride,
+                               block_stride=block_stride, offset=offset)
+
+
+def _fp16_attention(iface):
+    # block 4, 2 KV heads, head size 8, fp16: H 2, N 4, C (8 K + 8 V) * 2 = 32 bytes; page 2 * 4 * 32 = 256
+    return iface.FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8, dtype=torch.float16)
+
+
+def test_layer_views_of_a_planned_tensor_address_its_bytes(target):
+    """LBHNC, 2 layers x 3 blocks of 256 bytes from byte 64: each layer is a [3, 2, 4, 16] fp16 view, strides
+    (B 256, H 128, N 32, C 2 bytes) = (128, 64, 16, 1) elements, layer b from byte 64 + 768 = 832 (element 416).
+    Layer b's block 2, head 1, token 3 is bytes 832 + 2 * 256 + 128 + 3 * 32 = 1568 .. 1600, the last 32."""
+    iface = planning_api(target, "kv_cache_layouts", "strided_kv_cache_tensors", "kv_cache_views").iface
+    raw = torch.zeros(1600, dtype=torch.int8)
+    views = iface.create_kv_cache_views(raw, _fp16_attention(iface), 3, iface.KVCacheLayout.LBHNC,
+                                        _two_layer_tensor(iface, 768, 256, 64))
+    assert [(tuple(v.shape), v.stride(), v.storage_offset(), v.dtype) for v in views] == [
+        ((3, 2, 4, 16), (128, 64, 16, 1), 32, torch.float16), ((3, 2, 4, 16), (128, 64, 16, 1), 416, torch.float16)]
+    views[1][2, 1, 3] = 7.0
+    assert (raw[1568:1600].view(torch.float16) == 7.0).all(), "the token's 16 fp16 values end the tensor"
+    assert not raw[:1568].any(), "nothing else is written"
+
+
+def test_block_outermost_views_interleave_the_layers(target):
+    """BLHNC: a block holds both layers' pages side by side (block stride 512, layer stride 256): bytes
+    [512 b + 256 l, 512 b + 256 (l + 1)) are layer l's block b."""
+    iface = planning_api(target, "kv_cache_layouts", "strided_kv_cache_tensors", "kv_cache_views").iface
+    raw = torch.zeros(1536, dtype=torch.int8)
+    views = iface.create_kv_cache_views(raw, _fp16_attention(iface), 3, iface.KVCacheLayout.BLHNC,
+                                        _two_layer_tensor(iface, 256, 512, 0))
+    for layer, view in enumerate(views):
+        view.fill_(layer + 1)
+    pages = raw.view(torch.float16).view(3, 2, 128)  # (block, layer, the page's 128 fp16 values)
+    assert (pages[:, 0] == 1).all() and (pages[:, 1] == 2).all()
+
+
+def test_kernel_blocks_split_dense_pages_only(target):
+    """Kernel blocks of 2 tokens in the LBHNC tensor above: each 256-byte block is two 128-byte kernel pages,
+    [6, 2, 2, 16] per layer with strides (64, 32, 16, 1) elements; grouped back by block: [3, 2, 2, 2, 16].
+    A block-outermost block (stride 512, not the 256-byte page) cannot be split."""
+    iface = planning_api(target, "kv_cache_layouts", "strided_kv_cache_tensors", "kv_cache_views").iface
+    raw = torch.zeros(1600, dtype=torch.int8)
+    spec = _fp16_attention(iface)
+    views = iface.create_kv_cache_views(raw, spec, 3, iface.KVCacheLayout.LBHNC,
+                                        _two_layer_tensor(iface, 768, 256, 64), kernel_block_size=2)
+    assert [(tuple(v.shape), v.stride(), v.storage_offset()) for v in views] == [
+        ((6, 2, 2, 16), (64, 32, 16, 1), 32), ((6, 2, 2, 16), (64, 32, 16, 1), 416)]
+    assert tuple(iface.group_kernel_blocks(views[0], 3).shape) == (3, 2, 2, 2, 16)
+    assert iface.group_kernel_blocks(views[0], 6) is views[0], "already one entry per block"
+    with pytest.raises(ValueError, match="kernel block"):
+        iface.create_kv_cache_views(torch.zeros(1536, dtype=torch.int8), spec, 3, iface.KVCacheLayout.BLHNC,
+                                    _two_layer_tensor(iface, 256, 512, 0), kernel_block_size=2)
+
+
+def test_state_layer_views_are_bytes(target):
+    """A Mamba layer (one float32 state of 4 values: a 16-byte page) has no single dtype: its view is the raw
+    bytes, [blocks, 1 head, 1 state, 16]."""
+    iface = planning_api(target, "kv_cache_layouts", "strided_kv_cache_tensors", "kv_cache_views").iface
+    spec = iface.MambaSpec(block_size=16, shapes=((4,),), dtypes=(torch.float32,))
+    tensor = iface.KVCacheTensor(size=48, layers=["m"], layer_stride=48, block_stride=16)
+    (view,) = iface.create_kv_cache_views(torch.zeros(48, dtype=torch.int8), spec, 3, iface.KVCacheLayout.LBHNC,
+                                          tensor)
+    assert (tuple(view.shape), view.stride(), view.dtype) == ((3, 1, 1, 16), (16, 16, 16, 1), torch.int8)
+
+
+@pytest.mark.parametrize("max_blocks,block_size,alignment,width", [
+    (10, 16, 128, 16),    # 8 blocks of 16 span 128 tokens: 10 -> 16
+    (10, 48, 128, 16),    # 48 * 8 = 384 = 3 * 128 is the first whole tile: 8 blocks, 10 -> 16
+    (10, 256, 128, 10),   # every block is two tiles already
+    (16, 16, 128, 16),    # already a whole number of tiles
+    (10, 16, None, 10),   # no alignment
+    (5, 16, 64, 8),       # 4 blocks of 16 span 64 tokens: 5 -> 8
+])
+def test_block_table_rows_are_widened_to_whole_token_tiles(target, max_blocks, block_size, alignment, width):
+    iface = planning_api(target, "block_table_width").iface
+    assert iface.get_block_table_width(max_blocks, block_size, token_alignment=alignment) == width
+    with refused(target, ValueError, match="token_alignment", strict_match="got 0"):
+        iface.get_block_table_width(max_blocks, block_size, token_alignment=0)

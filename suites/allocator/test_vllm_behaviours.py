@@ -10,6 +10,7 @@ DCP Mamba block size.
 import pytest
 
 from harness.targets.allocator_target import GroupDesc, target_module
+from suites.allocator.conftest import require
 from suites.allocator.helpers import new_step, prefill, queue_ids, refused, tables
 
 SECTION = "4"
@@ -88,6 +89,14 @@ def test_mamba_block_size_not_scaled_by_dcp(target):
     m = target.make_manager([GroupDesc("full", 4), GroupDesc("mamba", 8)], 32, 200, dcp_world_size=2)
     spans = [mgr.block_size for mgr in m.coordinator.single_type_managers]
     assert spans == [8, 8], f"DCP 2: full attention spans 4 x 2 = 8 tokens, Mamba stays 8; got {spans}"
+
+
+def test_coordinator_lists_each_groups_block_span(target):
+    """`group_block_sizes`: the span one block of each group covers as allocated, in group order (DCP 2:
+    full attention of block 2 spans 4 tokens; Mamba of block 8 stays 8)."""
+    require(target, "group_block_sizes")
+    m = target.make_manager([GroupDesc("full", 2), GroupDesc("mamba", 8)], 32, 200, dcp_world_size=2)
+    assert tuple(m.coordinator.group_block_sizes) == (4, 8)
 
 
 # ------------------------------------------------------------------------------------------------ EAGLE

@@ -12,6 +12,7 @@ SOURCE = textwrap.dedent('''\
     from vllm.v1.core.block_pool import BlockPool
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.kv_cache_layout import KVCacheLayout
     from vllm.v1.request import Request
     from vllm.v1.core.kv_cache_utils_extra import thing
     monkeypatch.setattr("vllm.v1.core.kv_cache_manager.logger", fake)
@@ -25,6 +26,7 @@ EXPECTED = textwrap.dedent('''\
     from reference_impl.kv_cache.block_pool import BlockPool
     from vllm.v1.core.sched.scheduler import Scheduler
     from reference_impl.kv_cache.kv_cache_interface import FullAttentionSpec
+    from reference_impl.kv_cache.kv_cache_interface import KVCacheLayout
     from vllm.v1.request import Request
     from vllm.v1.core.kv_cache_utils_extra import thing
     monkeypatch.setattr("reference_impl.kv_cache.kv_cache_manager.logger", fake)
@@ -35,7 +37,9 @@ EXPECTED = textwrap.dedent('''\
 
 
 def test_map_source_swaps_only_the_allocator_modules():
-    assert map_source(SOURCE) == EXPECTED, "only vllm.v1.core.<allocator module>, kv_cache_interface and HiSparse's layout/coordinator move; its runtime stays"
+    assert map_source(SOURCE) == EXPECTED, (
+        "only vllm.v1.core.<allocator module>, kv_cache_interface (with kv_cache_layout, whose enum the reference "
+        "keeps there) and HiSparse's layout/coordinator move; its runtime stays")
 
 
 def test_a_reexported_serving_request_stays_vllms():
