@@ -61,6 +61,11 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if not directory.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory")
-    probe = _write_temp(directory / "write-probe", "")
-    probe.unlink()
+    probe_writable(directory)
     return directory
+
+
+def probe_writable(directory: str | os.PathLike) -> None:
+    """Prove that a file can be created in the existing folder `directory` (a temporary file, removed at
+    once); raise OSError otherwise. Permission bits alone do not tell: root passes `os.access` on /proc."""
+    _write_temp(Path(directory) / "write-probe", "").unlink()

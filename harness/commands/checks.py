@@ -9,8 +9,12 @@ command prints resolves.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 DOC_PAGE = "docs/connector-checks.md"
+# The page in the checkout kvconform runs from (absent where kvconform is installed without its docs).
+_CHECKOUT_PAGE = Path(__file__).resolve().parents[2] / DOC_PAGE
 TIERS = ("MUST", "SHOULD")
 
 
@@ -35,6 +39,17 @@ def catalogue() -> list[dict]:
              "backdoor": (f"{BACKDOORS[check_id][0]} {BACKDOORS[check_id][1]}" if check_id in BACKDOORS else None),
              "link": f"{DOC_PAGE}#{check_id.lower()}"}
             for check_id, (tier, name, description) in sorted(CHECKS.items())]
+
+
+def page_from_cwd() -> str:
+    """Where the checks page is, as a path that opens from the current directory: relative to it when the
+    checkout's page exists (a vendor running from their own folder), else the page's path in the project."""
+    if not _CHECKOUT_PAGE.is_file():
+        return DOC_PAGE
+    try:
+        return Path(os.path.relpath(_CHECKOUT_PAGE)).as_posix()
+    except ValueError:  # another drive (Windows): no relative path
+        return _CHECKOUT_PAGE.as_posix()
 
 
 def checks_markdown() -> str:
@@ -69,7 +84,8 @@ def run(args) -> int:
         print(checks_markdown(), end="")
     else:
         width = max(len(c["name"]) for c in checks)
+        page = page_from_cwd()  # the JSON's links stay project-relative: programs resolve them in the project
         for check in checks:
             print(f"{check['id']}  {check['tier']:<6}  {check['name']:<{width}}  {check['description']}  "
-                  f"({check['link']})")
+                  f"({page}#{check['id'].lower()})")
     return 0

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.atomic_write import ensure_writable_dir, write_files_atomic
+from harness.atomic_write import ensure_writable_dir, probe_writable, write_files_atomic
 from harness.bytecode import share_bytecode
 from harness.eras import EraSelectionError, select_eras
 from harness.junit import merge_junit, split_junit_option
@@ -287,8 +287,9 @@ def _connector_extra_config(pytest_args: list[str]) -> dict:
 
 
 def _checked_output_dir(path: str) -> Path:
-    """`--output-dir`, proven writable without creating anything: the folder if it exists, else the
-    nearest existing folder above it (so a run that stops early, exit 4, leaves no empty folder behind)."""
+    """`--output-dir`, proven writable before any suite runs, without creating a folder: a file can be made
+    (and is removed at once) in the folder if it exists, else in the nearest existing folder above it (so a
+    run that stops early, exit 4, leaves no empty folder behind)."""
     directory = Path(path)
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"kvconform report: --output-dir {path}: cannot write there (not a directory)")
@@ -297,6 +298,11 @@ def _checked_output_dir(path: str) -> Path:
         existing = existing.parent if existing.parent != existing else Path(".")
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"kvconform report: --output-dir {path}: cannot write there ({existing} is not writable)")
+    try:
+        probe_writable(existing)
+    except OSError as exc:
+        raise UsageError(f"kvconform report: --output-dir {path}: cannot write there ({existing}: "
+                         f"{exc.strerror or exc})") from None
     return directory
 
 

@@ -40,6 +40,17 @@ def test_checks_text_and_tier_filter(capsys):
     assert main(["checks", "--tier", "MAY"]) == 2
 
 
+def test_checks_text_links_open_from_any_folder(tmp_path, monkeypatch, capsys):
+    """A vendor runs `kvconform checks` from their own folder: each printed link opens from there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["checks", "--tier", "MUST"]) == 0
+    for line in capsys.readouterr().out.splitlines():
+        path, anchor = line.rsplit("(", 1)[1].rstrip(")").split("#")
+        page = tmp_path / path
+        assert page.is_file(), f"{path} (printed in {tmp_path}) does not open from there: {line}"
+        assert f'<a id="{anchor}"></a>' in page.read_text(encoding="utf-8"), f"no anchor {anchor} in {page}"
+
+
 def test_the_checks_page_is_current():
     assert (REPO / "docs" / "connector-checks.md").read_text(encoding="utf-8") == checks_markdown(), (
         "regenerate it: kvconform checks --format md > docs/connector-checks.md")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -166,6 +167,15 @@ def test_report_unwritable_output_dir(tmp_path, capsys):
     status, _, err = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "blocker" / "out"))
     assert status == 2
     assert_one_line_error(err, f"--output-dir {tmp_path / 'blocker' / 'out'}: cannot write there")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc (a folder no file can be created in)")
+def test_report_output_dir_where_no_file_can_be_made(tmp_path, capsys):
+    """Root passes the permission check on /proc, yet nothing can be created there: refused before any run."""
+    source = write_results(tmp_path / "in.json", [config_entry()])
+    status, _, err = run_cli(capsys, "report", "--from", source, "--output-dir", "/proc/kvconform-out")
+    assert status == 2, f"an --output-dir under /proc must be refused up front, got exit {status}: {err}"
+    assert_one_line_error(err, "--output-dir /proc/kvconform-out: cannot write there (/proc: ")
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
