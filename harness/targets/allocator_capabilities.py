@@ -111,8 +111,8 @@ def _uncached_pool_reuses_freed_first(mods: dict) -> bool:
 # name -> Capability; `mods` holds the release's modules by the short names of PROBED_MODULES (None, or no
 # entry, for one the release lacks).
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
-    Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (groups of different "
-               "block sizes cannot be scheduled at their LCM)",
+    Capability("scheduler_block_size", "KVCacheManager takes no scheduler_block_size (hits align at the "
+               "groups' LCM, and each group caches every full block, not rounded down to a scheduler block)",
                lambda m: "scheduler_block_size" in _params(m["manager"].KVCacheManager)),
     # The token budget that bounds a recycling-aware group's (sliding window, chunked local) blocks per request:
     # 0.20.0 - 0.24.0 take it as max_num_batched_tokens (one batch in flight), 0.27.0+ as max_in_flight_tokens

@@ -353,7 +353,8 @@ class ModuleMapAllocatorTarget:
             self.require("dcp")
             if len(groups) > 1:  # more than one group: the hybrid coordinator
                 self.require("hybrid_dcp")
-        if sbs != hbs or len(set(sizes)) > 1:
+        # Before scheduler_block_size (0.24.0) the hybrid coordinator aligned hits at the groups' LCM itself.
+        if sbs != math.lcm(*sizes):
             self.require("scheduler_block_size")
         for kind, capability in (("rswa", "rswa"), ("mamba", "mamba_align"), ("cross_attention", "cross_attention")):
             if any(g.kind == kind for g in groups):

@@ -42,6 +42,7 @@ def test_fixed_point_longest_common_hit(target, evicted, hit_blocks, expected):
     assert [list(g) for g in blocks.get_block_ids()] == expected, f"hit tables after evicting {evicted}"
 
 
+@pytest.mark.needs("scheduler_block_size")  # before it, every full block of each group is cached
 def test_hybrid_caching_rounds_down_to_scheduler_block(target):
     """full(bs32) + SWA(bs16): after 112 tokens SWA caches hashes 0..5 (96 tokens), full caches 3 blocks."""
     m = target.make_manager([GroupDesc("full", 32), GroupDesc("sliding_window", 16, sliding_window=64)], 64, 1000)
@@ -52,8 +53,10 @@ def test_hybrid_caching_rounds_down_to_scheduler_block(target):
     assert per_group == [3, 6], f"cached blocks per group must be [3, 6] (rounded to 96 tokens), got {per_group}"
 
 
-@pytest.mark.parametrize("retention,positions", [(None, [3, 7, 11, 15]), (0, [11]), (64, [7, 11, 15])],
-                         ids=["dense", "sparse-0", "interval-64"])
+@pytest.mark.parametrize("retention,positions", [
+    # Dense caching rounds down to the scheduler block (32 tokens) only where the manager has one.
+    pytest.param(None, [3, 7, 11, 15], id="dense", marks=pytest.mark.needs("scheduler_block_size")),
+    pytest.param(0, [11], id="sparse-0"), pytest.param(64, [7, 11, 15], id="interval-64")])
 def test_sliding_window_retention_decides_cached_blocks(target, retention, positions):
     """full(bs32) + SWA(bs8, window 8), 128-token prompt: which SWA positions get a prefix-cache key."""
     m = target.make_manager([GroupDesc("full", 32), GroupDesc("sliding_window", 8, sliding_window=8)], 64, 1000,

@@ -113,10 +113,13 @@ def _hit_after_identical_prompt(target, groups, prompt_len, use_eagle):
 # (groups, prompt tokens, hit without EAGLE, hit with EAGLE). The lookup may reach prompt_len - 1 tokens;
 # EAGLE then drops one block so the drafter recomputes it. Hybrid full + SWA (bs 4, window 8): both
 # groups look one block past the candidate and drop it, landing on 28 (a SWA hit needs 2 + 1 blocks).
+# Full bs 8 + SWA bs 4 (hits align at 8): full drops its last block (32 -> 24); SWA looks up to 28, finds
+# 3 contiguous blocks ending at block 6, drops one and stays aligned at 24 (6 x 4), which full then keeps.
 EAGLE_CASES = [
     ("full", [GroupDesc("full", 4)], 17, 16, 12),
     ("full-mid-block", [GroupDesc("full", 4)], 19, 16, 12),
     ("full+swa", [GroupDesc("full", 4), GroupDesc("sliding_window", 4, sliding_window=8)], 33, 32, 28),
+    ("full8+swa4", [GroupDesc("full", 8), GroupDesc("sliding_window", 4, sliding_window=8)], 33, 32, 24),
 ]
 
 
@@ -126,7 +129,8 @@ def test_eagle_drops_last_hit_block(target, name, groups, prompt_len, hit_plain,
     assert hit == hit_plain, f"{name}: without EAGLE the hit is {hit_plain} tokens, got {hit}"
     blocks, hit = _hit_after_identical_prompt(target, groups, prompt_len, use_eagle=True)
     assert hit == hit_eagle, f"{name}: EAGLE drops the last hit block: {hit_eagle} tokens, got {hit}"
-    assert len(blocks.get_block_ids()[0]) == hit_eagle // 4, "full attention keeps exactly the blocks of the hit"
+    assert len(blocks.get_block_ids()[0]) == hit_eagle // groups[0].block_size, \
+        "full attention keeps exactly the blocks of the hit"
 
 
 # ------------------------------------------------------------------------------------- admission checks
