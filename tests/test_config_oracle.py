@@ -194,6 +194,22 @@ CASES = {
     "§6-0.11-CL-default-0": (case("v0.11", None, **CHUNK), "off | warn W-C"),
     "§6-0.11-no-offloading": (case("v0.11", None, kv_offloading_backend="native", kv_offloading_size=4), "unknown"),
     "§6-seed-no-hisparse": (case("seed", None, hisparse=True), "unknown"),
+    # MultiConnector.__init__ constructs its children, so a MultiConnector child without a "connectors" list
+    # asserts as the root would, in every era (measured on vLLM 0.13.0, 0.20.0-0.22.0, 0.33.0, 0.34.0); an
+    # empty list does not.
+    "§3.5-seed-nested-multi-without-connectors": (
+        case("seed", True, stage="create_connector", **multi(child("MultiConnector"))),
+        "error AssertionError@create_connector E-MULTI-NO-CONNECTORS",
+    ),
+    "§3.5-0.34-grandchild-multi-without-connectors": (
+        case("v0.34", None, "cpu", stage="create_connector",
+             **multi(child("MultiConnector", children=[child("MultiConnector")]))),
+        "error AssertionError@create_connector E-MULTI-NO-CONNECTORS | warn W-C1",
+    ),
+    "§3.5-0.33-nested-multi-empty-list": (
+        case("v0.33", True, stage="create_connector", **multi(child("MultiConnector", children=[]))),
+        "off",
+    ),
 }
 
 

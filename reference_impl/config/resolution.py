@@ -419,14 +419,20 @@ def create_connector(cfg: VllmConfig, res: Resolution) -> None:
 
 def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfig, hma_on: bool) -> None:
     """MultiConnector.__init__: a "connectors" list must exist; each child gets a KVTransferConfig (which
-    validates kv_role) and a class; with HMA on, from 0.21, every child must support HMA."""
+    validates kv_role) and a class; then each child is constructed in order, so a MultiConnector child runs
+    these same checks on its own children first; with HMA on, from 0.21, every child must support HMA."""
     factory, stage = res.factory, "create_connector"
     if ktc.kv_connector_extra_config.get("connectors") is None:
         res.fail(messages.E_MULTI_NO_CONNECTORS, stage, "multi_connector_no_children_key", vllm_type="AssertionError")
     children = ktc.children()
+    classes = []
     for child in children:
         factory.check_role(child, stage)
-        factory.get_connector_class(child, stage)
+        classes.append(factory.get_connector_class(child, stage))
+    for child, cls in zip(children, classes):
+        if class_is_multi(cls):
+            res.rules.append("multi_child_constructed")
+            _multi_connector_init(cfg, res, child, hma_on)
     if hma_on and cfg.runtime.era.multi_init_asserts and not _all_children_support_hma(cfg, res, children):
         res.fail(messages.E_MULTI_ASSERT, stage, "multi_connector_assert", vllm_type="AssertionError")
 

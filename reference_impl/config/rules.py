@@ -27,6 +27,7 @@ RULES: dict[str, str] = {
     "connector_from_reference": "the connector class is one of kvconform's registered reference connectors",
     "multi_children_checked": "MultiConnector: every child connector was checked for HMA support",
     "multi_children_empty": "MultiConnector without children is not HMA-capable",
+    "multi_child_constructed": "MultiConnector constructs its children in order: a MultiConnector child runs MultiConnector's own checks on its children",
     "offloading_shortcut_before": "--kv-offloading-* became a connector before the HMA decision",
     "offloading_shortcut_after": "--kv-offloading-* became a connector after the HMA decision (HMA resolved without it)",
     "hisparse_auto_enabled": "a HiSparseConnector (top level or direct MultiConnector child) switches HiSparse on",

@@ -365,23 +365,34 @@ class _Evaluation:
                 self.note(f"§2.5/§3.5: factory check ({factory['check']}) rejects {cls.class_name} with HMA on")
                 raise _Raised("E-F", "create_connector", name=cls.class_name)
         if cls.multi:
-            if not connector.has_children_key:
-                self.note('multi_connector.py:242: MultiConnector.__init__ asserts kv_connector_extra_config has "connectors"')
-                raise _Raised("E-MULTI-NO-CONNECTORS", "create_connector")
-            # MultiConnector.__init__ builds a KVTransferConfig per child, which validates kv_role in every
-            # era (vLLM 0.13.0 config/kv_transfer.py:100), then looks the child's class up.
-            children = self.child_configs(connector, "create_connector", require_role=True)
-            child_classes = [self.lookup(child, "create_connector") for child in children]
-            if hma_enabled and factory["multi_init_asserts"]:
-                # all_children_support_hma: False without children (§3.3); recursive where the factory is.
-                if factory["check"] == "supports_hma_config":
-                    capable = bool(children) and all([self.supports_hma_config(c, "create_connector") for c in children])
-                else:
-                    capable = self.constructed_children_support_hma(children)
-                if not capable:
-                    self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
-                    raise _Raised("E-MULTI-ASSERT", "create_connector")
+            self.multi_connector_init(connector, hma_enabled)
         self.note(f"factory creates {cls.class_name}")
+
+    def multi_connector_init(self, connector: _Connector, hma_enabled: bool) -> None:
+        """MultiConnector.__init__ (the same code in every release from 0.13.0, multi_connector.py)."""
+        factory = self.table["factory"]
+        if not connector.has_children_key:
+            self.note('multi_connector.py:242: MultiConnector.__init__ asserts kv_connector_extra_config has "connectors"')
+            raise _Raised("E-MULTI-NO-CONNECTORS", "create_connector")
+        # It builds a KVTransferConfig per child, which validates kv_role in every era (vLLM 0.13.0
+        # config/kv_transfer.py:100), and looks every child's class up, before constructing any child.
+        children = self.child_configs(connector, "create_connector", require_role=True)
+        child_classes = [self.lookup(child, "create_connector") for child in children]
+        # Then it constructs the children in order (0.34.0 multi_connector.py:184-188): a MultiConnector child
+        # runs this same __init__ on its own children before the parent's assertion below.
+        for child, child_cls in zip(children, child_classes):
+            if child_cls.multi:
+                self.note(f"multi_connector.py:187: MultiConnector.__init__ constructs its child {child_cls.class_name}")
+                self.multi_connector_init(child, hma_enabled)
+        if hma_enabled and factory["multi_init_asserts"]:
+            # all_children_support_hma: False without children (§3.3); recursive where the factory is.
+            if factory["check"] == "supports_hma_config":
+                capable = bool(children) and all([self.supports_hma_config(c, "create_connector") for c in children])
+            else:
+                capable = self.constructed_children_support_hma(children)
+            if not capable:
+                self.note("§3.5 item 2: MultiConnector.__init__ asserts every child supports HMA")
+                raise _Raised("E-MULTI-ASSERT", "create_connector")
 
     def constructed_children_support_hma(self, children: list[_Connector]) -> bool:
         """vLLM 0.21.0-0.22.x multi_connector.py:163-175: __init__ constructs every child (a MultiConnector child

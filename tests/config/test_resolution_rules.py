@@ -203,6 +203,12 @@ ROWS = [
     ("v034-unknown-method-refused", {"profile": "v0.34", "speculative_method": "my_drafter"}, {"error": ("ValueError", T.E_UNKNOWN_METHOD + "'my_drafter'", "config")}),
     ("v034-eagle-looks-up-shortcut-connector", {"profile": "v0.34", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"error": ("AttributeError", "Class OffloadingConnector not found in", "config")}),
     ("v034-ngram-does-not", {"profile": "v0.34", "flag": True, "speculative_method": "ngram", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
+    # MultiConnector.__init__ constructs its children in order: a MultiConnector child without a "connectors"
+    # list asserts, after every child's kv_role and class (measured on vLLM 0.13.0, 0.20.0-0.22.0, 0.33.0, 0.34.0).
+    ("seed-nested-multi-without-connectors-asserts", {"profile": "seed", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both"})}, {"error": ("AssertionError", "", "create_connector")}),
+    ("v034-nested-multi-without-connectors-after-nixl", {"profile": "v0.34", "flag": True, "stage": "create_connector", **multi("NixlConnector", {"kv_connector": "MultiConnector", "kv_role": "kv_both"})}, {"error": ("AssertionError", "", "create_connector")}),
+    ("v022-nested-multi-empty-list-constructs", {"vllm_version": "0.22.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": []})}, {"resolved": True, "warnings": []}),
+    ("v033-nested-multi-child-without-role", {"profile": "v0.33", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": [{"kv_connector": "ExampleConnector"}]})}, {"error": ("ValueError", T.E_KV_ROLE, "create_connector")}),
     ("v033-eagle-does-not", {"profile": "v0.33", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
 ]
 
