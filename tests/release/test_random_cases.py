@@ -31,6 +31,13 @@ def test_cases_stay_in_the_eras_dimensions():
             assert child["kv_connector"] in names
 
 
+def test_no_case_asks_for_a_feature_its_release_lacks():
+    """HiSparse arrived in 0.30.0: a case of an older era cannot ask for it (vLLM has no option for it), so the
+    era's "unknown" would be no finding; the newer eras still draw it."""
+    assert not any(case.get("hisparse") for case in random_cases("v0.25", 400, 11)), "v0.25 has no HiSparse"
+    assert any(case.get("hisparse") for case in random_cases("v0.30", 400, 11)), "v0.30 has HiSparse: draw it"
+
+
 def test_the_reference_answers_every_case_as_vllm_would_refuse_or_accept_it():
     for case in random_cases(ERA, 300, 4):
         outcome = resolve_case(case)
