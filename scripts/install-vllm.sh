@@ -7,6 +7,10 @@
 # the vLLM wheel with --no-deps (its own pins would pull the CUDA stack), the light dependencies
 # that vLLM's config and v1/core modules import (pinned as observed working, see
 # scripts/vllm-light-deps/), and kvconform itself (editable, --no-deps) with its test tools.
+# Every release gets the same CPU torch 2.13.0, whatever its wheel pins: each wheel asks for one exact torch
+# (0.13.0: 2.9.0, 0.20.0-0.24.0: 2.11.0, 0.29.0: 2.13.0, 0.33.0 and 0.34.0: 2.14.0; a CUDA build from PyPI),
+# but the modules kvconform runs (vllm.config, v1/core, the KV connectors, the scheduler) import and run on
+# 2.13.0's CPU build: the install check below proves the imports, and the CI job's steps run on it.
 # Idempotent: a finished venv carries a stamp and is left alone on the next call.
 # Downloads are cached under .cache/ (pip cache and the vLLM wheels) so CI can reuse them.
 set -euo pipefail
