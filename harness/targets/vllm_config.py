@@ -22,7 +22,9 @@ import io
 import json
 import linecache
 import os
+import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -582,15 +584,15 @@ class VllmConfigTarget:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
 
-        create = lambda: KVConnectorFactory.create_connector(  # noqa: E731
-            vllm_config, KVConnectorRole.SCHEDULER, _empty_kv_cache_config())
+        create = lambda: _within_deadline(lambda: KVConnectorFactory.create_connector(  # noqa: E731
+            vllm_config, KVConnectorRole.SCHEDULER, _empty_kv_cache_config()))
         try:
             connector = create()
         except Exception as exc:
             if not _constructor_failure(exc):
                 return error_of(exc, "create_connector")
             # The factory's HMA gate passed and handed over to the connector's own constructor, which needs
-            # what this machine lacks (a GPU, a transfer engine, real KV cache groups).
+            # what this machine lacks (a GPU, a transfer engine, real KV cache groups, a server to connect to).
             failure = _one_line(exc)
             if not _is_multi_connector(vllm_config):
                 rules.append(f"vllm:factory-accepted; the connector's own constructor then failed here ({failure})")
@@ -645,15 +647,67 @@ def _empty_kv_cache_config():
 
 
 def _constructor_failure(exc: BaseException) -> bool:
-    """Whether `exc` came out of `connector_cls(...)` inside the factory, i.e. after its HMA check."""
+    """Whether `exc` came out of `connector_cls(...)` inside the factory, i.e. after its HMA check (a
+    constructor that never returned, `ConstructorDeadline`, counts when it was waiting there)."""
+    if isinstance(exc, ConstructorDeadline):
+        return exc.in_constructor
     tb = exc.__traceback__
     while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == "create_connector" and code.co_filename.endswith("factory.py"):
-            line = linecache.getline(code.co_filename, tb.tb_lineno)
-            return "connector_cls(" in line
+        at_call = _is_factory_constructor_call(tb.tb_frame.f_code, tb.tb_lineno)
+        if at_call is not None:
+            return at_call
         tb = tb.tb_next
     return False
+
+
+def _is_factory_constructor_call(code, lineno: int) -> bool | None:
+    """For a frame of the factory's `create_connector`: whether it stands at its `connector_cls(...)` line;
+    None for any other frame."""
+    if code.co_name == "create_connector" and code.co_filename.endswith("factory.py"):
+        return "connector_cls(" in linecache.getline(code.co_filename, lineno)
+    return None
+
+
+#: How long the factory (and the connector constructor it calls) may take before the case is given up as
+#: waiting for something this machine lacks: LMCacheMPConnector's constructor waits, with no timeout, for
+#: LMCache's MP server (lmcache 0.5.6 vllm_multi_process_adapter.py, get_lmcache_chunk_size). A constructor
+#: that works here returns in well under a second.
+CONSTRUCTOR_DEADLINE_S = 30.0
+
+
+class ConstructorDeadline(Exception):
+    """The factory did not return within `CONSTRUCTOR_DEADLINE_S`; `in_constructor`: it was waiting inside
+    the connector's constructor (after the factory's own checks)."""
+
+    def __init__(self, seconds: float, in_constructor: bool) -> None:
+        super().__init__(f"the connector's constructor did not return within {seconds:g} s (it waits for "
+                         f"something this machine lacks, such as a server to connect to)")
+        self.in_constructor = in_constructor
+
+
+def _within_deadline(call):
+    """`call()` on a daemon thread: its result or exception, or `ConstructorDeadline` when it has not returned
+    within `CONSTRUCTOR_DEADLINE_S` (the thread is left waiting; the process can still exit)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name="kvconform-create-connector")
+    thread.start()
+    thread.join(CONSTRUCTOR_DEADLINE_S)
+    if thread.is_alive():
+        frame, in_constructor = sys._current_frames().get(thread.ident), False
+        while frame is not None and not in_constructor:
+            in_constructor = bool(_is_factory_constructor_call(frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        raise ConstructorDeadline(CONSTRUCTOR_DEADLINE_S, in_constructor)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _preimport_connector_modules() -> None:

@@ -1,0 +1,64 @@
+"""The vllm config target gives a connector constructor a deadline: LMCacheMPConnector's waits, with no timeout,
+for LMCache's MP server, which hung `random_cases` for good. A constructor that does not return is reported as
+the factory having accepted the connector (its own checks passed) and the constructor failing here; a factory
+that hangs before the constructor is not."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+import pytest
+
+from harness.targets import vllm_config
+from harness.targets.vllm_config import ConstructorDeadline, _constructor_failure, _within_deadline
+
+# A stand-in for vLLM's kv_connector/factory.py, as a module of that file name: the target recognises the
+# factory's frame by file name, function name and the `connector_cls(` call on the line.
+FACTORY = '''
+def create_connector(connector_cls, release, hang_before):
+    if hang_before:
+        release.wait()
+    return connector_cls(release)
+'''
+
+
+class _WaitsForAServer:
+    def __init__(self, release):
+        release.wait()
+
+
+@pytest.fixture
+def factory(tmp_path, monkeypatch):
+    path = tmp_path / "factory.py"
+    path.write_text(FACTORY, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("kvconform_test_factory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(vllm_config, "CONSTRUCTOR_DEADLINE_S", 0.2)
+    release = threading.Event()
+    yield module, release
+    release.set()  # let the abandoned threads finish
+
+
+def test_a_constructor_that_never_returns_is_a_constructor_failure(factory):
+    module, release = factory
+    with pytest.raises(ConstructorDeadline) as raised:
+        _within_deadline(lambda: module.create_connector(_WaitsForAServer, release, hang_before=False))
+    assert raised.value.in_constructor, "the thread waited inside connector_cls(...): the factory had accepted it"
+    assert _constructor_failure(raised.value)
+    assert "did not return within 0.2 s" in str(raised.value)
+
+
+def test_a_factory_that_hangs_before_the_constructor_is_not(factory):
+    module, release = factory
+    with pytest.raises(ConstructorDeadline) as raised:
+        _within_deadline(lambda: module.create_connector(_WaitsForAServer, release, hang_before=True))
+    assert not raised.value.in_constructor and not _constructor_failure(raised.value), (
+        "the factory had not reached the constructor: its own checks did not finish")
+
+
+def test_a_result_or_an_exception_comes_back_as_it_is():
+    assert _within_deadline(lambda: 42) == 42
+    with pytest.raises(KeyError, match="boom"):
+        _within_deadline(lambda: {}["boom"])
