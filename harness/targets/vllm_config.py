@@ -685,6 +685,12 @@ class ConstructorDeadline(Exception):
         self.in_constructor = in_constructor
 
 
+#: Connector classes whose constructor was still waiting at the deadline in this process. They would wait
+#: again (for the same absent server), so later cases find their constructor raising `ConstructorDeadline` at
+#: once: the outcome is the same (a constructor failing here), without another wait.
+_WAITED_PAST_DEADLINE: set[type] = set()
+
+
 def _within_deadline(call):
     """`call()` on a daemon thread: its result or exception, or `ConstructorDeadline` when it has not returned
     within `CONSTRUCTOR_DEADLINE_S` (the thread is left waiting; the process can still exit)."""
@@ -697,17 +703,39 @@ def _within_deadline(call):
             box["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True, name="kvconform-create-connector")
-    thread.start()
-    thread.join(CONSTRUCTOR_DEADLINE_S)
+    with _known_waiters_raise():
+        thread.start()
+        thread.join(CONSTRUCTOR_DEADLINE_S)
     if thread.is_alive():
         frame, in_constructor = sys._current_frames().get(thread.ident), False
         while frame is not None and not in_constructor:
             in_constructor = bool(_is_factory_constructor_call(frame.f_code, frame.f_lineno))
+            if in_constructor and isinstance(frame.f_locals.get("connector_cls"), type):
+                _WAITED_PAST_DEADLINE.add(frame.f_locals["connector_cls"])
             frame = frame.f_back
         raise ConstructorDeadline(CONSTRUCTOR_DEADLINE_S, in_constructor)
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+@contextlib.contextmanager
+def _known_waiters_raise() -> Iterator[None]:
+    """Within: the constructor of every class in `_WAITED_PAST_DEADLINE` raises `ConstructorDeadline` at once."""
+    def refuse(self, *args, **kwargs):
+        raise ConstructorDeadline(CONSTRUCTOR_DEADLINE_S, in_constructor=True)
+
+    saved = {cls: cls.__dict__.get("__init__") for cls in _WAITED_PAST_DEADLINE}
+    for cls in saved:
+        cls.__init__ = refuse
+    try:
+        yield
+    finally:
+        for cls, init in saved.items():
+            if init is None:
+                del cls.__init__
+            else:
+                cls.__init__ = init
 
 
 def _preimport_connector_modules() -> None:

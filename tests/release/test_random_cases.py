@@ -9,7 +9,7 @@ import pytest
 
 from reference_impl.config.cases import resolve_case
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
-from suites.config.random_cases import differences, grouped_lines, main, random_cases
+from suites.config.random_cases import differences, grouped_lines, main, random_cases, split_abstentions
 from suites.config.tables import era_table
 
 ERA = "v0.33"
@@ -36,6 +36,16 @@ def test_no_case_asks_for_a_feature_its_release_lacks():
     era's "unknown" would be no finding; the newer eras still draw it."""
     assert not any(case.get("hisparse") for case in random_cases("v0.25", 400, 11)), "v0.25 has no HiSparse"
     assert any(case.get("hisparse") for case in random_cases("v0.30", 400, 11)), "v0.30 has HiSparse: draw it"
+
+
+def test_an_era_that_abstains_is_listed_apart_from_a_difference():
+    cases = random_cases(ERA, 40, 5)
+    era_unknown = lambda case: {**resolve_case(case), "unknown": "depends on the installed package", "error": None}  # noqa: E731
+    found, _ = differences(cases, era_unknown, resolve_case)
+    answered, abstained = split_abstentions(found)
+    assert answered == [] and len(abstained) == len(found) > 0, "every difference here is the era's abstention"
+    found, _ = differences(cases, resolve_case, lambda case: {**resolve_case(case), "resolved_disable_hma": "x"})
+    assert split_abstentions(found)[0] == [d for d in found if not d["era"].get("unknown")] != []
 
 
 def test_the_reference_answers_every_case_as_vllm_would_refuse_or_accept_it():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 
 import pytest
 
@@ -48,6 +49,24 @@ def test_a_constructor_that_never_returns_is_a_constructor_failure(factory):
     assert raised.value.in_constructor, "the thread waited inside connector_cls(...): the factory had accepted it"
     assert _constructor_failure(raised.value)
     assert "did not return within 0.2 s" in str(raised.value)
+
+
+def test_a_class_that_waited_once_fails_at_once_the_next_time(factory, monkeypatch):
+    """The second construction of a class that waited past the deadline raises at once: the same outcome (a
+    constructor failing here) without another wait; its real constructor is back afterwards."""
+    module, release = factory
+    monkeypatch.setattr(vllm_config, "_WAITED_PAST_DEADLINE", set())
+    with pytest.raises(ConstructorDeadline):
+        _within_deadline(lambda: module.create_connector(_WaitsForAServer, release, hang_before=False))
+    assert vllm_config._WAITED_PAST_DEADLINE == {_WaitsForAServer}
+    monkeypatch.setattr(vllm_config, "CONSTRUCTOR_DEADLINE_S", 30.0)
+    started = time.monotonic()
+    with pytest.raises(ConstructorDeadline) as raised:
+        _within_deadline(lambda: module.create_connector(_WaitsForAServer, release, hang_before=False))
+    assert time.monotonic() - started < 10, "the known waiter must fail at once, not wait out the 30 s deadline"
+    assert _constructor_failure(raised.value)
+    release.set()
+    assert isinstance(_WaitsForAServer(release), _WaitsForAServer), "the real constructor is restored"
 
 
 def test_a_factory_that_hangs_before_the_constructor_is_not(factory):
