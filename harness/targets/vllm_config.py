@@ -707,16 +707,27 @@ def _within_deadline(call):
         thread.start()
         thread.join(CONSTRUCTOR_DEADLINE_S)
     if thread.is_alive():
-        frame, in_constructor = sys._current_frames().get(thread.ident), False
-        while frame is not None and not in_constructor:
+        frame, waiting, in_constructor = sys._current_frames().get(thread.ident), None, False
+        while frame is not None and not in_constructor:  # innermost frame first
+            waiting = waiting or _connector_being_built(frame)
             in_constructor = bool(_is_factory_constructor_call(frame.f_code, frame.f_lineno))
-            if in_constructor and isinstance(frame.f_locals.get("connector_cls"), type):
-                _WAITED_PAST_DEADLINE.add(frame.f_locals["connector_cls"])
             frame = frame.f_back
+        if in_constructor and waiting is not None:
+            _WAITED_PAST_DEADLINE.add(waiting)
         raise ConstructorDeadline(CONSTRUCTOR_DEADLINE_S, in_constructor)
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _connector_being_built(frame) -> type | None:
+    """The connector class whose constructor `frame` runs, if it does (vLLM's `KVConnectorBase_V1` among its
+    bases). A MultiConnector is never the one: it waits only while a child's constructor does."""
+    if frame.f_code.co_name != "__init__":
+        return None
+    cls = type(frame.f_locals.get("self"))
+    names = {base.__name__ for base in cls.__mro__}
+    return cls if "KVConnectorBase_V1" in names and "MultiConnector" not in names else None
 
 
 @contextlib.contextmanager

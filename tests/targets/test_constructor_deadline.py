@@ -24,9 +24,20 @@ def create_connector(connector_cls, release, hang_before):
 '''
 
 
-class _WaitsForAServer:
+class KVConnectorBase_V1:  # noqa: N801  (vLLM's base class name, which the target looks for)
+    """Stands in for vLLM's connector base class."""
+
+
+class _WaitsForAServer(KVConnectorBase_V1):
     def __init__(self, release):
         release.wait()
+
+
+class MultiConnector(KVConnectorBase_V1):
+    """Builds its child in its own constructor, as vLLM's does."""
+
+    def __init__(self, release):
+        self.child = _WaitsForAServer(release)
 
 
 @pytest.fixture
@@ -67,6 +78,16 @@ def test_a_class_that_waited_once_fails_at_once_the_next_time(factory, monkeypat
     assert _constructor_failure(raised.value)
     release.set()
     assert isinstance(_WaitsForAServer(release), _WaitsForAServer), "the real constructor is restored"
+
+
+def test_a_multi_connector_waiting_for_its_child_records_the_child(factory, monkeypatch):
+    """Only the child that waits is a known waiter: MultiConnector's own checks must keep running later."""
+    module, release = factory
+    monkeypatch.setattr(vllm_config, "_WAITED_PAST_DEADLINE", set())
+    with pytest.raises(ConstructorDeadline) as raised:
+        _within_deadline(lambda: module.create_connector(MultiConnector, release, hang_before=False))
+    assert raised.value.in_constructor
+    assert vllm_config._WAITED_PAST_DEADLINE == {_WaitsForAServer}, "the waiting child, not the MultiConnector"
 
 
 def test_a_factory_that_hangs_before_the_constructor_is_not(factory):
