@@ -26,7 +26,13 @@
 #   KVCONFORM_CI_VLLM_VENV_ROOT   use prebuilt venvs ROOT/vllm-<release> as they are (no install step);
 #                                 default: install into .cache/venvs/vllm-<release> (idempotent)
 #   KVCONFORM_CI_VLLM_OUT         results, JUnit files, reports (default .cache/ci-vllm, outside reports/)
-# Downloads are cached under .cache/ (pip cache, vLLM wheels, sdists), so a second run skips them.
+#   KVCONFORM_CI_VLLM_KEEP_VENVS  1: keep the venvs this job installed (and the vLLM wheels) for a second run;
+#                                 default: a release's venv and wheel are removed once its report is written
+# A release's venv takes 2-4.5 GiB (3.5 GiB for 0.33.0, more with lmcache) and the CI machine's free disk varies
+# (one run ran out of space installing the third release while the first two venvs were still on disk), so by
+# default only one release's venv is on disk at a time; the pip cache under .cache/ stays (0.33.0 reuses 0.34.0's
+# downloads). Before an install the job checks the free space against MIN_FREE_GIB and, when it is short, skips
+# the release's steps with both figures as the reason, instead of failing half-way through pip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -53,6 +59,10 @@ VENV_ROOT=${KVCONFORM_CI_VLLM_VENV_ROOT:-}
 OUT=${KVCONFORM_CI_VLLM_OUT:-.cache/ci-vllm}
 mkdir -p "$OUT"
 SUMMARY_ROWS=()   # "release|step|status|seconds|note"
+# Free disk a fresh install needs: the largest venv measured (0.33.0 with lmcache, 3.6 GiB) plus its wheel and
+# downloads, with a margin. KVCONFORM_CI_VLLM_MIN_FREE_GIB overrides it.
+MIN_FREE_GIB=${KVCONFORM_CI_VLLM_MIN_FREE_GIB:-6}
+[[ $MIN_FREE_GIB =~ ^[0-9]+$ ]] || { echo "ci-vllm: KVCONFORM_CI_VLLM_MIN_FREE_GIB: '$MIN_FREE_GIB' is not a whole number of GiB" >&2; exit 2; }
 FAILED=()
 
 say() { echo "ci-vllm: $*"; }
@@ -91,6 +101,12 @@ run_step() {
     return 1
 }
 gap() { echo "${KNOWN_GAPS[$1:$2]:-}"; }
+# Free GiB (rounded down) on the filesystem that holds PATH's nearest existing folder.
+free_gib() {
+    local path=$1
+    while [[ ! -d $path ]]; do path=$(dirname "$path"); done
+    df -Pk "$path" | awk 'NR == 2 { printf "%d", $4 / 1048576 }'
+}
 
 # The connector list of a release: one --kv-connector=vllm:Name line per registered connector (vLLM logs
 # to stdout on import: keep only those lines).
@@ -124,6 +140,13 @@ run_release() {
         record "$R" install prebuilt 0 "$venv"
     else
         venv=.cache/venvs/vllm-$R
+        local free
+        free=$(free_gib "$venv")
+        if [[ ! -f $venv/.kvconform-vllm-stamp ]] && (( free < MIN_FREE_GIB )); then
+            skip "$R" install "only $free GiB free on the disk of $venv, a fresh install needs $MIN_FREE_GIB GiB: none of $R's steps ran"
+            return
+        fi
+        say "[$R install] $free GiB free on the disk of $venv"
         run_step "$R" install 0 scripts/install-vllm.sh "$R" "$venv" || return
     fi
     local PYTEST=("$venv/bin/python" -m pytest -q -p no:cacheprovider)
@@ -223,17 +246,28 @@ run_release() {
     fi
 }
 
+# remove_venv RELEASE VENV: frees a venv this job installed (and the release's wheel), unless the venvs are
+# prebuilt or KVCONFORM_CI_VLLM_KEEP_VENVS=1.
+remove_venv() {
+    [[ -z $VENV_ROOT && ${KVCONFORM_CI_VLLM_KEEP_VENVS:-0} != 1 && -d $2 ]] || return 0
+    rm -rf "$2" "${KVCONFORM_CACHE_DIR:-.cache}"/wheels/vllm-"$1"-*.whl
+    say "[$1] removed its venv $2 and wheel ($(free_gib "$2") GiB free now; KVCONFORM_CI_VLLM_KEEP_VENVS=1 keeps them)"
+}
+
 start=$(date +%s)
-say "releases (newest first): ${RELEASES[*]}"
+free_at_start=$(free_gib .cache)
+say "releases (newest first): ${RELEASES[*]}; $free_at_start GiB free on the disk of .cache"
 for R in "${RELEASES[@]}"; do
     run_release "$R"
+    remove_venv "$R" ".cache/venvs/vllm-$R"
 done
 
 # The summary: per release, each step's status, time and note (skip reasons in full).
 cpu_seconds
 {
     echo "# vLLM CI job: $(date -u +%Y-%m-%dT%H:%M:%SZ), total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
-         "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+         "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \
+         "$(free_gib .cache) GiB at the end"
     echo
     echo "| release | step | status | wall s | note |"
     echo "| --- | --- | --- | --- | --- |"

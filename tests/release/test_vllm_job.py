@@ -28,3 +28,20 @@ def test_a_missing_venv_fails_the_job_and_the_summary_says_so(tmp_path):
     rows = [line for line in summary if line.startswith("| 0.")]
     assert rows == [f"| {r} | install | FAILED | 0 | no venv {tmp_path}/none/vllm-{r} |" for r in ("0.34.0", "0.13.0")]
     assert "ci-vllm: failed: 0.34.0 install 0.13.0 install" in done.stderr
+
+
+def test_a_release_that_would_not_fit_on_the_disk_is_skipped_with_both_figures(tmp_path):
+    """A fresh install is refused before pip starts when the disk is short (a CI run once failed half-way through
+    pip with 'No space left on device'); the summary's row gives the free and the needed GiB."""
+    done = _run(tmp_path, KVCONFORM_CI_VLLM_RELEASES="0.34.0", KVCONFORM_CI_VLLM_MIN_FREE_GIB="1000000000")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in (tmp_path / "out" / "summary.md").read_text().splitlines() if line.startswith("| 0.")]
+    assert len(rows) == 1 and rows[0].startswith("| 0.34.0 | install | skipped | 0 | only "), rows
+    assert rows[0].endswith(" GiB free on the disk of .cache/venvs/vllm-0.34.0, a fresh install needs 1000000000 GiB: "
+                            "none of 0.34.0's steps ran |"), rows
+
+
+def test_a_minimum_that_is_not_a_number_is_one_line_exit_2(tmp_path):
+    done = _run(tmp_path, KVCONFORM_CI_VLLM_MIN_FREE_GIB="lots")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "ci-vllm: KVCONFORM_CI_VLLM_MIN_FREE_GIB: 'lots' is not a whole number of GiB\n"
