@@ -691,6 +691,15 @@ class ConstructorDeadline(Exception):
 _WAITED_PAST_DEADLINE: set[type] = set()
 
 
+#: Every connector the factory built in this process, and every exception it raised (whose traceback holds a
+#: connector built half-way), kept referenced until the process ends. vLLM never drops a connector while it runs,
+#: and some connectors' resources cannot be dropped safely: vLLM 0.25.0's MooncakeStoreConnector opens a ZMQ
+#: context in its scheduler-side constructor and closes it nowhere, and when the garbage collector finalizes that
+#: context in the middle of a later case, pyzmq's `Context.destroy` waits forever (random cases on 0.25.0 hung
+#: in ModelConfig's construction). At interpreter exit pyzmq skips that finalizer.
+_KEPT_ALIVE: list[Any] = []
+
+
 def _within_deadline(call):
     """`call()` on a daemon thread: its result or exception, or `ConstructorDeadline` when it has not returned
     within `CONSTRUCTOR_DEADLINE_S` (the thread is left waiting; the process can still exit)."""
@@ -701,6 +710,7 @@ def _within_deadline(call):
             box["value"] = call()
         except BaseException as exc:  # handed to the caller's thread as it is
             box["error"] = exc
+        _KEPT_ALIVE.append(box.get("value", box.get("error")))
 
     thread = threading.Thread(target=run, daemon=True, name="kvconform-create-connector")
     with _known_waiters_raise():

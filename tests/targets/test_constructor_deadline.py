@@ -102,3 +102,41 @@ def test_a_result_or_an_exception_comes_back_as_it_is():
     assert _within_deadline(lambda: 42) == 42
     with pytest.raises(KeyError, match="boom"):
         _within_deadline(lambda: {}["boom"])
+
+
+class _HoldsAContext(KVConnectorBase_V1):
+    """Like vLLM 0.25.0's MooncakeStoreConnector on the scheduler side: opens a resource in its constructor and
+    closes it nowhere; finalizing the resource (pyzmq's Context.__del__ -> destroy) is what must not happen."""
+
+    finalized: list[str] = []
+
+    def __init__(self, release, fail=False):
+        self.resource = _Finalizer(self.finalized)
+        if fail:
+            raise RuntimeError("a later part of the constructor fails here")
+
+
+class _Finalizer:
+    def __init__(self, log):
+        self.log = log
+
+    def __del__(self):
+        self.log.append("finalized")
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["built", "failed-half-way"])
+def test_what_the_factory_built_is_never_finalized_mid_run(factory, monkeypatch, fail):
+    """A connector the factory built, or built half-way before raising, stays referenced after the case: the
+    garbage collector must not run its resources' finalizers in a later case (a ZMQ context's blocks for good)."""
+    import gc
+
+    module, release = factory
+    monkeypatch.setattr(vllm_config, "_KEPT_ALIVE", [])
+    monkeypatch.setattr(_HoldsAContext, "finalized", [])
+    try:
+        _within_deadline(lambda: module.create_connector(lambda r: _HoldsAContext(r, fail), release, hang_before=False))
+    except RuntimeError:
+        assert fail
+    gc.collect()
+    assert _HoldsAContext.finalized == [], "the connector's resource was finalized after the case ended"
+    assert len(vllm_config._KEPT_ALIVE) == 1
