@@ -439,16 +439,15 @@ def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfi
 
 def _all_children_support_hma(cfg: VllmConfig, res: Resolution, children: list[KVTransferConfig]) -> bool:
     """MultiConnector.all_children_support_hma: False without children (0.23+). Before (0.21, 0.22) the
-    constructor builds its children first, so a MultiConnector child asserts on its own children the same way, then
-    asserts `all(supports_hma(c) for c in self._connectors)`, which an empty list passes (vLLM 0.21.0
-    multi_connector.py:163-175)."""
+    constructor builds its children first, then asserts `all(supports_hma(c) for c in self._connectors)`, which an
+    empty list passes (vLLM 0.21.0 multi_connector.py:163-175). A MultiConnector child has already run this
+    assertion on its own children while it was built (the nested construction in this stage), so only the direct
+    children's classes are asked here."""
     factory = res.factory
     if cfg.runtime.era.factory_check == E.FACTORY_HMA_CONFIG:
         return bool(children) and all(factory.supports_hma_config(child, "create_connector") for child in children)
     for child in children:
         cls = factory.get_connector_class(child, "create_connector")
         if not factory.class_supports_hma(cls):
-            return False
-        if class_is_multi(cls) and not _all_children_support_hma(cfg, res, child.children()):
             return False
     return True
