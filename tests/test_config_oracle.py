@@ -206,6 +206,25 @@ CASES = {
              **multi(child("MultiConnector", children=[child("MultiConnector")]))),
         "error AssertionError@create_connector E-MULTI-NO-CONNECTORS | warn W-C1",
     ),
+    # The flag-None connector check builds each child's KVTransferConfig (kv_role) one child at a time and stops
+    # at the first child without HMA support: 0.22.0 config/vllm.py:1458-1468, 0.23.0 multi_connector.py:161-167
+    # (measured on vLLM 0.22.0 and 0.23.0).
+    "§6-0.22-child-without-role-at-config": (
+        case("v0.22", None, **multi(child("ExampleConnector", role=None))),
+        "error ValueError@config E-KV-ROLE",
+    ),
+    "§6-0.22-non-hma-child-first-hides-a-child-without-role": (
+        case("v0.22", None, **multi(child("ExampleConnector"), child("NixlConnector", role=None))),
+        "off | warn W-22(MultiConnector)",
+    ),
+    "§3.3-0.23-non-hma-child-first-hides-a-child-without-role": (
+        case("v0.23", None, **multi(child("ExampleConnector"), child("NixlConnector", role=None))),
+        "off | warn W-C1",
+    ),
+    "§3.3-0.23-hma-child-then-child-without-role": (
+        case("v0.23", None, **multi(child("NixlConnector"), child("ExampleConnector", role=None))),
+        "error ValueError@config E-KV-ROLE",
+    ),
     "§3.5-0.33-nested-multi-empty-list": (
         case("v0.33", True, stage="create_connector", **multi(child("MultiConnector", children=[]))),
         "off",

@@ -206,13 +206,17 @@ class KVConnectorFactory:
 
     def non_hma_class_name(self, ktc: KVTransferConfig, stage: str) -> str | None:
         """0.22: the configured class's name when it, or for a class named MultiConnector one of its
-        children, is not SupportsHMA; None when HMA can stay on."""
+        children, is not SupportsHMA; None when HMA can stay on. A child's kv_role is validated when the check
+        reaches that child."""
         cls = self.get_connector_class(ktc, stage)
         if not self.class_supports_hma(cls):
             return cls.__name__
         if cls.__name__ == "MultiConnector":
             self._trace.rules.append("multi_children_checked")
+            # vLLM 0.22.0 config/vllm.py:1458-1468 builds each child's KVTransferConfig (which validates its
+            # kv_role) inside all(...): child by child, stopping at the first that lacks SupportsHMA.
             for child in ktc.children():
+                self.check_role(child, stage)
                 if not self.class_supports_hma(self.get_connector_class(child, stage)):
                     return cls.__name__
         return None

@@ -161,13 +161,19 @@ class _Evaluation:
         return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
 
     def child_configs(self, connector: _Connector, stage: str, require_role: bool = False) -> list[_Connector]:
+        """The children of a MultiConnector; with `require_role`, every child's kv_role checked up front (as a
+        loop that builds every child's KVTransferConfig before anything else does)."""
         children = [_Connector.from_child(child) for child in connector.children]
-        if require_role or self.table["factory"]["child_kv_role_required"]:
+        if require_role:
             for child in children:
-                if child.role is None:
-                    self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
-                    raise _Raised("E-KV-ROLE", stage)
+                self.child_role(child, stage)
         return children
+
+    def child_role(self, child: _Connector, stage: str) -> None:
+        """KVTransferConfig(**child): a child that names a connector must give a kv_role."""
+        if child.role is None:
+            self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
+            raise _Raised("E-KV-ROLE", stage)
 
     def lookup_tree(self, connector: _Connector, stage: str) -> None:
         """0.34: the class of the connector and, for a MultiConnector class, of every child at any depth
@@ -224,7 +230,14 @@ class _Evaluation:
         if not children:
             self.note("§3.3: MultiConnector without children does not support HMA")
             return False
-        return all([self.supports_hma_config(child, stage) for child in children])
+        # 0.23.0 multi_connector.py:161-167: one child at a time, its KVTransferConfig (kv_role) first, and the
+        # first child without HMA support ends the loop: later children are never looked at.
+        for child in children:
+            if self.table["factory"]["child_kv_role_required"]:
+                self.child_role(child, stage)
+            if not self.supports_hma_config(child, stage):
+                return False
+        return True
 
     def class_rule_capable(self, connector: _Connector, stage: str) -> bool:
         """§6 0.22.0: class SupportsHMA, and for __name__ MultiConnector every (direct) child class."""
@@ -233,7 +246,13 @@ class _Evaluation:
             return False
         if cls.class_name != MULTI:
             return True
-        return all(self.lookup(child, stage).hma for child in self.child_configs(connector, stage))
+        # 0.22.0 config/vllm.py:1458-1468: all() over a generator that builds each child's KVTransferConfig (its
+        # kv_role validated) and then asks its class: a child after the first non-HMA one is never looked at.
+        for child in self.child_configs(connector, stage):
+            self.child_role(child, stage)
+            if not self.lookup(child, stage).hma:
+                return False
+        return True
 
     # -- the steps -------------------------------------------------------------------------------
     def user_connector(self) -> _Connector | None:

@@ -209,6 +209,15 @@ ROWS = [
     ("v034-nested-multi-without-connectors-after-nixl", {"profile": "v0.34", "flag": True, "stage": "create_connector", **multi("NixlConnector", {"kv_connector": "MultiConnector", "kv_role": "kv_both"})}, {"error": ("AssertionError", "", "create_connector")}),
     ("v022-nested-multi-empty-list-constructs", {"vllm_version": "0.22.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": []})}, {"resolved": True, "warnings": []}),
     ("v033-nested-multi-child-without-role", {"profile": "v0.33", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": [{"kv_connector": "ExampleConnector"}]})}, {"error": ("ValueError", T.E_KV_ROLE, "create_connector")}),
+    # With the flag None, 0.22.0's class check (config/vllm.py:1458-1468) and 0.23+'s all_children_support_hma build
+    # each child's KVTransferConfig, kv_role checked, one child at a time until the first without HMA support
+    # (measured on vLLM 0.22.0, 0.23.0, 0.33.0 and 0.34.0; random cases of v0.22, seed 401, found the first three).
+    ("v022-child-without-role-fails-at-config", {"vllm_version": "0.22.0", **multi({"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
+    ("v022-hma-child-then-child-without-role", {"vllm_version": "0.22.0", **multi("NixlConnector", {"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
+    ("v022-non-hma-child-ends-the-check-before-a-child-without-role", {"vllm_version": "0.22.0", **multi("ExampleConnector", {"kv_connector": "NixlConnector"})}, {"resolved": True, "warning_has": "connector MultiConnector does not subclass"}),
+    ("v022-child-without-role-explicit-flag-waits-for-creation", {"vllm_version": "0.22.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "create_connector")}),
+    ("v023-non-hma-child-ends-the-check-before-a-child-without-role", {"vllm_version": "0.23.0", **multi("ExampleConnector", {"kv_connector": "NixlConnector"})}, {"resolved": True, "warnings": ["W-C1"]}),
+    ("v023-hma-child-then-child-without-role", {"vllm_version": "0.23.0", **multi("NixlConnector", {"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
     ("v033-eagle-does-not", {"profile": "v0.33", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
 ]
 
