@@ -225,6 +225,17 @@ CASES = {
         case("v0.23", None, **multi(child("NixlConnector"), child("ExampleConnector", role=None))),
         "error ValueError@config E-KV-ROLE",
     ),
+    # vLLM checks a child's kv_role and looks its class up before it looks at the next child (MultiConnector's
+    # constructor in every era; 0.34's config-time walk of the tree, depth first): an unknown class in an earlier
+    # child is the error, not a later child's missing kv_role (measured on vLLM 0.13.0, 0.21.0-0.23.0, 0.33.0, 0.34.0).
+    "§3.5-seed-unknown-child-before-a-child-without-role": (
+        case("seed", True, stage="create_connector", **multi(child("FooConnector"), child("ExampleConnector", role=None))),
+        "error ValueError@create_connector E-UNSUPPORTED-CONNECTOR(FooConnector)",
+    ),
+    "§3.4-0.34-nested-unknown-before-a-child-without-role": (
+        case("v0.34", True, **multi(child("MultiConnector", children=[child("FooConnector")]), child("ExampleConnector", role=None))),
+        "error ValueError@config E-UNSUPPORTED-CONNECTOR(FooConnector)",
+    ),
     "§3.5-0.33-nested-multi-empty-list": (
         case("v0.33", True, stage="create_connector", **multi(child("MultiConnector", children=[]))),
         "off",

@@ -160,14 +160,18 @@ class _Evaluation:
             raise _Raised(missing_import, stage)
         return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
 
-    def child_configs(self, connector: _Connector, stage: str, require_role: bool = False) -> list[_Connector]:
-        """The children of a MultiConnector; with `require_role`, every child's kv_role checked up front (as a
-        loop that builds every child's KVTransferConfig before anything else does)."""
-        children = [_Connector.from_child(child) for child in connector.children]
-        if require_role:
-            for child in children:
-                self.child_role(child, stage)
-        return children
+    def child_configs(self, connector: _Connector, stage: str) -> list[_Connector]:
+        """The children of a MultiConnector, as configured (nothing checked yet)."""
+        return [_Connector.from_child(child) for child in connector.children]
+
+    def child_classes(self, connector: _Connector, stage: str) -> list[tuple[_Connector, _ConnectorClass]]:
+        """Every child with its class, one child at a time: its KVTransferConfig (kv_role) first, then its class,
+        before the next child is looked at (0.34.0 multi_connector.py:274-287, the same loop from 0.13.0)."""
+        pairs = []
+        for child in self.child_configs(connector, stage):
+            self.child_role(child, stage)
+            pairs.append((child, self.lookup(child, stage)))
+        return pairs
 
     def child_role(self, child: _Connector, stage: str) -> None:
         """KVTransferConfig(**child): a child that names a connector must give a kv_role."""
@@ -180,7 +184,10 @@ class _Evaluation:
         (each child's KVTransferConfig checks its kv_role first), none skipped."""
         cls = self.lookup(connector, stage)
         if cls.multi:
-            for child in self.child_configs(connector, stage, require_role=True):
+            # 0.34.0 multi_connector.py:238-247 (kv_cache_access): child by child, depth first: its kv_role, its
+            # class, then its own children.
+            for child in self.child_configs(connector, stage):
+                self.child_role(child, stage)
                 self.lookup_tree(child, stage)
 
     def hisparse_host_pool(self, connector: _Connector | None) -> None:
@@ -394,9 +401,10 @@ class _Evaluation:
             self.note('multi_connector.py:242: MultiConnector.__init__ asserts kv_connector_extra_config has "connectors"')
             raise _Raised("E-MULTI-NO-CONNECTORS", "create_connector")
         # It builds a KVTransferConfig per child, which validates kv_role in every era (vLLM 0.13.0
-        # config/kv_transfer.py:100), and looks every child's class up, before constructing any child.
-        children = self.child_configs(connector, "create_connector", require_role=True)
-        child_classes = [self.lookup(child, "create_connector") for child in children]
+        # config/kv_transfer.py:100), and looks that child's class up, child by child, before constructing any.
+        pairs = self.child_classes(connector, "create_connector")
+        children = [child for child, _ in pairs]
+        child_classes = [cls for _, cls in pairs]
         # Then it constructs the children in order (0.34.0 multi_connector.py:184-188): a MultiConnector child
         # runs this same __init__ on its own children before the parent's assertion below.
         for child, child_cls in zip(children, child_classes):
@@ -406,7 +414,7 @@ class _Evaluation:
         if hma_enabled and factory["multi_init_asserts"]:
             # all_children_support_hma: False without children (§3.3); recursive where the factory is.
             if factory["check"] == "supports_hma_config":
-                capable = bool(children) and all([self.supports_hma_config(c, "create_connector") for c in children])
+                capable = bool(children) and all(self.supports_hma_config(c, "create_connector") for c in children)
             else:
                 capable = self.constructed_children_support_hma(children)
             if not capable:

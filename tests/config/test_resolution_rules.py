@@ -218,6 +218,10 @@ ROWS = [
     ("v022-child-without-role-explicit-flag-waits-for-creation", {"vllm_version": "0.22.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "create_connector")}),
     ("v023-non-hma-child-ends-the-check-before-a-child-without-role", {"vllm_version": "0.23.0", **multi("ExampleConnector", {"kv_connector": "NixlConnector"})}, {"resolved": True, "warnings": ["W-C1"]}),
     ("v023-hma-child-then-child-without-role", {"vllm_version": "0.23.0", **multi("NixlConnector", {"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", T.E_KV_ROLE, "config")}),
+    # A child's kv_role, then its class, before the next child (MultiConnector.__init__ in every era, 0.34's
+    # config-time walk depth first): measured on vLLM 0.13.0, 0.21.0-0.23.0, 0.33.0 and 0.34.0.
+    ("seed-unknown-child-before-a-child-without-role", {"profile": "seed", "flag": True, "stage": "create_connector", **multi({"kv_connector": "FooConnector", "kv_role": "kv_both"}, {"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", "Unsupported connector type: FooConnector", "create_connector")}),
+    ("v034-nested-unknown-before-a-child-without-role", {"profile": "v0.34", "flag": True, **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": ["FooConnector"]}, {"kv_connector": "ExampleConnector"})}, {"error": ("ValueError", "Unsupported connector type: FooConnector", "config")}),
     ("v033-eagle-does-not", {"profile": "v0.33", "flag": True, "speculative_method": "eagle", "kv_connector": "ExternalHMAConnector", "kv_connector_module_path": EXT, "kv_offloading_size": 4}, {"resolved": True}),
 ]
 
