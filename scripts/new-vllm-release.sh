@@ -8,8 +8,8 @@
 #      release unless --previous), from the two installed wheels (harness/release/hma_files.toml);
 #   3. runs the newest era's config matrix on the reference and on vLLM X.Y.Z judged by that era's rules
 #      (KVCONFORM_VLLM_JUDGE_ERA) and prints the cells whose outcome differs (`kvconform diff`);
-#   4. runs N random cases of that era's dimensions (suites/config/random_cases.py, seed 1; default 200) on
-#      both and prints those that differ;
+#   4. runs N random cases of that era's dimensions (suites/config/random_cases.py, seed 1; default 200) and
+#      every small MultiConnector tree (--trees, 792 cases) on both and prints those that differ;
 #   5. runs the allocator suite on X.Y.Z's allocator and the connector suite on its connectors;
 #   6. writes the draft era: when something differs, a new era vX.Y evolving the newest one with its rules and
 #      tables copied; when nothing does, only the one-line range change (the release joins the newest era); then
@@ -115,6 +115,11 @@ if step random-cases "0 1" env KVCONFORM_VLLM_JUDGE_ERA="$ERA" "$NEW/bin/python"
         --era "$ERA" --count "$COUNT" --seed 1 --target vllm --out "$OUT/random-differing.json"; then
     grep -A 31 "^random cases of era" "$OUT/random-cases.log"
     grep -q ", 0 differ from the era" "$OUT/random-cases.log" || random_differs=1
+fi
+if step connector-trees "0 1" env KVCONFORM_VLLM_JUDGE_ERA="$ERA" "$NEW/bin/python" -m suites.config.random_cases \
+        --era "$ERA" --trees --target vllm --out "$OUT/trees-differing.json"; then
+    grep -A 31 "^connector trees of era" "$OUT/connector-trees.log"
+    grep -q ", 0 differ from the era" "$OUT/connector-trees.log" || random_differs=1
 fi
 
 # 5. The allocator and connector suites on the release (failures are findings for the person to read).

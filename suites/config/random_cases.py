@@ -2,6 +2,7 @@
 
     python -m suites.config.random_cases --era v0.33 --count 200 --seed 1            # the cases, as JSON
     python -m suites.config.random_cases --era v0.33 --count 200 --seed 1 --target vllm [--out diff.json]
+    python -m suites.config.random_cases --era v0.22 --trees --target vllm          # every small connector tree
 
 The matrix (`matrix.py`) pairs every two dimension values at least once; a new release also breaks rules on
 combinations it never builds: several features at once, speculative methods beside chunked attention,
@@ -13,6 +14,11 @@ with KVCONFORM_VLLM_JUDGE_ERA when it is a newer release), and the cases whose o
 grouped by (era's outcome, target's outcome); cases the era leaves unknown (its answer depends on what it cannot
 see, such as an installed package's version) are listed apart and do not count. Exit status: 0 none differ, 1
 some differ, 2 bad arguments, 4 the target cannot be loaded.
+
+`--trees` replaces the random draws by every MultiConnector of one or two children from `TREE_CHILDREN`, with
+every flag at both stages (792 cases an era): vLLM checks a child's kv_role, looks its class up, asks its HMA
+support and builds nested MultiConnectors child by child, and stops at different points in different releases,
+so which of two children's faults is reported is a matter of order that random draws reach only by luck.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections import Counter
 from typing import Any
 
 from harness.eras import ERA_IDS
-from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
+from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
 from suites.config.matrix import CUSTOM_METHOD, FEATURES, connectors_for, unregistered_for
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
@@ -60,6 +66,45 @@ def _tree(rng: random.Random, names: list[str], depth: int) -> list[dict[str, An
             child["children"] = _tree(rng, names, depth - 1)
         children.append(child)
     return children
+
+
+# The kinds of child `connector_trees` combines: a connector that supports HMA where the era says so (NixlConnector,
+# from 0.18), one that never does (ExampleConnector), a name no release registers, each of the first two without
+# kv_role, and MultiConnector children: HMA-capable, not, without a "connectors" list, with an empty one, with an
+# unknown child, with a child lacking kv_role. Every era registers NixlConnector and ExampleConnector.
+TREE_CHILDREN: dict[str, dict[str, Any]] = {
+    "nixl": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+    "example": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"},
+    "unknown": {"kv_connector": UNREGISTERED_CONNECTOR, "kv_role": "kv_both"},
+    "example-no-role": {"kv_connector": "ExampleConnector"},
+    "nixl-no-role": {"kv_connector": "NixlConnector"},
+    "multi[nixl]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                    "children": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}]},
+    "multi[example]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                       "children": [{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}]},
+    "multi-without-list": {"kv_connector": "MultiConnector", "kv_role": "kv_both"},
+    "multi[]": {"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": []},
+    "multi[unknown]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                       "children": [{"kv_connector": UNREGISTERED_CONNECTOR, "kv_role": "kv_both"}]},
+    "multi[example-no-role]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                               "children": [{"kv_connector": "ExampleConnector"}]},
+}
+
+
+def connector_trees(era: str) -> list[dict[str, Any]]:
+    """Every MultiConnector of one or two children of `TREE_CHILDREN`, with every flag, at both stages, on a
+    platform that supports HMA: the same list for the same era."""
+    shapes = [[a] for a in TREE_CHILDREN] + [[a, b] for a in TREE_CHILDREN for b in TREE_CHILDREN]
+    cases = []
+    for shape in shapes:
+        for flag_label, flag in FLAGS.items():
+            for stage in MATRIX_STAGES.values():
+                cases.append({
+                    "id": f"{era}-tree-{'+'.join(shape)}-{flag_label}-{stage}", "profile": era, "flag": flag,
+                    "platform": "cuda", "stage": stage, "kv_connector": "MultiConnector", "kv_role": "kv_both",
+                    "multi_connector_children": json.loads(json.dumps([TREE_CHILDREN[a] for a in shape])),
+                })
+    return cases
 
 
 def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
@@ -195,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
     parser.add_argument("--target", help="compare with this target: vllm (the installed vLLM)")
     parser.add_argument("--out", help="with --target: write the differing cases, both outcomes each, to this JSON file")
+    parser.add_argument("--trees", action="store_true",
+                        help="every MultiConnector of one or two children of fixed kinds (792 cases), not random ones")
     try:
         args = parser.parse_args(argv)
         if args.era not in ERA_IDS:
@@ -203,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--count: {args.count} is not a positive number of cases")
         if args.target not in (None, "vllm"):
             raise UsageError(f"--target: {args.target!r} is not a known target; accepted: vllm")
-        cases = random_cases(args.era, args.count, args.seed)
+        cases = connector_trees(args.era) if args.trees else random_cases(args.era, args.count, args.seed)
         if args.target is None:
             sys.stdout.write(json.dumps(cases, indent=1) + "\n")
             return 0
@@ -216,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code if exc.exit_code != EXIT_TARGET else EXIT_TARGET
     differing, unknown = differences(cases, resolve_case, target)
     differing, abstained = split_abstentions(differing)
-    print(f"random cases of era {args.era} (seed {args.seed}) on {target.describe()}: {len(cases)} cases, "
+    drawn = "connector trees" if args.trees else "random cases"
+    seeded = "" if args.trees else f" (seed {args.seed})"
+    print(f"{drawn} of era {args.era}{seeded} on {target.describe()}: {len(cases)} cases, "
           f"{len(differing)} differ from the era, {unknown} the target could not evaluate here, "
           f"{len(abstained)} the era leaves unknown where the target answers")
     for line in grouped_lines(differing):

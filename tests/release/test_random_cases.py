@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from harness.eras import ERA_IDS
 from reference_impl.config.cases import resolve_case
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
 from suites.config.random_cases import differences, grouped_lines, main, random_cases, split_abstentions
@@ -108,3 +109,34 @@ def test_bad_arguments_are_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_connector_trees_cover_every_shape_of_one_or_two_children_once():
+    from suites.config.random_cases import TREE_CHILDREN, connector_trees
+
+    cases = connector_trees("v0.22")
+    kinds = len(TREE_CHILDREN)
+    assert len(cases) == (kinds + kinds * kinds) * len(FLAGS) * len(MATRIX_STAGES)
+    assert len({case["id"] for case in cases}) == len(cases), "every case id is unique"
+    assert connector_trees("v0.22") == cases, "the same list each time"
+    for case in cases:
+        assert case["kv_connector"] == "MultiConnector" and 1 <= len(case["multi_connector_children"]) <= 2
+        outcome = resolve_case(case)
+        assert not (outcome["error"] and outcome["error"]["stage"] in ("input", "internal")), (case, outcome)
+
+
+@pytest.mark.parametrize("era", ERA_IDS)
+def test_connector_trees_resolver_and_oracle_agree(era):
+    """The order in which vLLM checks a MultiConnector's children (kv_role, class, HMA support, nested
+    construction) decides which of two faults is reported: the resolver and the independent oracle must name the
+    same one on every small tree (vLLM 0.22.0's config check stopping at the first non-HMA child was found so)."""
+    from suites.config.oracle import expected_outcome
+    from suites.config.outcomes import outcome_mismatches
+    from suites.config.random_cases import connector_trees
+
+    wrong = []
+    for case in connector_trees(era):
+        problems = outcome_mismatches(expected_outcome(case).outcome, resolve_case(case))
+        if problems:
+            wrong.append(f"{case['id']}: {problems[0]}")
+    assert not wrong, f"{len(wrong)} trees where the resolver differs from the oracle, first: {wrong[:3]}"
