@@ -9,7 +9,7 @@
 #   3. runs the newest era's config matrix on the reference and on vLLM X.Y.Z judged by that era's rules
 #      (KVCONFORM_VLLM_JUDGE_ERA) and prints the cells whose outcome differs (`kvconform diff`);
 #   4. runs N random cases of that era's dimensions (suites/config/random_cases.py, seed 1; default 200) and
-#      every small MultiConnector tree (--trees, 792 cases) on both and prints those that differ;
+#      every small MultiConnector tree (--trees, 1,260 cases) on both and prints those that differ;
 #   5. runs the allocator suite on X.Y.Z's allocator and the connector suite on its connectors;
 #   6. writes the draft era: when something differs, a new era vX.Y evolving the newest one with its rules and
 #      tables copied; when nothing does, only the one-line range change (the release joins the newest era); then

@@ -16,7 +16,7 @@ see, such as an installed package's version) are listed apart and do not count. 
 some differ, 2 bad arguments, 4 the target cannot be loaded.
 
 `--trees` replaces the random draws by every MultiConnector of one or two children from `TREE_CHILDREN`, with
-every flag at both stages (792 cases an era): vLLM checks a child's kv_role, looks its class up, asks its HMA
+every flag at both stages (1,260 cases an era): vLLM checks a child's kv_role, looks its class up, asks its HMA
 support and builds nested MultiConnectors child by child, and stops at different points in different releases,
 so which of two children's faults is reported is a matter of order that random draws reach only by luck.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.eras import ERA_IDS
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
-from suites.config.matrix import CUSTOM_METHOD, FEATURES, connectors_for, unregistered_for
+from suites.config.matrix import CUSTOM_METHOD, FEATURES, MODULE_PATH, connectors_for, unregistered_for
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
 
@@ -88,6 +88,10 @@ TREE_CHILDREN: dict[str, dict[str, Any]] = {
                        "children": [{"kv_connector": UNREGISTERED_CONNECTOR, "kv_role": "kv_both"}]},
     "multi[example-no-role]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
                                "children": [{"kv_connector": "ExampleConnector"}]},
+    # by module path: a class that declares HMA, a two-argument constructor, a class the module lacks
+    "path-hma": {"kv_connector": "ExternalHMAConnector", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
+    "path-two-arg": {"kv_connector": "LegacyTwoArgConnector", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
+    "path-no-class": {"kv_connector": "NoSuchClass", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
 }
 
 
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="compare with this target: vllm (the installed vLLM)")
     parser.add_argument("--out", help="with --target: write the differing cases, both outcomes each, to this JSON file")
     parser.add_argument("--trees", action="store_true",
-                        help="every MultiConnector of one or two children of fixed kinds (792 cases), not random ones")
+                        help="every MultiConnector of one or two children of fixed kinds (1,260 cases), not random ones")
     try:
         args = parser.parse_args(argv)
         if args.era not in ERA_IDS:
