@@ -101,6 +101,8 @@ run_step() {
     return 1
 }
 gap() { echo "${KNOWN_GAPS[$1:$2]:-}"; }
+# Where the job installs a release when no prebuilt venvs are given.
+installed_venv() { echo ".cache/venvs/vllm-$1"; }
 # Free GiB (rounded down) on the filesystem that holds PATH's nearest existing folder.
 free_gib() {
     local path=$1
@@ -139,7 +141,7 @@ run_release() {
         fi
         record "$R" install prebuilt 0 "$venv"
     else
-        venv=.cache/venvs/vllm-$R
+        venv=$(installed_venv "$R")
         local free
         free=$(free_gib "$venv")
         if [[ ! -f $venv/.kvconform-vllm-stamp ]] && (( free < MIN_FREE_GIB )); then
@@ -246,12 +248,14 @@ run_release() {
     fi
 }
 
-# remove_venv RELEASE VENV: frees a venv this job installed (and the release's wheel), unless the venvs are
-# prebuilt or KVCONFORM_CI_VLLM_KEEP_VENVS=1.
+# remove_venv RELEASE: frees the venv this job installed for RELEASE (and the release's wheel), unless the venvs
+# are prebuilt or KVCONFORM_CI_VLLM_KEEP_VENVS=1.
 remove_venv() {
-    [[ -z $VENV_ROOT && ${KVCONFORM_CI_VLLM_KEEP_VENVS:-0} != 1 && -d $2 ]] || return 0
-    rm -rf "$2" "${KVCONFORM_CACHE_DIR:-.cache}"/wheels/vllm-"$1"-*.whl
-    say "[$1] removed its venv $2 and wheel ($(free_gib "$2") GiB free now; KVCONFORM_CI_VLLM_KEEP_VENVS=1 keeps them)"
+    local venv
+    venv=$(installed_venv "$1")
+    [[ -z $VENV_ROOT && ${KVCONFORM_CI_VLLM_KEEP_VENVS:-0} != 1 && -d $venv ]] || return 0
+    rm -rf "$venv" "${KVCONFORM_CACHE_DIR:-.cache}"/wheels/vllm-"$1"-*.whl
+    say "[$1] removed its venv $venv and wheel ($(free_gib "$venv") GiB free now; KVCONFORM_CI_VLLM_KEEP_VENVS=1 keeps them)"
 }
 
 start=$(date +%s)
@@ -259,7 +263,7 @@ free_at_start=$(free_gib .cache)
 say "releases (newest first): ${RELEASES[*]}; $free_at_start GiB free on the disk of .cache"
 for R in "${RELEASES[@]}"; do
     run_release "$R"
-    remove_venv "$R" ".cache/venvs/vllm-$R"
+    remove_venv "$R"
 done
 
 # The summary: per release, each step's status, time and note (skip reasons in full).

@@ -94,7 +94,8 @@ _NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
 _NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
 
 
-def _child(name: str, children: list | None = None, role: str | None = "kv_both", extra: dict | None = None) -> dict:
+def connector_child(name: str, children: list | None = None, role: str | None = "kv_both", extra: dict | None = None) -> dict:
+    """One entry of a MultiConnector's "connectors" list (role None: the entry gives no kv_role)."""
     child: dict[str, Any] = {"kv_connector": name}
     if role is not None:
         child["kv_role"] = role
@@ -138,42 +139,42 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
     def multi(children: list) -> dict[str, Any]:
         return {"kv_connector": "MultiConnector", "multi_connector_children": children}
 
-    plain = [_child(name) for name in _NON_HMA_CHILDREN]
+    plain = [connector_child(name) for name in _NON_HMA_CHILDREN]
     options["MultiPlain"] = multi(plain)
     options["MultiEmpty"] = multi([])
     if hma_children:
-        hma = [_child(name) for name in hma_children]
+        hma = [connector_child(name) for name in hma_children]
         options["MultiAllHMA"] = multi(hma)
-        options["MultiMixed"] = multi([hma[0], _child("ExampleConnector")])
-        options["MultiNested"] = multi([_child("MultiConnector", hma), hma[0]])
-        options["MultiNestedMixed"] = multi([_child("MultiConnector", [_child("ExampleConnector")]), hma[0]])
+        options["MultiMixed"] = multi([hma[0], connector_child("ExampleConnector")])
+        options["MultiNested"] = multi([connector_child("MultiConnector", hma), hma[0]])
+        options["MultiNestedMixed"] = multi([connector_child("MultiConnector", [connector_child("ExampleConnector")]), hma[0]])
     else:
-        options["MultiNested"] = multi([_child("MultiConnector", plain), plain[0]])
+        options["MultiNested"] = multi([connector_child("MultiConnector", plain), plain[0]])
     if table["factory"]["child_kv_role_required"]:
         # Every child lacks kv_role, so the error does not depend on the order children are checked.
-        options["MultiNoRole"] = multi([_child(name, role=None) for name in (hma_children or ["ExampleConnector"])])
+        options["MultiNoRole"] = multi([connector_child(name, role=None) for name in (hma_children or ["ExampleConnector"])])
     if "HiSparseConnector" in registry:
-        hisparse = _child("HiSparseConnector")
-        options["MultiHiSparse"] = multi([hisparse] + [_child(name) for name in hma_children[:1]])
-        options["MultiNestedHiSparse"] = multi([_child("MultiConnector", [hisparse])] + [_child(n) for n in hma_children[:1]])
+        hisparse = connector_child("HiSparseConnector")
+        options["MultiHiSparse"] = multi([hisparse] + [connector_child(name) for name in hma_children[:1]])
+        options["MultiNestedHiSparse"] = multi([connector_child("MultiConnector", [hisparse])] + [connector_child(n) for n in hma_children[:1]])
     if table["factory"]["nixl_transfer_mode"]:
         options["NixlPush"] = {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "push"}}
         options["NixlBadMode"] = {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "sideways"}}
-        options["MultiNixlBadMode"] = multi([_child("NixlConnector", extra={"transfer_mode": "sideways"})])
+        options["MultiNixlBadMode"] = multi([connector_child("NixlConnector", extra={"transfer_mode": "sideways"})])
     if table["factory"]["tree_lookup_before_block"]:
         # a grandchild whose class cannot be found, behind an HMA-capable first child
-        options["MultiBadGrandchild"] = multi([*(_child(n) for n in hma_children[:1]),
-                                               _child("MultiConnector", [_child(UNREGISTERED_CONNECTOR)])])
+        options["MultiBadGrandchild"] = multi([*(connector_child(n) for n in hma_children[:1]),
+                                               connector_child("MultiConnector", [connector_child(UNREGISTERED_CONNECTOR)])])
     if table["hisparse"]["host_pool_required"]:
         pool = {"host_pool_gib": 4}
         options["HiSparsePool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": pool}
         options["HiSparseZeroPool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 0}}
-        options["MultiHiSparsePool"] = multi([_child("HiSparseConnector", extra=pool), *(_child(n) for n in hma_children[:1])])
-        options["MultiTwoHiSparse"] = multi([_child("HiSparseConnector", extra=pool), _child("HiSparseConnector", extra=pool)])
+        options["MultiHiSparsePool"] = multi([connector_child("HiSparseConnector", extra=pool), *(connector_child(n) for n in hma_children[:1])])
+        options["MultiTwoHiSparse"] = multi([connector_child("HiSparseConnector", extra=pool), connector_child("HiSparseConnector", extra=pool)])
     options["RenamedMulti"] = {
         "kv_connector": "RenamedMultiConnector",
         "kv_connector_module_path": MODULE_PATH,
-        "multi_connector_children": [_child("ExampleConnector")],
+        "multi_connector_children": [connector_child("ExampleConnector")],
     }
     return options
 

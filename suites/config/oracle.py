@@ -160,18 +160,10 @@ class _Evaluation:
             raise _Raised(missing_import, stage)
         return _ConnectorClass(connector.name, registry[connector.name], connector.name == MULTI)
 
-    def child_configs(self, connector: _Connector, stage: str) -> list[_Connector]:
+    @staticmethod
+    def child_configs(connector: _Connector) -> list[_Connector]:
         """The children of a MultiConnector, as configured (nothing checked yet)."""
         return [_Connector.from_child(child) for child in connector.children]
-
-    def child_classes(self, connector: _Connector, stage: str) -> list[tuple[_Connector, _ConnectorClass]]:
-        """Every child with its class, one child at a time: its KVTransferConfig (kv_role) first, then its class,
-        before the next child is looked at (0.34.0 multi_connector.py:274-287, the same loop from 0.13.0)."""
-        pairs = []
-        for child in self.child_configs(connector, stage):
-            self.child_role(child, stage)
-            pairs.append((child, self.lookup(child, stage)))
-        return pairs
 
     def child_role(self, child: _Connector, stage: str) -> None:
         """KVTransferConfig(**child): a child that names a connector must give a kv_role."""
@@ -186,7 +178,7 @@ class _Evaluation:
         if cls.multi:
             # 0.34.0 multi_connector.py:238-247 (kv_cache_access): child by child, depth first: its kv_role, its
             # class, then its own children.
-            for child in self.child_configs(connector, stage):
+            for child in self.child_configs(connector):
                 self.child_role(child, stage)
                 self.lookup_tree(child, stage)
 
@@ -233,7 +225,7 @@ class _Evaluation:
         cls = self.lookup(connector, stage)
         if connector.name != MULTI:
             return cls.hma
-        children = self.child_configs(connector, stage)
+        children = self.child_configs(connector)
         if not children:
             self.note("§3.3: MultiConnector without children does not support HMA")
             return False
@@ -255,7 +247,7 @@ class _Evaluation:
             return True
         # 0.22.0 config/vllm.py:1458-1468: all() over a generator that builds each child's KVTransferConfig (its
         # kv_role validated) and then asks its class: a child after the first non-HMA one is never looked at.
-        for child in self.child_configs(connector, stage):
+        for child in self.child_configs(connector):
             self.child_role(child, stage)
             if not self.lookup(child, stage).hma:
                 return False
@@ -401,10 +393,13 @@ class _Evaluation:
             self.note('multi_connector.py:242: MultiConnector.__init__ asserts kv_connector_extra_config has "connectors"')
             raise _Raised("E-MULTI-NO-CONNECTORS", "create_connector")
         # It builds a KVTransferConfig per child, which validates kv_role in every era (vLLM 0.13.0
-        # config/kv_transfer.py:100), and looks that child's class up, child by child, before constructing any.
-        pairs = self.child_classes(connector, "create_connector")
-        children = [child for child, _ in pairs]
-        child_classes = [cls for _, cls in pairs]
+        # config/kv_transfer.py:100), and looks that child's class up, child by child, before constructing any
+        # (0.34.0 multi_connector.py:274-287, the same loop from 0.13.0).
+        children = self.child_configs(connector)
+        child_classes = []
+        for child in children:
+            self.child_role(child, "create_connector")
+            child_classes.append(self.lookup(child, "create_connector"))
         # Then it constructs the children in order (0.34.0 multi_connector.py:184-188): a MultiConnector child
         # runs this same __init__ on its own children before the parent's assertion below.
         for child, child_cls in zip(children, child_classes):

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.eras import ERA_IDS
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
-from suites.config.matrix import CUSTOM_METHOD, FEATURES, MODULE_PATH, connectors_for, unregistered_for
+from suites.config.matrix import CUSTOM_METHOD, FEATURES, MODULE_PATH, connector_child, connectors_for, unregistered_for
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
 
@@ -73,25 +73,21 @@ def _tree(rng: random.Random, names: list[str], depth: int) -> list[dict[str, An
 # kv_role, and MultiConnector children: HMA-capable, not, without a "connectors" list, with an empty one, with an
 # unknown child, with a child lacking kv_role. Every era registers NixlConnector and ExampleConnector.
 TREE_CHILDREN: dict[str, dict[str, Any]] = {
-    "nixl": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
-    "example": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"},
-    "unknown": {"kv_connector": UNREGISTERED_CONNECTOR, "kv_role": "kv_both"},
-    "example-no-role": {"kv_connector": "ExampleConnector"},
-    "nixl-no-role": {"kv_connector": "NixlConnector"},
-    "multi[nixl]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-                    "children": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}]},
-    "multi[example]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-                       "children": [{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}]},
-    "multi-without-list": {"kv_connector": "MultiConnector", "kv_role": "kv_both"},
-    "multi[]": {"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": []},
-    "multi[unknown]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-                       "children": [{"kv_connector": UNREGISTERED_CONNECTOR, "kv_role": "kv_both"}]},
-    "multi[example-no-role]": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-                               "children": [{"kv_connector": "ExampleConnector"}]},
+    "nixl": connector_child("NixlConnector"),
+    "example": connector_child("ExampleConnector"),
+    "unknown": connector_child(UNREGISTERED_CONNECTOR),
+    "example-no-role": connector_child("ExampleConnector", role=None),
+    "nixl-no-role": connector_child("NixlConnector", role=None),
+    "multi[nixl]": connector_child("MultiConnector", [connector_child("NixlConnector")]),
+    "multi[example]": connector_child("MultiConnector", [connector_child("ExampleConnector")]),
+    "multi-without-list": connector_child("MultiConnector"),
+    "multi[]": connector_child("MultiConnector", []),
+    "multi[unknown]": connector_child("MultiConnector", [connector_child(UNREGISTERED_CONNECTOR)]),
+    "multi[example-no-role]": connector_child("MultiConnector", [connector_child("ExampleConnector", role=None)]),
     # by module path: a class that declares HMA, a two-argument constructor, a class the module lacks
-    "path-hma": {"kv_connector": "ExternalHMAConnector", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
-    "path-two-arg": {"kv_connector": "LegacyTwoArgConnector", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
-    "path-no-class": {"kv_connector": "NoSuchClass", "kv_role": "kv_both", "kv_connector_module_path": MODULE_PATH},
+    **{label: {**connector_child(name), "kv_connector_module_path": MODULE_PATH}
+       for label, name in (("path-hma", "ExternalHMAConnector"), ("path-two-arg", "LegacyTwoArgConnector"),
+                           ("path-no-class", "NoSuchClass"))},
 }
 
 
