@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _Parser(prog="python -m suites.config.random_cases", description=__doc__.split("\n\n")[1])
     parser.add_argument("--era", required=True, help=f"the era whose dimensions to draw from: {', '.join(ERA_IDS)}")
-    parser.add_argument("--count", type=int, default=200, help="how many cases (default 200)")
-    parser.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
+    parser.add_argument("--count", type=int, help="how many cases (default 200)")
+    parser.add_argument("--seed", type=int, help="the random seed (default 1)")
     parser.add_argument("--target", help="compare with this target: vllm (the installed vLLM)")
     parser.add_argument("--out", help="with --target: write the differing cases, both outcomes each, to this JSON file")
     parser.add_argument("--trees", action="store_true",
@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.era not in ERA_IDS:
             raise UsageError(f"--era: {args.era!r} is not an era id; accepted: {', '.join(ERA_IDS)}")
+        if args.trees and (args.count is not None or args.seed is not None):
+            given = "--count" if args.count is not None else "--seed"
+            raise UsageError(f"{given}: --trees is a fixed list of cases; --count and --seed draw random ones")
+        args.count = 200 if args.count is None else args.count
+        args.seed = 1 if args.seed is None else args.seed
         if args.count < 1:
             raise UsageError(f"--count: {args.count} is not a positive number of cases")
         if args.target not in (None, "vllm"):

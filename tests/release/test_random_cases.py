@@ -97,6 +97,10 @@ def test_groups_name_both_outcomes_and_the_first_case():
 def test_command_line(capsys):
     assert main(["--era", ERA, "--count", "3", "--seed", "9"]) == 0
     assert json.loads(capsys.readouterr().out) == random_cases(ERA, 3, 9)
+    assert main(["--era", ERA]) == 0, "defaults: 200 cases of seed 1"
+    assert json.loads(capsys.readouterr().out) == random_cases(ERA, 200, 1)
+    assert main(["--era", ERA, "--trees"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1260
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -104,6 +108,8 @@ def test_command_line(capsys):
     (["--era", ERA, "--count", "0"], "--count: 0 is not a positive number of cases"),
     (["--era", ERA, "--target", "mine"], "--target: 'mine' is not a known target; accepted: vllm"),
     (["--count", "3"], "the following arguments are required: --era"),
+    (["--era", ERA, "--trees", "--count", "5"], "--count: --trees is a fixed list of cases; --count and --seed draw random ones"),
+    (["--era", ERA, "--trees", "--seed", "2"], "--seed: --trees is a fixed list of cases; --count and --seed draw random ones"),
 ])
 def test_bad_arguments_are_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2
