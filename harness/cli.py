@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
-from harness.errors import EXIT_USAGE, UsageError, unrecognized_argument
+from harness.errors import EXIT_USAGE, UsageError, choice_ignoring_case, did_you_mean, unrecognized_argument
 
 # Subcommand name -> module under harness.commands. Each module has register() and run().
 COMMANDS = {
@@ -34,7 +35,24 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # noqa: D102 - argparse hook
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{self.prog}: {with_suggestion(message)}")
+
+
+# argparse's words for a value outside `choices` (3.11 quotes each choice, 3.12 does not)
+_INVALID_CHOICE = re.compile(r"(?P<head>argument .+?: invalid choice: '(?P<value>.*)') \(choose from (?P<choices>.*)\)$")
+
+
+def with_suggestion(message: str) -> str:
+    """argparse's error message, where it names an invalid choice, with the choice it most resembles
+    ("invalid choice: 'explian'; did you mean explain? (choose from ...)")."""
+    match = _INVALID_CHOICE.match(message)
+    if not match:
+        return message
+    choices = [choice.strip().strip("'") for choice in match["choices"].split(",")]
+    close = did_you_mean(match["value"], choices)
+    if close is None:
+        return message
+    return f"{match['head']}; did you mean {close}? (choose from {', '.join(choices)})"
 
 
 def version() -> str:
@@ -73,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         if not argv:  # a bare `kvconform`: say what it can do
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        command_word = choice_ignoring_case(argv[0], tuple(COMMANDS))  # `kvconform Explain` is explain
+        if command_word is not None:
+            argv = [command_word, *argv[1:]]
         args, extra = parser.parse_known_args(argv)
         command = args.command
         if args.command is None and extra:

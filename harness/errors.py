@@ -33,3 +33,22 @@ def unrecognized_argument(prog: str, argument: str, options: tuple[str, ...], ot
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.75) if name.startswith("-") else []
     hint = f"did you mean {close[0]}?" if close else otherwise
     return f"{prog}: unrecognized argument {argument}; {hint}"
+
+
+def choice_ignoring_case(value: str, choices) -> str | None:
+    """`value` as one of `choices`: itself, else the one choice it equals ignoring case (`Cuda` is cuda);
+    None where neither (or where two choices differ only in case: that would be a guess)."""
+    if value in choices:
+        return value
+    same = [choice for choice in choices if choice.lower() == value.lower()]
+    return same[0] if len(same) == 1 else None
+
+
+def did_you_mean(value: str, choices, cutoff: float = 0.6) -> str | None:
+    """The one choice `value` most resembles, compared ignoring case (`cdua` -> cuda), or None; `cutoff` is
+    difflib's similarity ratio a suggestion needs."""
+    lowered: dict[str, list[str]] = {}
+    for choice in choices:
+        lowered.setdefault(choice.lower(), []).append(choice)
+    close = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=cutoff)
+    return lowered[close[0]][0] if close and len(lowered[close[0]]) == 1 else None

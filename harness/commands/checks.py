@@ -25,9 +25,9 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n")[0],
         epilog="exit status: 0 listed; 2 usage error\n\n"
                "Run them: pytest --pyargs suites.connector --kv-connector mypkg.mod:MyConnector (docs/vendor.md).")
-    parser.add_argument("--format", choices=("text", "md", "json"), default="text",
+    parser.add_argument("--format", choices=("text", "md", "json"), default="text", type=str.lower,
                         help="text (default), md (the table of docs/connector-checks.md) or json")
-    parser.add_argument("--tier", choices=TIERS, default=None, help="only the checks of this tier")
+    parser.add_argument("--tier", choices=TIERS, default=None, type=str.upper, help="only the checks of this tier")
     parser.set_defaults(run=run)
 
 

@@ -59,7 +59,7 @@ def register(subparsers) -> None:
                                    description=__doc__.split("\n\n")[0], epilog=EPILOG)
     parser.add_argument("base", metavar="BASE.json")
     parser.add_argument("head", metavar="HEAD.json")
-    parser.add_argument("--format", choices=FORMATS, default="text",
+    parser.add_argument("--format", choices=FORMATS, default="text", type=str.lower,
                         help="text (default), md, json or github (see below)")
     parser.add_argument("--all", dest="every_cell", action="store_true",
                         help="list every changed cell (and every cell of one run only) instead of one line per way "

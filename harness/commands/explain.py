@@ -5,11 +5,13 @@ from __future__ import annotations
 import difflib
 import json
 
-from harness.errors import UsageError
+from harness.errors import UsageError, choice_ignoring_case, did_you_mean
 from reference_impl.config import cases as C
-from reference_impl.config.eras import resolve_era
+from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, parse_version, resolve_era
+from reference_impl.config.errors import HMAConfigError
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.config.rules import RULES
+from reference_impl.config.vllm_cli import build_parser as vllm_parser, normalise
 from reference_impl.vocabulary import CASE_DEFAULTS, LAYER_KINDS, PLATFORM_CHOICES, STAGES
 
 # The stages explain can stop after: it parses the command line itself, so every stage after cli_parse.
@@ -17,6 +19,9 @@ _STAGES = STAGES[STAGES.index("cli_parse") + 1:]
 _STAGE_WORDS = f"{', '.join(_STAGES[:-1])} or {_STAGES[-1]}"
 
 HELP = "explain how a vLLM release resolves the HMA flag for a command line"
+
+# Without --vllm-version explain answers for the newest release it knows, and says so.
+NEWEST_RELEASE = ERAS[-1].representative
 
 # `--exit-code`: the outcome as an exit status, for scripts that gate on it (docs/reader.md, "explain").
 EXIT_HMA_ON, EXIT_HMA_OFF, EXIT_ERROR, EXIT_UNKNOWN = 0, 10, 11, 12
@@ -40,7 +45,9 @@ def register(subparsers) -> None:
                 f"{EXIT_ERROR} vLLM raises an error,\n{EXIT_UNKNOWN} the outcome cannot be known); 2 usage error"),
         allow_abbrev=False,
     )
-    parser.add_argument("--vllm-version", default="seed", help="X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33, v0.34); default seed")
+    parser.add_argument("--vllm-version", default=None,
+                        help=f"X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33, v0.34); default {NEWEST_RELEASE}, "
+                             "the newest release kvconform knows")
     platform = CASE_DEFAULTS["platform"]
     parser.add_argument("--platform", default=platform, help=f"one of {', '.join(PLATFORM_CHOICES)} (default {platform})")
     parser.add_argument("--attention-chunk-size", type=int, default=None, help="the model's chunked local attention size")
@@ -73,6 +80,60 @@ def check_misspelled(extra: list[str], own: tuple[str, ...]) -> None:
             raise UsageError(f"kvconform explain: unrecognized option {name}; did you mean {close[0]}?")
 
 
+def _choice(option: str, value: str, choices) -> str:
+    """An option's value as one of its choices, ignoring case where that is unambiguous; a near miss is
+    refused with the choice it resembles. Anything else is left to the case's own check, which lists what is
+    accepted."""
+    chosen = choice_ignoring_case(value, choices)
+    if chosen is not None:
+        return chosen
+    close = did_you_mean(value, choices)
+    if close is not None:
+        raise UsageError(f"kvconform explain: {option}: {value!r} is not accepted; did you mean {close}? "
+                         f"(accepted: {', '.join(choices)})")
+    return value
+
+
+def normalise_choices(args) -> None:
+    """--platform, --stage, --layers and --vllm-version read case-insensitively (`Cuda`, `V0.34`), with a
+    did-you-mean for a near miss (`cdua`, `seeed`)."""
+    args.platform = _choice("--platform", args.platform, PLATFORM_CHOICES)
+    args.stage = _choice("--stage", args.stage, _STAGES)
+    if args.layers:
+        args.layers = ",".join(_choice("--layers", kind, LAYER_KINDS) for kind in args.layers.split(","))
+    if args.vllm_version is not None:
+        try:
+            parse_version(args.vllm_version.lower())
+            args.vllm_version = args.vllm_version.lower()
+        except ValueError:
+            args.vllm_version = _choice("--vllm-version", args.vllm_version, tuple(dict.fromkeys([*PROFILES, *ERAS_BY_ID])))
+
+
+def refuse_unrecognized(parsed) -> None:
+    """An argument the release's `vllm serve` does not take is a usage error (one line, exit 2), not an
+    answer: it names the release explain used, and the releases that do take the option, or what explain
+    reads when no release does (explain models only the HMA-related flags)."""
+    try:
+        _, unknown = vllm_parser(parsed.era).parse_known_args(normalise(list(parsed.cli_args or ())))
+    except HMAConfigError:  # a value vLLM's parser refuses: that is vLLM's answer, the case reports it
+        return
+    if not unknown:
+        return
+    token = unknown[0]
+    name = token.split("=", 1)[0]
+    accepting = [era for era in ERAS if name in vllm_parser(era)._option_string_actions]
+    if accepting:
+        ranges = f"vLLM {accepting[0].representative} and later" if accepting[-1] is ERAS[-1] else \
+            f"vLLM {accepting[0].representative} to {accepting[-1].representative}"
+        raise UsageError(f"kvconform explain: vLLM {parsed.vllm_version} does not accept {name} (its `vllm serve` "
+                         f"exits 2: unrecognized arguments); {ranges} do; --vllm-version picks the release")
+    options = sorted({o for era in ERAS for o in vllm_parser(era)._option_string_actions if o.startswith("--")})
+    close = did_you_mean(name, options) if name.startswith("-") else None
+    hint = f"did you mean {close}?" if close else f"the vLLM flags it reads: {', '.join(options)}"
+    what = f"{name} is not a vLLM flag explain reads" if name.startswith("-") else f"unexpected argument {token!r}"
+    raise UsageError(f"kvconform explain: {what}; {hint}")
+
+
 def exit_code_of(result: dict) -> int:
     """The `--exit-code` status of an outcome."""
     if result["error"]:
@@ -87,7 +148,9 @@ def hints(parsed) -> list[str]:
     lines = []
     for name in C.unregistered_names(parsed.kv_transfer, parsed.era):
         registry = ", ".join(sorted(parsed.era.connectors()))
-        lines.append(f"hint: vLLM {parsed.vllm_version} registers no connector {name!r}; its registry: {registry}")
+        close = did_you_mean(name, sorted(parsed.era.connectors()), cutoff=0.85)  # FooConnector is no Mooncake one
+        meant = f"did you mean {close!r} (names are case-sensitive)? " if close else ""
+        lines.append(f"hint: vLLM {parsed.vllm_version} registers no connector {name!r}; {meant}its registry: {registry}")
         own = KVConnectorFactory.registered_names()
         if own:
             lines.append(f"hint: kvconform's reference engine also registers its own: {', '.join(own)}")
@@ -120,9 +183,10 @@ def build_case(args) -> dict:
 
 def describe(case: dict, result: dict, extra_lines: list[str] = ()) -> str:
     """Plain-words rendering of one outcome."""
-    era, version = resolve_era(case["vllm_version"])
+    era, version = resolve_era(case["vllm_version"] or NEWEST_RELEASE)
+    default = " (the newest release kvconform knows; --vllm-version picks another)" if case["vllm_version"] is None else ""
     lines = [
-        f"vLLM {version}: era {era.id} ({era.summary})",
+        f"vLLM {version}{default}: era {era.id} ({era.summary})",
         f"platform: {case['platform']}",
         f"vLLM flags: {' '.join(case['cli_args']) or '(none)'}",
         "",
@@ -159,21 +223,24 @@ def describe(case: dict, result: dict, extra_lines: list[str] = ()) -> str:
 def run(args) -> int:
     """Resolve the command line's case and print it."""
     check_misspelled(args.extra, args.own_options)
+    normalise_choices(args)
     case = build_case(args)
     try:
-        parsed = C.parse_case(case)
+        parsed = C.parse_case({**case, "vllm_version": case["vllm_version"] or NEWEST_RELEASE})
     except ValueError as exc:
         raise UsageError(f"kvconform explain: {exc}") from None
     if parsed.stage == "cli_parse":
         raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected {_STAGE_WORDS}")
+    refuse_unrecognized(parsed)
     result = C.run_case(parsed)
     if result["error"] and result["error"]["stage"] == "input":
         raise UsageError(f"kvconform explain: {result['error']['message']}")
     if args.json:
-        era, version = resolve_era(case["vllm_version"])
+        era, version = resolve_era(parsed.vllm_version)
         payload = {
             **result,
             "vllm_version": version,
+            "vllm_version_default": case["vllm_version"] is None,
             "era": era.id,
             "platform": parsed.platform,
             "stage": parsed.stage,

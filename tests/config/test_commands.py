@@ -57,10 +57,54 @@ def test_explain_env_and_tpu_unknown(capsys):
     assert code == 0 and "HMA enabled" in out and "warnings: none" in out
 
 
-def test_explain_rejected_spelling_is_explained(capsys):
-    code, out, _ = run(capsys, "explain", "--vllm-version", "0.13.0", "--enable-hybrid-kv-cache-manager")
+def test_explain_rejected_spelling_is_one_line_naming_the_releases_that_take_it(capsys):
+    """A flag the release's `vllm serve` does not take is a usage error (exit 2, one line), never an answer
+    with exit 0: it says which release explain used and from which release the flag exists."""
+    code, out, err = run(capsys, "explain", "--vllm-version", "0.13.0", "--enable-hybrid-kv-cache-manager")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith("kvconform explain: vLLM 0.13.0 does not accept --enable-hybrid-kv-cache-manager")
+    assert "vLLM 0.33.0 and later do" in err
+
+
+def test_explain_defaults_to_the_newest_release_and_says_so(capsys):
+    """Without --vllm-version: the newest era's release (0.34.0, where the README's --enable-... spelling
+    exists), named on the first line and in the JSON."""
+    code, out, _ = run(capsys, "explain", "--enable-hybrid-kv-cache-manager")
     assert code == 0
-    assert "SystemExit at stage cli_parse" in out and "unrecognized arguments: --enable-hybrid-kv-cache-manager" in out
+    assert out.splitlines()[0].startswith("vLLM 0.34.0 (the newest release kvconform knows; --vllm-version picks another)")
+    assert "result: HMA enabled" in out
+    code, out, _ = run(capsys, "explain", "--json")
+    payload = json.loads(out)
+    assert (payload["vllm_version"], payload["era"], payload["vllm_version_default"]) == ("0.34.0", "v0.34", True)
+    code, out, _ = run(capsys, "explain", "--json", "--vllm-version", "0.13.0")
+    assert json.loads(out)["vllm_version_default"] is False
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.13.0")
+    assert "newest release" not in out
+
+
+@pytest.mark.parametrize("argv, first_line", [
+    (["--platform", "ROCm", "--vllm-version", "0.33.0"], "vLLM 0.33.0: era v0.33"),
+    (["--vllm-version", "V0.34"], "vLLM 0.34.0: era v0.34"),
+    (["--vllm-version", "SEED"], "vLLM 0.13.0: era seed"),
+], ids=["platform", "version", "profile"])
+def test_explain_reads_choices_ignoring_case(capsys, argv, first_line):
+    code, out, _ = run(capsys, "explain", *argv)
+    assert code == 0 and out.startswith(first_line), out
+    assert "platform: rocm" in out or "--platform" not in argv
+
+
+def test_explain_stage_and_layers_ignore_case(capsys):
+    code, out, _ = run(capsys, "explain", "--stage", "KV_CACHE_GROUPS", "--layers", "Full,MAMBA")
+    assert code == 0 and "through stage kv_cache_groups" in out and "KV cache group: mamba" in out, out
+
+
+def test_explain_suggests_the_connector_name_vllm_registers(capsys):
+    """vLLM's registry is case-sensitive, so explain answers as vLLM does (unsupported) and the hint names
+    the registered spelling."""
+    ktc = '{"kv_connector": "nixlconnector", "kv_role": "kv_both"}'
+    code, out, _ = run(capsys, "explain", "--vllm-version", "0.34.0", "--kv-transfer-config", ktc)
+    assert code == 0 and "Unsupported connector type: nixlconnector" in out
+    assert "did you mean 'NixlConnector' (names are case-sensitive)?" in out
 
 
 def test_explain_every_release_in_range(capsys):
@@ -85,6 +129,16 @@ BAD_EXPLAIN = [
     (["--plat", "rocm"], "unrecognized option --plat; did you mean --platform?"),
     (["--vllm-versoin", "0.33.0"], "did you mean --vllm-version?"),
     (["--vllm-version", "latest"], "(pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14"),
+    (["--platform", "cdua"], "--platform: 'cdua' is not accepted; did you mean cuda?"),
+    (["--vllm-version", "seeed"], "--vllm-version: 'seeed' is not accepted; did you mean seed?"),
+    (["--stage", "confg"], "--stage: 'confg' is not accepted; did you mean config?"),
+    (["--layers", "full,mamaba"], "--layers: 'mamaba' is not accepted; did you mean mamba?"),
+    (["--vllm-version", "0.12.0", "--enable-hybrid-kv-cache-manager"],
+     "vLLM 0.12.0 does not accept --enable-hybrid-kv-cache-manager (its `vllm serve` exits 2: unrecognized arguments); "
+     "vLLM 0.33.0 and later do"),
+    (["--kv-transfer-confg", "{}"], "--kv-transfer-confg is not a vLLM flag explain reads; did you mean --kv-transfer-config?"),
+    (["--kv-connector", "NixlConnector"], "--kv-connector is not a vLLM flag explain reads; the vLLM flags it reads: "),
+    (["NixlConnector"], "unexpected argument 'NixlConnector'"),
 ]
 
 
@@ -200,6 +254,18 @@ def test_explain_layers_at_stage_config_says_not_evaluated(capsys):
 
 def test_unknown_subcommand_and_option(capsys):
     assert run(capsys, "frobnicate")[0] == 2
+    code, out, err = run(capsys, "explian")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "invalid choice: 'explian'; did you mean explain? (choose from explain, resolve" in err
+
+
+def test_subcommands_and_choices_ignore_case(capsys):
+    code, out, _ = run(capsys, "Explain", "--vllm-version", "0.33.0")
+    assert code == 0 and out.startswith("vLLM 0.33.0")
+    code, out, _ = run(capsys, "checks", "--tier", "must", "--format", "JSON")
+    assert code == 0 and {check["tier"] for check in json.loads(out)} == {"MUST"}
+    code, _, err = run(capsys, "checks", "--tier", "mst")
+    assert code == 2 and "invalid choice: 'MST'; did you mean MUST?" in err
     code, _, err = run(capsys, "resolve", "--cases", "-", "--bogus")
     assert code == 2 and "--bogus" in err and err.count("\n") == 1
 
