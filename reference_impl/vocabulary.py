@@ -193,6 +193,7 @@ MESSAGES: Mapping[str, str] = MappingProxyType({
     "E-KV-ROLE": "error",
     "E-TWO-ARG": "error",
     "E-HIDDEN-STATES-CHUNKED-PREFILL": "error",
+    "E-OFFLOAD-NO-SIZE": "error",
     "E-NO-LMCACHE": "error",
     "E-NO-MOONCAKE": "error",
     "E-UNSUPPORTED-CONNECTOR": "error",

@@ -44,6 +44,7 @@ _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile
     ("E-KV-ROLE", r"Please specify kv_role when kv_connector is set"),
     ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
     ("E-HIDDEN-STATES-CHUNKED-PREFILL", r"ExampleHiddenStatesConnector does not support chunked prefill"),
+    ("E-OFFLOAD-NO-SIZE", r"You must set kv_offloading_size when kv_offloading_backend is set"),
     ("E-NO-LMCACHE", r"No module named 'lmcache'"),
     ("E-NO-MOONCAKE", r"Please install mooncake"),
     ("E-UNSUPPORTED-CONNECTOR", r"Unsupported connector type: "),

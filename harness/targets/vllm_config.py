@@ -452,6 +452,9 @@ class VllmConfigTarget:
             value = getattr(namespace, name, None)
             if value is not None:
                 result[name] = value
+        for name in _OFFLOADING_FIELDS:
+            if hasattr(namespace, name):  # what EngineArgs hands CacheConfig, vLLM's own default included
+                result[name] = getattr(namespace, name)
         return result
 
     def _engine_parser(self):
@@ -485,7 +488,7 @@ class VllmConfigTarget:
             "scheduler_config": _construct(SchedulerConfig, disable_hybrid_kv_cache_manager=flag,
                                            max_model_len=_MAX_MODEL_LEN, is_encoder_decoder=False),
             "device_config": DeviceConfig("cpu"),
-            "cache_config": _construct(CacheConfig, **_offloading(case)),
+            "cache_config": _construct(CacheConfig, **_offloading(case, parsed)),
         }
         if model_config is not None:
             kwargs["model_config"] = model_config
@@ -631,12 +634,17 @@ def _as_config(class_name: str, value: Any):
     return cls(**value) if isinstance(value, dict) else value
 
 
-def _offloading(case: Case) -> dict:
+_OFFLOADING_FIELDS = ("kv_offloading_backend", "kv_offloading_size")
+
+
+def _offloading(case: Case, parsed: dict) -> dict:
+    """CacheConfig's offloading fields: the command line's (when the case gives one), else the case's; a value
+    left out is CacheConfig's own default."""
     values: dict[str, Any] = {}
-    if case.kv_offloading_backend is not None:
-        values["kv_offloading_backend"] = case.kv_offloading_backend
-    if case.kv_offloading_size is not None:
-        values["kv_offloading_size"] = case.kv_offloading_size
+    for name in _OFFLOADING_FIELDS:
+        value = parsed[name] if name in parsed else getattr(case, name)
+        if value is not None:
+            values[name] = value
     return values
 
 

@@ -146,6 +146,9 @@ class Era:
     eagle_methods: frozenset[str] = _BASE_EAGLE
     factory_check: str = FACTORY_NONE
     offloading_shortcut: str = OFFLOAD_ABSENT
+    # what triggers the kv-offloading shortcut: False, the backend (0.11.1 - 0.13.x: `kv_offloading_backend` has no
+    # default, and a backend without a size is E-OFFLOAD-NO-SIZE); True, the size (0.14.0+: the backend defaults to
+    # "native", so the size alone installs OffloadingConnector and a backend without a size does nothing)
     offloading_needs_size: bool = False
     offloading_connectors: Mapping[str, str] = field(default_factory=dict)
     simple_offload_env: bool = False
@@ -244,12 +247,19 @@ def _build_eras() -> tuple[Era, ...]:
         "tpu_inference's TpuPlatform); MoRIIOConnector registered",
         chunked_env_default="1",
         platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
+        # 0.14.0 config/cache.py:152-161 (kv_offloading_backend = "native", "KV offloading is only activated when
+        # kv_offloading_size is set") and config/vllm.py:501-503 (return when the size is None); 0.13.0 returns
+        # when the backend is None (config/vllm.py:477-487) and demands the size
+        offloading_needs_size=True,
     )
     # the rules of v0.14; only the registry grows (BUILTIN_CONNECTORS)
     v017 = _evolve(v014, "v0.17", (0, 17), "0.17.0", "ExampleHiddenStatesConnector registered (not SupportsHMA)")
     v018 = _evolve(v017, "v0.18", (0, 18), "0.18.0",
                    "NixlConnector is the first in-tree SupportsHMA connector (#35758); FlexKVConnectorV1 registered")
-    v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0", "SimpleCPUOffloadConnector gains SupportsHMA")
+    v019 = _evolve(v018, "v0.19", (0, 19), "0.19.0",
+                   "SimpleCPUOffloadConnector gains SupportsHMA; native kv offloading installs it under "
+                   "VLLM_USE_SIMPLE_KV_OFFLOAD=1",
+                   simple_offload_env=True)  # 0.19.0 config/vllm.py:659-664 (0.18.0's shortcut has no such branch)
     v020 = _evolve(
         v019, "v0.20", (0, 20), "0.20.0",
         "kv_events_config no longer disables HMA; MooncakeConnector gains SupportsHMA; module path before registry; "
@@ -270,7 +280,6 @@ def _build_eras() -> tuple[Era, ...]:
         "__name__); ExampleHiddenStatesConnector refuses chunked prefill at config",
         connector_rule=CONNECTOR_CLASS_CHECK,
         offloading_shortcut=OFFLOAD_BEFORE,
-        offloading_needs_size=True,
         hidden_states_refuses_chunked_prefill=True,  # 0.22.0 config/vllm.py:737-746 (0.21.0 has no such check)
     )
     # Read from vLLM 0.23.0's source (config/vllm.py, kv_connector/factory.py, platforms/__init__.py,
@@ -288,7 +297,6 @@ def _build_eras() -> tuple[Era, ...]:
         platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "tpu": None}),
         eagle_methods=_BASE_EAGLE | {"dflash"},
         offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheMPConnector"}),
-        simple_offload_env=True,
         module_path_first=True,
         deprecated_constructor_error=True,
     )

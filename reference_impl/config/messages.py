@@ -126,6 +126,9 @@ E_HIDDEN_STATES_CHUNKED_PREFILL = (
     "ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked prefill "
     "(--no-enable-chunked-prefill)."
 )
+#: vLLM 0.11.1 - 0.13.x config/vllm.py `_post_init_kv_transfer_config` (0.13.0: 484-487): the offloading backend
+#: is set (it triggers the shortcut in those releases) but kv_offloading_size is not.
+E_OFFLOAD_NO_SIZE = "You must set kv_offloading_size when kv_offloading_backend is set."
 E_TWO_ARG = (
     "Connector {connector} uses deprecated 2-argument constructor signature. External v1 KV connectors must "
     "accept kv_cache_config as the third constructor argument and pass it to super().__init__()."

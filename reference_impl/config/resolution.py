@@ -250,6 +250,10 @@ def _apply_offloading_shortcut(cfg: VllmConfig, res: Resolution, rule: str) -> N
     else:
         if cache.kv_offloading_backend is None:
             return
+        if cache.kv_offloading_size is None:
+            # 0.13.0 config/vllm.py:484-487 (0.11.1: 313-316): the backend alone triggers the shortcut, which
+            # then demands the size
+            res.fail(messages.E_OFFLOAD_NO_SIZE, "config", "offloading_size_missing")
         backend = cache.kv_offloading_backend
     name = era.offloading_connectors[backend]
     if era.simple_offload_env and backend == "native" and env_flag(cfg.runtime.env, "VLLM_USE_SIMPLE_KV_OFFLOAD", "0"):

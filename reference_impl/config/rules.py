@@ -29,6 +29,7 @@ RULES: dict[str, str] = {
     "multi_children_empty": "MultiConnector without children is not HMA-capable",
     "multi_child_constructed": "MultiConnector constructs its children in order: a MultiConnector child runs MultiConnector's own checks on its children",
     "offloading_shortcut_before": "--kv-offloading-* became a connector before the HMA decision",
+    "offloading_size_missing": "0.11.1-0.13: --kv-offloading-backend triggers the kv-offloading shortcut, which demands --kv-offloading-size",
     "offloading_shortcut_after": "--kv-offloading-* became a connector after the HMA decision (HMA resolved without it)",
     "hisparse_auto_enabled": "a HiSparseConnector (top level or direct MultiConnector child) switches HiSparse on",
     "hisparse_requires_cuda": "HiSparse needs NVIDIA CUDA; this check runs before the HMA decision",

@@ -279,6 +279,9 @@ class _Evaluation:
         triggered = backend is not None if offloading["trigger"] == "backend" else size is not None
         if not triggered:
             return connector
+        if size is None and offloading["backend_without_size"]:
+            self.note(f"{self.spec} 4: kv_offloading_backend {backend} without kv_offloading_size")
+            raise _Raised(offloading["backend_without_size"], "config")
         if backend == "lmcache":
             name = offloading["lmcache"]
         elif offloading["native_simple"] and _env_true(self.env(SIMPLE_OFFLOAD_ENV)):
@@ -471,8 +474,9 @@ class _Evaluation:
         ):
             self.note("0.34 config/vllm.py:2261: the EAGLE block drop's hash lookahead looks the connector up again")
             self.lookup(self.connector_at_block, "config")
+        # where the shortcut runs after the block it still runs at config (its own error surfaces there)
+        created = self.offloading_connector(user) if shortcut == "after" else self.connector_at_block
         if case.get("stage", "config") == "create_connector":
-            created = self.offloading_connector(user) if shortcut == "after" else self.connector_at_block
             if created is not None:
                 self.create_connector(created, hma_enabled=not resolved)
         return {"resolved_disable_hma": resolved, "warnings": list(self.warnings), "error": None, "unknown": None}
