@@ -1,0 +1,134 @@
+"""The config invariants on one release: the matrix's cells (and the reviewed defects' witnesses) against what
+every correct engine should do, compared with the reviewed vLLM defects.
+
+    python -m suites.config.invariants --era v0.14                  # the reference resolver at an era's rules
+    python -m suites.config.invariants --target vllm [--random 200]  # the installed vLLM (its own era's cells)
+
+Each invariant (`harness.invariants.config`, docs/invariants.md) is checked on every cell of the era's config
+matrix, optionally on `--random N` seeded random cases too (`random_cases.py`), and on each reviewed defect's
+witness. The result is one line per invariant: it holds, it is broken by known defects (their ids), or it
+differs from the reviewed data (a violation no defect explains, or a defect of this release that did not show).
+Exit status: 0 exactly the reviewed defects, 1 news, 2 bad arguments, 4 the target cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Any, Callable
+
+from harness.eras import ERA_IDS, ERA_RELEASES
+from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate
+from harness.invariants.defects import Verdict, judge, load_defects
+from reference_impl.config.eras import parse_version
+from suites.config.matrix import cells_for
+from suites.config.random_cases import random_cases
+
+
+def era_cases(era: str, random_count: int = 0, seed: int = 1) -> list[dict[str, Any]]:
+    """The matrix cells of `era` as cases, then `random_count` seeded random cases of it."""
+    cases = [cell.case() for cell in cells_for(era)]
+    return cases + (random_cases(era, random_count, seed) if random_count else [])
+
+
+def witness_violations(release: str, target: Callable[[dict], dict]) -> list[Violation]:
+    """The violations each reviewed defect's witness shows on `release` through `target` (the defect's own
+    invariants only)."""
+    found = []
+    resolve = target if isinstance(target, Memo) else Memo(target)
+    by_id = {inv.id: inv for inv in INVARIANTS}
+    for defect in load_defects():
+        case = defect.witness_case(release)
+        found.extend(check_case(case, resolve(case), resolve, [by_id[i] for i in defect.invariants]))
+    return found
+
+
+def violations_on(cases: list[dict], release: str, target: Callable[[dict], dict]) -> list[Violation]:
+    """Every violation of the invariants by `target` on `cases` and on the defects' witnesses."""
+    resolve = Memo(target)
+    return evaluate(cases, resolve) + witness_violations(release, resolve)
+
+
+def with_reference_rules(violations: list[Violation], reference: list[Violation]) -> list[Violation]:
+    """`violations` of another target, each carrying the rules of the reference resolver's violation of the same
+    invariant on the same case (the rules that tie a violation to its defect): a violation the reference does
+    not share keeps its own and no defect explains it."""
+    rules = {(v.invariant, v.case_id): v.rules for v in reference}
+    return [replace(v, rules=rules.get((v.invariant, v.case_id), v.rules)) for v in violations]
+
+
+def run(era: str, release: str, target: Callable[[dict], dict], random_count: int = 0,
+        seed: int = 1) -> tuple[list[Verdict], int]:
+    """(one verdict per invariant on `release`, how many cases were judged) through `target`."""
+    from reference_impl.config import resolve_case
+
+    cases = era_cases(era, random_count, seed)
+    violations = violations_on(cases, release, target)
+    if target is not resolve_case:
+        violations = with_reference_rules(violations, violations_on(cases, release, resolve_case))
+    return judge(violations, parse_version(release), [inv.id for inv in INVARIANTS]), len(cases)
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """One line: the invariant's id and what became of it."""
+    count = len(verdict.violations)
+    if verdict.news:
+        parts = []
+        if verdict.unexplained:
+            first = verdict.unexplained[0]
+            parts.append(f"{len(verdict.unexplained)} violation(s) no reviewed defect explains, first "
+                         f"{first.case_id}: {first.detail}")
+        for defect in verdict.silent:
+            parts.append(f"reviewed defect {defect.id} did not show")
+        return f"{verdict.invariant}: NEWS: " + "; ".join(parts)
+    if verdict.defects:
+        ids = ", ".join(defect.id for defect in verdict.defects)
+        return f"{verdict.invariant}: broken by known defect(s) {ids} ({count} violation(s))"
+    return f"{verdict.invariant}: holds"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring)."""
+    from harness.cli import _Parser
+    from harness.errors import EXIT_TARGET, UsageError
+
+    parser = _Parser(prog="python -m suites.config.invariants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--era", help=f"judge the reference resolver at this era's rules: {', '.join(ERA_IDS)}")
+    parser.add_argument("--target", help="judge this target instead: vllm (the installed vLLM, on its own era's cells)")
+    parser.add_argument("--random", type=int, default=0, metavar="N", help="also N seeded random cases of the era")
+    parser.add_argument("--seed", type=int, default=1, help="the random cases' seed (default 1)")
+    try:
+        args = parser.parse_args(argv)
+        if (args.era is None) == (args.target is None):
+            raise UsageError("python -m suites.config.invariants: give exactly one of --era ERA and --target vllm")
+        if args.era is not None and args.era not in ERA_IDS:
+            raise UsageError(f"--era: {args.era!r} is not an era id; accepted: {', '.join(ERA_IDS)}")
+        if args.target not in (None, "vllm"):
+            raise UsageError(f"--target: {args.target!r} is not a known target; accepted: vllm")
+        if args.random < 0:
+            raise UsageError(f"--random: {args.random} is not accepted; expected 0 or more cases")
+        if args.target == "vllm":
+            from harness.targets.vllm_config import load_target
+
+            target = load_target()
+            era, release, name = target.era, target.version, target.describe()
+        else:
+            from reference_impl.config import resolve_case
+
+            target, era, release = resolve_case, args.era, ERA_RELEASES[args.era]
+            name = f"the reference resolver, era {era}"
+    except UsageError as exc:
+        print(f"invariants: {exc}", file=sys.stderr)
+        return exc.exit_code if exc.exit_code != EXIT_TARGET else EXIT_TARGET
+    verdicts, judged = run(era, release, target, args.random, args.seed)
+    print(f"config invariants on {name} (release {release}): {judged} cases and {len(load_defects())} witnesses")
+    for verdict in verdicts:
+        print("  " + verdict_line(verdict))
+    news = [v for v in verdicts if v.news]
+    print(f"{len(news)} invariant(s) differ from the reviewed defects" if news
+          else "exactly the reviewed defects of this release")
+    return 1 if news else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The config invariants (`harness.invariants.config`) and the reviewed vLLM defects that break them.
+
+Per (invariant, era), the reference resolver at that era's rules runs over the era's whole config matrix (once per
+era and test session, shared by the xdist workers): an (invariant, era) a reviewed defect covers is a strict xfail
+(the defect disappearing is news, and so is a violation the defect does not explain), every other must hold. Each
+invariant can fail: a deliberately broken resolver (`tests/config_mutants.py`) trips it on a few cases where the
+reference holds it. Each defect's witness breaks its invariants on exactly the releases it covers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import UsageError
+from harness.eras import ERA_IDS
+from harness.invariants.config import INVARIANTS, INVARIANTS_BY_ID, Memo, Violation, check_case, evaluate
+from harness.invariants.defects import covering, era_start, load_defects
+from reference_impl.config import ERAS_BY_ID, resolve_case
+from reference_impl.vocabulary import CASE_DEFAULTS
+from suites.config.matrix import cells_for
+from tests import config_mutants as M
+from tests.once import once_per_session
+
+CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+
+
+def _era_violations(request, era: str) -> list[Violation]:
+    """Every violation of the reference at `era` on the era's matrix cells (computed once per session)."""
+    def produce(_folder):
+        found = evaluate([cell.case() for cell in cells_for(era)], Memo(resolve_case))
+        return [{"invariant": v.invariant, "case_id": v.case_id, "detail": v.detail, "rules": list(v.rules)} for v in found]
+
+    rows = once_per_session(request, f"config-invariants-{era}", produce)
+    return [Violation(row["invariant"], row["case_id"], row["detail"], tuple(row["rules"])) for row in rows]
+
+
+def test_there_are_at_least_twelve_invariants_each_with_an_id_and_one_sentence():
+    assert len(INVARIANTS) >= 12
+    for invariant in INVARIANTS:
+        assert invariant.id.startswith("INV-CFG-") and invariant.sentence.endswith(".")
+        assert invariant.sentence.count(". ") == 0, f"{invariant.id}: one sentence, not several"
+
+
+@pytest.mark.parametrize("era", ERA_IDS)
+@pytest.mark.parametrize("invariant", [inv.id for inv in INVARIANTS])
+def test_invariant_on_the_reference(invariant, era, request):
+    """An (invariant, era) holds on the era's matrix, or fails exactly as its reviewed defects say (strict xfail)."""
+    start = era_start(ERAS_BY_ID[era])
+    mine = [v for v in _era_violations(request, era) if v.invariant == invariant]
+    defects = covering(invariant, start)
+    if defects:
+        unexplained = [v for v in mine if not any(d.explains(v) for d in defects)]
+        assert not unexplained, (f"{len(unexplained)} violation(s) of {invariant} in {era} that no reviewed defect "
+                                 f"explains, first {unexplained[0].case_id}: {unexplained[0].detail}")
+        silent = [d.id for d in defects if mine and not any(d.explains(v) for v in mine)]
+        assert not silent, f"reviewed defect(s) {silent} no longer break {invariant} in {era}: news, review the data"
+        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(d.marker() for d in defects)))
+    assert not mine, (f"{invariant} ({INVARIANTS_BY_ID[invariant].sentence}) is violated in {era} on {len(mine)} "
+                      f"cell(s), first {mine[0].case_id}: {mine[0].detail}")
+
+
+@pytest.mark.parametrize("defect", load_defects(), ids=lambda d: d.id)
+def test_the_witness_breaks_its_invariants_on_exactly_the_covered_eras(defect):
+    resolve = Memo(resolve_case)
+    invariants = [INVARIANTS_BY_ID[i] for i in defect.invariants]
+    wrong = []
+    for era in ERA_IDS:
+        case = defect.witness_case(era)
+        shown = any(defect.explains(v) for v in check_case(case, resolve(case), resolve, invariants))
+        if shown != defect.covers_era(ERAS_BY_ID[era]):
+            wrong.append(f"{era}: {'violated' if shown else 'holds'}")
+    assert not wrong, f"{defect.id}'s witness disagrees with its releases ({defect.first_affected}..{defect.fixed_in}): {wrong}"
+
+
+def _case(era: str, **fields) -> dict:
+    return {**CASE_DEFAULTS, "id": f"mutant-{era}", "profile": era, "stage": "config", **fields}
+
+
+# invariant -> (a broken resolver, the resolver that holds it on the same cases, era, cases)
+_V033 = "v0.33"
+BROKEN: dict[str, tuple] = {
+    "INV-CFG-01": (M.absent_fails_for_connectors, resolve_case, _V033, [{"kv_connector": "NixlConnector", "stage": "create_connector"}]),
+    "INV-CFG-02": (M.absent_refuses_chunked, resolve_case, _V033, [{"attention_chunk_size": 8192, "env": {CHUNKED_ENV: "1"}}]),
+    "INV-CFG-03": (M.ignores_disable, resolve_case, _V033, [{"flag": True}]),
+    "INV-CFG-04": (M.ignores_enable, resolve_case, _V033, [{"flag": False}]),
+    # every release with an explicit enable breaks it (VLLM-CFG-04): the broken resolver is the reference itself
+    "INV-CFG-05": (resolve_case, M.names_the_cause, _V033, [{"flag": False, "attention_chunk_size": 8192, "env": {CHUNKED_ENV: "0"}}]),
+    "INV-CFG-06": (M.events_disable_hma, resolve_case, _V033, [{"kv_events": True}]),
+    "INV-CFG-07": (M.offloading_turns_hma_off, resolve_case, _V033, [{"kv_offloading_backend": "native", "kv_offloading_size": 4.0}]),
+    "INV-CFG-08": (M.connectors_disable_hma, resolve_case, _V033, [{"kv_connector": "NixlConnector"}]),
+    "INV-CFG-09": (M.factory_refuses_everything, resolve_case, _V033, [{"flag": False, "kv_connector": "NixlConnector"}]),
+    "INV-CFG-10": (M.connectors_never_disable, resolve_case, _V033, [{"kv_connector": "ExampleConnector"}]),
+    "INV-CFG-11": (M.ignores_platform, resolve_case, _V033, [{"platform": "unspecified"}]),
+    "INV-CFG-12": (M.role_matters, resolve_case, _V033, [{"kv_connector": "NixlConnector"}]),
+    "INV-CFG-13": (M.hints_a_missing_flag, resolve_case, "seed", [{"flag": False, "kv_events": True}]),
+    "INV-CFG-14": (M.silent_disable, resolve_case, _V033, [{"attention_chunk_size": 8192, "env": {CHUNKED_ENV: "0"}}]),
+    "INV-CFG-15": (M.warns_but_keeps_hma, resolve_case, _V033, [{"kv_connector": "NixlConnector"}]),
+    "INV-CFG-16": (M.creation_flips_the_decision, resolve_case, _V033, [{}]),
+    "INV-CFG-17": (M.ignores_the_env_opt_in, resolve_case, _V033, [{"attention_chunk_size": 8192, "env": {CHUNKED_ENV: "1"}}]),
+}
+
+
+def test_every_invariant_has_a_broken_resolver():
+    assert set(BROKEN) == set(INVARIANTS_BY_ID)
+
+
+@pytest.mark.parametrize("invariant", sorted(BROKEN))
+def test_a_broken_resolver_trips_the_invariant(invariant):
+    broken, holding, era, fields = BROKEN[invariant]
+    cases = [_case(era, **f) for f in fields]
+    tripped = [v for v in evaluate(cases, broken, [INVARIANTS_BY_ID[invariant]])]
+    assert tripped, f"{invariant}: {broken.__name__} breaks it on {fields}, yet the check found nothing"
+    held = evaluate(cases, holding, [INVARIANTS_BY_ID[invariant]])
+    assert not held, f"{invariant}: {holding.__name__} should hold it on the same cases: {held[0].detail}"
+
+
+def test_a_malformed_defect_is_one_line_naming_the_field(tmp_path):
+    path = tmp_path / "defects.toml"
+    path.write_text('[[defect]]\nid = "X"\ninvariants = ["INV-CFG-99"]\nsentence = "s"\nfirst_affected = "0.13.0"\n'
+                    'fixed_in = ""\nrules = []\nwitness = {}\nsource = []\nupstream = ""\n')
+    with pytest.raises(UsageError, match=r"defect 1: invariants: \['INV-CFG-99'\] not accepted"):
+        load_defects(path)
+    path.write_text(path.read_text().replace("INV-CFG-99", "INV-CFG-01").replace('"0.13.0"', '"0.15.0"'))
+    with pytest.raises(UsageError, match="first_affected: '0.15.0' is inside an era"):
+        load_defects(path)
