@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.release.allocator_findings import (AllocatorFinding, compare, load_findings, main, release_of)
+from harness.release.allocator_findings import (AllocatorDefect, AllocatorFinding, compare, defect_for_cell,
+                                                load_defects, load_findings, main, release_of)
 
 REPO = Path(__file__).resolve().parents[2]
 BUGGY = AllocatorFinding("suites/allocator/test_x.py::test_hit[full+swa]", ("0.13.0",), ("0.20.0",),
@@ -109,3 +110,56 @@ def test_the_report_marks_a_reviewed_finding_and_only_on_its_release():
     assert f"(reviewed vLLM bug: {finding.root}; upstream: {finding.upstream})" in item, item
     [item] = failing_items("99.0.0")
     assert "reviewed" not in item, f"a release the finding does not list gets no reviewed mark: {item}"
+
+
+# ------------------------------------------------------------------------------------ invariant defects
+DEFECT = AllocatorDefect("DEF-KV-99", "INV-KV-08", "tenants share hits", {"0.13.0": ("full",)}, ("0.31.0",),
+                         "0.31.0", "evidence", "vllm-project/vllm#1")
+CELL = "suites/allocator/test_invariants.py::test_invariant[INV-KV-08-full]"
+
+
+def test_an_expected_defect_cell_that_xfails_has_no_difference():
+    entries = _run("0.13.0", set()) + [{**_entry(CELL, "skipped", "0.13.0"), "message": "xfail: known vLLM defect"}]
+    assert compare(entries, [], [DEFECT]) == ("0.13.0", [])
+
+
+@pytest.mark.parametrize("status", ["failed", "passed"])
+def test_an_expected_defect_cell_that_passes_is_news(status):
+    # A strict xfail that passes is reported as failed by pytest ("[XPASS(strict)]").
+    _, lines = compare(_run("0.13.0", set()) + [_entry(CELL, status, "0.13.0")], [], [DEFECT])
+    assert lines == [f"known defect DEF-KV-99 did not fail on vLLM 0.13.0 ({status}): {CELL}"], lines
+
+
+def test_a_defect_does_not_excuse_its_cell_on_another_release_or_layout():
+    other = CELL.replace("-full]", "-full+swa]")
+    _, lines = compare(_run("0.31.0", {CELL}) + [_entry(other, "failed", "0.31.0")], [], [DEFECT])
+    assert sorted(lines) == sorted([f"unreviewed failure on vLLM 0.31.0: {CELL}",
+                                    f"unreviewed failure on vLLM 0.31.0: {other}"]), lines
+
+
+def test_the_xfail_reason_names_the_defect_and_its_fix():
+    assert DEFECT.describe() == "known vLLM defect DEF-KV-99 (INV-KV-08): tenants share hits (fixed in 0.31.0)"
+    assert defect_for_cell("INV-KV-08", "full", "0.13.0", [DEFECT]) is DEFECT
+    assert defect_for_cell("INV-KV-08", "full", "0.31.0", [DEFECT]) is None
+
+
+def test_a_malformed_defect_names_the_entry_and_the_accepted_fields(tmp_path):
+    path = tmp_path / "defects.toml"
+    path.write_text('[[defect]]\nid = "D"\nfailing = ["0.13.0"]\n')
+    with pytest.raises(UsageError, match=r"defect 1: missing \['invariant', 'sentence', 'passing', 'fixed_in', "
+                                         r"'evidence', 'upstream'\], unknown nothing"):
+        load_defects(path)
+
+
+@pytest.mark.parametrize("defect", load_defects(), ids=lambda d: d.id)
+def test_each_reviewed_defect_names_an_invariant_its_layouts_and_measured_releases(defect):
+    from suites.allocator.invariants import INVARIANTS, LAYOUTS
+
+    assert defect.invariant in INVARIANTS, f"{defect.id}: no invariant {defect.invariant}"
+    assert defect.failing and all(defect.failing.values()), f"{defect.id}: no failing cell"
+    unknown = {layout for layouts in defect.failing.values() for layout in layouts} - set(LAYOUTS)
+    assert not unknown, f"{defect.id}: layouts {sorted(unknown)} are not in LAYOUTS"
+    releases = [*defect.failing, *defect.passing] + ([defect.fixed_in] if defect.fixed_in else [])
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", r) for r in releases), f"{defect.id}: releases {releases}"
+    assert not set(defect.failing) & set(defect.passing) and defect.fixed_in not in defect.failing
+    assert defect.evidence.strip() and defect.upstream.strip() and defect.sentence.strip()
