@@ -41,6 +41,10 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "C34": ("MUST", "tp-rank-shards", "with TP=2 each rank stores and loads only its own shard"),
     "C35": ("SHOULD", "capacity-pressure", "a full backend degrades without wrong hits"),
     "C36": ("MUST", "determinism-across-processes", "store keys are identical across processes with different PYTHONHASHSEED"),
+    # Issue 31 item 3: the inputs real connector bugs live in (suites/connector/test_inputs.py).
+    "C37": ("MUST", "multiconnector-stores-every-child", "a cold request through MultiConnector reaches every child's store: each child, looked up on its own, hits what it hits alone"),
+    "C38": ("MUST", "lookup-at-local-hits", "asked at a local hit (0, a chunk boundary, inside a chunk), the connector offers the rest of what it stored, and the load reads right"),
+    "C39": ("MUST", "exact-multiple-reload", "a prompt whose length is an exact multiple of the block size stores as much as one token longer: a reload hits all of it"),
 }
 
 # Which optional backdoor each check uses, and how: every MUST check decides from observable behaviour; a
@@ -94,6 +98,7 @@ _BYTES_VS_STORE = "it judges loaded KV bytes against what was stored, and a {kin
 _FOR_DUMMY_AND_TRANSFER = {
     "C05": _HIT_VS_STORE, "C06": _HIT_VS_STORE, "C07": _HIT_VS_STORE, "C08": _HIT_VS_STORE,
     "C09": _HIT_VS_STORE, "C30": _HIT_VS_STORE, "C36": _HIT_VS_STORE, "C35": _HIT_VS_STORE,
+    "C37": _HIT_VS_STORE, "C38": _HIT_VS_STORE, "C39": _HIT_VS_STORE,
     "C10": _BYTES_VS_STORE, "C11": _BYTES_VS_STORE, "C14": _BYTES_VS_STORE, "C17": _BYTES_VS_STORE,
     "C18": _BYTES_VS_STORE, "C20": _BYTES_VS_STORE, "C24": _BYTES_VS_STORE, "C25": _BYTES_VS_STORE,
     "C26": _BYTES_VS_STORE, "C28": _BYTES_VS_STORE, "C34": _BYTES_VS_STORE,

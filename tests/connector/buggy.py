@@ -490,3 +490,39 @@ class MissingHooksConnector:
         self.role = role
 
 
+
+
+class AllocTableOnlyConnector(_OwnKeysConnector):
+    """Takes a new request's block table only from update_state_after_alloc, never from the scheduler output. Alone
+    it stores (the engine hands it the whole table there); inside a MultiConnector, which hands every child but the
+    one that loads an empty table, it stores nothing for a cold request: caught by C37
+    multiconnector-stores-every-child."""
+
+    def build_connector_meta(self, scheduler_output):
+        own = []
+        for new in scheduler_output.scheduled_new_reqs:
+            tracker = self._trackers.get(new.req_id)
+            table = tuple(list(tracker.block_ids.get(g, ())) for g in range(len(new.block_ids))) if tracker else ()
+            own.append(dataclasses.replace(new, block_ids=table or new.block_ids))
+        return super().build_connector_meta(dataclasses.replace(scheduler_output, scheduled_new_reqs=own))
+
+
+class LocalHitBlindConnector(_OwnKeysConnector):
+    """Answers a lookup with its whole hit whatever the local hit is (the tokens already computed counted twice):
+    caught by C38 lookup-at-local-hits."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        hit, load_async = super().get_num_new_matched_tokens(request, 0)
+        if hit is None or hit <= num_computed_tokens:
+            return (hit, load_async) if hit is None else (0, False)
+        self._lookups[request.request_id] = (num_computed_tokens, num_computed_tokens + hit)
+        return hit, load_async
+
+
+class LastPromptTokenUnstoredConnector(_OwnKeysConnector):
+    """Stores only chunks that end before the prompt's last token (as if that token were always recomputed), so a
+    prompt whose length is an exact multiple of the chunk loses its last chunk: caught by C39
+    exact-multiple-reload."""
+
+    def _save_ops(self, req_id, tracker, computed_end):
+        return super()._save_ops(req_id, tracker, min(computed_end, tracker.request.num_prompt_tokens - 1))

@@ -56,6 +56,10 @@ CAUGHT = [
     ("DtypeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
     ("TPSizeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
     ("AsyncEarlyReportConnector", "C20", "test_c20_loaded_groups_complete"),
+    # issue 31's inputs: a MultiConnector child, lookups beyond a local hit, an exact-multiple prompt
+    ("AllocTableOnlyConnector", "C37", "test_c37_multiconnector_stores_every_child"),
+    ("LocalHitBlindConnector", "C38", "test_c38_lookup_at_local_hits"),
+    ("LastPromptTokenUnstoredConnector", "C39", "test_c39_exact_multiple_reload"),
 ]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),

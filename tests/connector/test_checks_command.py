@@ -16,7 +16,7 @@ def suite_check_ids() -> set[str]:
     """The check ids the suite's tests are marked with (read from the test files, not the catalogue)."""
     found = set()
     for path in (REPO / "suites" / "connector").glob("test_*.py"):
-        found |= set(re.findall(r'kv_check\("(C\d+)"\)', path.read_text(encoding="utf-8")))
+        found |= set(re.findall(r'kv_check\("(C\d+)"', path.read_text(encoding="utf-8")))
     return found
 
 
@@ -24,7 +24,7 @@ def test_every_check_of_the_suite_is_listed_with_tier_and_link(capsys):
     assert main(["checks", "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     ids = {c["id"] for c in listed}
-    assert suite_check_ids() <= ids and len(ids) == 36
+    assert suite_check_ids() == ids, "every catalogue check is run by a test of the suite, and only those"
     assert {c["tier"] for c in listed} == {"MUST", "SHOULD"}
     doc = (REPO / "docs" / "connector-checks.md").read_text(encoding="utf-8")
     for check in listed:

@@ -1,0 +1,227 @@
+"""The inputs real connector bugs live in (issue 31 item 3): C37 multiconnector-stores-every-child, C38
+lookup-at-local-hits, C39 exact-multiple-reload.
+
+Each check decides from what an engine observes (hits, and the bytes the forward reads), and compares the
+connector with itself where no outside oracle knows the right hit: inside a MultiConnector it must store what it
+stores alone (C37); asked beyond a local hit it must offer the rest of what it offers at 0 (C38); a prompt of an
+exact multiple of the block size must store as much as one token more does (C39)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.kv_engine import VLLM_ENGINE
+from harness.targets.connector_profile import not_applicable
+from harness.targets.connector_target import ConnectorTarget
+from reference_impl.connector.factory import load_connector_class
+from reference_impl.connector.store import drop_shared_store
+from suites.connector.context import CheckContext, expect, expect_no_read_errors, prompt, read_marks, scenario
+
+PARTNER = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"  # the other child of C37's MultiConnector
+MULTI = "reference_impl.connector.multi:MultiConnector"
+
+
+def ask(connector, request, num_computed_tokens: int = 0) -> int:
+    """`connector`'s hit for an added, waiting `request` at the local hit `num_computed_tokens`, asked again
+    while it answers None (as vLLM's scheduler asks again next step), within `CheckContext.ASK_TIMEOUT_S`."""
+    deadline = time.monotonic() + CheckContext.ASK_TIMEOUT_S
+    n, _ = connector.get_num_new_matched_tokens(request, num_computed_tokens)
+    while n is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n, _ = connector.get_num_new_matched_tokens(request, num_computed_tokens)
+    return int(n or 0)
+
+
+def hit_of(engine, connector, tokens, num_computed_tokens: int = 0) -> int:
+    """`connector`'s (one of `engine`'s scheduler-side connectors) hit for a new request of `tokens`; the request is
+    then aborted, so every connector of the engine sees its finish."""
+    request = engine.add_request(engine.make_request(list(tokens)))
+    try:
+        return ask(connector, request, num_computed_tokens)
+    finally:
+        engine.abort_request(request.request_id)
+
+
+# ---- C37 ----------------------------------------------------------------------------------------------------
+def _vllm_multi_not_applicable(ctx: CheckContext) -> None:
+    if getattr(ctx.cls, "vllm_children", ()):
+        not_applicable("C37 looks each child up on its own, and the children of vLLM's MultiConnector take vLLM's "
+                       "request objects, which kvconform's adapter builds only for the connector it wraps: run each "
+                       "child as its own vllm:<Name> target (C37 then puts it into a MultiConnector beside "
+                       "LMCacheLikeConnector)")
+    if ctx.kv_engine == VLLM_ENGINE and getattr(ctx.cls, "vllm_name", None):
+        from suites.connector.vllm_engine import not_applicable_on_vllm
+
+        not_applicable_on_vllm("C37 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "
+                               "driven through kvconform's adapter, which takes kvconform's engine types, not the ones "
+                               "vLLM's scheduler hands the MultiConnector")
+
+
+class _Child:
+    """One child of C37's MultiConnector: its config (as MultiConnector takes it) and how to run it alone."""
+
+    def __init__(self, label: str, config: dict, alone: CheckContext, judged: bool):
+        self.label, self.config, self.alone, self.judged = label, config, alone, judged
+
+
+def _children(ctx: CheckContext, position: str) -> tuple[list[_Child], list[str]]:
+    """The children of the MultiConnector C37 runs, and the private stores to drop afterwards. The connector under
+    test with LMCacheLikeConnector (`position`: where the connector under test sits), or, when the connector under
+    test is kvconform's MultiConnector, its own children."""
+    extra = ctx.extra_config()
+    if ctx.cls.__module__ + ":" + ctx.cls.__name__ == MULTI:
+        children = []
+        for index, config in enumerate(extra["connectors"]):
+            cls = load_connector_class(config["kv_connector"], config.get("kv_connector_module_path"))
+            config = {"kv_connector": cls.__name__, "kv_connector_module_path": cls.__module__, "kv_role": "kv_both",
+                      "kv_connector_extra_config": dict(config.get("kv_connector_extra_config") or {})}
+            target = ConnectorTarget(f"child{index}", f"{cls.__module__}:{cls.__name__}", "check C37",
+                                     extra_config=config["kv_connector_extra_config"])
+            alone = CheckContext(target, ctx.preset, kv_engine=ctx.kv_engine)
+            alone.profile = ctx.profile
+            children.append(_Child(f"child {index} ({cls.__name__})", config, alone, ctx.judges_content))
+        return children, []
+    mine = _Child(f"the connector under test ({ctx.cls.__name__})",
+                  {"kv_connector": ctx.cls.__name__, "kv_connector_module_path": ctx.cls.__module__,
+                   "kv_role": "kv_both", "kv_connector_extra_config": extra}, ctx, ctx.judges_content)
+    partner_store = f"{ctx.store_name}-c37-partner"
+    module, _, name = PARTNER.partition(":")
+    partner_extra = {"store_name": partner_store}
+    target = ConnectorTarget("partner", PARTNER, "check C37", extra_config=partner_extra)
+    alone = CheckContext(target, ctx.preset, kv_engine=ctx.kv_engine)
+    partner = _Child(f"the other child ({name})", {"kv_connector": name, "kv_connector_module_path": module,
+                                                    "kv_role": "kv_both", "kv_connector_extra_config": partner_extra},
+                     alone, True)
+    return ([mine, partner] if position == "first" else [partner, mine]), [partner_store]
+
+
+@pytest.mark.kv_check("C37")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa"])
+@pytest.mark.parametrize("position", ["first", "second"])
+def test_c37_multiconnector_stores_every_child(ctx, preset, position):
+    """A cold request run through a MultiConnector reaches every child's store: afterwards each child, looked up
+    on its own, hits the prompt as far as it hits a prompt of the same length it stored alone, and the connector
+    under test, read back on its own, serves the oracle's bytes. vLLM's MultiConnector hands every child but the
+    one that loads an empty table in update_state_after_alloc, so a child that takes its table only from there
+    stores nothing. The connector under test sits first or second beside LMCacheLikeConnector; kvconform's own
+    MultiConnector is checked on its own children."""
+    _vllm_multi_not_applicable(ctx)
+    if position == "second" and ctx.cls.__module__ + ":" + ctx.cls.__name__ == MULTI:
+        not_applicable("a MultiConnector under test is checked on its own children, in their own order ('first')")
+    model = f"kvconform/{preset}/{ctx.store_name}/c37-{position}"
+    length = 700
+    children, stores = _children(ctx, position)
+    wrapper = None
+    try:
+        alone_hits = []
+        for index, child in enumerate(children):
+            engine = child.alone.engine(extra=child.config["kv_connector_extra_config"], model=model)
+            tokens = prompt(37_000 + 10 * index, length)
+            child.alone.run(engine, tokens)
+            alone_hits.append(hit_of(engine, engine.connector, tokens + [7]))
+            if child.judged:
+                expect(alone_hits[-1] > 0, f"scenario: {child.label}, alone, does not hit a {length}-token prompt "
+                                           "it stored")
+        multi = ConnectorTarget("MultiConnector", MULTI, "check C37",
+                                extra_config={"connectors": [c.config for c in children]})
+        wrapper = CheckContext(multi, preset, kv_engine=ctx.kv_engine)
+        wrapper.profile = ctx.profile  # the connector under test's kind decides what is judged
+        engine = wrapper.engine(extra={"connectors": [c.config for c in children]}, model=model)
+        cold = prompt(37_500, length)
+        wrapper.run(engine, cold)
+        expect_no_read_errors(engine, "a cold request through the MultiConnector")
+        instances = engine.connector.inner.connectors
+        for child, instance, alone_hit in zip(children, instances, alone_hits):
+            got = hit_of(engine, instance, cold + [7])
+            expect(got == alone_hit, f"{child.label} hit {got} tokens of a {length}-token prompt stored through the "
+                                     f"MultiConnector ({', '.join(c.label for c in children)}), looked up on its own; "
+                                     f"alone it hits {alone_hit} of a prompt of that length: the cold request's "
+                                     "stores did not reach it")
+        for child in children:
+            if child.judged and not child.alone.profile.engine_owned_store:
+                reader = child.alone.engine(extra=child.config["kv_connector_extra_config"], model=model)
+                since = read_marks(reader)
+                child.alone.wipe(reader)
+                child.alone.run(reader, cold + [11])
+                expect_no_read_errors(reader, f"{child.label} on its own, reloading what the MultiConnector stored",
+                                      since=since)
+    finally:
+        if wrapper is not None:
+            wrapper.close()
+        for child in children:
+            if child.alone is not ctx:
+                child.alone.close()
+        for store in stores:
+            drop_shared_store(store)
+
+
+# ---- C38 ----------------------------------------------------------------------------------------------------
+# Local hits C38 asks at: none, a connector-chunk boundary (256, LMCacheLikeConnector's chunk), and one inside a
+# chunk that is still a block boundary (vLLM asks at the local hit rounded down to its block).
+LOCAL_HITS = (0, 256, 112)
+
+
+@pytest.mark.kv_check("C38")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa+swa+mamba"])
+def test_c38_lookup_at_local_hits(ctx, preset):
+    """A 700-token prompt is stored; a reader asks the connector about it at several local hits k: each answer
+    must be the rest of what it offers at 0 (k + n == the hit at 0, n == 0 once k reaches it), neither the whole
+    hit again nor less. Then the engine itself has the first k tokens in its local prefix cache (computed with the
+    connector detached): the request's local plus external hit is the hit at 0, and what it loads reads right."""
+    engine = ctx.engine()
+    tokens = prompt(38_000 + len(preset), 700)
+    ctx.run(engine, tokens)
+    reader = ctx.reader(engine)
+    reload = tokens + [7]
+    full = hit_of(reader, reader.connector, reload)
+    expect(full > 0, "scenario: the connector does not hit a 700-token prompt it stored")
+    for k in LOCAL_HITS:
+        n = hit_of(reader, reader.connector, reload, k)
+        want = max(full - k, 0)
+        expect(n == want, f"asked about a stored 700-token prompt at a local hit of {k} tokens, the connector offered "
+                          f"{n} more; at 0 it offers {full}, so the rest is {want}"
+                          + (": it counted the local hit again" if n > want else ": it drops tokens it stored"))
+    for k in LOCAL_HITS[1:]:
+        ctx.wipe(reader)
+        with reader.connector_detached():
+            ctx.run(reader, tokens[:k] + [5], max_tokens=1)  # the local prefix cache now holds tokens[:k]
+        since = read_marks(reader)
+        request = ctx.run(reader, reload)
+        local, external = request.num_local_computed_tokens, request.num_external_computed_tokens
+        what = f"a reload of a stored 700-token prompt with a local hit of {local} tokens (the first {k} cached)"
+        expect(local + external == max(full, local),
+               f"{what} got {external} external tokens: local + external = {local + external}, the hit at 0 is "
+               f"{full}{scenario('the engine asked at its own local hit')}")
+        expect_no_read_errors(reader, what, since=since)
+
+
+# ---- C39 ----------------------------------------------------------------------------------------------------
+# Prompt lengths that are exact multiples of the block size (16): of the chunk and Mamba block too (512), of the
+# block only (272).
+EXACT_LENGTHS = (512, 272)
+
+
+@pytest.mark.kv_check("C39")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa+mamba_align"])
+def test_c39_exact_multiple_reload(ctx, preset):
+    """A prompt of exactly L tokens (L a multiple of the block size) and another of L + 1 are stored; a reload of
+    each, three tokens longer, must hit as much: the L-token prompt's last full block was computed in its prefill
+    like every other (the classic off-by-one stores only what ends before the last prompt token). The L-token
+    prompt then reloads with the oracle's bytes."""
+    engine = ctx.engine()
+    for length in EXACT_LENGTHS:
+        exact = prompt(39_000 + length, length)
+        longer = prompt(39_500 + length, length + 1)
+        ctx.run(engine, exact, max_tokens=2)
+        ctx.run(engine, longer, max_tokens=2)
+        reader = ctx.reader(engine)
+        got = hit_of(reader, reader.connector, exact + [5, 6, 7])
+        want = hit_of(reader, reader.connector, longer + [5, 6])
+        expect(want > 0, f"scenario: the connector does not hit a stored {length + 1}-token prompt")
+        expect(got == want, f"a reload of a stored {length}-token prompt (an exact multiple of the block size) hit "
+                            f"{got} tokens; of a stored {length + 1}-token prompt, {want}: "
+                            + ("the last full block of the exact-multiple prompt was not stored" if got < want
+                               else "it offers more than one token more stores"))
+        ctx.expect_reload_correct([exact], f"reloading a stored {length}-token prompt", stored_on=engine)
