@@ -23,6 +23,9 @@ SUITE = "connector"
 NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:", "n/a on ")
 # Checks that exercise a multi-group model whatever their preset cell says (suites.connector.catalogue).
 MULTI_GROUP_CHECK_IDS = ("C01", "C33")
+# Checks that read what the class declares (C01: SupportsHMA, the finish hook, the constructor) rather than
+# exercise multi-group behaviour: an HMA verdict of ✅ needs multi-group checks beyond these to have run.
+DECLARATION_CHECK_IDS = ("C01",)
 _EVIDENCE_LIMIT = 300
 
 
@@ -96,7 +99,9 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
                             if (e.get("cell") or {}).get("tier") != "MUST"}, key=_natural_key)
     declares = declares_hma(entries)
-    ran = [e for e in multi if e["status"] in ("passed", "failed")]
+    # A declaration check (C01 reads the class) runs on a multi-group model but exercises no multi-group
+    # behaviour: a ✅ rests on the checks that did.
+    ran = [e for e in multi if e["status"] in ("passed", "failed") and _check_id(e) not in DECLARATION_CHECK_IDS]
     if not declares:
         return (f"➖ {connector} does not declare `SupportsHMA`; its multi-group checks were not run, "
                 "so it must pass them before it declares it.")
@@ -106,16 +111,37 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     refused = sorted({e.get("message") or "" for e in multi if _is_not_applicable(e)
                       and MULTI_GROUP_REFUSAL in (e.get("message") or "")})
     if refused and not ran:
-        return f"➖ {connector} {refused[0].removeprefix('N/A: ')}; no multi-group check applies."
+        reason = refused[0].removeprefix("N/A: ").replace("declares SupportsHMA, ", "", 1)
+        return f"➖ {connector} declares `SupportsHMA`, not exercised: it {reason}; no multi-group check applies."
     if not ran:
-        return f"❔ {connector} declares `SupportsHMA`, but no multi-group check ran, so whether it may is unknown."
+        return (f"❔ {connector} declares `SupportsHMA`, not exercised: {_not_exercised(multi)}, so whether it may "
+                "is unknown.")
     if shared:
         return (f"❔ {connector} declares `SupportsHMA`, but the multi-group checks it fails fail on single-group "
                 f"models too ({shared[0].removeprefix('Failed: ')}), so whether it may is unknown until that is "
                 "fixed.")
-    suffix = f" (SHOULD checks failing: {', '.join(failed_should)})" if failed_should else ""
+    suffix = f"; SHOULD checks failing: {', '.join(failed_should)}" if failed_should else ""
+    checks = {_check_id(e) for e in ran}
     return (f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check that applies on every "
-            f"multi-group preset{suffix}.")
+            f"multi-group preset ({len(ran)} multi-group cell{'s' if len(ran) != 1 else ''} of {len(checks)} "
+            f"check{'s' if len(checks) != 1 else ''} ran{suffix}).")
+
+
+def _check_id(entry: dict[str, Any]) -> str:
+    return str((entry.get("cell") or {}).get("check", "")).split(" ")[0]
+
+
+def _not_exercised(multi: list[dict[str, Any]]) -> str:
+    """Why no multi-group check exercised the connector: what ran (a declaration check only) and the most common
+    reason the others were skipped."""
+    declared = sorted({_check_id(e) for e in multi if e["status"] in ("passed", "failed")})
+    why = "only the declaration check " + ", ".join(declared) + " ran on a multi-group model" if declared \
+        else "no multi-group check ran"
+    reasons = [" ".join((e.get("message") or "").split()) for e in multi if e["status"] == "skipped" and e.get("message")]
+    if reasons:
+        reason, count = max(((r, reasons.count(r)) for r in set(reasons)), key=lambda rc: (rc[1], rc[0]))
+        why += f" ({count} of {len(reasons)} skipped: {reason})"
+    return why
 
 
 def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:

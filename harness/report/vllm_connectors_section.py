@@ -18,6 +18,7 @@ from typing import Any
 from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _natural_key, check_cell, declares_hma, hma_verdict
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
+from harness.targets.vllm_connector_facts import is_example
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
 # Skip reasons that hold for every check of a connector (harness.targets.vllm_connector_facts.missing_requirement).
@@ -73,24 +74,41 @@ def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
                   "➖ not applicable (e.g. multi-group presets of a connector without `SupportsHMA`) · "
                   "❔ not run (footnote: why)."),
     ]
-    if ran:
-        rows = []
-        for check in sorted(checks, key=_natural_key):
-            tier, description = checks[check]
-            rows.append([check, tier, description] + [
-                check_cell(grouped[(check, c)], check) if (check, c) in grouped
-                else Cell("❔", "unknown", (f"{check} was not run for {c}",))
-                for c in ran])
-        blocks.append(Table(headers=["check", "tier", "description"] + ran, rows=rows,
-                            column_filters=[{}, {}, {}] + [{"connector": c} for c in ran], search=True))
+    deployed = [c for c in ran if not is_example(c)]
+    examples = [c for c in ran if is_example(c)]
+    if deployed:
+        blocks += _connector_table(deployed, checks, grouped)
         blocks.append(Heading(3, f"SupportsHMA in vLLM {version}'s connectors: declared, and backed?"))
-        blocks.append(BulletList([hma_verdict(c, by_connector[c]) for c in ran]))
+        blocks.append(BulletList([hma_verdict(c, by_connector[c]) for c in deployed]))
+    if examples:
+        blocks.append(Heading(3, f"vLLM {version}'s example connectors"))
+        blocks.append(Paragraph("Reference code and a benchmark stub vLLM ships to show the connector API, and a "
+                                "MultiConnector with one as a child: not connectors people deploy, so they stand "
+                                "apart (`harness.targets.vllm_connector_facts.EXAMPLE_CONNECTORS`)."))
+        blocks += _connector_table(examples, checks, grouped)
+        blocks.append(BulletList([hma_verdict(c, by_connector[c]) for c in examples]))
     if unavailable:
         blocks.append(Heading(3, f"vLLM {version}'s connectors the suite could not check here"))
         blocks.append(BulletList([
             f"{c} ({'declares' if declares_hma(by_connector[c]) else 'does not declare'} `SupportsHMA`): "
             f"{unavailable[c]}" for c in sorted(unavailable, key=str.lower)]))
     return Section(f"vllm-connectors-{version}", blocks)
+
+
+def _connector_table(connectors: list[str], checks: dict[str, tuple[str, str]],
+                     grouped: dict[tuple[str, str], list]) -> list:
+    """The check x connector table of `connectors` (only the checks any of them ran)."""
+    rows = []
+    for check in sorted(checks, key=_natural_key):
+        if not any((check, c) in grouped for c in connectors):
+            continue
+        tier, description = checks[check]
+        rows.append([check, tier, description] + [
+            check_cell(grouped[(check, c)], check) if (check, c) in grouped
+            else Cell("❔", "unknown", (f"{check} was not run for {c}",))
+            for c in connectors])
+    return [Table(headers=["check", "tier", "description"] + connectors, rows=rows,
+                  column_filters=[{}, {}, {}] + [{"connector": c} for c in connectors], search=True)]
 
 
 def vllm_connector_sections(entries: list[dict[str, Any]]) -> list[Section]:

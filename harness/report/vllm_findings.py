@@ -22,6 +22,7 @@ from harness.failure_groups import cause_key, split_check
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
 from harness.results_model import load_results
 from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_connector_of
+from harness.targets.vllm_connector_facts import is_example
 
 
 @dataclass(frozen=True)
@@ -264,34 +265,25 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
         old = [e for e in before if vllm_connector_of(e) is not None and e["status"] in ("failed", "error")]
         lines.append(f"Before (the same step with the suite before issue 19): {len(old)} failing cells in "
                      f"{len({_what(e) for e in old})} groups of identical first lines (the previous grouping).")
-    lines += ["", "| connector | `SupportsHMA` | profile | passed | failed | N/A | inconclusive | not run | wall time (s) | HMA verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for connector, items in ran.items():
-        counts = Counter(_status(e) for e in items)
-        wall = sum(float(e.get("duration") or 0) for e in items)
-        verdict = hma_verdict(connector, items).split(" ", 1)[0]
-        lines.append(f"| {connector} | {'yes' if declares_hma(items) else 'no'} | {_profile(items)} | "
-                     f"{counts['passed']} | {counts['failed'] + counts['error']} | {counts['n/a']} | "
-                     f"{counts['inconclusive']} | {counts['not run']} | {wall:.1f} | {verdict} |")
-    lines += ["", "HMA verdicts (multi-group behaviour only):", ""]
-    lines += [f"* {hma_verdict(c, items)}" for c, items in ran.items()]
+    for title, blurb, connectors in _blocks(ran):
+        lines += ["", f"### {title}", "", blurb, "",
+                  "| connector | `SupportsHMA` | profile | passed | failed | N/A | inconclusive | not run | wall time (s) | HMA verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for connector in connectors:
+            items = ran[connector]
+            counts = Counter(_status(e) for e in items)
+            wall = sum(float(e.get("duration") or 0) for e in items)
+            verdict = hma_verdict(connector, items).split(" ", 1)[0]
+            lines.append(f"| {connector} | {'yes' if declares_hma(items) else 'no'} | {_profile(items)} | "
+                         f"{counts['passed']} | {counts['failed'] + counts['error']} | {counts['n/a']} | "
+                         f"{counts['inconclusive']} | {counts['not run']} | {wall:.1f} | {verdict} |")
+        lines += ["", "HMA verdicts (multi-group behaviour only):", ""]
+        lines += [f"* {hma_verdict(c, ran[c])}" for c in connectors]
     lines += ["", "## Findings", ""]
-    for connector, found in findings.items():
-        lines += [f"### {connector}", ""]
-        if not found:
-            lines += ["No failing check.", ""]
-            continue
-        for finding in found:
-            known = finding.known
-            head = f"**{known.root}** ({known.verdict})" if known else "**unclassified** (no reviewed entry matches)"
-            if known and connector.startswith("MultiConnector[") and known.connector != "MultiConnector":
-                head += f", in its {known.connector} child"
-            lines.append(f"* {head}: {finding.count} cell{'s' if finding.count != 1 else ''} "
-                         f"({', '.join(finding.checks)}), e.g. `{_short(finding.example)}`.")
-            if known:
-                upstream = known.upstream or ("no issue found" if known.verdict == "connector bug" else "")
-                lines.append(f"  {known.why[0].upper() + known.why[1:]}." + (f" Upstream: {upstream}." if upstream else ""))
-        lines.append("")
+    for title, _, connectors in _blocks(ran):
+        lines += [f"### {title}", ""]
+        for connector in connectors:
+            lines += [f"#### {connector}", ""] + _finding_lines(connector, findings[connector])
     lines += ["## Checks that do not apply (N/A)", ""]
     for connector, items in ran.items():
         reasons: dict[str, set[str]] = defaultdict(set)
@@ -308,6 +300,38 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
     lines += ["", "## Connectors the suite could not run here", ""]
     lines += [f"* {c}: {r}" for c, r in unavailable.items()]
     return "\n".join(lines) + "\n"
+
+
+DEPLOYED_BLOCK = ("Connectors people deploy", "vLLM's storing, offloading and transfer connectors, and LMCache's.")
+EXAMPLE_BLOCK = ("vLLM's example connectors", "Reference code and a benchmark stub vLLM ships to show the connector "
+                 "API (`harness.targets.vllm_connector_facts.EXAMPLE_CONNECTORS`), and a MultiConnector with one as a "
+                 "child (kvconform's default pairing): not connectors people deploy, so their findings stand apart.")
+
+
+def _blocks(ran: dict[str, list[dict]]) -> list[tuple[str, str, list[str]]]:
+    """(title, blurb, connectors) of the connectors people deploy, then of vLLM's example connectors; a block
+    with no connector is left out."""
+    deployed = [c for c in ran if not is_example(c)]
+    examples = [c for c in ran if is_example(c)]
+    return [(*block, names) for block, names in ((DEPLOYED_BLOCK, deployed), (EXAMPLE_BLOCK, examples)) if names]
+
+
+def _finding_lines(connector: str, found: list["Finding"]) -> list[str]:
+    """The Markdown lines of one connector's findings."""
+    if not found:
+        return ["No failing check.", ""]
+    lines = []
+    for finding in found:
+        known = finding.known
+        head = f"**{known.root}** ({known.verdict})" if known else "**unclassified** (no reviewed entry matches)"
+        if known and connector.startswith("MultiConnector[") and known.connector != "MultiConnector":
+            head += f", in its {known.connector} child"
+        lines.append(f"* {head}: {finding.count} cell{'s' if finding.count != 1 else ''} "
+                     f"({', '.join(finding.checks)}), e.g. `{_short(finding.example)}`.")
+        if known:
+            upstream = known.upstream or ("no issue found" if known.verdict == "connector bug" else "")
+            lines.append(f"  {known.why[0].upper() + known.why[1:]}." + (f" Upstream: {upstream}." if upstream else ""))
+    return lines + [""]
 
 
 @dataclass

@@ -44,6 +44,21 @@ STORE_SCOPES: dict[str, str] = {
     "SimpleCPUOffloadConnector": "engine",
 }
 
+# vLLM's example connectors: reference code and a benchmark stub that vLLM ships to show the API, not connectors
+# people deploy (reviewed data: ExampleConnector's docstring calls it an example, ExampleHiddenStatesConnector is
+# its hidden-states twin, DecodeBenchConnector fills dummy KV for decode benchmarks). Reports list them, and a
+# MultiConnector with one of them as a child (kvconform's default pairing, a composition nobody deploys), in a
+# block of their own, apart from the connectors people deploy.
+EXAMPLE_CONNECTORS = ("ExampleConnector", "ExampleHiddenStatesConnector", "DecodeBenchConnector")
+
+
+def is_example(name: str) -> bool:
+    """Whether the report name `name` ("ExampleConnector", "MultiConnector[ExampleConnector,OffloadingConnector]")
+    is one of vLLM's example connectors or a MultiConnector with one as a child."""
+    match = _MULTI.match(name)
+    names = match.group("children").split(",") if match else [name]
+    return any(n in EXAMPLE_CONNECTORS for n in names)
+
 
 @dataclass(frozen=True)
 class Requirement:

@@ -284,7 +284,7 @@ def test_connector_hma_verdicts():
     assert ("- ➖ ExampleNonHMA does not declare `SupportsHMA`; its multi-group checks were not run, so it must "
             "pass them before it declares it.") in md
     assert ("- ✅ GoodHMA declares `SupportsHMA` and may: it passes every MUST check that applies on every "
-            "multi-group preset (SHOULD checks failing: C10).") in md
+            "multi-group preset (3 multi-group cells of 3 checks ran; SHOULD checks failing: C10).") in md
     assert ("- ❌ LMCacheLike declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) "
             "C02.") in md
 
@@ -295,7 +295,8 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
 @pytest.mark.parametrize(("cells", "expected"), [
     # (check, preset, status, message) of a connector that declares SupportsHMA
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "passed", None)],
-     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset "
+     "(1 multi-group cell of 1 check ran)."),
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "failed", None)],
      "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C02."),
     # C01 exercises a two-group model whatever its preset cell says
@@ -303,7 +304,8 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
      "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C01."),
     # a single-group failure is a finding of its own, not evidence about HMA
     ([("C01", "-", "passed", None), ("C02", "fa_only", "failed", None), ("C02", "fa+swa", "passed", None)],
-     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset "
+     "(1 multi-group cell of 1 check ran)."),
     # a cause that fails single-group models too (a crash on every step) says nothing about HMA ...
     ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x' (request 12)"),
       ("C14", "fa+swa", "failed", "C14 [fa+swa]: hook raised AttributeError: no field 'x' (request 345)")],
@@ -313,14 +315,28 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
     ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x'"),
       ("C14", "fa+swa", "failed", "C14 [fa+swa]: block 3 of group 1 differs")],
      "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C14."),
-    # a harness error is no evidence about the connector
+    # a harness error is no evidence about the connector: beside a passing multi-group check ...
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "error", None), ("C03", "fa+swa", "passed", None)],
+     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset "
+     "(1 multi-group cell of 1 check ran)."),
+    # ... and alone it exercised nothing: the declaration check C01 reads the class, not multi-group behaviour
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "error", None)],
-     "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset."),
+     "❔ Vendor declares `SupportsHMA`, not exercised: only the declaration check C01 ran on a multi-group model, "
+     "so whether it may is unknown."),
+    # issue 31: LMCacheMPConnector's ✅ on 0.33.0 rested on C01 alone, every other multi-group check N/A
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "skipped", "N/A on 0.33.0: no failed_recving"),
+      ("C14", "fa+swa", "skipped", "N/A on 0.33.0: no failed_recving"), ("C02", "fa_only", "passed", None)],
+     "❔ Vendor declares `SupportsHMA`, not exercised: only the declaration check C01 ran on a multi-group model "
+     "(2 of 2 skipped: N/A on 0.33.0: no failed_recving), so whether it may is unknown."),
     ([("C01", "-", "skipped", "cannot run here: no GPU"), ("C02", "fa+swa", "skipped", "cannot run here: no GPU")],
-     "❔ Vendor declares `SupportsHMA`, but no multi-group check ran, so whether it may is unknown."),
+     "❔ Vendor declares `SupportsHMA`, not exercised: no multi-group check ran (2 of 2 skipped: cannot run here: "
+     "no GPU), so whether it may is unknown."),
     ([("C01", "-", "skipped", REFUSED), ("C02", "fa+swa", "skipped", REFUSED), ("C02", "fa_only", "passed", None)],
-     "➖ Vendor declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode; "
-     "no multi-group check applies."),
+     "➖ Vendor declares `SupportsHMA`, not exercised: it refuses multi-group models on this configuration: "
+     "engine-driven mode; no multi-group check applies."),
+    ([("C01", "-", "passed", None), ("C02", "fa+swa", "skipped", REFUSED), ("C02", "fa_only", "passed", None)],
+     "➖ Vendor declares `SupportsHMA`, not exercised: it refuses multi-group models on this configuration: "
+     "engine-driven mode; no multi-group check applies."),
 ])
 def test_hma_verdict_of_a_declaring_connector(cells, expected):
     entries = [connector_entry("Vendor", check, "MUST", preset, status=status, message=message)

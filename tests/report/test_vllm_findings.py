@@ -129,3 +129,38 @@ def test_vllm_030s_offloading_construction_assert_is_classified_on_the_scratch_p
     assert known is not None and known.verdict == "connector bug" and "offloading/config.py:36-38" in known.why
     assert classify("OffloadingConnector", "C04", "AssertionError", "fa_only") is None
     assert classify("SimpleCPUOffloadConnector", "C04", "AssertionError", "scratch_group") is None
+
+
+def test_example_connectors_are_reported_in_their_own_block():
+    """vLLM's example connectors (ExampleConnector, DecodeBenchConnector) and a MultiConnector with one as a child
+    stand apart from the connectors people deploy: in the summary, the HMA verdicts and the findings (issue 31)."""
+    page = findings_markdown(ENTRIES + [
+        entry("OffloadingConnector", "C14 round-trip-bytes", "passed", preset="fa+swa"),
+        entry("MultiConnector[ExampleConnector,OffloadingConnector]", "C14 round-trip-bytes", "passed")])
+    summary, findings = page.split("## Findings", 1)
+    deployed, examples = summary.split("### vLLM's example connectors", 1)
+    assert "### Connectors people deploy" in deployed and "| OffloadingConnector | yes |" in deployed
+    assert "ExampleConnector" not in deployed and "DecodeBenchConnector" not in deployed
+    assert "| ExampleConnector | no |" in examples and "| DecodeBenchConnector | yes |" in examples
+    assert "| MultiConnector[ExampleConnector,OffloadingConnector] |" in examples
+    assert "* ✅ OffloadingConnector declares `SupportsHMA` and may" in deployed
+    assert "* ➖ ExampleConnector does not declare `SupportsHMA`" in examples
+    mine, theirs = findings.split("### vLLM's example connectors", 1)
+    assert "#### OffloadingConnector" in mine and "#### ExampleConnector" in theirs and "#### ExampleConnector" not in mine
+
+
+def test_vllm_report_section_puts_example_connectors_apart():
+    """The report's per-release section: a table and verdicts for the connectors people deploy, then vLLM's
+    example connectors under a heading of their own, with their own table and verdicts."""
+    from harness.report.model import BulletList, Heading, Table
+    from harness.report.vllm_connectors_section import vllm_connector_sections
+
+    sections = vllm_connector_sections(ENTRIES + [entry("OffloadingConnector", "C14 round-trip-bytes", "passed",
+                                                        preset="fa+swa")])
+    blocks = sections[0].blocks
+    apart = next(i for i, b in enumerate(blocks) if isinstance(b, Heading) and "example connectors" in b.text)
+    tables = [(i, b.headers[3:]) for i, b in enumerate(blocks) if isinstance(b, Table)]
+    assert [cols for i, cols in tables if i < apart] == [["OffloadingConnector"]]
+    assert [cols for i, cols in tables if i > apart] == [["DecodeBenchConnector", "ExampleConnector"]]
+    verdicts = [(i, b.items) for i, b in enumerate(blocks) if isinstance(b, BulletList)]
+    assert all("Example" not in v and "DecodeBench" not in v for i, items in verdicts if i < apart for v in items)
