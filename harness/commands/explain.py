@@ -6,6 +6,7 @@ import difflib
 import json
 
 from harness.errors import UsageError, choice_ignoring_case, did_you_mean
+from harness.invariants.defects import defects_of
 from reference_impl.config import cases as C
 from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, parse_version, resolve_era
 from reference_impl.config.errors import HMAConfigError
@@ -181,8 +182,9 @@ def build_case(args) -> dict:
     }
 
 
-def describe(case: dict, result: dict, extra_lines: list[str] = ()) -> str:
-    """Plain-words rendering of one outcome."""
+def describe(case: dict, result: dict, extra_lines: list[str] = (), defects: list = ()) -> str:
+    """Plain-words rendering of one outcome; each reviewed vLLM defect that produced it is marked beside the first
+    rule of its mechanism that fired."""
     era, version = resolve_era(case["vllm_version"] or NEWEST_RELEASE)
     default = " (the newest release kvconform knows; --vllm-version picks another)" if case["vllm_version"] is None else ""
     lines = [
@@ -216,7 +218,13 @@ def describe(case: dict, result: dict, extra_lines: list[str] = ()) -> str:
         lines.append("warnings: none")
     lines.append("")
     lines.append("rules that fired:")
-    lines.extend(f"  - {rule}: {RULES.get(rule, rule)}" for rule in result["rules"])
+    pending = list(defects)
+    for rule in result["rules"]:
+        lines.append(f"  - {rule}: {RULES.get(rule, rule)}")
+        for defect in [d for d in pending if not d.rules or rule in d.rules]:
+            lines.append(f"    {defect.marker()}")
+            pending.remove(defect)
+    lines.extend(f"  {defect.marker()}" for defect in pending)
     return "\n".join(lines)
 
 
@@ -235,6 +243,7 @@ def run(args) -> int:
     result = C.run_case(parsed)
     if result["error"] and result["error"]["stage"] == "input":
         raise UsageError(f"kvconform explain: {result['error']['message']}")
+    defects = defects_of({**case, "vllm_version": parsed.vllm_version, "platform": parsed.platform}, result)
     if args.json:
         era, version = resolve_era(parsed.vllm_version)
         payload = {
@@ -247,8 +256,9 @@ def run(args) -> int:
             "cli_args": case["cli_args"],
             "rule_descriptions": {rule: RULES.get(rule, rule) for rule in result["rules"]},
             "hints": hints(parsed),
+            "defects": [defect.as_json() for defect in defects],
         }
         print(json.dumps(payload, indent=2))
     else:
-        print(describe({**case, "platform": parsed.platform, "stage": parsed.stage}, result, hints(parsed)))
+        print(describe({**case, "platform": parsed.platform, "stage": parsed.stage}, result, hints(parsed), defects))
     return exit_code_of(result) if args.exit_code else 0

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.invariants.config import INVARIANTS_BY_ID, Violation
+from harness.invariants.config import INVARIANTS_BY_ID, Memo, Violation, check_case
 from reference_impl.config import eras as E
 from reference_impl.config.rules import RULES
 from reference_impl.vocabulary import CASE_DEFAULTS
@@ -190,3 +190,18 @@ def judge(violations: list[Violation], version: tuple[int, ...], invariants: lis
                                 tuple(v for v in mine if not any(d.explains(v) for d in cover)),
                                 tuple(d for d in cover if not any(d.explains(v) for v in mine))))
     return verdicts
+
+
+def defects_of(case: dict, outcome: dict, resolve=None) -> list[Defect]:
+    """The reviewed defects that produced `outcome` of `case` (a case naming its release, command line and all):
+    the invariants are checked on it, its related cases answered by `resolve` (default: the reference resolver,
+    whose rules tie a violation to its defect)."""
+    from reference_impl.config import resolve_case
+
+    release = case.get("vllm_version") or case.get("profile")
+    try:
+        version = E.parse_version(E.resolve_era(release)[1])
+    except ValueError:
+        return []
+    violations = check_case(case, outcome, Memo(resolve or resolve_case))
+    return explaining(violations, version)
