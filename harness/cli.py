@@ -22,6 +22,7 @@ COMMANDS = {
     "diff": "diff",
     "merge": "merge",
     "checks": "checks",
+    "history": "history",
 }
 
 
