@@ -123,3 +123,12 @@ def test_a_malformed_defect_is_one_line_naming_the_field(tmp_path):
     path.write_text(path.read_text().replace("INV-CFG-99", "INV-CFG-01").replace('"0.13.0"', '"0.15.0"'))
     with pytest.raises(UsageError, match="first_affected: '0.15.0' is inside an era"):
         load_defects(path)
+
+
+def test_the_docs_page_lists_every_invariant_and_defect():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "invariants.md").read_text(encoding="utf-8")
+    missing = [inv.id for inv in INVARIANTS if f"| {inv.id} |" not in page]
+    missing += [d.id for d in load_defects() if f"| {d.id} |" not in page or (d.fixed_in_text or "not fixed") not in page]
+    assert not missing, f"docs/invariants.md does not list {missing}"
