@@ -1,10 +1,9 @@
 """The config invariants (`harness.invariants.config`) and the reviewed vLLM defects that break them.
 
-Per (invariant, era), the reference resolver at that era's rules runs over the era's whole config matrix (once per
-era and test session, shared by the xdist workers): an (invariant, era) a reviewed defect covers is a strict xfail
-(the defect disappearing is news, and so is a violation the defect does not explain), every other must hold. Each
-invariant can fail: a deliberately broken resolver (`tests/config_mutants.py`) trips it on a few cases where the
-reference holds it. Each defect's witness breaks its invariants on exactly the releases it covers.
+The per-(invariant, era) judgement of the config target is a suite test (`suites/config/test_invariants.py`, strict
+xfail where a reviewed defect covers it). Here: each invariant can fail (a deliberately broken resolver from
+`tests/config_mutants.py` trips it on a few cases where the reference holds it), each defect's witness breaks its
+invariants on exactly the releases it covers, the defects file refuses malformed entries, and the docs list them all.
 """
 
 from __future__ import annotations
@@ -13,25 +12,13 @@ import pytest
 
 from harness.errors import UsageError
 from harness.eras import ERA_IDS
-from harness.invariants.config import INVARIANTS, INVARIANTS_BY_ID, Memo, Violation, check_case, evaluate
-from harness.invariants.defects import covering, era_start, load_defects
+from harness.invariants.config import INVARIANTS, INVARIANTS_BY_ID, Memo, check_case, evaluate
+from harness.invariants.defects import load_defects
 from reference_impl.config import ERAS_BY_ID, resolve_case
 from reference_impl.vocabulary import CASE_DEFAULTS
-from suites.config.matrix import cells_for
 from tests import config_mutants as M
-from tests.once import once_per_session
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
-
-
-def _era_violations(request, era: str) -> list[Violation]:
-    """Every violation of the reference at `era` on the era's matrix cells (computed once per session)."""
-    def produce(_folder):
-        found = evaluate([cell.case() for cell in cells_for(era)], Memo(resolve_case))
-        return [{"invariant": v.invariant, "case_id": v.case_id, "detail": v.detail, "rules": list(v.rules)} for v in found]
-
-    rows = once_per_session(request, f"config-invariants-{era}", produce)
-    return [Violation(row["invariant"], row["case_id"], row["detail"], tuple(row["rules"])) for row in rows]
 
 
 def test_there_are_at_least_twelve_invariants_each_with_an_id_and_one_sentence():
@@ -39,24 +26,6 @@ def test_there_are_at_least_twelve_invariants_each_with_an_id_and_one_sentence()
     for invariant in INVARIANTS:
         assert invariant.id.startswith("INV-CFG-") and invariant.sentence.endswith(".")
         assert invariant.sentence.count(". ") == 0, f"{invariant.id}: one sentence, not several"
-
-
-@pytest.mark.parametrize("era", ERA_IDS)
-@pytest.mark.parametrize("invariant", [inv.id for inv in INVARIANTS])
-def test_invariant_on_the_reference(invariant, era, request):
-    """An (invariant, era) holds on the era's matrix, or fails exactly as its reviewed defects say (strict xfail)."""
-    start = era_start(ERAS_BY_ID[era])
-    mine = [v for v in _era_violations(request, era) if v.invariant == invariant]
-    defects = covering(invariant, start)
-    if defects:
-        unexplained = [v for v in mine if not any(d.explains(v) for d in defects)]
-        assert not unexplained, (f"{len(unexplained)} violation(s) of {invariant} in {era} that no reviewed defect "
-                                 f"explains, first {unexplained[0].case_id}: {unexplained[0].detail}")
-        silent = [d.id for d in defects if mine and not any(d.explains(v) for v in mine)]
-        assert not silent, f"reviewed defect(s) {silent} no longer break {invariant} in {era}: news, review the data"
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(d.marker() for d in defects)))
-    assert not mine, (f"{invariant} ({INVARIANTS_BY_ID[invariant].sentence}) is violated in {era} on {len(mine)} "
-                      f"cell(s), first {mine[0].case_id}: {mine[0].detail}")
 
 
 @pytest.mark.parametrize("defect", load_defects(), ids=lambda d: d.id)

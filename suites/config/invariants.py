@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
-from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate
+from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate, judged
 from harness.invariants.defects import Verdict, judge, load_defects
 from reference_impl.config.eras import parse_version
 from suites.config.matrix import cells_for
@@ -43,10 +43,13 @@ def witness_violations(release: str, target: Callable[[dict], dict]) -> list[Vio
     return found
 
 
-def violations_on(cases: list[dict], release: str, target: Callable[[dict], dict]) -> list[Violation]:
-    """Every violation of the invariants by `target` on `cases` and on the defects' witnesses."""
+def violations_on(cases: list[dict], release: str, target: Callable[[dict], dict]) -> tuple[list[Violation], int]:
+    """(every violation of the invariants by `target` on `cases` and on the defects' witnesses, how many of the
+    cases the target answered: not unknown, not refused as input it cannot read)."""
     resolve = Memo(target)
-    return evaluate(cases, resolve) + witness_violations(release, resolve)
+    found = evaluate(cases, resolve)
+    answered = sum(judged(resolve(case)) for case in cases)
+    return found + witness_violations(release, resolve), answered
 
 
 def with_reference_rules(violations: list[Violation], reference: list[Violation]) -> list[Violation]:
@@ -59,14 +62,15 @@ def with_reference_rules(violations: list[Violation], reference: list[Violation]
 
 def run(era: str, release: str, target: Callable[[dict], dict], random_count: int = 0,
         seed: int = 1) -> tuple[list[Verdict], int]:
-    """(one verdict per invariant on `release`, how many cases were judged) through `target`."""
+    """(one verdict per invariant on `release`, how many cases the target answered) through `target`; a target
+    other than the reference has its violations tied to defects by the reference's rules on the same cases."""
     from reference_impl.config import resolve_case
 
     cases = era_cases(era, random_count, seed)
-    violations = violations_on(cases, release, target)
+    violations, answered = violations_on(cases, release, target)
     if target is not resolve_case:
-        violations = with_reference_rules(violations, violations_on(cases, release, resolve_case))
-    return judge(violations, parse_version(release), [inv.id for inv in INVARIANTS]), len(cases)
+        violations = with_reference_rules(violations, violations_on(cases, release, resolve_case)[0])
+    return judge(violations, parse_version(release), [inv.id for inv in INVARIANTS]), answered
 
 
 def verdict_line(verdict: Verdict) -> str:
@@ -120,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"invariants: {exc}", file=sys.stderr)
         return exc.exit_code if exc.exit_code != EXIT_TARGET else EXIT_TARGET
-    verdicts, judged = run(era, release, target, args.random, args.seed)
-    print(f"config invariants on {name} (release {release}): {judged} cases and {len(load_defects())} witnesses")
+    verdicts, answered = run(era, release, target, args.random, args.seed)
+    print(f"config invariants on {name} (release {release}): {answered} cases answered and {len(load_defects())} witnesses")
     for verdict in verdicts:
         print("  " + verdict_line(verdict))
     news = [v for v in verdicts if v.news]
