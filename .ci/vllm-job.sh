@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CI step: run kvconform against a list of real vLLM releases, newest first. For each release
 # (installed CPU-only, --no-deps, into its own venv by scripts/install-vllm.sh):
-#   matrix      the config matrix of the release's rule era, on vLLM's own config code (`--hma-target vllm`),
-#   invariants  the config invariants on the same cells (`python -m suites.config.invariants --target vllm`): the
-#               release breaks exactly its reviewed defects (harness/release/vllm_config_defects.toml),
+#   matrix      the config matrix of the release's rule era, on vLLM's own config code (`--hma-target vllm`), and
+#               the config invariants on the same cells (suites/config/test_invariants.py): the release breaks
+#               exactly its reviewed defects (harness/release/vllm_config_defects.toml, strict xfails),
 #   allocator   the allocator suite's scenarios on the release's KVCacheManager/BlockPool (`--kv-allocator vllm`),
 #   upstream    the release's whole tests/v1/core folder, on vLLM and then on the reference allocator through the
 #               import mapping (scripts/upstream-vllm-tests.sh; the sdist comes from PyPI at run time); fails when
@@ -159,9 +159,6 @@ run_release() {
     if era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
         run_step "$R" matrix 0 "${PYTEST[@]}" suites/config -n 2 --vllm-version "$era" --hma-target vllm \
             --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
-        # the config invariants on the same cells: the release breaks exactly its reviewed defects
-        # (harness/release/vllm_config_defects.toml); a new violation, or a defect that no longer shows, fails
-        run_step "$R" invariants 0 "$venv/bin/python" -m suites.config.invariants --target vllm
     else
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
     fi
