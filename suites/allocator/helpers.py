@@ -11,7 +11,7 @@ import pytest
 from harness.targets.allocator_target import GroupDesc, PlanningTarget, target_module
 from suites.allocator.conftest import require
 
-__all__ = ["ids", "queue_ids", "prefill", "tables", "HISPARSE_MODULES", "hisparse_api", "PLANNING_MODULES",
+__all__ = ["ids", "queue_ids", "prefill", "allocate", "remove_skipped", "new_step", "tables", "HISPARSE_MODULES", "hisparse_api", "PLANNING_MODULES",
            "planning_api", "refused", "extension"]
 
 
@@ -46,6 +46,29 @@ def prefill(manager, request, chunk: int | None = None, use_hits: bool = True) -
         request.num_computed_tokens += n
         remaining -= n
     return hit
+
+
+def allocate(target, manager, request, num_new_tokens: int, local_hit: int = 0, hit_blocks=None, *,
+             external: int = 0, delay_cache_blocks: bool = False):
+    """`allocate_slots` as the release's scheduler calls it: with `num_external_computed_tokens` where the release
+    takes it (capability `external_computed_tokens`); before it (0.13) the scheduler counted a connector's tokens
+    into `num_new_tokens`."""
+    kwargs = dict(delay_cache_blocks=delay_cache_blocks) if delay_cache_blocks else {}
+    if external and "external_computed_tokens" in getattr(target, "lacks", {}):
+        num_new_tokens += external
+    elif external:
+        kwargs["num_external_computed_tokens"] = external
+    return manager.allocate_slots(request, num_new_tokens, local_hit, hit_blocks if local_hit else None, **kwargs)
+
+
+def remove_skipped(target, manager, request_id: str, num_computed_tokens: int, *more) -> None:
+    """`remove_skipped_blocks` as the release offers it: the manager's method (capability `remove_skipped_blocks`,
+    0.14 on, which also takes the prompt length) or, before it (0.13), the coordinator's, which the manager's own
+    allocate_slots calls: the same window skipping, reached through the release's own call."""
+    if "remove_skipped_blocks" in getattr(target, "lacks", {}):
+        manager.coordinator.remove_skipped_blocks(request_id, num_computed_tokens)
+    else:
+        manager.remove_skipped_blocks(request_id, num_computed_tokens, *more)
 
 
 def new_step(target, manager) -> None:

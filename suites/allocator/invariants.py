@@ -27,10 +27,10 @@ import random
 from dataclasses import dataclass, field
 
 from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import new_step, queue_ids
+from suites.allocator.helpers import allocate, new_step, queue_ids
 from suites.benchmarks.workloads import mamba_aligned_chunk
 
-__all__ = ["Invariant", "INVARIANTS", "Layout", "LAYOUTS", "Verdict", "run_workload", "allocate"]
+__all__ = ["Invariant", "INVARIANTS", "Layout", "LAYOUTS", "Verdict", "run_workload"]
 
 
 @dataclass(frozen=True)
@@ -131,19 +131,6 @@ def _tenant_key(tenant) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- driving
-def allocate(target, manager, request, num_new_tokens: int, local_hit: int = 0, hit_blocks=None, *,
-             external: int = 0, delay_cache_blocks: bool = False):
-    """`allocate_slots` as the release's scheduler calls it: with `num_external_computed_tokens` where the release
-    takes it (capability `external_computed_tokens`); before it (0.13) the scheduler counted a connector's tokens
-    into `num_new_tokens`."""
-    kwargs = dict(delay_cache_blocks=delay_cache_blocks) if delay_cache_blocks else {}
-    if external and "external_computed_tokens" in getattr(target, "lacks", {}):
-        num_new_tokens += external
-    elif external:
-        kwargs["num_external_computed_tokens"] = external
-    return manager.allocate_slots(request, num_new_tokens, local_hit, hit_blocks if local_hit else None, **kwargs)
-
-
 @dataclass
 class Verdict:
     """What one workload run found: the first violation of each invariant (id -> message), and how much ran."""

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import queue_ids, tables
+from suites.allocator.helpers import allocate, queue_ids, tables
 
 SECTION = "6"
 
@@ -56,10 +56,19 @@ def test_failed_allocation_returns_none_and_changes_nothing(target):
     assert after == before, "a failed allocation must not touch hits, ref counts, the queue or the map"
 
 
-@pytest.mark.needs('external_computed_tokens')
 def test_external_computed_tokens_get_fresh_blocks(target):
+    """A connector's tokens get fresh blocks the request alone holds, on every release: passed as
+    num_external_computed_tokens, or (0.13, which lacks it) counted into num_new_tokens as its scheduler did."""
+    m = target.make_manager([GroupDesc("full", 4)], 16, 100)
+    req = target.make_request("e", list(range(13)), 4)
+    assert allocate(target, m, req, 4, external=8) is not None
+    assert tables(m, req) == [[1, 2, 3]], "8 external tokens take blocks 1, 2; 4 new tokens block 3"
+    assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3)] == [1, 1, 1], "held by the request alone"
+
+
+@pytest.mark.needs('external_computed_tokens')
+def test_external_computed_tokens_are_not_returned_as_new(target):
     m = target.make_manager([GroupDesc("full", 4)], 16, 100)
     req = target.make_request("e", list(range(13)), 4)
     out = m.allocate_slots(req, 4, num_external_computed_tokens=8)
-    assert tables(m, req) == [[1, 2, 3]], "8 external tokens take blocks 1, 2; 4 new tokens block 3"
     assert out.get_block_ids()[0] == [3], "only the blocks for new tokens are returned as new"

@@ -8,10 +8,9 @@ Caching is off so freed blocks go to the head of the free queue, where their ord
 import pytest
 
 from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import queue_ids, tables
+from suites.allocator.helpers import queue_ids, remove_skipped, tables
 
 SECTION = "4"
-pytestmark = pytest.mark.needs('remove_skipped_blocks')
 
 
 def _admit(target, groups, num_tokens, request_id="s"):
@@ -37,7 +36,7 @@ SWA_STEPS = [
 def test_sliding_window_frees_the_prefix_outside_the_window(target):
     m, req = _admit(target, [GroupDesc("sliding_window", 4, sliding_window=8)], 20)
     for n, expected in SWA_STEPS:
-        m.remove_skipped_blocks(req.request_id, n)
+        remove_skipped(target, m, req.request_id, n)
         assert tables(m, req) == [expected], f"after {n} computed tokens the SWA table is {expected}"
     assert queue_ids(m.block_pool)[:3] == [3, 2, 1], "each freed block was prepended: the latest (3) first"
 
@@ -46,7 +45,7 @@ def test_sliding_window_frees_the_prefix_outside_the_window(target):
 def test_sliding_window_frees_several_blocks_highest_position_first(target):
     """One call freeing blocks 1..3 at once hands them back tail first: 3 is reused first."""
     m, req = _admit(target, [GroupDesc("sliding_window", 4, sliding_window=8)], 20)
-    m.remove_skipped_blocks(req.request_id, 20)
+    remove_skipped(target, m, req.request_id, 20)
     assert tables(m, req) == [[0, 0, 0, 4, 5]]
     assert queue_ids(m.block_pool)[:4] == [3, 2, 1, 6], "freed 3, 2, 1 sit at the head in that order"
 
@@ -64,7 +63,7 @@ CHUNKED_STEPS = [
 def test_chunked_local_attention_frees_earlier_chunks(target):
     m, req = _admit(target, [GroupDesc("chunked_local", 4, attention_chunk_size=8)], 20)
     for n, expected in CHUNKED_STEPS:
-        m.remove_skipped_blocks(req.request_id, n)
+        remove_skipped(target, m, req.request_id, n)
         assert tables(m, req) == [expected], f"after {n} computed tokens the table is {expected}"
 
 
@@ -81,14 +80,14 @@ RSWA_STEPS = [
 def test_rswa_frees_the_gap_between_prompt_and_window(target):
     m, req = _admit(target, [GroupDesc("rswa", 4, rswa_window=8)], 40)
     for n, prompt, expected in RSWA_STEPS:
-        m.remove_skipped_blocks(req.request_id, n, prompt)
+        remove_skipped(target, m, req.request_id, n, prompt)
         assert tables(m, req) == [expected], f"processed {n}, prompt {prompt}: table {expected}"
 
 
 def test_rswa_gap_starts_after_a_partial_prompt_block(target):
     """A prompt of 18 ends inside block index 4, which stays; the gap is indexes 5..7 ([20, 32))."""
     m, req = _admit(target, [GroupDesc("rswa", 4, rswa_window=8)], 40)
-    m.remove_skipped_blocks(req.request_id, 40, 18)
+    remove_skipped(target, m, req.request_id, 40, 18)
     assert tables(m, req) == [[1, 2, 3, 4, 5, 0, 0, 0, 9, 10]]
 
 
@@ -112,5 +111,5 @@ def test_rswa_gap_freed_and_reused_during_decode(target):
 @pytest.mark.parametrize("n", [0, 7, 40])
 def test_full_attention_never_skips(target, n):
     m, req = _admit(target, [GroupDesc("full", 4)], 20)
-    m.remove_skipped_blocks(req.request_id, n)
+    remove_skipped(target, m, req.request_id, n)
     assert tables(m, req) == [[1, 2, 3, 4, 5]], "full attention keeps every block until the request ends"

@@ -3,12 +3,11 @@
 import pytest
 
 from harness.targets.allocator_target import GroupDesc
-from suites.allocator.helpers import queue_ids, tables
+from suites.allocator.helpers import queue_ids, remove_skipped, tables
 
 SECTION = "4"
 
 
-@pytest.mark.needs('remove_skipped_blocks')
 @pytest.mark.needs('unhashed_lifo')
 def test_sliding_window_nulls_and_frees_out_of_window_blocks(target):
     """bs 2, window 4, a 22-token request holding blocks 1..11 (caching off, so frees are unhashed)::
@@ -24,7 +23,7 @@ def test_sliding_window_nulls_and_frees_out_of_window_blocks(target):
     m.allocate_slots(req, 18)  # table covers all 22 tokens: blocks 1..11 (1,2 already held)
     for n in (5, 6, 7, 11):
         req.num_computed_tokens = n
-        m.remove_skipped_blocks(req.request_id, n)
+        remove_skipped(target, m, req.request_id, n)
         assert tables(m, req)[0] == expected[n], f"after {n} computed tokens the window keeps {expected[n]}"
     assert queue_ids(m.block_pool)[:4] == [4, 3, 2, 1], "freed unhashed window blocks reach the head as 4,3,2,1"
 
