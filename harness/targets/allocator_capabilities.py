@@ -158,8 +158,8 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("default_none_hash_seed", "NONE_HASH is random per process unless PYTHONHASHSEED is set (no "
                "DEFAULT_NONE_HASH_SEED)",
                lambda m: hasattr(m["utils"], "DEFAULT_NONE_HASH_SEED")),
-    Capability("several_group_types", "HybridKVCacheCoordinator takes full attention plus one other type of "
-               "group only",
+    Capability("several_group_types", "HybridKVCacheCoordinator takes one full-attention spec plus one other type "
+               "of group only",
                lambda m: "exactly one other type" not in inspect.getsource(
                    m["coordinator"].HybridKVCacheCoordinator)),
     Capability("new_step_starts", "KVCacheManager has no new_step_starts (no per-step bookkeeping)",

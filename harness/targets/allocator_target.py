@@ -363,7 +363,8 @@ class ModuleMapAllocatorTarget:
             self.require("mamba_checkpoints")
         other_types = {(g.kind, g.sliding_window, g.attention_chunk_size, g.rswa_window)
                        for g in groups if g.kind != "full"}
-        if len(other_types) > 1:
+        full_types = {g.block_size for g in groups if g.kind == "full"}
+        if len(other_types) > 1 or len(full_types) > 1:
             self.require("several_group_types")
         config = build_kv_cache_config(self._iface, groups, num_blocks, retention_interval)
         kwargs = dict(scheduler_block_size=sbs, hash_block_size=hbs, max_in_flight_tokens=max_in_flight_tokens,

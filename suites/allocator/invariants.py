@@ -108,6 +108,8 @@ LAYOUTS: dict[str, Layout] = {
                                      GroupDesc("chunked_local", 4, attention_chunk_size=8)), token_budget=8),
     "full+swa8+swa16-eagle": Layout((_FULL, _SWA8, GroupDesc("sliding_window", 4, sliding_window=16)),
                                     use_eagle=True, token_budget=8),
+    # a coarser full-attention group: its blocks span two hash blocks (keyed by the release's own coarse hashes)
+    "full4+full8": Layout((_FULL, GroupDesc("full", 8))),
     "full+swa+mamba": Layout((_FULL, _SWA8, GroupDesc("mamba", 4)), token_budget=8, external_loads=False),
     "full+mamba8": Layout((_FULL, GroupDesc("mamba", 8)), external_loads=False),
     "full+mamba8-eagle": Layout((_FULL, GroupDesc("mamba", 8)), use_eagle=True, external_loads=False),
