@@ -18,7 +18,7 @@ import shutil
 import pytest
 
 from harness.plugins.activation import is_active
-from harness.failure_groups import FAILING_STATUSES, cell_name, first_line, format_groups, group_failures
+from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
@@ -125,17 +125,67 @@ def _fold_not_hma_skips(terminalreporter, config) -> list:
     return reports
 
 
+# Reasons the one-line skip summary names before it sums up the rest, and the length each is cut to.
+_SKIP_REASONS_SHOWN, _SKIP_REASON_CHARS = 4, 90
+
+
+def _skip_reason(report) -> str | None:
+    """The reason a skipped report gives (pytest's "Skipped: " prefix dropped), or None for another outcome."""
+    longrepr = getattr(report, "longrepr", None)
+    if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
+        return None
+    return " ".join(str(longrepr[2]).removeprefix("Skipped: ").split())
+
+
+def _shortened(reason: str) -> str:
+    if len(reason) <= _SKIP_REASON_CHARS:
+        return reason
+    return reason[:_SKIP_REASON_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
+
+
+def skip_summary(reports, active: bool) -> str | None:
+    """One line: how many suite cells were skipped, and why, reasons grouped (ids and numbers taken out, as
+    failures are grouped) and most frequent first; None when no suite cell was skipped."""
+    groups: dict[str, list[str]] = {}
+    for report in reports:
+        if not isinstance(report, pytest.TestReport) or _cell_suite(report, active) is None:
+            continue
+        reason = _skip_reason(report)
+        if reason is None:
+            continue
+        if _NOT_HMA.match(reason):
+            reason = "not HMA-capable (the connector does not declare SupportsHMA)"
+        groups.setdefault(cause_key(reason), []).append(reason)
+    if not groups:
+        return None
+    total = sum(len(reasons) for reasons in groups.values())
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    parts = [f"{len(reasons):,} {_shortened(reasons[0])}" for reasons in ranked[:_SKIP_REASONS_SHOWN]]
+    rest = ranked[_SKIP_REASONS_SHOWN:]
+    if rest:
+        count = sum(len(reasons) for reasons in rest)
+        parts.append(f"{count:,} for {len(rest)} other reason{'s' if len(rest) != 1 else ''}")
+    return (f"kvconform: {total:,} cell{'s' if total != 1 else ''} skipped: " + "; ".join(parts)
+            + " (-rs lists each)")
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Around pytest's own summary: hold the suites' failing cells back from it and print them grouped, and fold
-    the connector suite's "not HMA-capable" skips into one line per connector class."""
+    """Around pytest's own summary: hold the suites' failing cells back from it and print them grouped, fold
+    the connector suite's "not HMA-capable" skips into one line per connector class, and end with one line that
+    says how many suite cells were skipped and why."""
     stats = terminalreporter.stats
-    skipped = _fold_not_hma_skips(terminalreporter, config) if grouped_console(config) else []
+    grouped = grouped_console(config)
+    every_skip = list(stats.get("skipped") or [])
+    skipped = _fold_not_hma_skips(terminalreporter, config) if grouped else []
     try:
         return (yield from _grouped_failures(terminalreporter, config))
     finally:
         if skipped:
             stats["skipped"] = skipped  # the final counts ("141 skipped") still see every report
+        line = skip_summary(every_skip, is_active(config)) if grouped else None
+        if line is not None:
+            terminalreporter.write_line(line)
 
 
 def _grouped_failures(terminalreporter, config):

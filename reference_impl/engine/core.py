@@ -127,6 +127,9 @@ class EngineCore:
         # pre_execute(so) runs after schedule and before the workers (and before `before_execute`): a test
         # can act as another owner of blocks the schedule just freed.
         self.pre_execute: list[Callable[[SchedulerOutput], None]] = []
+        # after_step(so, kv_output) runs at the end of every step, once the scheduler applied it (kv_output: the
+        # workers' aggregated connector output, None without a connector): a driver's progress watchdog.
+        self.after_step: list[Callable[[SchedulerOutput, Any], None]] = []
 
     def _rank_config(self, rank: int, worker: bool = False) -> EngineConfig:
         config = copy.copy(self.config)
@@ -180,8 +183,11 @@ class EngineCore:
         """
         so = self.scheduler.schedule()
         kv_output, sampled = self.execute(so, so, before_execute, after_execute)
-        self.scheduler.update_from_output(so, sampled, kv_output if self.scheduler.connector is not None else None)
+        kv_output = kv_output if self.scheduler.connector is not None else None
+        self.scheduler.update_from_output(so, sampled, kv_output)
         self.step_count += 1
+        for hook in self.after_step:
+            hook(so, kv_output)
         return so
 
     def execute(self, so, worker_so, before_execute: Callable | None = None,

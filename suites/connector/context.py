@@ -27,6 +27,8 @@ from reference_impl.kv_cache.kv_cache_interface import MambaSpec
 from suites.connector.catalogue import needs_of, not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
 from suites.connector.runner import guard_class
+from suites.connector.watchdog import (NO_PROGRESS_STEPS, WAIT_SECONDS, NoProgress, ProgressWatchdog, verdict,
+                                      waited_out)
 
 _counter = itertools.count()
 
@@ -37,7 +39,7 @@ PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_alig
 
 # A liveness bound counts steps and wall time: kvconform's steps take a millisecond where a real engine's take
 # tens, and a connector whose transfers finish on a server's clock (LMCache's) must get a real engine's time.
-LIVENESS_SECONDS = 5.0
+LIVENESS_SECONDS = WAIT_SECONDS
 
 def prompt(seed: int, length: int, vocab: int = 32000) -> list[int]:
     """A deterministic random prompt."""
@@ -57,6 +59,7 @@ class CheckContext:
     def __init__(self, target: ConnectorTarget, preset: str | None, backdoors: bool = True,
                  check_id: str | None = None, kv_engine: str = DEFAULT_KV_ENGINE):
         self.target = target
+        self.check_id = check_id
         # VLLM_ENGINE: vLLM's own Scheduler is the engine (suites.connector.vllm_engine)
         self.kv_engine = kv_engine
         self.preset = preset
@@ -156,6 +159,9 @@ class CheckContext:
         engine = self.engine_class(preset, config, connector_factory=self.factory)
         engine.content_judged = self.judges_content  # read by expect_no_read_errors
         engine.observers.append(self.exposure.observer(engine))
+        # A livelock fails the check in seconds, naming the hook waited on (suites.connector.watchdog).
+        engine.after_step.append(ProgressWatchdog(engine, connector=self.cls.__name__, target=self.target.name,
+                                                  check=self.check_id, calls=self.calls, state=self.state))
         self.engines.append(engine)
         return engine
 
@@ -171,7 +177,12 @@ class CheckContext:
 
     def factory(self, vllm_config, role, kv_cache_config):
         """Build and guard one connector instance."""
-        inner = self.cls(vllm_config, role, kv_cache_config)
+        # A constructor that blocks (a backend that never answers) is named when the check runs out of time.
+        self.state["current"] = f"{self.cls.__name__}.__init__ ({role.name.lower()})"
+        try:
+            inner = self.cls(vllm_config, role, kv_cache_config)
+        finally:
+            self.state["current"] = None
         return guard_class(self.cls)(inner, role, self.calls, self.around, self.state, backdoors=self.backdoors)
 
     def close(self) -> None:
@@ -263,17 +274,29 @@ class CheckContext:
         return int(n or 0)
 
     ASK_TIMEOUT_S = 10.0
+    ASK_INTERVAL_S = 0.01
 
-    @classmethod
-    def ask(cls, engine: EngineCore, request) -> tuple:
+    def ask(self, engine: EngineCore, request) -> tuple:
         """The connector's (hit, load_async) for an added, waiting request, asked as vLLM's scheduler asks: an
         answer of None ("not known yet", e.g. LMCache's lookup in its server) is asked again, as the scheduler
-        asks again next step, until a number comes (within ASK_TIMEOUT_S; then the None is returned)."""
+        asks again next step, until a number comes. Still None after NO_PROGRESS_STEPS asks and ASK_TIMEOUT_S, the
+        lookup never answers (vLLM would ask for ever): the check fails naming the hook (`NoProgress`; judged
+        without the wait once two checks of this connector waited it out, `suites.connector.watchdog`)."""
         n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
-        deadline = time.monotonic() + cls.ASK_TIMEOUT_S
-        while n is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        asks, started = 1, time.monotonic()
+        while n is None:
+            if asks >= NO_PROGRESS_STEPS:
+                note = waited_out(self.target.name, "lookup-none", "get_num_new_matched_tokens", self.check_id or "?",
+                                  time.monotonic() - started, self.ASK_TIMEOUT_S)
+                if note is not None:
+                    raise NoProgress(verdict(
+                        asks, time.monotonic() - started,
+                        f"request {request.request_id} is never admitted: {self.cls.__name__}.get_num_new_matched_tokens "
+                        f"answered None (not ready yet) {asks} times in a row\nasked by the check itself, as vLLM's "
+                        "scheduler asks once a step", note), "get_num_new_matched_tokens", "lookup-none")
+            time.sleep(self.ASK_INTERVAL_S)
             n, load_async = engine.connector.get_num_new_matched_tokens(request, 0)
+            asks += 1
         return n, load_async
 
     def chunk_size(self, engine: EngineCore, tokens=None) -> int | None:

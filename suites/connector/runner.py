@@ -9,15 +9,18 @@ out), and `_record_check` writes the cell with `check_evidence`.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from suites.connector.catalogue import TIME_LIMIT_FACTOR
+from suites.connector.watchdog import CheckAbandoned
 
 __all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
-           "guard_class", "make_guard_class", "run_with_timeout", "run_check", "summarised", "check_evidence"]
+           "guard_class", "make_guard_class", "run_with_timeout", "hooks_between", "run_check", "summarised",
+           "check_evidence"]
 
 
 class ConnectorHookError(AssertionError):
@@ -87,15 +90,20 @@ class ConnectorGuard:
         inner_name = type(self._inner).__name__
 
         def call(*args, **kwargs):
-            hung_in = (self._state.get("hung") or {}).get(name)
+            state = self._state
+            if state.get("abandoned") == threading.get_ident():
+                raise CheckAbandoned("the check already ran out of time")
+            hung_in = (state.get("hung") or {}).get(name)
             if hung_in is not None:
                 raise HookHung(f"skipped: hook {inner_name}.{name} hung in {hung_in} (and once more after it); "
                                "the checks that call it are not run again in this session")
             before, after = self.around.get(name, (None, None))
             if before is not None:
                 before(self._role, *args)
-            self._state["current"] = f"{inner_name}.{name} ({self._role.name.lower()})"
-            self._state["hook"] = name
+            label = f"{inner_name}.{name} ({self._role.name.lower()})"
+            state["current"] = label
+            state["hook"] = name
+            started = time.perf_counter()
             try:
                 result = attr(*args, **kwargs)
             except ConnectorHookError:
@@ -105,7 +113,12 @@ class ConnectorGuard:
                     f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
                 ) from exc
             finally:
-                self._state["current"] = self._state["hook"] = None
+                state["current"] = state["hook"] = None
+                spent = state.setdefault("hook_time", {})  # label -> [seconds, calls]: named if time runs out
+                entry = spent.setdefault(label, [0.0, 0])
+                entry[0] += time.perf_counter() - started
+                entry[1] += 1
+                state["last"] = (label, time.monotonic())
             self.calls.append((self._role, name, args, result))
             if after is not None:
                 after(self._role, result, *args)
@@ -146,11 +159,30 @@ def run_with_timeout(fn, timeout_s: float, state: dict):
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: engine code)
-        raise AssertionError(f"check hung past {timeout_s:g}s (inside {state.get('current') or 'engine code'})")
+        state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: between hooks)
+        running = state.get("current")
+        # The thread cannot be killed: it stops at its next hook call or engine step instead of spinning on (the
+        # check's teardown, in the caller's thread, still runs its hooks).
+        state["abandoned"] = thread.ident
+        if running:
+            raise AssertionError(f"check hung past {timeout_s:g}s (inside {running})")
+        raise AssertionError(f"check ran past {timeout_s:g}s; {hooks_between(state)}")
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def hooks_between(state: dict) -> str:
+    """What the connector's hooks did in a check that ran out of time while none was running: the hook that
+    took most of the time, and the last one to return."""
+    spent = state.get("hook_time") or {}
+    if not spent:
+        return "no connector hook was called (the time went to the suite's own code)"
+    total = sum(seconds for seconds, _ in spent.values())
+    label, (seconds, calls) = max(spent.items(), key=lambda item: item[1][0])
+    last, when = state.get("last") or ("?", time.monotonic())
+    return (f"between hooks when time ran out: the hooks took {total:.1f} s of it, most in {label} ({seconds:.1f} s "
+            f"over {calls:,} calls); the last to return was {last}, {time.monotonic() - when:.1f} s before")
 
 
 def run_check(pyfuncitem) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS
-from suites.connector.context import (LIVENESS_SECONDS, expect, expect_each_completion_once, expect_no_read_errors,
+from suites.connector.context import (expect, expect_each_completion_once, expect_no_read_errors,
                                       leftovers, prompt)
 
 ALL_PRESETS = list(CORE_PRESETS)
@@ -28,7 +28,7 @@ def test_c21_async_completion_liveness(ctx, preset):
     ctx.forget_local_cache(engine)
     for t in tokens:
         engine.add_request(engine.make_request(t + [1], max_tokens=2))
-    engine.run_until_done(max_steps=200, idle_steps=5, min_seconds=LIVENESS_SECONDS)
+    engine.run_until_done(idle_steps=5)  # a load never reported: the progress watchdog fails the check, naming the hook
     left = _scheduler_drained(engine)
     expect(not left, f"engine not drained after 5 idle steps: {left}")
     expect_each_completion_once(engine)

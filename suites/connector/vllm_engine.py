@@ -502,6 +502,8 @@ class VllmSchedulerEngine(EngineCore):
                 f"this check's pool of {self.config.num_blocks} blocks (its admission sizes a request's blocks its own "
                 "way), so the check's scenario cannot be set up on it")
         self.step_count += 1
+        for hook in self.after_step:
+            hook(so, kv_output if s.connector is not None else None)
         return so
 
     def _admits_nothing(self, so) -> bool:
