@@ -242,8 +242,8 @@ run_release() {
     # on vLLM's connectors: rendered all the same); the throughput table goes to the log too.
     local results=("$dir"/results-*.json)
     if [[ -e ${results[0]} ]]; then
-        run_step "$R" report "0 1" bash -c '"$1/bin/kvconform" merge "${@:3}" -o "$2/results.json" >/dev/null || exit 2
-            "$1/bin/kvconform" report --from "$2/results.json" --output-dir "$2"' _ "$venv" "$dir" "${results[@]}"
+        run_step "$R" report "0 1" bash -c '"$1/bin/kvconform" merge "${@:3}" -o "$2/results.json.gz" >/dev/null || exit 2
+            "$1/bin/kvconform" report --from "$2/results.json.gz" --output-dir "$2"' _ "$venv" "$dir" "${results[@]}"
         if [[ -f $dir/compatibility.md ]]; then
             awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$dir/compatibility.md"
         fi

@@ -17,12 +17,14 @@ def _current_umask() -> int:
 _FILE_MODE = 0o666 & ~_current_umask()
 
 
-def _write_temp(path: Path, text: str) -> Path:
-    """Write `text` to a temporary file beside `path` (same filesystem, so os.replace is atomic)."""
+def _write_temp(path: Path, text: str | bytes) -> Path:
+    """Write `text` (or bytes, as they are) to a temporary file beside `path` (same filesystem, so os.replace
+    is atomic)."""
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        binary = isinstance(text, bytes)
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")) as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -32,12 +34,12 @@ def _write_temp(path: Path, text: str) -> Path:
     return Path(temp_name)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Replace `path` with `text` in one step (temporary file + os.replace)."""
+def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Replace `path` with `text` (or bytes) in one step (temporary file + os.replace)."""
     write_files_atomic({path: text})
 
 
-def write_files_atomic(files: dict[str | os.PathLike, str]) -> None:
+def write_files_atomic(files: dict[str | os.PathLike, str | bytes]) -> None:
     """Write several files so that none is replaced unless every one was written out completely.
 
     All contents go to temporary files first; only when all of them exist are they moved into place.

@@ -3,14 +3,16 @@
 The report runs the suites as several pytest processes (`harness.report.passes`); each would write (and
 overwrite) the same `--junitxml` file, leaving only the last pass. Instead each pass writes its own file in
 the run's scratch folder and the files are merged: one `<testsuites>` root holding every pass's
-`<testsuite>` (named after the pass), with the totals summed. The merged file is written atomically, and
-only when the report itself is.
+`<testsuite>` (named after the pass), with the totals summed, and no absolute path of this machine in its
+texts (`harness.portable_paths`). The merged file is written atomically, and only when the report itself is.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from harness.portable_paths import portable_text
 
 # pytest's spellings of the option (argparse also accepts `--junitxml=PATH`)
 JUNIT_OPTIONS = ("--junitxml", "--junit-xml")
@@ -48,11 +50,16 @@ def merge_junit(parts: list[tuple[str, Path]]) -> str:
         tree = ET.parse(path).getroot()
         suites = [tree] if tree.tag == "testsuite" else list(tree.iter("testsuite"))
         for suite in suites:
-            suite.set("name", f"kvconform {label}")
+            suite.set("name", f"kvconform {portable_text(label)}")
             for key in _COUNTS:
                 totals[key] += int(suite.get(key, "0"))
             time += float(suite.get("time", "0") or 0)
             root.append(suite)
+    for element in root.iter():  # a skip's text is `/abs/path/test_x.py:12: reason` in pytest's JUnit
+        if element.text:
+            element.text = portable_text(element.text)
+        if element.get("message"):
+            element.set("message", portable_text(element.get("message")))
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{time:.3f}")

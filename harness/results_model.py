@@ -1,4 +1,8 @@
-"""The results file (`reports/results.json`): its schema, loading with validation, and cell identity.
+"""The results file (`reports/results.json.gz`): its schema, loading with validation, and cell identity.
+
+A results file is JSON, gzip-compressed where its name ends in `.gz` (`kvconform report` writes
+`results.json.gz`: the full run's 25 MB of JSON is about 1 MB compressed); every reader accepts either,
+whatever the name says (`load_results` looks at the first bytes).
 
 A results document is one JSON object::
 
@@ -23,6 +27,7 @@ Two entries describe the same *cell* when their suite and cell agree (or, withou
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,6 +37,8 @@ from typing import Any
 from harness.errors import json_error_text
 
 FORMAT = "kvconform-results"
+GZIP_SUFFIX = ".gz"
+_GZIP_MAGIC = b"\x1f\x8b"
 SCHEMA_VERSION = 1
 STATUSES = ("passed", "failed", "skipped", "error")
 REQUIRED_ENTRY_KEYS = ("id", "suite", "status")
@@ -72,6 +79,14 @@ class ResultsDocument:
         text = json.dumps(head, indent=1, ensure_ascii=False)
         entries = ",\n".join(json.dumps(entry, ensure_ascii=False) for entry in self.results)
         return f'{text[:-2]},\n "results": [\n{entries}\n ]\n}}\n' if entries else f'{text[:-2]},\n "results": []\n}}\n'
+
+    def encode_for(self, path: str | os.PathLike) -> str | bytes:
+        """What to write at `path`: the JSON text, gzip-compressed where the name ends in `.gz` (with no
+        timestamp in the gzip header, so the same run gives the same bytes)."""
+        text = self.dumps()
+        if os.fspath(path).endswith(GZIP_SUFFIX):
+            return gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)
+        return text
 
 
 def make_entry(
@@ -137,8 +152,8 @@ def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
 
 # What a command that reads a results file accepts: said where a user passed another file (a JUnit XML, the
 # report's Markdown, the JSON of `kvconform diff`), the files a run leaves next to results.json.
-ACCEPTED = ("accepted: the results.json of `kvconform report`, `kvconform merge -o` or "
-            "`pytest --kvconform-results FILE`")
+ACCEPTED = ("accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or "
+            "`pytest --kvconform-results FILE` (JSON, gzip-compressed or not)")
 
 
 def _fail(path: str | os.PathLike, what: str) -> ResultsFileError:
@@ -208,15 +223,22 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
 def load_results(path: str | os.PathLike) -> ResultsDocument:
     """Read and validate a results file; every problem is a ResultsFileError with one clear line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise _fail(path, "no such file") from None
     except IsADirectoryError:
         raise _fail(path, "is a directory, expected a JSON file") from None
-    except UnicodeDecodeError:
-        raise _fail(path, "is not UTF-8 text") from None
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc.strerror or exc})") from None
+    if raw.startswith(_GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise _fail(path, f"is not a complete gzip file ({exc}); {ACCEPTED}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(path, "is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.plugins.session_info import kvconform_version
+from harness.portable_paths import portable_argument
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,7 @@ def collect_run_info(*, target: str | None = None, extra: dict[str, Any] | None 
         "python_version": platform.python_version(),
         "torch_version": _distribution_version("torch"),
         "machine": {"arch": platform.machine(), "node": platform.node(), "cpu_count": os.cpu_count()},
-        "argv": list(sys.argv),
+        "argv": [portable_argument(argument) for argument in sys.argv],
         "started_at": None,
         "finished_at": None,
         "wall_seconds": None,

@@ -85,7 +85,7 @@ CATALOGUE = [
     Row("unknown-top-level-option", ("--verison",), 2, "err", ("kvconform: unrecognized arguments: --verison",)),
     Row("unknown-command", ("frobnicate",), 2, "err", ("invalid choice: 'frobnicate'",)),
     Row("report-help", ("report", "--help"), 0, "out", ("-- PYTEST_ARGS", "Exit status", "130/143")),
-    Row("merge-help", ("merge", "--help"), 0, "out", ("RESULTS.json", "MERGED.json", "results.json files written by")),
+    Row("merge-help", ("merge", "--help"), 0, "out", ("RESULTS.json", "MERGED.json", "results files written by")),
     Row("report-unknown-option", ("report", "--bogus"), 2, "err", ("kvconform report: unrecognized argument --bogus",)),
     Row("report-workers-negative", ("report", "-n", "-1"), 2, "err", ("kvconform report: -n: '-1' is not accepted",)),
     Row("report-workers-word", ("report", "-n", "abc"), 2, "err", ("kvconform report: -n: 'abc' is not accepted",)),

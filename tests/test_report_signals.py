@@ -58,7 +58,7 @@ def test_signal_stops_the_whole_run(tmp_path, signum):
     suite.write_text(SLEEPER)
     reports = tmp_path / "reports"
     reports.mkdir()
-    previous = {name: f"previous {name}\n" for name in ("compatibility.md", "compatibility.html", "results.json")}
+    previous = {name: f"previous {name}\n" for name in ("compatibility.md", "compatibility.html", "results.json.gz")}
     for name, text in previous.items():
         (reports / name).write_text(text)
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -21,16 +21,16 @@ def register(subparsers) -> None:
         "merge", help="merge results files from several runs into one",
         description="Merge the results files of several runs (machines, suites) into one results file.\n\n"
         + __doc__.split("\n\n")[1],
-        epilog="example: kvconform merge cpu/results.json gpu/results.json -o merged.json && "
-               "kvconform report --from merged.json\n"
+        epilog="example: kvconform merge cpu/results.json.gz gpu/results.json.gz -o merged.json.gz && "
+               "kvconform report --from merged.json.gz\n"
                "exit status: 0 merged, 2 an input cannot be read, runs of different versions, or a conflicting cell",
     )
     parser.add_argument("inputs", nargs="+", metavar="RESULTS.json",
-                        help="results.json files written by `kvconform report` (or by pytest --kvconform-results) "
-                             "on different machines or for different suites")
+                        help="results files written by `kvconform report` (results.json.gz) or by pytest "
+                             "--kvconform-results on different machines or for different suites")
     parser.add_argument("-o", "--output", required=True, metavar="MERGED.json",
-                        help="where to write the merged results file (written atomically); render it with "
-                             "kvconform report --from MERGED.json")
+                        help="where to write the merged results file (written atomically; gzip-compressed where the "
+                             "name ends in .gz); render it with kvconform report --from MERGED.json")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="merge runs of different kvconform versions")
     parser.set_defaults(run=run)
@@ -109,7 +109,7 @@ def run(args) -> int:
             raise UsageError(f"kvconform merge: {exc}") from None
     merged = merge_documents(named, allow_mixed=args.allow_mixed)
     try:
-        write_text_atomic(args.output, merged.dumps())
+        write_text_atomic(args.output, merged.encode_for(args.output))
     except OSError as exc:
         raise UsageError(f"kvconform merge: -o {args.output}: cannot write there ({exc.strerror or exc})") from None
     print(f"kvconform merge: {len(merged.results)} results from {len(merged.runs)} run(s) written to {args.output}")

@@ -1,6 +1,6 @@
 """`kvconform report`: run the suites and write the compatibility report.
 
-Writes `compatibility.md`, `compatibility.html` and `results.json` into `reports/` (or `--output-dir`), all
+Writes `compatibility.md`, `compatibility.html` and `results.json.gz` into `reports/` (or `--output-dir`), all
 three atomically and only once everything rendered. `--from RESULTS.json` renders an earlier (or merged) run
 without running anything. Arguments after `--` go to pytest unchanged:
 
@@ -34,6 +34,7 @@ from harness.atomic_write import ensure_writable_dir, probe_writable, write_file
 from harness.bytecode import share_bytecode
 from harness.eras import EraSelectionError, select_eras
 from harness.junit import merge_junit, split_junit_option
+from harness.portable_paths import portable_argument
 from harness.kv_engine import check_kv_engine
 from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
     parser.add_argument("--from", dest="from_file", metavar="RESULTS.json",
                         help="render this results file (e.g. from `kvconform merge`) instead of running the suites")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
-                        help="folder for compatibility.md/.html and results.json (default: reports)")
+                        help="folder for compatibility.md/.html and results.json.gz (default: reports)")
     parser.add_argument("--vllm-version", metavar="X.Y.Z|ERA",
                         help="only this vLLM release or rule era (a version, an era id, pre-seed, seed, v0.33 or v0.34)")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
@@ -175,7 +176,7 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
         results = load_results(results_path)
     except ResultsFileError as exc:
         raise UsageError(f"kvconform report: {exc}", EXIT_TARGET) from None
-    pytest_args = command[3:]
+    pytest_args = [portable_argument(argument) for argument in command[3:]]
     for scratch_option in ("--kvconform-results", "--junitxml"):  # paths in a folder that is gone afterwards
         if scratch_option in pytest_args:
             position = pytest_args.index(scratch_option)
@@ -211,7 +212,7 @@ def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | 
     command_info = {
         "target": args.target or "reference",  # unless a pass names what ran (combine_passes)
         # the command as typed (`kvconform report ...`), not pytest's argv with its temporary results path
-        "argv": ["kvconform", *sys.argv[1:]] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
+        "argv": ["kvconform", *map(portable_argument, sys.argv[1:])] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
         "report_wall_seconds": round(time.perf_counter() - started, 3),
     }
     return combine_passes(ran, command_info), junit

@@ -11,6 +11,7 @@ No temporary files are shared between processes. Without xdist the entries are c
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -19,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest import junitxml  # xml_key: where pytest keeps the JUnit writer of a session
 
 from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE, TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
+from harness.portable_paths import portable_text
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
@@ -55,35 +58,30 @@ def pytest_addoption(parser):
         dest="kvconform_results",
         default=None,
         metavar="PATH",
-        help="write one JSON results file (all xdist workers together) to PATH, e.g. reports/results.json.",
+        help="write one JSON results file (all xdist workers together) to PATH, e.g. reports/results.json "
+             "(gzip-compressed where PATH ends in .gz).",
     )
 
 
-class JsonText(dict):
-    """A record that JUnit XML writes as JSON: pytest's junitxml writes a user property with `str()`, which
-    for a plain dict is a Python repr (`{'flag': None}`); the record stays a dict for everyone else."""
-
-    __slots__ = ()
-
-    def __str__(self) -> str:
-        return json.dumps(self, ensure_ascii=False, sort_keys=True, default=repr)
-
-
-class JunitProperties:
-    """Registered only where a JUnit file is written (the controller or a plain run, never an xdist worker,
-    whose reports travel as plain data): records reach the JUnit file as JSON."""
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_logreport(self, report):
-        if report.when == "teardown" and report.user_properties:
-            report.user_properties = [(key, JsonText(value) if isinstance(value, dict) else value)
-                                      for key, value in report.user_properties]
-        return (yield)
+def _without_records(report):
+    """`report` as JUnit XML should see it: without kvconform's records (a copy; the results file still reads
+    them from the report itself)."""
+    if not any(key == RECORD_KEY for key, _ in report.user_properties):
+        return report
+    shown = copy.copy(report)
+    shown.user_properties = [(key, value) for key, value in report.user_properties if key != RECORD_KEY]
+    return shown
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    if getattr(config.option, "xmlpath", None) and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(JunitProperties(), "kvconform-junit-properties")
+    # JUnit XML gets one <testcase> per test with its outcome and message, never the record: the full run's file
+    # was 44.8 MB when every passing cell carried its record as a JSON property. The record's home is the
+    # results file. pytest's junitxml writes a test's user properties in LogXML.finalize.
+    xml = config.stash.get(junitxml.xml_key, None)
+    if xml is not None and not hasattr(config, "workerinput"):
+        finalize = xml.finalize
+        xml.finalize = lambda report: finalize(_without_records(report))
     path = config.getoption("kvconform_results", None)
     if not path:
         return
@@ -98,12 +96,12 @@ def pytest_configure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_report_to_serializable(config, report):
     """An xdist worker sends a passing report without its kvconform records when nothing on the controller
-    reads them (no `--kvconform-results`, no `--junitxml`): serialising the records of the config matrix's
-    17,000 passing cells was about a third of a worker's time. Failing and skipped reports keep theirs (the
-    console groups failures by suite)."""
+    reads them (no `--kvconform-results`; JUnit XML leaves them out): serialising the records of the config
+    matrix's 17,000 passing cells was about a third of a worker's time. Failing and skipped reports keep theirs
+    (the console groups failures by suite)."""
     data = yield
     if (isinstance(data, dict) and report.passed and hasattr(config, "workerinput")
-            and not config.getoption("kvconform_results", None) and not getattr(config.option, "xmlpath", None)):
+            and not config.getoption("kvconform_results", None)):
         data["user_properties"] = [p for p in data.get("user_properties") or () if p[0] != RECORD_KEY]
     return data
 
@@ -144,7 +142,8 @@ def suite_of_path(path: str | os.PathLike) -> str | None:
 
 def failure_message(report: pytest.TestReport) -> str | None:
     """The skip reason or failure message of a report, one line per line of the original (whitespace in
-    each collapsed, blank lines dropped): its first line says what went wrong (`harness.failure_groups`)."""
+    each collapsed, blank lines dropped, no absolute paths of this machine): its first line says what went
+    wrong (`harness.failure_groups`)."""
     longrepr = report.longrepr
     if longrepr is None:
         return None
@@ -160,7 +159,7 @@ def failure_message(report: pytest.TestReport) -> str | None:
             text = lines[-1] if lines else ""
     if getattr(report, "wasxfail", None) is not None and report.skipped:
         text = f"xfail: {report.wasxfail or text}"
-    lines = (" ".join(line.split()) for line in str(text).splitlines())
+    lines = (" ".join(line.split()) for line in portable_text(str(text)).splitlines())
     return "\n".join(line for line in lines if line)[:_MESSAGE_LIMIT]
 
 
@@ -283,7 +282,7 @@ class ResultsCollector:
         if engine is not None:
             run_info["kv_engine"] = engine  # the engine that drove the connector suite (--kv-engine)
         document = ResultsDocument(run_info=run_info, results=sort_entries(entries))
-        write_text_atomic(self.path, document.dumps())
+        write_text_atomic(self.path, document.encode_for(self.path))
 
     def _target(self) -> tuple[str | None, bool]:
         """What ran, as given on the command line or in the environment (None: the reference everywhere): the

@@ -1,4 +1,4 @@
-"""The compatibility report: `compatibility.md`, `compatibility.html` and `results.json` from one results document."""
+"""The compatibility report: `compatibility.md`, `compatibility.html` and `results.json.gz` from one results document."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from harness.results_model import ResultsDocument
 
 MARKDOWN_NAME = "compatibility.md"
 HTML_NAME = "compatibility.html"
-RESULTS_NAME = "results.json"
+RESULTS_NAME = "results.json.gz"  # gzip: a full run's JSON is 25 MB, about 1 MB compressed
 
 
 def run_details(results: ResultsDocument) -> list[str]:
@@ -32,13 +32,13 @@ def run_details(results: ResultsDocument) -> list[str]:
     return lines
 
 
-def render_reports(results: ResultsDocument, upstream: list[dict] | None = None) -> dict[str, str]:
+def render_reports(results: ResultsDocument, upstream: list[dict] | None = None) -> dict[str, str | bytes]:
     """File name -> text for the report files: the Markdown pages (compatibility.md and its per-release
-    pages), the HTML page and the results file (`upstream`: the upstream job's results, loaded by
+    pages), the HTML page and the results file, gzip-compressed bytes (`upstream`: the upstream job's results, loaded by
     `harness.upstream.results.load_upstream`, shown in the allocator section)."""
     document = build_document(results, upstream)
     return {
         **render_markdown_pages(document, MARKDOWN_NAME),
         HTML_NAME: render_html(document, run_details(results)),
-        RESULTS_NAME: compact_results(results).dumps(),
+        RESULTS_NAME: compact_results(results).encode_for(RESULTS_NAME),
     }

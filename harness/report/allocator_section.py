@@ -61,7 +61,7 @@ def allocator_sections(entries: list[dict[str, Any]], upstream: list[dict] | Non
                  f"{label((e.get('cell') or {}).get('target'))}): {e.get('message') or e['status']}"
                  f"{_reviewed(e, findings)}" for e in failing[:_LISTED_FAILURES]]
         if len(failing) > _LISTED_FAILURES:
-            items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json)")
+            items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json.gz)")
         blocks += [Heading(3, "Failing allocator scenarios"), BulletList(items)]
     else:
         blocks.append(Paragraph("Every allocator scenario that ran passed."))

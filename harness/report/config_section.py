@@ -476,7 +476,7 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
     legend = legend_rows(used_connectors, used_features)
     if legend:
         blocks += [Heading(3, "What the configurations are", anchor="configurations"),
-                   Table(headers=["label", "id in test names and results.json", "kind", "configuration"],
+                   Table(headers=["label", "id in test names and results.json.gz", "kind", "configuration"],
                          rows=legend)]
     blocks.append(Paragraph(
         "Per release (one page each in Markdown): a table with every feature without a connector and every "

@@ -2,7 +2,7 @@
 
 A target that fails thousands of cells usually breaks a handful of rules; this section says which, one row
 per way of failing (`harness.failure_groups`, the grouping the console and `kvconform diff` use), so the
-reader sees the causes before the per-cell tables. Each cell's full evidence stays in results.json.
+reader sees the causes before the per-cell tables. Each cell's full evidence stays in results.json.gz.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ def failures_sections(entries: list[dict[str, Any]]) -> list[Section]:
         Heading(2, "What went wrong"),
         Paragraph(f"{cells:,} failing cell{'s' if cells != 1 else ''} in {len(groups):,} group{'s' if len(groups) != 1 else ''}"
                   " of cells that failed the same way, the largest first. Each cell's expected and actual outcome "
-                  "are in results.json and in the tables below."),
+                  "are in results.json.gz and in the tables below."),
         Table(headers=["cells", "suite", "what went wrong", "first cell"],
               rows=[[f"{group.count:,}", group.suite, group.what, group.cells[0]] for group in shown]),
     ]
     if len(groups) > len(shown):
         rest = groups[len(shown):]
         blocks.append(Paragraph(f"… and {len(rest):,} more groups ({sum(g.count for g in rest):,} cells), "
-                                "see results.json."))
+                                "see results.json.gz."))
     return [Section(SECTION_KEY, blocks)]

@@ -342,7 +342,7 @@ def unpack_sections(page: str) -> str:
 URL_HELP = ("Link to a filtered view: `compatibility.html?era=0.33.0&platform=rocm&connector=LMCacheConnectorV1&q=E-F`. "
             "`era` takes a vLLM release (`0.33.0`, `0.33`) or an era id (`v0.33`, `seed`); `platform` one of the "
             "platform columns (`cuda`, `rocm`, `xpu`, `cpu`, `tpu`, `unspecified`); `connector` a connector id as in "
-            "results.json; `q` searches the rows and their notes (any case). Every part is optional.")
+            "results.json.gz; `q` searches the rows and their notes (any case). Every part is optional.")
 
 
 def _era_starts() -> str:

@@ -1,7 +1,7 @@
 """Readable names for the config matrix's fixture ids and flag values, and the legend that explains them.
 
 The matrix names its configurations with short ids (`noconn`, `ExternalTwoArg`, `chunked_env0`, ...) that
-stay in `results.json` and in test ids; the report shows their labels instead and lists every id it uses
+stay in `results.json.gz` and in test ids; the report shows their labels instead and lists every id it uses
 in a legend. A built-in connector's id is its vLLM name and is shown as it is. The labels, descriptions and flag
 spellings are declared in `reference_impl.vocabulary`; which releases spell a flag how, the era tables say
 (`harness.eras`).

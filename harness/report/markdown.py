@@ -23,7 +23,7 @@ SECTION_START = "<!-- kvconform:section {key} -->"
 SECTION_END = "<!-- /kvconform:section {key} -->"
 RUN_INFO_MARK = "<!-- kvconform:run-info -->"
 MACHINE_DEPENDENT_NOTE = ("The measured figures ({rows} rows) depend on the machine, so they are not in this file: "
-                          "see `compatibility.html` or `results.json` next to it (neither is committed).")
+                          "see `compatibility.html` or `results.json.gz` next to it (neither is committed).")
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
+from harness.portable_paths import portable_path, portable_text
 from harness.results_model import ResultsDocument, sort_entries
 
 MATRIX_SUITE = "suites.config"
@@ -126,7 +127,7 @@ def combine_passes(documents: list[tuple[PytestPass, ResultsDocument, dict[str, 
         if values:
             info[key] = values[0]
     info["passes"] = [
-        {"label": p.label, "suites": list(p.suites), **details,
+        {"label": portable_text(p.label), "suites": [portable_path(s) for s in p.suites], **details,
          "tests": len(d.results), "workers": d.run_info.get("workers"),
          "pytest_exit_status": d.run_info.get("pytest_exit_status")}
         for p, d, details in documents

@@ -1,4 +1,4 @@
-"""The `results.json` that `kvconform report` writes: every entry, without what another field already holds.
+"""The `results.json.gz` that `kvconform report` writes: every entry, without what another field already holds.
 
 Two things are left out, both recoverable, so `report --from`, `diff` and `merge` see the same evidence:
 
@@ -38,6 +38,6 @@ def expected_outcome(entry: dict[str, Any]) -> Any:
 
 
 def compact_results(results: ResultsDocument) -> ResultsDocument:
-    """The document `kvconform report` writes as results.json."""
+    """The document `kvconform report` writes as results.json.gz."""
     return ResultsDocument(run_info=results.run_info, runs=results.runs,
                            results=[compact_entry(entry) for entry in results.results])

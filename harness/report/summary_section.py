@@ -39,6 +39,6 @@ def summary_sections(entries: list[dict[str, Any]]) -> list[Section]:
         # What went wrong, as the console and "What went wrong" say it: the first line without pytest's "Failed: ".
         items = [f"`{e['id']}`: {first_line(e.get('message')) or e['status']}" for e in failing[:_LISTED_FAILURES]]
         if len(failing) > _LISTED_FAILURES:
-            items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json)")
+            items.append(f"and {len(failing) - _LISTED_FAILURES} more (see results.json.gz)")
         blocks += [Heading(3, "Failures"), BulletList(items)]
     return [Section("summary", blocks)]

@@ -10,12 +10,13 @@ suite runs keep one check (`-k c01`) without xdist.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from harness.results_model import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = "pip install -e ./mypkg"
@@ -24,7 +25,8 @@ REPORT_RUN = "kvconform report --suite suites.connector --kv-connector mypkg.mod
 
 
 def first_hour_block() -> list[str]:
-    """The commands of the page's first code block under "Your first hour", comments dropped."""
+    """The commands of the page's first `bash` block under "Your first hour", comments dropped (the `sh` block
+    before it installs kvconform from its wheel: it needs the network, and this test runs in the checkout's venv)."""
     section = (REPO / "docs" / "vendor.md").read_text().split("## Your first hour", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return [line for line in block.splitlines() if line.strip()]
@@ -61,5 +63,14 @@ def test_the_first_hour_block_runs_as_written(tmp_path):
     assert "MyConnector declares `SupportsHMA`, not exercised: only the declaration check C01 ran" in report
     assert "Produced by kvconform " in report and " · target connectors mypkg.mod:MyConnector." in report, \
         "the report names the connector that ran, not 'reference'"
-    results = json.loads((tmp_path / "my-report" / "results.json").read_text())
+    results = load_results(tmp_path / "my-report" / "results.json.gz").to_json()
     assert results["run_info"]["target"] == "connectors mypkg.mod:MyConnector"
+
+
+def test_the_wheel_the_page_names_is_the_one_the_checkout_builds():
+    """vendor.md installs `dist/kvconform-VERSION-py3-none-any.whl` (`pip wheel` names it from pyproject.toml)."""
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    named = set(re.findall(r"kvconform-([\w.]+)-py3-none-any\.whl", (REPO / "docs" / "vendor.md").read_text()))
+    assert named == {version}

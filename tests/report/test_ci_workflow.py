@@ -50,5 +50,5 @@ def test_a_pull_request_without_a_baseline_is_told_so():
     # The compare and gate steps run only when a baseline was restored; without one the job must not pass silently.
     text = WORKFLOW.read_text(encoding="utf-8")
     step = text[text.index("- name: No baseline yet"):text.index("- name: Compare with the baseline")]
-    assert "if: github.event_name == 'pull_request' && hashFiles('baseline/results.json') == ''" in step
+    assert "if: github.event_name == 'pull_request' && hashFiles('baseline/results.json.gz') == ''" in step
     assert 'run: echo "::warning title=kvconform::no baseline of main yet' in step

@@ -20,7 +20,7 @@ from tests.report.synthetic import config_entry, outcome, run_info
 
 # A run of config cells of the seed era: the main page, the era's page, the changes page, HTML and results.
 REPORT_FILES = ["compatibility-changes.md", "compatibility-seed.md", "compatibility.html", "compatibility.md",
-                "results.json"]
+                "results.json.gz"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -55,7 +55,7 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
     source = write_results(tmp_path / "in.json", entries)
     status, out, _ = run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
     assert status == expected_exit
-    expected_files = REPORT_FILES if entries else ["compatibility.html", "compatibility.md", "results.json"]
+    expected_files = REPORT_FILES if entries else ["compatibility.html", "compatibility.md", "results.json.gz"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected_files
     assert str(tmp_path / "out" / "compatibility.md") in out, "the command says where the report is"
     if expected_exit == 1:
@@ -63,7 +63,7 @@ def test_report_from_exit_status(tmp_path, capsys, statuses, expected_exit):
 
 
 def test_report_from_writes_the_same_results_back(tmp_path, capsys):
-    """results.json keeps every entry's evidence; only params repeating the cell and expected keys equal to
+    """results.json.gz keeps every entry's evidence; only params repeating the cell and expected keys equal to
     actual's (a passed cell) are left out, and they come back by overlaying expected on actual."""
     failing = config_entry(flag=True, status="failed", actual=outcome(resolved=True),
                            expected=outcome(resolved=False, rules=["§2.2"]), message="differs")
@@ -72,7 +72,7 @@ def test_report_from_writes_the_same_results_back(tmp_path, capsys):
     passing["params"] = {"config_cell": "Cell(era='seed', ...)"}
     source = write_results(tmp_path / "in.json", [passing, failing])
     run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"))
-    written = load_results(tmp_path / "out" / "results.json")
+    written = load_results(tmp_path / "out" / "results.json.gz")
     original = load_results(source)
     assert written.run_info == original.run_info and len(written.results) == 2
     kept_pass, kept_fail = sorted(written.results, key=lambda e: e["status"], reverse=True)
@@ -80,7 +80,7 @@ def test_report_from_writes_the_same_results_back(tmp_path, capsys):
     assert kept_pass["params"] == {} and kept_pass["expected"] == {"rules": ["§2.2 1"]}
     assert expected_outcome(kept_pass) == passing["expected"] and kept_pass["actual"] == passing["actual"]
     assert compact_results(written).to_json() == written.to_json(), "compacting twice changes nothing"
-    status, out, _ = run_cli(capsys, "diff", source, str(tmp_path / "out" / "results.json"))
+    status, out, _ = run_cli(capsys, "diff", source, str(tmp_path / "out" / "results.json.gz"))
     assert status == 0, out
 
 
@@ -111,7 +111,7 @@ def test_report_from_filters_by_era_and_connector(tmp_path, capsys):
     source = write_results(tmp_path / "in.json", entries)
     run_cli(capsys, "report", "--from", source, "--output-dir", str(tmp_path / "out"), "--vllm-version", "0.13.0",
             "--kv-connector", NO_CONNECTOR)
-    kept = load_results(tmp_path / "out" / "results.json").results
+    kept = load_results(tmp_path / "out" / "results.json.gz").results
     assert sorted(e["id"] for e in kept) == sorted([entries[0]["id"], entries[3]["id"]]), (
         "0.13.0 is the seed era; entries without an era or connector stay")
 
@@ -265,13 +265,14 @@ def test_report_runs_the_suite_with_xdist_and_writes_three_files(tmp_path, capfd
     assert "[100%]" in captured.out, "with -q after --, pytest's own progress is shown"
     assert f"Report: {out_dir / 'compatibility.md'}" in captured.out
     assert "1 of 2 tests that ran did not behave as expected" in captured.out
-    results = load_results(out_dir / "results.json")
+    results = load_results(out_dir / "results.json.gz")
     assert {e["id"].rsplit("::", 1)[1]: e["status"] for e in results.results} == {
         "test_cell[None]": "passed", "test_cell[False]": "failed"}
     assert results.run_info["report_wall_seconds"] > 0 and results.run_info["passes"][0]["workers"] == 2
     assert "--kvconform-results" not in results.run_info["passes"][0]["pytest_args"]
     assert results.run_info["target"] == "reference", "run_info names the target, also the default one"
     assert not any("kvconform-report-" in arg for arg in results.run_info["argv"]), "no temporary paths"
+    assert str(tmp_path) not in json.dumps(results.to_json()), "no absolute path of this machine"
     md = (out_dir / "compatibility.md").read_text()
     assert "1 of 2 matrix cases agree with the oracle" in md
 
@@ -287,7 +288,8 @@ def test_report_nothing_selected_is_exit_5(tmp_path, capfd, tiny_suite):
 
 def test_report_junit_covers_every_pass(tmp_path, capfd, tiny_suite, monkeypatch):
     """`-- --junitxml FILE` on a run of two pytest passes (the matrix beside the other suites): one file with
-    one <testsuite> per pass and every test in it; the records as JSON properties, not Python reprs."""
+    one <testsuite> per pass and one <testcase> per test; no kvconform record (its home is the results file)
+    and no absolute path of this machine."""
     import xml.etree.ElementTree as ET
 
     monkeypatch.chdir(REPO)
@@ -296,16 +298,17 @@ def test_report_junit_covers_every_pass(tmp_path, capfd, tiny_suite, monkeypatch
                    "--output-dir", str(tmp_path / "out"), "--", f"--junitxml={junit}"])
     capfd.readouterr()
     assert status == 1, "the tiny suite fails one cell"
-    results = load_results(tmp_path / "out" / "results.json")
+    results = load_results(tmp_path / "out" / "results.json.gz")
     assert len(results.run_info["passes"]) == 2
     root = ET.parse(junit).getroot()
     suites = root.findall("testsuite")
-    assert [s.get("name") for s in suites] == ["kvconform config matrix", f"kvconform {tiny_suite} suite"]
+    assert [s.get("name") for s in suites] == ["kvconform config matrix", "kvconform test_tiny.py suite"]
     cases = root.findall(".//testcase")
     assert len(cases) == len(results.results) == int(root.get("tests"))
     assert int(root.get("failures")) == 1
-    record = next(p.get("value") for p in root.iter("property") if p.get("name") == "kvconform")
-    assert json.loads(record)["suite"] == "config", "a property is JSON"
+    assert not [p for p in root.iter("property") if p.get("name") == "kvconform"], "no record in JUnit"
+    text = junit.read_text()
+    assert str(REPO) not in text and str(tmp_path) not in text, "no absolute path of this machine"
     assert all("--junitxml" not in p["pytest_args"] for p in results.run_info["passes"]), "no scratch paths"
 
 
@@ -517,8 +520,8 @@ def test_diff_bad_input(tmp_path, capsys):
     status, _, err = run_cli(capsys, "diff", base, str(tmp_path / "junit.xml"))
     assert status == 2
     assert_one_line_error(err, "junit.xml: is not valid JSON (Expecting value at line 1 column 1); accepted: the "
-                               "results.json of `kvconform report`, `kvconform merge -o` or "
-                               "`pytest --kvconform-results FILE`\n")
+                               "results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or "
+                               "`pytest --kvconform-results FILE` (JSON, gzip-compressed or not)\n")
 
 
 # --- merge --------------------------------------------------------------------------------------------
@@ -656,7 +659,7 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
                    "--vllm-version", "seed", "-n", "2", "--output-dir", str(out_dir), "--", "-q"])
     captured = capfd.readouterr()
     assert status == 1, captured.out[-2000:]
-    results = load_results(out_dir / "results.json")
+    results = load_results(out_dir / "results.json.gz")
     assert results.run_info["target"] == "tests.config_mutants:ignores_kv_events_in_seed"
     failed = [e for e in results.results if e["status"] == "failed"]
     assert failed and all(e["cell"]["era"] == "seed" for e in failed)

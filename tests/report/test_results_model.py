@@ -30,6 +30,24 @@ def test_round_trip_keeps_everything(tmp_path):
     assert loaded.to_json() == json.loads(document.dumps()) == document.to_json()
 
 
+def test_gzip_by_name_on_write_and_by_content_on_read(tmp_path):
+    """A results file is gzip-compressed where its name ends in .gz (`kvconform report` writes results.json.gz),
+    with no timestamp in it (the same run, the same bytes); every reader takes either, whatever the name."""
+    import gzip
+
+    document = ResultsDocument(run_info=run_info(), results=[config_entry(), config_entry(flag=True)])
+    packed = document.encode_for(tmp_path / "results.json.gz")
+    assert packed[:2] == b"\x1f\x8b" and packed == document.encode_for("elsewhere/r.json.gz")
+    assert gzip.decompress(packed).decode() == document.dumps() == document.encode_for("results.json")
+    for name, content in [("results.json.gz", packed), ("results.json", document.dumps().encode()),
+                          ("misnamed.json", packed)]:
+        (tmp_path / name).write_bytes(content)
+        assert load_results(tmp_path / name).to_json() == document.to_json(), name
+    (tmp_path / "cut.json.gz").write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(ResultsFileError, match="is not a complete gzip file"):
+        load_results(tmp_path / "cut.json.gz")
+
+
 def test_an_empty_document_round_trips(tmp_path):
     document = ResultsDocument(run_info=run_info(), results=[])
     assert load_results(_write(tmp_path, document.dumps())).results == []
@@ -37,12 +55,12 @@ def test_an_empty_document_round_trips(tmp_path):
 
 @pytest.mark.parametrize(("data", "message"), [
     ("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2)"
-     "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
+     "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ("[]", "expected a JSON object with format 'kvconform-results', got list"
-            "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
+            "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "pytest-json-report", "results": []},
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
-     "; accepted: the results.json of `kvconform report`, `kvconform merge -o` or `pytest --kvconform-results FILE`"),
+     "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
      "schema_version is 99 (a number); accepted: 1 (the schema this kvconform reads)"),
     ({"format": "kvconform-results", "run_info": {}, "results": []},
