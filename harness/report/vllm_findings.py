@@ -66,6 +66,17 @@ CLASSIFIED = (
                "while the store and the load use the first `align(len(prompt))` tokens (`align(n) = (n - 1) // "
                "block * block`): a prompt that extends a stored one by one token finds the stored folder, then "
                "loads from a folder that does not exist"),
+    # Measured on vLLM 0.14.0 (2026-12-06, C39 on fa_only): a stored 512-token prompt is hit by a 515-token reload
+    # with 0 tokens, a stored 513-token one with 512; read against 0.14.0's example_connector.py (`make_meta`,
+    # `_found_match_for_prompt`, `align_to_block_size`).
+    Classified("ExampleConnector", "the last full block of the exact-multiple prompt was not stored", "an "
+               "exact-multiple prompt is stored one block short", "connector bug",
+               "the store keeps the first `align(len(prompt))` tokens (`ReqMeta.make_meta`, with `align(n) = (n - 1) "
+               "// block * block`), so a prompt whose length is an exact multiple of the block is stored without its "
+               "last full block, under the key of that shorter prefix; a longer prompt looks up the folder of its "
+               "first `align(len - 1)` tokens, the whole stored prompt, and never finds it (a 512-token prompt: "
+               "stored as 496 tokens, a 515-token reload hits 0; a 513-token prompt: stored as 512, hit 512)",
+               checks=("C39",)),
     Classified("ExampleConnector", "shape mismatch", "keys ignore the TP rank and size", "connector bug",
                _NO_TP_IN_KEY, checks=("C30",)),
     Classified("ExampleConnector", "shape mismatch", "chunked prefill stores a truncated file", "connector bug",

@@ -2,7 +2,8 @@
 
 * HMA-capable only when every child is; with more than one KV cache group a non-HMA child is rejected.
 * Lookups ask the children in order; the first with a non-zero hit owns that request's load.
-* `request_finished_all_groups` reaches every child; the free is delayed while any child delays it,
+* `request_finished_all_groups` reaches every HMA child (a child without SupportsHMA, on a single-group model,
+  gets `request_finished`); the free is delayed while any child delays it,
   and a finished send is passed on only after every delaying child reported it.
 * `kv_transfer_params` of the children are merged; the same key from two children is an error.
 
@@ -184,8 +185,13 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
         return delays > 0, (params or None)
 
     def request_finished_all_groups(self, request, block_ids: tuple[list[int], ...]):
-        """Every child gets the HMA finish hook."""
-        return self._finish(request, lambda c: c.request_finished_all_groups(request, block_ids))
+        """Every HMA child gets the HMA finish hook; a child without SupportsHMA (admitted only on a single-group
+        model, see __init__) gets the single-group one with that group's list, as the scheduler would call it."""
+        return self._finish(
+            request,
+            lambda c: c.request_finished_all_groups(request, block_ids) if supports_hma(type(c))
+            else c.request_finished(request, list(block_ids[0]) if block_ids else []),
+        )
 
     def request_finished(self, request, block_ids: list[int]):
         """Single-group finish: children get the hook they declare."""

@@ -164,3 +164,16 @@ def test_vllm_report_section_puts_example_connectors_apart():
     assert [cols for i, cols in tables if i > apart] == [["DecodeBenchConnector", "ExampleConnector"]]
     verdicts = [(i, b.items) for i, b in enumerate(blocks) if isinstance(b, BulletList)]
     assert all("Example" not in v and "DecodeBench" not in v for i, items in verdicts if i < apart for v in items)
+
+
+def test_an_exact_multiple_prompt_stored_one_block_short_is_example_connectors_c39_finding():
+    """C39 on vLLM's ExampleConnector (measured on 0.14.0): the reviewed off-by-one of its store key; the same words
+    from another check or connector are not passed off as it."""
+    from harness.report.vllm_findings import classify
+
+    cause = ("a reload of a stored 512-token prompt (an exact multiple of the block size) hit 0 tokens; of a stored "
+             "513-token prompt, 512: the last full block of the exact-multiple prompt was not stored")
+    known = classify("ExampleConnector", "C39", cause, "fa_only")
+    assert known is not None and known.root == "an exact-multiple prompt is stored one block short"
+    assert classify("ExampleConnector", "C14", cause, "fa_only") is None
+    assert classify("OffloadingConnector", "C39", cause, "fa_only") is None
