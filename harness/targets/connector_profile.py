@@ -11,6 +11,9 @@ A profile says:
   (e.g. a transfer mode that refuses several KV cache groups), or None;
 * `async_load_config`: extra config merged into the connector's own in the checks that exercise asynchronous
   loads, for a connector that loads asynchronously only when configured to;
+* `block_size_option`: the extra-config key that sets the size, in tokens, of the blocks the connector stores (its
+  offloaded block or chunk, e.g. `chunk_size`; vLLM's OffloadingConnector: `block_size`), so that C40 can run it
+  with a stored block 4x and 16x the GPU block; without it C40 is N/A;
 * `store_scope`: `shared` (the default: every engine of one process that gets the same extra config reads one
   store: files, a server) or `engine` (the store is owned by the engine's own connector instances, e.g. a CPU
   tier indexed by the scheduler-side instance: a second engine starts empty, by design). Checks that read back
@@ -36,7 +39,7 @@ KINDS = {
     "dummy": "fills dummy KV",
     "transfer": "transfers KV between instances only",
 }
-_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict, "store_scope": str}
+_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict, "store_scope": str, "block_size_option": str}
 STORE_SCOPES = {
     "shared": "a store shared by the engines of one process",
     "engine": "a store owned by the engine (a second engine starts empty)",
@@ -54,6 +57,7 @@ class ConnectorProfile:
     multi_group: str | None = None
     async_load_config: dict = field(default_factory=dict)
     store_scope: str = "shared"
+    block_size_option: str | None = None
 
     @property
     def engine_owned_store(self) -> bool:
@@ -104,9 +108,10 @@ def split_declaration(extra: dict) -> tuple[dict, dict]:
 
 
 def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = None,
-                known_source: str = "reviewed data", known_store_scope: str | None = None) -> ConnectorProfile:
-    """The profile from a vendor's declaration, else from reviewed data (`known_kind`, `known_store_scope`),
-    else inferred (a store shared by the engines of one process)."""
+                known_source: str = "reviewed data", known_store_scope: str | None = None,
+                known_block_size_option: str | None = None) -> ConnectorProfile:
+    """The profile from a vendor's declaration, else from reviewed data (`known_kind`, `known_store_scope`,
+    `known_block_size_option`), else inferred (a store shared by the engines of one process)."""
     if declared.get("kind"):
         kind, source = declared["kind"], "declared"
     elif known_kind:
@@ -118,7 +123,8 @@ def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = Non
     return ConnectorProfile(kind=kind, declares_hma=declares_hma, source=source,
                             multi_group=declared.get("multi_group") or None,
                             async_load_config=dict(declared.get("async_load_config") or {}),
-                            store_scope=declared.get("store_scope") or known_store_scope or "shared")
+                            store_scope=declared.get("store_scope") or known_store_scope or "shared",
+                            block_size_option=declared.get("block_size_option") or known_block_size_option)
 
 
 MULTI_GROUP_REFUSAL = "declares SupportsHMA, refuses multi-group models on this configuration: "

@@ -90,9 +90,16 @@ class ConnectorTarget:
         return None
 
     @property
+    def known_block_size_option(self) -> str | None:
+        """The extra-config key that sets the size of the blocks the connector stores, from reviewed data: a
+        built-in's `chunk_size` (reference_impl.connector.lmcache_like); vLLM's connectors have theirs."""
+        return "chunk_size" if self.builtin else None
+
+    @property
     def profile(self) -> ConnectorProfile:
         """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
-        return profile_for(self.declared, self.is_hma, self.known_kind, known_store_scope=self.known_store_scope)
+        return profile_for(self.declared, self.is_hma, self.known_kind, known_store_scope=self.known_store_scope,
+                           known_block_size_option=self.known_block_size_option)
 
     @property
     def release_table(self) -> ReleaseTable:

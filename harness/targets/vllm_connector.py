@@ -17,8 +17,8 @@ from harness.errors import UsageError
 from harness.target_spec import VLLM_PREFIX, TargetError
 from harness.targets.connector_capabilities import ReleaseTable, installed_vllm_table
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
-from harness.targets.vllm_connector_facts import (KINDS, STORE_SCOPES, default_multi_children, parse_name,
-                                                  registered_names, validate_spec)
+from harness.targets.vllm_connector_facts import (BLOCK_SIZE_OPTIONS, KINDS, STORE_SCOPES, default_multi_children,
+                                                  parse_name, registered_names, validate_spec)
 from harness.targets.vllm_install import installed_vllm_version
 
 
@@ -37,6 +37,11 @@ class VllmConnectorTarget(ConnectorTarget):
         name, children = parse_name(self.spec)
         # A MultiConnector with an engine-owned child: only the storing engine reads back all of its hits.
         return "engine" if any(STORE_SCOPES.get(n) == "engine" for n in (children or (name,))) else None
+
+    @property
+    def known_block_size_option(self) -> str | None:
+        name, children = parse_name(self.spec)
+        return None if children else BLOCK_SIZE_OPTIONS.get(name)
 
     @property
     def release_table(self) -> ReleaseTable:

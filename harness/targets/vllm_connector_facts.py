@@ -44,6 +44,14 @@ STORE_SCOPES: dict[str, str] = {
     "SimpleCPUOffloadConnector": "engine",
 }
 
+# The extra-config key that sets the size, in tokens, of the blocks each of vLLM's storing connectors stores
+# (connector_profile `block_size_option`, check C40; reviewed data): OffloadingConnector's offloaded block,
+# `OffloadingSpec.__init__` (v1/kv_offload/spec.py, 0.13.0 and 0.14.0 lines 34-39: `int(extra_config.get("block_size",
+# gpu_block_size))`, asserted a multiple of the GPU block). Absent: the connector stores at a size of its own.
+BLOCK_SIZE_OPTIONS: dict[str, str] = {
+    "OffloadingConnector": "block_size",
+}
+
 # vLLM's example connectors: reference code and a benchmark stub that vLLM ships to show the API, not connectors
 # people deploy (reviewed data: ExampleConnector's docstring calls it an example, ExampleHiddenStatesConnector is
 # its hidden-states twin, DecodeBenchConnector fills dummy KV for decode benchmarks). Reports list them, and a

@@ -1,13 +1,15 @@
 """The inputs real connector bugs live in (issue 31 item 3): C37 multiconnector-stores-every-child, C38
-lookup-at-local-hits, C39 exact-multiple-reload.
+lookup-at-local-hits, C39 exact-multiple-reload, C40 offloaded-block-multiple.
 
 Each check decides from what an engine observes (hits, and the bytes the forward reads), and compares the
 connector with itself where no outside oracle knows the right hit: inside a MultiConnector it must store what it
 stores alone (C37); asked beyond a local hit it must offer the rest of what it offers at 0 (C38); a prompt of an
-exact multiple of the block size must store as much as one token more does (C39)."""
+exact multiple of the block size must store as much as one token more does (C39); with its stored block 4x and 16x
+the GPU block, the partial stored block at a prompt's end is never offered and every whole one is (C40)."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from harness.targets.connector_profile import not_applicable
 from harness.targets.connector_target import ConnectorTarget
 from reference_impl.connector.factory import load_connector_class
 from reference_impl.connector.store import drop_shared_store
+from reference_impl.engine.presets import get_preset
 from suites.connector.context import CheckContext, expect, expect_no_read_errors, prompt, read_marks, scenario
 
 PARTNER = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"  # the other child of C37's MultiConnector
@@ -225,3 +228,67 @@ def test_c39_exact_multiple_reload(ctx, preset):
                             + ("the last full block of the exact-multiple prompt was not stored" if got < want
                                else "it offers more than one token more stores"))
         ctx.expect_reload_correct([exact], f"reloading a stored {length}-token prompt", stored_on=engine)
+
+
+# ---- C40 ----------------------------------------------------------------------------------------------------
+OFFLOAD_RATIOS = (4, 16)  # the connector's stored (offloaded) block, in GPU blocks
+
+
+def _offload_engine(ctx: CheckContext, option: str, block: int, stored_on=None):
+    """An engine whose connectors store blocks of `block` tokens (extra config `option`); a reader of what
+    `stored_on` stored when given: the same engine, its local cache forgotten, where the store is the engine's
+    own, else a fresh one on the same store."""
+    if stored_on is not None and ctx.profile.engine_owned_store:
+        stored_on.run_until_done()
+        ctx.forget_local_cache(stored_on)
+        return stored_on
+    if ctx.target.builtin:
+        extra = ctx.extra_config(**{option: block})  # a built-in MultiConnector's children get it too
+    else:
+        extra = dict(ctx.extra_config(), **{option: block})
+    return ctx.engine(extra=extra)
+
+
+@pytest.mark.kv_check("C40")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa"])
+@pytest.mark.parametrize("ratio", OFFLOAD_RATIOS)
+def test_c40_offloaded_block_multiple(ctx, preset, ratio):
+    """The connector stores blocks of `ratio` GPU blocks (its profile's `block_size_option`; vLLM's
+    OffloadingConnector: `block_size`). A prompt of three and a half such blocks plus 5 tokens is stored; a reload
+    must hit the three whole blocks exactly (the partial one was never stored whole, and offering it loads KV
+    nobody stored), read the oracle's bytes, and, with a local hit one GPU block into the second stored block,
+    load the rest of it and read right."""
+    option = ctx.profile.block_size_option
+    if not option:
+        not_applicable("C40 sets the size of the blocks the connector stores, and its profile names no "
+                       "block_size_option (the extra-config key for it): declare one under \"kvconform\" to run it")
+    gpu_block = math.lcm(*(size for _kind, size, _window in get_preset(preset).groups))
+    block = ratio * gpu_block
+    engine = _offload_engine(ctx, option, block)
+    length = 3 * block + block // 2 + 5
+    tokens = prompt(40_000 + ratio, length)
+    ctx.run(engine, tokens)
+    reader = _offload_engine(ctx, option, block, stored_on=engine)
+    reload = tokens + [7, 8, 9]
+    whole = length // block * block
+    what = (f"with {option}={block} ({ratio} GPU blocks of {gpu_block}), a stored {length}-token prompt (three whole "
+            f"stored blocks and {length - whole} tokens of a fourth)")
+    hit = hit_of(reader, reader.connector, reload)
+    expect(hit <= whole, f"{what} hit {hit} tokens: it offers {hit - whole} tokens past its last whole stored block (the partial "
+                         "block was never stored whole)")
+    expect(hit == whole, f"{what} hit {hit} tokens, not its {whole} tokens of whole stored blocks")
+    since = read_marks(reader)
+    ctx.wipe(reader)
+    ctx.run(reader, reload)
+    expect_no_read_errors(reader, f"reloading {what}", since=since)
+    local = block + gpu_block  # one GPU block into the second stored block
+    ctx.wipe(reader)
+    with reader.connector_detached():
+        ctx.run(reader, tokens[:local] + [5], max_tokens=1)
+    since = read_marks(reader)
+    request = ctx.run(reader, reload)
+    got_local, external = request.num_local_computed_tokens, request.num_external_computed_tokens
+    expect(got_local + external == max(whole, got_local),
+           f"{what}, reloaded with a local hit of {got_local} tokens, got {external} external tokens: local + "
+           f"external = {got_local + external}, not the {whole} stored")
+    expect_no_read_errors(reader, f"{what}, reloaded with a local hit inside a stored block", since=since)

@@ -526,3 +526,18 @@ class LastPromptTokenUnstoredConnector(_OwnKeysConnector):
 
     def _save_ops(self, req_id, tracker, computed_end):
         return super()._save_ops(req_id, tracker, min(computed_end, tracker.request.num_prompt_tokens - 1))
+
+
+class DefaultChunkHitConnector(_OwnKeysConnector):
+    """Counts its hit in chunks of the default 256 tokens whatever chunk_size is configured (the offloaded block
+    taken for its default): with a smaller stored block it offers the partial block at a prompt's end, and more,
+    which it never stored; at the default it is the reference connector. Caught by C40 offloaded-block-multiple."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        hit, load_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        if not hit:
+            return hit, load_async
+        chunks = (num_computed_tokens + hit) // self.chunk_size
+        end = min(chunks * 256, request.num_tokens - 1)
+        self._lookups[request.request_id] = (num_computed_tokens, end)
+        return end - num_computed_tokens, load_async

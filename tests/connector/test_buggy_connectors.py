@@ -23,7 +23,8 @@ BUGGY = "tests.connector.buggy"
 REFERENCE = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"
 # Configured as the README tells a vendor: a store small enough that the capacity probes fill it, and how the
 # connector loads asynchronously (merged into its extra config by the checks that exercise async loads).
-EXTRA_CONFIG = json.dumps({"cpu_bytes": 400_000, "kvconform": {"async_load_config": {"load_async": True}}})
+EXTRA_CONFIG = json.dumps({"cpu_bytes": 400_000, "kvconform": {"async_load_config": {"load_async": True},
+                                                               "block_size_option": "chunk_size"}})
 
 # (buggy class, the check named for its bug, the test function that runs that check)
 CAUGHT = [
@@ -60,6 +61,7 @@ CAUGHT = [
     ("AllocTableOnlyConnector", "C37", "test_c37_multiconnector_stores_every_child"),
     ("LocalHitBlindConnector", "C38", "test_c38_lookup_at_local_hits"),
     ("LastPromptTokenUnstoredConnector", "C39", "test_c39_exact_multiple_reload"),
+    ("DefaultChunkHitConnector", "C40", "test_c40_offloaded_block_multiple"),
 ]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),

@@ -42,17 +42,33 @@ def test_the_store_scope_is_declared_or_from_reviewed_data_and_shared_by_default
     assert not profile_for({"store_scope": "shared"}, True, known_store_scope="engine").engine_owned_store
 
 
+def test_the_block_size_option_is_declared_or_from_reviewed_data():
+    """C40 sets the connector's stored block through its profile's block_size_option: declared by a vendor,
+    `chunk_size` for built-ins, `block_size` for vLLM's OffloadingConnector (reviewed data), else none (C40 N/A)."""
+    from harness.targets.connector_selection import BUILTIN_TARGETS
+    from harness.targets.vllm_connector_facts import BLOCK_SIZE_OPTIONS
+
+    extra, declared = split_declaration({"chunk": 8, "kvconform": {"block_size_option": "chunk"}})
+    assert extra == {"chunk": 8} and profile_for(declared, True).block_size_option == "chunk"
+    assert profile_for({}, True).block_size_option is None
+    assert profile_for({}, True, known_block_size_option="block_size").block_size_option == "block_size"
+    assert profile_for(declared, True, known_block_size_option="block_size").block_size_option == "chunk"
+    assert {t.profile.block_size_option for t in BUILTIN_TARGETS} == {"chunk_size"}
+    assert BLOCK_SIZE_OPTIONS["OffloadingConnector"] == "block_size"
+
+
 @pytest.mark.parametrize("declared, needle", [
     ("cache", '"kvconform" must be a JSON object, got \'cache\'; accepted keys: kind, multi_group, async_load_config, '
-              'store_scope'),
+              'store_scope, block_size_option'),
     ({"kind": "cache"}, '"kvconform".kind is \'cache\'; accepted: stores (stores and loads KV), dummy (fills dummy '
                         'KV), transfer (transfers KV between instances only)'),
     ({"knd": "dummy"}, '"kvconform" has an unknown key \'knd\'; accepted: kind, multi_group, async_load_config, '
-                       'store_scope'),
+                       'store_scope, block_size_option'),
     ({"store_scope": "process"}, '"kvconform".store_scope is \'process\'; accepted: shared (a store shared by the '
                                  'engines of one process), engine (a store owned by the engine (a second engine '
                                  'starts empty))'),
     ({"async_load_config": True}, '"kvconform".async_load_config must be a JSON object, got True'),
+    ({"block_size_option": 64}, '"kvconform".block_size_option must be a JSON string, got 64'),
 ])
 def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):
     with pytest.raises(ValueError) as info:

@@ -26,7 +26,7 @@ from tests.connector.suite_process import results_by_test, run_together, suite_c
 from tests.once import once_per_session
 
 TEMPLATE = "reference_impl.connector.template:TemplateConnector"
-EXTRA_CONFIG = json.dumps({"kvconform": {"async_load_config": {"load_async": True}}})
+EXTRA_CONFIG = json.dumps({"kvconform": {"async_load_config": {"load_async": True}, "block_size_option": "chunk_size"}})
 BACKDOOR_MODES = ("on", "off")
 
 # Reviewed: the tests the template may skip, per backdoor mode, with the start of the reason.
