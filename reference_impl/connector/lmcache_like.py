@@ -36,7 +36,6 @@ from reference_impl.connector.base import (
     SupportsHMA,
 )
 from reference_impl.connector.groups import (
-    FULL,
     MAMBA,
     SLIDING,
     GroupInfo,
@@ -208,10 +207,7 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     def _chunks_needed(self, group: GroupInfo, start: int, end: int) -> range:
         """Chunks of `group` a load of tokens [start, end) reads (end is a chunk boundary)."""
         last = end // self.chunk_size
-        if group.kind == FULL:
-            return range(start // self.chunk_size, last)
-        first = last - group.window_chunks(self.chunk_size)
-        return range(max(first, start // self.chunk_size, 0), last)
+        return range(max(group.first_chunk(last, self.chunk_size), start // self.chunk_size), last)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         """Track the request's full per-group table (deduplicated) and plan the load if there is one."""

@@ -207,8 +207,8 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         last = end // self.chunk_size
         transfers = []
         for gid, g in self.groups.items():
-            window = g.window_chunks(self.chunk_size)  # -1: full attention reads every chunk
-            first = max(start // self.chunk_size, 0 if window < 0 else last - window)
+            # Full attention reads every chunk, a sliding window the window's, chunked local attention its chunk's.
+            first = max(start // self.chunk_size, g.first_chunk(last, self.chunk_size))
             for chunk in range(first, last):
                 # C16/C19: write only blocks the request owns beyond vLLM's local hit (local blocks may be shared
                 # with running requests); null positions, out of the sliding window, stay null (C15).

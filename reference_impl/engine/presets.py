@@ -12,6 +12,7 @@ import torch
 
 from reference_impl.kv_cache.kv_cache_planning import DefaultKVCacheConfigBuilder, get_kv_cache_groups, planning_config
 from reference_impl.kv_cache.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheSpec,
@@ -30,7 +31,8 @@ class ModelPreset:
     """A named model: its groups as (kind, block size, extra) tuples, layers per group and KV heads."""
 
     name: str
-    groups: tuple[tuple[str, int, int], ...]  # (kind, block_size, window) ; window 0 when not sliding
+    # (kind, block_size, window): window is the sliding window, or a chunked group's attention_chunk_size; else 0
+    groups: tuple[tuple[str, int, int], ...]
     layers_per_group: int = 2
     num_kv_heads: int = 2
     vocab_size: int = 32000
@@ -51,6 +53,9 @@ class ModelPreset:
                 scale = block_size // self.groups[0][1]
                 spec = SlidingWindowSpec(block_size=block_size, num_kv_heads=max(1, heads // scale),
                                          head_size=HEAD_SIZE, dtype=self.dtype, sliding_window=window)
+            elif kind == "chunked":
+                spec = ChunkedLocalAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE,
+                                                 dtype=self.dtype, attention_chunk_size=window)
             elif kind == "scratch":
                 spec = ScratchSpec(block_size=block_size, num_kv_heads=heads, head_size=HEAD_SIZE, dtype=self.dtype)
             elif kind == "mamba":
@@ -102,11 +107,18 @@ PRESETS: dict[str, ModelPreset] = {
     # neither the chunk nor the block; a window shorter than one block.
     "fa+swa600": ModelPreset("fa+swa600", (("full", 16, 0), ("swa", 16, 600))),
     "fa+swa8": ModelPreset("fa+swa8", (("full", 16, 0), ("swa", 16, 8))),
+    # Chunked local attention (Llama 4's attention_chunk_size, scaled down): a token attends within its chunk of
+    # 320 tokens, a multiple of the block and not of a 256-token connector chunk, so a hit at 256, 512, 768 or 1024
+    # falls inside an attention chunk and needs the KV of that chunk before it. The layout vLLM builds with HMA on
+    # (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE set, its default "1" in recent releases: config-rules
+    # spec 3.8); with it off vLLM turns HMA off and allocates these layers as full attention, fa_only's layout.
+    "fa+chunked320": ModelPreset("fa+chunked320", (("full", 16, 0), ("chunked", 16, 320))),
 }
 # The presets most checks run on; the dtype and window presets run where they can change a verdict.
 CORE_PRESETS = ("fa_only", "fa+swa", "fa16+swa32", "fa+mamba_align", "fa+swa+mamba", "scratch_group")
 DTYPE_PRESETS = ("fa_only@bf16", "fa+swa@fp32")
 WINDOW_PRESETS = ("fa+swa600", "fa+swa8")
+CHUNKED_LOCAL_PRESETS = ("fa+chunked320",)
 
 
 def get_preset(name: str) -> ModelPreset:

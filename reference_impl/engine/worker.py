@@ -1,8 +1,9 @@
 """A worker: one TP rank's KV memory, the deterministic "forward", and the worker-side connector hooks.
 
 The forward reads what a real model would read (full attention: every earlier position; sliding window:
-the last `window - 1` positions; Mamba: the state after the computed prefix) and records every value that
-differs from the content oracle in `read_errors`: garbled output made visible. It then writes this step's
+the last `window - 1` positions; chunked local attention: the earlier positions of the token's attention
+chunk; Mamba: the state after the computed prefix) and records every value that differs from the content
+oracle in `read_errors`: garbled output made visible. It then writes this step's
 KV and states. Hooks run in vLLM 0.33's order: handle_preemptions, bind, start_load_kv (before the forward
 for sync loads, after it otherwise), per attention layer wait_for_layer_load / save_kv_layer (never for
 Mamba layers), wait_for_save, get_transfer_results, get_block_ids_with_load_errors, stats, events,
@@ -19,7 +20,8 @@ import torch
 from reference_impl.connector.base import KVConnectorOutput, KVConnectorTransferResults
 from reference_impl.engine import content
 from reference_impl.engine.outputs import ModelRunnerOutput, SchedulerOutput
-from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheConfig, MambaSpec, SlidingWindowSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import (AttentionSpec, ChunkedLocalAttentionSpec, KVCacheConfig,
+                                                       MambaSpec, SlidingWindowSpec, cdiv)
 from reference_impl.kv_cache.tensors import KVCacheTensors
 
 
@@ -202,6 +204,8 @@ class Worker:
         first = 0
         if isinstance(spec, SlidingWindowSpec):
             first = max(0, start - spec.sliding_window + 1)
+        elif isinstance(spec, ChunkedLocalAttentionSpec):
+            first = start // spec.attention_chunk_size * spec.attention_chunk_size  # the first token's own chunk
         elif not getattr(spec, "prefix_cacheable", True):
             first = start  # scratch: written, never read back
         if start > first:

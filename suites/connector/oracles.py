@@ -12,7 +12,18 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.engine.content import CANARY_VALUE
-from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, MambaSpec, SlidingWindowSpec, cdiv
+from reference_impl.kv_cache.kv_cache_interface import (AttentionSpec, ChunkedLocalAttentionSpec, MambaSpec,
+                                                       SlidingWindowSpec, cdiv)
+
+
+def attention_reads_from(spec, end: int) -> int:
+    """The first token position the token at `end` reads in an attention group of `spec`: the window's start
+    (sliding window), its attention chunk's start (chunked local attention), else 0 (full attention)."""
+    if isinstance(spec, SlidingWindowSpec):
+        return max(0, end - spec.sliding_window + 1)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return end // spec.attention_chunk_size * spec.attention_chunk_size
+    return 0
 
 
 def oracle_hit_tokens(specs, present: dict[int, set[int]], chunk: int, num_tokens: int) -> int:
@@ -22,12 +33,10 @@ def oracle_hit_tokens(specs, present: dict[int, set[int]], chunk: int, num_token
         ok = True
         for gid, spec in enumerate(specs):
             have = present.get(gid, set())
-            if isinstance(spec, SlidingWindowSpec):
-                needed = range(max(0, end - spec.sliding_window + 1) // chunk, last + 1)
-            elif isinstance(spec, MambaSpec):
+            if isinstance(spec, MambaSpec):
                 needed = [last]
             else:
-                needed = range(0, last + 1)
+                needed = range(attention_reads_from(spec, end) // chunk, last + 1)
             if any(j not in have for j in needed):
                 ok = False
                 break
@@ -68,9 +77,7 @@ def first_kv_mismatch(engine, tokens, table: tuple[list[int], ...], start: int, 
                         if not all(torch.equal(v[ids[pos]], w) for v, w in zip(view, want)):
                             return Mismatch(worker.rank, layer, ids[pos], -1)
                     continue
-                first = start
-                if isinstance(spec, SlidingWindowSpec):
-                    first = max(start, end - spec.sliding_window + 1)
+                first = max(start, attention_reads_from(spec, end))
                 bs = spec.block_size
                 for b in range(first // bs, cdiv(end, bs)):
                     lo, hi = max(first, b * bs), min(end, (b + 1) * bs)
@@ -224,10 +231,10 @@ class Exposure:
                     return (f"Mamba group {gid} never held the state after exactly {end} tokens "
                             "(no step ended there while the connector watched)")
                 continue
-            first = max(0, end - spec.sliding_window + 1) if isinstance(spec, SlidingWindowSpec) else 0
-            for index in range(first // bs, -(-end // bs)):
+            for index in range(attention_reads_from(spec, end) // bs, -(-end // bs)):
                 if (gid, self.key(tokens, (index + 1) * bs)) not in self.blocks:
-                    kind = "sliding-window" if isinstance(spec, SlidingWindowSpec) else "full-attention"
+                    kind = "sliding-window" if isinstance(spec, SlidingWindowSpec) else \
+                        "chunked-local" if isinstance(spec, ChunkedLocalAttentionSpec) else "full-attention"
                     return (f"{kind} group {gid} never exposed tokens {index * bs}-{(index + 1) * bs - 1} "
                             "(their block was null or not computed whenever the connector could copy it)")
         return None

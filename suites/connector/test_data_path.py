@@ -8,7 +8,7 @@ import math
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
+from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt, scenario
 from reference_impl.kv_cache.kv_cache_interface import cdiv
 from suites.connector.oracles import (
@@ -62,7 +62,7 @@ def _oracle_after_load(engine, checked: list, what: str):
 
 
 @pytest.mark.kv_check("C14")
-@pytest.mark.parametrize("preset", ALL_PRESETS + list(DTYPE_PRESETS) + list(WINDOW_PRESETS))
+@pytest.mark.parametrize("preset", ALL_PRESETS + list(DTYPE_PRESETS) + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
 def test_c14_round_trip_bytes(ctx, preset):
     """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
     engine = ctx.engine()
@@ -75,7 +75,7 @@ def test_c14_round_trip_bytes(ctx, preset):
 
 
 @pytest.mark.kv_check("C15")
-@pytest.mark.parametrize("preset", ALL_PRESETS + list(WINDOW_PRESETS))
+@pytest.mark.parametrize("preset", ALL_PRESETS + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
 def test_c15_null_block_untouched(ctx, preset):
     """Block 0 keeps its canary through stores and loads, and its bytes never come back as data.
 
@@ -254,7 +254,7 @@ def test_c18_kernel_block_ratio(ctx, preset):
 
 
 @pytest.mark.kv_check("C19")
-@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa16+swa32"])
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa16+swa32", *CHUNKED_LOCAL_PRESETS])
 def test_c19_skip_local_prefix(ctx, preset):
     """With a local prefix hit, the connector loads only beyond it and never writes the local blocks."""
     engine = ctx.engine()

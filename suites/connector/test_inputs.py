@@ -19,7 +19,7 @@ from harness.targets.connector_profile import not_applicable
 from harness.targets.connector_target import ConnectorTarget
 from reference_impl.connector.factory import load_connector_class
 from reference_impl.connector.store import drop_shared_store
-from reference_impl.engine.presets import get_preset
+from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, get_preset
 from suites.connector.context import CheckContext, expect, expect_no_read_errors, prompt, read_marks, scenario
 
 PARTNER = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"  # the other child of C37's MultiConnector
@@ -167,7 +167,7 @@ LOCAL_HITS = (0, 256, 112)
 
 
 @pytest.mark.kv_check("C38")
-@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa+swa+mamba"])
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa", "fa+swa+mamba", *CHUNKED_LOCAL_PRESETS])
 def test_c38_lookup_at_local_hits(ctx, preset):
     """A 700-token prompt is stored; a reader asks the connector about it at several local hits k: each answer
     must be the rest of what it offers at 0 (k + n == the hit at 0, n == 0 once k reaches it), neither the whole

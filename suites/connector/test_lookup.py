@@ -8,7 +8,7 @@ import math
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import CORE_PRESETS, PRESETS, WINDOW_PRESETS
+from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, CORE_PRESETS, PRESETS, WINDOW_PRESETS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, SlidingWindowSpec
 from suites.connector.context import (
     SMALL_STORE_BYTES,
@@ -188,7 +188,7 @@ def _evict_the_middle(engine, tokens, after: int) -> None:
 
 
 @pytest.mark.kv_check("C07")
-@pytest.mark.parametrize("preset", MULTI_PRESETS + list(WINDOW_PRESETS))
+@pytest.mark.parametrize("preset", MULTI_PRESETS + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
 def test_c07_hit_min_over_groups(ctx, preset):
     """Hits are the windowed min over groups, decided black-box: the connector sees a prompt's first 300
     tokens, then not the next 600 (served from the local prefix cache only), then all 1300 with a local hit,

@@ -13,7 +13,7 @@ import tempfile
 import torch
 
 from reference_impl.connector.base import KVConnectorTransferResults
-from reference_impl.connector.groups import FULL, MAMBA, SLIDING, GroupInfo
+from reference_impl.connector.groups import CHUNKED, FULL, MAMBA, SLIDING, GroupInfo
 from reference_impl.connector.lmcache_like import NULL_BLOCK_ID, LMCacheLikeConnector, TransferOp, extra_config
 from reference_impl.connector.hashing import chunk_hashes, object_key
 from reference_impl.connector.store import shared_store
@@ -541,3 +541,13 @@ class DefaultChunkHitConnector(_OwnKeysConnector):
         end = min(chunks * 256, request.num_tokens - 1)
         self._lookups[request.request_id] = (num_computed_tokens, end)
         return end - num_computed_tokens, load_async
+
+
+class ChunkedLocalBlindConnector(_OwnKeysConnector):
+    """Knows full attention, sliding windows and Mamba, and leaves any other group kind alone (a chunked local
+    attention group is neither stored nor loaded), while its hit still counts the groups it serves: a reload on a
+    chunked-local model reads stale KV of the hit's attention chunk. Caught by C14 round-trip-bytes on the
+    fa+chunked320 preset."""
+
+    def _select_groups(self, groups):
+        return [g for g in super()._select_groups(groups) if g.kind != CHUNKED]

@@ -62,6 +62,7 @@ CAUGHT = [
     ("LocalHitBlindConnector", "C38", "test_c38_lookup_at_local_hits"),
     ("LastPromptTokenUnstoredConnector", "C39", "test_c39_exact_multiple_reload"),
     ("DefaultChunkHitConnector", "C40", "test_c40_offloaded_block_multiple"),
+    ("ChunkedLocalBlindConnector", "C14", "test_c14_round_trip_bytes"),  # on the chunked-local preset
 ]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),
