@@ -128,6 +128,15 @@ def fold_hit_chunks(presence: dict[int, list[bool]], windows: dict[int, int], ma
     return 0
 
 
+def drafter_reads_last_block(vllm_config) -> bool:
+    """Whether the engine runs an EAGLE-style drafter (EAGLE, EAGLE-3, MTP: `speculative_config.use_eagle()`): it
+    needs the hidden states of a prefix hit's last block, which no cache holds, so a hit (local or a connector's)
+    must leave that block to recompute."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    use_eagle = getattr(spec, "use_eagle", None)
+    return bool(callable(use_eagle) and use_eagle())
+
+
 def _servable(present: list[bool], window, m: int) -> bool:
     if m > len(present):
         return False

@@ -37,6 +37,7 @@ from reference_impl.connector.base import (
 )
 from reference_impl.connector.groups import (
     MAMBA,
+    drafter_reads_last_block,
     SLIDING,
     GroupInfo,
     fold_hit_chunks,
@@ -119,6 +120,8 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self.chunk_size = int(options["chunk_size"])
         self.load_async = bool(options["load_async"])
         self.store_window_only = bool(options["store_window_only"])
+        # EAGLE / MTP: a hit leaves its last block to recompute (the drafter needs its hidden states).
+        self.use_eagle = drafter_reads_last_block(vllm_config)
         self.groups: list[GroupInfo] = self._select_groups(transfer_groups(kv_cache_config))
         # Each group's KV dtype goes into its keys: another deployment's objects in another dtype never match.
         self._dtypes = {gid: spec_dtype(g.kv_cache_spec) for gid, g in enumerate(kv_cache_config.kv_cache_groups)}
@@ -191,6 +194,8 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         }
         windows = {g.group_id: g.window_chunks(self.chunk_size) for g in self.groups}
         hit_chunks = fold_hit_chunks(presence, windows, max_chunks)
+        if self.use_eagle and hit_chunks:
+            hit_chunks = fold_hit_chunks(presence, windows, hit_chunks - 1)  # the last block is the drafter's
         hit_tokens = hit_chunks * self.chunk_size
         if hit_tokens <= num_computed_tokens:
             return 0, False

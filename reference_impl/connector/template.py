@@ -34,7 +34,8 @@ from reference_impl.connector.base import (
     KVConnectorTransferResults,
     SupportsHMA,
 )
-from reference_impl.connector.groups import MAMBA, GroupInfo, fold_hit_chunks, transfer_groups
+from reference_impl.connector.groups import (MAMBA, GroupInfo, drafter_reads_last_block, fold_hit_chunks,
+                                             transfer_groups)
 from reference_impl.connector.hashing import chunk_hashes, object_key
 
 NULL = 0  # vLLM's null block: padding in block tables, never read nor written (C15)
@@ -96,6 +97,7 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         # C03: only groups that are prefix-cached and transferable; a spec it cannot serve (cross-attention,
         # Mamba without per-boundary states) raises ValueError here, at start, naming the group.
         self.groups: dict[int, GroupInfo] = {g.group_id: g for g in transfer_groups(kv_cache_config)}
+        self.use_eagle = drafter_reads_last_block(vllm_config)  # C41: EAGLE / MTP speculative decoding
         for g in self.groups.values():
             # C06/C18: a hit ends on a chunk boundary, which must be a block boundary of every attention group.
             if g.kind != MAMBA and self.chunk_size % g.block_size:
@@ -155,7 +157,11 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         # C07: per group, a hit of m chunks needs every chunk before m (full attention), the chunks of the window
         # ending at m (sliding window), the state exactly at m (Mamba); the largest m every group serves wins.
         windows = {gid: g.window_chunks(self.chunk_size) for gid, g in self.groups.items()}
-        hit = fold_hit_chunks(present, windows, len(hashes)) * self.chunk_size
+        hit = fold_hit_chunks(present, windows, len(hashes))
+        if self.use_eagle and hit:
+            # C41: an EAGLE-style drafter needs the hidden states of the hit's last block: leave it to recompute.
+            hit = fold_hit_chunks(present, windows, hit - 1)
+        hit *= self.chunk_size
         if hit <= num_computed_tokens:
             return 0, False  # C05: never (0, True)
         self._lookups[request.request_id] = num_computed_tokens

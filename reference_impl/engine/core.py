@@ -44,6 +44,19 @@ class ParallelConfig:
     rank: int = 0
 
 
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding as connectors read it from `vllm_config.speculative_config` (vLLM's field names)."""
+
+    method: str = "eagle"  # "eagle", "eagle3", "mtp" (EAGLE-style: a drafter one token ahead), "ngram", ...
+    num_speculative_tokens: int = 1
+
+    def use_eagle(self) -> bool:
+        """Whether the drafter is EAGLE-style (vLLM's `SpeculativeConfig.use_eagle`): it needs the hidden states of
+        the last matched block, so a prefix hit (local, and a connector's) leaves that block to recompute."""
+        return self.method in ("eagle", "eagle3", "mtp")
+
+
 @dataclass
 class EngineConfig:
     """The `vllm_config` connectors receive (the attributes they read), plus the engine's own knobs."""
@@ -60,6 +73,9 @@ class EngineConfig:
     # Fault injection: the model name the worker-role connectors see. A different name than the scheduler's
     # makes their store keys differ, so a load of what the scheduler found fails like a lost backend object.
     worker_model: str | None = None
+    # Speculative decoding (EAGLE / MTP): the local prefix-cache hit drops its last block (KVCacheManager
+    # use_eagle), and connectors read it to do the same with theirs. The engine does not draft tokens.
+    speculative_config: SpeculativeConfig | None = None
 
 
 ConnectorFactory = Callable[[Any, KVConnectorRole, Any], Any]
@@ -87,7 +103,9 @@ class EngineCore:
                                       # This engine's scheduler neither ends chunks at the prompt's last hash
                                       # boundary nor runs copy-on-write block copies, which fine-grained
                                       # Mamba hits need: its presets keep block-aligned hits.
-                                      allow_partial_hash_hits=False)
+                                      allow_partial_hash_hits=False,
+                                      use_eagle=bool(self.config.speculative_config
+                                                     and self.config.speculative_config.use_eagle()))
         self._block_hasher = get_request_block_hasher(self.hash_block_size)
         # The model's KV differs from another model's for the same tokens (a store shared by several models
         # must not serve one model's KV to another); the workers' connectors may see another name (fault

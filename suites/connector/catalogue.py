@@ -46,6 +46,7 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "C38": ("MUST", "lookup-at-local-hits", "asked at a local hit (0, a chunk boundary, inside a chunk), the connector offers the rest of what it stored, and the load reads right"),
     "C39": ("MUST", "exact-multiple-reload", "a prompt whose length is an exact multiple of the block size stores as much as one token longer: a reload hits all of it"),
     "C40": ("MUST", "offloaded-block-multiple", "with its stored block 4x and 16x the GPU block, a reload hits every whole stored block and never the partial one, and reads right"),
+    "C41": ("MUST", "eagle-drops-last-block", "under EAGLE / MTP speculative decoding a hit leaves its last block to recompute, and the load writes nothing past the hit"),
 }
 
 # Which optional backdoor each check uses, and how: every MUST check decides from observable behaviour; a
@@ -100,6 +101,7 @@ _FOR_DUMMY_AND_TRANSFER = {
     "C05": _HIT_VS_STORE, "C06": _HIT_VS_STORE, "C07": _HIT_VS_STORE, "C08": _HIT_VS_STORE,
     "C09": _HIT_VS_STORE, "C30": _HIT_VS_STORE, "C36": _HIT_VS_STORE, "C35": _HIT_VS_STORE,
     "C37": _HIT_VS_STORE, "C38": _HIT_VS_STORE, "C39": _HIT_VS_STORE, "C40": _HIT_VS_STORE,
+    "C41": _HIT_VS_STORE,
     "C10": _BYTES_VS_STORE, "C11": _BYTES_VS_STORE, "C14": _BYTES_VS_STORE, "C17": _BYTES_VS_STORE,
     "C18": _BYTES_VS_STORE, "C20": _BYTES_VS_STORE, "C24": _BYTES_VS_STORE, "C25": _BYTES_VS_STORE,
     "C26": _BYTES_VS_STORE, "C28": _BYTES_VS_STORE, "C34": _BYTES_VS_STORE,

@@ -137,12 +137,13 @@ class CheckContext:
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
                max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, worker_model: str | None = None,
-               model: str | None = None, **builtin_options) -> EngineCore:
+               model: str | None = None, speculative_config=None, **builtin_options) -> EngineCore:
         """A fresh engine (on the check's store) whose connectors are guarded instances of the target class.
 
         `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own);
         `worker_model` gives the workers another model name (fault injection: their loads miss); `model`
-        replaces the check's model name (several presets, or several models, on one store).
+        replaces the check's model name (several presets, or several models, on one store);
+        `speculative_config` (`reference_impl.engine.core.SpeculativeConfig`) runs EAGLE / MTP.
         """
         ktc = KVTransferConfig(kv_connector=self.cls.__name__, kv_role="kv_both",
                                kv_connector_module_path=self.cls.__module__,
@@ -155,7 +156,8 @@ class CheckContext:
         config = EngineConfig(model_config=ModelConfig(model), kv_transfer_config=ktc, num_blocks=num_blocks,
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
                               max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
-                              worker_model=f"{model}@{worker_model}" if worker_model else None)
+                              worker_model=f"{model}@{worker_model}" if worker_model else None,
+                              speculative_config=speculative_config)
         engine = self.engine_class(preset, config, connector_factory=self.factory)
         engine.content_judged = self.judges_content  # read by expect_no_read_errors
         engine.observers.append(self.exposure.observer(engine))

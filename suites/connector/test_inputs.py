@@ -1,11 +1,13 @@
 """The inputs real connector bugs live in (issue 31 item 3): C37 multiconnector-stores-every-child, C38
-lookup-at-local-hits, C39 exact-multiple-reload, C40 offloaded-block-multiple.
+lookup-at-local-hits, C39 exact-multiple-reload, C40 offloaded-block-multiple, C41 eagle-drops-last-block.
 
 Each check decides from what an engine observes (hits, and the bytes the forward reads), and compares the
 connector with itself where no outside oracle knows the right hit: inside a MultiConnector it must store what it
 stores alone (C37); asked beyond a local hit it must offer the rest of what it offers at 0 (C38); a prompt of an
 exact multiple of the block size must store as much as one token more does (C39); with its stored block 4x and 16x
-the GPU block, the partial stored block at a prompt's end is never offered and every whole one is (C40)."""
+the GPU block, the partial stored block at a prompt's end is never offered and every whole one is (C40); under
+EAGLE / MTP speculative decoding it offers less than without, leaving the last block to recompute, and loads
+nothing past its hit (C41)."""
 
 from __future__ import annotations
 
@@ -292,3 +294,61 @@ def test_c40_offloaded_block_multiple(ctx, preset, ratio):
            f"{what}, reloaded with a local hit of {got_local} tokens, got {external} external tokens: local + "
            f"external = {got_local + external}, not the {whole} stored")
     expect_no_read_errors(reader, f"{what}, reloaded with a local hit inside a stored block", since=since)
+
+
+# ---- C41 ----------------------------------------------------------------------------------------------------
+SPECULATIVE = {"eagle-1": ("eagle", 1), "mtp-2": ("mtp", 2)}  # speculative method and tokens per step
+
+
+@pytest.mark.kv_check("C41")
+@pytest.mark.parametrize("preset", ["fa_only", "fa+swa"])
+@pytest.mark.parametrize("speculative", list(SPECULATIVE))
+def test_c41_eagle_drops_last_block(ctx, preset, speculative):
+    """With an EAGLE-style drafter (EAGLE, MTP; `vllm_config.speculative_config.use_eagle()`), the drafter needs the
+    hidden states of a hit's last block, which no cache holds, so vLLM drops that block from its local prefix hit
+    and a connector must leave it too: a stored 700-token prompt, looked up on an engine with speculative decoding,
+    must hit at least one block less than on one without (the same connector, the same prompt stored), and the
+    load, guarded by canaries on the request's blocks past the hit, must write none of them and read right."""
+    from reference_impl.engine.core import SpeculativeConfig
+    from suites.connector.test_data_path import _own_blocks_fence
+
+    if ctx.kv_engine == VLLM_ENGINE:
+        from suites.connector.vllm_engine import not_applicable_on_vllm
+
+        not_applicable_on_vllm("C41 sets a speculative config on kvconform's engine; vLLM's scheduler is built "
+                               "without one here")
+    if getattr(ctx.cls, "vllm_name", None):
+        not_applicable("C41 needs the connector to see the engine's speculative config, and kvconform's adapter "
+                       "builds vLLM's config without one")
+    method, tokens = SPECULATIVE[speculative]
+    spec = SpeculativeConfig(method, tokens)
+    block = min(g[1] for g in get_preset(preset).groups)
+    prompts = {}
+    hits = {}
+    for label, config in (("without", None), ("with", spec)):
+        engine = ctx.engine(speculative_config=config, model=f"kvconform/{preset}/{ctx.store_name}/c41-{label}")
+        tokens_ = prompt(41_000 + len(preset), 700)
+        ctx.run(engine, tokens_)
+        ctx.forget_local_cache(engine)
+        hits[label] = hit_of(engine, engine.connector, tokens_ + [7])
+        prompts[label] = (engine, tokens_)
+    plain, eagle = hits["without"], hits["with"]
+    expect(plain > 0, "scenario: the connector does not hit a 700-token prompt it stored (without speculation)")
+    expect(eagle <= plain - block,
+           f"with {method} speculative decoding ({tokens} token{'s' if tokens > 1 else ''}), a stored 700-token prompt "
+           f"hit {eagle} tokens; without, {plain}: the hit keeps its last block ({block} tokens), whose hidden states "
+           "the drafter needs and no cache holds (it must be recomputed)")
+    engine, tokens_ = prompts["with"]
+    ctx.wipe(engine)
+    fence = _own_blocks_fence(ctx, engine) if ctx.judges_content else None
+    if fence is not None:
+        ctx.around["start_load_kv"] = fence
+    since = read_marks(engine)
+    try:
+        request = ctx.run(engine, tokens_ + [7])
+    finally:
+        ctx.around.pop("start_load_kv", None)
+    expect(request.num_local_computed_tokens + request.num_external_computed_tokens <= plain - block,
+           f"with {method} speculative decoding the engine's reload hit {request.num_external_computed_tokens} "
+           f"external tokens: the last block of the {plain}-token hit was not left to recompute")
+    expect_no_read_errors(engine, f"a reload with {method} speculative decoding", since=since)

@@ -551,3 +551,24 @@ class ChunkedLocalBlindConnector(_OwnKeysConnector):
 
     def _select_groups(self, groups):
         return [g for g in super()._select_groups(groups) if g.kind != CHUNKED]
+
+
+class EagleBlindConnector(_OwnKeysConnector):
+    """Ignores the engine's speculative config: under EAGLE / MTP it still offers a hit's last block, whose hidden
+    states the drafter needs: caught by C41 eagle-drops-last-block."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.use_eagle = False
+
+
+class EagleLoadPastHitConnector(_OwnKeysConnector):
+    """Leaves the last block out of its hit under EAGLE / MTP, then loads the chunk it left out anyway, into blocks
+    past the hit: caught by C41 eagle-drops-last-block (its canaries on the request's blocks past the hit)."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+        tracker = self._trackers.get(request.request_id)
+        if self.use_eagle and tracker is not None and tracker.load is not None:
+            start, end, is_async = tracker.load
+            tracker.load = (start, end + self.chunk_size, is_async)

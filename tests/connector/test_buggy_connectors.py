@@ -63,6 +63,8 @@ CAUGHT = [
     ("LastPromptTokenUnstoredConnector", "C39", "test_c39_exact_multiple_reload"),
     ("DefaultChunkHitConnector", "C40", "test_c40_offloaded_block_multiple"),
     ("ChunkedLocalBlindConnector", "C14", "test_c14_round_trip_bytes"),  # on the chunked-local preset
+    ("EagleBlindConnector", "C41", "test_c41_eagle_drops_last_block"),
+    ("EagleLoadPastHitConnector", "C41", "test_c41_eagle_drops_last_block"),
 ]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),
