@@ -16,7 +16,7 @@ KV of the whole batch is written before any attention reads it), a Mamba state o
 output of the forward pass), a block an asynchronous connector load fills only once the load has finished.
 
 `run_workload` returns the first violation of each invariant (`Verdict`); the tests in
-`test_invariants.py` assert that none occurred, and `tests/suites/test_allocator_invariant_mutants.py` shows
+`test_invariants.py` assert that none occurred, and `tests/test_allocator_invariant_mutants.py` shows
 each invariant trip on a deliberately broken reference. A release that violates one is a reviewed defect
 (`harness/release/vllm_allocator_defects.toml`), expected as a strict xfail on that release.
 """
