@@ -18,7 +18,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 __all__ = ["Capability", "CAPABILITIES", "PROBED_MODULES", "ReleaseModules", "probe_capabilities",
            "not_applicable", "fields_of"]
@@ -108,6 +108,30 @@ def _uncached_pool_reuses_freed_first(mods: dict) -> bool:
     return pool.get_new_blocks(1)[0].block_id in {block.block_id for block in freed}
 
 
+def _hashes_mamba_align_at_gcd(m) -> bool:
+    """Whether the release's `resolve_kv_cache_block_sizes` hashes a model of full attention in blocks of 16 beside
+    a Mamba 'align' group in blocks of 256 (the cache block being 16) at their GCD, 16: it takes such a Mamba
+    group for an 'align' one. vLLM 0.20-0.27 take a Mamba group whose block is not `cache_config.block_size` for
+    one outside 'align' mode and hash at the scheduler block (256), because their config code makes an 'align'
+    group's block the cache block (`Platform._align_hybrid_block_size`: `mamba_block_size = block_size`). The
+    configs are plain namespaces holding only what the function reads; the specs are the release's own."""
+    import torch  # only when probed: the capability table itself stays import-light
+
+    iface = m["iface"]
+    utils = m.get("kv_utils") or m["utils"]
+    full = iface.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)
+    mamba = iface.MambaSpec(block_size=256, shapes=((4, 8),), dtypes=(torch.float16,), mamba_cache_mode="align")
+    groups = [iface.KVCacheGroupSpec(["model.layers.0.full"], full),
+              iface.KVCacheGroupSpec(["model.layers.1.mamba"], mamba)]
+    cache = SimpleNamespace(block_size=16, enable_prefix_caching=True, hash_block_size=None,
+                            prefix_match_unit=None, mamba_cache_mode="align")
+    parallel = SimpleNamespace(decode_context_parallel_size=1, prefill_context_parallel_size=1)
+    vllm_config = SimpleNamespace(cache_config=cache, parallel_config=parallel, kv_transfer_config=object())
+    _, hash_block_size = utils.resolve_kv_cache_block_sizes(
+        SimpleNamespace(kv_cache_groups=groups), vllm_config)
+    return hash_block_size == 16
+
+
 # name -> Capability; `mods` holds the release's modules by the short names of PROBED_MODULES (None, or no
 # entry, for one the release lacks).
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
@@ -187,6 +211,13 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     # num_prefill_checkpoint_blocks but no prefill_checkpoint_alignment reserves a checkpoint only below a chunk
     # that ends off a block boundary, keyed at that block's end, with none of the position rules the checks assert
     # (the scenarios' alignment could not even be configured).
+    # A model whose Mamba 'align' group keeps a block of its own beside smaller attention blocks is a layout only a
+    # release that hashes it at the GCD builds (0.28.0 on); 0.15.0 - 0.27.0 make an 'align' group's block the
+    # attention block, so such a model is one they never serve (the layout they build: equal blocks).
+    Capability("mamba_align_block", "an 'align' Mamba group's block is the cache block size "
+               "(resolve_kv_cache_block_sizes takes a Mamba group with a block of its own for one outside 'align' mode "
+               "and hashes at the scheduler block): a model with attention blocks beside a larger Mamba 'align' "
+               "block has no layout on this release", _hashes_mamba_align_at_gcd),
     Capability("mamba_checkpoints", "MambaSpec has no num_prefill_checkpoint_blocks / prefill_checkpoint_alignment "
                "(no prefill checkpoints at aligned positions)",
                lambda m: {"num_prefill_checkpoint_blocks", "prefill_checkpoint_alignment"}

@@ -29,10 +29,7 @@ import inspect
 import json
 import re
 import sys
-import types
 from collections.abc import Mapping
-
-import torch
 
 from harness.targets.allocator_capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
 from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
@@ -123,35 +120,11 @@ CAPABILITIES["scratch_groups"] = Capability(
 
 
 
-def _hashes_mamba_align_at_gcd(m) -> bool:
-    """Whether the release's `resolve_kv_cache_block_sizes` hashes a model of full attention in blocks of 16 beside
-    a Mamba 'align' group in blocks of 256 (the cache block being 16) at their GCD, 16: it takes such a Mamba
-    group for an 'align' one. vLLM 0.20-0.27 take a Mamba group whose block is not `cache_config.block_size` for
-    one outside 'align' mode and hash at the scheduler block (256), because their config code makes an 'align'
-    group's block the cache block (`Platform._align_hybrid_block_size`: `mamba_block_size = block_size`). The
-    configs are plain namespaces holding only what the function reads; the specs are the release's own."""
-    iface = m["iface"]
-    full = iface.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)
-    mamba = iface.MambaSpec(block_size=256, shapes=((4, 8),), dtypes=(torch.float16,), mamba_cache_mode="align")
-    groups = [iface.KVCacheGroupSpec(["model.layers.0.full"], full),
-              iface.KVCacheGroupSpec(["model.layers.1.mamba"], mamba)]
-    cache = types.SimpleNamespace(block_size=16, enable_prefix_caching=True, hash_block_size=None,
-                                  prefix_match_unit=None, mamba_cache_mode="align")
-    parallel = types.SimpleNamespace(decode_context_parallel_size=1, prefill_context_parallel_size=1)
-    vllm_config = types.SimpleNamespace(cache_config=cache, parallel_config=parallel, kv_transfer_config=object())
-    _, hash_block_size = m["kv_utils"].resolve_kv_cache_block_sizes(
-        types.SimpleNamespace(kv_cache_groups=groups), vllm_config)
-    return hash_block_size == 16
-
-
 # A model whose Mamba 'align' group keeps a block of its own beside smaller attention blocks (the presets
 # fa+mamba_align and fa+swa+mamba: full attention 16, Mamba 256) is a layout only a release that hashes it at the
 # GCD builds; elsewhere the preset is a model the release never serves (its 'align' block is the attention block).
-CAPABILITIES["mamba_align_block"] = Capability(
-    "mamba_align_block", "an 'align' Mamba group's block is the cache block size (resolve_kv_cache_block_sizes "
-    "takes a Mamba group with a block of its own for one outside 'align' mode and hashes at the scheduler block): "
-    "a model with attention blocks of 16 beside a Mamba 'align' block of 256 has no layout on this release",
-    _hashes_mamba_align_at_gcd)
+# The allocator's row (its invariants' layouts ask the same question), probed on the connector table's modules.
+CAPABILITIES["mamba_align_block"] = ALLOCATOR_CAPABILITIES["mamba_align_block"]
 
 FORMS: dict[str, Capability] = {c.name: c for c in (
     Capability("block_state", "SchedulerOutput carries no kv_connector_block_state (connectors read block tables "

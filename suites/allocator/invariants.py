@@ -160,6 +160,10 @@ class _Run:
         self.sizes = [g.block_size for g in groups]
         self.kinds = [g.kind for g in groups]
         self.mamba_bs = max((g.block_size for g in groups if g.kind == "mamba"), default=0)
+        attention = min(g.block_size for g in groups if g.kind != "mamba")
+        if self.mamba_bs and self.mamba_bs != attention and hasattr(target, "require"):
+            # Only a layout the release builds: before 0.28.0 a Mamba 'align' block is the attention block.
+            target.require("mamba_align_block")
         kwargs = dict(use_eagle=layout.use_eagle, enable_kv_cache_events=layout.kv_events)
         if layout.token_budget is not None and "max_in_flight_tokens" not in getattr(target, "lacks", {}):
             kwargs["max_in_flight_tokens"] = layout.token_budget

@@ -63,13 +63,17 @@ def test_the_run_names_the_allocator_that_ran_and_no_other_targets_version(tmp_p
     assert "target_version" not in run_info, run_info.get("target_version")
 
 
-def reference_as_a_release_without_remove_skipped_blocks():
-    """Factory: the reference shaped like vLLM 0.13.0 in one row of the capability table."""
+_NO_PARTIAL_HITS = "no fine-grained prefix hits"
+
+
+def reference_as_a_release_without_partial_prefix_hits():
+    """Factory: the reference shaped like vLLM 0.13.0 in one row of the capability table (a row that makes
+    scenarios N/A: `remove_skipped_blocks`, the row this test used before, now only chooses the call)."""
     from harness.targets.allocator_target import make_reference_target
 
     target = make_reference_target()
     target.name, target.version = "vllm-0.13.0", "0.13.0"
-    target.lacks = {**target.lacks, "remove_skipped_blocks": "KVCacheManager has no remove_skipped_blocks"}
+    target.lacks = {**target.lacks, "partial_prefix_hits": _NO_PARTIAL_HITS}
     return target
 
 
@@ -78,9 +82,9 @@ def test_a_scenario_na_on_a_release_records_the_same_cell_as_where_it_runs(tmp_p
     does, so `kvconform diff` of two releases' runs lines them up (measured on vLLM 0.13.0 -> 0.14.0: the 8
     remove_skipped_blocks / external-tokens scenarios were 'only in base' and 'only in head')."""
     results = tmp_path / "results.json"
-    spec = "tests.targets.test_allocator_option:reference_as_a_release_without_remove_skipped_blocks"
+    spec = "tests.targets.test_allocator_option:reference_as_a_release_without_partial_prefix_hits"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator.test_remove_skipped_blocks", "--kv-allocator",
+        [sys.executable, "-m", "pytest", "--pyargs", "suites.allocator.test_partial_prefix_hits", "--kv-allocator",
          spec, "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist", "--kvconform-results",
          str(results)],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
@@ -88,5 +92,5 @@ def test_a_scenario_na_on_a_release_records_the_same_cell_as_where_it_runs(tmp_p
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     entries = json.loads(results.read_text())["results"]
     assert entries and all(e["status"] == "skipped" for e in entries)
-    assert all(e["message"] == "N/A on 0.13.0: KVCacheManager has no remove_skipped_blocks" for e in entries)
+    assert all(e["message"] == f"N/A on 0.13.0: {_NO_PARTIAL_HITS}" for e in entries)
     assert {(e["cell"] or {}).get("target") for e in entries} == {"vllm-0.13.0"}
