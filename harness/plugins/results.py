@@ -24,7 +24,7 @@ from _pytest import junitxml  # xml_key: where pytest keeps the JUnit writer of 
 
 from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE, TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
-from harness.portable_paths import portable_text
+from harness.portable_paths import portable_path, portable_text
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
@@ -78,7 +78,7 @@ def pytest_configure(config):
     # JUnit XML gets one <testcase> per test with its outcome and message, never the record: the full run's file
     # was 44.8 MB when every passing cell carried its record as a JSON property. The record's home is the
     # results file. pytest's junitxml writes a test's user properties in LogXML.finalize.
-    xml = config.stash.get(junitxml.xml_key, None)
+    xml = config.stash.get(junitxml.xml_key, None) if hasattr(junitxml, "xml_key") else None
     if xml is not None and not hasattr(config, "workerinput"):
         finalize = xml.finalize
         xml.finalize = lambda report: finalize(_without_records(report))
@@ -104,6 +104,18 @@ def pytest_report_to_serializable(config, report):
             and not config.getoption("kvconform_results", None)):
         data["user_properties"] = [p for p in data.get("user_properties") or () if p[0] != RECORD_KEY]
     return data
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A kvconform suite's skip names its file by a portable path: pytest keeps the absolute path, which a plain
+    `pytest --junitxml` writes into every skip's text (the CI vLLM job's JUnit files)."""
+    report = yield
+    if (report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3
+            and suite_of_path(item.path) is not None):
+        where, line, reason = report.longrepr
+        report.longrepr = (portable_path(str(where)), line, reason)
+    return report
 
 
 def _json_safe(value: Any) -> Any:

@@ -3,6 +3,7 @@ the controller reads them (`harness.plugins.results.pytest_report_to_serializabl
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -41,3 +42,24 @@ def test_a_worker_drops_the_records_of_a_passing_report_nobody_reads(kwargs):
 ])
 def test_records_stay_when_something_reads_them(why, kwargs):
     assert _serialized(**kwargs) == [_RECORD, _OTHER], why
+
+
+def _made_report(path, longrepr, skipped=True):
+    from harness.plugins.results import pytest_runtest_makereport
+
+    item = SimpleNamespace(path=path)
+    hook = pytest_runtest_makereport(item, None)
+    next(hook)
+    with pytest.raises(StopIteration) as done:
+        hook.send(SimpleNamespace(skipped=skipped, longrepr=longrepr))
+    return done.value.value.longrepr
+
+
+def test_a_suite_skip_names_its_file_without_this_machines_path():
+    """pytest keeps a skip's file as an absolute path and `pytest --junitxml` writes it into the skip's text."""
+    from harness.plugins.activation import SUITES_DIR
+
+    suite_file = SUITES_DIR / "connector" / "test_api.py"
+    assert _made_report(suite_file, (str(suite_file), 28, "why")) == ("suites/connector/test_api.py", 28, "why")
+    elsewhere = "/somewhere/else/test_mine.py"
+    assert _made_report(Path(elsewhere), (elsewhere, 3, "why")) == (elsewhere, 3, "why"), "not a kvconform suite"
