@@ -74,8 +74,7 @@ class Defect:
 
     def marker(self) -> str:
         """The line `kvconform explain` prints beside the rules."""
-        fixed = f"fixed in {self.fixed_in_text}" if self.fixed_in else "not fixed in any known release"
-        return f"known vLLM defect {self.id}: {self.sentence} ({fixed})"
+        return defect_marker(self.as_json())
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "sentence": self.sentence, "fixed_in": self.fixed_in_text}
@@ -83,6 +82,13 @@ class Defect:
     def witness_case(self, release: str) -> dict[str, Any]:
         """The witness as a case of `release` (a version or an era id)."""
         return {**CASE_DEFAULTS, **self.witness, "id": f"{self.id}-witness", "vllm_version": release}
+
+
+def defect_marker(defect: dict[str, Any]) -> str:
+    """'known vLLM defect ID: sentence (fixed in X.Y.Z)' for a defect as `Defect.as_json` writes it (the form a
+    results entry keeps)."""
+    fixed = f"fixed in {defect['fixed_in']}" if defect.get("fixed_in") else "not fixed in any known release"
+    return f"known vLLM defect {defect['id']}: {defect['sentence']} ({fixed})"
 
 
 def _fail(path: Path, index: int, what: str) -> UsageError:

@@ -24,6 +24,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
+from harness.invariants.defects import defect_marker
 from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
 from harness.report.spec_refs import message_id
@@ -36,10 +37,12 @@ LEGEND = (
     "Cells: ✅ on = HMA on (resolved `disable_hybrid_kv_cache_manager` is False) · ⚪ off = HMA off (note: the "
     "warning vLLM logs) · ❌ followed by a message id (E-F, E-B, ...) or an exception type = an error (note: "
     "type, stage and message; the ids are explained in docs/rules.md) · ❔ unknown = cannot be known or not run "
-    "(note: why) · ❗ differs = the outcome differs from the oracle. Numbers in brackets refer to the notes under "
+    "(note: why) · ❗ differs = the outcome differs from the oracle · 🐞 = the outcome is that of a known vLLM defect "
+    "(note: which, and the release that fixes it; docs/invariants.md). Numbers in brackets refer to the notes under "
     "each table."
 )
 ON, OFF, ERROR, UNKNOWN = "✅ on", "⚪ off", "❌", "❔ unknown"
+DEFECT = "🐞"  # beside an outcome a reviewed vLLM defect produced
 
 ConfigKey = tuple[str, str, str, Any]  # connector, features, platform, flag
 _ERA_RANK = {era: rank for rank, era in enumerate(ERA_IDS)}
@@ -169,6 +172,9 @@ class _Configuration:
         else:
             reason = self.shown().get("message") or "no outcome was recorded"
             base = Cell(UNKNOWN, "unknown", (f"not run: {reason}",))
+        defects = (self.shown().get("extra") or {}).get("defects") or ()
+        if defects:
+            base = Cell(f"{base.text} {DEFECT}", base.kind, base.notes + tuple(defect_marker(d) for d in defects))
         mismatches = [
             f"differs from the oracle at stage {label(stage)}: {e.get('message') or e['status']}"
             for stage, e in sorted(self.by_stage.items(), key=lambda item: _stage_rank(item[0]))
@@ -361,9 +367,11 @@ def _support_kind(configuration: _Configuration | None, deepest: Any) -> str | N
     error = (configuration.shown().get("actual") or {}).get("error") or {}
     if cell.kind == "error" and message_id(str(error.get("message") or ""), error.get("type")) == UNREGISTERED_ID:
         return NOT_REGISTERED
-    word = SUPPORT_WORDS.get(cell.kind, kind)
+    defect = f" {DEFECT}" if DEFECT in kind else ""
+    word = SUPPORT_WORDS.get(cell.kind, kind.replace(defect, ""))
     if cell.kind == "error":
-        word += f" ({kind.removeprefix(ERROR).strip()})"
+        word += f" ({kind.replace(defect, '').removeprefix(ERROR).strip()})"
+    word += defect
     if configuration.stage() != deepest:
         word += f" ({label(configuration.stage())} only)"
     return word

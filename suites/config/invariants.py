@@ -13,13 +13,14 @@ Exit status: 0 exactly the reviewed defects, 1 news, 2 bad arguments, 4 the targ
 
 from __future__ import annotations
 
+import functools
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate, judged
-from harness.invariants.defects import Verdict, judge, load_defects
+from harness.invariants.defects import Defect, Verdict, judge, load_defects
 from reference_impl.config.eras import parse_version
 from suites.config.matrix import cells_for
 from suites.config.random_cases import random_cases
@@ -71,6 +72,46 @@ def run(era: str, release: str, target: Callable[[dict], dict], random_count: in
     if target is not resolve_case:
         violations = with_reference_rules(violations, violations_on(cases, release, resolve_case)[0])
     return judge(violations, parse_version(release), [inv.id for inv in INVARIANTS]), answered
+
+
+@dataclass(frozen=True)
+class EraJudgement:
+    """The invariants on one era's matrix through one target: a verdict per invariant, how many cells the target
+    answered, and per case id the reviewed defects that produced its outcome."""
+
+    verdicts: dict[str, Verdict]
+    answered: int
+    defects_by_case: dict[Any, tuple[Defect, ...]]
+
+
+def release_of(era: str, target: Callable[[dict], dict]) -> str:
+    """The release a target is judged as: an installed vLLM's own (the `vllm` target), else the era's first."""
+    version = getattr(target, "version", None)
+    try:
+        parse_version(str(version))
+        return str(version)
+    except ValueError:
+        return ERA_RELEASES[era]
+
+
+@functools.lru_cache(maxsize=None)
+def era_judgement(era: str, target: Callable[[dict], dict]) -> EraJudgement:
+    """`run` on one era's matrix, once per (era, target) and process (the suite's tests share it)."""
+    verdicts, answered = run(era, release_of(era, target), target)
+    by_case: dict[Any, list[Defect]] = {}
+    for verdict in verdicts:
+        for violation in verdict.violations:
+            for defect in verdict.defects:
+                if defect.explains(violation) and defect not in by_case.setdefault(violation.case_id, []):
+                    by_case[violation.case_id].append(defect)
+    return EraJudgement({v.invariant: v for v in verdicts}, answered, {k: tuple(v) for k, v in by_case.items()})
+
+
+def defects_noted(era: str, target: Callable[[dict], dict], case_id: Any) -> dict[str, Any]:
+    """What a matrix cell's results entry notes about the reviewed defects that produced its outcome:
+    {"defects": [{"id", "sentence", "fixed_in"}, ...]}, or nothing when none did."""
+    defects = era_judgement(era, target).defects_by_case.get(case_id)
+    return {"defects": [defect.as_json() for defect in defects]} if defects else {}
 
 
 def verdict_line(verdict: Verdict) -> str:

@@ -9,16 +9,12 @@ vLLM (`vllm`), else the era's first release: a target that follows an era's rule
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
-from harness.eras import ERA_IDS, ERA_RELEASES
+from harness.eras import ERA_IDS
 from harness.invariants.config import INVARIANTS_BY_ID
-from harness.invariants.defects import Verdict
 from harness.plugins.config_matrix import config_target, selected_eras
-from reference_impl.config.eras import parse_version
-from suites.config.invariants import run
+from suites.config.invariants import era_judgement
 
 PAIRS = [(invariant, era) for era in ERA_IDS for invariant in INVARIANTS_BY_ID]
 
@@ -30,28 +26,13 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("invariant_era", pairs, ids=[f"{inv}-{era}" for inv, era in pairs])
 
 
-@functools.lru_cache(maxsize=None)
-def _judged(era: str, target, release: str) -> tuple[dict[str, Verdict], int]:
-    verdicts, answered = run(era, release, target)
-    return {verdict.invariant: verdict for verdict in verdicts}, answered
-
-
-def _release(era: str, target) -> str:
-    version = getattr(target, "version", None)  # the vllm target: the installed release
-    try:
-        parse_version(str(version))
-        return str(version)
-    except ValueError:
-        return ERA_RELEASES[era]
-
-
 def test_config_invariant(invariant_era, hma_target, request):
     """One invariant on one era's cells: it holds, or breaks exactly as its reviewed defects say (strict xfail)."""
     invariant, era = invariant_era
-    verdicts, answered = _judged(era, hma_target, _release(era, hma_target))
-    if not answered:
+    judgement = era_judgement(era, hma_target)
+    if not judgement.answered:
         pytest.skip(f"the target ({config_target(request.config).spec}) answers none of era {era}'s cells")
-    verdict = verdicts[invariant]
+    verdict = judgement.verdicts[invariant]
     if verdict.unexplained:
         first = verdict.unexplained[0]
         pytest.fail(f"{invariant} is violated on {len(verdict.unexplained)} case(s) no reviewed defect explains, first "

@@ -15,6 +15,7 @@ import pytest
 
 from harness.plugins.config_matrix import config_target, golden_mode, golden_store, selected_eras
 from suites.config.divergences import known_divergence
+from suites.config.invariants import defects_noted
 from suites.config.matrix import Cell, cells_for
 from suites.config.oracle import expected_outcome
 from suites.config.outcomes import (explain, golden_header, golden_path, outcome_mismatches, summarize,
@@ -59,6 +60,8 @@ def test_config_cell(config_cell: Cell, hma_target, kvconform_record, request):
         # Reviewed in known_divergences.toml: every assertion still runs; strict, so agreement fails loudly.
         request.applymarker(pytest.mark.xfail(strict=True, reason=divergence.describe()))
     noted = {"known_divergence": divergence.describe()} if divergence else {}
+    # the reviewed vLLM defects that produced this cell's outcome (the report marks the cell)
+    noted.update(defects_noted(config_cell.era, hma_target, case["id"]))
     try:
         actual = hma_target(case)
     except Exception as exc:  # a broken target: one short failure per cell, not a traceback report each

@@ -19,6 +19,7 @@ from harness.report.build import build_document
 from harness.report.markdown import extract_section, render_markdown_pages
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.config import resolve_case
+from suites.config.invariants import defects_noted
 from suites.config.matrix import matrix
 from suites.config.oracle import expected_outcome
 from suites.config.outcomes import outcome_mismatches
@@ -40,7 +41,8 @@ def fresh_config_results() -> ResultsDocument:
         problems = outcome_mismatches(expected_outcome(case).outcome, actual)
         entries.append(make_entry(nodeid=f"{MATRIX_TEST}[{cell.id}]", suite="config", cell=cell.dimensions,
                                   status="failed" if problems else "passed", actual=actual,
-                                  message="; ".join(problems) or None))
+                                  message="; ".join(problems) or None,
+                                  extra=defects_noted(cell.era, resolve_case, case["id"])))
     return ResultsDocument(run_info={"kvconform_version": "fresh", "target": "reference"}, results=entries)
 
 

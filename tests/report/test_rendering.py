@@ -535,3 +535,17 @@ def test_page_script_unpacks_sections_in_node(tmp_path):
     # each section goes in place of its own script element, so the order they finish in does not matter
     assert sorted(result["inserted"]) == sorted(gzip.decompress(base64.b64decode(d)).decode() for d in data)
     assert result["status"] == "0 rows shown", "after unpacking, the filter script ran (no rows in the stand-in)"
+
+
+def test_a_cell_a_known_vllm_defect_produced_is_marked_with_the_defect_and_its_fix():
+    """A matrix entry noting a reviewed defect (suites/config/test_matrix.py records them): 🐞 beside the outcome
+    and the defect's line as the cell's note; the same outcome without the note stays unmarked."""
+    defect = {"id": "VLLM-CFG-01", "sentence": "a KV events config turns HMA off", "fixed_in": "0.20.0"}
+    marked = config_entry(features="kv_events", actual=outcome(resolved=True))
+    marked["extra"] = {"defects": [defect]}
+    plain = config_entry(platform="rocm", features="kv_events", actual=outcome(resolved=True))
+    md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[marked, plain])))
+    rows = table_after(md, "### Era seed (vLLM 0.13.0)")
+    assert rows[1][1:] == ["KV events", "⚪ off 🐞 [1]", "⚪ off"]
+    assert footnotes(md, "### Era seed (vLLM 0.13.0)") == {
+        "1": "known vLLM defect VLLM-CFG-01: a KV events config turns HMA off (fixed in 0.20.0)"}

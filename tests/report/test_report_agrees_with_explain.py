@@ -125,20 +125,25 @@ def explain(era: str, platform: str, flag: bool | None, connector: str, feature:
 
 
 def explain_kind(result: dict) -> str:
-    """'on', 'off', 'unknown', 'error <id or type>', 'refused' -- the report's words are checked against this."""
+    """'on', 'off', 'unknown', 'error <id or type>', 'refused' -- the report's words are checked against this;
+    ' 🐞' after them when explain names a known vLLM defect that produced the outcome."""
     if "refused" in result:
         return "refused"
+    defect = " 🐞" if result.get("defects") else ""
     if result["error"]:
         error = result["error"]
-        return f"error {message_id(error['message'], error['type']) or error['type']}"
+        return f"error {message_id(error['message'], error['type']) or error['type']}{defect}"
     if result["unknown"]:
         return "unknown"
-    return "on" if result["resolved_disable_hma"] is False else "off"
+    return ("on" if result["resolved_disable_hma"] is False else "off") + defect
 
 
 def report_kind(text: str) -> str:
-    """The same words from a report cell ('✅ on', '⚪ off', '❌ E-F', '❌ refused (E-F)', '✅ yes')."""
+    """The same words from a report cell ('✅ on', '⚪ off', '❌ E-F', '❌ refused (E-F)', '✅ yes'), and the mark
+    of a known vLLM defect ('⚪ off 🐞', '❌ refused (E-B 🐞)') after them."""
     text = text.strip()
+    if " 🐞" in text:
+        return report_kind(text.replace(" 🐞", "")) + " 🐞"
     if text.startswith("✅"):
         return "on"
     if text.startswith("⚪"):
@@ -238,6 +243,7 @@ def test_the_reading_of_a_timeline():
     assert kinds["seed"] == kinds["v0.20"] == "error E-F"
     assert kinds["v0.21"] == kinds["v0.33"] == "on"
     assert "v0.10" not in expand("✅ on from 0.13.0")
+    assert expand("⚪ off 🐞; ❌ refused (E-B 🐞) from 0.13.0")["seed"] == "error E-B 🐞"
 
 
 def test_a_connector_cell_is_answered_at_create_connector():
