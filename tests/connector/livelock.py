@@ -23,6 +23,10 @@ class _Livelock(TemplateConnector):
         super().__init__(vllm_config, role, kv_cache_config)
         self.model = f"{self.model}/{type(self).__name__}"
 
+    def update_connector_output(self, connector_output) -> None:
+        """The template's, on releases whose KVConnectorOutput has no failed_recving too (vLLM before 0.18)."""
+        self._failed |= set(getattr(connector_output, "failed_recving", None) or ())
+
 
 class RetriedFailingLoadConnector(_Livelock):
     """Every load fails (the backend's reads are broken), and the lookup forgets it: the recomputed request is
