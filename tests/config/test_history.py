@@ -4,7 +4,9 @@ a defect fixed. The expectations are written by hand from the spec's timeline an
 import pytest
 
 from harness.cli import main as kvconform
+from harness.results_model import ResultsDocument, load_results
 from suites.config.history import FIXED, INTRODUCED, RULE_CHANGE, changes, main, steps
+from tests.report.synthetic import config_entry, outcome, run_info
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +71,39 @@ def test_kvconform_history_runs_the_same_program(capfd):
     assert "vLLM 0.24.0 (era v0.24) -> 0.25.0 (era v0.25): 0 of" in capfd.readouterr().out
     assert kvconform(["history", "--from", "0.13.0"]) == 2
     assert capfd.readouterr().err.strip() == "kvconform history: give --from X.Y.Z and --to X.Y.Z (or --range A..B)"
+
+
+def _run_file(tmp_path, name, era, cells):
+    """A results file of one release's matrix run: (flag, features, outcome, defects) per cell on cuda."""
+    entries = []
+    for flag, features, resolved, defects in cells:
+        entry = config_entry(era=era, flag=flag, features=features, actual=outcome(resolved=resolved))
+        if defects:
+            entry["extra"] = {"defects": [{"id": d, "sentence": "s", "fixed_in": None} for d in defects]}
+        entries.append(entry)
+    path = tmp_path / name
+    path.write_text(ResultsDocument(run_info=run_info(), results=entries).dumps())
+    return str(path)
+
+
+def test_two_results_files_are_compared_with_the_defects_each_run_recorded(tmp_path, capsys):
+    old = _run_file(tmp_path, "old.json", "v0.19", [(None, "kv_events", True, ["VLLM-CFG-01"]),
+                                                     (None, "chunked", False, []), (True, "none", True, [])])
+    new = _run_file(tmp_path, "new.json", "v0.20", [(None, "kv_events", False, []),
+                                                     (None, "chunked", True, []), (True, "none", True, [])])
+    assert main(["--results", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "(era v0.19) -> " in out and "2 of 3 cells changed (1 rule change, 1 defect fixed)" in out
+    assert "  N-cuda-kv_events-noconn: off -> on: defect fixed: VLLM-CFG-01" in out
+    assert "  N-cuda-chunked-noconn: on -> off: rule change" in out
+
+
+def test_a_results_file_of_several_eras_is_one_line_and_exit_2(tmp_path, capsys):
+    mixed = _run_file(tmp_path, "mixed.json", "v0.19", [(None, "none", False, [])])
+    document = load_results(mixed)
+    (tmp_path / "mixed.json").write_text(ResultsDocument(run_info=run_info(), results=[
+        *document.results, config_entry(era="v0.20", platform="rocm")]).dumps())
+    assert main(["--results", mixed, mixed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("has config cells of 2 eras (v0.19, v0.20); expected the run of one release "
+                        "(pytest suites/config --vllm-version X --kvconform-results)") and "\n" not in err
