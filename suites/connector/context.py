@@ -190,8 +190,9 @@ class CheckContext:
     def close(self) -> None:
         """Abandon the check's engines: abort what is still in flight (so the connectors release what those
         requests hold in a store that outlives the check), shut the connectors down, and forget a built-in's
-        private store."""
-        for engine in self.engines:
+        private store. After a check that ran out of time its thread may still be inside a hook of those engines
+        (a hook that blocks for ever): they are left alone, as a call from here could block the session too."""
+        for engine in self.engines if self.state.get("abandoned") is None else ():
             for req_id in [r.request_id for r in engine.scheduler.requests.values() if not r.is_finished]:
                 try:
                     engine.abort_request(req_id)

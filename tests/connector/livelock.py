@@ -4,6 +4,7 @@ Each is the template connector (`reference_impl.connector.template`, as a vendor
 liveness mistake, run black box: the engine keeps stepping, and the suite's progress watchdog must fail the check
 in seconds, naming the hook, where each check used to spin until the per-check time limit. `SlowAsyncConnector` is
 the correct connector the watchdog must leave alone: its asynchronous loads take several steps and some wall time.
+`BlockingFinishConnector` is the contrast: a real hang, which still costs the per-check time limit.
 """
 
 from __future__ import annotations
@@ -121,3 +122,12 @@ class SlowerThanTheStepBoundConnector(SlowAsyncConnector):
 
     load_steps, load_seconds = 150, 1.0
 
+
+
+class BlockingFinishConnector(_Livelock):
+    """Not a livelock but a real hang: the finish hook blocks for ever (a backend call without a timeout). The
+    check runs out of time naming the hook, and its teardown, which aborts what is left, must not block too."""
+
+    def request_finished_all_groups(self, request, block_ids):
+        while True:
+            time.sleep(0.05)

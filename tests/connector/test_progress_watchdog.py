@@ -172,3 +172,19 @@ def test_issue_35s_window_blind_connector_fails_c07_and_c09_instead_of_spinning(
     finally:
         ctx.close()
     assert evidence in str(raised.value), str(raised.value)
+
+
+def test_a_check_that_ran_out_of_time_leaves_its_engines_to_the_stuck_thread():
+    """A real hang (a finish hook that blocks for ever) still costs the time limit and names the hook; the check's
+    teardown does not call into the engines the stuck thread holds (an abort would call the blocking hook)."""
+    ctx = _context("BlockingFinishConnector", "fa_only")
+    engine = ctx.engine()
+    # Two requests in flight: the first one's finish blocks, the second is still unfinished at teardown.
+    engine.add_request(engine.make_request(prompt(1, 40), max_tokens=1))
+    pending = engine.add_request(engine.make_request(prompt(2, 40), max_tokens=50))
+    with pytest.raises(AssertionError) as raised:
+        run_with_timeout(engine.run_until_done, 0.5, ctx.state)
+    assert "check hung past 0.5s (inside BlockingFinishConnector.request_finished_all_groups (scheduler))" \
+        == str(raised.value)
+    ctx.close()  # returns: the unfinished request is not aborted through the blocking hook
+    assert not pending.is_finished
