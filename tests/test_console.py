@@ -213,3 +213,35 @@ def test_the_real_connector_suite_is_grouped_when_run_from_a_vendors_folder(tmp_
     assert ("kvconform: 5 multi-group cells of ExampleConnector skipped as not HMA-capable (it does not declare "
             "SupportsHMA, so vLLM refuses it on those presets)") in out, out[-3000:]
     assert out.splitlines()[-1].startswith("=") and "5 failed, 1 passed, 6 skipped" in out.splitlines()[-1]
+
+
+SKIPS = '''
+import pytest
+
+@pytest.mark.parametrize("index", range(3))
+def test_backdoor(kvconform_record, index):
+    kvconform_record(suite="connector", cell={"connector": "Mine", "check": "C08", "preset": str(index)})
+    pytest.skip("not applicable: backdoors are off")
+
+@pytest.mark.parametrize("check", ["C05", "C07"])
+def test_hung(kvconform_record, check):
+    kvconform_record(suite="connector", cell={"connector": "Mine", "check": check, "preset": "fa_only"})
+    pytest.skip(f"skipped: hook Mine.wait_for_save hung in {check} (and once more after it); the checks that call "
+                "it are not run again in this session")
+
+def test_own_skip():
+    pytest.skip("not a suite cell")
+'''
+
+
+def test_one_line_says_how_many_cells_were_skipped_and_why(tmp_path):
+    """Without -rs: one line, the suite's skips grouped by reason (ids and numbers taken out), most first."""
+    (tmp_path / "test_skips.py").write_text(SKIPS)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False, env=_env())
+    lines = [line for line in done.stdout.splitlines() if line.startswith("kvconform: ")]
+    assert lines == ["kvconform: 5 cells skipped: 3 not applicable: backdoors are off; 2 skipped: hook "
+                     "Mine.wait_for_save hung in C05 (and once more after it); the checks that… (-rs lists each)"], \
+        done.stdout[-3000:]
+    assert not any(line.startswith("SKIPPED") for line in done.stdout.splitlines()), "-rs is not needed"
+    assert "6 skipped" in done.stdout.splitlines()[-1]
