@@ -191,6 +191,7 @@ MESSAGES: Mapping[str, str] = MappingProxyType({
     "E-MULTI-ASSERT": "error",
     "E-MULTI-NO-CONNECTORS": "error",
     "E-KV-ROLE": "error",
+    "E-KV-DISAGG-ROLE": "error",
     "E-TWO-ARG": "error",
     "E-HIDDEN-STATES-CHUNKED-PREFILL": "error",
     "E-OFFLOAD-NO-SIZE": "error",

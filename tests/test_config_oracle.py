@@ -41,14 +41,14 @@ def child(name, role="kv_both", children=None):
 
 CASES = {
     # §4 pre-seed column and the "absent" row (two-state flag; never raises).
-    "§4-pre-seed-True-skips-all": (case("pre-seed", True, "tpu", "ExampleConnector", kv_events=True, **CL_OFF), "off"),
-    "§4-pre-seed-False-is-absent-K": (case("pre-seed", False, connector="ExampleConnector"), "off | warn W-A1"),
-    "§4-pre-seed-None-K": (case("pre-seed", None, connector="ExampleConnector"), "off | warn W-A1"),
+    "§4-pre-seed-True-skips-all": (case("pre-seed", True, "tpu", "SharedStorageConnector", kv_events=True, **CL_OFF), "off"),
+    "§4-pre-seed-False-is-absent-K": (case("pre-seed", False, connector="SharedStorageConnector"), "off | warn W-A1"),
+    "§4-pre-seed-None-K": (case("pre-seed", None, connector="SharedStorageConnector"), "off | warn W-A1"),
     "§4-pre-seed-None-P": (case("pre-seed", None, "tpu"), "off"),
     "§4-pre-seed-None-EV": (case("pre-seed", None, kv_events=True), "off"),
     "§4-pre-seed-None-CE": (case("pre-seed", None, speculative_method="eagle", **CHUNK), "off"),
     "§4-pre-seed-None-CL": (case("pre-seed", None, **CL_OFF), "off | warn W-C"),
-    "§1.3-pre-seed-K-before-CL": (case("pre-seed", None, "cuda", "ExampleConnector", **CL_OFF), "off | warn W-A1 W-C"),
+    "§1.3-pre-seed-K-before-CL": (case("pre-seed", None, "cuda", "SharedStorageConnector", **CL_OFF), "off | warn W-A1 W-C"),
     "§4-pre-seed-False-P-EV-never-raises": (case("pre-seed", False, "unspecified", kv_events=True), "off"),
     "§4-pre-seed-nothing": (case("pre-seed", None), "on"),
     "§8.5-pre-seed-offloading-after-block": (case("pre-seed", None, kv_offloading_backend="native", kv_offloading_size=4), "on"),
@@ -189,7 +189,7 @@ CASES = {
     "§6-0.10-no-env-branch": (case("v0.10", None, **CL_OFF), "on"),
     "§6-0.10-CE": (case("v0.10", None, speculative_method="eagle3", **CHUNK), "off"),
     "§6-0.10-K-silent": (case("v0.10", None, connector="NixlConnector"), "off"),
-    "§6-0.10-no-factory-check": (case("v0.10", None, stage="create_connector", connector="ExampleConnector"), "off"),
+    "§6-0.10-no-factory-check": (case("v0.10", None, stage="create_connector", connector="SharedStorageConnector"), "off"),
     "§6-0.11-cpu-supported": (case("v0.11", None, "cpu"), "on"),
     "§6-0.11-CL-default-0": (case("v0.11", None, **CHUNK), "off | warn W-C"),
     "§6-0.11-no-offloading": (case("v0.11", None, kv_offloading_backend="native", kv_offloading_size=4), "unknown"),

@@ -250,7 +250,10 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
     HiSparse `is_cuda` (0.30-0.33) and `get_hisparse_backend_cls` (0.34)."""
     from vllm.platforms import current_platform
 
-    import vllm.config.vllm as config_module
+    try:
+        import vllm.config.vllm as config_module
+    except ModuleNotFoundError:  # 0.11.0 and earlier define VllmConfig in vllm/config/__init__.py
+        import vllm.config as config_module
 
     cls = type(current_platform)
     names = ("support_hybrid_kv_cache", "is_cuda", "get_hisparse_backend_cls")
@@ -484,9 +487,13 @@ class VllmConfigTarget:
         from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
 
         model_config = self._model_config(case)
+        scheduler: dict[str, Any] = {"max_model_len": _MAX_MODEL_LEN, "is_encoder_decoder": False}
+        if flag is not None:
+            # An absent flag is not passed, as a user who does not name it: a two-state release (0.12 and
+            # earlier) types the field bool and refuses None, and a tri-state one defaults it to None anyway.
+            scheduler["disable_hybrid_kv_cache_manager"] = flag
         kwargs: dict[str, Any] = {
-            "scheduler_config": _construct(SchedulerConfig, disable_hybrid_kv_cache_manager=flag,
-                                           max_model_len=_MAX_MODEL_LEN, is_encoder_decoder=False),
+            "scheduler_config": _construct(SchedulerConfig, **scheduler),
             "device_config": DeviceConfig("cpu"),
             "cache_config": _construct(CacheConfig, **_offloading(case, parsed)),
         }
@@ -587,8 +594,8 @@ class VllmConfigTarget:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
 
-        create = lambda: _within_deadline(lambda: KVConnectorFactory.create_connector(  # noqa: E731
-            vllm_config, KVConnectorRole.SCHEDULER, _empty_kv_cache_config()))
+        create = lambda: _within_deadline(lambda: _factory_create(  # noqa: E731
+            KVConnectorFactory, vllm_config, KVConnectorRole.SCHEDULER))
         try:
             connector = create()
         except Exception as exc:
@@ -615,6 +622,18 @@ class VllmConfigTarget:
         with contextlib.suppress(Exception):
             connector.shutdown()
         return None
+
+
+def _factory_create(factory, vllm_config, role):
+    """The scheduler-side connector, through this release's own factory entry point: `create_connector_v1`
+    (0.10.0, beside a V0 `create_connector_v0`), `create_connector(config, role)` (0.10.1-0.11.0), or
+    with the KV cache config as a third argument (0.11.1 on)."""
+    create = getattr(factory, "create_connector", None) or factory.create_connector_v1
+    import inspect
+
+    if "kv_cache_config" in inspect.signature(create).parameters:
+        return create(vllm_config, role, _empty_kv_cache_config())
+    return create(vllm_config, role)
 
 
 def _construct(cls, **kwargs):
@@ -671,7 +690,7 @@ def _constructor_failure(exc: BaseException) -> bool:
 def _is_factory_constructor_call(code, lineno: int) -> bool | None:
     """For a frame of the factory's `create_connector`: whether it stands at its `connector_cls(...)` line;
     None for any other frame."""
-    if code.co_name == "create_connector" and code.co_filename.endswith("factory.py"):
+    if code.co_name in ("create_connector", "create_connector_v1") and code.co_filename.endswith("factory.py"):
         return "connector_cls(" in linecache.getline(code.co_filename, lineno)
     return None
 

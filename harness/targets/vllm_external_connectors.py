@@ -9,8 +9,17 @@ loads them in place of the suite's module. They are only created, never run, so 
 
 from __future__ import annotations
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, SupportsHMA
+import inspect
+
+from vllm.distributed.kv_transfer.kv_connector.v1 import base as _vllm_base
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
+
+# Before 0.11.1 vLLM has no SupportsHMA (its factory checks nothing): a connector there has no way to declare
+# HMA support, so the "declares HMA" twin is a plain connector on those releases.
+_HMA_BASES: tuple[type, ...] = (_vllm_base.SupportsHMA,) if hasattr(_vllm_base, "SupportsHMA") else ()
+# The base constructor takes kv_cache_config from 0.11.1; before, every connector has two arguments.
+_BASE_TAKES_KV_CACHE_CONFIG = "kv_cache_config" in inspect.signature(KVConnectorBase_V1.__init__).parameters
 
 MODULE_PATH = __name__
 # The suite module these classes stand in for (the `vllm` target maps one path onto the other).
@@ -42,7 +51,7 @@ class _InertConnector(KVConnectorBase_V1):
         return None
 
 
-class ExternalHMAConnector(_InertConnector, SupportsHMA):
+class ExternalHMAConnector(_InertConnector, *_HMA_BASES):
     """An external connector that declares HMA support."""
 
     def request_finished_all_groups(self, request, block_ids):
@@ -57,7 +66,7 @@ class LegacyTwoArgConnector(_InertConnector):
     """An external connector with the deprecated 2-argument constructor."""
 
     def __init__(self, vllm_config, role):  # noqa: D107 - the shape under test
-        super().__init__(vllm_config, role, None)
+        super().__init__(vllm_config, role, *((None,) if _BASE_TAKES_KV_CACHE_CONFIG else ()))
 
 
 class LMCacheConnectorV1(ExternalHMAConnector):

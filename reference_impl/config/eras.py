@@ -40,7 +40,7 @@ class PackageImport:
     """A package a built-in connector's module imports when vLLM looks the class up."""
 
     package: str
-    first: tuple[int, int]
+    first: tuple[int, ...]
     until: tuple[int, int] | None
     vllm_type: str
     message: str
@@ -51,9 +51,12 @@ class PackageImport:
         return version >= self.first and (self.until is None or version < self.until)
 
 
-_LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.13.0 ... 0.33.0)
-    "lmcache", (0, 13), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33)
+_LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.11.1 ... 0.33.0)
+    "lmcache", (0, 11, 1), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33)
 )
+# lmcache_connector.py (LMCacheConnectorV1) imports lmcache at top level in 0.10.0 - 0.12.0 (line 6); 0.13.0 moves
+# the import into the constructor (line 97), after the factory's checks.
+_LMCACHE_V1_IMPORT = PackageImport("lmcache", (0, 10), (0, 13), "ModuleNotFoundError", messages.E_NO_LMCACHE)
 _MOONCAKE_IMPORT = PackageImport(  # 0.13.0-0.18.x re-raise a missing mooncake as ImportError; 0.19.0 only warns
     "mooncake", (0, 13), (0, 19), "ImportError", messages.E_NO_MOONCAKE,
 )
@@ -64,7 +67,7 @@ class ConnectorInfo:
     """A connector name registered in vLLM's KVConnectorFactory, and from when it is HMA-capable."""
 
     name: str
-    registered_from: tuple[int, int]
+    registered_from: tuple[int, ...]
     hma_from: tuple[int, int] | None
     note: str = ""
     #: a package the connector's module imports when the class is looked up
@@ -72,20 +75,23 @@ class ConnectorInfo:
     removed_from: tuple[int, int] | None = None
 
 
-# Built-in registry (spec 2.7, 3.7 and the timeline). `registered_from` is the first sampled release
-# the spec names the connector in; the 0.13.0 list (2.7) is assumed for 0.10-0.12 too, as the spec gives
-# no older list. `hma_from` is the release it gained SupportsHMA (None: never by 0.34); `removed_from`
-# the first release whose registry (3.7) no longer has it.
+# Built-in registry (spec 2.7, 3.7 and the timeline). `registered_from` is the first release whose
+# factory.py registers the name (read in the wheels of 0.10.0 to 0.13.0 for the older names; 0.10.0's four V0
+# connectors, which its V1 factory refuses, are left out). `hma_from` is the release it gained SupportsHMA
+# (None: never by 0.34); `removed_from` the first release whose registry (3.7) no longer has it.
 BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
-    ConnectorInfo("ExampleConnector", (0, 10), None),
+    # 0.13.0 renamed SharedStorageConnector (0.10.0 - 0.12.0) to ExampleConnector.
+    ConnectorInfo("SharedStorageConnector", (0, 10), None, removed_from=(0, 13)),
+    ConnectorInfo("ExampleConnector", (0, 13), None),
     ConnectorInfo("P2pNcclConnector", (0, 10), None, removed_from=(0, 24)),  # 0.24.0 factory.py lacks it
-    ConnectorInfo("LMCacheConnectorV1", (0, 10), None, "in-tree class never subclassed SupportsHMA"),
-    ConnectorInfo("LMCacheMPConnector", (0, 10), None, imports=_LMCACHE_IMPORT),
+    ConnectorInfo("LMCacheConnectorV1", (0, 10), None, "in-tree class never subclassed SupportsHMA",
+                  imports=_LMCACHE_V1_IMPORT),
+    ConnectorInfo("LMCacheMPConnector", (0, 11, 1), None, imports=_LMCACHE_IMPORT),
     ConnectorInfo("NixlConnector", (0, 10), (0, 18)),
     ConnectorInfo("MultiConnector", (0, 10), (0, 21), "effective capability: all children"),
-    ConnectorInfo("OffloadingConnector", (0, 10), (0, 21)),
-    ConnectorInfo("DecodeBenchConnector", (0, 10), (0, 21)),
-    ConnectorInfo("MooncakeConnector", (0, 10), (0, 20), imports=_MOONCAKE_IMPORT),
+    ConnectorInfo("OffloadingConnector", (0, 11), (0, 21)),
+    ConnectorInfo("DecodeBenchConnector", (0, 11, 1), (0, 21)),
+    ConnectorInfo("MooncakeConnector", (0, 13), (0, 20), imports=_MOONCAKE_IMPORT),
     ConnectorInfo("SimpleCPUOffloadConnector", (0, 19), (0, 19)),
     # Each registration date read from the releases' factory.py (0.13.0 - 0.24.0): the first release that
     # registers the name.
@@ -155,6 +161,8 @@ class Era:
     # 0.22.0 - 0.23.x: the configured ExampleHiddenStatesConnector refuses chunked prefill (on by default) at the
     # start of the offloading shortcut's function (0.22.0 config/vllm.py:737-746, 0.23.0 764-772)
     hidden_states_refuses_chunked_prefill: bool = False
+    # KVTransferConfig's refusal of a connector without kv_role (its text named kv_disagg_role before 0.11.1)
+    missing_kv_role_error: str = messages.E_KV_ROLE
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
     multi_init_asserts: bool = False
@@ -217,6 +225,7 @@ def _build_eras() -> tuple[Era, ...]:
         gated_on_vllm_use_v1=True,
         platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "xpu": False, "cpu": False}),
         chunked_local_without_eagle=False,
+        missing_kv_role_error=messages.E_KV_DISAGG_ROLE,
     )
     v011 = _evolve(
         v010, "v0.11", (0, 11), "0.11.0",
@@ -233,6 +242,7 @@ def _build_eras() -> tuple[Era, ...]:
         factory_check=FACTORY_CLASS,
         offloading_shortcut=OFFLOAD_AFTER,
         offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheConnectorV1"}),
+        missing_kv_role_error=messages.E_KV_ROLE,
     )
     seed = _evolve(
         pre_seed, "seed", (0, 13), "0.13.0",

@@ -227,7 +227,7 @@ class KVConnectorFactory:
         if ktc.kv_role is not None and ktc.kv_role not in KV_ROLES:
             self._trace.fail(messages.E_KV_ROLE_INVALID, stage, "kv_role_invalid", vllm_type="ValidationError")
         if ktc.kv_connector is not None and ktc.kv_role is None:
-            self._trace.fail(messages.E_KV_ROLE, stage, "kv_role_missing")
+            self._trace.fail(self.era.missing_kv_role_error, stage, "kv_role_missing")
 
 
 

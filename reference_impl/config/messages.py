@@ -151,6 +151,12 @@ E_KV_ROLE = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"
 )
+#: The same check before 0.11.1 named the field by an older name (0.10.0 config.py:3862, 0.11.0
+#: config/kv_transfer.py:92).
+E_KV_DISAGG_ROLE = (
+    "Please specify kv_disagg_role when kv_connector is set, supported roles are "
+    "('kv_producer', 'kv_both', 'kv_consumer')"
+)
 
 #: KV cache grouping with HMA disabled on a hybrid model that cannot be unified.
 E_UNIFY_SEED = (

@@ -75,7 +75,7 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
 # release's factory.py (v0.34's, with P2pNcclConnector where the eras that register it had it), which keeps the
 # cells of every era whose registry did not change; a name not listed comes after these, alphabetically.
 CONNECTOR_ORDER: tuple[str, ...] = (
-    "ExampleConnector", "P2pNcclConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector",
+    "SharedStorageConnector", "ExampleConnector", "P2pNcclConnector", "LMCacheConnectorV1", "LMCacheMPConnector", "NixlConnector",
     "MultiConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector", "SimpleCPUOffloadConnector",
     "ExampleHiddenStatesConnector", "MooncakeStoreConnector", "MoRIIOConnector", "FlexKVConnectorV1",
     "HF3FSKVConnector", "NixlPullConnector", "NixlPushConnector", "HiSparseConnector", "UMBPStoreConnector",
@@ -91,7 +91,15 @@ def in_connector_order(names) -> list[str]:
 # Children that are never in the way of a child list: MultiConnector itself, HiSparse (switches
 # HiSparse on, §10.1), and connectors whose class lookup fails for a reason of its own (§3.3).
 _NOT_PLAIN_CHILDREN = {"MultiConnector", "HiSparseConnector"}
-_NON_HMA_CHILDREN = ("ExampleConnector", "LMCacheConnectorV1")
+#: vLLM's example connector, which never supports HMA, under its two names: SharedStorageConnector in 0.10.0 -
+#: 0.12.0, ExampleConnector from 0.13.0 (the same class renamed).
+EXAMPLE_CONNECTOR_NAMES = ("ExampleConnector", "SharedStorageConnector")
+
+
+def example_connector(era: str) -> str:
+    """The name `era`'s registry gives vLLM's example connector (the matrix's plain, never-HMA child)."""
+    registry = era_table(era)["connectors"]
+    return next(name for name in EXAMPLE_CONNECTOR_NAMES if name in registry)
 
 
 def connector_child(name: str, children: list | None = None, role: str | None = "kv_both", extra: dict | None = None) -> dict:
@@ -139,20 +147,21 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
     def multi(children: list) -> dict[str, Any]:
         return {"kv_connector": "MultiConnector", "multi_connector_children": children}
 
-    plain = [connector_child(name) for name in _NON_HMA_CHILDREN]
+    example = example_connector(era)
+    plain = [connector_child(name) for name in (example, "LMCacheConnectorV1")]
     options["MultiPlain"] = multi(plain)
     options["MultiEmpty"] = multi([])
     if hma_children:
         hma = [connector_child(name) for name in hma_children]
         options["MultiAllHMA"] = multi(hma)
-        options["MultiMixed"] = multi([hma[0], connector_child("ExampleConnector")])
+        options["MultiMixed"] = multi([hma[0], connector_child(example)])
         options["MultiNested"] = multi([connector_child("MultiConnector", hma), hma[0]])
-        options["MultiNestedMixed"] = multi([connector_child("MultiConnector", [connector_child("ExampleConnector")]), hma[0]])
+        options["MultiNestedMixed"] = multi([connector_child("MultiConnector", [connector_child(example)]), hma[0]])
     else:
         options["MultiNested"] = multi([connector_child("MultiConnector", plain), plain[0]])
     if table["factory"]["child_kv_role_required"]:
         # Every child lacks kv_role, so the error does not depend on the order children are checked.
-        options["MultiNoRole"] = multi([connector_child(name, role=None) for name in (hma_children or ["ExampleConnector"])])
+        options["MultiNoRole"] = multi([connector_child(name, role=None) for name in (hma_children or [example])])
     if "HiSparseConnector" in registry:
         hisparse = connector_child("HiSparseConnector")
         options["MultiHiSparse"] = multi([hisparse] + [connector_child(name) for name in hma_children[:1]])
@@ -174,7 +183,7 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
     options["RenamedMulti"] = {
         "kv_connector": "RenamedMultiConnector",
         "kv_connector_module_path": MODULE_PATH,
-        "multi_connector_children": [connector_child("ExampleConnector")],
+        "multi_connector_children": [connector_child(example)],
     }
     return options
 

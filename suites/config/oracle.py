@@ -169,7 +169,7 @@ class _Evaluation:
         """KVTransferConfig(**child): a child that names a connector must give a kv_role."""
         if child.role is None:
             self.note(f"§3.3: child {child.name} sets kv_connector without kv_role")
-            raise _Raised("E-KV-ROLE", stage)
+            raise _Raised(self.table["factory"]["missing_kv_role_error"], stage)
 
     def lookup_tree(self, connector: _Connector, stage: str) -> None:
         """0.34: the class of the connector and, for a MultiConnector class, of every child at any depth

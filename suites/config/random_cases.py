@@ -31,7 +31,8 @@ from typing import Any
 
 from harness.eras import ERA_IDS
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
-from suites.config.matrix import CUSTOM_METHOD, FEATURES, MODULE_PATH, connector_child, connectors_for, unregistered_for
+from suites.config.matrix import (CUSTOM_METHOD, FEATURES, MODULE_PATH, connector_child, connectors_for,
+                                  example_connector, unregistered_for)
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
 
@@ -69,32 +70,39 @@ def _tree(rng: random.Random, names: list[str], depth: int) -> list[dict[str, An
 
 
 # The kinds of child `connector_trees` combines: a connector that supports HMA where the era says so (NixlConnector,
-# from 0.18), one that never does (ExampleConnector), a name no release registers, each of the first two without
-# kv_role, and MultiConnector children: HMA-capable, not, without a "connectors" list, with an empty one, with an
-# unknown child, with a child lacking kv_role. Every era registers NixlConnector and ExampleConnector.
-TREE_CHILDREN: dict[str, dict[str, Any]] = {
-    "nixl": connector_child("NixlConnector"),
-    "example": connector_child("ExampleConnector"),
-    "unknown": connector_child(UNREGISTERED_CONNECTOR),
-    "example-no-role": connector_child("ExampleConnector", role=None),
-    "nixl-no-role": connector_child("NixlConnector", role=None),
-    "multi[nixl]": connector_child("MultiConnector", [connector_child("NixlConnector")]),
-    "multi[example]": connector_child("MultiConnector", [connector_child("ExampleConnector")]),
-    "multi-without-list": connector_child("MultiConnector"),
-    "multi[]": connector_child("MultiConnector", []),
-    "multi[unknown]": connector_child("MultiConnector", [connector_child(UNREGISTERED_CONNECTOR)]),
-    "multi[example-no-role]": connector_child("MultiConnector", [connector_child("ExampleConnector", role=None)]),
-    # by module path: a class that declares HMA, a two-argument constructor, a class the module lacks
-    **{label: {**connector_child(name), "kv_connector_module_path": MODULE_PATH}
-       for label, name in (("path-hma", "ExternalHMAConnector"), ("path-two-arg", "LegacyTwoArgConnector"),
-                           ("path-no-class", "NoSuchClass"))},
-}
+# from 0.18), one that never does (vLLM's example connector, under the era's name for it), a name no release
+# registers, each of the first two without kv_role, and MultiConnector children: HMA-capable, not, without a
+# "connectors" list, with an empty one, with an unknown child, with a child lacking kv_role. Every era registers
+# NixlConnector and the example connector.
+def tree_children(example: str = "ExampleConnector") -> dict[str, dict[str, Any]]:
+    """The kinds of child, by label, with `example` as the example connector's registered name."""
+    return {
+        "nixl": connector_child("NixlConnector"),
+        "example": connector_child(example),
+        "unknown": connector_child(UNREGISTERED_CONNECTOR),
+        "example-no-role": connector_child(example, role=None),
+        "nixl-no-role": connector_child("NixlConnector", role=None),
+        "multi[nixl]": connector_child("MultiConnector", [connector_child("NixlConnector")]),
+        "multi[example]": connector_child("MultiConnector", [connector_child(example)]),
+        "multi-without-list": connector_child("MultiConnector"),
+        "multi[]": connector_child("MultiConnector", []),
+        "multi[unknown]": connector_child("MultiConnector", [connector_child(UNREGISTERED_CONNECTOR)]),
+        "multi[example-no-role]": connector_child("MultiConnector", [connector_child(example, role=None)]),
+        # by module path: a class that declares HMA, a two-argument constructor, a class the module lacks
+        **{label: {**connector_child(name), "kv_connector_module_path": MODULE_PATH}
+           for label, name in (("path-hma", "ExternalHMAConnector"), ("path-two-arg", "LegacyTwoArgConnector"),
+                               ("path-no-class", "NoSuchClass"))},
+    }
+
+
+TREE_CHILDREN: dict[str, dict[str, Any]] = tree_children()
 
 
 def connector_trees(era: str) -> list[dict[str, Any]]:
-    """Every MultiConnector of one or two children of `TREE_CHILDREN`, with every flag, at both stages, on a
+    """Every MultiConnector of one or two children of `tree_children`, with every flag, at both stages, on a
     platform that supports HMA: the same list for the same era."""
-    shapes = [[a] for a in TREE_CHILDREN] + [[a, b] for a in TREE_CHILDREN for b in TREE_CHILDREN]
+    kinds = tree_children(example_connector(era))
+    shapes = [[a] for a in kinds] + [[a, b] for a in kinds for b in kinds]
     cases = []
     for shape in shapes:
         for flag_label, flag in FLAGS.items():
@@ -102,7 +110,7 @@ def connector_trees(era: str) -> list[dict[str, Any]]:
                 cases.append({
                     "id": f"{era}-tree-{'+'.join(shape)}-{flag_label}-{stage}", "profile": era, "flag": flag,
                     "platform": "cuda", "stage": stage, "kv_connector": "MultiConnector", "kv_role": "kv_both",
-                    "multi_connector_children": json.loads(json.dumps([TREE_CHILDREN[a] for a in shape])),
+                    "multi_connector_children": json.loads(json.dumps([kinds[a] for a in shape])),
                 })
     return cases
 
