@@ -292,8 +292,9 @@ class CheckContext:
         asks, started = 1, time.monotonic()
         while n is None:
             if asks >= NO_PROGRESS_STEPS:
+                patience = max(self.ASK_TIMEOUT_S, 2 * self.state.get("wait_s", WAIT_SECONDS))
                 note = waited_out(self.target.name, "lookup-none", "get_num_new_matched_tokens", self.check_id or "?",
-                                  time.monotonic() - started, self.ASK_TIMEOUT_S)
+                                  time.monotonic() - started, patience)
                 if note is not None:
                     raise NoProgress(verdict(
                         asks, time.monotonic() - started,

@@ -16,7 +16,7 @@ import pytest
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from suites.connector.catalogue import TIME_LIMIT_FACTOR
-from suites.connector.watchdog import CheckAbandoned
+from suites.connector.watchdog import CheckAbandoned, wait_for
 
 __all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
            "guard_class", "make_guard_class", "run_with_timeout", "hooks_between", "run_check", "summarised",
@@ -196,6 +196,8 @@ def run_check(pyfuncitem) -> None:
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
+    # The progress watchdog's patience with a backend grows with the limit a vendor sets (not with C36's factor).
+    state["wait_s"] = wait_for(pyfuncitem.config.getoption("kvconform_kv_connector_timeout"))
     target = context.target.name if context is not None else None
     if target is not None:
         state["hung"] = HANG_LOG.hung(target)  # hooks that hung twice stop this check at once (HookHung)

@@ -29,7 +29,7 @@ scenarios is a few steps (the simulated backend answers lookups 2 steps late; a 
 its hwm at 128 tokens a step, ~10 steps; vLLM's scheduler gets `vllm_engine.STUCK_STEPS` = 50 steps to admit
 a request before that check is N/A, which must decide first); 100 steps is twice the largest of them and,
 at a few milliseconds a step, still well under a second. A vendor backend that takes real time is covered by
-`WAIT_SECONDS` (5 s, the suite's liveness bound), not by more steps.
+`WAIT_SECONDS` (5 s, the suite's liveness bound; a twelfth of --kv-connector-timeout), not by more steps.
 
 A wait that outlasted `WAIT_SECONDS` twice for one connector (same stuck state, same hook, in one pytest
 process) is taken as the connector's behaviour: later checks judge that state by steps alone, and say so. The
@@ -46,8 +46,16 @@ from collections import Counter
 NO_PROGRESS_STEPS = 100
 #: Failed loads of one request, each offered again, with no progress in between: a failure cycle, stuck at once.
 FAILED_LOADS_IN_A_ROW = 10
-#: Wall time since the last progress a wait on the connector's backend gets before it is taken as stuck.
+#: Wall time since the last progress a wait on the connector's backend gets before it is taken as stuck, at the
+#: default per-check time limit (60 s); a check run under another limit waits `wait_for(limit)`, the same twelfth
+#: of it: a vendor whose backend is slow raises --kv-connector-timeout and gets a patient watchdog with it.
 WAIT_SECONDS = 5.0
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def wait_for(time_limit_s: float) -> float:
+    """The wall-time wait on a backend under the per-check limit `time_limit_s` (WAIT_SECONDS at 60 s)."""
+    return WAIT_SECONDS * time_limit_s / DEFAULT_TIME_LIMIT_S
 #: Verdicts on one (connector, stuck state, hook) that waited out WAIT_SECONDS before later ones use steps alone.
 CONFIRMATIONS = 2
 #: Sleep per step while waiting out WAIT_SECONDS past the step bound (a real engine's idle loop does not spin).
@@ -209,7 +217,7 @@ class ProgressWatchdog:
     def _judge(self) -> None:
         kind, hook, what = self._diagnose()
         elapsed = time.monotonic() - self.since
-        note = waited_out(self.target, kind, hook, self.check, elapsed)
+        note = waited_out(self.target, kind, hook, self.check, elapsed, self.state.get("wait_s"))
         if note is None:
             time.sleep(IDLE_SLEEP_S)
             return

@@ -16,7 +16,8 @@ from reference_impl.connector.base import KVConnectorRole
 from suites.connector import test_lookup, watchdog
 from suites.connector.context import CheckContext, prompt
 from suites.connector.runner import ConnectorGuard, run_with_timeout
-from suites.connector.watchdog import FAILED_LOADS_IN_A_ROW, NO_PROGRESS_STEPS, NoProgress, StallLog, waited_out
+from suites.connector.watchdog import (FAILED_LOADS_IN_A_ROW, NO_PROGRESS_STEPS, WAIT_SECONDS, NoProgress, StallLog,
+                                      wait_for, waited_out)
 
 LIVELOCK = "tests.connector.livelock"
 
@@ -188,3 +189,19 @@ def test_a_check_that_ran_out_of_time_leaves_its_engines_to_the_stuck_thread():
         == str(raised.value)
     ctx.close()  # returns: the unfinished request is not aborted through the blocking hook
     assert not pending.is_finished
+
+
+def test_the_wait_on_a_backend_is_a_twelfth_of_the_time_limit(monkeypatch):
+    """At the default limit (60 s) 5 s; a vendor with a slow backend raises --kv-connector-timeout and the watchdog
+    waits longer with it (the runner puts the check's wait in its state, as here)."""
+    assert (wait_for(60), wait_for(180)) == (WAIT_SECONDS, 3 * WAIT_SECONDS)
+    monkeypatch.setattr(watchdog, "STALL_LOG", StallLog())
+    ctx = _context("SilentGetFinishedConnector", "fa_only")
+    ctx.state["wait_s"] = wait_for(3)  # 0.25 s
+    try:
+        with pytest.raises(NoProgress, match="waits for remote KVs") as raised:
+            _store_then_reload(ctx)
+    finally:
+        ctx.close()
+    waited = float(str(raised.value).splitlines()[-1].split(" s since")[0])
+    assert waited >= wait_for(3), str(raised.value)
