@@ -257,6 +257,16 @@ class Probe:
     def offloading(self) -> bool:
         return self.case["kv_offloading_backend"] is not None or self.case["kv_offloading_size"] is not None
 
+    def command_line(self) -> list[str]:
+        """The case's flag and offloading options as a command line: a relative given as a command line must say
+        them there (a target may read those fields from the command line alone, as vLLM's EngineArgs do)."""
+        args = flag_arguments(self.case["flag"])
+        if self.era.offloading_shortcut != E.OFFLOAD_ABSENT:
+            for key in ("kv_offloading_backend", "kv_offloading_size"):
+                if self.case[key] is not None:
+                    args += [f"--{key.replace('_', '-')}", str(self.case[key])]
+        return args
+
     def relative(self, tag: str, **changes: Any) -> dict:
         """The outcome of the same case with `changes` (resolved through the same target)."""
         case = {**self.case, **changes, "id": f"{self.case.get('id')}~{tag}"}
@@ -370,7 +380,7 @@ def _disabled_kv_events_irrelevant(p: Probe) -> str | None:
         return None
     without = p.relative("no-kv-events", kv_events=False)
     disabled = p.relative("kv-events-disabled", kv_events=False, cli_args=[
-        *flag_arguments(p.case["flag"]), "--kv-events-config", DISABLED_KV_EVENTS])
+        *p.command_line(), "--kv-events-config", DISABLED_KV_EVENTS])
     if judged(without) and judged(disabled) and not _same_answer(without, disabled):
         return (f"without a KV events config: {short(without)}; with one whose events are disabled: "
                 f"{short(disabled)}")
