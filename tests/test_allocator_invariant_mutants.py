@@ -218,3 +218,13 @@ def test_mutant_trips_its_invariant(invariant, monkeypatch):
     target = make_reference_target()
     found = [run_workload(target, LAYOUTS[layout], seed, NUM_STEPS).violations for seed in SEEDS]
     assert any(invariant in v for v in found), f"{mutant.__name__} on {layout} did not trip {invariant}: {found}"
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_workload_exercises_what_the_invariants_judge(layout):
+    """On the unbroken reference every layout's workload serves hits (and connector loads where the layout has
+    them): the invariants about hits and loads are not judged on nothing."""
+    verdict = run_workload(make_reference_target(), LAYOUTS[layout], SEEDS[0], NUM_STEPS)
+    assert verdict.violations == {}, verdict.violations
+    assert verdict.hits > 0, f"{layout}: no prefix hit was served in {NUM_STEPS} steps"
+    assert verdict.external_loads > 0 or not LAYOUTS[layout].external_loads, f"{layout}: no connector load"

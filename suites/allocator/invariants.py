@@ -116,14 +116,14 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 HASH_BLOCK = 4
-NUM_BLOCKS = 40
+NUM_BLOCKS = 64
 MAX_LEN = 128
 #: Tenants: (LoRA adapter as (name, id, path), cache salt). A LoRA adapter and a cache salt of the same name are
 #: different tenants; so are two adapters loaded under one name from different paths (a name re-pointed at another
 #: adapter, as vLLM's in-place LoRA reload does).
 TENANTS = ((None, None), (None, "t1"), (("t1", 1, "/adapters/t1"), None), (("t2", 2, "/adapters/t2"), None),
            (("t1", 1, "/adapters/t1"), "t2"), (None, "t2"), (("t1", 3, "/adapters/t1-v2"), None))
-PREFIXES = [[p * 1000 + i for i in range(40)] for p in range(3)]
+PREFIXES = [[p * 1000 + i for i in range(40)] for p in range(2)]
 
 
 def _tenant_key(tenant) -> tuple:
@@ -337,7 +337,9 @@ class _Run:
                                                                      for i in range(rng.choice([0, 1, 3, 4, 9]))]
         if len(tokens) < 2:
             tokens += [10_000 * self.counter + 500, 10_000 * self.counter + 501]
-        tenant = TENANTS[rng.randrange(len(TENANTS))]
+        # Half the traffic is the base model without a salt (hits among it exercise every layout's lookups); the
+        # rest spreads over the other tenants.
+        tenant = TENANTS[0] if rng.random() < 0.5 else TENANTS[rng.randrange(1, len(TENANTS))]
         req = self.target.make_request(rid, tokens, HASH_BLOCK, lora=tenant[0], cache_salt=tenant[1])
         self.tenant[rid] = _tenant_key(tenant)
         blocks, hit, boundary = self._call("get_computed_blocks", self.m.get_computed_blocks, req)
