@@ -121,9 +121,27 @@ WINDOW_PRESETS = ("fa+swa600", "fa+swa8")
 CHUNKED_LOCAL_PRESETS = ("fa+chunked320",)
 
 
+# A preset laid out with every group's block at one size: "NAME@blockN" (the layout an engine builds in place of
+# NAME, e.g. a vLLM release that makes the attention block the Mamba block: harness.targets.vllm_layouts).
+BLOCK_SUFFIX = "@block"
+
+
+def at_block_size(preset: ModelPreset, block_size: int) -> ModelPreset:
+    """`preset` with every group's block at `block_size` (windows, layers, heads and dtype kept), named
+    `NAME@blockN`."""
+    groups = tuple((kind, block_size, window) for kind, _, window in preset.groups)
+    return ModelPreset(f"{preset.name}{BLOCK_SUFFIX}{block_size}", groups, preset.layers_per_group,
+                       preset.num_kv_heads, preset.vocab_size, preset.dtype)
+
+
 def get_preset(name: str) -> ModelPreset:
-    """The preset called `name`; ValueError listing the accepted names otherwise."""
+    """The preset called `name` (or `NAME@blockN`: preset NAME with every block at N tokens); ValueError listing
+    the accepted names otherwise."""
+    base, sep, size = name.partition(BLOCK_SUFFIX)
+    if sep and base in PRESETS and size.isdigit() and int(size) > 0:
+        return at_block_size(PRESETS[base], int(size))
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"model preset {name!r} is unknown; accepted: {', '.join(PRESETS)}") from None
+        raise ValueError(f"model preset {name!r} is unknown; accepted: {', '.join(PRESETS)} "
+                         f"(or NAME{BLOCK_SUFFIX}N, every block at N tokens)") from None

@@ -31,8 +31,30 @@ def pytest_collection_finish(session):
                     reporter.write_line(f"kv-connector profile: {target.name}: {target.profile.describe()}")
 
 
+def _with_built_layouts(metafunc) -> None:
+    """On a vLLM release's run, a check's preset list gains the layout the release builds in place of each preset
+    it would not build (`harness.targets.vllm_layouts`): the preset's own cell is N/A with the reason
+    (`CheckContext`), and the built layout runs as a cell of its own."""
+    if "preset" not in metafunc.fixturenames:
+        return
+    from harness.targets.vllm_layouts import built_presets, release_of
+
+    engine = kv_engine(metafunc.config)
+    if not any(release_of(t, engine) for t in connector_targets(metafunc.config)):
+        return
+    marks = metafunc.definition.own_markers
+    for index, mark in enumerate(marks):
+        if mark.name == "parametrize" and mark.args and mark.args[0] == "preset" and "ids" not in mark.kwargs:
+            presets = list(mark.args[1])
+            extended = built_presets(presets)
+            if extended != presets:
+                marks[index] = pytest.mark.parametrize("preset", extended, **mark.kwargs).mark
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own parametrize marks are applied (_with_built_layouts)
 def pytest_generate_tests(metafunc):
     if "connector_target" in metafunc.fixturenames:
+        _with_built_layouts(metafunc)
         targets = connector_targets(metafunc.config)
         unusable = unusable_targets(metafunc.config)
         if unusable and not getattr(metafunc.config, "_kvconform_load_error_shown", False):

@@ -17,6 +17,7 @@ import pytest
 from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
+from harness.targets.vllm_layouts import only_built_layouts, release_of
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
@@ -34,7 +35,10 @@ _counter = itertools.count()
 
 # Pool sizes (blocks) per preset that hold one 700-token request but not two: running two forces a preemption.
 PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80,
-                   "scratch_group": 120}
+                   "scratch_group": 120,
+                   # The layouts a vLLM release builds in place of the Mamba presets (every block 256 tokens:
+                   # harness.targets.vllm_layouts), measured on kvconform's engine with no connector.
+                   "fa+mamba_align@block256": 8, "fa+swa+mamba@block256": 10}
 
 
 # A liveness bound counts steps and wall time: kvconform's steps take a millisecond where a real engine's take
@@ -81,6 +85,9 @@ class CheckContext:
         self.is_hma = target.is_hma
         self.profile = target.profile
         self.release = target.release_table
+        if preset is not None:
+            # Only layouts the target builds: a vLLM release's own block-size decisions come first.
+            only_built_layouts(preset, release_of(target, kv_engine))
         multi_group = preset is not None and len(get_preset(preset).groups) > 1
         groups = get_preset(preset).groups if preset is not None else ()
         scratch = any(group[0] == "scratch" for group in groups)
