@@ -77,10 +77,13 @@ def _cause(entry: dict[str, Any]) -> str:
 
 def is_multi_group(entry: dict[str, Any]) -> bool:
     """Whether a cell exercised a model with several KV cache groups (its preset, or a check that always does)."""
-    from reference_impl.engine.presets import PRESETS
+    from reference_impl.engine.presets import get_preset
 
     cell = entry.get("cell") or {}
-    preset = PRESETS.get(str(cell.get("preset")))
+    try:  # a preset name, or a layout a vLLM release builds in place of one (NAME@blockN)
+        preset = get_preset(str(cell.get("preset")))
+    except ValueError:
+        preset = None
     return (preset is not None and len(preset.groups) > 1) or str(cell.get("check", "")).split(" ")[0] in MULTI_GROUP_CHECK_IDS
 
 

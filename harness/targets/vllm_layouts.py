@@ -116,3 +116,11 @@ def only_built_layouts(preset: str, release: str | None) -> None:
         base = preset.split(BLOCK_SUFFIX)[0]
         not_applicable(f"{preset} is the layout a vLLM release builds in place of {base}; kvconform's engine and "
                        f"connector protocol run {base} itself")
+
+
+def mamba_none_block(max_model_len: int) -> int:
+    """The block a vLLM release gives a Mamba group in mamba_cache_mode 'none' (one state per request, no prefix
+    caching of it): the model's whole length. Reviewed data: `MambaModelConfig.verify_and_update_config` sets
+    `cache_config.mamba_block_size = model_config.max_model_len` when prefix caching is off (0.13.0
+    model_executor/models/config.py l. 308-309, 0.20.0 l. 405-406, 0.32.0 l. 708-709)."""
+    return max_model_len
