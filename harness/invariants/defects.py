@@ -4,8 +4,9 @@ The data is `harness/release/vllm_config_defects.toml`. A defect covers the rele
 not including, `fixed_in` (none: not fixed in any release kvconform knows). A violation of one of its invariants on a
 covered release is explained by it when the violation's rules include one of the defect's `rules` (the reference
 resolver's rule ids of the mechanism; a defect without rules explains every violation of its invariants). Its
-`witness` is a case (the schema of `kvconform resolve`, without a release) that violates the invariant on every
-covered release and on no other: the evidence, runnable on the reference and on an installed vLLM.
+`witness` is a case (the schema of `kvconform resolve`, without a release), or a list of them, that violates the
+invariant on every covered release (one of them, at least) and on no other: the evidence, runnable on the reference
+and on an installed vLLM.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Defect:
     first_affected: tuple[int, int, int]
     fixed_in: tuple[int, int, int] | None
     rules: tuple[str, ...]
-    witness: dict[str, Any]
+    witnesses: tuple[dict[str, Any], ...]
     source: tuple[str, ...]
     upstream: str
 
@@ -79,9 +80,12 @@ class Defect:
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "sentence": self.sentence, "fixed_in": self.fixed_in_text}
 
-    def witness_case(self, release: str) -> dict[str, Any]:
-        """The witness as a case of `release` (a version or an era id)."""
-        return {**CASE_DEFAULTS, **self.witness, "id": f"{self.id}-witness", "vllm_version": release}
+    def witness_cases(self, release: str) -> list[dict[str, Any]]:
+        """The witnesses as cases of `release` (a version or an era id); the defect shows on a covered release
+        when one of them breaks its invariants (one input rarely reaches a mechanism in every release: a connector
+        that only exists, or only imports, in some of them)."""
+        return [{**CASE_DEFAULTS, **witness, "id": f"{self.id}-witness{index}", "vllm_version": release}
+                for index, witness in enumerate(self.witnesses, 1)]
 
 
 def defect_marker(defect: dict[str, Any]) -> str:
@@ -125,13 +129,15 @@ def _parse(entry: dict, index: int, path: Path) -> Defect:
             starts = ", ".join(version_text(v) for v in sorted(_ERA_STARTS))
             raise _fail(path, index, f"{name}: {text!r} is inside an era; a defect's releases start and end where "
                                      f"an era does ({starts}); split the era first")
-    witness = dict(entry["witness"])
-    unknown_keys = sorted(set(witness) - set(CASE_DEFAULTS) | ({"vllm_version", "profile", "id"} & set(witness)))
-    if unknown_keys:
-        raise _fail(path, index, f"witness: keys {unknown_keys} are not accepted; expected case fields without a "
-                                 "release or id")
+    given = entry["witness"]
+    witnesses = tuple(dict(w) for w in (given if isinstance(given, list) else [given]))
+    for witness in witnesses:
+        unknown_keys = sorted(set(witness) - set(CASE_DEFAULTS) | ({"vllm_version", "profile", "id"} & set(witness)))
+        if unknown_keys:
+            raise _fail(path, index, f"witness: keys {unknown_keys} are not accepted; expected case fields without a "
+                                     "release or id")
     return Defect(entry["id"], invariants, " ".join(entry["sentence"].split()), versions["first_affected"],
-                  versions["fixed_in"], rules, witness, tuple(entry["source"]), " ".join(entry["upstream"].split()))
+                  versions["fixed_in"], rules, witnesses, tuple(entry["source"]), " ".join(entry["upstream"].split()))
 
 
 @functools.lru_cache(maxsize=4)

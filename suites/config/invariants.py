@@ -39,8 +39,8 @@ def witness_violations(release: str, target: Callable[[dict], dict]) -> list[Vio
     resolve = target if isinstance(target, Memo) else Memo(target)
     by_id = {inv.id: inv for inv in INVARIANTS}
     for defect in load_defects():
-        case = defect.witness_case(release)
-        found.extend(check_case(case, resolve(case), resolve, [by_id[i] for i in defect.invariants]))
+        for case in defect.witness_cases(release):
+            found.extend(check_case(case, resolve(case), resolve, [by_id[i] for i in defect.invariants]))
     return found
 
 
