@@ -60,13 +60,16 @@ _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")  # "<object at 0x7f...>": differs f
 _NUMBER = re.compile(r"\d+")
 # "<symptom> — while: <scenario>: <details>" (suites.connector.context.scenario): the scenario is the check's.
 _SCENARIO = re.compile(r" — while: [^:]*")
+# "stored under {cache salt tenant-a, ..., model name kvconform/fa_only/<store>, ...}" (harness.key_components): the
+# cell's own key record, whose model name differs per check and preset.
+_KEY_RECORD = re.compile(r"\{[^{}]*\}")
 
 
 def cause_key(cause: str) -> str:
-    """The grouping key of a connector failure's cause: the check's scenario left out, store paths cut to their
-    last part, then request ids and hashes, then every number (block ids, token counts, positions, ranks, shapes)
-    replaced by a placeholder."""
-    cause = _PATH.sub(lambda m: "…/" + m.group(1), _SCENARIO.sub("", cause))
+    """The grouping key of a connector failure's cause: the check's scenario and a key check's records of what was
+    stored left out, store paths cut to their last part, then request ids and hashes, then every number (block
+    ids, token counts, positions, ranks, shapes) replaced by a placeholder."""
+    cause = _PATH.sub(lambda m: "…/" + m.group(1), _KEY_RECORD.sub("{…}", _SCENARIO.sub("", cause)))
     return _NUMBER.sub("N", _HEX_ID.sub("<id>", _ADDRESS.sub("<address>", cause)))
 
 

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from harness.failure_groups import cause_key, split_check
+from harness.key_components import key_cause, record_components
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
 from harness.results_model import load_results
 from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_connector_of
@@ -30,7 +31,11 @@ class Classified:
     """Reviewed: a failing cell of `connector` (a name, or a MultiConnector's child) whose cause contains `cause`
     or one of `also` (the other ways checks see the same root cause), and whose check is among `checks`, and its
     preset among `presets`, when given, is the root cause `root`, a `verdict` ("connector bug" or "not
-    applicable") because `why`; `upstream`: the upstream issue, where one exists."""
+    applicable") because `why`; `upstream`: the upstream issue, where one exists. A key bug names the key
+    `components` the connector's keys ignore (`harness.key_components`): a cell whose check recorded which
+    components differed (its `key_leak`) is classified by those, never by its words, and the root is the check's
+    own ("keys ignore the LoRA adapter"); `cause` then matches the cells of results recorded before checks kept
+    the components."""
 
     connector: str
     cause: str
@@ -41,6 +46,14 @@ class Classified:
     checks: tuple[str, ...] = ()
     presets: tuple[str, ...] = ()
     also: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+
+
+def _keys_ignore(connector: str, components: tuple[str, ...], cause: str, why: str, upstream: str = "",
+                 **scope) -> Classified:
+    """A reviewed key bug: `connector`'s keys ignore `components` (the root is the checks' own words for it)."""
+    return Classified(connector, cause, key_cause(components), "connector bug", why, upstream,
+                      components=components, **scope)
 
 
 _KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
@@ -57,6 +70,9 @@ _SWA_TAIL_NOT_AT_MAMBA = (
     "boundary is never stored, so the hit falls to 0 unless the prompt's last chunk is itself on a Mamba boundary")
 _SWA_MAMBA_UPSTREAM = ("none found in one search; related: vllm-project/vllm#44599 and #51094 (Mamba hit alignment), "
                        "#56701 (sliding-window store and lookup coverage)")
+# Key components (`harness.key_components`) ExampleConnector's folder names leave out.
+_TOKENS_ONLY = ("cache_salt", "lora", "model", "dtype")
+_TP = ("tp_size", "tp_rank")
 # Every check of the three-group preset that needs a hit on a prompt it stored reports the same cause.
 _FA_SWA_MAMBA_NO_HIT = ("C05", "C07", "C14", "C16", "C17", "C18", "C20", "C28", "C30", "C31", "C35")
 # Read against vLLM 0.33.0's vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py.
@@ -77,8 +93,7 @@ CLASSIFIED = (
                "first `align(len - 1)` tokens, the whole stored prompt, and never finds it (a 512-token prompt: "
                "stored as 496 tokens, a 515-token reload hits 0; a 513-token prompt: stored as 512, hit 512)",
                checks=("C39",)),
-    Classified("ExampleConnector", "shape mismatch", "keys ignore the TP rank and size", "connector bug",
-               _NO_TP_IN_KEY, checks=("C30",)),
+    _keys_ignore("ExampleConnector", _TP, "shape mismatch", _NO_TP_IN_KEY, checks=("C30",)),
     Classified("ExampleConnector", "shape mismatch", "chunked prefill stores a truncated file", "connector bug",
                "under chunked prefill the store is built once, from the new request's first chunk of blocks, and "
                "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on "
@@ -88,14 +103,10 @@ CLASSIFIED = (
                "prefix-cache hit", "connector bug",
                "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache "
                "already supplied (shared with other running requests): it ignores `num_computed_tokens`"),
-    Classified("ExampleConnector", "on objects stored under another key", "keys ignore cache salt, LoRA, model "
-               "name and KV dtype", "connector bug", _KEYS_TOKENS_ONLY),
-    Classified("ExampleConnector", "dtypes match", "keys ignore cache salt, LoRA, model name and KV dtype",
-               "connector bug", _KEYS_TOKENS_ONLY),
-    Classified("ExampleConnector", "the model read wrong KV", "keys ignore the TP rank and size", "connector bug",
-               _NO_TP_IN_KEY, checks=("C21", "C34")),
-    Classified("ExampleConnector", "the model read wrong KV", "keys ignore cache salt, LoRA, model name and KV "
-               "dtype", "connector bug", _KEYS_TOKENS_ONLY, checks=("C30",)),
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "on objects stored under another key", _KEYS_TOKENS_ONLY),
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "dtypes match", _KEYS_TOKENS_ONLY),
+    _keys_ignore("ExampleConnector", _TP, "the model read wrong KV", _NO_TP_IN_KEY, checks=("C21", "C34")),
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "the model read wrong KV", _KEYS_TOKENS_ONLY, checks=("C30",)),
     # Read against vLLM 0.33.0's distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py and measured on
     # fa+swa+mamba (full attention 16, sliding window 128 in blocks of 16, Mamba 'align' 256): after a 900-token
     # prompt the CPU tier holds 67 chunks, 56 full-attention ones, 8 sliding-window ones (one window) and 3 Mamba
@@ -195,21 +206,20 @@ CLASSIFIED = (
     # model name, world size, worker id, token ids, start/end, request id, cache salt and request configs), and
     # measured on vLLM 0.33.0: a prompt stored by a float16 engine hit 512 tokens on a bfloat16 engine of the same
     # model name on the same server, and the model read the float16 bytes as bfloat16.
-    Classified("LMCacheMPConnector", "the model read wrong KV", "keys ignore the KV dtype", "connector bug",
-               "the MP connector's chunk keys carry the model name, world size, worker, token ids and cache salt, "
-               "not the KV cache dtype: on one server, an engine of another KV dtype (float16 and bfloat16) of the same "
-               "model finds the other's chunks and loads their bytes as its own dtype",
-               "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
-               "`IPCCacheServerKey` still carries no dtype",
-               checks=("C30",), presets=("dtype",)),
+    _keys_ignore("LMCacheMPConnector", ("dtype",), "the model read wrong KV",
+                 "the MP connector's chunk keys carry the model name, world size, worker, token ids and cache salt, "
+                 "not the KV cache dtype: on one server, an engine of another KV dtype (float16 and bfloat16) of the "
+                 "same model finds the other's chunks and loads their bytes as its own dtype",
+                 "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
+                 "`IPCCacheServerKey` still carries no dtype",
+                 checks=("C30",), presets=("dtype",)),
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
-    Classified("LMCacheMPConnector", "on objects stored under another key", "keys ignore the LoRA adapter",
-               "connector bug",
-               "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
-               "salt, but not the request's LoRA adapter: a prompt stored by a LoRA request is served to a request "
-               "of the base model (or of another adapter), whose KV differs", checks=("C30",)),
+    _keys_ignore("LMCacheMPConnector", ("lora",), "on objects stored under another key",
+                 "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
+                 "salt, but not the request's LoRA adapter: a prompt stored by a LoRA request is served to a request "
+                 "of the base model (or of another adapter), whose KV differs", checks=("C30",)),
 )
 
 
@@ -217,12 +227,20 @@ _CHECK_ID = re.compile(r"\bC\d{2}\b ?")
 _PRESET = re.compile(r" on the multi-group preset \S+")
 
 
-def classify(connector: str, check: str, cause: str, preset: str = "") -> Classified | None:
-    """The reviewed entry for one failing cell (its cause's grouping key, its preset), or None."""
+def classify(connector: str, check: str, cause: str, preset: str = "",
+             components: tuple[str, ...] = ()) -> Classified | None:
+    """The reviewed entry for one failing cell (its cause's grouping key, its preset), or None. A cell whose check
+    recorded the key `components` that differed is classified by those alone: by an entry of a key bug whose
+    components cover them."""
     key = cause_key(cause)
     for entry in CLASSIFIED:
-        if entry.connector in connector and any(c in key for c in (entry.cause, *entry.also)) and (not entry.checks or check in entry.checks) \
-                and (not entry.presets or preset in entry.presets):
+        if entry.connector not in connector or (entry.checks and check not in entry.checks):
+            continue
+        if components:
+            if entry.components and set(components) <= set(entry.components):
+                return entry
+            continue
+        if any(c in key for c in (entry.cause, *entry.also)) and (not entry.presets or preset in entry.presets):
             return entry
     return None
 
@@ -366,7 +384,8 @@ def _findings(connector: str, items: list[dict]) -> list[Finding]:
         check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
         # A check across deployments has no preset cell ('-'): its first line names the variant ("C30 [dtype]").
         preset = str((entry.get("cell") or {}).get("preset") or "")
-        known = classify(connector, check, cause, (named or "") if preset in ("", "-") else preset)
+        known = classify(connector, check, cause, (named or "") if preset in ("", "-") else preset,
+                         record_components((entry.get("extra") or {}).get("key_leak")))
         key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
         finding = found.setdefault(key, Finding(known, cause, []))
         finding.count += 1

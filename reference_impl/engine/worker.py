@@ -13,7 +13,7 @@ worker metadata, clear.
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,12 +27,14 @@ from reference_impl.kv_cache.tensors import KVCacheTensors
 
 @dataclass(frozen=True)
 class ReadError:
-    """One wrong value the forward read: request, layer, token position (-1: Mamba state) and why."""
+    """One wrong value the forward read: request, layer, token position (-1: Mamba state) and why; `block`, the
+    block it was read from (0: the null block), for checks that ask whose KV it is (left out of the text)."""
 
     req_id: str
     layer: str
     position: int
     detail: str
+    block: int = field(default=0, repr=False)
 
 
 @dataclass
@@ -233,7 +235,8 @@ class Worker:
             want = expected[lo - first : hi - first]
             if not torch.equal(got, want):
                 bad = int((got != want).reshape(hi - lo, -1).any(dim=1).nonzero()[0])
-                self.read_errors.append(ReadError(req_id, layer, lo + bad, f"KV differs from the oracle (block {block})"))
+                self.read_errors.append(ReadError(req_id, layer, lo + bad, f"KV differs from the oracle (block {block})",
+                                                  block))
                 return
 
     def _mamba(self, req_id, layer, spec: MambaSpec, table, tokens, start, num) -> None:
@@ -245,7 +248,8 @@ class Worker:
             if block == 0:
                 self.read_errors.append(ReadError(req_id, layer, -1, f"state after {start} tokens is in the null block"))
             elif not all(torch.equal(v[block], w) for v, w in zip(views, want)):
-                self.read_errors.append(ReadError(req_id, layer, -1, f"state after {start} tokens differs (block {block})"))
+                self.read_errors.append(ReadError(req_id, layer, -1, f"state after {start} tokens differs (block {block})",
+                                                  block))
         end = start + num
         block = table[cdiv(end, bs) - 1]
         if block == 0:

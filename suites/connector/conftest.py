@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.key_components import leaks_record
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from suites.connector.catalogue import CHECKS, black_box_summary, check_cell
@@ -116,10 +117,15 @@ def _record_check(request, kvconform_record):
     engine = kv_engine(request.config)
     if engine != DEFAULT_KV_ENGINE:
         cell["engine"] = engine  # a run on vLLM's scheduler merges with a kvconform-engine run without colliding
+    extra = {}
+    context = getattr(request.node, "funcargs", {}).get("ctx")
+    leaks = getattr(context, "key_leaks", None)
+    if leaks and rep is not None and rep.failed:
+        extra["key_leak"] = leaks_record(leaks)  # which key components differed (the findings page's classification)
     kvconform_record(
         suite="connector",
         cell=cell,
-        description=description, evidence=check_evidence(rep),
+        description=description, evidence=check_evidence(rep), **extra,
     )
 
 

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from harness.key_components import KeyComponents, KeyLeak, leaks_message
 from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
@@ -69,6 +70,7 @@ class CheckContext:
         self.preset = preset
         self.backdoors = backdoors
         self.load_error: str | None = None
+        self.key_leaks: list[KeyLeak] = []  # what the check's failure says leaked across keys (its record keeps it)
         self.calls: list = []
         self.around: dict = {}
         self.state: dict = {"current": None}
@@ -217,6 +219,27 @@ class CheckContext:
             drop_shared_store(self.store_name)
             for index in range(len(self.target.extra_config.get("connectors") or ())):
                 drop_shared_store(f"{self.store_name}-child{index}")
+
+    @staticmethod
+    def key_components(engine: EngineCore, request=None, *, rank: int | None = None, group: int | None = None,
+                       cache_salt: str | None = None, lora_request=None) -> KeyComponents:
+        """What an object `engine` stores (or a lookup it asks) is keyed by: the engine's model name, KV dtype and
+        TP size, `rank` and `group` (None: every one), and the cache salt and LoRA adapter of `request`, or the
+        ones given (what a check stored a prompt with)."""
+        if request is not None:
+            cache_salt, lora_request = request.cache_salt, request.lora_request
+        dtypes = sorted({str(g.kv_cache_spec.dtype) for g in engine.kv_cache_config.kv_cache_groups
+                         if hasattr(g.kv_cache_spec, "dtype")})
+        return KeyComponents(model=engine.config.model_config.model, dtype="/".join(dtypes),
+                             tp_size=engine.config.parallel_config.tensor_parallel_size, tp_rank=rank,
+                             cache_salt=cache_salt, lora=getattr(lora_request, "lora_name", None), group=group)
+
+    def fail_key_leaks(self, leaks: list[KeyLeak]) -> None:
+        """Fail the check with the message of `leaks` (the root cause, what was stored and what was asked,
+        `harness.key_components.leaks_message`); the check's record keeps them (`harness.report.vllm_findings`
+        classifies by their components)."""
+        self.key_leaks = list(leaks)
+        pytest.fail(leaks_message(leaks), pytrace=False)
 
     def calls_of(self, hook: str, role: KVConnectorRole | None = None) -> list:
         """(role, hook, args, result) entries of `hook`."""

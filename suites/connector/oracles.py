@@ -88,6 +88,22 @@ def first_kv_mismatch(engine, tokens, table: tuple[list[int], ...], start: int, 
     return None
 
 
+def rank_whose_kv(engine, worker, error, tokens) -> int | None:
+    """The other rank of `engine` whose oracle KV equals what `worker` wrongly read (`error`, one of its
+    `read_errors` of a request of `tokens`, its block still holding the bytes read), or None: a rank that read
+    another rank's shard (keys without the TP rank) is told from KV that is merely wrong."""
+    if error.position < 0 or not error.block or error.position >= len(tokens):
+        return None
+    block_size = worker.kv_cache_config.layer_specs[error.layer].block_size
+    got = worker.kv_caches[error.layer][error.block, error.position % block_size]
+    span = range(error.position, error.position + 1)
+    for other in engine.workers:
+        if other.rank != worker.rank and torch.equal(got, other.expected_kv(error.layer, tokens[error.position:][:1],
+                                                                            span)[0]):
+            return other.rank
+    return None
+
+
 def owned_or_cached_blocks(engine) -> set[int]:
     """Blocks some request holds or the prefix cache keeps (their bytes are live)."""
     live = set()

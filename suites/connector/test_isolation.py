@@ -9,13 +9,24 @@ import sys
 
 import pytest
 
+from harness.key_components import KeyLeak
 from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
 from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector.oracles import rank_whose_kv
+from suites.connector.runner import ConnectorHookError
 
 MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
+
+
+# One prompt per key component C30 isolates, stored under one value of it and asked under others (the rest of the
+# key the same): a hit can only come from that prompt's objects, so it names the component the keys ignore.
+KEY_PROBES = (  # (component, what the prompt is stored with, what it is asked with)
+    ("cache_salt", {"cache_salt": "tenant-a"}, ({"cache_salt": "tenant-b"}, {})),
+    ("lora", {"lora_request": LoRARequest("adapter-a", 1)}, ({"lora_request": LoRARequest("adapter-b", 2)}, {})),
+)
 
 
 @pytest.mark.kv_check("C30")
@@ -23,18 +34,25 @@ MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 def test_c30_key_isolation(ctx, preset):
     """Another cache salt or LoRA gets no hit; losing one group's object never changes another group's."""
     engine = ctx.engine()
-    tokens = prompt(30, 800)
-    ctx.run(engine, tokens, cache_salt="tenant-a")
-    ctx.run(engine, tokens, lora_request=LoRARequest("adapter-a", 1))
+    stored = {}
+    for index, (component, kwargs, _) in enumerate(KEY_PROBES):
+        stored[component] = prompt(30 + index, 800)
+        ctx.run(engine, stored[component], **kwargs)
     ctx.forget_local_cache(engine)
-    for label, kwargs in (("cache_salt tenant-b", {"cache_salt": "tenant-b"}),
-                          ("no salt", {}),
-                          ("LoRA adapter-b", {"lora_request": LoRARequest("adapter-b", 2)})):
-        request = engine.make_request(tokens + [1], **kwargs)
-        engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
-        n, _ = ctx.ask(engine, request)
-        expect(not n, f"{label}: hit {n} on objects stored under another key")
-        engine.abort_request(request.request_id)
+    leaks = []
+    for component, kwargs, asks in KEY_PROBES:
+        for ask in asks:
+            request = engine.make_request(stored[component] + [1], **ask)
+            engine.add_request(request)  # vLLM looks a request up only after add_request (on_new_request)
+            n, _ = ctx.ask(engine, request)
+            engine.abort_request(request.request_id)
+            if n:
+                leaks.append(KeyLeak(ctx.key_components(engine, **kwargs), ctx.key_components(engine, request),
+                                     f"hit {n} tokens on objects stored under another key"))
+                break  # one leak names the component; the other asks would say the same
+    if leaks:
+        ctx.fail_key_leaks(leaks)  # every component the keys ignore, each with what was stored and asked
+    tokens = stored["cache_salt"]
     same = engine.make_request(tokens + [1], cache_salt="tenant-a")
     engine.add_request(same)
     n, _ = ctx.ask(engine, same)
@@ -90,15 +108,30 @@ def test_c30_store_shared_across_deployments(ctx, variant):
     for direction, ((w_preset, w_tp), w_model), ((r_preset, r_tp), r_model) in (
             (0, sides[0], sides[1]), (1, sides[1], sides[0])):
         tokens = prompt(3000 + 10 * direction + len(variant), 700)
-        ctx.run(ctx.engine(w_preset, tp=w_tp, model=w_model), tokens)
+        writer_engine = ctx.engine(w_preset, tp=w_tp, model=w_model)
+        ctx.run(writer_engine, tokens)
         own = ctx.lookup(ctx.engine(w_preset, tp=w_tp, model=w_model), tokens + [1])
         if not own:
             pytest.skip(f"inconclusive: the connector offered no hit for a prompt the same deployment had just stored "
                         f"({w_preset}, TP={w_tp}), so sharing the store across {what} cannot be judged")
         other = ctx.engine(r_preset, tp=r_tp, model=r_model)
-        request = ctx.run(other, tokens + [1])
-        expect_no_read_errors(other, f"{what}, a prompt stored by {w_preset} at TP={w_tp} was run by {r_preset} at "
-                                     f"TP={r_tp} on the same store (hit {request.num_external_computed_tokens} tokens)")
+        # Whatever the reader loads of this prompt only the writer stored: wrong KV, or a load that cannot even
+        # copy it, is the writer's objects served under the reader's key.
+        request = other.add_request(other.make_request(tokens + [1], max_tokens=2))
+        scene = f" — while: {r_preset} at TP={r_tp} ran a prompt {w_preset} at TP={w_tp} stored: hit {{}} tokens"
+        symptom = None
+        try:
+            other.run_until_done()
+        except ConnectorHookError as exc:
+            if not request.num_external_computed_tokens:
+                raise
+            symptom = f"{exc}{scene.format(request.num_external_computed_tokens)}"
+        errors = other.read_errors if other.content_judged else []
+        if symptom is None and errors:
+            symptom = (f"the model read wrong KV{scene.format(request.num_external_computed_tokens)}, "
+                       f"{len(errors)} wrong reads, first: {errors[0]}")
+        if symptom is not None:
+            ctx.fail_key_leaks([KeyLeak(ctx.key_components(writer_engine), ctx.key_components(other), symptom)])
 
 
 @pytest.mark.kv_check("C34")
@@ -107,7 +140,17 @@ def test_c34_tp_rank_shards(ctx, preset):
     """With TP=2 (one KV head per rank), each rank gets back its own shard."""
     engine = ctx.engine(tp=2)
     reload = ctx.store_then_reload(engine, prompt(34, 700))
-    expect(reload.num_external_computed_tokens > 0, "no hit with TP=2 after storing")
+    hit = reload.num_external_computed_tokens
+    expect(hit > 0, "no hit with TP=2 after storing")
+    if engine.content_judged:
+        for worker in engine.workers:
+            for error in worker.read_errors[:1]:
+                source = rank_whose_kv(engine, worker, error, reload.all_token_ids)
+                if source is not None:  # the bytes are another rank's shard: the keys do not tell the ranks apart
+                    ctx.fail_key_leaks([KeyLeak(
+                        ctx.key_components(engine, rank=source), ctx.key_components(engine, rank=worker.rank),
+                        f"the model read wrong KV after a hit of {hit} tokens: rank {worker.rank} read rank {source}'s "
+                        f"shard ({error.layer}, token position {error.position}, block {error.block})")])
     expect_no_read_errors(engine, "TP=2 reload")
 
 

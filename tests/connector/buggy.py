@@ -456,6 +456,14 @@ class TPSizeBlindKeysConnector(_OwnKeysConnector):
                           self._dtypes.get(group_id, ""))
 
 
+class TPBlindKeysConnector(_OwnKeysConnector):
+    """Keys carry neither the TP rank nor the TP size (the ranks of TP=2 write and read one object, so one rank
+    loads the other's heads): caught by C34 tp-rank-shards."""
+
+    def _key(self, group_id, chunk_hash, rank=None):
+        return object_key(self.model_name, 1, 0, group_id, chunk_hash, self._dtypes.get(group_id, ""))
+
+
 class AsyncEarlyReportConnector(_OwnKeysConnector):
     """With asynchronous loads, reports a load finished in the step it is issued but copies the KV only in the
     next step: caught by C20 loaded-groups-complete, once async loads are configured (`"kvconform":

@@ -56,6 +56,7 @@ CAUGHT = [
     ("ModelBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
     ("DtypeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
     ("TPSizeBlindKeysConnector", "C30", "test_c30_store_shared_across_deployments"),
+    ("TPBlindKeysConnector", "C34", "test_c34_tp_rank_shards"),
     ("AsyncEarlyReportConnector", "C20", "test_c20_loaded_groups_complete"),
     # issue 31's inputs: a MultiConnector child, lookups beyond a local hit, an exact-multiple prompt
     ("AllocTableOnlyConnector", "C37", "test_c37_multiconnector_stores_every_child"),
@@ -134,6 +135,35 @@ def test_named_check_catches_buggy_connector(suite_run, cls, check_id, test_name
                     f"{[(k, v['status'], v.get('message')) for k, v in mine.items()]}")
     evidence = results[failed[0]]["extra"].get("evidence") or ""
     assert evidence.startswith(f"{check_id} ["), f"the evidence does not start with '{check_id} [preset]': {evidence!r}"
+
+
+# Reviewed (issue 32): each key-blind connector's failure names the key component its keys ignore, with what was
+# stored and what was asked; the cell's record keeps the components (the findings page classifies by them).
+KEY_MESSAGES = {  # buggy class -> (its failing test, the words its message starts with, recorded components)
+    "SaltBlindConnector": ("test_c30_key_isolation", "keys ignore the cache salt: ", ["cache_salt"]),
+    "LoRABlindConnector": ("test_c30_key_isolation", "keys ignore the LoRA adapter: ", ["lora"]),
+    "TPBlindKeysConnector": ("test_c34_tp_rank_shards", "keys ignore the TP rank: ", ["tp_rank"]),
+    "ModelBlindKeysConnector": ("test_c30_store_shared_across_deployments", "keys ignore the model name: ", ["model"]),
+    "DtypeBlindKeysConnector": ("test_c30_store_shared_across_deployments", "keys ignore the KV dtype: ", ["dtype"]),
+    "TPSizeBlindKeysConnector": ("test_c30_store_shared_across_deployments", "keys ignore the TP size: ",
+                                 ["tp_size"]),
+}
+
+
+@pytest.mark.parametrize("cls", list(KEY_MESSAGES))
+def test_a_key_blind_connector_reads_the_component_its_keys_ignore(suite_run, cls):
+    """A LoRA-blind, a salt-blind and a TP-blind key (and model-, dtype- and TP-size-blind ones) read different
+    messages, each naming its component and what was stored and asked (issue 32 item 4)."""
+    backdoors, results, stdout = suite_run
+    test_name, words, components = KEY_MESSAGES[cls]
+    failed = {k: v for k, v in results.items() if k.startswith(f"{test_name}[{cls}") and v["status"] == "failed"}
+    assert failed, f"{test_name} did not fail for {cls} with backdoors {backdoors}:\n{stdout[-1500:]}"
+    for name, entry in failed.items():
+        evidence = entry["extra"].get("evidence") or ""
+        cause = evidence.split("]: ", 1)[-1]
+        assert cause.startswith(words), f"{name}: {evidence!r}"
+        assert "stored under {cache salt " in cause and ", asked with " in cause, f"{name}: {evidence!r}"
+        assert entry["extra"]["key_leak"]["components"] == components, entry["extra"]
 
 
 @pytest.mark.parametrize("test_name", NAMED_TESTS)

@@ -46,7 +46,7 @@ def test_findings_page():
     assert "| DecodeBenchConnector | yes | dummy | 1 | 0 | 1 | 0 | 0 | 1.5 | ❔ |" in page
     assert "* **lookup and load keys disagree** (connector bug): 2 cells (C16, C20), e.g. `ExampleConnector." in page
     # the same message shape as the chunked-prefill bug, told apart by its check
-    assert "* **keys ignore the TP rank and size** (connector bug): 1 cell (C30), e.g. `ExampleConnector." in page
+    assert "* **keys ignore the TP size and TP rank** (connector bug): 1 cell (C30), e.g. `ExampleConnector." in page
     assert ("* **unclassified** (no reviewed entry matches): 1 cell (C29), e.g. `something new went wrong`."
             in page), "a new finding is never passed off as a known one"
     assert "  * 1 cells (C14): N/A: does not apply: it judges loaded KV bytes" in page
@@ -177,3 +177,27 @@ def test_an_exact_multiple_prompt_stored_one_block_short_is_example_connectors_c
     assert known is not None and known.root == "an exact-multiple prompt is stored one block short"
     assert classify("ExampleConnector", "C14", cause, "fa_only") is None
     assert classify("OffloadingConnector", "C39", cause, "fa_only") is None
+
+
+def test_a_key_check_that_names_its_components_is_classified_by_them_not_by_its_words():
+    """A cell whose check recorded the key components that differed (its `key_leak`) is classified by those: the
+    reviewed LMCache LoRA finding takes a LoRA leak whatever the words, a salt leak of the same connector stays
+    unclassified, and ExampleConnector's tokens-only keys take a leak of any of their components."""
+    from harness.report.vllm_findings import classify
+
+    words = "keys ignore the LoRA adapter: hit 768 tokens on objects stored under another key"
+    known = classify("LMCacheMPConnector", "C30", words, "fa_only", ("lora",))
+    assert known is not None and known.root == "keys ignore the LoRA adapter" and known.verdict == "connector bug"
+    assert classify("LMCacheMPConnector", "C30", words, "fa_only", ("cache_salt",)) is None
+    assert classify("LMCacheMPConnector", "C14", words, "fa_only", ("lora",)) is None
+    example = classify("ExampleConnector", "C30", "something else entirely", "model", ("model",))
+    assert example is not None and example.root == "keys ignore the cache salt, LoRA adapter, model name and KV dtype"
+    tp = classify("ExampleConnector", "C34", "the model read wrong KV after a hit", "fa_only", ("tp_rank",))
+    assert tp is not None and tp.root == "keys ignore the TP size and TP rank"
+
+
+def test_the_findings_page_reads_a_cells_key_leak_record():
+    item = entry("LMCacheMPConnector", "C30 key-isolation", "failed",
+                 message="C30 [fa_only]: keys ignore the LoRA adapter: hit 768 tokens; stored under {...}")
+    item["extra"]["key_leak"] = {"components": ["lora"], "cause": "keys ignore the LoRA adapter"}
+    assert "* **keys ignore the LoRA adapter** (connector bug): 1 cell (C30)" in findings_markdown([item])
