@@ -205,3 +205,20 @@ def test_the_wait_on_a_backend_is_a_twelfth_of_the_time_limit(monkeypatch):
         ctx.close()
     waited = float(str(raised.value).splitlines()[-1].split(" s since")[0])
     assert waited >= wait_for(3), str(raised.value)
+
+
+@pytest.mark.parametrize("cls, what", [("SilentGetFinishedConnector", "waits for remote KVs"),
+                                       ("NeverReadyLookupConnector", "is never admitted")])
+def test_under_vllms_own_scheduler_too(short_wait, cls, what):
+    """`--kv-engine vllm`: vLLM's Scheduler drives the connector's scheduler side; the watchdog judges its steps."""
+    pytest.importorskip("vllm", reason="needs vLLM (run with a vLLM venv and PYTHONPATH of this tree)")
+    from harness.kv_engine import VLLM_ENGINE
+
+    target = ConnectorTarget(f"{cls}-{time.monotonic_ns()}", f"{LIVELOCK}:{cls}", "--kv-connector")
+    ctx = CheckContext(target, "fa_only", backdoors=False, check_id="C14", kv_engine=VLLM_ENGINE)
+    try:
+        with pytest.raises(NoProgress, match=what) as raised:
+            _store_then_reload(ctx)
+    finally:
+        ctx.close()
+    assert f"{cls}." in str(raised.value)
