@@ -153,7 +153,7 @@ def skip_summary(reports, active: bool) -> str | None:
         reason = _skip_reason(report)
         if reason is None:
             continue
-        if _NOT_HMA.match(reason):
+        if reason.startswith("not HMA-capable"):  # one group, whichever preset or check says it
             reason = "not HMA-capable (the connector does not declare SupportsHMA)"
         groups.setdefault(cause_key(reason), []).append(reason)
     if not groups:
