@@ -90,7 +90,7 @@ def test_legend_explains_every_fixture_id_used():
         config_entry(connector="MultiConnector"),
         config_entry(connector="ExternalTwoArg")])))
     assert table_after(md, "### What the configurations are") == [
-        ["label", "id in test names and results.json", "kind", "configuration"],
+        ["label", "id in test names and results.json.gz", "kind", "configuration"],
         ["no feature", "`none`", "feature", "none of the features below"],
         ["chunked local, env 0", "`chunked_env0`", "feature",
          "chunked local attention with `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0`"],
