@@ -107,10 +107,22 @@ def era_judgement(era: str, target: Callable[[dict], dict]) -> EraJudgement:
     return EraJudgement({v.invariant: v for v in verdicts}, answered, {k: tuple(v) for k, v in by_case.items()})
 
 
+@functools.lru_cache(maxsize=None)
+def _defects_by_case(era: str, target: Callable[[dict], dict]) -> dict[Any, tuple[Defect, ...]]:
+    """`era_judgement`'s defects per case, or none when the target raised on some case of the era (or a
+    defect's witness): the cells it raised on fail with 'target raised ...' themselves, and a cell it answered
+    must not fail with another cell's exception. Cached, so a raising target is run through the era once."""
+    try:
+        return era_judgement(era, target).defects_by_case
+    except Exception:  # noqa: BLE001 -- any exception of a broken target; reported by the cells it raised on
+        return {}
+
+
 def defects_noted(era: str, target: Callable[[dict], dict], case_id: Any) -> dict[str, Any]:
     """What a matrix cell's results entry notes about the reviewed defects that produced its outcome:
-    {"defects": [{"id", "sentence", "fixed_in"}, ...]}, or nothing when none did."""
-    defects = era_judgement(era, target).defects_by_case.get(case_id)
+    {"defects": [{"id", "sentence", "fixed_in"}, ...]}, or nothing when none did (or the target raised on some
+    case, which leaves the era without a judgement)."""
+    defects = _defects_by_case(era, target).get(case_id)
     return {"defects": [defect.as_json() for defect in defects]} if defects else {}
 
 

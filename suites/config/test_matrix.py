@@ -60,13 +60,14 @@ def test_config_cell(config_cell: Cell, hma_target, kvconform_record, request):
         # Reviewed in known_divergences.toml: every assertion still runs; strict, so agreement fails loudly.
         request.applymarker(pytest.mark.xfail(strict=True, reason=divergence.describe()))
     noted = {"known_divergence": divergence.describe()} if divergence else {}
-    # the reviewed vLLM defects that produced this cell's outcome (the report marks the cell)
-    noted.update(defects_noted(config_cell.era, hma_target, case["id"]))
     try:
         actual = hma_target(case)
     except Exception as exc:  # a broken target: one short failure per cell, not a traceback report each
         kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=None, **noted)
         pytest.fail(explain(config_cell, expectation, [target_raised(exc)]), pytrace=False)
+    # the reviewed vLLM defects that produced this cell's outcome (the report marks the cell); asked only once
+    # the target answered the cell, since it runs the target on the era's other cases too
+    noted.update(defects_noted(config_cell.era, hma_target, case["id"]))
     kvconform_record(suite="config", cell=config_cell.dimensions, expected=expected, actual=actual, **noted)
 
     problems = outcome_mismatches(expectation.outcome, actual)
