@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import io
 import json
 import linecache
@@ -245,9 +246,11 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: Any = _UNPATCHED) -> Iterator[None]:
-    """Make the running platform answer as the case's platform does: `support_hybrid_kv_cache`, and for
-    HiSparse `is_cuda` (0.30-0.33) and `get_hisparse_backend_cls` (0.34)."""
+def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: Any = _UNPATCHED,
+                     is_rocm: bool | None = None) -> Iterator[None]:
+    """Make the running platform answer as the case's platform does: `support_hybrid_kv_cache`, for HiSparse
+    `is_cuda` (0.30-0.33) and `get_hisparse_backend_cls` (0.34), and `is_cuda`/`is_rocm` where a release asks
+    those instead of `support_hybrid_kv_cache` (0.10.0, 0.10.1)."""
     from vllm.platforms import current_platform
 
     try:
@@ -256,11 +259,13 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
         import vllm.config as config_module
 
     cls = type(current_platform)
-    names = ("support_hybrid_kv_cache", "is_cuda", "get_hisparse_backend_cls")
+    names = ("support_hybrid_kv_cache", "is_cuda", "is_rocm", "get_hisparse_backend_cls")
     saved = {name: cls.__dict__.get(name) for name in names}
     cls.support_hybrid_kv_cache = classmethod(lambda _cls: supported)
     if is_cuda is not None:
         cls.is_cuda = lambda _self: is_cuda
+    if is_rocm is not None:
+        cls.is_rocm = lambda _self: is_rocm
     if hisparse_backend is not _UNPATCHED:
         cls.get_hisparse_backend_cls = classmethod(lambda _cls: hisparse_backend)
     # 0.30-0.32: HiSparse forces the V2 model runner, whose validation raises "Model Runner V2 requires Triton."
@@ -280,6 +285,13 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
                     delattr(cls, name)
             else:
                 setattr(cls, name, old)
+
+
+def _platforms_declare_hma_support() -> bool:
+    """Whether this release's Platform interface has support_hybrid_kv_cache() (0.10.2 on)."""
+    from vllm.platforms.interface import Platform
+
+    return hasattr(Platform, "support_hybrid_kv_cache")
 
 
 @contextlib.contextmanager
@@ -377,9 +389,15 @@ class VllmConfigTarget:
     def _evaluate_on(self, case: Case, supported: bool, source: str, backend: Any = _UNPATCHED) -> dict:
         rules = [f"vllm:{case.platform}.support_hybrid_kv_cache={source}"]
         is_cuda = (case.platform == "cuda") if self._uses_hisparse(case) else None
+        is_rocm = None
+        if not _platforms_declare_hma_support():
+            # 0.10.0 and 0.10.1 have no support_hybrid_kv_cache(): their HMA block asks `is_cuda() or is_rocm()`
+            # (0.10.0 config.py:4661), so the running platform answers as the case's platform does there.
+            is_cuda, is_rocm = case.platform == "cuda", case.platform == "rocm"
+            rules.append(f"vllm:{case.platform}.is_cuda/is_rocm (no support_hybrid_kv_cache in this release)")
         if backend is not _UNPATCHED:
             rules.append(f"vllm:{case.platform}.get_hisparse_backend_cls={backend!r}")
-        with (environment(case.env), patched_platform(supported, is_cuda, backend),
+        with (environment(case.env), patched_platform(supported, is_cuda, backend, is_rocm),
               custom_speculative_method(case), captured_warnings(self._block) as warnings):
             return self._run_stages(case, rules, warnings)
 
@@ -879,7 +897,13 @@ def _is_multi_connector(vllm_config) -> bool:
     """Whether the configured connector class is a MultiConnector (by name anywhere in its MRO)."""
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
-    cls = KVConnectorFactory.get_connector_class(vllm_config.kv_transfer_config)
+    transfer = vllm_config.kv_transfer_config
+    if hasattr(KVConnectorFactory, "get_connector_class"):
+        cls = KVConnectorFactory.get_connector_class(transfer)
+    elif transfer.kv_connector in KVConnectorFactory._registry:  # 0.10.0 looks the class up inline, registry first
+        cls = KVConnectorFactory._registry[transfer.kv_connector]()
+    else:
+        cls = getattr(importlib.import_module(transfer.kv_connector_module_path), transfer.kv_connector)
     return any(base.__name__ == "MultiConnector" for base in cls.__mro__)
 
 
