@@ -19,7 +19,9 @@ import torch
 class DiskTier:
     """One file per object under `path`; the index is rebuilt from the directory, so it survives restarts.
 
-    Files are written to a temporary name and renamed, so a crash never leaves a half-written object.
+    Files are written to a temporary name and renamed, so a crash never leaves a half-written object. Several
+    processes may share the folder (pytest-xdist workers, a restarted engine beside a running one): a lookup
+    asks the folder, so an object another process wrote is found and one it evicted is a miss, never an error.
     """
 
     def __init__(self, path: str, max_bytes: int):
@@ -39,9 +41,29 @@ class DiskTier:
     def _file(self, file_id: str) -> str:
         return os.path.join(self.path, file_id + ".kv")
 
+    def _unlink(self, file_id: str) -> None:
+        try:
+            os.unlink(self._file(file_id))
+        except FileNotFoundError:  # another process sharing the folder evicted it first
+            pass
+
+    def _present(self, file_id: str) -> bool:
+        """Whether the object's file is there now, the index brought up to date either way."""
+        try:
+            size = os.path.getsize(self._file(file_id))
+        except OSError:
+            size = self._index.pop(file_id, None)
+            if size is not None:
+                self._bytes -= size
+            return False
+        if file_id not in self._index:
+            self._index[file_id] = size
+            self._bytes += size
+        return True
+
     def contains(self, key: str) -> bool:
         """True when the object is on disk."""
-        return self._file_id(key) in self._index
+        return self._present(self._file_id(key))
 
     def put(self, key: str, value: torch.Tensor) -> bool:
         """Write an object (evicting the oldest files); False when it cannot fit at all."""
@@ -57,7 +79,7 @@ class DiskTier:
             return False
         while self._bytes + size > self.max_bytes and self._index:
             old_id, old_size = self._index.popitem(last=False)
-            os.unlink(self._file(old_id))
+            self._unlink(old_id)
             self._bytes -= old_size
         os.replace(tmp, self._file(file_id))
         self._index[file_id] = size
@@ -67,23 +89,27 @@ class DiskTier:
     def get(self, key: str) -> torch.Tensor | None:
         """Read an object, or None when absent."""
         file_id = self._file_id(key)
-        if file_id not in self._index:
+        if not self._present(file_id):
             return None
-        payload = torch.load(self._file(file_id), weights_only=True)
+        try:
+            payload = torch.load(self._file(file_id), weights_only=True)
+        except FileNotFoundError:  # evicted by another process between the check and the read
+            self._present(file_id)
+            return None
         return payload["value"] if payload.get("key") == key else None
 
     def remove(self, key: str) -> None:
         """Delete an object if present."""
         file_id = self._file_id(key)
-        size = self._index.pop(file_id, None)
+        size = self._index.pop(file_id, None) if self._present(file_id) else None
         if size is not None:
-            os.unlink(self._file(file_id))
+            self._unlink(file_id)
             self._bytes -= size
 
     def clear(self) -> None:
         """Delete every object."""
         for file_id in list(self._index):
-            os.unlink(self._file(file_id))
+            self._unlink(file_id)
         self._index.clear()
         self._bytes = 0
 

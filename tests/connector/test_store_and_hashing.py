@@ -54,6 +54,22 @@ def test_disk_tier_evicts_oldest_files(tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "no half-written files are left"
 
 
+def test_processes_sharing_a_disk_folder_see_each_others_writes_and_evictions(tmp_path):
+    """Two tiers on one folder (two processes, e.g. pytest-xdist workers): an object one writes after the other read
+    its index is found; one the other evicted is a miss, never an error."""
+    reader, writer = DiskTier(str(tmp_path), max_bytes=10_000), DiskTier(str(tmp_path), max_bytes=10_000)
+    writer.put("late", _obj(3))
+    assert reader.contains("late") and torch.equal(reader.get("late"), _obj(3))
+    writer.remove("late")
+    assert not reader.contains("late") and reader.get("late") is None
+    writer.put("gone", _obj(4))
+    assert reader.contains("gone")
+    writer.remove("gone")
+    assert reader.get("gone") is None
+    reader.remove("gone")  # already evicted elsewhere: nothing to do
+    reader.clear()
+
+
 def test_chunk_hashes_are_prefix_chained_and_salted():
     tokens = list(range(1000))
     hashes = chunk_hashes(tokens, 256)
