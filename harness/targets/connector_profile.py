@@ -15,10 +15,16 @@ A profile says:
   offloaded block or chunk, e.g. `chunk_size`; vLLM's OffloadingConnector: `block_size`), so that C40 can run it
   with a stored block 4x and 16x the GPU block; without it C40 is N/A;
 * `store_scope`: `shared` (the default: every engine of one process that gets the same extra config reads one
-  store: files, a server) or `engine` (the store is owned by the engine's own connector instances, e.g. a CPU
-  tier indexed by the scheduler-side instance: a second engine starts empty, by design). Checks that read back
-  on a second engine re-use the storing engine instead (local prefix cache forgotten, KV memory wiped) for an
-  `engine` store, or are N/A where a second engine (or process) on the same store is the point.
+  store: files, a server), `process` (shared by the engines of one process, and living and dying with it: a
+  dict in memory, so a new process starts empty) or `engine` (the store is owned by the engine's own connector
+  instances, e.g. a CPU tier indexed by the scheduler-side instance: a second engine starts empty, by design).
+  Checks that read back on a second engine re-use the storing engine instead (local prefix cache forgotten, KV
+  memory wiped) for an `engine` store, or are N/A where a second engine (or process) on the same store is the
+  point; C36 (keys across processes) is N/A black-box for a `process` store whose objects no other process
+  found (with the `kvconform_object_keys` backdoor it still compares keys).
+
+Every MUST check decides, or says why it could not: a skip whose reason the profile (or the connector's vLLM
+release) does not imply decided nothing (`decided_nothing`), and the report lists those per connector.
 
 A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
 connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
@@ -42,9 +48,20 @@ KINDS = {
 _FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict, "store_scope": str, "block_size_option": str}
 STORE_SCOPES = {
     "shared": "a store shared by the engines of one process",
+    "process": "a store that lives and dies with its process (a new process starts empty)",
     "engine": "a store owned by the engine (a second engine starts empty)",
 }
 NA_PREFIX = "N/A: "
+# Skip reasons that follow from the profile or the release: "N/A: ..." (`not_applicable`: the profile's kind, store
+# scope or multi-group refusal, a refusal by design), "N/A on X.Y.Z: ..." (the release lacks the API the check
+# needs) and "not HMA-capable: ..." (the class does not declare SupportsHMA, so vLLM refuses multi-group models).
+IMPLIED_SKIP_PREFIXES = (NA_PREFIX, "N/A on ", "not HMA-capable")
+
+
+def decided_nothing(tier: str, status: str, message: str | None) -> bool:
+    """Whether a check's cell is vacuous: a MUST check that skipped for a reason the connector's profile (or its
+    release) does not imply ("inconclusive: ...", a missing backdoor, a hook given up on after a hang)."""
+    return tier == "MUST" and status == "skipped" and not (message or "").startswith(IMPLIED_SKIP_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -75,8 +92,8 @@ class ConnectorProfile:
         if self.declares_hma and self.multi_group:
             hma += f" but multi-group models do not apply here ({self.multi_group})"
         extra = ", async loads configured" if self.async_load_config else ""
-        if self.engine_owned_store:
-            extra += ", " + STORE_SCOPES["engine"]
+        if self.store_scope != "shared":
+            extra += ", " + STORE_SCOPES[self.store_scope]
         return f"{KINDS[self.kind]}, {hma}{extra} ({self.source})"
 
 

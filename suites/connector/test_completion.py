@@ -68,7 +68,7 @@ def _failing_load(ctx, tokens, outputs: list | None = None, check_each=None):
 
 def _skip_unless_attempted(ctx, attempted: bool) -> None:
     if not attempted:
-        pytest.skip("not applicable: the connector offered no hit for the stored prompt, so no load could fail")
+        pytest.skip("inconclusive: the connector offered no hit for the stored prompt, so no load could fail")
 
 
 @pytest.mark.kv_check("C22")
@@ -90,7 +90,7 @@ def test_c22_failure_by_request(ctx, preset):
     finished = set().union(*(o.finished_recving for o in outputs))
     if request.request_id not in failed:
         expect_no_read_errors(engine, "a load whose objects were missing was not reported, and the model read")
-        pytest.skip("not applicable: the load did not fail (the connector's keys ignore the model name, so the "
+        pytest.skip("inconclusive: the load did not fail (the connector's keys ignore the model name, so the "
                     "failure could not be injected; see C30)")
     expect(failed <= finished, f"failed_recving {sorted(failed - finished)} not also in finished_recving")
     expect_no_read_errors(engine, "recovery after a failed load")

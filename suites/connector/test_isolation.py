@@ -14,6 +14,7 @@ from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
+from harness.targets.connector_profile import not_applicable
 from suites.connector.context import expect, expect_no_read_errors, prompt
 from suites.connector.oracles import rank_whose_kv
 from suites.connector.runner import ConnectorHookError
@@ -159,9 +160,13 @@ import json, sys
 from harness.targets.connector_selection import connector_target
 from harness.targets.connector_target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
-name, spec, source, builtin, extra, preset, store_name, mode, seed, backdoors, kv_engine = json.loads(sys.argv[1])
-# The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter).
+(name, spec, source, builtin, target_extra, declared, extra, preset, store_name, mode, seed, backdoors,
+ kv_engine) = json.loads(sys.argv[1])
+# The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter), with the run's
+# extra config: loading builds the connector once with it, and a connector may set up its store on that first
+# construction (the LMCache-like one keeps one store per name in its process, disk tier and all).
 target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
+target.extra_config, target.declared = target_extra, declared
 ctx = CheckContext(target, preset, kv_engine=kv_engine)  # the parent check's engine drives this process too
 ctx.store_name = store_name  # the parent check's model name (and built-in store)
 tokens = prompt(seed, 700)
@@ -182,8 +187,8 @@ def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt
     """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`), or looks
     it up (and reads the `kvconform_object_keys` backdoor where allowed)."""
     target = ctx.target
-    args = json.dumps([target.name, target.spec, target.source, target.builtin, extra, preset, ctx.store_name, mode,
-                       prompt_seed, ctx.backdoors, ctx.kv_engine])
+    args = json.dumps([target.name, target.spec, target.source, target.builtin, target.extra_config, target.declared,
+                       extra, preset, ctx.store_name, mode, prompt_seed, ctx.backdoors, ctx.kv_engine])
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -204,12 +209,41 @@ def _answer(proc: subprocess.Popen, what: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _paths_in(extra) -> list[str]:
+    """Every string of the extra config (at any depth) that names an existing folder or file: where a store that
+    outlives its process keeps its objects (a disk tier's folder)."""
+    if isinstance(extra, dict):
+        return [p for value in extra.values() for p in _paths_in(value)]
+    if isinstance(extra, list):
+        return [p for value in extra for p in _paths_in(value)]
+    return [extra] if isinstance(extra, str) and os.path.isabs(extra) and os.path.exists(extra) else []
+
+
+def _files(paths: list[str]) -> dict[str, int]:
+    """path -> modification time (ns) of every file under `paths`."""
+    found = {}
+    for root in paths:
+        walk = [(root, [], [""])] if os.path.isfile(root) else os.walk(root)
+        for folder, _, names in walk:
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    found[path] = os.stat(path).st_mtime_ns
+                except OSError:  # removed meanwhile (an eviction)
+                    pass
+    return found
+
+
 @pytest.mark.kv_check("C36")
 def test_c36_determinism_across_processes(ctx, tmp_path):
     """A prompt stored in this process must hit the same in a fresh process with PYTHONHASHSEED=4242. When it
     does not, two more processes tell salted keys from a store that does not outlive its process: one stores
-    with PYTHONHASHSEED=1, another with the same seed looks up. If that finds nothing either, the
-    `kvconform_object_keys` backdoor (keys of one prompt under both seeds) decides, if present."""
+    with PYTHONHASHSEED=1, another with the same seed looks up. A hit there is salted keys; a miss although the
+    storing process left objects behind (files it wrote under a path of the extra config, e.g. a disk tier's
+    folder) is keys that differ from process to process whatever the seed (a random salt, an id()). Only a
+    store that left nothing behind may not outlive its process: then the `kvconform_object_keys` backdoor (keys
+    of one prompt under both seeds) decides, if present; without it the check is N/A for a profile that declares
+    such a store (`store_scope` "process") and decided nothing otherwise."""
     preset = "fa+swa" if ctx.is_hma else "fa_only"
     extra = ctx.extra_config(disk_path=str(tmp_path / "disk"))  # built-ins: a disk tier other processes read
     engine = ctx.engine(preset, extra=extra)
@@ -228,14 +262,28 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
     # Only a miss needs the two processes that tell the cases apart (each costs an interpreter and torch's
     # import). The lookup starts once the storing process has exited: a store may write its tier when its
     # process ends, and a lookup racing that exit would read a salted-keys bug as "does not outlive its process".
-    same_process_store = _in_process(ctx, preset, extra, "store", "1", 37)
-    _answer(same_process_store, "the storing process (PYTHONHASHSEED=1)")
+    before = _files(_paths_in(extra))
+    _answer(_in_process(ctx, preset, extra, "store", "1", 37), "the storing process (PYTHONHASHSEED=1)")
+    after = _files(_paths_in(extra))
+    left = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
     same = _answer(_in_process(ctx, preset, extra, "lookup", "1", 37), "the lookup process")
     expect(not same["hit"], f"keys depend on the process: a prompt that hits {here} tokens here hits nothing in a "
                             "process with PYTHONHASHSEED=4242, while two processes with the same seed share their "
                             "objects (unseeded hash()?)")
-    if other.get("keys") is None or same.get("keys") is None:
-        pytest.skip("not applicable: the store does not outlive its process (a second process with the same "
-                    "PYTHONHASHSEED found nothing) and there is no kvconform_object_keys() backdoor")
-    expect(other["keys"] and other["keys"] == same["keys"],
-           f"keys differ across processes (PYTHONHASHSEED 4242 vs 1): {other['keys'][:1]} vs {same['keys'][:1]}")
+    expect(not left, f"keys depend on the process: the storing process (PYTHONHASHSEED=1) left {len(left)} file(s) "
+                     f"behind (first: {left[:1]}), yet a new process with the same seed finds nothing of that prompt "
+                     f"(and one with PYTHONHASHSEED=4242 nothing of a prompt that hits {here} tokens here): keys that "
+                     "differ from process to process (a random salt, an id()?), or a tier whose objects a new "
+                     "process never finds again")
+    if other.get("keys") is not None and same.get("keys") is not None:
+        expect(other["keys"] and other["keys"] == same["keys"],
+               f"keys differ across processes (PYTHONHASHSEED 4242 vs 1): {other['keys'][:1]} vs {same['keys'][:1]}")
+        return
+    paths = ", ".join(_paths_in(extra)) or "none"
+    why = ("the store did not outlive its process (a second process with the same PYTHONHASHSEED found nothing, and "
+           f"the storing process left no file under the extra config's paths: {paths}) and there is no "
+           "kvconform_object_keys() backdoor, so keys across processes cannot be compared")
+    if ctx.profile.store_scope == "process":
+        not_applicable(f"the connector's store lives and dies with its process (profile store_scope 'process'): {why}")
+    pytest.skip(f"inconclusive: {why}; a connector whose store is memory only declares it "
+                "(\"kvconform\": {\"store_scope\": \"process\"}), one with a disk or server tier configures it")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.plugins.connector import parse_extra_config
-from harness.targets.connector_profile import ConnectorProfile, profile_for, split_declaration
+from harness.targets.connector_profile import ConnectorProfile, decided_nothing, profile_for, split_declaration
 from suites.connector.catalogue import CHECKS, NOT_FOR_KIND, not_applicable_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +38,9 @@ def test_the_store_scope_is_declared_or_from_reviewed_data_and_shared_by_default
                                                       "(a second engine starts empty) (inferred, options declared)")
     assert profile_for({}, True, known_store_scope="engine").engine_owned_store
     assert not profile_for({}, True).engine_owned_store
+    process = profile_for({"store_scope": "process"}, True)
+    assert not process.engine_owned_store and process.describe().endswith(
+        "a store that lives and dies with its process (a new process starts empty) (inferred, options declared)")
     # A vendor's declaration wins over reviewed data.
     assert not profile_for({"store_scope": "shared"}, True, known_store_scope="engine").engine_owned_store
 
@@ -64,9 +67,10 @@ def test_the_block_size_option_is_declared_or_from_reviewed_data():
                         'KV), transfer (transfers KV between instances only)'),
     ({"knd": "dummy"}, '"kvconform" has an unknown key \'knd\'; accepted: kind, multi_group, async_load_config, '
                        'store_scope, block_size_option'),
-    ({"store_scope": "process"}, '"kvconform".store_scope is \'process\'; accepted: shared (a store shared by the '
-                                 'engines of one process), engine (a store owned by the engine (a second engine '
-                                 'starts empty))'),
+    ({"store_scope": "host"}, '"kvconform".store_scope is \'host\'; accepted: shared (a store shared by the '
+                              'engines of one process), process (a store that lives and dies with its process (a '
+                              'new process starts empty)), engine (a store owned by the engine (a second engine '
+                              'starts empty))'),
     ({"async_load_config": True}, '"kvconform".async_load_config must be a JSON object, got True'),
     ({"block_size_option": 64}, '"kvconform".block_size_option must be a JSON string, got 64'),
 ])
@@ -116,3 +120,20 @@ def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(
     c14 = entries["test_c14_round_trip_bytes[LMCacheLikeConnector-fa_only]"]
     assert c14["status"] == "skipped" and c14["message"].startswith("N/A: C14 does not apply: it judges loaded KV"), c14
     assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("tier, status, message, vacuous", [
+    ("MUST", "skipped", "inconclusive: the preemption scenario did not occur", True),
+    ("MUST", "skipped", "not applicable: backdoors are off", True),  # a MUST check never needs a backdoor
+    ("MUST", "skipped", "hook wait_for_save hung past 60 s in C14: skipped", True),
+    ("MUST", "skipped", None, True),
+    ("MUST", "skipped", "N/A: C05 does not apply: ...", False),
+    ("MUST", "skipped", "N/A on 0.13.0: the release has no failed_recving", False),
+    ("MUST", "skipped", "not HMA-capable: X does not declare SupportsHMA", False),
+    ("SHOULD", "skipped", "not applicable: backdoors are off", False),  # a SHOULD may need a backdoor
+    ("MUST", "passed", None, False),
+    ("MUST", "failed", "C07 [fa+swa]: ...", False),
+])
+def test_a_must_check_that_skipped_for_a_reason_the_profile_does_not_imply_decided_nothing(tier, status, message,
+                                                                                            vacuous):
+    assert decided_nothing(tier, status, message) is vacuous
