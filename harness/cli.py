@@ -2,7 +2,8 @@
 
 Ask what a vLLM release does with a command line (explain), resolve cases in bulk (resolve), run the
 conformance suites and write the compatibility report (report), and compare or combine results files
-(diff, merge), and list the connector checks (checks). `kvconform COMMAND --help` describes each command.
+(diff, merge), list the connector checks (checks), and measure how many catalogued bug classes the connector
+suite catches (mutate). `kvconform COMMAND --help` describes each command.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ COMMANDS = {
     "merge": "merge",
     "checks": "checks",
     "history": "history",
+    "mutate": "mutate",
 }
 
 
