@@ -211,6 +211,18 @@ class ProcessSaltedKeysConnector(_OwnKeysConnector):
         return [h + (hash(h) & (2**63 - 1)).to_bytes(8, "little") for h in super()._hashes(request, num_tokens)]
 
 
+_PROCESS_TOKEN = os.urandom(8)
+
+
+class ProcessRandomKeysConnector(_OwnKeysConnector):
+    """Mixes a token drawn once per process into its keys (as a key salted with a random nonce, a pid or an id()
+    would): same PYTHONHASHSEED or not, a new process never finds what another stored, although the disk tier holds
+    it: caught by C36 determinism-across-processes from the files the storing process left behind."""
+
+    def _hashes(self, request, num_tokens=None):
+        return [h + _PROCESS_TOKEN for h in super()._hashes(request, num_tokens)]
+
+
 class _StoreAtFinishConnector(_OwnKeysConnector):
     """A write-back cache: it stores each request once, when it finishes. The finish hook plans the copies
     from the block table it is given; the next step's `wait_for_save` runs them, and the request's blocks

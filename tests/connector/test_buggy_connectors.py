@@ -1,6 +1,9 @@
 """The connector suite catches each deliberately buggy connector with the check named for its bug, with the
-connector's optional `kvconform_*` backdoors and without them (`--kv-connector-backdoors off`), while the
-correct reference connector, run the same way as a vendor connector, passes those checks. A connector that
+connector's optional `kvconform_*` backdoors and black-box, without them (`--kv-connector-backdoors off`), run as a
+vendor runs a connector: `--kv-connector module:Class` with the extra config docs/vendor.md recommends (a small
+CPU store, a disk tier, async loads declared), while the correct reference connector, run the same way, passes
+those checks. The pairing bug class -> catching check is reviewed data (`CAUGHT`, `CAUGHT_TWINS`), and every
+buggy connector must be in it. A connector that
 raises or hangs in a hook fails with a message naming the hook. Unusable connectors are one collection
 error, not a failure per check.
 
@@ -8,9 +11,12 @@ The suite runs behind these tests happen once per test session (`tests.once`), s
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,13 +26,26 @@ from tests.connector.suite_process import REPO, results_by_test, run_together, s
 from tests.once import once_per_session
 
 BUGGY = "tests.connector.buggy"
+LEGAL = "tests.connector.legal_variants"
 REFERENCE = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"
-# Configured as the README tells a vendor: a store small enough that the capacity probes fill it, and how the
-# connector loads asynchronously (merged into its extra config by the checks that exercise async loads).
-EXTRA_CONFIG = json.dumps({"cpu_bytes": 400_000, "kvconform": {"async_load_config": {"load_async": True},
-                                                               "block_size_option": "chunk_size"}})
 
-# (buggy class, the check named for its bug, the test function that runs that check)
+
+def vendor_extra_config(disk_path: str) -> str:
+    """The extra config docs/vendor.md recommends for the LMCache-like connector and classes built on it, run as a
+    vendor runs them: a CPU store small enough that the capacity probes fill it, a disk tier (a store that outlives
+    its process, so C36 compares keys across processes black-box), and how the connector loads asynchronously
+    (merged into its extra config by the checks that exercise async loads)."""
+    return json.dumps({"cpu_bytes": 400_000, "disk_path": disk_path, "disk_bytes": 800_000,
+                       "kvconform": {"async_load_config": {"load_async": True}, "block_size_option": "chunk_size"}})
+
+
+# A fixed folder for the figures of tests.connector.catch_table (this module's runs get one of their own).
+EXTRA_CONFIG = vendor_extra_config(os.path.join(tempfile.gettempdir(), "kvconform-catch-table-disk"))
+
+# The pairing, bug class -> catching check, as reviewed data: (buggy class of tests/connector/buggy.py, the check
+# named for its bug, the test function that runs that check). Each runs black-box (backdoors off) and with its
+# backdoors, under the vendor config; a change that makes a check stop catching its class fails
+# test_named_check_catches_buggy_connector.
 CAUGHT = [
     ("BlockIdsZeroConnector", "C17", "test_c17_layer_group_routing"),
     ("GroupSwapConnector", "C17", "test_c17_layer_group_routing"),
@@ -39,6 +58,7 @@ CAUGHT = [
     ("PerBlockLoadErrorConnector", "C22", "test_c22_failure_by_request"),
     ("PinLeakConnector", "C04", "test_c04_lookup_idempotent"),
     ("ProcessSaltedKeysConnector", "C36", "test_c36_determinism_across_processes"),
+    ("ProcessRandomKeysConnector", "C36", "test_c36_determinism_across_processes"),
     ("SaltBlindConnector", "C30", "test_c30_key_isolation"),
     ("LoRABlindConnector", "C30", "test_c30_key_isolation"),
     ("HMAStubFinishConnector", "C01", "test_c01_declares_hma"),
@@ -67,6 +87,13 @@ CAUGHT = [
     ("EagleBlindConnector", "C41", "test_c41_eagle_drops_last_block"),
     ("EagleLoadPastHitConnector", "C41", "test_c41_eagle_drops_last_block"),
 ]
+# The buggy twins of tests/connector/legal_variants.py (each beside a correct connector with legal behaviour the
+# suite once judged a bug): (class, the profile it declares, the check named for its bug, the test function).
+# Run black-box only, under the vendor config with that declaration.
+CAUGHT_TWINS = [
+    ("OneTokenShortHitConnector", {}, "C06", "test_c06_hit_alignment"),
+    ("EngineOwnedFullAttentionHitConnector", {"store_scope": "engine"}, "C07", "test_c07_hit_min_over_groups"),
+]
 MISBEHAVING = [  # load fine, then misbehave in every check: the check names the hook
     ("RaisingConnector", "build_connector_meta"),
     ("HangingConnector", "hung past"),
@@ -81,9 +108,10 @@ BACKDOOR_MODES = ("on", "off")
 
 
 def suite_runs(folder: Path) -> dict[str, dict]:
-    """Every suite run this module judges, started together (they share the cores; the hang waits):
-    with backdoors on and off, every buggy connector on the check named for its bug and the reference
-    connector on all of those checks; the misbehaving connectors on one check, also on and off.
+    """Every suite run this module judges, started together (they share the cores; the hang waits), each under
+    the vendor config with a disk folder of its own: with backdoors on and off, every buggy connector on the check
+    named for its bug and the reference connector on all of those checks; the legal variants' buggy twins
+    black-box, one run per declared profile; the misbehaving connectors on one check, also on and off.
 
     Returns run name -> {"results": test id -> entry, "stdout": pytest's output}."""
     named = [f"({test} and {cls})" for cls, _, test in CAUGHT]
@@ -93,10 +121,19 @@ def suite_runs(folder: Path) -> dict[str, dict]:
     for backdoors in BACKDOOR_MODES:
         commands[f"named-{backdoors}"] = suite_command(
             folder / f"named-{backdoors}.json", [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT],
-            extra_config=EXTRA_CONFIG, backdoors=backdoors, selection=named)
+            extra_config=vendor_extra_config(str(folder / f"disk-named-{backdoors}")), backdoors=backdoors,
+            selection=named)
         commands[f"misbehaving-{backdoors}"] = suite_command(
             folder / f"misbehaving-{backdoors}.json", [f"{BUGGY}:{c}" for c, _ in MISBEHAVING],
-            extra_config=EXTRA_CONFIG, backdoors=backdoors, selection=misbehaving, timeout=MISBEHAVING_TIMEOUT_S)
+            extra_config=vendor_extra_config(str(folder / f"disk-misbehaving-{backdoors}")), backdoors=backdoors,
+            selection=misbehaving, timeout=MISBEHAVING_TIMEOUT_S)
+    for index, declared in enumerate({json.dumps(d, sort_keys=True) for _, d, _, _ in CAUGHT_TWINS}):
+        twins = [(cls, test) for cls, d, _, test in CAUGHT_TWINS if json.dumps(d, sort_keys=True) == declared]
+        extra = json.loads(vendor_extra_config(str(folder / f"disk-twins-{index}")))
+        extra["kvconform"].update(json.loads(declared))
+        commands[f"twins-{index}"] = suite_command(
+            folder / f"twins-{index}.json", [f"{LEGAL}:{cls}" for cls, _ in twins], extra_config=json.dumps(extra),
+            backdoors="off", selection=[f"({test} and {cls})" for cls, test in twins])
     runs = {}
     for name, (_status, stdout) in run_together(commands).items():
         results = folder / f"{name}.json"
@@ -164,6 +201,31 @@ def test_a_key_blind_connector_reads_the_component_its_keys_ignore(suite_run, cl
         assert cause.startswith(words), f"{name}: {evidence!r}"
         assert "stored under {cache salt " in cause and ", asked with " in cause, f"{name}: {evidence!r}"
         assert entry["extra"]["key_leak"]["components"] == components, entry["extra"]
+
+
+@pytest.mark.parametrize("cls, check_id, test_name", [(c, k, t) for c, _, k, t in CAUGHT_TWINS],
+                         ids=[c[0] for c in CAUGHT_TWINS])
+def test_named_check_catches_a_legal_variants_buggy_twin_black_box(all_runs, cls, check_id, test_name):
+    results = {k: v for run, found in all_runs.items() if run.startswith("twins-") for k, v in found["results"].items()}
+    mine = {k: v for k, v in results.items() if k.startswith(f"{test_name}[{cls}")}
+    assert mine, f"{test_name} did not run for {cls}"
+    failed = [k for k, v in mine.items() if v["status"] == "failed"]
+    assert failed, f"{check_id} ({test_name}) passed for the buggy {cls} black-box: " \
+                   f"{[(k, v['status'], v.get('message')) for k, v in mine.items()]}"
+    assert (results[failed[0]]["extra"].get("evidence") or "").startswith(f"{check_id} [")
+
+
+def test_every_buggy_connector_is_paired_with_its_catching_check():
+    """Every connector class of tests/connector/buggy.py is in the pairing (or is one that misbehaves in every check,
+    or cannot be built): a buggy connector added without the check that must catch it fails here."""
+    from tests.connector import buggy
+
+    classes = {name for name, obj in vars(buggy).items() if inspect.isclass(obj) and obj.__module__ == buggy.__name__
+               and not name.startswith("_") and name.endswith("Connector")}
+    paired = {c for c, _, _ in CAUGHT} | {c for c, _ in MISBEHAVING} | {u[0].rpartition(":")[2] for u in UNUSABLE}
+    assert classes - paired == set(), f"buggy connectors without a catching check: {sorted(classes - paired)}"
+    pairs = [(c, k, t) for c, k, t in CAUGHT] + [(c, k, t) for c, _, k, t in CAUGHT_TWINS]
+    assert all(test.startswith(f"test_{check.lower()}_") for _, check, test in pairs), "a test function of another check"
 
 
 @pytest.mark.parametrize("test_name", NAMED_TESTS)
