@@ -248,26 +248,29 @@ class ChunkStore:
             return events
 
 
-_SHARED_STORES: dict[str, ChunkStore] = {}
+_SHARED_STORES: dict[tuple[str, str | None], ChunkStore] = {}
 _SHARED_LOCK = threading.Lock()
 
 
 def shared_store(name: str, max_bytes: int, disk_path: str | None = None, disk_max_bytes: int = 0) -> ChunkStore:
-    """The process-wide store called `name`, created on first use.
+    """The process-wide store called `name` with the disk tier at `disk_path` (none: None), created on first use.
 
     The scheduler-role and worker-role instances of one engine (and its TP ranks) share it, the way
-    LMCache's engine is a per-process singleton.
+    LMCache's engine is a per-process singleton. A connector configured with a disk tier never gets a store of
+    the same name that an earlier construction in the process made without it (or with another folder).
     """
     with _SHARED_LOCK:
-        store = _SHARED_STORES.get(name)
+        store = _SHARED_STORES.get((name, disk_path or None))
         if store is None:
             disk = DiskTier(disk_path, disk_max_bytes) if disk_path else None
             store = ChunkStore(max_bytes, disk)
-            _SHARED_STORES[name] = store
+            _SHARED_STORES[(name, disk_path or None)] = store
         return store
 
 
 def drop_shared_store(name: str) -> None:
-    """Forget the process-wide store `name` (a simulated process restart keeps only the disk tier)."""
+    """Forget the process-wide stores called `name`, whatever their disk tier (a simulated process restart keeps
+    only the disk tier)."""
     with _SHARED_LOCK:
-        _SHARED_STORES.pop(name, None)
+        for key in [k for k in _SHARED_STORES if k[0] == name]:
+            del _SHARED_STORES[key]
