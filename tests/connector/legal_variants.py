@@ -12,10 +12,14 @@
   connector), and never a block that stays free. `DeferredStoreConnector` copies a step's stores there and lets a
   finished request's blocks go at once; `tests.connector.buggy.OutOfWindowStoreConnector`, which copies them after
   the next step's forward, is its buggy twin (caught by C24).
+* A vendor who implements none of the `kvconform_*` backdoors: `BackdoorlessConnector` (the reference connector
+  with all five set to None) is correct; with a disk tier configured C36 must decide black-box across processes.
+  `BackdoorlessSaltedKeysConnector` mixes Python's per-process salted `hash()` into its keys (caught by C36).
 """
 
 from __future__ import annotations
 
+from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.connector.lmcache_like import LMCacheLikeConnector, extra_config
 from reference_impl.connector.store import ChunkStore
 from tests.connector.buggy import FullAttentionHitConnector
@@ -77,3 +81,18 @@ class DeferredStoreConnector(LMCacheLikeConnector):
             super().wait_for_save()
         finally:
             self._connector_metadata = current
+
+
+class BackdoorlessConnector(LMCacheLikeConnector):
+    """The reference connector as a vendor who implements no backdoor has it: correct."""
+
+
+for _name in BACKDOOR_METHODS:
+    setattr(BackdoorlessConnector, _name, None)
+
+
+class BackdoorlessSaltedKeysConnector(BackdoorlessConnector):
+    """No backdoors, and keys that mix in Python's per-process salted hash(): caught by C36 with a disk tier."""
+
+    def _hashes(self, request, num_tokens=None):
+        return [h + (hash(h) & (2**63 - 1)).to_bytes(8, "little") for h in super()._hashes(request, num_tokens)]

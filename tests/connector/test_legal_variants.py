@@ -77,6 +77,38 @@ def test_c36_on_an_engine_owned_store_judges_this_engine_then_is_not_applicable(
         _run(ctx, test_isolation.test_c36_determinism_across_processes, tmp_path)
 
 
+def _disk_config(tmp_path) -> dict:
+    """docs/vendor.md's configuration for the LMCache-like connector: a small CPU store and a disk tier."""
+    return {"cpu_bytes": 400_000, "disk_path": str(tmp_path / "disk"), "disk_bytes": 800_000}
+
+
+def test_c36_passes_a_backdoorless_connector_with_a_disk_tier_black_box(tmp_path):
+    """The vendor's reproduction of issue 35: no backdoors, a disk tier configured. C36 skipped ("the store does not
+    outlive its process"): its processes built the connector without the run's extra config, so the store of the
+    first construction had no disk tier. Now the disk tier's objects are found again by a new process."""
+    ctx = _context("BackdoorlessConnector", None, "C36", _disk_config(tmp_path))
+    assert ctx.optional_backdoor(ctx.cls, "kvconform_object_keys") is None
+    _run(ctx, test_isolation.test_c36_determinism_across_processes, tmp_path)
+
+
+def test_c36_catches_salted_keys_with_a_disk_tier_black_box(tmp_path):
+    ctx = _context("BackdoorlessSaltedKeysConnector", None, "C36", _disk_config(tmp_path))
+    with pytest.raises(Failed, match="keys depend on the process"):
+        _run(ctx, test_isolation.test_c36_determinism_across_processes, tmp_path)
+
+
+def test_c36_without_a_persistent_store_decides_nothing_unless_the_profile_declares_it(tmp_path):
+    """A store that lives and dies with its process, no backdoor: "inconclusive" (a MUST check that decided
+    nothing) unless the profile says so, then N/A."""
+    with pytest.raises(pytest.skip.Exception, match="^inconclusive: the store did not outlive its process"):
+        _run(_context("BackdoorlessConnector", None, "C36", {"cpu_bytes": 400_000}),
+             test_isolation.test_c36_determinism_across_processes, tmp_path)
+    declared = {"cpu_bytes": 400_000, "kvconform": {"store_scope": "process"}}
+    with pytest.raises(pytest.skip.Exception, match="^N/A: the connector's store lives and dies with its process"):
+        _run(_context("BackdoorlessConnector", None, "C36", declared),
+             test_isolation.test_c36_determinism_across_processes, tmp_path)
+
+
 @pytest.mark.parametrize("preset", ["fa_only", "fa16+swa32"])
 def test_c06_takes_a_hit_that_ends_inside_a_block(preset):
     _run(_context("OneTokenShortHitConnector", preset, "C06"), test_lookup.test_c06_hit_alignment, preset)
