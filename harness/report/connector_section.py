@@ -1,8 +1,10 @@
-"""The connector part of the report: a check x connector table and whether each connector may declare HMA.
+"""The connector part of the report: a check x connector table, the MUST checks that decided nothing, and
+whether each connector may declare HMA.
 
 A cell aggregates a check over the model presets: ❌ if any preset failed (footnote: the first failing
 evidence), ➖ if the check does not apply ("not HMA-capable" / "not applicable" skips), ❔ if it was skipped
-for another reason, ✅ otherwise.
+for another reason (a MUST check that skipped for a reason the connector's profile does not imply decided
+nothing, `harness.targets.connector_profile.decided_nothing`: listed per connector under the table), ✅ otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from harness.failure_groups import cause_key, split_check
 from harness.report.config_section import label
-from harness.targets.connector_profile import MULTI_GROUP_REFUSAL
+from harness.targets.connector_profile import MULTI_GROUP_REFUSAL, decided_nothing
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"
@@ -29,8 +31,29 @@ DECLARATION_CHECK_IDS = ("C01",)
 _EVIDENCE_LIMIT = 300
 
 
+def _is_vacuous(entry: dict[str, Any]) -> bool:
+    cell = entry.get("cell") or {}
+    return decided_nothing(str(cell.get("tier", "")), entry["status"], entry.get("message"))
+
+
 def _is_not_applicable(entry: dict[str, Any]) -> bool:
-    return entry["status"] == "skipped" and (entry.get("message") or "").lower().startswith(NOT_APPLICABLE_PREFIXES)
+    return (entry["status"] == "skipped" and (entry.get("message") or "").lower().startswith(NOT_APPLICABLE_PREFIXES)
+            and not _is_vacuous(entry))
+
+
+def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], list]) -> list[str]:
+    """One line per connector: its MUST cells that skipped for a reason its profile does not imply, and why."""
+    lines = []
+    for connector in connectors:
+        vacuous = sorted((e for (_, c), es in grouped.items() if c == connector for e in es if _is_vacuous(e)),
+                         key=lambda e: _natural_key(e["id"]))
+        if not vacuous:
+            lines.append(f"{connector}: none; every MUST check decided or is N/A by its profile.")
+            continue
+        cells = "; ".join(f"{label((e.get('cell') or {}).get('check'))} on "
+                          f"{label((e.get('cell') or {}).get('preset'))}: {_evidence(e)}" for e in vacuous)
+        lines.append(f"{connector}: {len(vacuous)} MUST cell(s) decided nothing: {cells}")
+    return lines
 
 
 def _natural_key(text: str) -> list:
@@ -182,6 +205,10 @@ def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
                   "➖ n/a = not applicable (note: why) · ❔ unknown = not run (note: why); the check ids are "
                   "explained in the connector spec section 4.2."),
         table,
+        Heading(3, "MUST checks that decided nothing"),
+        Paragraph("A MUST check that skipped for a reason the connector's profile (or its release) does not imply: "
+                  "no verdict, so a bug of its class would pass unnoticed there."),
+        BulletList(decided_nothing_lines(connectors, grouped)),
         Heading(3, "May each connector declare SupportsHMA?"),
         BulletList(verdicts),
     ])]

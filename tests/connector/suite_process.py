@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.targets.connector_profile import decided_nothing
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,3 +54,10 @@ def results_by_test(path: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     return {e["id"].split("::")[-1]: e for e in json.loads(path.read_text())["results"]}
+
+
+def vacuous_cells(results: dict[str, dict]) -> dict[str, str]:
+    """The MUST cells of `results` (`results_by_test`) that decided nothing: test name -> the skip reason, which the
+    connector's profile does not imply (`harness.targets.connector_profile.decided_nothing`)."""
+    return {name: e.get("message") or "" for name, e in results.items()
+            if decided_nothing(str((e.get("cell") or {}).get("tier", "")), e["status"], e.get("message"))}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from tests.connector.suite_process import REPO, results_by_test, run_together, suite_command
+from tests.connector.suite_process import REPO, results_by_test, run_together, suite_command, vacuous_cells
 from tests.once import once_per_session
 
 BUGGY = "tests.connector.buggy"
@@ -236,6 +236,9 @@ def test_reference_connector_passes_as_a_vendor(suite_run, test_name):
     assert mine, f"{test_name} did not run for the reference connector:\n{stdout[-1500:]}"
     bad = {k: v.get("message") for k, v in mine.items() if v["status"] not in ("passed", "skipped")}
     assert not bad, f"the reference connector failed with backdoors {backdoors}: {bad}"
+    # A check that skips on the correct connector would pass its buggy twins unnoticed too (C36 black-box skipped
+    # with a disk tier configured: issue 35).
+    assert not vacuous_cells(mine), f"MUST checks that decided nothing, backdoors {backdoors}: {vacuous_cells(mine)}"
 
 
 @pytest.mark.parametrize("cls, needle", MISBEHAVING, ids=[c[0] for c in MISBEHAVING])
