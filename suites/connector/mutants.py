@@ -17,8 +17,10 @@ from pathlib import Path
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "reference_impl" / "connector" / "template.py"
 TEMPLATE_CLASS = "TemplateConnector"
 # The extra config docs/vendor.md recommends for the template, run as a vendor's class: its profile (a store that
-# lives and dies with its process, so C36 is N/A black-box) and how it loads asynchronously.
-TEMPLATE_EXTRA_CONFIG = {"kvconform": {"store_scope": "process", "async_load_config": {"load_async": True}}}
+# lives and dies with its process, so C36 is N/A black-box), how it loads asynchronously, and which option sets
+# the size of the blocks it stores (C40).
+TEMPLATE_EXTRA_CONFIG = {"kvconform": {"store_scope": "process", "async_load_config": {"load_async": True},
+                                       "block_size_option": "chunk_size"}}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,18 @@
 """The template connector a vendor copies (`reference_impl/connector/template.py`, docs/vendor.md "Your first
-hour") passes the whole connector suite, run on it as on a vendor's class (`--kv-connector module:Class`):
+hour") and the built-in connectors pass the whole connector suite, and no MUST check of theirs goes quiet. The
+template runs as a vendor's class does (`--kv-connector module:Class`) with the extra config docs/vendor.md
+recommends for it (`TEMPLATE_EXTRA_CONFIG`: its profile, a store that lives and dies with its process, and how it
+loads asynchronously, so the checks that exercise asynchronous loads (C10, C20, C21, C27, C29) load
+asynchronously); the built-ins run with their own configuration (a private store per check, a disk tier for C36).
 
-* twice, started together: with its `kvconform_*` backdoors, and with them hidden (`--kv-connector-backdoors
-  off`), as a vendor who deletes them runs it; both with the async-load profile declared, so the checks that
-  exercise asynchronous loads (C10, C20, C21, C27, C29) load asynchronously;
-* every check of the catalogue runs, none fails or errors, and only the reviewed skips below happen (a check
-  that turned inconclusive, e.g. C11 or C26 without their preemption, fails this test);
+* the template twice, started together: with its `kvconform_*` backdoors, and with them hidden
+  (`--kv-connector-backdoors off`), as a vendor who deletes them runs it; the built-ins once, as `kvconform report`
+  runs them;
+* every check of the catalogue runs, none fails or errors, and only the reviewed skips below happen (SHOULD checks,
+  and MUST checks only as "N/A" by the declared profile);
+* **no MUST check decides nothing**: a MUST cell that skips for a reason the connector's profile does not imply
+  ("inconclusive: ...", a missing backdoor) fails these tests (`vacuous_cells`); the fourth run shows it on a
+  deliberately vacuous C36 (the template without its store-scope declaration, backdoors off);
 * every multi-group preset ran and passed: the template declares `SupportsHMA`, so none is skipped as "not
   HMA-capable".
 
@@ -18,16 +25,21 @@ from pathlib import Path
 
 import pytest
 
+from harness.report.connector_section import connector_sections
+from harness.report.markdown import render_markdown
+from harness.report.model import Document
+from harness.target_spec import BUILTIN_CONNECTORS
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.engine.core import EngineConfig, EngineCore
 from reference_impl.engine.presets import PRESETS
 from suites.connector.catalogue import CHECKS
-from tests.connector.suite_process import results_by_test, run_together, suite_command
+from suites.connector.mutants import TEMPLATE_EXTRA_CONFIG
+from tests.connector.suite_process import results_by_test, run_together, suite_command, vacuous_cells
 from tests.once import once_per_session
 
 TEMPLATE = "reference_impl.connector.template:TemplateConnector"
-EXTRA_CONFIG = json.dumps({"kvconform": {"async_load_config": {"load_async": True}, "block_size_option": "chunk_size"}})
 BACKDOOR_MODES = ("on", "off")
+BUILTINS = sorted(BUILTIN_CONNECTORS)
 
 # Reviewed: the tests the template may skip, per backdoor mode, with the start of the reason.
 _NO_EVENTS = "not applicable: the connector emits no KV cache events"  # C32 is a SHOULD about events, if emitted
@@ -38,27 +50,36 @@ EXPECTED_SKIPS = {
         "test_c32_events_group_aware[TemplateConnector-fa+swa]": _NO_EVENTS,
         **{f"test_c08_swa_needs_only_window[TemplateConnector-{p}]": _C08_NEEDS_BACKDOOR
            for p in ("fa+swa", "fa16+swa32", "fa+swa+mamba", "fa+swa600")},
-        # The template's store lives in its process: C36 tells salted keys from that only through the keys backdoor.
+        # The template's store lives in its process, as its profile declares: C36 tells salted keys from that only
+        # through the keys backdoor.
         "test_c36_determinism_across_processes[TemplateConnector]":
-            "not applicable: the store does not outlive its process",
+            "N/A: the connector's store lives and dies with its process (profile store_scope 'process')",
     },
 }
 MULTI_GROUP_PRESETS = sorted(name for name, preset in PRESETS.items() if len(preset.groups) > 1)
+VACUOUS_C36 = "test_c36_determinism_across_processes[TemplateConnector]"
 
 
 def suite_runs(folder: Path) -> dict[str, dict]:
-    """The whole connector suite on the template, backdoors on and off (two pytest processes, one core each).
+    """The whole connector suite on the template (backdoors on and off), on the built-ins, and C36
+    alone on the template without its store-scope declaration: four pytest processes, started together.
 
-    Returns mode -> {"returncode", "stdout" (its tail), "results": test name -> results.json entry}."""
-    commands = {mode: suite_command(folder / f"{mode}.json", [TEMPLATE], extra_config=EXTRA_CONFIG, backdoors=mode)
-                for mode in BACKDOOR_MODES}
+    Returns run -> {"returncode", "stdout" (its tail), "results": test name -> results.json entry}."""
+    without_scope = {"kvconform": {k: v for k, v in TEMPLATE_EXTRA_CONFIG["kvconform"].items() if k != "store_scope"}}
+    commands = {mode: suite_command(folder / f"{mode}.json", [TEMPLATE], extra_config=json.dumps(TEMPLATE_EXTRA_CONFIG),
+                                    backdoors=mode) for mode in BACKDOOR_MODES}
+    # The built-ins as `kvconform report` runs them (their backdoors on: black-box, the simulated lookup latency of
+    # C05 makes every lookup of the chunk-size probe wait out CheckContext.ASK_TIMEOUT_S, minutes per check).
+    commands["builtins"] = suite_command(folder / "builtins.json", BUILTINS, extra_config="{}", backdoors="on")
+    commands["undeclared"] = suite_command(folder / "undeclared.json", [TEMPLATE], extra_config=json.dumps(without_scope),
+                                           backdoors="off", selection=["test_c36"])
     return {mode: {"returncode": status, "stdout": stdout[-3000:], "results": results_by_test(folder / f"{mode}.json")}
             for mode, (status, stdout) in run_together(commands).items()}
 
 
 @pytest.fixture(scope="module")
 def all_runs(request) -> dict[str, dict]:
-    """The two suite runs, once per test session however xdist spreads this module's tests."""
+    """The suite runs, once per test session however xdist spreads this module's tests."""
     return once_per_session(request, "template-connector-runs", suite_runs)
 
 
@@ -80,6 +101,44 @@ def test_the_template_passes_the_connector_suite(run):
     assert not unexpected, f"backdoors {mode}: skipped beyond the reviewed list: {unexpected}"
     assert set(skipped) == set(EXPECTED_SKIPS[mode]), \
         f"backdoors {mode}: a reviewed skip did not happen (update EXPECTED_SKIPS): {set(EXPECTED_SKIPS[mode]) - set(skipped)}"
+
+
+@pytest.mark.parametrize("name", ["on", "off", "builtins"], ids=["template-with-backdoors",
+                                                                 "template-without-backdoors", "builtins"])
+def test_no_must_check_decided_nothing(all_runs, name):
+    """A MUST check that skipped for a reason the connector's profile does not imply is a failure of the suite: a
+    bug of its class would pass unnoticed there."""
+    result = all_runs[name]
+    assert result["results"], f"{name}: no results; pytest exited {result['returncode']}:\n{result['stdout']}"
+    vacuous = vacuous_cells(result["results"])
+    assert not vacuous, f"{name}: MUST checks that decided nothing: {vacuous}"
+
+
+def test_the_builtins_pass_the_connector_suite(all_runs):
+    result = all_runs["builtins"]
+    entries = result["results"]
+    assert result["returncode"] == 0 and entries, f"pytest exited {result['returncode']}:\n{result['stdout']}"
+    assert {e["cell"]["connector"] for e in entries.values()} == set(BUILTINS)
+    for connector in BUILTINS:
+        ran = {e["cell"]["check"].split()[0] for e in entries.values() if e["cell"]["connector"] == connector}
+        assert ran == set(CHECKS), f"{connector}: checks with no cell: {sorted(set(CHECKS) - ran)}"
+
+
+def test_the_readme_tests_fail_on_a_deliberately_vacuous_check(all_runs):
+    """The template without its store-scope declaration, backdoors off: C36 cannot compare keys across processes
+    (its store lives in its process, and nothing says so), skips as inconclusive, and the judge above fails on it;
+    the report lists it under the MUST checks that decided nothing."""
+    results = all_runs["undeclared"]["results"]
+    assert set(results) == {VACUOUS_C36}, all_runs["undeclared"]["stdout"]
+    vacuous = vacuous_cells(results)
+    assert list(vacuous) == [VACUOUS_C36] and vacuous[VACUOUS_C36].startswith("inconclusive: the store did not outlive "
+                                                                              "its process"), vacuous
+    with pytest.raises(AssertionError, match="MUST checks that decided nothing"):
+        test_no_must_check_decided_nothing({"undeclared": all_runs["undeclared"]}, "undeclared")
+    sections = connector_sections([dict(e, suite="connector") for e in results.values()])
+    report = render_markdown(Document("report", "one run", sections))
+    assert ("TemplateConnector: 1 MUST cell(s) decided nothing: C36 determinism-across-processes on -: inconclusive: "
+            "the store did not outlive its process") in report, report
 
 
 def test_every_check_ran(run):
