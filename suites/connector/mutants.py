@@ -102,8 +102,9 @@ MUTANTS: tuple[Mutant, ...] = (
            )),
     Mutant("window-within-one-chunk", "a sliding window is assumed never to span more than one chunk", "C14",
            "WindowWithinOneChunkConnector", (
-               ("window = g.window_chunks(self.chunk_size)  # -1: full attention reads every chunk",
-                "window = min(g.window_chunks(self.chunk_size), 1)"),
+               ("first = max(start // self.chunk_size, g.first_chunk(last, self.chunk_size))",
+                "first = max(start // self.chunk_size, g.first_chunk(last, self.chunk_size),\n"
+                "                        last - 1 if g.sliding_window else 0)"),
            )),
     Mutant("half-precision-store", "objects are kept in float16 whatever the KV dtype", "C14",
            "HalfPrecisionStoreConnector", (
