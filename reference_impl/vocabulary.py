@@ -44,6 +44,10 @@ CASE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "layers": None,
 })
 
+#: The environment variables a case's `env` may set that the resolver reads (each an integer vLLM reads as
+#: `bool(int(value))`).
+ENV_VARS: tuple[str, ...] = ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_USE_V1", "VLLM_USE_SIMPLE_KV_OFFLOAD")
+
 #: The values of a case's `layers` list (and of the allocator suite's layer kinds).
 LAYER_KINDS: tuple[str, ...] = ("full", "sliding_window", "chunked_local", "mamba")
 #: The values of a case's `kv_offloading_backend` (vLLM's `--kv-offloading-backend` choices).
@@ -109,6 +113,13 @@ FEATURES: Mapping[str, Term] = MappingProxyType({
                                "custom speculative method whose `uses_target_hidden_states` is true (0.34+)"),
     "chunked_custom": Term("chunked local + custom drafter", "chunked local attention with a custom speculative "
                            "method whose `uses_target_hidden_states` is false (0.34+)"),
+    "offload_size": Term("offloading size alone", "`--kv-offloading-size 4` without a backend (vLLM's default "
+                         "backend: none before 0.14, native from 0.14)"),
+    "offload_backend": Term("offloading backend alone", "`--kv-offloading-backend native` without a size"),
+    "offload_size_simple": Term("offloading size, simple env", "`--kv-offloading-size 4` with "
+                                "`VLLM_USE_SIMPLE_KV_OFFLOAD=1`"),
+    "eagle": Term("EAGLE alone", "an EAGLE speculator, no chunked local attention"),
+    "v1_off": Term("VLLM_USE_V1=0", "`VLLM_USE_V1=0` (the releases whose HMA block is gated on it, before 0.11.1)"),
     "eagle_offload_lmcache": Term("EAGLE + offloading, lmcache", "an EAGLE speculator with `--kv-offloading-backend "
                                   "lmcache --kv-offloading-size 4`"),
 })
@@ -155,6 +166,8 @@ CONNECTOR_FIXTURES: Mapping[str, Term] = MappingProxyType({
     "MultiHiSparsePool": Term("MultiConnector with HiSparse and a pool", "`MultiConnector` with a "
                               "`HiSparseConnector` child (`host_pool_gib` 4) and an HMA child"),
     "MultiTwoHiSparse": Term("two HiSparse children", "`MultiConnector` with two `HiSparseConnector` children"),
+    "NoRole": Term("connector without kv_role", "`ExampleConnector` in a `--kv-transfer-config` without `kv_role` "
+                   "(vLLM's default role: none)"),
     "RenamedMulti": Term("renamed MultiConnector subclass", "a `MultiConnector` subclass registered under "
                          "another name, with an `ExampleConnector` child"),
 })

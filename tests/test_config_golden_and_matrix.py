@@ -14,7 +14,7 @@ import pytest
 from harness.eras import ERA_IDS, EraSelectionError, era_for_version, select_eras
 from harness.golden import GoldenStore, read_golden, render_golden
 from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS
-from suites.config.matrix import (FEATURES, features_for, all_pairs, cells_for, connectors_for, matrix,
+from suites.config.matrix import (ALONE_CONNECTORS, ALONE_FEATURE_IDS, FEATURES, features_for, all_pairs, cells_for, connectors_for, matrix,
                                   unregistered_for)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,9 @@ def test_cells_have_unique_readable_ids():
 
 @pytest.mark.parametrize("era", ["seed", "v0.33", "v0.34"])
 def test_every_connector_and_feature_pair_is_covered(era):
-    cells = [cell for cell in cells_for(era) if cell.connector not in unregistered_for(era)]
+    """Every pair, except the values that give one option alone (issue 36): those stay out of the all-pairs cover."""
+    cells = [cell for cell in cells_for(era) if cell.connector not in unregistered_for(era)
+             and cell.connector not in ALONE_CONNECTORS and cell.features not in ALONE_FEATURE_IDS]
     pairs = {(cell.connector, cell.features) for cell in cells}
     connectors = {cell.connector for cell in cells}
     features = {cell.features for cell in cells}
@@ -67,24 +69,29 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 # FooConnector (seed: MoRIIOConnector, which v0.14 registers from 0.14.0, and FooConnector; v0.33: P2pNcclConnector, which
 # v0.30 registers, UMBPStoreConnector, which v0.34 registers, and FooConnector) add 36 cells each, without
 # features. A sampled row at stage config also runs at create_connector (one more cell).
+# Issue 36 added the values that give one option alone, in the first two blocks only (not in the pairs): EAGLE
+# alone, the offloading size alone and the backend alone (from 0.11.1), the size with VLLM_USE_SIMPLE_KV_OFFLOAD=1
+# (from 0.19), and NoRole, a connector without kv_role: seed 12 features (432) and 19 connectors; v0.33 13
+# features (468) and 33 connectors; v0.34 16 features (576) and 42 connectors. The counts below add them.
 # v0.34: 12 features (the 9 + two custom speculative methods + EAGLE with lmcache offloading): 12 x 36 = 432
 # without a connector; 41 connector values (v0.33's 32, UMBPStoreConnector, NixlPush, NixlBadMode,
 # MultiNixlBadMode, MultiBadGrandchild, HiSparsePool, HiSparseZeroPool, MultiHiSparsePool, MultiTwoHiSparse),
 # 40 x 11 = 440 pairs; unregistered: P2pNcclConnector (removed at 0.33, so it stays in every later era's
 # matrix) and FooConnector.
-@pytest.mark.parametrize(("era", "connectors", "features", "unregistered", "cells"), [
-    ("seed", 18, 9, 2, 324 + 17 * 36 + 136 + 2 * 36),  # 1144
-    ("v0.33", 32, 9, 3, 324 + 31 * 36 + 248 + 3 * 36),  # 1796 (UMBPStoreConnector: v0.34 registers it)
-    ("v0.34", 41, 12, 2, 432 + 40 * 36 + 440 + 2 * 36),  # 2384
+@pytest.mark.parametrize(("era", "connectors", "features", "alone", "unregistered", "cells"), [
+    ("seed", 19, 12, 3, 2, 432 + 18 * 36 + 136 + 2 * 36),  # 1288 (1144 before the options alone)
+    ("v0.33", 33, 13, 4, 3, 468 + 32 * 36 + 248 + 3 * 36),  # 1976 (1796; UMBPStoreConnector: v0.34 registers it)
+    ("v0.34", 42, 16, 4, 2, 576 + 41 * 36 + 440 + 2 * 36),  # 2564 (2384)
 ])
-def test_cell_counts(era, connectors, features, unregistered, cells):
+def test_cell_counts(era, connectors, features, alone, unregistered, cells):
     assert len(connectors_for(era)) == connectors, f"{era}: connector values"
     assert len(features_for(era)) == features, f"{era}: feature values"
+    assert len(set(features_for(era)) & ALONE_FEATURE_IDS) == alone, f"{era}: options alone"
     assert len(unregistered_for(era)) == unregistered and "FooConnector" in unregistered_for(era)
     era_cells = cells_for(era)
     interactions = [c for c in era_cells if c.connector != "noconn" and c.features != "none"]
     pairs = {(c.connector, c.features) for c in interactions}
-    assert len(pairs) == (connectors - 1) * (features - 1), f"{era}: every connector x feature"
+    assert len(pairs) == (connectors - 1 - len(ALONE_CONNECTORS)) * (features - 1 - alone), f"{era}: every connector x feature"
     answered = {(c.connector, c.features, c.flag, c.platform) for c in interactions if c.stage == "create"}
     assert {(c.connector, c.features, c.flag, c.platform) for c in interactions} == answered, (
         f"{era}: every sampled connector + feature cell runs to create_connector")

@@ -27,8 +27,8 @@ from reference_impl.config.objects import (
 )
 from reference_impl.config.resolution import SUPPORT_UNKNOWN, VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
-from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, LAYER_KINDS, OFFLOADING_BACKENDS, PLATFORM_CHOICES,
-                                       STAGES)
+from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, ENV_VARS, LAYER_KINDS, OFFLOADING_BACKENDS,
+                                       PLATFORM_CHOICES, STAGES)
 
 
 class CaseError(ValueError):
@@ -207,7 +207,7 @@ def parse_case(case: Any) -> Case:
     env = case.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise _fail("env", env, "an object of string names to string values")
-    for name in ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_USE_V1", "VLLM_USE_SIMPLE_KV_OFFLOAD"):
+    for name in ENV_VARS:
         if name in env and not env[name].strip().lstrip("-").isdigit():
             raise _fail(f"env.{name}", env[name], "an integer such as 0 or 1 (vLLM reads it as bool(int(value)))")
 

@@ -4,7 +4,9 @@ Per era the matrix is the union of three deterministic blocks (duplicates remove
   * every flag x platform x feature x stage without a connector (the platform and feature rules);
   * every flag x platform x connector x stage without features (the connector rules);
   * an all-pairs cover of flag x platform x feature x connector x stage (their interactions), where every
-    row with a connector also runs to create_connector.
+    row with a connector also runs to create_connector. The features and the connector that give one option on
+    its own (`ALONE_FEATURES`, `ALONE_CONNECTORS`: vLLM's default for the others runs) are in the first two
+    blocks only.
 The first two are full products, so the report's "no connector" and "no features" rows are complete.
 A fourth block names connectors the era does not register: those an earlier era or the next era registers (a
 connector added at the next boundary, or removed at any earlier one) and a made-up `FooConnector`, over every flag x platform
@@ -24,7 +26,7 @@ from harness.eras import ERA_IDS
 from reference_impl.vocabulary import (CASE_DEFAULTS, FLAGS, MATRIX_STAGES, NO_CONNECTOR, NO_FEATURES, PLATFORMS,
                                        UNREGISTERED_CONNECTOR)
 from suites.config.external_connectors import MODULE_PATH
-from suites.config.oracle import CHUNKED_ENV
+from suites.config.oracle import CHUNKED_ENV, SIMPLE_OFFLOAD_ENV, USE_V1_ENV
 from suites.config.tables import era_table
 
 CHUNK = 8192
@@ -51,6 +53,26 @@ CUSTOM_SPECULATIVE_FEATURES: dict[str, dict[str, Any]] = {
     "chunked_custom": {"attention_chunk_size": CHUNK,
                        "speculative_method": {"name": CUSTOM_METHOD, "uses_target_hidden_states": False}},
 }
+# Options on their own (`suites/config/options.py`): each the only option given (with what it is read together
+# with), so the release's default for every other option is what runs. They join the full products (the report's
+# rows stay complete) but not the all-pairs cover: their interactions are the random cases' to draw.
+ALONE_FEATURES: dict[str, dict[str, Any]] = {"eagle": {"speculative_method": "eagle"}}
+# Only where the release has the kv-offloading shortcut (0.11.1+).
+ALONE_OFFLOADING_FEATURES: dict[str, dict[str, Any]] = {
+    "offload_size": {"kv_offloading_size": OFFLOAD_GIB},
+    "offload_backend": {"kv_offloading_backend": "native"},
+}
+# Only where the native backend reads VLLM_USE_SIMPLE_KV_OFFLOAD (0.19+).
+SIMPLE_OFFLOAD_FEATURES: dict[str, dict[str, Any]] = {
+    "offload_size_simple": {"kv_offloading_size": OFFLOAD_GIB, "env": {SIMPLE_OFFLOAD_ENV: "1"}},
+}
+# Only where the HMA block is gated on VLLM_USE_V1 (before 0.11.1).
+USE_V1_FEATURES: dict[str, dict[str, Any]] = {"v1_off": {"env": {USE_V1_ENV: "0"}}}
+#: The feature ids that give one option alone (kept out of the all-pairs cover).
+ALONE_FEATURE_IDS = frozenset({*ALONE_FEATURES, *ALONE_OFFLOADING_FEATURES, *SIMPLE_OFFLOAD_FEATURES, *USE_V1_FEATURES})
+#: A connector without kv_role (vLLM's default role is none), on its own like the features above.
+#: (The era's name for vLLM's example connector: `example_connector`.)
+ALONE_CONNECTORS: dict[str, dict[str, Any]] = {"NoRole": {"kv_connector": "ExampleConnector", "kv_role": None}}
 LOOKAHEAD_FEATURES: dict[str, dict[str, Any]] = {
     # the shortcut's LMCacheMPConnector is looked up again after the block for an EAGLE drafter
     "eagle_offload_lmcache": {"speculative_method": "eagle", "kv_offloading_backend": "lmcache",
@@ -66,6 +88,13 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
         features.update(CUSTOM_SPECULATIVE_FEATURES)
     if table["factory"]["lookahead_lookup_methods"]:
         features.update(LOOKAHEAD_FEATURES)
+    features.update(ALONE_FEATURES)
+    if table["offloading"]["shortcut"] != "absent":
+        features.update(ALONE_OFFLOADING_FEATURES)
+    if table["offloading"]["native_simple"]:
+        features.update(SIMPLE_OFFLOAD_FEATURES)
+    if table["block"]["vllm_use_v1_gate"]:
+        features.update(USE_V1_FEATURES)
     return features
 
 # The order of the connector dimension's registered names. The all-pairs cover (and with it which cells exist)
@@ -180,6 +209,7 @@ def connectors_for(era: str) -> dict[str, dict[str, Any]]:
         options["HiSparseZeroPool"] = {"kv_connector": "HiSparseConnector", "kv_connector_extra_config": {"host_pool_gib": 0}}
         options["MultiHiSparsePool"] = multi([connector_child("HiSparseConnector", extra=pool), *(connector_child(n) for n in hma_children[:1])])
         options["MultiTwoHiSparse"] = multi([connector_child("HiSparseConnector", extra=pool), connector_child("HiSparseConnector", extra=pool)])
+    options.update({label: {**fields, "kv_connector": example} for label, fields in ALONE_CONNECTORS.items()})
     options["RenamedMulti"] = {
         "kv_connector": "RenamedMultiConnector",
         "kv_connector_module_path": MODULE_PATH,
@@ -269,7 +299,10 @@ def cells_for(era: str) -> list[Cell]:
         add(flag, platform, feature, NO_CONNECTOR, stage)
     for flag, platform, connector, stage in itertools.product(flags, PLATFORMS, connectors, stages):
         add(flag, platform, NO_FEATURES, connector, stage)
-    for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, features, connectors, stages]):
+    alone = ALONE_FEATURE_IDS | set(ALONE_CONNECTORS)
+    paired_features = tuple(f for f in features if f not in alone)
+    paired_connectors = tuple(c for c in connectors if c not in alone)
+    for flag, platform, feature, connector, stage in all_pairs([flags, PLATFORMS, paired_features, paired_connectors, stages]):
         add(flag, platform, feature, connector, stage)
         if connector != NO_CONNECTOR:
             # a connector's configuration is only answered once the connector is created (the factory's HMA

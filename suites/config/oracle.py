@@ -19,6 +19,7 @@ from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 SIMPLE_OFFLOAD_ENV = "VLLM_USE_SIMPLE_KV_OFFLOAD"
+USE_V1_ENV = "VLLM_USE_V1"
 _TRUE_ENV_VALUES = ("1", "true")
 MULTI = "MultiConnector"
 HISPARSE_CONNECTOR = "HiSparseConnector"
@@ -313,6 +314,9 @@ class _Evaluation:
         flag = case.get("flag")
         if not flag_table["tri_state"] and flag is None:
             flag = False  # §1.1: absent is the default False
+        if block["vllm_use_v1_gate"] and not _env_true(self.env(USE_V1_ENV) or "1"):
+            self.note(f"{self.spec}: VLLM_USE_V1 is off, the block does not run")
+            return flag
         if flag is True and flag_table["explicit_true_skips_checks"]:
             self.note("§1.2 step 1: flag True, nothing checked or logged")
             return True
@@ -437,6 +441,9 @@ class _Evaluation:
         user = self.user_connector()
         if case.get("hisparse") and not table["hisparse"]["exists"]:
             raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
+        if user is not None and user.role is None:
+            self.note("KVTransferConfig: kv_connector is set without kv_role")
+            raise _Raised("E-KV-ROLE", "config")
         if case.get("speculative_method") is not None:
             self.speculative_check()
         hisparse_table = table["hisparse"]

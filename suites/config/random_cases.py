@@ -7,8 +7,11 @@
 The matrix (`matrix.py`) pairs every two dimension values at least once; a new release also breaks rules on
 combinations it never builds: several features at once, speculative methods beside chunked attention,
 MultiConnector trees of any depth with children lacking `kv_role`. A case here draws each dimension at random
-(seeded, so a run is repeatable): flag, platform, zero or more feature families, a connector of the era's
-matrix or a random connector tree, a speculative method, the stage. With `--target`, every case is answered
+(seeded, so a run is repeatable): flag, platform, each model and cache option present or absent on its own draw
+(the offloading size and backend, chunked attention, a speculator, KV events, each environment variable the
+release reads), a connector of the era's matrix (sometimes without kv_role) or a random connector tree, the
+stage; every 8th case gives one option alone, the era's options in turn (`suites/config/options.py`), so
+vLLM's default for every other option runs. With `--target`, every case is answered
 by the reference resolver at the era's rules and by the target (`vllm`: the installed vLLM, judged as the era
 with KVCONFORM_VLLM_JUDGE_ERA when it is a newer release), and the cases whose outcomes differ are printed,
 grouped by (era's outcome, target's outcome); cases the era leaves unknown (its answer depends on what it cannot
@@ -16,9 +19,9 @@ see, such as an installed package's version) are listed apart and do not count. 
 some differ, 2 bad arguments, 4 the target cannot be loaded.
 
 `--trees` replaces the random draws by every MultiConnector of one or two children from `TREE_CHILDREN`, with
-every flag at both stages (1,260 cases an era): vLLM checks a child's kv_role, looks its class up, asks its HMA
-support and builds nested MultiConnectors child by child, and stops at different points in different releases,
-so which of two children's faults is reported is a matter of order that random draws reach only by luck.
+every flag at both stages (1,260 cases an era; 1,440 for v0.34, whose vLLM reads a child's extra config): vLLM
+checks a child's kv_role, looks its class up, asks its HMA support and builds nested MultiConnectors child by
+child, and stops at different points in different releases, so which of two children's faults is reported is a matter of order that random draws reach only by luck.
 """
 
 from __future__ import annotations
@@ -30,20 +33,28 @@ from collections import Counter
 from typing import Any
 
 from harness.eras import ERA_IDS
-from reference_impl.vocabulary import FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
-from suites.config.matrix import (CUSTOM_METHOD, FEATURES, MODULE_PATH, connector_child, connectors_for,
-                                  example_connector, unregistered_for)
+from reference_impl.vocabulary import CASE_DEFAULTS, FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
+from suites.config.matrix import (CHUNK, CUSTOM_METHOD, FEATURES, MODULE_PATH, OFFLOAD_GIB, connector_child,
+                                  connectors_for, example_connector, unregistered_for)
+from suites.config.options import PREREQUISITES, options_of
+from suites.config.oracle import CHUNKED_ENV, SIMPLE_OFFLOAD_ENV, USE_V1_ENV
 from suites.config.outcomes import outcome_mismatches, summarize
 from suites.config.tables import era_table
 
-# Feature families: at most one value of each in a case (two chunk sizes or two offloading backends in one
-# configuration are not a configuration). HiSparse stays alone, as in the matrix: it needs a sparse-attention
-# model of its own, which the vllm target builds only for a case without other model features.
-FAMILIES = {
-    "events": ("kv_events",),
-    "chunked": ("chunked", "chunked_env1", "chunked_env0", "chunked_eagle"),
-    "offload": ("offload_native", "offload_lmcache"),
-}
+# Each option is drawn on its own (`suites/config/options.py`): present or absent independently of the others,
+# so vLLM's default for an option left out runs beside any other (the offloading size without a backend, a
+# backend without a size, a speculator without chunked attention, an environment variable without what it
+# modifies). HiSparse stays alone, as in the matrix: it needs a sparse-attention model of its own, which the vllm
+# target builds only for a case without other model features.
+OPTION_PROBABILITY = {"kv_events": 0.3, "attention_chunk_size": 0.35, "speculative_method": 0.2,
+                      "kv_offloading_backend": 0.3, "kv_offloading_size": 0.3, CHUNKED_ENV: 0.25,
+                      SIMPLE_OFFLOAD_ENV: 0.2, USE_V1_ENV: 0.2}
+BACKENDS = ("native", "lmcache")
+METHODS = ("eagle", "eagle3", "mtp", "ngram")
+ENV_VALUES = ("0", "1")
+#: Every this many cases, one gives a single option alone (with what it is read together with), the options of
+#: the era in turn: a case whose every other option is vLLM's default.
+ALONE_EVERY = 8
 ROLES = ("kv_both", "kv_producer", "kv_consumer", None)
 # Dimensions vLLM 0.34 reads, drawn only for an era whose table has them (older eras draw as before): a
 # connector's kv_connector_extra_config (Nixl's transfer_mode, HiSparse's host_pool_gib, good and bad), custom
@@ -98,10 +109,26 @@ def tree_children(example: str = "ExampleConnector") -> dict[str, dict[str, Any]
 TREE_CHILDREN: dict[str, dict[str, Any]] = tree_children()
 
 
-def connector_trees(era: str) -> list[dict[str, Any]]:
-    """Every MultiConnector of one or two children of `tree_children`, with every flag, at both stages, on a
-    platform that supports HMA: the same list for the same era."""
+# A child with a kv_connector_extra_config, where the release reads one (0.34: NixlConnector's transfer_mode): so
+# a child's extra config is drawn present and absent (`suites/config/options.py`).
+EXTRA_CONFIG_TREE_CHILDREN: dict[str, dict[str, Any]] = {
+    "nixl-push": connector_child("NixlConnector", extra={"transfer_mode": "push"}),
+}
+
+
+def era_tree_children(era: str) -> dict[str, dict[str, Any]]:
+    """The kinds of child `connector_trees` combines in `era`: `tree_children` with the era's example connector,
+    and a child with an extra config where the release reads it."""
     kinds = tree_children(example_connector(era))
+    if "kv_connector_extra_config" in options_of(era):
+        kinds.update(EXTRA_CONFIG_TREE_CHILDREN)
+    return kinds
+
+
+def connector_trees(era: str) -> list[dict[str, Any]]:
+    """Every MultiConnector of one or two children of `era_tree_children(era)`, with every flag, at both stages, on
+    a platform that supports HMA: the same list for the same era."""
+    kinds = era_tree_children(era)
     shapes = [[a] for a in kinds] + [[a, b] for a in kinds for b in kinds]
     cases = []
     for shape in shapes:
@@ -122,6 +149,7 @@ def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
     labels = sorted(connectors)
     # HiSparseConnector switches HiSparse on, which stays alone (above); the matrix has its own trees.
     names = sorted(set(era_table(era)["connectors"]) - {"HiSparseConnector"})
+    options = options_of(era)
     cases = []
     for index in range(count):
         case: dict[str, Any] = {
@@ -131,25 +159,87 @@ def random_cases(era: str, count: int, seed: int) -> list[dict[str, Any]]:
             "platform": rng.choice(PLATFORMS),
             "stage": rng.choice(list(MATRIX_STAGES.values())),
         }
+        if index % ALONE_EVERY == ALONE_EVERY - 1:
+            option = options[(index // ALONE_EVERY) % len(options)]
+            case["id"] += f"-alone-{option}"
+            case.update(_alone(rng, era, option, names))
+            cases.append(case)
+            continue
         # HiSparse only where the release has it: before it a case cannot ask for it (vLLM has no such option),
         # so the era's "unknown" and whatever the target builds without it are no difference of behaviour.
-        if rng.random() < 0.1 and era_table(era)["hisparse"]["exists"]:
+        if rng.random() < 0.1 and "hisparse" in options:
             case.update(FEATURES["hisparse"])
         else:
-            for values in FAMILIES.values():
-                if rng.random() < 0.35:
-                    case.update(json.loads(json.dumps(FEATURES[rng.choice(values)])))
+            _draw_options(rng, case, options)
         if rng.random() < 0.25:
             case.update({"kv_connector": "MultiConnector", "kv_role": "kv_both",
                          "multi_connector_children": _tree(rng, names, depth=2)})
         else:
             case.update(json.loads(json.dumps(connectors[rng.choice(labels)])))
-            if case.get("kv_connector") and rng.random() < 0.1:
-                case["kv_role"] = rng.choice(ROLES[1:])
+            if case.get("kv_connector") and rng.random() < 0.15:
+                case["kv_role"] = rng.choice(ROLES[1:] + (None,))
         if _reads_extras(era):
             _draw_extras(random.Random(f"{era}/{seed}/{index}"), case)
         cases.append(case)
     return cases
+
+
+def _draw_options(rng: random.Random, case: dict[str, Any], options: tuple[str, ...]) -> None:
+    """The model and cache options, each present or absent on its own draw (an option the era does not read is
+    never drawn)."""
+    env: dict[str, str] = {}
+    for option, probability in OPTION_PROBABILITY.items():
+        key = option if option in CASE_DEFAULTS else f"env.{option}"
+        if key not in options or rng.random() >= probability:
+            continue
+        if key.startswith("env."):
+            env[option] = rng.choice(ENV_VALUES)
+        else:
+            case[option] = _value(rng, option)
+    if env:
+        case["env"] = env
+
+
+def _value(rng: random.Random, option: str) -> Any:
+    """A value of a model or cache option."""
+    return {"kv_events": lambda: True, "attention_chunk_size": lambda: CHUNK,
+            "speculative_method": lambda: rng.choice(METHODS), "kv_offloading_backend": lambda: rng.choice(BACKENDS),
+            "kv_offloading_size": lambda: OFFLOAD_GIB}[option]()
+
+
+def _alone(rng: random.Random, era: str, option: str, names: list[str]) -> dict[str, Any]:
+    """Case fields giving `option` alone, with only what it is read together with (`options.PREREQUISITES`): the
+    flag absent unless it is the option."""
+    fields: dict[str, Any] = {"flag": rng.choice([True, False])} if option == "flag" else {"flag": None}
+    if option.startswith("env."):
+        name = option.removeprefix("env.")
+        fields["env"] = {name: rng.choice(ENV_VALUES)}
+        for needed in PREREQUISITES.get(option, ()):
+            fields[needed] = _value(rng, needed)
+        return fields
+    connector = {"kv_connector": rng.choice(names), "kv_role": "kv_both"}
+    if option == "kv_connector":
+        fields.update({**connector, "kv_role": None})
+    elif option == "kv_role":
+        fields.update({**connector, "kv_role": rng.choice(ROLES[:-1])})
+    elif option == "kv_connector_module_path":
+        fields.update({"kv_connector": rng.choice(MODULE_CHILDREN), "kv_role": "kv_both",
+                       "kv_connector_module_path": MODULE_PATH})
+    elif option == "multi_connector_children":
+        fields.update({"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                       "multi_connector_children": _tree(rng, names, depth=1)})
+    elif option == "kv_connector_extra_config":
+        table = era_table(era)
+        shapes = [("NixlConnector", {"transfer_mode": rng.choice(TRANSFER_MODES)})] if table["factory"]["nixl_transfer_mode"] else []
+        if table["hisparse"]["host_pool_required"]:
+            shapes.append(("HiSparseConnector", {"host_pool_gib": rng.choice(HOST_POOLS)}))
+        name, extra = rng.choice(shapes)
+        fields.update({"kv_connector": name, "kv_role": "kv_both", "kv_connector_extra_config": extra})
+    elif option == "hisparse":
+        fields.update(FEATURES["hisparse"])
+    elif option != "flag":
+        fields[option] = _value(rng, option)
+    return fields
 
 
 def _reads_extras(era: str) -> bool:
@@ -249,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="compare with this target: vllm (the installed vLLM)")
     parser.add_argument("--out", help="with --target: write the differing cases, both outcomes each, to this JSON file")
     parser.add_argument("--trees", action="store_true",
-                        help="every MultiConnector of one or two children of fixed kinds (1,260 cases), not random ones")
+                        help="every MultiConnector of one or two children of fixed kinds (1,260 cases; v0.34: 1,440), "
+                             "not random ones")
     try:
         args = parser.parse_args(argv)
         if args.era not in ERA_IDS:
