@@ -173,7 +173,7 @@ def flag_arguments(flag: bool | None) -> list[str]:
 def normalized(case: dict, era: E.Era) -> tuple[dict, bool | None] | None:
     """(the case with its command line folded into fields, whether its KV events config has events disabled (None:
     no such config or not said)); None for a case the invariants do not judge (its command line does not parse,
-    a cli_parse case, a case with layers)."""
+    a cli_parse case, a case with layers, the V0 engine)."""
     out = {key: case.get(key, default) for key, default in CASE_DEFAULTS.items()}
     if out["layers"] is not None or out["stage"] in ("cli_parse", "kv_cache_groups"):
         return None
@@ -205,7 +205,15 @@ def normalized(case: dict, era: E.Era) -> tuple[dict, bool | None] | None:
         out["cli_args"] = None
     if out["stage"] is None:
         out["stage"] = "config"
+    if era.gated_on_vllm_use_v1 and not _env_on(out["env"], "VLLM_USE_V1", "1"):
+        return None  # before 0.11.1, VLLM_USE_V1=0 runs the V0 engine: no hybrid KV cache manager, no contract
     return out, events_disabled
+
+
+def _env_on(env: dict | None, name: str, default: str) -> bool:
+    """vLLM's integer-valued switch (`bool(int(value))`); a value that is not an integer reads as on."""
+    value = (env or {}).get(name, default).strip()
+    return not value.lstrip("-").isdigit() or int(value) != 0
 
 
 class Memo:
@@ -393,7 +401,9 @@ def _offloading_connector(p: Probe) -> str | None:
     if era.offloading_shortcut == E.OFFLOAD_ABSENT or p.connector is not None:
         return None
     backend, size = case["kv_offloading_backend"], case["kv_offloading_size"]
-    if (era.offloading_needs_size and size is None) or (not era.offloading_needs_size and backend is None):
+    if size is None or (not era.offloading_needs_size and backend is None):
+        # the size is what the shortcut needs in every era: where the backend triggers it (0.11.1 - 0.13.x) a
+        # backend without a size is refused by the shortcut itself (E-OFFLOAD-NO-SIZE), it stands for no connector
         return None
     backend = backend or "native"
     name = era.offloading_connectors.get(backend)
