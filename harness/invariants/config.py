@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 from reference_impl.config import eras as E
 from reference_impl.config.errors import HMAConfigError
 from reference_impl.config.messages import E_F, E_H, E_MULTI_ASSERT
+from reference_impl.config.resolution import env_flag
 from reference_impl.config.vllm_cli import FLAG, parse_cli
 from reference_impl.vocabulary import CASE_DEFAULTS
 
@@ -205,15 +206,9 @@ def normalized(case: dict, era: E.Era) -> tuple[dict, bool | None] | None:
         out["cli_args"] = None
     if out["stage"] is None:
         out["stage"] = "config"
-    if era.gated_on_vllm_use_v1 and not _env_on(out["env"], "VLLM_USE_V1", "1"):
+    if era.gated_on_vllm_use_v1 and not env_flag(out["env"] or {}, "VLLM_USE_V1", "1"):
         return None  # before 0.11.1, VLLM_USE_V1=0 runs the V0 engine: no hybrid KV cache manager, no contract
     return out, events_disabled
-
-
-def _env_on(env: dict | None, name: str, default: str) -> bool:
-    """vLLM's integer-valued switch (`bool(int(value))`); a value that is not an integer reads as on."""
-    value = (env or {}).get(name, default).strip()
-    return not value.lstrip("-").isdigit() or int(value) != 0
 
 
 class Memo:
