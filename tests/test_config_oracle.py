@@ -193,6 +193,22 @@ CASES = {
     "§6-0.11-cpu-supported": (case("v0.11", None, "cpu"), "on"),
     "§6-0.11-CL-default-0": (case("v0.11", None, **CHUNK), "off | warn W-C"),
     "§6-0.11-no-offloading": (case("v0.11", None, kv_offloading_backend="native", kv_offloading_size=4), "unknown"),
+    # §1.2 / §6 0.10.0: the block is gated on VLLM_USE_V1; with it off the flag keeps its value (absent: False).
+    "§1.2-0.10-vllm-use-v1-off-skips-the-block": (case("v0.10", None, "xpu", "NixlConnector", env={"VLLM_USE_V1": "0"}), "on"),
+    "§1.2-0.10-vllm-use-v1-off-keeps-true": (case("v0.10", True, env={"VLLM_USE_V1": "0"}), "off"),
+    "§6-pre-seed-no-vllm-use-v1-gate": (case("pre-seed", None, "xpu", env={"VLLM_USE_V1": "0"}), "on"),
+    "§6-0.11-gate-still-there": (case("v0.11", None, "tpu", env={"VLLM_USE_V1": "0"}), "on"),
+    # KVTransferConfig refuses a connector without kv_role when it is built, before VllmConfig: every era, config.
+    "§3.3-seed-connector-without-role": (case("seed", True, connector="NixlConnector", kv_role=None), "error ValueError@config E-KV-ROLE"),
+    "§3.3-0.34-connector-without-role": (case("v0.34", None, connector="ExampleConnector", kv_role=None), "error ValueError@config E-KV-ROLE"),
+    # issue 36: what triggers the kv-offloading shortcut (0.13.0 config/vllm.py:477-487; 0.14.0 config/vllm.py:501-503)
+    "§2.2-seed-offloading-backend-without-size": (case("seed", None, kv_offloading_backend="native"), "error ValueError@config E-OFFLOAD-NO-SIZE"),
+    "§2.2-seed-offloading-size-alone-does-nothing": (case("seed", None, stage="create_connector", kv_offloading_size=4), "on"),
+    "§6-0.14-offloading-size-alone-is-native": (
+        case("v0.14", None, stage="create_connector", kv_offloading_size=4),
+        "error ValueError@create_connector E-F(OffloadingConnector)",
+    ),
+    "§6-0.14-offloading-backend-alone-does-nothing": (case("v0.14", None, stage="create_connector", kv_offloading_backend="lmcache"), "on"),
     "§6-seed-no-hisparse": (case("seed", None, hisparse=True), "unknown"),
     # MultiConnector.__init__ constructs its children, so a MultiConnector child without a "connectors" list
     # asserts as the root would, in every era (measured on vLLM 0.13.0, 0.20.0-0.22.0, 0.33.0, 0.34.0); an
