@@ -71,17 +71,18 @@ def test_rows_without_a_connector_or_without_features_are_complete(era):
 # features. A sampled row at stage config also runs at create_connector (one more cell).
 # Issue 36 added the values that give one option alone, in the first two blocks only (not in the pairs): EAGLE
 # alone, the offloading size alone and the backend alone (from 0.11.1), the size with VLLM_USE_SIMPLE_KV_OFFLOAD=1
-# (from 0.19), and NoRole, a connector without kv_role: seed 12 features (432) and 19 connectors; v0.33 13
-# features (468) and 33 connectors; v0.34 16 features (576) and 42 connectors. The counts below add them.
+# (from 0.19), VLLM_USE_V1=0 (every era: read before 0.11.1), and NoRole, a connector without kv_role: seed 13
+# features (468) and 19 connectors; v0.33 14 features (504) and 33 connectors; v0.34 17 features (612) and 42
+# connectors. The counts below add them.
 # v0.34: 12 features (the 9 + two custom speculative methods + EAGLE with lmcache offloading): 12 x 36 = 432
 # without a connector; 41 connector values (v0.33's 32, UMBPStoreConnector, NixlPush, NixlBadMode,
 # MultiNixlBadMode, MultiBadGrandchild, HiSparsePool, HiSparseZeroPool, MultiHiSparsePool, MultiTwoHiSparse),
 # 40 x 11 = 440 pairs; unregistered: P2pNcclConnector (removed at 0.33, so it stays in every later era's
 # matrix) and FooConnector.
 @pytest.mark.parametrize(("era", "connectors", "features", "alone", "unregistered", "cells"), [
-    ("seed", 19, 12, 3, 2, 432 + 18 * 36 + 136 + 2 * 36),  # 1288 (1144 before the options alone)
-    ("v0.33", 33, 13, 4, 3, 468 + 32 * 36 + 248 + 3 * 36),  # 1976 (1796; UMBPStoreConnector: v0.34 registers it)
-    ("v0.34", 42, 16, 4, 2, 576 + 41 * 36 + 440 + 2 * 36),  # 2564 (2384)
+    ("seed", 19, 13, 4, 2, 468 + 18 * 36 + 136 + 2 * 36),  # 1324 (1144 before the options alone)
+    ("v0.33", 33, 14, 5, 3, 504 + 32 * 36 + 248 + 3 * 36),  # 2012 (1796; UMBPStoreConnector: v0.34 registers it)
+    ("v0.34", 42, 17, 5, 2, 612 + 41 * 36 + 440 + 2 * 36),  # 2600 (2384)
 ])
 def test_cell_counts(era, connectors, features, alone, unregistered, cells):
     assert len(connectors_for(era)) == connectors, f"{era}: connector values"

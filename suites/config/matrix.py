@@ -66,7 +66,9 @@ ALONE_OFFLOADING_FEATURES: dict[str, dict[str, Any]] = {
 SIMPLE_OFFLOAD_FEATURES: dict[str, dict[str, Any]] = {
     "offload_size_simple": {"kv_offloading_size": OFFLOAD_GIB, "env": {SIMPLE_OFFLOAD_ENV: "1"}},
 }
-# Only where the HMA block is gated on VLLM_USE_V1 (before 0.11.1).
+# VLLM_USE_V1=0: the HMA block is gated on it before 0.11.1; later releases do not read it (0.13.0 envs.py has
+# no such variable), and it stays in their matrix, as a connector a release unregisters does, so the report
+# never carries an older release's answer into a release whose matrix did not ask.
 USE_V1_FEATURES: dict[str, dict[str, Any]] = {"v1_off": {"env": {USE_V1_ENV: "0"}}}
 #: The feature ids that give one option alone (kept out of the all-pairs cover).
 ALONE_FEATURE_IDS = frozenset({*ALONE_FEATURES, *ALONE_OFFLOADING_FEATURES, *SIMPLE_OFFLOAD_FEATURES, *USE_V1_FEATURES})
@@ -93,8 +95,7 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
         features.update(ALONE_OFFLOADING_FEATURES)
     if table["offloading"]["native_simple"]:
         features.update(SIMPLE_OFFLOAD_FEATURES)
-    if table["block"]["vllm_use_v1_gate"]:
-        features.update(USE_V1_FEATURES)
+    features.update(USE_V1_FEATURES)
     return features
 
 # The order of the connector dimension's registered names. The all-pairs cover (and with it which cells exist)

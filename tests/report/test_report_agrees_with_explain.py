@@ -42,6 +42,12 @@ FEATURE_OPTIONS = {
     "offload_lmcache": ["--kv-offloading-backend", "lmcache", "--kv-offloading-size", str(OFFLOAD_GIB)],
     "eagle_offload_lmcache": ["--speculative-config", '{"method": "eagle"}', "--kv-offloading-backend", "lmcache",
                               "--kv-offloading-size", str(OFFLOAD_GIB)],
+    # the options alone (issue 36)
+    "offload_size": ["--kv-offloading-size", str(OFFLOAD_GIB)],
+    "offload_backend": ["--kv-offloading-backend", "native"],
+    "offload_size_simple": ["--kv-offloading-size", str(OFFLOAD_GIB), "--env", "VLLM_USE_SIMPLE_KV_OFFLOAD=1"],
+    "eagle": ["--speculative-config", '{"method": "eagle"}'],
+    "v1_off": ["--env", "VLLM_USE_V1=0"],
 }
 NOT_EXPRESSIBLE = {
     "hisparse": "explain has no HiSparse option (vLLM configures it in the model's attention config)",
@@ -79,7 +85,9 @@ def kv_transfer_json(era: str, connector: str) -> str | None:
         fields = {"kv_connector": connector}
     if not fields:
         return None
-    config = {"kv_connector": fields["kv_connector"], "kv_role": "kv_both"}
+    config = {"kv_connector": fields["kv_connector"]}
+    if fields.get("kv_role", "kv_both") is not None:  # the NoRole fixture leaves kv_role out
+        config["kv_role"] = fields.get("kv_role", "kv_both")
     if fields.get("kv_connector_module_path"):
         config["kv_connector_module_path"] = fields["kv_connector_module_path"]
     extra = dict(fields.get("kv_connector_extra_config") or {})
