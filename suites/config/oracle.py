@@ -443,7 +443,7 @@ class _Evaluation:
             raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
         if user is not None and user.role is None:
             self.note("KVTransferConfig: kv_connector is set without kv_role")
-            raise _Raised("E-KV-ROLE", "config")
+            raise _Raised(table["factory"]["missing_kv_role_error"], "config")
         if case.get("speculative_method") is not None:
             self.speculative_check()
         hisparse_table = table["hisparse"]
