@@ -47,4 +47,4 @@ def test_the_table_is_capped_and_counts_the_rest():
     (section,) = failures_sections(entries)
     table = next(block for block in section.blocks if hasattr(block, "rows"))
     assert len(table.rows) == MAX_ROWS
-    assert section.blocks[-1].text == "… and 5 more groups (5 cells), see results.json."
+    assert section.blocks[-1].text == "… and 5 more groups (5 cells), see results.json.gz."
