@@ -205,6 +205,7 @@ MESSAGES: Mapping[str, str] = MappingProxyType({
     "E-MULTI-NO-CONNECTORS": "error",
     "E-KV-ROLE": "error",
     "E-KV-DISAGG-ROLE": "error",
+    "E-V1-CONNECTOR-UNDER-V0": "error",
     "E-TWO-ARG": "error",
     "E-HIDDEN-STATES-CHUNKED-PREFILL": "error",
     "E-OFFLOAD-NO-SIZE": "error",

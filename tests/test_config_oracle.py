@@ -196,6 +196,17 @@ CASES = {
     # §1.2 / §6 0.10.0: the block is gated on VLLM_USE_V1; with it off the flag keeps its value (absent: False).
     "§1.2-0.10-vllm-use-v1-off-skips-the-block": (case("v0.10", None, "xpu", "NixlConnector", env={"VLLM_USE_V1": "0"}), "on"),
     "§1.2-0.10-vllm-use-v1-off-keeps-true": (case("v0.10", True, env={"VLLM_USE_V1": "0"}), "off"),
+    # measured on vLLM 0.10.0 and 0.11.0 (random cases, seed 36): the V1 factory refuses under the V0 engine before
+    # it looks the connector up, so neither an unknown name nor a missing lmcache is reached (0.10.0 factory.py:59).
+    "§1.2-0.10-v1-factory-refuses-under-v0": (
+        case("v0.10", None, "cuda", "FooConnector", stage="create_connector", env={"VLLM_USE_V1": "0"}),
+        "error ValueError@create_connector E-V1-CONNECTOR-UNDER-V0"),
+    "§1.2-0.11-v1-factory-refuses-under-v0": (
+        case("v0.11", None, "cuda", "LMCacheConnectorV1", stage="create_connector", env={"VLLM_USE_V1": "0"}),
+        "error ValueError@create_connector E-V1-CONNECTOR-UNDER-V0"),
+    "§1.2-pre-seed-no-v0-refusal": (
+        case("pre-seed", None, "cuda", "NixlConnector", stage="create_connector", env={"VLLM_USE_V1": "0"}),
+        "off | warn W-A1"),
     "§6-pre-seed-no-vllm-use-v1-gate": (case("pre-seed", None, "xpu", env={"VLLM_USE_V1": "0"}), "on"),
     "§6-0.11-gate-still-there": (case("v0.11", None, "tpu", env={"VLLM_USE_V1": "0"}), "on"),
     # KVTransferConfig refuses a connector without kv_role when it is built, before VllmConfig: every era, config.

@@ -43,6 +43,7 @@ _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile
     ("E-MULTI-ASSERT", r"HMA should not be enabled unless all sub-connectors support it"),
     ("E-KV-ROLE", r"Please specify kv_role when kv_connector is set"),
     ("E-KV-DISAGG-ROLE", r"Please specify kv_disagg_role when kv_connector is set"),
+    ("E-V1-CONNECTOR-UNDER-V0", r"Attempting to initialize a V1 Connector, but found envs\.VLLM_USE_V1=False"),
     ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
     ("E-HIDDEN-STATES-CHUNKED-PREFILL", r"ExampleHiddenStatesConnector does not support chunked prefill"),
     ("E-OFFLOAD-NO-SIZE", r"You must set kv_offloading_size when kv_offloading_backend is set"),

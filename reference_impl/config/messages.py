@@ -151,6 +151,8 @@ E_KV_ROLE = (
     "Please specify kv_role when kv_connector is set, supported roles are "
     "('kv_producer', 'kv_both', 'kv_consumer')"
 )
+#: The V1 factory's refusal under the V0 engine (0.10.0 factory.py:59, 0.11.0 factory.py:46; 0.11.1 dropped the gate).
+E_V1_CONNECTOR_UNDER_V0 = "Attempting to initialize a V1 Connector, but found envs.VLLM_USE_V1=False"
 #: The same check before 0.11.1 named the field by an older name (0.10.0 config.py:3862, 0.11.0
 #: config/kv_transfer.py:92).
 E_KV_DISAGG_ROLE = (

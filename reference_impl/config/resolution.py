@@ -406,6 +406,9 @@ def create_connector(cfg: VllmConfig, res: Resolution) -> None:
         return
     era, factory = cfg.runtime.era, res.factory
     stage = "create_connector"
+    if era.gated_on_vllm_use_v1 and not env_flag(cfg.runtime.env, "VLLM_USE_V1", "1"):
+        # before anything else the factory checks the engine (0.10.0 factory.py:59, 0.11.0 factory.py:46)
+        res.fail(messages.E_V1_CONNECTOR_UNDER_V0, stage, "v1_connector_under_v0")
     hma_on = cfg.scheduler_config.disable_hybrid_kv_cache_manager is False
     cls = factory.get_connector_class(ktc, stage)
     if era.factory_check == E.FACTORY_NONE:

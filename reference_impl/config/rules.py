@@ -6,6 +6,7 @@ RULES: dict[str, str] = {
     "cli_parsed": "the command line was parsed with this release's argparse actions",
     "speculative_config_not_object": "--speculative-config is JSON but not an object: VllmConfig's field check refuses it",
     "vllm_use_v1_off": "VLLM_USE_V1=0: the HMA block is gated on the V1 engine and did not run",
+    "v1_connector_under_v0": "VLLM_USE_V1=0: the V1 connector factory refuses to build any connector",
     "flag_true_kept": "the flag is True (--disable-hybrid-kv-cache-manager): HMA stays off",
     "flag_absent_default": "before the seed the flag has two states: absent means False, vLLM may still turn HMA off",
     "flag_none_auto": "the flag is None (absent): vLLM decides from the configuration",

@@ -383,6 +383,10 @@ class _Evaluation:
     def create_connector(self, connector: _Connector, hma_enabled: bool) -> None:
         """The factory (§2.5 item 1, §3.5 items 1-2) and MultiConnector's constructor."""
         factory = self.table["factory"]
+        if self.table["block"]["vllm_use_v1_gate"] and not _env_true(self.env(USE_V1_ENV) or "1"):
+            # 0.10.0 factory.py:59 / 0.11.0 factory.py:46: the V1 factory refuses under the V0 engine, first
+            self.note(f"{self.spec}: VLLM_USE_V1 is off, the V1 connector factory refuses")
+            raise _Raised("E-V1-CONNECTOR-UNDER-V0", "create_connector")
         cls = self.lookup(connector, "create_connector")
         if hma_enabled and factory["check"] != "none":
             capable = cls.hma if factory["check"] == "class" else self.supports_hma_config(connector, "create_connector")
