@@ -47,7 +47,10 @@ ROWS = [
     ("v0.10-vllm-use-v1-off-gate", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
     ("v0.11-cpu-supported", {"vllm_version": "0.11.0", "platform": "cpu"}, {"resolved": False}),
     ("v0.11-chunked-env-default-0", {"vllm_version": "0.11.0", **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
-    ("v0.11-no-factory-check", {"vllm_version": "0.11.0", "kv_connector": "NixlConnector", "stage": "create_connector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
+    ("v0.11-no-factory-check", {"vllm_version": "0.11.0", "kv_connector": "NixlConnector", "stage": "create_connector"}, {"resolved": True}),
+    # measured on vLLM 0.11.0: with VLLM_USE_V1=0 the V1 factory refuses before anything else (factory.py:46)
+    ("v0.11-v1-factory-under-v0", {"vllm_version": "0.11.0", "kv_connector": "NixlConnector", "stage": "create_connector", "env": {"VLLM_USE_V1": "0"}},
+     {"error": ("ValueError", "Attempting to initialize a V1 Connector, but found envs.VLLM_USE_V1=False", "create_connector")}),
     # --- section 2: seed (0.13.0) ----------------------------------------------------------------
     ("seed-true-plain", {"profile": "seed", "flag": True}, {"resolved": True, "warnings": []}),
     ("seed-true-still-logs-W-C", {"profile": "seed", "flag": True, **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
