@@ -1,9 +1,9 @@
 """`kvconform checks`: every connector conformance check, with its tier and where it is described.
 
-The catalogue is the connector suite's own (`suites/connector/catalogue.py`): id, tier (MUST/SHOULD),
-short name, one-line description and which optional backdoor sharpens it. `docs/connector-checks.md` is the
-same list rendered by `checks_markdown()` (a test keeps it current), one anchor per check, so every link this
-command prints resolves.
+The checks are their records (`harness/connector_checks.py`): id, tier (MUST/SHOULD), short name, one-line
+description, the backdoor that sharpens it, the API it needs, the connector kinds it is not for.
+`docs/connector-checks.md` is the same list rendered by `checks_markdown()` (a test keeps it current), one
+anchor per check, so every link this command prints resolves.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import json
 import os
 from pathlib import Path
 
+from harness.connector_checks import CHECKS, TIERS
+
 DOC_PAGE = "docs/connector-checks.md"
 # The page in the checkout kvconform runs from (absent where kvconform is installed without its docs).
 _CHECKOUT_PAGE = Path(__file__).resolve().parents[2] / DOC_PAGE
-TIERS = ("MUST", "SHOULD")
 
 
 def register(subparsers) -> None:
@@ -32,13 +33,13 @@ def register(subparsers) -> None:
 
 
 def catalogue() -> list[dict]:
-    """Every check as {id, tier, name, description, backdoor, link}, in id order."""
-    from suites.connector.catalogue import BACKDOORS, CHECKS
-
-    return [{"id": check_id, "tier": tier, "name": name, "description": description,
-             "backdoor": (f"{BACKDOORS[check_id][0]} {BACKDOORS[check_id][1]}" if check_id in BACKDOORS else None),
-             "link": f"{DOC_PAGE}#{check_id.lower()}"}
-            for check_id, (tier, name, description) in sorted(CHECKS.items())]
+    """Every check as {id, tier, name, description, backdoor, needs, not_for, time_factor, multi_group, link},
+    in id order."""
+    return [{"id": check.id, "tier": check.tier, "name": check.name, "description": check.description,
+             "backdoor": " ".join(check.backdoor) if check.backdoor else None,
+             "needs": list(check.needs), "not_for": sorted(check.not_for), "time_factor": check.time_factor,
+             "multi_group": check.multi_group, "link": f"{DOC_PAGE}#{check.id.lower()}"}
+            for check in CHECKS.values()]
 
 
 def page_from_cwd() -> str:
@@ -60,19 +61,31 @@ def checks_markdown() -> str:
         "# Connector conformance checks",
         "",
         f"The connector suite's {len(checks)} checks ({must} MUST, {len(checks) - must} SHOULD), generated from "
-        "`suites/connector/catalogue.py` (`kvconform checks --format md` prints this table; a test keeps this page "
-        "current). Each check runs once per preset where presets matter (`fa_only`, `fa+swa`, `fa16+swa32`, "
-        "`fa+mamba_align`, `fa+swa+mamba`); a failure's first line is `C07 [fa+swa]: <first evidence>`. "
-        "The checks follow section 4.2 of the connector spec; how to run them: [vendor.md](vendor.md).",
+        "their records in `harness/connector_checks.py` (`kvconform checks --format md` prints this table; a test "
+        "keeps this page current). Each check runs once per preset where presets matter (`fa_only`, `fa+swa`, "
+        "`fa16+swa32`, `fa+mamba_align`, `fa+swa+mamba`); a failure's first line is `C07 [fa+swa]: <first "
+        "evidence>`. The checks follow section 4.2 of the connector spec; how to run them: [vendor.md](vendor.md).",
         "",
-        "| id | tier | name | what it checks | backdoor |",
-        "|---|---|---|---|---|",
+        "*needs*: the connector API the check cannot be observed without (on a release that lacks it the check is "
+        "not applicable), `hma` for a check that runs a multi-group model whatever its preset; *not for*: the "
+        "connector kinds it does not apply to ([connector-profiles.md](connector-profiles.md)); *time*: its time "
+        "limit in units of `--kv-connector-timeout`.",
+        "",
+        "| id | tier | name | what it checks | backdoor | needs | not for | time |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for check in checks:
         anchor = f'<a id="{check["id"].lower()}"></a>'
-        lines.append(f"| {anchor}{check['id']} | {check['tier']} | `{check['name']}` | {check['description']} | "
-                     f"{check['backdoor'] or '–'} |")
+        needs = ["hma"] * check["multi_group"] + check["needs"]
+        lines.append(f"| {anchor}{check['id']} | {check['tier']} | `{check['name']}` | {_cell(check['description'])} | "
+                     f"{check['backdoor'] or '–'} | {', '.join(needs) or '–'} | {', '.join(check['not_for']) or '–'} "
+                     f"| {check['time_factor']}x |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """`text` as one cell of a Markdown table (a bare '|' would end the cell)."""
+    return text.replace("|", "\\|")
 
 
 def run(args) -> int:

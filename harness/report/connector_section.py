@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from harness.connector_checks import CHECKS
 from harness.failure_groups import cause_key, split_check
 from harness.report.config_section import label
 from harness.targets.connector_profile import MULTI_GROUP_REFUSAL, decided_nothing
@@ -23,11 +24,11 @@ SUITE = "connector"
 # Skip messages of a check that does not apply (harness.targets.connector_profile.NA_PREFIX; "N/A on X.Y.Z:", a
 # release without the API the check needs, harness.targets.connector_capabilities; and older wordings).
 NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:", "n/a on ")
-# Checks that exercise a multi-group model whatever their preset cell says (suites.connector.catalogue).
-MULTI_GROUP_CHECK_IDS = ("C01", "C33")
+# Checks that exercise a multi-group model whatever their preset cell says (their records' `multi_group`).
+MULTI_GROUP_CHECK_IDS = tuple(check.id for check in CHECKS.values() if check.multi_group)
 # Checks that read what the class declares (C01: SupportsHMA, the finish hook, the constructor) rather than
 # exercise multi-group behaviour: an HMA verdict of ✅ needs multi-group checks beyond these to have run.
-DECLARATION_CHECK_IDS = ("C01",)
+DECLARATION_CHECK_IDS = tuple(check.id for check in CHECKS.values() if check.declaration_only)
 _EVIDENCE_LIMIT = 300
 
 

@@ -3,7 +3,7 @@
 Every method is optional, and the suite never needs one to decide a check from behaviour alone: a
 connector that offers one lets the suite look inside instead of probing (`kvconform_*` names, so they never
 clash with vLLM's hooks). `--kv-connector-backdoors off` hides them all. Which checks each one sharpens or
-needs: `suites/connector/catalogue.py` (`BACKDOORS`) and docs/connector-checks.md.
+needs: each check's record in `harness/connector_checks.py` (`backdoor`) and docs/connector-checks.md.
 
     class MyConnector(KVConnectorBase_V1):
         def kvconform_chunk_size(self) -> int:

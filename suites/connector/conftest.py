@@ -10,7 +10,8 @@ import pytest
 from harness.key_components import leaks_record
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
-from suites.connector.catalogue import CHECKS, black_box_summary, check_cell
+from harness.connector_checks import CHECKS
+from suites.connector.catalogue import black_box_summary, check_cell
 from suites.connector.context import CheckContext
 from suites.connector.runner import check_evidence, run_check
 
@@ -109,7 +110,7 @@ def _record_check(request, kvconform_record):
     if marker is None:
         return
     check_id = marker.args[0]
-    description = CHECKS[check_id][2]
+    description = CHECKS[check_id].description
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     target = params.get("connector_target")
     rep = getattr(request.node, "_kvconform_rep_call", None) or getattr(request.node, "_kvconform_rep_setup", None)

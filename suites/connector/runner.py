@@ -15,7 +15,7 @@ import pytest
 
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
-from suites.connector.catalogue import TIME_LIMIT_FACTOR
+from harness.connector_checks import CHECKS
 from suites.connector.watchdog import CheckAbandoned, wait_for
 
 __all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
@@ -191,7 +191,7 @@ def run_check(pyfuncitem) -> None:
     check calling a hook given up on is skipped naming it."""
     funcargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     check_id = pyfuncitem.get_closest_marker("kv_check").args[0]
-    timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout") * TIME_LIMIT_FACTOR.get(check_id, 1)
+    timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout") * CHECKS[check_id].time_factor
     context = funcargs.get("ctx")
     if context is not None and context.load_error:
         pytest.fail(context.load_error, pytrace=False)

@@ -194,7 +194,7 @@ def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-CHILD_TIMEOUT_S = 240  # within C36's time limit (TIME_LIMIT_FACTOR); a vLLM import alone can take a minute
+CHILD_TIMEOUT_S = 240  # within C36's time limit (its time_factor, harness.connector_checks); a vLLM import alone can take a minute
 
 
 def _answer(proc: subprocess.Popen, what: str) -> dict:

@@ -4,7 +4,7 @@ check catches, with and without their kvconform_* backdoors.
     PYTHONPATH=$PWD python -m tests.connector.catch_table [-n 2]
 
 Runs the whole connector suite over every buggy connector without backdoors (--kv-connector-backdoors
-off), then again with them on for the checks that can consult one (`BACKDOORS`, plus the checks whose
+off), then again with them on for the checks that can consult one (a record with a `backdoor`, plus the checks whose
 expected hit uses `kvconform_chunk_size`); a check that never consults a backdoor gives the same verdict
 either way, so its "with" figure is its "without" figure. Prints a Markdown table: check, tier, connectors
 caught with backdoors, without. A connector counts as caught by a check when any preset of it fails.
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from suites.connector.catalogue import BACKDOORS, CHECKS
+from harness.connector_checks import CHECKS
 from tests.connector.test_buggy_connectors import BUGGY, CAUGHT, EXTRA_CONFIG, REPO
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("-k", default=None, help="only these checks (pytest -k), for a quick look")
     args = parser.parse_args()
     without, _ = caught_by_check("off", args.n, args.k)
-    consulting = sorted(set(BACKDOORS) | CHUNK_SIZE_USERS)
+    consulting = sorted({c.id for c in CHECKS.values() if c.backdoor} | CHUNK_SIZE_USERS)
     selection = " or ".join(f"test_{c.lower()}_" for c in consulting)
     with_backdoors, _ = caught_by_check("on", args.n, f"({args.k}) and ({selection})" if args.k else selection)
     for check_id in CHECKS:
@@ -63,9 +63,9 @@ def main() -> None:
     total = len(CAUGHT)
     print(f"| check | tier | buggy connectors caught (of {total}) with backdoors | without |")
     print("|---|---|---|---|")
-    for check_id, (tier, name, _) in CHECKS.items():
+    for check_id, check in CHECKS.items():
         a, b = len(with_backdoors.get(check_id, ())), len(without.get(check_id, ()))
-        print(f"| {check_id} {name} | {tier} | {a} | {b} |")
+        print(f"| {check_id} {check.name} | {check.tier} | {a} | {b} |")
     named = {cls: check for cls, check, _ in CAUGHT}
     for label, caught in (("with", with_backdoors), ("without", without)):
         hits = sum(1 for cls, check in named.items() if cls in caught.get(check, ()))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reference_impl.connector.backdoors import BACKDOOR_METHODS, BACKDOOR_PREFIX, KVConformBackdoors
 from reference_impl.connector.lmcache_like import LMCacheLikeConnector
-from suites.connector.catalogue import BACKDOORS
+from harness.connector_checks import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Reviewed: the backdoors the suite knows today.
@@ -25,7 +25,7 @@ def test_the_protocol_declares_the_reviewed_backdoors():
 
 
 def test_every_backdoor_the_suite_names_is_declared():
-    named = {name for _, names in BACKDOORS.values() for name in _NAME.findall(names)}
+    named = {name for c in CHECKS.values() if c.backdoor for name in _NAME.findall(c.backdoor[1])}
     asked = {name for path in (ROOT / "suites" / "connector").glob("*.py") for name in _ASKED.findall(path.read_text())}
     assert len(asked) >= 4, f"the scan should find the suite's backdoor calls, found {sorted(asked)}"
     named |= asked

@@ -15,7 +15,8 @@ import pkgutil
 import pytest
 
 import suites.connector
-from suites.connector.catalogue import CHECKS, check_cell
+from harness.connector_checks import CHECKS
+from suites.connector.catalogue import check_cell
 
 
 def _parametrizations(function) -> list[dict]:

@@ -13,7 +13,7 @@ import pytest
 
 from harness.cli import main
 from harness.commands.mutate import run_mutants
-from suites.connector.catalogue import CHECKS
+from harness.connector_checks import CHECKS
 from suites.connector.mutants import MUTANTS, TEMPLATE_PATH, mutant, mutated_source
 from tests.connector import buggy
 

@@ -18,7 +18,8 @@ from harness.report.connector_section import _is_not_applicable
 from harness.targets.connector_capabilities import (CAPABILITIES, FORMS, REFERENCE_MODULES, PROBED_MODULES,
                                                     ReleaseTable, reference_table)
 from harness.targets.connector_target import ConnectorTarget
-from suites.connector.catalogue import CHECKS, MULTI_GROUP_CHECKS, NEEDS, needs_of
+from harness.connector_checks import CHECKS
+from suites.connector.catalogue import needs_of
 from suites.connector.context import CheckContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,13 +134,13 @@ def test_every_lacks_text_is_one_line_completing_the_na_line():
 
 
 def test_needs_name_capabilities_of_checks_of_the_catalogue():
-    for check, needed in NEEDS.items():
-        assert check in CHECKS and set(needed) <= set(CAPABILITIES), check
+    for check in CHECKS.values():
+        assert set(check.needs) <= set(CAPABILITIES), check.id
     assert needs_of("C22", multi_group=True) == ("hma", "failed_recving")
     assert needs_of("C14", multi_group=False) == ()
     assert needs_of("C03", multi_group=True, scratch=True) == ("hma", "scratch_groups")
     assert needs_of("C14", multi_group=True, mamba_own_block=True) == ("hma", "mamba_align_block")
-    assert all(needs_of(c, multi_group=False) == ("hma",) for c in MULTI_GROUP_CHECKS)
+    assert all(needs_of(c, multi_group=False) == ("hma",) for c in CHECKS if CHECKS[c].multi_group)
 
 
 def test_an_unknown_capability_is_one_line_naming_it():
