@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 
 from harness.errors import UsageError, choice_ignoring_case, did_you_mean
 from harness.invariants.defects import defects_of
 from reference_impl.config import cases as C
-from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, parse_version, resolve_era
+from reference_impl.config.eras import BUILTIN_CONNECTORS, ERAS, ERAS_BY_ID, PROFILES, parse_version, resolve_era
 from reference_impl.config.errors import HMAConfigError
-from reference_impl.config.factory import KVConnectorFactory
+from reference_impl.config.factory import KVConnectorFactory, packages_assumed_installed
 from reference_impl.config.rules import RULES
 from reference_impl.config.vllm_cli import build_parser as vllm_parser, normalise
 from reference_impl.vocabulary import CASE_DEFAULTS, LAYER_KINDS, PLATFORM_CHOICES, STAGES
@@ -56,11 +57,74 @@ def register(subparsers) -> None:
     parser.add_argument("--layers", default=None, metavar="KINDS",
                         help=f"comma-separated layer spec kinds ({', '.join(LAYER_KINDS)}): adds the kv_cache_groups stage")
     parser.add_argument("--stage", default=_STAGES[-1], help=f"stop after this stage: {_STAGE_WORDS} (default)")
+    parser.add_argument("--installed", default=None, metavar="PKG[==VERSION],...",
+                        help=f"answer for a deployment where these optional packages are installed ("
+                             f"{', '.join(OPTIONAL_PACKAGES)}; without a version: the newest one kvconform has "
+                             "facts on); by default a package counts as installed when this Python can import it")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of plain words")
     parser.add_argument("--exit-code", action="store_true",
                         help=f"exit {EXIT_HMA_ON} when HMA ends up enabled, {EXIT_HMA_OFF} disabled, {EXIT_ERROR} on a vLLM error, "
                              f"{EXIT_UNKNOWN} when the outcome cannot be known")
     parser.set_defaults(run=run, accepts_extra=True, own_options=_own_options(parser))
+
+
+# The optional packages a built-in connector's module imports (lmcache, mooncake), with the import facts.
+_PACKAGE_IMPORTS = {}
+for _info in BUILTIN_CONNECTORS:
+    if _info.imports is not None:
+        _PACKAGE_IMPORTS.setdefault(_info.imports.package, []).append(_info.imports)
+OPTIONAL_PACKAGES = tuple(sorted(_PACKAGE_IMPORTS))
+
+
+def parse_installed(text: str | None) -> dict[str, str | None]:
+    """`--installed lmcache==0.5.6,mooncake` -> {"lmcache": "0.5.6", "mooncake": None}; a package kvconform
+    models no import of is a usage error naming the ones it does."""
+    if text is None:
+        return {}
+    installed: dict[str, str | None] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, version = item.partition("==")
+        name = name.strip().lower()
+        if name not in _PACKAGE_IMPORTS:
+            close = did_you_mean(name, OPTIONAL_PACKAGES)
+            meant = f"did you mean {close}? " if close else ""
+            raise UsageError(f"kvconform explain: --installed: {item!r} is not accepted; {meant}(accepted: "
+                             f"{', '.join(OPTIONAL_PACKAGES)}, each optionally ==VERSION, comma-separated)")
+        if sep and not version.strip():
+            raise UsageError(f"kvconform explain: --installed: {item!r} has no version after '=='")
+        installed[name] = version.strip() if sep else None
+    if not installed:
+        raise UsageError(f"kvconform explain: --installed: {text!r} names no package (accepted: {', '.join(OPTIONAL_PACKAGES)})")
+    return installed
+
+
+def assumed_versions(installed: dict[str, str | None]) -> dict[str, str | None]:
+    """Each package's version, a missing one filled with the newest version kvconform has a fact on."""
+    out = {}
+    for name, version in installed.items():
+        known = [v for imports in _PACKAGE_IMPORTS[name] if (v := imports.newest_known_version())]
+        out[name] = version or (max(known, key=lambda v: [int(p) if p.isdigit() else p for p in v.split(".")])
+                                if known else None)
+    return out
+
+
+def installed_line(given: dict[str, str | None], assumed: dict[str, str | None], rules: list[str]) -> str:
+    """The assumption explain answered under, in words ('' when no optional package took part)."""
+    if not assumed:
+        if not {"package_missing", "package_installed"} & set(rules):
+            return ""
+        return ("optional packages: as this Python finds them (" + ", ".join(
+            f"{name} {'importable' if importlib.util.find_spec(name) else 'not installed'}"
+            for name in OPTIONAL_PACKAGES) + "); --installed PKG answers for a deployment that has one")
+    parts = []
+    for name, version in assumed.items():
+        if given[name]:
+            parts.append(f"{name} {version}")
+        elif version:
+            parts.append(f"{name} {version} (no version given: the newest kvconform has facts on)")
+        else:
+            parts.append(f"{name} (no version given, and kvconform has facts on none)")
+    return "assumed installed (--installed): " + ", ".join(parts)
 
 
 def _own_options(parser) -> tuple[str, ...]:
@@ -182,7 +246,7 @@ def build_case(args) -> dict:
     }
 
 
-def describe(case: dict, result: dict, extra_lines: list[str] = (), defects: list = ()) -> str:
+def describe(case: dict, result: dict, extra_lines: list[str] = (), defects: list = (), packages: str = "") -> str:
     """Plain-words rendering of one outcome; each reviewed vLLM defect that produced it is marked beside the first
     rule of its mechanism that fired."""
     era, version = resolve_era(case["vllm_version"] or NEWEST_RELEASE)
@@ -190,6 +254,7 @@ def describe(case: dict, result: dict, extra_lines: list[str] = (), defects: lis
     lines = [
         f"vLLM {version}{default}: era {era.id} ({era.summary})",
         f"platform: {case['platform']}",
+        *([packages] if packages else []),
         f"vLLM flags: {' '.join(case['cli_args']) or '(none)'}",
         "",
     ]
@@ -232,6 +297,8 @@ def run(args) -> int:
     """Resolve the command line's case and print it."""
     check_misspelled(args.extra, args.own_options)
     normalise_choices(args)
+    given = parse_installed(args.installed)
+    assumed = assumed_versions(given)
     case = build_case(args)
     try:
         parsed = C.parse_case({**case, "vllm_version": case["vllm_version"] or NEWEST_RELEASE})
@@ -240,7 +307,8 @@ def run(args) -> int:
     if parsed.stage == "cli_parse":
         raise UsageError(f"kvconform explain: --stage: {args.stage!r} is not accepted; expected {_STAGE_WORDS}")
     refuse_unrecognized(parsed)
-    result = C.run_case(parsed)
+    with packages_assumed_installed(assumed):
+        result = C.run_case(parsed)
     if result["error"] and result["error"]["stage"] == "input":
         raise UsageError(f"kvconform explain: {result['error']['message']}")
     defects = defects_of({**case, "vllm_version": parsed.vllm_version, "platform": parsed.platform}, result)
@@ -254,11 +322,13 @@ def run(args) -> int:
             "platform": parsed.platform,
             "stage": parsed.stage,
             "cli_args": case["cli_args"],
+            "installed": assumed,
             "rule_descriptions": {rule: RULES.get(rule, rule) for rule in result["rules"]},
             "hints": hints(parsed),
             "defects": [defect.as_json() for defect in defects],
         }
         print(json.dumps(payload, indent=2))
     else:
-        print(describe({**case, "platform": parsed.platform, "stage": parsed.stage}, result, hints(parsed), defects))
+        print(describe({**case, "platform": parsed.platform, "stage": parsed.stage}, result, hints(parsed), defects,
+                       installed_line(given, assumed, result["rules"])))
     return exit_code_of(result) if args.exit_code else 0

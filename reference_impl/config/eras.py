@@ -46,13 +46,29 @@ class PackageImport:
     message: str
     #: from this release an installed package supplies its own class, whose capability vLLM cannot know
     installed_is_unknown_from: tuple[int, int] | None = None
+    #: reviewed: (version, whether the class that version of the package supplies subclasses SupportsHMA); a
+    #: version not listed stays unknown
+    hma_by_version: tuple[tuple[str, bool], ...] = ()
+
+    def hma_of(self, version: str | None) -> bool | None:
+        """SupportsHMA of the class `version` of the package supplies; None when kvconform has no fact on it."""
+        return dict(self.hma_by_version).get(version) if version else None
+
+    def newest_known_version(self) -> str | None:
+        """The newest version of the package kvconform has a fact on."""
+        versions = [v for v, _ in self.hma_by_version]
+        return max(versions, key=lambda v: [int(p) if p.isdigit() else p for p in v.split(".")]) if versions else None
 
     def applies(self, version: tuple[int, ...]) -> bool:
         return version >= self.first and (self.until is None or version < self.until)
 
 
 _LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.11.1 ... 0.33.0)
-    "lmcache", (0, 11, 1), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33)
+    "lmcache", (0, 11, 1), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33),
+    # Measured 2026-12-06 on vLLM 0.33.0 with lmcache 0.5.6 installed: `--enable-hybrid-kv-cache-manager` with
+    # LMCacheMPConnector resolves HMA on and KVConnectorFactory.create_connector accepts the class (its
+    # constructor then needs a model): lmcache 0.5.6's class subclasses SupportsHMA.
+    hma_by_version=(("0.5.6", True),),
 )
 # lmcache_connector.py (LMCacheConnectorV1) imports lmcache at top level in 0.10.0 - 0.12.0 (line 6); 0.13.0 moves
 # the import into the constructor (line 97), after the factory's checks.

@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator, Mapping
 
 from reference_impl.config import messages
 from reference_impl.config.errors import UnknownOutcome
@@ -30,6 +32,21 @@ class BuiltinConnector:
         return self.name
 
 
+
+
+# Packages a resolution assumes installed (name -> version, None: not given), as `kvconform explain --installed`
+# asks; a package not named is looked for with importlib, as vLLM's import does.
+_ASSUMED_INSTALLED: ContextVar[Mapping[str, str | None]] = ContextVar("assumed_installed", default={})
+
+
+@contextmanager
+def packages_assumed_installed(packages: Mapping[str, str | None]) -> Iterator[None]:
+    """Resolve inside the block as if each package (name -> version or None) were importable."""
+    token = _ASSUMED_INSTALLED.set(dict(packages))
+    try:
+        yield
+    finally:
+        _ASSUMED_INSTALLED.reset(token)
 
 
 def class_is_multi(cls) -> bool:
@@ -117,8 +134,7 @@ class KVConnectorFactory:
             self._trace.rules.append("connector_from_registry")
             if name == "NixlConnector" and self.era.nixl_transfer_mode:
                 name = self._nixl_by_transfer_mode(ktc, stage)
-            cls = self._builtins[name]
-            self._check_package(name, stage)
+            cls = self._check_package(name, stage, self._builtins[name])
         elif name in self._extra_registry:
             self._trace.rules.append("connector_from_reference")
             cls = self._extra_registry[name]()
@@ -173,19 +189,31 @@ class KVConnectorFactory:
             self._trace.fail(messages.E_TWO_ARG.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
 
-    def _check_package(self, name: str, stage: str) -> None:
-        # e.g. LMCacheMPConnector's module imports lmcache when the class is looked up (spec 3.3)
+    def _check_package(self, name: str, stage: str, cls: BuiltinConnector) -> BuiltinConnector:
+        """`cls`, or the class an installed package supplies in its place; fails when the package its module
+        imports is missing (e.g. LMCacheMPConnector's module imports lmcache when the class is looked up, spec 3.3)."""
         needed = self.era.package_imported_by(name)
         if needed is None:
-            return
-        if importlib.util.find_spec(needed.package) is None:
+            return cls
+        assumed = _ASSUMED_INSTALLED.get()
+        if needed.package in assumed:
+            self._trace.rules.append("package_assumed_installed")
+        elif importlib.util.find_spec(needed.package) is None:
             self._trace.fail(needed.message, stage, "package_missing", vllm_type=needed.vllm_type)
         if needed.installed_is_unknown_from and self.era.first_version >= needed.installed_is_unknown_from:
+            version = assumed.get(needed.package)
+            hma = needed.hma_of(version)
+            if hma is not None:
+                self._trace.rules.append("package_version_known")
+                return BuiltinConnector(name, hma)
             self._trace.rules.append("package_installed")
+            unknown = f" ({needed.package} {version} is not a version kvconform has facts on)" if version else ""
             raise UnknownOutcome(
-                f"{name} comes from the installed {needed.package} package; its HMA support depends on that package's version",
+                f"{name} comes from the installed {needed.package} package; its HMA support depends on that "
+                f"package's version{unknown}",
                 "package_installed",
             )
+        return cls
 
     # -- capability -----------------------------------------------------------------------------
     def supports_hma_config(self, ktc: KVTransferConfig, stage: str) -> bool:

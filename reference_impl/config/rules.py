@@ -47,6 +47,8 @@ RULES: dict[str, str] = {
     "deprecated_constructor": "the connector class has the deprecated 2-argument constructor",
     "kv_role_missing": "a connector is set without kv_role",
     "package_missing": "the connector's module imports a package (lmcache, mooncake) that is not installed",
+    "package_assumed_installed": "the connector's module imports a package (lmcache, mooncake) assumed installed (explain --installed)",
+    "package_version_known": "the connector comes from an installed package whose version's class kvconform has a reviewed fact on (SupportsHMA or not)",
     "package_installed": "the connector comes from an installed package (lmcache); its HMA support depends on its version",
     "feature_absent": "the configuration uses a feature this release does not have",
     "kv_cache_groups": "the KV cache specs were grouped for the KV cache manager",

@@ -139,6 +139,10 @@ BAD_EXPLAIN = [
     (["--kv-transfer-confg", "{}"], "--kv-transfer-confg is not a vLLM flag explain reads; did you mean --kv-transfer-config?"),
     (["--kv-connector", "NixlConnector"], "--kv-connector is not a vLLM flag explain reads; the vLLM flags it reads: "),
     (["NixlConnector"], "unexpected argument 'NixlConnector'"),
+    (["--installed", "lmcash"], "--installed: 'lmcash' is not accepted; did you mean lmcache? (accepted: lmcache, "
+                                "mooncake"),
+    (["--installed", "lmcache=="], "--installed: 'lmcache==' has no version after '=='"),
+    (["--installed", ","], "--installed: ',' names no package"),
 ]
 
 
@@ -212,6 +216,35 @@ def test_explain_exit_code(capsys, argv, status):
     """`--exit-code`: 0 HMA on, 10 off, 11 error, 12 unknown; without it explain answers with 0."""
     assert run(capsys, "explain", "--exit-code", *argv)[0] == status
     assert run(capsys, "explain", *argv)[0] == 0
+
+
+LMCACHE_MP = '{"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both"}'
+
+
+def test_explain_installed_answers_for_a_deployment_with_the_package(capsys):
+    """Issue 32: the modelled install lacks lmcache (vLLM's import fails, E-NO-LMCACHE); `--installed lmcache`
+    answers as if it were importable and says which version it assumed. lmcache 0.5.6's class subclasses
+    SupportsHMA (measured on vLLM 0.33.0: the factory accepts it with HMA on)."""
+    question = ["explain", "--vllm-version", "0.34.0", "--enable-hybrid-kv-cache-manager", "--kv-transfer-config",
+                LMCACHE_MP]
+    _, without, _ = run(capsys, *question)
+    if "No module named 'lmcache'" not in without:
+        pytest.skip("lmcache is importable here: the modelled install is this Python's")
+    assert "optional packages: as this Python finds them (lmcache not installed" in without
+    code, out, err = run(capsys, *question, "--installed", "lmcache")
+    assert code == 0, err
+    assert "assumed installed (--installed): lmcache 0.5.6 (no version given: the newest kvconform has facts on)" in out
+    assert "result: HMA enabled (disable_hybrid_kv_cache_manager = False), through stage create_connector" in out
+    assert "package_assumed_installed" in out and "package_version_known" in out
+    _, out, _ = run(capsys, *question, "--installed", "LMCache==0.4.2")
+    assert "assumed installed (--installed): lmcache 0.4.2" in out and "result: unknown" in out
+    assert "(lmcache 0.4.2 is not a version kvconform has facts on)" in out
+    # before 0.33.0 the in-tree class is vLLM's own, never SupportsHMA: E-F with the package installed
+    _, out, _ = run(capsys, "explain", "--vllm-version", "0.20.0", "--no-disable-hybrid-kv-cache-manager",
+                    "--kv-transfer-config", LMCACHE_MP, "--installed", "lmcache")
+    assert "Connector LMCacheMPConnector does not support HMA but HMA is enabled" in out
+    _, out, _ = run(capsys, *question, "--installed", "lmcache", "--json")
+    assert json.loads(out)["installed"] == {"lmcache": "0.5.6"}
 
 
 def test_explain_unknown_connector_is_vllms_answer(capsys):
