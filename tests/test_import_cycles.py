@@ -111,3 +111,13 @@ def test_no_import_cycle_among_project_modules():
     assert len(graph) > 150 and graph["harness.cli"], "the scan should see the project's modules and imports"
     cycles = sorted(sorted(c) for c in _cycles(graph))
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_imports_run_down_the_floors_only():
+    """suites -> harness -> reference_impl: reference_impl imports neither harness nor suites, and harness imports
+    no suite (what both read, such as the connector checks' records, lives on the lower floor)."""
+    graph = _graph(_modules())
+    floor = {"reference_impl": 0, "harness": 1, "suites": 2}
+    upward = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                    if floor[target.split(".")[0]] > floor[module.split(".")[0]])
+    assert not upward, f"imports that run up a floor: {upward}"

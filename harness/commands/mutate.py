@@ -1,5 +1,5 @@
 """`kvconform mutate`: the connector suite's own mutation score. Each bug class of the project's catalogue
-(`suites/connector/mutants.py`) is injected into the template connector, one at a time, and the connector suite
+(`harness/connector_mutants.py`) is injected into the template connector, one at a time, and the connector suite
 runs on the mutant as on a vendor's class (`--kv-connector module:Class`, the template's documented extra config,
 black-box unless `--backdoors on`); a mutant is caught when any check fails on it.
 
@@ -53,7 +53,7 @@ def module_name(name: str) -> str:
 def suite_command(mutant_name: str, folder: Path, check: str, checks: str, backdoors: str,
                   timeout: float) -> list[str]:
     """The pytest command that runs the connector suite on one mutant, writing `folder/<module>.json`."""
-    from suites.connector.mutants import TEMPLATE_CLASS, TEMPLATE_EXTRA_CONFIG
+    from harness.connector_mutants import TEMPLATE_CLASS, TEMPLATE_EXTRA_CONFIG
 
     module = module_name(mutant_name)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider", "-q",
@@ -77,7 +77,7 @@ def failing_checks(results: Path) -> list[str] | None:
 def run_mutants(names: list[str], checks: str, backdoors: str, jobs: int, timeout: float) -> list[dict]:
     """Run the suite on each mutant (`jobs` at once); one row per mutant: name, bug, check, twin, caught_by
     (None when its run wrote no results), seconds."""
-    from suites.connector.mutants import mutant, mutated_source
+    from harness.connector_mutants import mutant, mutated_source
 
     chosen = [mutant(name) for name in names]
     rows: dict[str, dict] = {}
@@ -114,7 +114,7 @@ def summary(rows: list[dict], checks: str, backdoors: str) -> str:
 
 def run(args) -> int:
     """Run the mutants and print the table and the score."""
-    from suites.connector.mutants import MUTANTS
+    from harness.connector_mutants import MUTANTS
 
     names = [m.name for m in MUTANTS]
     if args.list:

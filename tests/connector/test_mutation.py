@@ -1,5 +1,5 @@
 """The suite's own mutation score (`kvconform mutate`, harness/commands/mutate.py): the catalogue of bug classes
-(`suites/connector/mutants.py`) applies to the template as written, each class names a check and, where the project
+(`harness/connector_mutants.py`) applies to the template as written, each class names a check and, where the project
 has one, the buggy connector with the same bug; a small sample of mutants runs as CI's share of the score (the
 check written for each class must catch it, black-box); bad options are one line and exit status 2. The full
 score is `kvconform mutate -j 2` (README)."""
@@ -14,7 +14,7 @@ import pytest
 from harness.cli import main
 from harness.commands.mutate import run_mutants
 from harness.connector_checks import CHECKS
-from suites.connector.mutants import MUTANTS, TEMPLATE_PATH, mutant, mutated_source
+from harness.connector_mutants import MUTANTS, TEMPLATE_PATH, mutant, mutated_source
 from tests.connector import buggy
 
 # CI's sample: two classes of different kinds (a key bug, a data-path bug), each caught by the check written for it.

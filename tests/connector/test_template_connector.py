@@ -33,7 +33,7 @@ from reference_impl.config.objects import KVTransferConfig
 from reference_impl.engine.core import EngineConfig, EngineCore
 from reference_impl.engine.presets import PRESETS
 from harness.connector_checks import CHECKS
-from suites.connector.mutants import TEMPLATE_EXTRA_CONFIG
+from harness.connector_mutants import TEMPLATE_EXTRA_CONFIG
 from tests.connector.suite_process import results_by_test, run_together, suite_command, vacuous_cells
 from tests.once import once_per_session
 

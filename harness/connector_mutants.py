@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "reference_impl" / "connector" / "template.py"
+TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "reference_impl" / "connector" / "template.py"
 TEMPLATE_CLASS = "TemplateConnector"
 # The extra config docs/vendor.md recommends for the template, run as a vendor's class: its profile (a store that
 # lives and dies with its process, so C36 is N/A black-box), how it loads asynchronously, and which option sets
