@@ -481,7 +481,10 @@ class VllmConfigTarget:
     def _engine_parser(self):
         if self._parser is None:
             from vllm.engine.arg_utils import EngineArgs
-            from vllm.utils.argparse_utils import FlexibleArgumentParser
+            try:
+                from vllm.utils.argparse_utils import FlexibleArgumentParser
+            except ImportError:  # before 0.11.1 the parser lived in vllm.utils itself
+                from vllm.utils import FlexibleArgumentParser
 
             from vllm.platforms import current_platform
 

@@ -33,19 +33,20 @@ _IDENTS = ("true", "false", "null", "NaN", "Infinity")
 @dataclass(frozen=True)
 class ConfigSchema:
     """One config class as a release validates it: field -> (kind, optional), whether unknown keys are
-    refused, and the class's own `__post_init__` check once the fields pass (its message, or None). Kinds:
+    refused, and the class's own `__post_init__` check once the fields pass (its message, or None; it is given
+    the value and the release's refusal of a connector without a role, whose text changed in 0.11.1). Kinds:
     "str", "int", "float", "bool", "object", or a tuple of Literal choices."""
 
     title: str
     fields: dict[str, tuple[Any, bool]]
     forbid_extra: bool
-    post_init: Callable[[dict], str | None] | None = None
+    post_init: Callable[[dict, str], str | None] | None = None
 
 
-def _kv_role_given(value: dict) -> str | None:
-    """KVTransferConfig.__post_init__: a connector needs a role."""
+def _kv_role_given(value: dict, missing_kv_role_error: str) -> str | None:
+    """KVTransferConfig.__post_init__: a connector needs a role (refused in the release's own words)."""
     if value.get("kv_connector") is not None and value.get("kv_role") is None:
-        return messages.E_KV_ROLE
+        return missing_kv_role_error
     return None
 
 

@@ -45,10 +45,12 @@ _SCHEMAS = {
 }
 
 
-def validated_config_type(dest: str, release: str):
+def validated_config_type(dest: str, release: str, missing_kv_role_error: str = messages.E_KV_ROLE):
     """argparse type of a JSON flag vLLM validates as a config class while parsing (pydantic
-    `TypeAdapter(...).validate_json`, 0.13.0 and 0.33.0): broken JSON, a value that is not an object and a
-    field of the wrong type are argparse errors in pydantic's words; an empty value is no config at all."""
+    `TypeAdapter(...).validate_json`, 0.11.0 to 0.34.0): broken JSON, a value that is not an object and a
+    field of the wrong type are argparse errors in pydantic's words; an empty value is no config at all. A
+    connector without a role is refused in the era's words (`missing_kv_role_error`: before 0.11.1 the text
+    named kv_disagg_role)."""
     schema = _SCHEMAS[dest][release]
 
     def parse(text: str) -> dict[str, Any] | None:
@@ -66,7 +68,7 @@ def validated_config_type(dest: str, release: str):
         errors = json_configs.field_errors(value, schema)
         if errors:
             raise argparse.ArgumentTypeError(json_configs.render(errors, schema.title))
-        refused = schema.post_init(value) if schema.post_init is not None else None
+        refused = schema.post_init(value, missing_kv_role_error) if schema.post_init is not None else None
         if refused is not None:
             raise argparse.ArgumentTypeError(refused)
         return value
@@ -86,12 +88,12 @@ class _EnableDisableAction(argparse.Action):
         setattr(namespace, self.dest, option_string.startswith("--disable-"))
 
 
-_PARSERS: dict[tuple[bool, bool, str], argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[bool, bool, str, str], argparse.ArgumentParser] = {}
 
 
 def build_parser(era) -> argparse.ArgumentParser:
     """An argparse parser with this era's spellings of the HMA-related options."""
-    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.cli_json_release)
+    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.cli_json_release, era.missing_kv_role_error)
     parser = _PARSERS.get(key)
     if parser is not None:
         return parser
@@ -104,7 +106,8 @@ def build_parser(era) -> argparse.ArgumentParser:
     else:
         parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--kv-transfer-config", dest="kv_transfer_config",
-                        type=validated_config_type("kv_transfer_config", era.cli_json_release))
+                        type=validated_config_type("kv_transfer_config", era.cli_json_release,
+                                                   era.missing_kv_role_error))
     parser.add_argument("--kv-events-config", dest="kv_events_config",
                         type=validated_config_type("kv_events_config", era.cli_json_release))
     # 0.33's command line also spells --speculative-config as -sc (argparse names both in its errors)

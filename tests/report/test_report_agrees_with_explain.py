@@ -49,10 +49,6 @@ FEATURE_OPTIONS = {
     "eagle": ["--speculative-config", '{"method": "eagle"}'],
     "v1_off": ["--env", "VLLM_USE_V1=0"],
 }
-# Known gap (issue 36, left to the lead): before 0.11.1 a connector without kv_role is refused with that release's
-# own text (E-KV-DISAGG-ROLE) when the case gives fields, but `--kv-transfer-config` on a command line is validated
-# against 0.13's KVTransferConfig (E-KV-ROLE, at cli_parse), so explain and the report word it differently there.
-CLI_ROLE_TEXT_GAP = ("v0.10", "v0.11")
 NOT_EXPRESSIBLE = {
     "hisparse": "explain has no HiSparse option (vLLM configures it in the model's attention config)",
     "chunked_custom": "a custom speculative method is a plugin registered in the engine's process; a command line "
@@ -239,8 +235,6 @@ def test_every_summary_cell_agrees_with_explain(table):
     disagreements, checked = [], 0
     for era, platform, flag, connector, feature, kind in cases:
         if feature in NOT_EXPRESSIBLE:
-            continue
-        if connector == "NoRole" and era in CLI_ROLE_TEXT_GAP:
             continue
         result = explain(era, platform, flag, connector, feature)
         checked += 1
