@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -424,6 +424,11 @@ class VllmConfigTarget:
                 return outcome(case.id, warnings=list(warnings), rules=rules,
                                error={"type": "SystemExit", "message": message, "stage": "cli_parse"})
             flag = parsed.pop("disable_hybrid_kv_cache_manager")
+            overrides = parsed.pop("hf_overrides", None)
+            if isinstance(overrides, dict) and "attention_chunk_size" in overrides:
+                # vLLM applies --hf-overrides to the model's hf_config; this target's tiny model takes the chunk
+                # size in its config.json, which is the same place
+                case = replace(case, attention_chunk_size=overrides["attention_chunk_size"])
             if case.stage == "cli_parse":
                 return outcome(case.id, resolved_disable_hma=flag, warnings=list(warnings), rules=rules)
         try:
@@ -469,7 +474,7 @@ class VllmConfigTarget:
             exc.kvconform_message = argparse_message(exc, message)
             raise
         result = {"disable_hybrid_kv_cache_manager": namespace.disable_hybrid_kv_cache_manager}
-        for name in ("kv_transfer_config", "kv_events_config", "speculative_config"):
+        for name in ("kv_transfer_config", "kv_events_config", "speculative_config", "hf_overrides"):
             value = getattr(namespace, name, None)
             if value is not None:
                 result[name] = value

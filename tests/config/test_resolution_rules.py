@@ -44,6 +44,13 @@ ROWS = [
     ("v0.10-chunked-without-eagle-keeps-hma", {"vllm_version": "0.10.0", **CHUNK}, {"resolved": False, "warnings": []}),
     ("v0.10-chunked-eagle", {"vllm_version": "0.10.0", "speculative_method": "eagle3", **CHUNK}, {"resolved": True}),
     ("v0.10-kv-transfer-silent", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector"}, {"resolved": True, "warnings": []}),
+    # a command line's connector without a role stops the parser, in the release's own words (measured through the
+    # vllm target on 0.10.0, 0.11.0: kv_disagg_role; 0.12.0: kv_role)
+    ("v0.10-cli-role-missing-disagg-text", {"vllm_version": "0.10.0", "cli_args": ["--kv-transfer-config", '{"kv_connector": "ExampleConnector"}']}, {"error": ("SystemExit", "Please specify kv_disagg_role when kv_connector is set", "cli_parse")}),
+    ("v0.11-cli-role-missing-disagg-text", {"vllm_version": "0.11.0", "cli_args": ["--kv-transfer-config", '{"kv_connector": "ExampleConnector"}']}, {"error": ("SystemExit", "Please specify kv_disagg_role when kv_connector is set", "cli_parse")}),
+    ("pre-cli-role-missing-role-text", {"vllm_version": "0.12.0", "cli_args": ["--kv-transfer-config", '{"kv_connector": "ExampleConnector"}']}, {"error": ("SystemExit", "Please specify kv_role when kv_connector is set", "cli_parse")}),
+    # --hf-overrides' attention_chunk_size is the model's chunk size (measured on 0.13.0 through the vllm target)
+    ("seed-cli-hf-overrides-chunk", {"vllm_version": "0.13.0", "cli_args": ["--hf-overrides", '{"attention_chunk_size": 8192}']}, {"resolved": True, "warnings": ["W-C"]}),
     ("v0.10-vllm-use-v1-off-gate", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
     ("v0.11-cpu-supported", {"vllm_version": "0.11.0", "platform": "cpu"}, {"resolved": False}),
     ("v0.11-chunked-env-default-0", {"vllm_version": "0.11.0", **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
