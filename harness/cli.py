@@ -22,6 +22,7 @@ COMMANDS = {
     "report": "report",
     "diff": "diff",
     "merge": "merge",
+    "durations": "durations",
     "checks": "checks",
     "history": "history",
     "mutate": "mutate",

@@ -18,6 +18,7 @@ PLUGIN_MODULES = (
     "harness.plugins.config_matrix",
     "harness.plugins.allocator",
     "harness.plugins.connector",
+    "harness.plugins.shard",
 )
 
 

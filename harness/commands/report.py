@@ -51,6 +51,7 @@ from harness.upstream.results import UpstreamResultsError, load_upstream
 from harness.target_spec import load_allocator_target, load_config_target
 from harness.plugins.connector import check_pytest_args
 from harness.report_options import option_values
+from harness.sharding import ShardError, load_durations, parse_shard
 
 DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
@@ -90,6 +91,12 @@ def register(subparsers) -> None:
                         help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures, "
                              f"{REPORT_TIMED_ROUNDS} timed round per workload unless ${MAX_ROUNDS_ENV} says otherwise "
                              "(default: on when the default suites run; --no-timing skips it)")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="run only shard K of N of every pass (balanced by recorded durations, the same on every "
+                             "machine); `kvconform merge` of the N results.json.gz is the whole run")
+    parser.add_argument("--shard-durations", metavar="PATH",
+                        help="durations file that balances --shard (default: the one kvconform ships; "
+                             "`kvconform durations RESULTS -o PATH` writes one)")
     own = tuple(o for action in parser._actions for o in action.option_strings)
     parser.set_defaults(run=run, accepts_extra=True, own_options=own)
 
@@ -127,6 +134,10 @@ def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[s
         command += ["--kv-connector", args.kv_connector]
     if args.kv_engine:
         command += ["--kv-engine", args.kv_engine]
+    if args.shard:
+        command += ["--shard", args.shard]
+    if args.shard_durations:
+        command += ["--shard-durations", args.shard_durations]
     return command + list(args.pytest_args)
 
 
@@ -307,11 +318,28 @@ def _checked_output_dir(path: str) -> Path:
     return directory
 
 
+def _check_shard(args) -> None:
+    """`--shard K/N` and `--shard-durations PATH`, checked before anything starts (each pass's pytest would refuse
+    them too, but only after starting)."""
+    if args.shard_durations and not args.shard:
+        raise UsageError("kvconform report: --shard-durations: only used with --shard K/N")
+    try:
+        if args.shard:
+            parse_shard(args.shard)
+        if args.shard_durations:
+            load_durations(args.shard_durations)
+    except ShardError as exc:
+        raise UsageError(f"kvconform report: {exc}") from None
+
+
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
     check_report_options(args, args.own_options)
-    if args.from_file and args.kv_engine:
-        raise UsageError("kvconform report: --kv-engine and --from exclude each other (--from runs nothing)")
+    for name, value in (("--kv-engine", args.kv_engine), ("--shard", args.shard),
+                        ("--shard-durations", args.shard_durations)):
+        if args.from_file and value:
+            raise UsageError(f"kvconform report: {name} and --from exclude each other (--from runs nothing)")
+    _check_shard(args)
     try:
         check_kv_engine(args.kv_engine)
     except ValueError as exc:
