@@ -1,31 +1,79 @@
 """Render the report document as one self-contained HTML file (inline CSS and JS, no network, no server).
 
+Every table is plain HTML in the page: a reader with scripts off (text browsers, artifact viewers that
+sandbox scripts, grep) sees every table, and the script only adds the filters, the search and the notes'
+tooltips. The markup is kept small because a full report has some 40,000 cells: optional end tags
+(``</td>``, ``</th>``, ``</tr>``) are left out, attribute values are unquoted where HTML allows it, a cell's
+kind is a two-letter class (`KIND_CLASSES`), a cell's notes are its numbers (``<sup>2,3</sup>``, listed under
+the section as in the Markdown), and the report's symbols are drawn by the style sheet: a cell whose text
+starts with its kind's symbol (``✅ on``) gets the icon from its class, and any other symbol stays in the text
+as ``<i class=y>✅</i>``, the icon drawn over it (`SYMBOL_CLASSES`), so a machine without an emoji font shows
+them too and the page's text keeps them.
+
 Filters for era, platform and connector hide the sections, table columns (their header cell is tagged) and
-rows tagged with ``data-f-era``, ``data-f-platform`` and ``data-f-connector``; a tag may list several values
-("cuda rocm"), and the element shows when one of them is selected. Hiding is done by one generated style
+rows tagged with ``data-e`` (era), ``data-p`` (platform) and ``data-c`` (connector; `FILTER_ATTRS`); a tag may list
+several values ("cuda rocm"), and the element shows when one of them is selected; a row's tag equal to its
+section's is left to the section. Hiding is done by one generated style
 sheet (attribute selectors and column positions), not by touching every element, so changing or resetting a
 filter stays fast on a page of thousands of rows. The search box keeps the rows whose text or notes contain
 the query. The filters can be preset from the URL: ``compatibility.html?era=0.13.0&platform=cuda&q=lmcache``
 (`URL_HELP`, shown on the page, documents the parameters; ``era`` takes a release or an era id). The
-report's Markdown (code spans, bold, links between its pages) is rendered, and its symbols are inline SVG
-icons, so a machine without an emoji font shows them too. Every heading has an anchor (``#era-v0.33``,
-``#support``) and the support table's rows one per connector (``#connector-LMCacheConnectorV1``).
+report's Markdown (code spans, bold, links between its pages) is rendered. Every heading has an anchor
+(``#era-v0.33``, ``#support``) and the support table's rows one per connector (``#connector-LMCacheConnectorV1``).
 ``#kv-filter-status`` always says how many rows are shown (``data-visible-rows``).
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import html
 import json
 import re
+from urllib.parse import quote
 
 from harness.report.footnotes import Footnotes
-from harness.report.model import BulletList, Document, Heading, Paragraph, Section, Table, display_text
+from harness.report.model import BulletList, Cell, Document, Heading, Paragraph, Section, Table, display_text
 from harness.report.spec_refs import link_references
 
 FILTER_KEYS = ("era", "platform", "connector")
+# The attribute each filter reads (short: a full report tags some 10,000 rows).
+FILTER_ATTRS = {"era": "data-e", "platform": "data-p", "connector": "data-c"}
+
+# The report's symbols, each with the class that draws it and its icon (a 16x16 SVG). A browser without an
+# emoji font shows an empty box for ✅ ❌ ❔; the icon is drawn by the style sheet instead (the text keeps the
+# symbol for readers without CSS, and every symbol-only cell also carries its word: `display_text`).
+SYMBOL_CLASSES = {"✅": "y", "⚪": "o", "❌": "x", "❔": "q", "❗": "d", "➖": "n"}
+_ICONS = {
+    "✅": '<circle cx="8" cy="8" r="7" fill="#1a7f37"/><path d="M4.5 8.5l2.3 2.3 4.7-5" stroke="#fff" '
+         'stroke-width="1.8" fill="none"/>',
+    "⚪": '<circle cx="8" cy="8" r="6.2" fill="#fff" stroke="#6e7781" stroke-width="1.6"/>',
+    "❌": '<circle cx="8" cy="8" r="7" fill="#cf222e"/><path d="M5.2 5.2l5.6 5.6M10.8 5.2l-5.6 5.6" '
+         'stroke="#fff" stroke-width="1.8"/>',
+    "❔": '<circle cx="8" cy="8" r="7" fill="#bf8700"/><path d="M5.8 6.2a2.2 2.2 0 1 1 3 2c-.6.3-.8.7-.8 1.4" '
+         'stroke="#fff" stroke-width="1.6" fill="none"/><circle cx="8" cy="12" r="1" fill="#fff"/>',
+    "❗": '<path d="M8 1l7 13H1z" fill="#cf222e"/><path d="M8 5.5v4.5M8 11.5v1.2" stroke="#fff" stroke-width="1.6"/>',
+    "➖": '<path d="M3 8h10" stroke="#6e7781" stroke-width="2"/>',
+}
+# A cell's kind -> its class (background colour) and the symbol its text starts with when it has one.
+KIND_CLASSES = {"on": "on", "pass": "ok", "off": "of", "na": "na", "error": "er", "fail": "fl", "unknown": "un",
+                "mismatch": "mm"}
+KIND_SYMBOLS = {"on": "✅", "pass": "✅", "off": "⚪", "na": "➖", "error": "❌", "fail": "❌", "unknown": "❔",
+                "mismatch": "❗"}
+
+
+def _icon_url(symbol: str) -> str:
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">{_ICONS[symbol]}</svg>'.replace('"', "'")
+    return 'url("data:image/svg+xml,' + quote(svg, safe=" /:='.,-") + '")'
+
+
+def _icon_css() -> str:
+    """One rule per symbol: the inline `<i>` of that symbol and the cells of each kind that starts with it."""
+    rules = []
+    for symbol, name in SYMBOL_CLASSES.items():
+        kinds = [KIND_CLASSES[k] for k, s in KIND_SYMBOLS.items() if s == symbol]
+        selectors = [f"i.{name}"] + [f"td.{k}::before" for k in kinds]
+        rules.append(f"{','.join(selectors)}{{background-image:{_icon_url(symbol)}}}")
+    return "\n".join(rules)
+
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;padding:0 1em;max-width:1400px;
@@ -36,155 +84,146 @@ h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin
 #kv-filters label{margin-right:1em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:normal;min-width:4em;max-width:32em}
-.kv-icon{width:.9em;height:.9em;vertical-align:-.1em;margin-right:.15em}
+i.y,i.o,i.x,i.q,i.d,i.n,td[class]::before{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;
+overflow:hidden;text-indent:2em;white-space:nowrap;background:no-repeat center/contain;font-style:normal}
+td[class]::before{content:"";margin-right:.3em}td.ni::before{content:none}
 h2 a.kv-anchor,h3 a.kv-anchor{visibility:hidden;margin-left:.3em;text-decoration:none;color:#57606a}
 h2:hover a.kv-anchor,h3:hover a.kv-anchor{visibility:visible}
 #kv-url-help{font-size:.85em;color:#57606a;margin:.3em 0 0}
 td:first-child,td:nth-child(2){text-align:left}
 thead th{background:#f6f8fa}
-td.k-on,td.k-pass{background:#dafbe1}td.k-off,td.k-na{background:#eef0f2}
-td.k-error,td.k-fail{background:#ffebe9}td.k-unknown{background:#fff8c5}
-td.k-mismatch{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px}
-sup a{text-decoration:none;color:#0969da}
-td.k-error,td.k-fail,td.k-mismatch{font-weight:600}
-td.k-off,td.k-na{color:#57606a}
+td.on,td.ok{background:#dafbe1}td.of,td.na{background:#eef0f2}
+td.er,td.fl{background:#ffebe9}td.un{background:#fff8c5}
+td.mm{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px}
+td sup{color:#0969da;cursor:pointer}
+td.er,td.fl,td.mm{font-weight:600}
+td.of,td.na{color:#57606a}
 ol.footnotes{font-size:.85em;color:#3d444d}
 .kv-hide,.kv-nomatch{display:none!important}
 """
 
 _JS = """
 (function () {
-var packed = document.querySelectorAll('script[type="application/x-kv-section"]');
-function unpack(element) {
-  var binary = atob(element.textContent.trim());
-  var bytes = new Uint8Array(binary.length);
-  for (var i = 0; i < binary.length; i++) { bytes[i] = binary.charCodeAt(i); }
-  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-  return new Response(stream).text().then(function (html) {
-    element.insertAdjacentHTML("beforebegin", html);
-    element.remove();
+var keys = ["era", "platform", "connector"];
+var attrs = {era: "data-e", platform: "data-p", connector: "data-c"};
+var box = document.getElementById("kv-q");
+var status = document.getElementById("kv-filter-status");
+var sheet = document.getElementById("kv-filter-style");
+// a cell's notes are its <sup> numbers ("2,3"); their texts are the section's numbered list
+function notesOf(cell) {
+  var out = [];
+  var section = cell.closest("section");
+  cell.querySelectorAll("sup").forEach(function (sup) {
+    sup.textContent.split(",").forEach(function (number) {
+      var li = section && section.querySelector('ol.footnotes li[value="' + number.trim() + '"]');
+      if (li) { out.push(li); }
+    });
   });
+  return out;
 }
-if (!packed.length) {
-  setup();
-} else if (typeof DecompressionStream === "undefined") {
-  document.getElementById("kv-filter-status").textContent =
-    "this browser cannot unpack the packed sections (no DecompressionStream); see compatibility.md";
-} else {
-  Promise.all(Array.prototype.map.call(packed, unpack)).then(setup);
+// per searchable row: its text (with its notes) and the filter tags of the row and its section
+var rows = [];
+document.querySelectorAll("table.kv-search tbody tr").forEach(function (row) {
+  var tags = {};
+  var section = row.closest("section");
+  keys.forEach(function (key) {
+    var own = row.getAttribute(attrs[key]);
+    var outer = section && section.getAttribute(attrs[key]);
+    tags[key] = (own || outer) ? ((own || "") + " " + (outer || "")).trim().split(" ") : null;
+  });
+  rows.push({row: row, tags: tags, text: null});
+});
+function textOf(entry) {
+  if (entry.text === null) {
+    var text = entry.row.textContent;
+    entry.row.querySelectorAll("td").forEach(function (cell) {
+      if (cell.querySelector("sup")) { notesOf(cell).forEach(function (li) { text += " " + li.textContent; }); }
+    });
+    entry.text = text.toLowerCase();
+  }
+  return entry.text;
 }
-function setup() {
-  var keys = ["era", "platform", "connector"];
-  var box = document.getElementById("kv-q");
-  var status = document.getElementById("kv-filter-status");
-  var sheet = document.getElementById("kv-filter-style");
-  var notes = {};
-  document.querySelectorAll("ol.footnotes li").forEach(function (li) { notes[li.id] = li.textContent; });
-  // per searchable row: its text (with its notes) and the filter tags of the row and its section
-  var rows = [];
-  document.querySelectorAll("table.kv-search tbody tr").forEach(function (row) {
-    var tags = {};
-    var section = row.closest("section");
-    keys.forEach(function (key) {
-      var own = row.getAttribute("data-f-" + key);
-      var outer = section && section.getAttribute("data-f-" + key);
-      tags[key] = (own || outer) ? ((own || "") + " " + (outer || "")).trim().split(" ") : null;
-    });
-    rows.push({row: row, tags: tags, text: null});
+// the columns each table hides for a platform: from the tagged header cells
+var columnRules = {};
+document.querySelectorAll("table.kv").forEach(function (table, index) {
+  table.setAttribute("data-kv-table", String(index));
+  table.querySelectorAll("thead th[data-p]").forEach(function (th) {
+    var position = Array.prototype.indexOf.call(th.parentNode.children, th) + 1;
+    var value = th.getAttribute("data-p");
+    (columnRules[value] = columnRules[value] || []).push(
+      'table[data-kv-table="' + index + '"] tr > :nth-child(' + position + ')');
   });
-  function textOf(entry) {
-    if (entry.text === null) {
-      var text = entry.row.textContent;
-      entry.row.querySelectorAll("sup a").forEach(function (a) {
-        text += " " + (notes[a.getAttribute("href").slice(1)] || "");
-      });
-      entry.text = text.toLowerCase();
-    }
-    return entry.text;
-  }
-  // the columns each table hides for a platform: from the tagged header cells
-  var columnRules = {};
-  document.querySelectorAll("table.kv").forEach(function (table, index) {
-    table.setAttribute("data-kv-table", String(index));
-    table.querySelectorAll("thead th[data-f-platform]").forEach(function (th) {
-      var position = Array.prototype.indexOf.call(th.parentNode.children, th) + 1;
-      var value = th.getAttribute("data-f-platform");
-      (columnRules[value] = columnRules[value] || []).push(
-        'table[data-kv-table="' + index + '"] tr > :nth-child(' + position + ')');
-    });
-  });
-  function selected() {
-    var values = {};
-    keys.forEach(function (key) {
-      var control = document.getElementById("kv-f-" + key);
-      values[key] = control ? control.value : "";
-    });
-    return values;
-  }
-  function css(value) { return value.replace(/["\\\\]/g, "\\\\$&"); }
-  function apply() {
-    var values = selected();
-    var rules = [];
-    keys.forEach(function (key) {
-      if (!values[key]) { return; }
-      rules.push("[data-f-" + key + "]:not([data-f-" + key + '~="' + css(values[key]) + '"])');
-    });
-    if (values.platform) {
-      Object.keys(columnRules).forEach(function (platform) {
-        if (platform !== values.platform) { rules = rules.concat(columnRules[platform]); }
-      });
-    }
-    sheet.textContent = rules.length ? rules.join(",") + "{display:none!important}" : "";
-    var needle = box.value.trim().toLowerCase();
-    var shown = 0;
-    rows.forEach(function (entry) {
-      var match = !needle || textOf(entry).indexOf(needle) !== -1;
-      if (entry.row.classList.contains("kv-nomatch") === match) { entry.row.classList.toggle("kv-nomatch", !match); }
-      if (!match) { return; }
-      for (var i = 0; i < keys.length; i++) {
-        var key = keys[i], tag = entry.tags[key];
-        if (values[key] && tag !== null && tag.indexOf(values[key]) === -1) { return; }
-      }
-      shown += 1;
-    });
-    status.textContent = shown + " rows shown";
-    status.setAttribute("data-visible-rows", String(shown));
-  }
-  var params = new URLSearchParams(window.location.search);
-  // ?era= takes an era id (v0.33, seed) or a vLLM release (0.33.0, 0.33): the era whose first release is
-  // the last one at or before it (ERA_STARTS, written by the renderer from the era data)
-  function eraOf(value) {
-    var starts = JSON.parse(document.getElementById("kv-era-starts").textContent);
-    if (!/^\\d+(\\.\\d+){1,2}$/.test(value)) { return value; }
-    var parts = value.split(".").map(Number);
-    while (parts.length < 3) { parts.push(0); }
-    function before(a, b) { for (var i = 0; i < 3; i++) { if (a[i] !== b[i]) { return a[i] < b[i]; } } return false; }
-    var found = value;
-    starts.eras.forEach(function (era) { if (!before(parts, era[1])) { found = era[0]; } });
-    return before(parts, starts.eras[0][1]) || !before(parts, starts.newest_exclusive) ? value : found;
-  }
+});
+function selected() {
+  var values = {};
   keys.forEach(function (key) {
     var control = document.getElementById("kv-f-" + key);
-    if (control && params.has(key)) { control.value = key === "era" ? eraOf(params.get(key)) : params.get(key); }
-    if (control) { control.addEventListener("change", apply); }
+    values[key] = control ? control.value : "";
   });
-  if (params.has("q")) { box.value = params.get("q"); }
-  // a #anchor in the address points into a section that was packed when the browser looked for it
-  if (window.location.hash) {
-    var target = document.getElementById(decodeURIComponent(window.location.hash.slice(1)));
-    if (target && target.scrollIntoView) { target.scrollIntoView(); }
-  }
-  box.addEventListener("input", apply);
-  document.addEventListener("mouseover", function (event) {
-    var cell = event.target.closest && event.target.closest("td");
-    if (cell && !cell.title && cell.querySelector("sup a")) {
-      var lines = [];
-      cell.querySelectorAll("sup a").forEach(function (a) { lines.push(notes[a.getAttribute("href").slice(1)]); });
-      cell.title = lines.join("\\n");
-    }
-  });
-  apply();
+  return values;
 }
+function css(value) { return value.replace(/["\\\\]/g, "\\\\$&"); }
+function apply() {
+  var values = selected();
+  var rules = [];
+  keys.forEach(function (key) {
+    if (!values[key]) { return; }
+    rules.push("[" + attrs[key] + "]:not([" + attrs[key] + '~="' + css(values[key]) + '"])');
+  });
+  if (values.platform) {
+    Object.keys(columnRules).forEach(function (platform) {
+      if (platform !== values.platform) { rules = rules.concat(columnRules[platform]); }
+    });
+  }
+  sheet.textContent = rules.length ? rules.join(",") + "{display:none!important}" : "";
+  var needle = box.value.trim().toLowerCase();
+  var shown = 0;
+  rows.forEach(function (entry) {
+    var match = !needle || textOf(entry).indexOf(needle) !== -1;
+    if (entry.row.classList.contains("kv-nomatch") === match) { entry.row.classList.toggle("kv-nomatch", !match); }
+    if (!match) { return; }
+    for (var i = 0; i < keys.length; i++) {
+      var key = keys[i], tag = entry.tags[key];
+      if (values[key] && tag !== null && tag.indexOf(values[key]) === -1) { return; }
+    }
+    shown += 1;
+  });
+  status.textContent = shown + " rows shown";
+  status.setAttribute("data-visible-rows", String(shown));
+}
+var params = new URLSearchParams(window.location.search);
+// ?era= takes an era id (v0.33, seed) or a vLLM release (0.33.0, 0.33): the era whose first release is
+// the last one at or before it (ERA_STARTS, written by the renderer from the era data)
+function eraOf(value) {
+  var starts = JSON.parse(document.getElementById("kv-era-starts").textContent);
+  if (!/^\\d+(\\.\\d+){1,2}$/.test(value)) { return value; }
+  var parts = value.split(".").map(Number);
+  while (parts.length < 3) { parts.push(0); }
+  function before(a, b) { for (var i = 0; i < 3; i++) { if (a[i] !== b[i]) { return a[i] < b[i]; } } return false; }
+  var found = value;
+  starts.eras.forEach(function (era) { if (!before(parts, era[1])) { found = era[0]; } });
+  return before(parts, starts.eras[0][1]) || !before(parts, starts.newest_exclusive) ? value : found;
+}
+keys.forEach(function (key) {
+  var control = document.getElementById("kv-f-" + key);
+  if (control && params.has(key)) { control.value = key === "era" ? eraOf(params.get(key)) : params.get(key); }
+  if (control) { control.addEventListener("change", apply); }
+});
+if (params.has("q")) { box.value = params.get("q"); }
+box.addEventListener("input", apply);
+// a cell's notes as its tooltip; a click on its note numbers goes to the first note
+document.addEventListener("mouseover", function (event) {
+  var cell = event.target.closest && event.target.closest("td");
+  if (cell && !cell.title && cell.querySelector("sup")) {
+    cell.title = notesOf(cell).map(function (li) { return li.value + ". " + li.textContent; }).join("\\n");
+  }
+});
+document.addEventListener("click", function (event) {
+  var sup = event.target.closest && event.target.closest("td sup");
+  var notes = sup ? notesOf(sup.parentNode) : [];
+  if (notes.length) { window.location.hash = notes[0].id; }
+});
+apply();
 })();
 """
 
@@ -192,31 +231,17 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 _MD_PAGE_LINK = re.compile(r"^[\w.-]+\.md(#.+)$")
-
-# The report's symbols as small inline SVG icons: a browser without an emoji font shows an empty box for
-# ✅ ❌ ❔; each symbol's cell also carries its word ("on", "refused", "unknown"), so the icon only adds colour.
-_ICONS = {
-    "✅": ('<circle cx="8" cy="8" r="7" fill="#1a7f37"/><path d="M4.5 8.5l2.3 2.3 4.7-5" stroke="#fff" '
-          'stroke-width="1.8" fill="none"/>', "yes"),
-    "⚪": ('<circle cx="8" cy="8" r="6.2" fill="#fff" stroke="#6e7781" stroke-width="1.6"/>', "off"),
-    "❌": ('<circle cx="8" cy="8" r="7" fill="#cf222e"/><path d="M5.2 5.2l5.6 5.6M10.8 5.2l-5.6 5.6" '
-          'stroke="#fff" stroke-width="1.8"/>', "error"),
-    "❔": ('<circle cx="8" cy="8" r="7" fill="#bf8700"/><path d="M5.8 6.2a2.2 2.2 0 1 1 3 2c-.6.3-.8.7-.8 1.4" '
-          'stroke="#fff" stroke-width="1.6" fill="none"/><circle cx="8" cy="12" r="1" fill="#fff"/>', "unknown"),
-    "❗": ('<path d="M8 1l7 13H1z" fill="#cf222e"/><path d="M8 5.5v4.5M8 11.5v1.2" stroke="#fff" stroke-width="1.6"/>',
-          "differs"),
-    "➖": ('<path d="M3 8h10" stroke="#6e7781" stroke-width="2"/>', "n/a"),
-}
-_SYMBOL = re.compile("[" + "".join(_ICONS) + "]\ufe0f? ?")
-
-
-def _icon(symbol: str) -> str:
-    shape, word = _ICONS[symbol[0]]
-    return f'<svg class="kv-icon" viewBox="0 0 16 16" role="img" aria-label="{word}">{shape}</svg>'
+_SYMBOL = re.compile("([" + "".join(SYMBOL_CLASSES) + "])\ufe0f?")
+_BARE_VALUE = re.compile(r"^[\w.:-]+$")
 
 
 def _esc(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def _attr(name: str, value: str) -> str:
+    """` name=value`, quoted only where the value needs it (a full report has thousands of tagged rows)."""
+    return f" {name}={value}" if _BARE_VALUE.match(value) else f' {name}="{_esc(value)}"'
 
 
 def _href(target: str) -> str:
@@ -226,40 +251,51 @@ def _href(target: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """Escaped text with the report's Markdown rendered: `code`, **bold**, [links](#anchor), symbols as icons."""
+    """Escaped text with the report's Markdown rendered: `code`, **bold**, [links](#anchor), symbols marked."""
     out = _esc(text)
     out = _CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", out)
     out = _BOLD.sub(lambda m: f"<strong>{m.group(1)}</strong>", out)
     out = _LINK.sub(lambda m: f'<a href="{_href(html.unescape(m.group(2)))}">{m.group(1)}</a>', out)
-    return _SYMBOL.sub(lambda m: _icon(m.group(0)), out)
+    return _SYMBOL.sub(lambda m: f"<i class={SYMBOL_CLASSES[m.group(1)]}>{m.group(0)}</i>", out)
 
 
-def _filter_attrs(filters: dict[str, str] | None) -> str:
+def _filter_attrs(filters: dict[str, str] | None, inherited: dict[str, str] | None = None) -> str:
+    """The filter tags of an element, less those its section already carries with the same value."""
     if not filters:
         return ""
-    return "".join(f' data-f-{key}="{_esc(value)}"' for key, value in filters.items() if key in FILTER_KEYS)
+    inherited = inherited or {}
+    return "".join(_attr(FILTER_ATTRS[key], value) for key, value in filters.items()
+                   if key in FILTER_ATTRS and inherited.get(key) != value)
 
 
-def _table(table: Table, footnotes: Footnotes, prefix: str) -> str:
+def _cell(value: Cell, footnotes: Footnotes) -> str:
+    """One data cell: its kind's class, its text and its note numbers. A text that starts with its kind's
+    symbol (`✅ on`) leaves the symbol to the class, which draws it; any other cell of a kind says `ni` (no icon)."""
+    text = display_text(value)
+    kind = KIND_CLASSES.get(value.kind)
+    if kind:
+        symbol = KIND_SYMBOLS[value.kind]
+        if text.startswith(symbol):
+            text = text[len(symbol):].lstrip("\ufe0f ")
+        else:
+            kind = f'"{kind} ni"'
+    # one superscript, comma-separated, so notes 4 and 11 do not read as 411
+    numbers = ",".join(str(footnotes.number(note)) for note in value.notes)
+    refs = f"<sup>{numbers}</sup>" if numbers else ""
+    return f"<td{f' class={kind}' if kind else ''}>{_inline(text)}{refs}"
+
+
+def _table(table: Table, footnotes: Footnotes, inherited: dict[str, str]) -> str:
     columns = table.column_filters or [{}] * len(table.headers)
     parts = [f'<table class="kv{" kv-search" if table.search else ""}"><thead><tr>']
     # only the header cell carries a column's tag: the page's style sheet hides the column by position
-    parts += [f"<th{_filter_attrs(f)}>{_inline(h)}</th>" for h, f in zip(table.headers, columns)]
-    parts.append("</tr></thead><tbody>")
+    parts += [f"<th{_filter_attrs(f)}>{_inline(h)}" for h, f in zip(table.headers, columns)]
+    parts.append("</thead><tbody>")
     row_filters = table.row_filters or [None] * len(table.rows)
     anchors = table.row_anchors or [None] * len(table.rows)
     for row, filters, anchor in zip(table.rows, row_filters, anchors):
-        parts.append(f"<tr{_filter_attrs(filters)}{f' id={chr(34)}{_esc(anchor)}{chr(34)}' if anchor else ''}>")
-        for value in row:
-            if isinstance(value, str):
-                parts.append(f"<td>{_inline(value)}</td>")
-                continue
-            # one superscript, comma-separated, so notes 4 and 11 do not read as 411
-            links = ",".join(f'<a href="#{prefix}{n}">{n}</a>' for n in (footnotes.number(note) for note in value.notes))
-            refs = f"<sup>{links}</sup>" if links else ""
-            kind = f' class="k-{value.kind}"' if value.kind else ""
-            parts.append(f"<td{kind}>{_inline(display_text(value))}{refs}</td>")
-        parts.append("</tr>")
+        parts.append(f"\n<tr{_filter_attrs(filters, inherited)}{_attr('id', anchor) if anchor else ''}>")
+        parts += [f"<td>{_inline(value)}" if isinstance(value, str) else _cell(value, footnotes) for value in row]
     parts.append("</tbody></table>")
     return "".join(parts)
 
@@ -269,7 +305,7 @@ def _linked(text: str) -> str:
     return link_references(text, lambda label, href: f'<a href="{_esc(href)}">{_esc(label)}</a>', _inline)
 
 
-def _block(block, footnotes: Footnotes, prefix: str) -> str:
+def _block(block, footnotes: Footnotes, inherited: dict[str, str]) -> str:
     if isinstance(block, Heading):
         anchor = block.anchor or _slug(block.text)
         return (f'<h{block.level} id="{_esc(anchor)}">{_inline(block.text)}'
@@ -278,7 +314,7 @@ def _block(block, footnotes: Footnotes, prefix: str) -> str:
         return f"<p>{_linked(block.text)}</p>"
     if isinstance(block, BulletList):
         return "<ul>" + "".join(f"<li>{_linked(item)}</li>" for item in block.items) + "</ul>"
-    return _table(block, footnotes, prefix)
+    return _table(block, footnotes, inherited)
 
 
 def _slug(text: str) -> str:
@@ -308,17 +344,11 @@ def _filter_values(sections: list[Section]) -> dict[str, list[str]]:
     return {key: list(found) for key, found in values.items()}
 
 
-# A page whose sections pass PACK_ABOVE_BYTES keeps its big sections gzip-compressed (base64) in the page and
-# unpacks them when it loads (DecompressionStream): a full report is about 1 MB of tables, 10x less packed.
-PACK_ABOVE_BYTES = 400_000
-PACK_SECTION_BYTES = 16_000
-
-
 def _section(index: int, section: Section) -> str:
     """One section's HTML; its notes are numbered per section and listed at its end, next to its tables."""
     footnotes, prefix = Footnotes(), f"fn-{index}-"
     parts = [f'<section data-key="{_esc(section.key)}"{_filter_attrs(section.filters)}>']
-    parts += [_block(block, footnotes, prefix) for block in section.blocks]
+    parts += [_block(block, footnotes, section.filters) for block in section.blocks]
     definitions = footnotes.take_new()
     if definitions:
         parts.append('<ol class="footnotes">' + "".join(
@@ -327,22 +357,11 @@ def _section(index: int, section: Section) -> str:
     return "\n".join(parts)
 
 
-def _packed(section_html: str) -> str:
-    """The section as a gzip + base64 script element the page's script unpacks (deterministic: mtime 0)."""
-    data = base64.b64encode(gzip.compress(section_html.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
-    return f'<script type="application/x-kv-section">{data}</script>'
-
-
-def unpack_sections(page: str) -> str:
-    """The page with its packed sections replaced by their HTML (what the browser shows; for tests and tools)."""
-    return re.sub(r'<script type="application/x-kv-section">([^<]*)</script>',
-                  lambda m: gzip.decompress(base64.b64decode(m.group(1))).decode("utf-8"), page)
-
-
 URL_HELP = ("Link to a filtered view: `compatibility.html?era=0.33.0&platform=rocm&connector=LMCacheConnectorV1&q=E-F`. "
             "`era` takes a vLLM release (`0.33.0`, `0.33`) or an era id (`v0.33`, `seed`); `platform` one of the "
             "platform columns (`cuda`, `rocm`, `xpu`, `cpu`, `tpu`, `unspecified`); `connector` a connector id as in "
-            "results.json.gz; `q` searches the rows and their notes (any case). Every part is optional.")
+            "results.json.gz; `q` searches the rows and their notes (any case). Every part is optional; the "
+            "filters need JavaScript, the tables do not.")
 
 
 def _era_starts() -> str:
@@ -370,14 +389,12 @@ def render_html(document: Document, run_details: list[str] | None = None) -> str
         f'<p id="kv-url-help">{_inline(URL_HELP)}</p></div>',
         f'<script type="application/json" id="kv-era-starts">{_era_starts()}</script>',
     ]
-    sections = [_section(index, section) for index, section in enumerate(document.sections)]
-    if sum(len(text.encode()) for text in sections) > PACK_ABOVE_BYTES:
-        sections = [_packed(text) if len(text.encode()) > PACK_SECTION_BYTES else text for text in sections]
-    body += sections
+    body += [_section(index, section) for index, section in enumerate(document.sections)]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_esc(document.title)}</title><style>{_CSS}</style><style id=\"kv-filter-style\"></style>"
+        f"<title>{_esc(document.title)}</title><style>{_CSS}{_icon_css()}\n</style>"
+        '<style id="kv-filter-style"></style>'
         "</head><body>\n"
         + "\n".join(body)
         + f"\n<script>{_JS}</script>\n</body></html>\n"

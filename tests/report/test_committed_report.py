@@ -10,12 +10,15 @@ names the run); regenerate the file with `kvconform report` and commit it.
 from __future__ import annotations
 
 import difflib
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from harness.report.build import build_document
+from harness.report.html import render_html
+from harness.report.model import Document, Table
 from harness.report.markdown import extract_section, render_markdown_pages
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.config import resolve_case
@@ -46,6 +49,12 @@ def fresh_config_results() -> ResultsDocument:
     return ResultsDocument(run_info={"kvconform_version": "fresh", "target": "reference"}, results=entries)
 
 
+@lru_cache(maxsize=1)
+def fresh_report_document() -> Document:
+    """The report document of `fresh_config_results` (built once per process)."""
+    return build_document(fresh_config_results())
+
+
 @pytest.fixture(scope="module")
 def fresh() -> ResultsDocument:
     return fresh_config_results()
@@ -63,7 +72,7 @@ def test_fresh_evaluation_matches_a_recorded_cell(fresh):
 def test_committed_compatibility_report_is_current(fresh):
     """compatibility.md and each of its per-release pages (compatibility-ERA.md, compatibility-changes.md)."""
     assert COMMITTED.exists(), f"{COMMITTED} is missing: run `kvconform report` and commit reports/compatibility.md"
-    pages = render_markdown_pages(build_document(fresh), COMMITTED.name)
+    pages = render_markdown_pages(fresh_report_document(), COMMITTED.name)
     stale = []
     for name, text in pages.items():
         path = COMMITTED.parent / name
@@ -83,3 +92,25 @@ def test_committed_report_stays_small():
     200 KB each, read in a minute)."""
     for path in sorted(COMMITTED.parent.glob("compatibility*.md")):
         assert path.stat().st_size < 200_000, f"{path.name} is {path.stat().st_size:,} bytes"
+
+
+# The HTML page of a full report stays under this size (issue 32: it must stand without JavaScript, every
+# table as HTML, and open fast). The config sections are 98% of it; the other suites' sections (summary,
+# allocator, connectors, throughput) add about 25 KB (24,000 bytes in the 2026-12-06 full report), so the
+# config sections alone must leave them OTHER_SECTIONS_BYTES.
+HTML_LIMIT_BYTES = 1_500_000
+OTHER_SECTIONS_BYTES = 50_000
+
+
+def test_full_size_html_page_stands_without_scripts_and_stays_small(fresh):
+    """The HTML page of the full config matrix (every era, the changes, the support and at-a-glance tables):
+    one <table> per table of the report, no table inside a script, and small enough."""
+    document = fresh_report_document()
+    page = render_html(document)
+    size = len(page.encode("utf-8"))
+    assert size < HTML_LIMIT_BYTES - OTHER_SECTIONS_BYTES, f"the full config matrix's HTML page is {size:,} bytes"
+    tables = [block for section in document.sections for block in section.blocks if isinstance(block, Table)]
+    assert page.count("<table") == len(tables) > 20
+    assert page.count("\n<tr") == sum(len(table.rows) for table in tables), "every row is in the page"
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.S)
+    assert len(scripts) == 2 and sum(map(len, scripts)) < 20_000, "only the filter script and the era list"

@@ -1,41 +1,50 @@
-"""The HTML report in a real headless browser (Debian's chromium): tables render, filters and search work.
+"""The HTML report in a real headless browser (Debian's chromium): tables stand without JavaScript; filters and
+search work with it.
 
 The page reads its filters from the URL (``?era=…&platform=…&connector=…&q=…``) and writes the number of
-rows it shows into ``#kv-filter-status``; chromium's ``--dump-dom`` prints the DOM after the scripts ran.
+rows it shows into ``#kv-filter-status``; one browser (`tests.report.chromium`, the DevTools protocol on a
+pipe) loads every URL and returns the DOM after the load event, with the page's scripts on or off.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from harness.report.build import build_document
 from harness.report.html import render_html
+from harness.report.markdown import render_markdown
+from tests.report.chromium import CHROMIUM, Chromium
+from tests.report.md_helpers import html_page_tables, html_table_after, table_after
 from tests.report.synthetic import config_document
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def document():
+    return build_document(config_document())
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory, document):
     path = tmp_path_factory.mktemp("html") / "compatibility.html"
-    path.write_text(render_html(build_document(config_document())), encoding="utf-8")
+    path.write_text(render_html(document), encoding="utf-8")
     return path
 
 
-def dump_dom(page, query: str, profile) -> str:
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    chromium = Chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield chromium
+    chromium.close()
+
+
+def dump_dom(browser, page, query: str = "", scripts: bool = True) -> str:
     """The DOM after load, as chromium serialises it."""
-    done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-         "--dump-dom", f"{page.as_uri()}{query}"],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"chromium failed: {done.stderr[-2000:]}"
-    return done.stdout
+    return browser.load(f"{page.as_uri()}{query}", scripts=scripts)
 
 
 def visible_rows(dom: str) -> int:
@@ -44,10 +53,16 @@ def visible_rows(dom: str) -> int:
     return int(match.group(1))
 
 
-def hidden(dom: str, tag_pattern: str) -> bool:
-    match = re.search(tag_pattern, dom)
-    assert match, f"{tag_pattern} not found in the DOM"
-    return "kv-hide" in match.group(0) or "kv-nomatch" in match.group(0)
+def test_every_table_stands_without_javascript(browser, page, document):
+    """Scripts off: chromium builds every table of the page (the markup leaves out optional end tags), the
+    support table shows the Markdown report's rows, and nothing was filtered."""
+    dom = dump_dom(browser, page, "?era=v0.33&q=nothing-matches-this", scripts=False)
+    assert re.search(r'<span id="kv-filter-status"></span>', dom), "the page's script ran: scripts were not off"
+    assert html_page_tables(dom).tables == html_page_tables(page.read_text(encoding="utf-8")).tables
+    support = html_table_after(dom, 'id="support"')
+    assert support == table_after(render_markdown(document), '<a id="support"></a>')
+    assert len(support) > 1 and support[1][0] == "LMCacheConnectorV1", "the synthetic run's one connector row"
+    assert "class=\"kv-nomatch" not in dom and 'id="kv-filter-style"></style>' in dom, "nothing is hidden"
 
 
 # Query -> rows shown: the support table has 1 row (LMCacheConnectorV1, connector tag only), "at a glance"
@@ -72,8 +87,8 @@ def hidden(dom: str, tag_pattern: str) -> bool:
     ("?era=0.33", 9),
     ("?era=0.13.0&platform=cuda", 5),
 ])
-def test_filters_and_search(page, tmp_path, query, rows):
-    dom = dump_dom(page, query, tmp_path / "profile")
+def test_filters_and_search(browser, page, query, rows):
+    dom = dump_dom(browser, page, query)
     assert visible_rows(dom) == rows, f"{query or 'no filter'}: rows shown"
 
 
@@ -83,14 +98,14 @@ def filter_style(dom: str) -> str:
     return match.group(1)
 
 
-def test_tables_render_and_era_filter_hides_other_eras(page, tmp_path):
-    dom = dump_dom(page, "?era=seed&platform=cuda", tmp_path / "profile")
+def test_tables_render_and_era_filter_hides_other_eras(browser, page):
+    dom = dump_dom(browser, page, "?era=seed&platform=cuda")
     assert dom.count("<table") == 12, ("summary, what went wrong (the synthetic run has a failing cell), the support "
                                        "table, at a glance on three platforms, legend, two eras with a table and a list "
                                        "each, what changed")
     style = filter_style(dom)
-    assert '[data-f-era]:not([data-f-era~="seed"])' in style, "sections and rows of other eras are hidden"
-    assert '[data-f-platform]:not([data-f-platform~="cuda"])' in style, "listed rows of other platforms are hidden"
+    assert '[data-e]:not([data-e~="seed"])' in style, "sections and rows of other eras are hidden"
+    assert '[data-p]:not([data-p~="cuda"])' in style, "listed rows of other platforms are hidden"
     assert ":nth-child(6)" in style, "the rocm column (6th) of the seed table is hidden by position"
     assert re.search(r'<select id="kv-f-era">', dom) and 'value="seed"' in dom
-    assert filter_style(dump_dom(page, "", tmp_path / "profile2")) == "", "no filter: nothing hidden"
+    assert filter_style(dump_dom(browser, page)) == "", "no filter: nothing hidden"

@@ -12,11 +12,12 @@ import pytest
 from harness.report import render_reports
 from harness.report.build import build_document
 from harness.report.connector_section import hma_verdict
-from harness.report.html import _icon, render_html
+from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
+from harness.report.model import Table
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
-from tests.report.md_helpers import html_table_after, footnotes, table_after
+from tests.report.md_helpers import footnotes, html_page_tables, html_table_after, markdown_tables, table_after
 from tests.report.synthetic import E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, outcome, run_info
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
@@ -398,7 +399,7 @@ def test_allocator_and_throughput_sections():
     assert "- free_order (5 block pool, reference): free queue order" in md
     assert html_table_after(page, '<h2 id="throughput">Throughput') == [
         ["workload", "implementation", "requests/s", "block ops/s", "median s", "ratio vs vLLM"],
-        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "unknown1"],
+        ["pool_churn_k1", "reference", "–", "1,300,000", "–", "❔ unknown [1]"],
         ["request_stream_full", "reference", "1,380.0", "2,000", "0.250000", "2.00×"],
         ["request_stream_full", "vllm", "690.0", "1,000", "0.500000", "1.00×"],
     ]
@@ -446,20 +447,26 @@ def test_html_is_self_contained_and_filterable():
     assert ('<select id="kv-f-platform"><option value="">all</option><option value="cuda">cuda</option>'
             '<option value="rocm">rocm</option><option value="tpu">tpu</option></select>') in page, (
         "platforms in the report's order")
-    assert '<section data-key="config" data-f-era="seed">' in page
-    assert '<th data-f-platform="tpu">tpu · auto</th>' in page
-    assert '<tr data-f-connector="LMCacheConnectorV1">' in page
-    assert "<td data-f" not in page, "only header cells carry a column's tag (the page stays small)"
-    assert f'<td class="k-off">{_icon("⚪")}off<sup><a href="#fn-3-4">4</a></sup></td>' in page  # section 3: after the summary and "What went wrong"
+    assert '<section data-key="config" data-e=seed>' in page
+    assert '<th data-p=tpu>tpu · auto<' in page
+    assert '<tr data-c=LMCacheConnectorV1>' in page
+    assert "<td data-" not in page, "only header cells carry a column's tag (the page stays small)"
+    # section 3 (after the summary and "What went wrong"): its note 4, listed at its end
+    assert '<td class=of>off<sup>4</sup>' in page, "the class draws the symbol; the note is its number"
     assert ('<li id="fn-3-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
             'cache manager because <code>--kv-transfer-config</code> is set.</li>') in page
-    assert '<tr data-f-connector="LMCacheConnectorV1" data-f-platform="rocm">' in page, (
+    assert '<tr data-c=LMCacheConnectorV1 data-p=rocm>' in page, (
         "a listed connector-with-feature row carries its platform for the platform filter")
-    assert '<td>KV events</td>' in page
-    assert f'<td class="k-error">{_icon("❌")}E-HISPARSE-CUDA<sup><a href="#fn-4-4">4</a></sup></td>' in page
-    assert "⚪" not in page and "❌" not in page and "✅" not in page, "no emoji: a font may lack them"
+    assert '<td>KV events<' in page
+    assert '<td class=er>E-HISPARSE-CUDA<sup>4</sup>' in page
+    assert '<li id="fn-4-4" value="4">' in page, "the v0.33 section lists its own note 4"
+    assert '<i class=x>❌</i> refused (E-F)' in page, "a symbol inside a text is marked for the style sheet to draw"
+    icons = re.search(r"<style>(.*?)</style>", page, flags=re.S).group(1)
+    for selector in ("i.y", "td.on::before", "i.x", "td.er::before", "i.o", "td.of::before"):
+        assert re.search(rf"(^|,){re.escape(selector)}[,{{][^}}]*data:image/svg\+xml", icons, flags=re.M), (
+            f"{selector} draws its icon (a font may lack the emoji)")
     assert '<h3 id="era-seed">Era seed (vLLM 0.13.0)<a class="kv-anchor" href="#era-seed"' in page
-    assert '<tr data-f-connector="LMCacheConnectorV1" id="connector-LMCacheConnectorV1">' in page
+    assert '<tr data-c=LMCacheConnectorV1 id=connector-LMCacheConnectorV1>' in page
     assert "**" not in page, "Markdown bold is rendered"
     assert "<strong>auto</strong>" in page and "era=0.33.0" in page, "the filter URL is documented"
     assert "Run 1: commit 000" in page
@@ -471,23 +478,34 @@ def test_html_filter_options_are_single_values():
                for platform in ("rocm", "cuda")]
     entries += [config_entry("v0.33", None, platform, "kv_events", NO_CONNECTOR) for platform in ("rocm", "cuda")]
     page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
-    assert '<tr data-f-era="v0.33" data-f-connector="noconn" data-f-platform="cuda rocm">' in page
+    assert '<tr data-e=v0.33 data-c=noconn data-p="cuda rocm">' in page
     assert 'value="cuda rocm"' not in page
     assert ('<option value="">all</option><option value="cuda">cuda</option><option value="rocm">rocm</option>'
             '</select>') in page
 
 
-def test_big_html_page_packs_its_sections_and_unpacks_to_the_plain_page(monkeypatch):
-    """A full-size report stays under 500 KB: big sections are gzip+base64 and the page unpacks them on load."""
-    import harness.report.html as html_module
+def _same_tables(document) -> None:
+    """Every table of the Markdown report is a <table> of the HTML page, in the same order, with the same rows
+    (read back by the standard library's HTML parser), and no script holds any of it."""
+    page = html_page_tables(render_html(document))
+    shown = [block for section in document.sections for block in section.blocks if isinstance(block, Table)]
+    assert len(page.tables) == len(shown), "one <table> per table of the report"
+    in_markdown = [table for table, block in zip(page.tables, shown) if not block.machine_dependent]
+    # a link to another Markdown page is the same anchor on the one HTML page
+    expected = [[[re.sub(r"\]\([\w.-]+\.md(#[^)\s]+)\)", r"](\1)", cell) for cell in row] for row in table]
+                for table in markdown_tables(render_markdown(document))]
+    assert in_markdown == expected
+    assert page.scripts and all("<t" not in script and "\\u003c" not in script.lower() for script in page.scripts)
+    assert sum(len(script) for script in page.scripts) < 20_000, "the script only filters and searches"
 
-    document = build_document(big_matrix(20_000))
-    packed = render_html(document)
-    assert len(packed.encode()) < 500_000 and 'type="application/x-kv-section"' in packed
-    monkeypatch.setattr(html_module, "PACK_ABOVE_BYTES", 10**12)
-    plain = render_html(document)
-    assert len(plain.encode()) > len(packed.encode()) * 3
-    assert html_module.unpack_sections(packed) == plain, "unpacking gives exactly the plain page"
+
+def test_html_tables_are_the_markdown_tables():
+    _same_tables(build_document(config_document()))
+
+
+def test_html_tables_are_the_markdown_tables_of_a_big_matrix():
+    """Every era, the changes between them, the support table and the at-a-glance tables."""
+    _same_tables(build_document(big_matrix(4_000)))
 
 
 def test_page_script_is_valid_javascript(tmp_path):
@@ -499,54 +517,6 @@ def test_page_script_is_valid_javascript(tmp_path):
     (tmp_path / "page.js").write_text(script)
     done = subprocess.run([node, "--check", str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-
-
-FAKE_DOM = """
-const inserted = [];
-const stub = () => ({value: "", textContent: "", setAttribute() {}, addEventListener() {}});
-const elements = {};
-const packed = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8")).map((data) => ({
-  textContent: data,
-  insertAdjacentHTML(where, html) { inserted.push(html); },
-  remove() {},
-}));
-globalThis.window = {location: {search: ""}};
-globalThis.URLSearchParams = URLSearchParams;
-globalThis.document = {
-  querySelectorAll(selector) { return selector.includes("x-kv-section") ? packed : []; },
-  getElementById(id) { return elements[id] || (elements[id] = stub()); },
-  addEventListener() {},
-};
-require(process.argv[3]);
-setTimeout(() => {
-  console.log(JSON.stringify({inserted, status: elements["kv-filter-status"].textContent}));
-}, 1000);
-"""
-
-
-def test_page_script_unpacks_sections_in_node(tmp_path):
-    """The page's own script, run by node with a stand-in document: it unpacks every packed section exactly."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed (needed to run the page's script)")
-    import base64
-    import gzip
-    import json
-
-    page = render_html(build_document(big_matrix(20_000)))
-    script = page[page.index("<script>") + len("<script>"):page.rindex("</script>")]
-    (tmp_path / "page.js").write_text(script)
-    (tmp_path / "run.js").write_text(FAKE_DOM)
-    data = re.findall(r'<script type="application/x-kv-section">([^<]*)</script>', page)
-    assert data
-    (tmp_path / "data.json").write_text(json.dumps(data))
-    done = subprocess.run([node, str(tmp_path / "run.js"), str(tmp_path / "data.json"), str(tmp_path / "page.js")],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    # each section goes in place of its own script element, so the order they finish in does not matter
-    assert sorted(result["inserted"]) == sorted(gzip.decompress(base64.b64decode(d)).decode() for d in data)
-    assert result["status"] == "0 rows shown", "after unpacking, the filter script ran (no rows in the stand-in)"
 
 
 def test_a_cell_a_known_vllm_defect_produced_is_marked_with_the_defect_and_its_fix():
