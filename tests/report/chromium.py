@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -54,8 +55,9 @@ class Chromium:
 
     def _receive(self, deadline: float) -> dict:
         while b"\0" not in self._buffer:
-            if time.monotonic() > deadline:
-                raise ChromiumError("chromium did not answer in time")
+            ready, _, _ = select.select([self._from_browser], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise ChromiumError(f"chromium did not answer in {self.timeout:.0f} s")
             chunk = os.read(self._from_browser, 1 << 20)
             if not chunk:
                 raise ChromiumError(f"chromium closed the pipe (exit status {self._process.poll()})")

@@ -61,7 +61,7 @@ def test_every_table_stands_without_javascript(browser, page, document):
     assert html_page_tables(dom).tables == html_page_tables(page.read_text(encoding="utf-8")).tables
     support = html_table_after(dom, 'id="support"')
     assert support == table_after(render_markdown(document), '<a id="support"></a>')
-    assert len(support) > 1 and support[1][0] == "LMCacheConnectorV1", "the synthetic run's one connector row"
+    assert len(support) > 1 and "LMCacheConnectorV1" in support[1][0], "the synthetic run's one connector row"
     assert "class=\"kv-nomatch" not in dom and 'id="kv-filter-style"></style>' in dom, "nothing is hidden"
 
 
