@@ -13,7 +13,8 @@ them too and the page's text keeps them.
 Filters for era, platform and connector hide the sections, table columns (their header cell is tagged) and
 rows tagged with ``data-e`` (era), ``data-p`` (platform) and ``data-c`` (connector; `FILTER_ATTRS`); a tag may list
 several values ("cuda rocm"), and the element shows when one of them is selected; a row's tag equal to its
-section's is left to the section. Hiding is done by one generated style
+section's is left to the section, and a tag a column names (a connector's label, the platform column) is set
+by the script from that column (`_ColumnTags`). Hiding is done by one generated style
 sheet (attribute selectors and column positions), not by touching every element, so changing or resetting a
 filter stays fast on a page of thousands of rows. The search box keeps the rows whose text or notes contain
 the query. The filters can be preset from the URL: ``compatibility.html?era=0.13.0&platform=cuda&q=lmcache``
@@ -121,6 +122,19 @@ function notesOf(cell) {
   });
   return out;
 }
+// rows whose tag is a column's text: the column's header says which tag (data-tag), the label -> value map
+// the rest (kv-tag-names; a label missing from it is its own value)
+var tagNames = JSON.parse(document.getElementById("kv-tag-names").textContent);
+document.querySelectorAll("table.kv").forEach(function (table) {
+  table.querySelectorAll("thead th[data-tag]").forEach(function (th) {
+    var attr = th.getAttribute("data-tag"), names = tagNames[attr] || {};
+    var position = Array.prototype.indexOf.call(th.parentNode.children, th);
+    table.querySelectorAll("tbody tr").forEach(function (row) {
+      var text = row.children[position].textContent.trim();
+      row.setAttribute(attr, Object.prototype.hasOwnProperty.call(names, text) ? names[text] : text);
+    });
+  });
+});
 // per searchable row: its text (with its notes) and the filter tags of the row and its section
 var rows = [];
 document.querySelectorAll("table.kv-search tbody tr").forEach(function (row) {
@@ -285,16 +299,72 @@ def _cell(value: Cell, footnotes: Footnotes) -> str:
     return f"<td{f' class={kind}' if kind else ''}>{_inline(text)}{refs}"
 
 
-def _table(table: Table, footnotes: Footnotes, inherited: dict[str, str]) -> str:
+class _ColumnTags:
+    """Row tags the page's script reads from a column instead of an attribute on every row.
+
+    A table whose rows all carry a tag that one column's text names, one label per value across the page (the
+    listed rows' platform column, a connector's label), marks that column's header ``data-tag=c`` and leaves the rows untagged; the
+    script tags them on load. One label -> value map per page (`names`, only where the two differ) keeps the
+    labels that are not the value itself (``no connector`` -> ``noconn``); a table whose labels would
+    contradict it keeps its row attributes."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, str]] = {key: {} for key in FILTER_KEYS}
+
+    def names(self) -> dict[str, dict[str, str]]:
+        """Attribute -> label -> value, for the labels that differ from their value."""
+        return {FILTER_ATTRS[key]: {label: value for label, value in seen.items() if label != value}
+                for key, seen in self._seen.items()}
+
+    def columns(self, table: Table) -> dict[str, int]:
+        """Filter key -> the column whose text gives every row's tag (and remember the labels)."""
+        found: dict[str, int] = {}
+        filters = table.row_filters or []
+        for key in FILTER_KEYS:
+            values = [f.get(key) for f in filters]
+            # a tag every row shares is no column's doing (the at-a-glance table of one platform)
+            if len(set(values)) < 2 or None in values:
+                continue
+            texts = [[row[c] if isinstance(row[c], str) and _plain(row[c]) else None for row in table.rows]
+                     for c in range(len(table.headers))]
+            # a column that shows the tag itself first (the listed rows' platform), then the others by position
+            for column in sorted(range(len(texts)), key=lambda c: (texts[c] != values, c)):
+                labels = texts[column]
+                if None in labels:
+                    continue
+                # one label per value and one value per label, across the page: the column names the tag
+                pairs, names = dict(self._seen[key]), {v: k for k, v in self._seen[key].items()}
+                if all(pairs.setdefault(label, value) == value and names.setdefault(value, label) == label
+                       for label, value in zip(labels, values)):
+                    self._seen[key] = pairs
+                    found[key] = column
+                    break
+        return found
+
+
+_MARKUP = re.compile("[`*\\[" + "".join(SYMBOL_CLASSES) + "]")
+
+
+def _plain(text: str) -> bool:
+    """Whether the cell's text is its `textContent` in the page (no Markdown rendered, no symbol marked, no
+    whitespace the script's trim would drop)."""
+    return bool(text) and text == text.strip() and "\n" not in text and not _MARKUP.search(text)
+
+
+def _table(table: Table, footnotes: Footnotes, inherited: dict[str, str], tags: _ColumnTags) -> str:
     columns = table.column_filters or [{}] * len(table.headers)
+    from_columns = tags.columns(table)
+    marks = {column: key for key, column in from_columns.items()}
     parts = [f'<table class="kv{" kv-search" if table.search else ""}"><thead><tr>']
     # only the header cell carries a column's tag: the page's style sheet hides the column by position
-    parts += [f"<th{_filter_attrs(f)}>{_inline(h)}" for h, f in zip(table.headers, columns)]
+    parts += [f"<th{_filter_attrs(f)}{_attr('data-tag', FILTER_ATTRS[marks[i]]) if i in marks else ''}>{_inline(h)}"
+              for i, (h, f) in enumerate(zip(table.headers, columns))]
     parts.append("</thead><tbody>")
     row_filters = table.row_filters or [None] * len(table.rows)
     anchors = table.row_anchors or [None] * len(table.rows)
     for row, filters, anchor in zip(table.rows, row_filters, anchors):
-        parts.append(f"\n<tr{_filter_attrs(filters, inherited)}{_attr('id', anchor) if anchor else ''}>")
+        own = {k: v for k, v in filters.items() if k not in from_columns} if filters else filters
+        parts.append(f"\n<tr{_filter_attrs(own, inherited)}{_attr('id', anchor) if anchor else ''}>")
         parts += [f"<td>{_inline(value)}" if isinstance(value, str) else _cell(value, footnotes) for value in row]
     parts.append("</tbody></table>")
     return "".join(parts)
@@ -305,7 +375,7 @@ def _linked(text: str) -> str:
     return link_references(text, lambda label, href: f'<a href="{_esc(href)}">{_esc(label)}</a>', _inline)
 
 
-def _block(block, footnotes: Footnotes, inherited: dict[str, str]) -> str:
+def _block(block, footnotes: Footnotes, inherited: dict[str, str], tags: _ColumnTags) -> str:
     if isinstance(block, Heading):
         anchor = block.anchor or _slug(block.text)
         return (f'<h{block.level} id="{_esc(anchor)}">{_inline(block.text)}'
@@ -314,7 +384,7 @@ def _block(block, footnotes: Footnotes, inherited: dict[str, str]) -> str:
         return f"<p>{_linked(block.text)}</p>"
     if isinstance(block, BulletList):
         return "<ul>" + "".join(f"<li>{_linked(item)}</li>" for item in block.items) + "</ul>"
-    return _table(block, footnotes, inherited)
+    return _table(block, footnotes, inherited, tags)
 
 
 def _slug(text: str) -> str:
@@ -344,11 +414,11 @@ def _filter_values(sections: list[Section]) -> dict[str, list[str]]:
     return {key: list(found) for key, found in values.items()}
 
 
-def _section(index: int, section: Section) -> str:
+def _section(index: int, section: Section, tags: _ColumnTags) -> str:
     """One section's HTML; its notes are numbered per section and listed at its end, next to its tables."""
     footnotes, prefix = Footnotes(), f"fn-{index}-"
     parts = [f'<section data-key="{_esc(section.key)}"{_filter_attrs(section.filters)}>']
-    parts += [_block(block, footnotes, section.filters) for block in section.blocks]
+    parts += [_block(block, footnotes, section.filters, tags) for block in section.blocks]
     definitions = footnotes.take_new()
     if definitions:
         parts.append('<ol class="footnotes">' + "".join(
@@ -364,12 +434,17 @@ URL_HELP = ("Link to a filtered view: `compatibility.html?era=0.33.0&platform=ro
             "filters need JavaScript, the tables do not.")
 
 
-def _era_starts() -> str:
+def _era_starts() -> dict:
     """The eras' first releases for the page's `?era=X.Y.Z` (from the era data, never a list typed here)."""
     from harness.eras import ERA_FIRST_VERSIONS, NEWEST_EXCLUSIVE
 
-    return json.dumps({"eras": [[era, list(first)] for era, first in ERA_FIRST_VERSIONS.items()],
-                       "newest_exclusive": list(NEWEST_EXCLUSIVE)})
+    return {"eras": [[era, list(first)] for era, first in ERA_FIRST_VERSIONS.items()],
+            "newest_exclusive": list(NEWEST_EXCLUSIVE)}
+
+
+def _json_in_script(data) -> str:
+    """JSON that cannot end its <script> element early."""
+    return json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
 
 
 def render_html(document: Document, run_details: list[str] | None = None) -> str:
@@ -387,9 +462,11 @@ def render_html(document: Document, run_details: list[str] | None = None) -> str
         f'<div id="kv-filters">{controls}<label>search <input id="kv-q" type="search" '
         f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span>'
         f'<p id="kv-url-help">{_inline(URL_HELP)}</p></div>',
-        f'<script type="application/json" id="kv-era-starts">{_era_starts()}</script>',
+        f'<script type="application/json" id="kv-era-starts">{_json_in_script(_era_starts())}</script>',
     ]
-    body += [_section(index, section) for index, section in enumerate(document.sections)]
+    tags = _ColumnTags()
+    body += [_section(index, section, tags) for index, section in enumerate(document.sections)]
+    body.append(f'<script type="application/json" id="kv-tag-names">{_json_in_script(tags.names())}</script>')
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -113,4 +113,5 @@ def test_full_size_html_page_stands_without_scripts_and_stays_small(fresh):
     assert page.count("<table") == len(tables) > 20
     assert page.count("\n<tr") == sum(len(table.rows) for table in tables), "every row is in the page"
     scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.S)
-    assert len(scripts) == 2 and sum(map(len, scripts)) < 20_000, "only the filter script and the era list"
+    assert len(scripts) == 3 and sum(map(len, scripts)) < 20_000, (
+        "only the filter script, the eras' first releases and the labels of the filter tags")

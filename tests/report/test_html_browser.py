@@ -75,6 +75,9 @@ def test_every_table_stands_without_javascript(browser, page, document):
     ("?era=seed", 8),  # the change arrives in v0.33
     ("?era=v0.33", 9),
     ("?connector=LMCacheConnectorV1", 7),
+    # "no connector" rows are tagged by the script from their label: three at-a-glance rows, one per era table
+    ("?connector=noconn", 5),
+    ("?era=seed&connector=noconn", 4),
     ("?platform=tpu", 7),  # the seed list's rocm row and the cuda-only change row are hidden
     ("?era=seed&platform=rocm", 5),
     ("?era=seed&platform=cuda", 5),

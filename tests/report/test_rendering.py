@@ -449,7 +449,9 @@ def test_html_is_self_contained_and_filterable():
         "platforms in the report's order")
     assert '<section data-key="config" data-e=seed>' in page
     assert '<th data-p=tpu>tpu · auto<' in page
-    assert '<tr data-c=LMCacheConnectorV1>' in page
+    assert '<th data-tag=data-c>connector<th>feature' in page and "\n<tr><td>LMCacheConnectorV1<td>no feature" in page, (
+        "an era table's rows are tagged from their connector column by the script (no attribute per row)")
+    assert '"data-c": {"no connector": "noconn"}' in page, "the labels that are not their connector's id"
     assert "<td data-" not in page, "only header cells carry a column's tag (the page stays small)"
     # section 3 (after the summary and "What went wrong"): its note 4, listed at its end
     assert '<td class=of>off<sup>4</sup>' in page, "the class draws the symbol; the note is its number"
