@@ -42,7 +42,7 @@ FILTER_ATTRS = {"era": "data-e", "platform": "data-p", "connector": "data-c"}
 # The report's symbols, each with the class that draws it and its icon (a 16x16 SVG). A browser without an
 # emoji font shows an empty box for ✅ ❌ ❔; the icon is drawn by the style sheet instead (the text keeps the
 # symbol for readers without CSS, and every symbol-only cell also carries its word: `display_text`).
-SYMBOL_CLASSES = {"✅": "y", "⚪": "o", "❌": "x", "❔": "q", "❗": "d", "➖": "n"}
+SYMBOL_CLASSES = {"✅": "y", "⚪": "o", "❌": "x", "❔": "q", "❗": "d", "➖": "n", "🐞": "b"}
 _ICONS = {
     "✅": '<circle cx="8" cy="8" r="7" fill="#1a7f37"/><path d="M4.5 8.5l2.3 2.3 4.7-5" stroke="#fff" '
          'stroke-width="1.8" fill="none"/>',
@@ -53,6 +53,10 @@ _ICONS = {
          'stroke="#fff" stroke-width="1.6" fill="none"/><circle cx="8" cy="12" r="1" fill="#fff"/>',
     "❗": '<path d="M8 1l7 13H1z" fill="#cf222e"/><path d="M8 5.5v4.5M8 11.5v1.2" stroke="#fff" stroke-width="1.6"/>',
     "➖": '<path d="M3 8h10" stroke="#6e7781" stroke-width="2"/>',
+    "🐞": '<path d="M3.2 6.5L1 5M12.8 6.5L15 5M3 9.5H.8M13 9.5h2.2M3.4 12.5L1.5 14M12.6 12.5l1.9 1.5" stroke="#24292f" '
+         'stroke-width="1.2"/><circle cx="8" cy="4" r="2.4" fill="#24292f"/><ellipse cx="8" cy="9.6" rx="4.8" '
+         'ry="5.6" fill="#cf222e"/><path d="M8 4.6V15" stroke="#24292f" stroke-width="1"/><circle cx="5.9" cy="8.2" '
+         'r="1" fill="#24292f"/><circle cx="10.1" cy="11.2" r="1" fill="#24292f"/>',
 }
 # A cell's kind -> its class (background colour) and the symbol its text starts with when it has one.
 KIND_CLASSES = {"on": "on", "pass": "ok", "off": "of", "na": "na", "error": "er", "fail": "fl", "unknown": "un",
@@ -85,7 +89,7 @@ h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin
 #kv-filters label{margin-right:1em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:normal;min-width:4em;max-width:32em}
-i.y,i.o,i.x,i.q,i.d,i.n,td[class]::before{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;
+i.y,i.o,i.x,i.q,i.d,i.n,i.b,td[class]::before{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;
 overflow:hidden;text-indent:2em;white-space:nowrap;background:no-repeat center/contain;font-style:normal}
 td[class]::before{content:"";margin-right:.3em}td.ni::before{content:none}
 h2 a.kv-anchor,h3 a.kv-anchor{visibility:hidden;margin-left:.3em;text-decoration:none;color:#57606a}

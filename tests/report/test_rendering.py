@@ -464,7 +464,8 @@ def test_html_is_self_contained_and_filterable():
     assert '<li id="fn-4-4" value="4">' in page, "the v0.33 section lists its own note 4"
     assert '<i class=x>❌</i> refused (E-F)' in page, "a symbol inside a text is marked for the style sheet to draw"
     icons = re.search(r"<style>(.*?)</style>", page, flags=re.S).group(1)
-    for selector in ("i.y", "td.on::before", "i.x", "td.er::before", "i.o", "td.of::before"):
+    assert "<i class=b>🐞</i> = the outcome is that of a known vLLM defect" in page, "the defect mark is drawn too"
+    for selector in ("i.y", "td.on::before", "i.x", "td.er::before", "i.o", "td.of::before", "i.b"):
         assert re.search(rf"(^|,){re.escape(selector)}[,{{][^}}]*data:image/svg\+xml", icons, flags=re.M), (
             f"{selector} draws its icon (a font may lack the emoji)")
     assert '<h3 id="era-seed">Era seed (vLLM 0.13.0)<a class="kv-anchor" href="#era-seed"' in page
