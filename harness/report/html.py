@@ -87,6 +87,7 @@ h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin
 .run{color:#57606a}
 #kv-filters{position:sticky;top:0;background:#f6f8fa;padding:.5em;border:1px solid #d0d7de;z-index:2}
 #kv-filters label{margin-right:1em}
+html:not(.kv-js) #kv-controls{display:none}html:not(.kv-js) #kv-filters{position:static}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #d0d7de;padding:.2em .45em;text-align:center;white-space:normal;min-width:4em;max-width:32em}
 i.y,i.o,i.x,i.q,i.d,i.n,i.b,td[class]::before{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;
@@ -109,6 +110,7 @@ ol.footnotes{font-size:.85em;color:#3d444d}
 
 _JS = """
 (function () {
+document.documentElement.classList.add("kv-js");  // the filters show only where they work
 var keys = ["era", "platform", "connector"];
 var attrs = {era: "data-e", platform: "data-p", connector: "data-c"};
 var box = document.getElementById("kv-q");
@@ -438,6 +440,10 @@ URL_HELP = ("Link to a filtered view: `compatibility.html?era=0.33.0&platform=ro
             "filters need JavaScript, the tables do not.")
 
 
+# Shown instead of the filters where scripts are off (the filters would do nothing there).
+NO_SCRIPT_NOTE = "Scripts are off: every table below is complete; the filters and the search need JavaScript."
+
+
 def _era_starts() -> dict:
     """The eras' first releases for the page's `?era=X.Y.Z` (from the era data, never a list typed here)."""
     from harness.eras import ERA_FIRST_VERSIONS, NEWEST_EXCLUSIVE
@@ -463,8 +469,9 @@ def render_html(document: Document, run_details: list[str] | None = None) -> str
         f"<h1>{_esc(document.title)}</h1>",
         f'<p class="run">{_esc(document.run_line)}</p>',
         *(f'<p class="run">{_esc(line)}</p>' for line in run_details or ()),
-        f'<div id="kv-filters">{controls}<label>search <input id="kv-q" type="search" '
-        f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span>'
+        f'<div id="kv-filters"><noscript><p>{NO_SCRIPT_NOTE}</p></noscript>'
+        f'<span id="kv-controls">{controls}<label>search <input id="kv-q" type="search" '
+        f'placeholder="connector, feature, warning…"></label><span id="kv-filter-status"></span></span>'
         f'<p id="kv-url-help">{_inline(URL_HELP)}</p></div>',
         f'<script type="application/json" id="kv-era-starts">{_json_in_script(_era_starts())}</script>',
     ]

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from harness.report.build import build_document
-from harness.report.html import render_html
+from harness.report.html import NO_SCRIPT_NOTE, render_html
 from harness.report.markdown import render_markdown
 from tests.report.chromium import CHROMIUM, Chromium
 from tests.report.md_helpers import html_page_tables, html_table_after, table_after
@@ -63,6 +63,8 @@ def test_every_table_stands_without_javascript(browser, page, document):
     assert support == table_after(render_markdown(document), '<a id="support"></a>')
     assert len(support) > 1 and "LMCacheConnectorV1" in support[1][0], "the synthetic run's one connector row"
     assert "class=\"kv-nomatch" not in dom and 'id="kv-filter-style"></style>' in dom, "nothing is hidden"
+    assert NO_SCRIPT_NOTE in dom and '<html lang="en">' in dom, "the filters are hidden and the page says why"
+    assert '<html lang="en" class="kv-js">' in dump_dom(browser, page), "with scripts the filters show"
 
 
 # Query -> rows shown: the support table has 1 row (LMCacheConnectorV1, connector tag only), "at a glance"
