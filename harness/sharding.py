@@ -32,6 +32,8 @@ from pathlib import Path
 FORMAT = "kvconform-durations"
 DEFAULT_DURATIONS = Path(__file__).resolve().parent / "shard_durations.json"
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+# A results entry's suffix for a test's second, third, ... record (`harness.plugins.results`).
+_RECORD_SUFFIX = re.compile(r"#\d+$")
 #: A test at least this slow is listed with its own seconds; faster ones count by their function's mean.
 SLOW_TEST_SECONDS = 0.5
 
@@ -64,7 +66,7 @@ def parse_shard(value: str) -> Shard:
 def function_key(nodeid: str) -> str:
     """The durations file's key of a test: its node id without parameters and without a results entry's
     '#index' suffix ('suites/x.py::test_a[p1-p2]#1' -> 'suites/x.py::test_a')."""
-    base = nodeid.split("#", 1)[0]
+    base = _RECORD_SUFFIX.sub("", nodeid)
     head, bracket, _ = base.partition("[")
     return head if bracket else base
 
@@ -94,7 +96,7 @@ def durations_from_results(entries: Iterable[Mapping]) -> dict:
     table: dict[str, dict[str, float]] = {}
     for entry in entries:
         nodeid = str(entry["id"])
-        if "#" in nodeid:
+        if _RECORD_SUFFIX.search(nodeid):
             continue
         seconds = float(entry.get("duration") or 0.0)
         if seconds >= SLOW_TEST_SECONDS:

@@ -64,6 +64,7 @@ def test_parse_shard_accepts_k_of_n_only():
 def test_function_key_drops_parameters_and_record_suffix():
     assert function_key("suites/x.py::test_a[p1-p[2]]#1") == "suites/x.py::test_a"
     assert function_key("suites/x.py::Cls::test_b") == "suites/x.py::Cls::test_b"
+    assert function_key("suites/x.py::test_c[a#b]") == "suites/x.py::test_c"
 
 
 def _ids() -> list[str]:
