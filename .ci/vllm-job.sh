@@ -24,7 +24,8 @@
 # was skipped and why, and how long each step took.
 #
 # Environment:
-#   KVCONFORM_CI_VLLM_RELEASES    releases to run, newest first (default: RELEASES below)
+#   KVCONFORM_CI_VLLM_RELEASES    releases to run, newest first (default: .ci/vllm-releases, one release a line, the
+#                                 list the GitHub Actions workflow's matrix reads too)
 #   KVCONFORM_CI_VLLM_VENV_ROOT   use prebuilt venvs ROOT/vllm-<release> as they are (no install step);
 #                                 default: install into .cache/venvs/vllm-<release> (idempotent)
 #   KVCONFORM_CI_VLLM_OUT         results, JUnit files, reports (default .cache/ci-vllm, outside reports/)
@@ -41,7 +42,8 @@ ROOT=$PWD
 # The venvs may carry kvconform installed from another checkout: this checkout's code comes first.
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-RELEASES=(0.34.0 0.33.0 0.13.0)
+# The release list's one home: .ci/vllm-releases (.github/workflows/vllm-job.yml makes one runner per line).
+mapfile -t RELEASES < <(grep -v '^[[:space:]]*#' .ci/vllm-releases | awk 'NF { print $1 }')
 # The engine step's connectors, those of them the release registers: vLLM's own HMA connectors that run on
 # CPU, and ExampleConnector, the one whose worker runs on CPU on every release from 0.13.0 (about a minute
 # each on 2 cores).
@@ -268,17 +270,15 @@ for R in "${RELEASES[@]}"; do
     remove_venv "$R"
 done
 
-# The summary: per release, each step's status, time and note (skip reasons in full).
+# The summary: per release, each step's status, time and note (skip reasons in full), and install against
+# judging time; rendered by .ci/vllm-summary.sh from the two plain files beside it (the workflow's last job renders
+# every runner's together).
 cpu_seconds
-{
-    echo "# vLLM CI job: $(date -u +%Y-%m-%dT%H:%M:%SZ), total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
-         "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \
-         "$(free_gib .cache) GiB at the end"
-    echo
-    echo "| release | step | status | wall s | note |"
-    echo "| --- | --- | --- | --- | --- |"
-    for row in "${SUMMARY_ROWS[@]}"; do IFS='|' read -r r s st sec note <<< "$row"; echo "| $r | $s | $st | $sec | $note |"; done
-} > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
+echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), releases ${RELEASES[*]}, total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
+     "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \
+     "$(free_gib .cache) GiB at the end" > "$OUT/summary-head.txt"
+if (( ${#SUMMARY_ROWS[@]} )); then printf '%s\n' "${SUMMARY_ROWS[@]}"; fi > "$OUT/summary-rows.txt"
+.ci/vllm-summary.sh "$OUT" > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
 cat "$OUT/summary.md"
 if (( ${#FAILED[@]} )); then
     say "failed: ${FAILED[*]}" >&2
