@@ -12,7 +12,15 @@
 # but the modules kvconform runs (vllm.config, v1/core, the KV connectors, the scheduler) import and run on
 # 2.13.0's CPU build: the install check below proves the imports, and the CI job's steps run on it.
 # Idempotent: a finished venv carries a stamp and is left alone on the next call.
-# Downloads are cached under .cache/ (pip cache and the vLLM wheels) so CI can reuse them.
+#
+# Install once: everything the venv needs is downloaded once into a wheelhouse (.cache/wheelhouse: torch's CPU
+# build and its dependencies, the light dependencies, the test tools, setuptools; the vLLM wheel stays in
+# .cache/wheels), marked complete by a stamp keyed by the release, the dependency list's hash and the tool list;
+# every install then runs with --no-index --find-links on those files, so a second venv of the same release (a
+# CI run restoring the cache) downloads nothing and needs no network. Sources without a wheel are built into
+# wheels once, when the wheelhouse is filled.
+#   KVCONFORM_TORCH_INDEX_URL   index for torch's CPU build when the wheelhouse is filled (CI on a plain Linux
+#                               runner: https://download.pytorch.org/whl/cpu); default: pip's configuration
 set -euo pipefail
 
 usage() { echo "usage: scripts/install-vllm.sh VERSION [VENV_DIR]   (VERSION like 0.33.0)" >&2; exit 2; }
@@ -46,35 +54,60 @@ if [[ -f $STAMP && "$(cat "$STAMP")" == "$stamp_value" ]]; then
 fi
 
 t0=$(date +%s)
-mkdir -p "$WHEELS" "$PIP_CACHE_DIR" "$(dirname "$VENV")"
+HOUSE=$CACHE/wheelhouse
+mkdir -p "$WHEELS" "$HOUSE" "$PIP_CACHE_DIR" "$(dirname "$VENV")"
 [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 
 # torch is pinned for every step so that no dependency can replace the CPU build.
 CONSTRAINTS=$CACHE/install-vllm-constraints.txt
 echo "torch==2.13.0" > "$CONSTRAINTS"
-
-echo "install-vllm: [1/4] torch==2.13.0 (CPU build)"
-"${PIP[@]}" install -c "$CONSTRAINTS" torch==2.13.0
-
-echo "install-vllm: [2/4] vllm==$VERSION wheel (--no-deps)"
-wheel=$(ls "$WHEELS"/vllm-"$VERSION"-*.whl 2>/dev/null | head -1 || true)
-if [[ -z $wheel ]]; then
-    "${PIP[@]}" download --no-deps --only-binary=:all: -d "$WHEELS" "vllm==$VERSION"
-    wheel=$(ls "$WHEELS"/vllm-"$VERSION"-*.whl | head -1)
-fi
-"${PIP[@]}" install --no-deps "$wheel"
-
-echo "install-vllm: [3/4] light dependencies from $(basename "$deps_file")"
+TOOLS=(pytest pytest-xdist pytest-benchmark hypothesis tabulate "setuptools>=68" wheel)
 mapfile -t deps < <(grep -v '^\s*#' "$deps_file" | grep -v -- '--no-deps' | awk 'NF {print $1}')
 mapfile -t nodeps < <(grep -v '^\s*#' "$deps_file" | grep -- '--no-deps' | awk 'NF {print $1}')
-"${PIP[@]}" install -c "$CONSTRAINTS" "${deps[@]}"
-if (( ${#nodeps[@]} )); then "${PIP[@]}" install --no-deps "${nodeps[@]}"; fi
 
-echo "install-vllm: [4/4] kvconform (editable, --no-deps) and its test tools"
-"${PIP[@]}" install -c "$CONSTRAINTS" pytest pytest-xdist pytest-benchmark hypothesis tabulate
-"${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT" 2>/dev/null \
-    || "${PIP[@]}" install --no-deps -e "$ROOT"
+# ---- the wheelhouse: filled once per release and dependency list -------------------------------------------
+house_key="vllm==$VERSION torch==2.13.0 deps:$(sha256sum "$deps_file" | cut -c1-16) tools:$(echo "${TOOLS[*]}" | sha256sum | cut -c1-16)"
+HOUSE_STAMP=$HOUSE/.vllm-$VERSION.stamp
+wheel=$(ls "$WHEELS"/vllm-"$VERSION"-*.whl 2>/dev/null | head -1 || true)
+if [[ -n $wheel && -f $HOUSE_STAMP && "$(cat "$HOUSE_STAMP")" == "$house_key" ]]; then
+    echo "install-vllm: [1/3] wheelhouse $HOUSE has every file of vLLM $VERSION: nothing to download"
+else
+    echo "install-vllm: [1/3] filling the wheelhouse $HOUSE (once per release and dependency list)"
+    td=$(date +%s)
+    rm -f "$HOUSE_STAMP"
+    "${PIP[@]}" download -d "$HOUSE" ${KVCONFORM_TORCH_INDEX_URL:+--index-url "$KVCONFORM_TORCH_INDEX_URL"} torch==2.13.0
+    # The other downloads look in the wheelhouse first, so that torch's CPU build there (its version 2.13.0+cpu sorts
+    # above a plain index's 2.13.0) satisfies a dependency that asks for torch, never a CUDA build.
+    DL=("${PIP[@]}" download -d "$HOUSE" --find-links "$HOUSE")
+    if [[ -z $wheel ]]; then
+        "${PIP[@]}" download --no-deps --only-binary=:all: -d "$WHEELS" "vllm==$VERSION"
+        wheel=$(ls "$WHEELS"/vllm-"$VERSION"-*.whl | head -1)
+    fi
+    "${DL[@]}" -c "$CONSTRAINTS" "${deps[@]}" "${TOOLS[@]}"
+    if (( ${#nodeps[@]} )); then "${DL[@]}" --no-deps "${nodeps[@]}"; fi
+    # An sdist becomes a wheel now, so that no install from the wheelhouse builds anything.
+    shopt -s nullglob
+    sdists=("$HOUSE"/*.tar.gz "$HOUSE"/*.zip)
+    shopt -u nullglob
+    if (( ${#sdists[@]} )); then
+        "${PIP[@]}" wheel --no-deps -w "$HOUSE" "${sdists[@]}" && rm -f "${sdists[@]}"
+    fi
+    echo "$house_key" > "$HOUSE_STAMP"
+    echo "install-vllm: wheelhouse filled in $(( $(date +%s) - td ))s ($(du -sh "$HOUSE" | cut -f1) in $HOUSE)"
+fi
+
+# ---- the venv, from local files only ---------------------------------------------------------------------------
+LOCAL=("${PIP[@]}" install --no-index --find-links "$HOUSE")
+echo "install-vllm: [2/3] torch==2.13.0 (CPU build), vllm==$VERSION (--no-deps), light dependencies from $(basename "$deps_file"), from local files"
+"${LOCAL[@]}" -c "$CONSTRAINTS" torch==2.13.0
+"${LOCAL[@]}" --no-deps "$wheel"
+"${LOCAL[@]}" -c "$CONSTRAINTS" "${deps[@]}"
+if (( ${#nodeps[@]} )); then "${LOCAL[@]}" --no-deps "${nodeps[@]}"; fi
+
+echo "install-vllm: [3/3] kvconform (editable, --no-deps) and its test tools, from local files"
+"${LOCAL[@]}" -c "$CONSTRAINTS" "${TOOLS[@]}"
+"${LOCAL[@]}" --no-deps --no-build-isolation -e "$ROOT"
 
 # Prove the install is usable for kvconform's purpose before stamping it.
 "$VENV/bin/python" - <<'PY'
