@@ -45,8 +45,11 @@ for f in $(ls "$DEPS_DIR" | sort -t. -k2,2n); do
 done
 [[ -n $deps_file ]] || { echo "install-vllm: no dependency list for vLLM $VERSION in $DEPS_DIR (oldest known: $(ls "$DEPS_DIR" | sort -t. -k2,2n | head -1))" >&2; exit 2; }
 
-# The stamp records what the venv was built from; same inputs -> nothing to do.
-stamp_value="vllm==$VERSION $(sha256sum "$deps_file" | cut -c1-16) $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
+# What a venv (and the wheelhouse's share for this release) is built from: the release, torch, the dependency
+# list and the test tools. The venv's stamp and the wheelhouse's stamp record it; same inputs -> nothing to do
+# (an edit of this script alone reinstalls nothing: a CI cache restored under a new key stays usable).
+TOOLS=(pytest pytest-xdist pytest-benchmark hypothesis tabulate "setuptools>=68" wheel)
+stamp_value="vllm==$VERSION torch==2.13.0 deps:$(sha256sum "$deps_file" | cut -c1-16) tools:$(echo "${TOOLS[*]}" | sha256sum | cut -c1-16)"
 STAMP=$VENV/.kvconform-vllm-stamp
 if [[ -f $STAMP && "$(cat "$STAMP")" == "$stamp_value" ]]; then
     echo "install-vllm: $VENV already has vLLM $VERSION (delete it to reinstall)"
@@ -62,15 +65,13 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # torch is pinned for every step so that no dependency can replace the CPU build.
 CONSTRAINTS=$CACHE/install-vllm-constraints.txt
 echo "torch==2.13.0" > "$CONSTRAINTS"
-TOOLS=(pytest pytest-xdist pytest-benchmark hypothesis tabulate "setuptools>=68" wheel)
 mapfile -t deps < <(grep -v '^\s*#' "$deps_file" | grep -v -- '--no-deps' | awk 'NF {print $1}')
 mapfile -t nodeps < <(grep -v '^\s*#' "$deps_file" | grep -- '--no-deps' | awk 'NF {print $1}')
 
 # ---- the wheelhouse: filled once per release and dependency list -------------------------------------------
-house_key="vllm==$VERSION torch==2.13.0 deps:$(sha256sum "$deps_file" | cut -c1-16) tools:$(echo "${TOOLS[*]}" | sha256sum | cut -c1-16)"
 HOUSE_STAMP=$HOUSE/.vllm-$VERSION.stamp
 wheel=$(ls "$WHEELS"/vllm-"$VERSION"-*.whl 2>/dev/null | head -1 || true)
-if [[ -n $wheel && -f $HOUSE_STAMP && "$(cat "$HOUSE_STAMP")" == "$house_key" ]]; then
+if [[ -n $wheel && -f $HOUSE_STAMP && "$(cat "$HOUSE_STAMP")" == "$stamp_value" ]]; then
     echo "install-vllm: [1/3] wheelhouse $HOUSE has every file of vLLM $VERSION: nothing to download"
 else
     echo "install-vllm: [1/3] filling the wheelhouse $HOUSE (once per release and dependency list)"
@@ -93,7 +94,7 @@ else
     if (( ${#sdists[@]} )); then
         "${PIP[@]}" wheel --no-deps -w "$HOUSE" "${sdists[@]}" && rm -f "${sdists[@]}"
     fi
-    echo "$house_key" > "$HOUSE_STAMP"
+    echo "$stamp_value" > "$HOUSE_STAMP"
     echo "install-vllm: wheelhouse filled in $(( $(date +%s) - td ))s ($(du -sh "$HOUSE" | cut -f1) in $HOUSE)"
 fi
 
