@@ -21,6 +21,8 @@ WRITTEN = [
     "reports/results-vllm.json", "reports/vllm/compatibility.md", "reports/throughput/compatibility.md",
     "my-report/compatibility.md", "my-report/results.json.gz",                              # vendor.md
     "merged.json", "merged.json.gz", "results-connectors-vllm-0.33.0.json",                 # merge -o, pytest
+    "reports/ci/shard1/results.json.gz", "shard2.json",                                     # ci.md's shards
+    "out/summary.md", "outs/vllm-job-0.34.0/summary-rows.txt", "summary.md",                # vllm-job.yml
 ]
 COMMITTED = ["reports/compatibility.md", "reports/compatibility-v0.34.md", "reports/.gitkeep", "pyproject.toml"]
 
