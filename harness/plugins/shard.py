@@ -8,8 +8,11 @@ results files is the whole run and says how it was assembled.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE
 from harness.plugins.results import add_run_info
 from harness.sharding import DEFAULT_DURATIONS, NO_DURATIONS, ShardError, load_durations, parse_shard, select
 
@@ -48,14 +51,28 @@ def pytest_configure(config):
     add_run_info(config, shard=str(config.stash[_SHARD]))
 
 
+def shard_id(item) -> str:
+    """The id a test is sharded and weighed by: its node id, except that a test of the installed kvconform suites is
+    named from the `suites` folder (`suites/config/test_matrix.py::...`) whatever pytest's rootdir, so machines whose
+    suites lie in different places (a checkout, a venv's site-packages) cut the same shards and find the
+    durations file's entries."""
+    try:
+        relative = Path(item.path).resolve().relative_to(SUITES_DIR)
+    except (ValueError, OSError, AttributeError):
+        return item.nodeid
+    _, sep, rest = item.nodeid.partition("::")
+    return f"{SUITES_PACKAGE}/{relative.as_posix()}{sep}{rest}"
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m and every other selection
 def pytest_collection_modifyitems(session, config, items):
     shard = config.stash.get(_SHARD, None)
     if shard is None or not items:
         return
-    chosen = select((item.nodeid for item in items), shard, config.stash[_DURATIONS])
-    kept = [item for item in items if item.nodeid in chosen]
-    dropped = [item for item in items if item.nodeid not in chosen]
+    ids = {item: shard_id(item) for item in items}
+    chosen = select(ids.values(), shard, config.stash[_DURATIONS])
+    kept = [item for item in items if ids[item] in chosen]
+    dropped = [item for item in items if ids[item] not in chosen]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

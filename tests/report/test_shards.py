@@ -13,10 +13,13 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness.commands.diff import EXIT_NO_REGRESSION
+from harness.plugins.activation import SUITES_DIR
+from harness.plugins.shard import shard_id
 from harness.results_model import load_results
 from harness.sharding import (DEFAULT_DURATIONS, Durations, Shard, ShardError, assign, durations_from_results,
                               dumps_durations, function_key, load_durations, parse_shard, select)
@@ -186,3 +189,16 @@ def test_bad_shard_options_are_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.strip().endswith("nope.json: no such file"), done.stderr
     done = _kvconform("durations", str(tmp_path / "test_demo.py"), "-o", str(tmp_path / "d.json"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "kvconform durations: results file" in done.stderr
+
+
+
+def test_a_suite_test_is_sharded_by_its_path_under_suites_whatever_the_rootdir():
+    """Machines whose suites lie elsewhere (a checkout, an installed package) get other node ids for the same test;
+    the shard is cut, and the durations looked up, on its path under `suites/`."""
+    path = SUITES_DIR / "config" / "test_matrix.py"
+    ids = [shard_id(SimpleNamespace(path=path, nodeid=f"{prefix}test_matrix.py::test_config_cell[seed-1]"))
+           for prefix in ("suites/config/", "", "../venv/lib/python3.11/site-packages/suites/config/")]
+    assert ids == ["suites/config/test_matrix.py::test_config_cell[seed-1]"] * 3
+    assert load_durations(DEFAULT_DURATIONS).known(ids[0]) is not None
+    elsewhere = SimpleNamespace(path=REPO / "tests" / "test_x.py", nodeid="tests/test_x.py::test_y")
+    assert shard_id(elsewhere) == "tests/test_x.py::test_y"
