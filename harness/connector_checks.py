@@ -143,6 +143,14 @@ _RECORDS = (
           "every whole stored block and never the partial one, and reads right", not_for=_NOT_STORED_HITS),
     Check("C41", "MUST", "eagle-drops-last-block", "under EAGLE / MTP speculative decoding a hit leaves its last block "
           "to recompute, and the load writes nothing past the hit", not_for=_NOT_STORED_HITS),
+    # Issue 31 item 3: async scheduling, two steps in flight (suites/connector/test_async_scheduling.py,
+    # docs/async-scheduling.md). C42 runs four scenarios, each on an engine of its own with a pool measured for it
+    # (the first cell of a vLLM run also pays for importing vLLM's scheduler).
+    Check("C42", "MUST", "in-flight-blocks-kept", "under async scheduling a block a step still in flight reads or "
+          "writes is never allocated to a request before that step's output is applied (finish, abort, preemption)",
+          time_factor=2),
+    Check("C43", "MUST", "loading-blocks-kept", "under async scheduling with asynchronous loads a block a load is "
+          "writing is never zeroed nor allocated anew before the load is reported finished", not_for=_NOT_PEER_ONLY),
 )
 
 #: Every check by id, in id order.

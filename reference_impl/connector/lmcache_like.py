@@ -18,7 +18,9 @@ Design (after LMCache's multi-process HMA path, written in-process):
 Options (`kv_transfer_config.kv_connector_extra_config`): chunk_size, store_name, cpu_bytes, disk_path,
 disk_bytes, load_async, store_window_only, model_name, lookup_latency_steps (a simulated remote backend: a
 request's first lookup starts a backend query that answers after that many scheduler steps; until then
-the lookup returns None, "ask again next step").
+the lookup returns None, "ask again next step"), load_delay_steps (a consumer-side asynchronous load that
+lands later: with load_async, a load writes its blocks and is reported in finished_recving that many worker
+steps after the step that started it).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ DEFAULTS = {
     "load_async": False,
     "store_window_only": True,
     "lookup_latency_steps": 0,
+    "load_delay_steps": 0,
 }
 
 
@@ -157,6 +160,12 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         self._finished_recving: set[str] = set()
         self._failed_recving: set[str] = set()
         self._pending_async: dict[str, list[TransferOp]] = {}
+        self.load_delay_steps = options["load_delay_steps"]
+        if isinstance(self.load_delay_steps, bool) or not isinstance(self.load_delay_steps, int) \
+                or self.load_delay_steps < 0:
+            raise ValueError(f"kv_connector_extra_config.load_delay_steps is {self.load_delay_steps!r}; accepted: "
+                             "a whole number of steps >= 0")
+        self._delayed_loads: list[list] = []  # [steps left, req_id, ops]: asynchronous loads not landed yet
 
     # ---- keys and presence ---------------------------------------------------------------------
     def _key(self, group_id: int, chunk_hash: bytes, rank: int | None = None) -> str:
@@ -438,14 +447,34 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
         return out
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
-        """Issue this step's loads: all objects of a request are fetched first, so a miss writes nothing."""
+        """Issue this step's loads: all objects of a request are fetched first, so a miss writes nothing. With
+        load_delay_steps an asynchronous load lands (writes and is reported) that many steps later."""
+        self._land_delayed_loads()
         meta = self._connector_metadata
         if not isinstance(meta, LMCacheLikeMetadata):
             return
         for req_id, ops in meta.loads.items():
+            if self.load_delay_steps and req_id in meta.async_load_ids:
+                self._delayed_loads.append([self.load_delay_steps, req_id, ops])
+                continue
             ok = self._load_request(ops)
             if req_id in meta.async_load_ids or not ok:
                 self._finished_recving.add(req_id)
+            if not ok:
+                self._failed_recving.add(req_id)
+
+    def _land_delayed_loads(self) -> None:
+        """One more step for each delayed load; those due write their blocks now and are reported finished."""
+        due = []
+        for entry in self._delayed_loads:
+            entry[0] -= 1
+            if entry[0] <= 0:
+                due.append(entry)
+        for entry in due:
+            self._delayed_loads.remove(entry)
+            _, req_id, ops = entry
+            ok = self._load_request(ops)
+            self._finished_recving.add(req_id)
             if not ok:
                 self._failed_recving.add(req_id)
 

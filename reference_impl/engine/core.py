@@ -76,6 +76,9 @@ class EngineConfig:
     # Speculative decoding (EAGLE / MTP): the local prefix-cache hit drops its last block (KVCacheManager
     # use_eagle), and connectors read it to do the same with theirs. The engine does not draft tokens.
     speculative_config: SpeculativeConfig | None = None
+    # Async scheduling (vLLM's AsyncScheduler and EngineCore.step_with_batch_queue): step N+1 is scheduled (and
+    # executed) before step N's output is applied, so two steps are in flight.
+    async_scheduling: bool = False
 
 
 ConnectorFactory = Callable[[Any, KVConnectorRole, Any], Any]
@@ -117,7 +120,8 @@ class EngineCore:
                                                     self.kv_cache_config)
         self.scheduler = Scheduler(self.manager, scheduler_connector,
                                    max_num_batched_tokens=self.config.max_num_batched_tokens,
-                                   max_num_seqs=self.config.max_num_seqs)
+                                   max_num_seqs=self.config.max_num_seqs,
+                                   async_scheduling=self.config.async_scheduling)
         self._build_workers(connector_factory)
 
     def _build_workers(self, connector_factory: ConnectorFactory | None) -> None:
@@ -139,6 +143,9 @@ class EngineCore:
                                        before_forward=self.before_forward))
         self.aggregator = KVOutputAggregator(tp)
         self.step_count = 0
+        # Async scheduling: steps executed whose output the scheduler has not applied yet, oldest last (vLLM's
+        # batch queue), each (so, kv_output, sampled).
+        self.batch_queue: list[tuple] = []
         # observer(so) runs after the workers executed a step and before the scheduler applies it: tables
         # still hold every block the step used (test instrumentation that every step gets).
         self.observers: list[Callable[[SchedulerOutput], None]] = []
@@ -202,11 +209,34 @@ class EngineCore:
         so = self.scheduler.schedule()
         kv_output, sampled = self.execute(so, so, before_execute, after_execute)
         kv_output = kv_output if self.scheduler.connector is not None else None
-        self.scheduler.update_from_output(so, sampled, kv_output)
+        for applied, (applied_kv, applied_sampled) in self.in_flight_order(so, (kv_output, sampled)):
+            self.scheduler.update_from_output(applied, applied_sampled, applied_kv)
+            for hook in self.after_step:
+                hook(applied, applied_kv)
         self.step_count += 1
-        for hook in self.after_step:
-            hook(so, kv_output)
         return so
+
+    BATCH_QUEUE_SIZE = 2  # vLLM's max_concurrent_batches with async scheduling (no pipeline parallelism)
+
+    def in_flight_order(self, so, result) -> list[tuple]:
+        """The steps whose output the scheduler applies now, after `so` was scheduled and executed with `result`:
+        `so` itself without async scheduling; with it, vLLM's `step_with_batch_queue` order: a step that ran the
+        model stays in flight until the next step is scheduled (the queue of two is full), and then the oldest
+        step's output is applied; a step that ran nothing is applied at once, behind the one in flight."""
+        if not self.config.async_scheduling:
+            return [(so, result)]
+        self.batch_queue.insert(0, (so, result))
+        if len(self.batch_queue) < self.BATCH_QUEUE_SIZE and so.total_num_scheduled_tokens:
+            return []
+        if so.total_num_scheduled_tokens:
+            return [self.batch_queue.pop()]
+        applied, self.batch_queue = list(reversed(self.batch_queue)), []
+        return applied
+
+    @property
+    def has_steps_in_flight(self) -> bool:
+        """Whether a step was executed and its output not yet applied (async scheduling)."""
+        return bool(self.batch_queue)
 
     def execute(self, so, worker_so, before_execute: Callable | None = None,
                 after_execute: Callable | None = None) -> tuple[Any, dict[str, int]]:
@@ -242,7 +272,7 @@ class EngineCore:
         stuck once it took `max_steps` steps and `min_seconds` of wall time: a connector whose transfers finish
         on a server's clock (LMCache's) gets the time a real engine's slower steps would give it."""
         start, started = self.step_count, time.monotonic()
-        while self.scheduler.has_unfinished_requests():
+        while self.scheduler.has_unfinished_requests() or self.has_steps_in_flight:
             if self.step_count - start >= max_steps and time.monotonic() - started >= min_seconds:
                 raise RuntimeError(f"engine did not finish within {max_steps} steps"
                                    + (f" and {min_seconds:g} s" if min_seconds else ""))

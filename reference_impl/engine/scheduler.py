@@ -11,6 +11,13 @@ What vLLM 0.33's scheduler asserts about the completions a connector reports, th
 for a load nor finished with its blocks held for one; a finished send for a request that holds no delayed
 blocks. As in vLLM, aborting a request whose asynchronous load is in flight keeps its blocks until the load
 is reported finished. `transfers` counts every load and delayed free started and completed, per request.
+
+With `async_scheduling` (vLLM's AsyncScheduler with a consumer connector, 0.33's `defer_block_free`), the engine
+schedules step N+1 before it applies step N's output: a request's tokens count as in flight from its schedule
+to its update (the sliding window prunes behind what was processed, not what was scheduled), and the blocks of a
+request freed while a step that scheduled it is still in flight return to the pool only once that step's output
+is applied (`deferred_frees`): a connector's load into a re-allocated block is not ordered with the in-flight
+step's writes.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ class Scheduler:
     """Schedules requests step by step; `connector` is the scheduler-role connector or None."""
 
     def __init__(self, kv_cache_manager: KVCacheManager, connector=None, *, max_num_batched_tokens: int = 2048,
-                 max_num_seqs: int = 16):
+                 max_num_seqs: int = 16, async_scheduling: bool = False):
         self.kv_cache_manager = kv_cache_manager
         self.connector = connector
         self.connector_is_hma = connector is not None and supports_hma(type(connector))
@@ -51,6 +58,11 @@ class Scheduler:
         groups = kv_cache_manager.kv_cache_config.kv_cache_groups
         self.specs = [g.kv_cache_spec for g in groups]
         self.mamba_block_size = next((s.block_size for s in self.specs if isinstance(s, MambaSpec)), None)
+        self.async_scheduling = async_scheduling
+        # Non-empty steps scheduled and applied; a request's last scheduled step (`last_sched_seq`) fences its free.
+        self.sched_step_seq = 0
+        self.processed_step_seq = 0
+        self.deferred_frees: deque[tuple[int, list]] = deque()  # (fence step, blocks), returned once it is applied
         if connector is not None and hasattr(connector, "bind_kv_cache_manager"):
             connector.bind_kv_cache_manager(kv_cache_manager)
 
@@ -206,8 +218,14 @@ class Scheduler:
         out.new_block_ids_to_zero = self.kv_cache_manager.take_new_block_ids()
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
+        if out.total_num_scheduled_tokens:
+            self.sched_step_seq += 1
         for req_id, num in out.num_scheduled_tokens.items():
-            self.requests[req_id].num_computed_tokens += num
+            request = self.requests[req_id]
+            request.num_computed_tokens += num
+            if self.async_scheduling:
+                request.num_in_flight_tokens += num
+                request.last_sched_seq = self.sched_step_seq
         return out
 
     def _update_waiting_for_remote_kv(self, request: EngineRequest) -> bool:
@@ -239,7 +257,10 @@ class Scheduler:
         preemption and is re-admitted like a preempted request: workers and connectors get a replaced table.
         One that never ran (its async load failed) is WAITING again, PREEMPTED only if it was preempted before.
         """
-        self.kv_cache_manager.free(request)
+        self._free_blocks(request)
+        # A sync load of a step still in flight (async scheduling) is not confirmed into the prefix cache: the
+        # request's blocks are gone.
+        self.pending_cache.pop(request.request_id, None)
         request.num_computed_tokens = 0
         if ran:
             request.num_preemptions += 1
@@ -259,6 +280,14 @@ class Scheduler:
                            kv_output: KVConnectorOutput | None) -> None:
         """Apply a step's results in vLLM's order: failures, outputs and finishes, connector output, events."""
         kv_output = kv_output or KVConnectorOutput()
+        if scheduler_output.total_num_scheduled_tokens:
+            self.processed_step_seq += 1
+            self._drain_deferred_frees()
+        if self.async_scheduling:
+            for req_id, num in scheduler_output.num_scheduled_tokens.items():
+                request = self.requests.get(req_id)
+                if request is not None:
+                    request.num_in_flight_tokens = max(0, request.num_in_flight_tokens - num)
         sync_loading = set(self.pending_cache) & set(scheduler_output.num_scheduled_tokens)
         if kv_output.invalid_block_ids and len(self.specs) > 1:
             raise RuntimeError(
@@ -282,7 +311,7 @@ class Scheduler:
                 self.kv_cache_manager.cache_blocks(request, cache_upto)
             if request.num_computed_tokens >= request.num_tokens and req_id in sampled:
                 request.append_output_token_ids(sampled[req_id])
-                if len(request.output_token_ids) >= request.max_tokens:
+                if len(request.output_token_ids) >= request.max_tokens or sampled[req_id] in request.stop_token_ids:
                     request.engine_status = EngineRequestStatus.FINISHED_STOPPED
                     self.running.remove(request)
                     self._free_request(request)
@@ -331,7 +360,23 @@ class Scheduler:
         self.delayed_free.pop(request.request_id, None)
         self.transfers[(kind, request.request_id)] += 1
         if self.kv_cache_manager.coordinator.has_request(request.request_id):
+            self._free_blocks(request)
+
+    def _free_blocks(self, request: EngineRequest) -> None:
+        """Free the request's blocks; under async scheduling, while a step that scheduled the request is still in
+        flight, they wait in `deferred_frees` for that step's output (vLLM 0.33's `_free_request_blocks`)."""
+        if not self.async_scheduling or getattr(request, "last_sched_seq", 0) <= self.processed_step_seq:
             self.kv_cache_manager.free(request)
+            return
+        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+        if blocks:
+            self.deferred_frees.append((request.last_sched_seq, blocks))
+
+    def _drain_deferred_frees(self) -> None:
+        """Return the deferred blocks whose fence step's output is applied (tail blocks first)."""
+        while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_step_seq:
+            _, blocks = self.deferred_frees.popleft()
+            self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
 
     def _requests_of_blocks(self, block_ids) -> set[str]:
         if not block_ids:
@@ -346,7 +391,9 @@ class Scheduler:
     def finish_block_ids(self, request: EngineRequest) -> tuple[list[int], ...]:
         """The table `request_finished_all_groups` sees: out-of-window blocks nulled, attention clipped."""
         manager = self.kv_cache_manager
-        manager.remove_skipped_blocks(request.request_id, request.num_computed_tokens)
+        # On the processed-token basis (vLLM 0.34's `_connector_finished`): a step in flight still reads the window.
+        manager.remove_skipped_blocks(request.request_id,
+                                      max(0, request.num_computed_tokens - request.num_in_flight_tokens))
         table = manager.get_block_ids(request.request_id)
         return tuple(
             ids[: cdiv(request.num_computed_tokens, spec.block_size)] if isinstance(spec, AttentionSpec) else ids
@@ -378,5 +425,5 @@ class Scheduler:
         if delay or (force_delay and has_blocks):
             self.delayed_free[req_id] = request
         elif has_blocks:
-            self.kv_cache_manager.free(request)
+            self._free_blocks(request)
 

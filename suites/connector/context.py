@@ -146,13 +146,15 @@ class CheckContext:
 
     def engine(self, preset: str | None = None, *, num_blocks: int = 400, tp: int = 1, extra: dict | None = None,
                max_num_batched_tokens: int = 2048, kernel_block_ratio: int = 1, worker_model: str | None = None,
-               model: str | None = None, speculative_config=None, **builtin_options) -> EngineCore:
+               model: str | None = None, speculative_config=None, async_scheduling: bool = False,
+               **builtin_options) -> EngineCore:
         """A fresh engine (on the check's store) whose connectors are guarded instances of the target class.
 
         `builtin_options` go into the extra config of built-in connectors only (a vendor's keeps its own);
         `worker_model` gives the workers another model name (fault injection: their loads miss); `model`
         replaces the check's model name (several presets, or several models, on one store);
-        `speculative_config` (`reference_impl.engine.core.SpeculativeConfig`) runs EAGLE / MTP.
+        `speculative_config` (`reference_impl.engine.core.SpeculativeConfig`) runs EAGLE / MTP;
+        `async_scheduling` schedules each step before the previous one's output is applied (two in flight).
         """
         ktc = KVTransferConfig(kv_connector=self.cls.__name__, kv_role="kv_both",
                                kv_connector_module_path=self.cls.__module__,
@@ -166,7 +168,7 @@ class CheckContext:
                               parallel_config=ParallelConfig(tensor_parallel_size=tp),
                               max_num_batched_tokens=max_num_batched_tokens, kernel_block_ratio=kernel_block_ratio,
                               worker_model=f"{model}@{worker_model}" if worker_model else None,
-                              speculative_config=speculative_config)
+                              speculative_config=speculative_config, async_scheduling=async_scheduling)
         engine = self.engine_class(preset, config, connector_factory=self.factory)
         engine.content_judged = self.judges_content  # read by expect_no_read_errors
         engine.observers.append(self.exposure.observer(engine))
@@ -363,11 +365,13 @@ class CheckContext:
         expect(engine.manager.reset_prefix_cache(),
                f"blocks are still allocated after every request finished (never released){scenario(what)}")
 
-    def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048) -> int:
+    def pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int = 2048,
+                     async_scheduling: bool = False) -> int:
         """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
-        on a connector-less engine of the check's kind: a second request then gets exactly the blocks the first one
-        freed."""
-        probe = self.engine_class(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens))
+        on a connector-less engine of the check's kind (with `async_scheduling`, two steps in flight: a sliding
+        window is pruned a step later): a second request then gets exactly the blocks the first one freed."""
+        probe = self.engine_class(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens,
+                                                       async_scheduling=async_scheduling))
         peak = [0]
 
         def observe(so):

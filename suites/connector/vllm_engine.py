@@ -184,12 +184,28 @@ def _scheduler_config(engine_config, kv_cache_config, connector_name: str | None
     if modes and hasattr(vllm_config.cache_config, "mamba_cache_mode"):
         object.__setattr__(vllm_config.cache_config, "mamba_cache_mode", modes.pop())
     vllm_config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks
+    if getattr(engine_config, "async_scheduling", False):
+        # As `--async-scheduling` sets it: vLLM's scheduler reads it through max_concurrent_batches (0.33's
+        # defer_block_free for a consumer connector); the connector's own config keeps its scheduler config.
+        scheduler_config = copy.copy(vllm_config.scheduler_config)
+        object.__setattr__(scheduler_config, "async_scheduling", True)
+        object.__setattr__(vllm_config, "scheduler_config", scheduler_config)
     return vllm_config
 
 
 @functools.lru_cache(maxsize=None)
-def _observed_scheduler_class():
-    base = _v().scheduler.Scheduler
+def _async_scheduler_base():
+    """vLLM's AsyncScheduler (`vllm.v1.core.sched.async_scheduler`, present from 0.11), or None where absent."""
+    try:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    except ImportError:
+        return None
+    return AsyncScheduler
+
+
+@functools.lru_cache(maxsize=None)
+def _observed_scheduler_class(async_scheduling: bool = False):
+    base = _async_scheduler_base() if async_scheduling else _v().scheduler.Scheduler
 
     class ObservedScheduler(base):
         """vLLM's Scheduler, unmodified, plus what the suite reads of an engine's scheduler: `transfers` (every
@@ -338,7 +354,10 @@ class VllmSchedulerEngine(EngineCore):
         vllm_kv = given_kv if given_kv is not None else vllm_kv_cache_config(self.kv_cache_config)
         scheduler_block_size = math.lcm(*sizes)
         block_sizes = dict(block_size=scheduler_block_size, hash_block_size=self.hash_block_size)
-        cls = _observed_scheduler_class()
+        async_scheduling = bool(getattr(config, "async_scheduling", False))
+        if async_scheduling and _async_scheduler_base() is None:
+            not_applicable_on_vllm("this vLLM has no AsyncScheduler (vllm.v1.core.sched.async_scheduler)")
+        cls = _observed_scheduler_class(async_scheduling)
         if "hash_block_size" not in inspect.signature(cls.__init__).parameters:
             # Before 0.20 the scheduler hashed, scheduled and cached at one block size, the cache config's.
             if len(set(sizes)) > 1:
@@ -397,8 +416,9 @@ class VllmSchedulerEngine(EngineCore):
 
     # ---- requests ----------------------------------------------------------------------------
     def make_request(self, prompt_token_ids, *, request_id: str | None = None, max_tokens: int = 1,
-                     lora_request=None, cache_salt: str | None = None, **kwargs):
-        """A vLLM request (vLLM's block hasher at the engine's hash block size)."""
+                     lora_request=None, cache_salt: str | None = None, stop_token_ids=(), **kwargs):
+        """A vLLM request (vLLM's block hasher at the engine's hash block size); sampling one of `stop_token_ids`
+        stops it (vLLM's `check_stop`)."""
         if kwargs:
             not_applicable_on_vllm(f"requests with {sorted(kwargs)} are not expressed on vLLM's Request")
         v = _v()
@@ -408,7 +428,7 @@ class VllmSchedulerEngine(EngineCore):
 
             lora = LoRARequest(lora_request.lora_name, lora_request.lora_int_id,
                                lora_request.lora_path or f"/kvconform/{lora_request.lora_name}")
-        params = v.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        params = v.SamplingParams(max_tokens=max_tokens, ignore_eos=True, stop_token_ids=list(stop_token_ids) or None)
         values = dict(request_id=request_id or uuid.uuid4().hex[:12], prompt_token_ids=list(prompt_token_ids),
                       sampling_params=params, pooling_params=None, eos_token_id=None, block_hasher=self._block_hasher,
                       lora_request=lora, cache_salt=cache_salt)
@@ -488,6 +508,15 @@ class VllmSchedulerEngine(EngineCore):
                     req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=tokens, logprobs=None,
                     prompt_logprobs_dict={}, pooler_output=None,
                     kv_connector_output=self._vllm_kv_output(kv_output) if s.connector is not None else None)
+        # With async scheduling the output is applied once the next step is scheduled (EngineCore's batch queue).
+        for applied, (applied_mro, applied_kv) in self.in_flight_order(so, (mro, kv_output)):
+            self._apply(applied, applied_mro, applied_kv)
+        self.step_count += 1
+        return so
+
+    def _apply(self, so, mro, kv_output) -> None:
+        """vLLM's `update_from_output` of one executed step, then the stuck count and the after-step hooks."""
+        s = self.scheduler
         try:
             s.update_from_output(so, mro)
         except AssertionError as exc:
@@ -501,10 +530,8 @@ class VllmSchedulerEngine(EngineCore):
                 f"vLLM's scheduler admitted none of the {len(s.waiting)} waiting requests in {STUCK_STEPS} steps into "
                 f"this check's pool of {self.config.num_blocks} blocks (its admission sizes a request's blocks its own "
                 "way), so the check's scenario cannot be set up on it")
-        self.step_count += 1
         for hook in self.after_step:
             hook(so, kv_output if s.connector is not None else None)
-        return so
 
     def _admits_nothing(self, so) -> bool:
         """Nothing ran or is loading, requests wait, and the connector answered every lookup of the step (a
