@@ -15,7 +15,9 @@
 #               `--kv-connector vllm:LMCacheMPConnector`; the suite starts and stops LMCache's MP server itself,
 #   engine      the connector suite on ENGINE_CONNECTORS with `--kv-engine vllm` (the release's own Scheduler drives
 #               the connector's scheduler side); merged with the connectors step's cells of the same connectors,
-#               the report's "kvconform's engine and vLLM's scheduler" section lists where the verdicts differ.
+#               the report's "kvconform's engine and vLLM's scheduler" section lists where the verdicts differ;
+#               its async-scheduling cells (C42, C43) fail exactly the release's reviewed scheduler defects
+#               (harness/release/vllm_scheduler_defects.toml, `python -m harness.release.scheduler_defects`).
 # A step that cannot run on a release is skipped with its reason, printed at once and in the summary: the
 # matrix when kvconform declares no rule era for the release (computed), and the gaps listed in KNOWN_GAPS
 # below (reviewed data: each names what is missing; delete the line when it lands). Anything else that fails
@@ -234,9 +236,13 @@ run_release() {
         if (( ${#engine_connectors[@]} == 0 )); then
             skip "$R" engine "vLLM $R registers none of ${ENGINE_CONNECTORS[*]}"
         else
+            # The async-scheduling checks (C42, C43) judge the release's own scheduler: their failures must be
+            # exactly its reviewed defects (harness/release/vllm_scheduler_defects.toml).
             run_step "$R" engine "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
                 --kv-engine vllm "${engine_connectors[@]}" --kvconform-results "$dir/results-engine.json" \
-                --junitxml "$dir/junit-engine.xml"
+                --junitxml "$dir/junit-engine.xml" \
+            && run_step "$R" scheduler-defects 0 "$venv/bin/python" -m harness.release.scheduler_defects \
+                "$dir/results-engine.json"
         fi
     fi
 

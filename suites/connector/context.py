@@ -76,6 +76,7 @@ class CheckContext:
         self.state: dict = {"current": None}
         self.engines: list[EngineCore] = []
         self._races: dict[int, tuple] = {}  # id(engine) -> the hooks reuse_freed_blocks added to it
+        self._pools: dict[tuple, int] = {}  # pool_for_one's measurements
         self.exposure = Exposure()
         self.store_name = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         try:
@@ -369,7 +370,15 @@ class CheckContext:
                      async_scheduling: bool = False) -> int:
         """num_blocks (null block included) that hold one `length`-token request and nothing more, measured
         on a connector-less engine of the check's kind (with `async_scheduling`, two steps in flight: a sliding
-        window is pruned a step later): a second request then gets exactly the blocks the first one freed."""
+        window is pruned a step later): a second request then gets exactly the blocks the first one freed. Measured
+        once per check and arguments."""
+        key = (preset, length, max_num_batched_tokens, async_scheduling)
+        if key not in self._pools:
+            self._pools[key] = self._measure_pool_for_one(*key)
+        return self._pools[key]
+
+    def _measure_pool_for_one(self, preset: str, length: int, max_num_batched_tokens: int,
+                              async_scheduling: bool) -> int:
         probe = self.engine_class(preset, EngineConfig(num_blocks=4000, max_num_batched_tokens=max_num_batched_tokens,
                                                        async_scheduling=async_scheduling))
         peak = [0]
