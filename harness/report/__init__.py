@@ -21,7 +21,7 @@ def run_details(results: ResultsDocument) -> list[str]:
         platform = run.get("platform") or {}
         commit = (run.get("git_commit") or "unknown")[:12] + (" (modified)" if run.get("git_dirty") else "")
         lines.append(
-            f"Run {index + 1}: commit {commit} · {platform.get('system', '?')} {machine.get('arch', '?')} "
+            f"Run {index + 1}" + (f" (shard {run['shard']})" if run.get("shard") else "") + f": commit {commit} · {platform.get('system', '?')} {machine.get('arch', '?')} "
             f"on {machine.get('node', '?')} · Python {run.get('python_version')} · torch {run.get('torch_version')} "
             f"· {run.get('started_at')} → {run.get('finished_at')} · pytest session {run.get('wall_seconds')} s"
             + (f", whole run {run['report_wall_seconds']} s" if run.get("report_wall_seconds") else "")

@@ -20,6 +20,7 @@ import pytest
 from harness.commands.diff import EXIT_NO_REGRESSION
 from harness.plugins.activation import SUITES_DIR
 from harness.plugins.shard import shard_id
+from harness.report import run_details
 from harness.results_model import load_results
 from harness.sharding import (DEFAULT_DURATIONS, Durations, Shard, ShardError, assign, durations_from_results,
                               dumps_durations, function_key, load_durations, parse_shard, select)
@@ -177,6 +178,9 @@ def test_merged_shards_equal_the_unsharded_run(tmp_path):
     diff = _kvconform("diff", str(tmp_path / "whole.json"), str(merged))
     assert diff.returncode == EXIT_NO_REGRESSION, diff.stdout + diff.stderr
     assert _cells(merged) == _cells(tmp_path / "whole.json")
+    shown = run_details(load_results(merged))  # the HTML report's run lines name each shard
+    assert [line.partition(":")[0] for line in shown if line.startswith("Run ")] == \
+        ["Run 1 (shard 1/3)", "Run 2 (shard 2/3)", "Run 3 (shard 3/3)"]
 
 
 def test_bad_shard_options_are_one_line(tmp_path):
