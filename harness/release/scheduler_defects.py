@@ -49,6 +49,16 @@ def _cell_of(entry: dict) -> tuple[str, str, str] | None:
     return release, check.partition(" ")[0], f"{name}-{cell.get('preset', '-')}"
 
 
+def defect_of_cell(entry: dict, defects: list[AllocatorDefect] | None = None) -> AllocatorDefect | None:
+    """The reviewed defect a connector cell run on vLLM's scheduler fails by, or None."""
+    key = _cell_of(entry)
+    if key is None or key[1] not in ASYNC_CHECKS:
+        return None
+    release, check, cell = key
+    return next((d for d in (load_defects() if defects is None else defects)
+                 if d.invariant == check and cell in d.failing.get(release, ())), None)
+
+
 def compare(entries: list[dict], defects: list[AllocatorDefect]) -> list[str]:
     """One line per difference: a failing C42/C43 cell no defect lists for its release, a listed cell that did not
     fail (passed, skipped, or not run on a release the run covers)."""

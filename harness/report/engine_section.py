@@ -18,6 +18,7 @@ from harness.kv_engine import VLLM_ENGINE, VLLM_ENGINE_NA_PREFIX
 from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _evidence, _is_not_applicable, _natural_key
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
+from harness.release.scheduler_defects import defect_of_cell, load_defects
 
 ENGINE_KEY = "engine"
 
@@ -62,6 +63,7 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
     if not on_vllm:
         return []
     own = {_twin_key(e): e for e in entries if e.get("suite") == SUITE and engine_of(e) is None}
+    defects = load_defects()
     rows, unpaired, counts = [], Counter(), defaultdict(Counter)
     not_expressed: dict[str, Counter] = defaultdict(Counter)
     for entry in sorted(on_vllm, key=lambda e: (label((e.get("cell") or {}).get("connector")).lower(),
@@ -80,8 +82,11 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
             continue
         ours = verdict(twin)
         if {ours, theirs} == {"pass", "fail"}:
-            rows.append([connector, label(cell.get("check")), _where(entry), ours, theirs,
-                         _evidence(twin if ours == "fail" else entry)])
+            evidence = _evidence(twin if ours == "fail" else entry)
+            defect = defect_of_cell(entry, defects) if theirs == "fail" else None
+            if defect is not None:  # the release's own scheduler breaks the check: a reviewed vLLM defect
+                evidence = f"{defect.describe()}; {evidence}"
+            rows.append([connector, label(cell.get("check")), _where(entry), ours, theirs, evidence])
     blocks = [
         Heading(2, "kvconform's engine and vLLM's scheduler"),
         Paragraph("The same connectors run twice: on kvconform's engine, and with `--kv-engine vllm`, where the "

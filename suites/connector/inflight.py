@@ -173,9 +173,11 @@ class InFlightWatch:
             if (load.is_async and req_id in done) or (not load.is_async and load.step == number):
                 del self._loads[req_id]
 
-    def evidence(self) -> str | None:
-        """The first violation and how many there were, or None."""
-        if not self.violations:
+    def evidence(self, check_id: str) -> str | None:
+        """The first violation of `check_id`'s oracle and how many there were, or None (a check judges its own
+        oracle: C43's scenario also keeps steps in flight, and a reuse of their blocks is C42's verdict)."""
+        mine = [v for v in self.violations if v.startswith(f"{check_id}: ")]
+        if not mine:
             return None
-        more = f" (and {len(self.violations) - 1} more)" if len(self.violations) > 1 else ""
-        return self.violations[0] + more
+        more = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""
+        return mine[0] + more

@@ -21,7 +21,7 @@ def _judge(ctx, engine, watch: InFlightWatch, what: str) -> int:
     """The watch saw no violation, the engine drained and read right; returns the blocks allocated while a step
     was in flight (a check whose scenarios allocated none did not exercise async scheduling)."""
     ctx.drain(engine, what)
-    expect(watch.evidence() is None, f"{watch.evidence()} — while: {what}")
+    expect(watch.evidence("C42") is None, f"{watch.evidence('C42')} — while: {what}")
     expect_no_read_errors(engine, what)
     return watch.allocations_in_flight
 
@@ -108,5 +108,5 @@ def test_c43_loading_blocks_kept(ctx, preset):
     expect(watch.loads_seen > 0, f"scenario: the connector loaded none of the stored prompts ({what})")
     expect(watch.allocations_in_flight > 0, f"scenario: no block was allocated while a step was in flight ({what})")
     ctx.drain(engine, what)
-    expect(watch.evidence() is None, f"{watch.evidence()} — while: {what}")
+    expect(watch.evidence("C43") is None, f"{watch.evidence('C43')} — while: {what}")
     expect_no_read_errors(engine, what, since=since)

@@ -57,3 +57,17 @@ def test_command_exit_codes(tmp_path, capsys):
     assert err.count("\n") == 1 and "missing.json" in err, err
     with pytest.raises(SystemExit):
         main([])
+
+
+def test_the_engine_section_marks_a_cell_a_reviewed_defect_explains():
+    from harness.report.engine_section import engine_sections
+    from harness.report.markdown import render_markdown
+    from harness.report.model import Document
+
+    ours = _entry("0.13.0", "C42", "ExampleConnector", "fa_only", "passed", engine=None)
+    theirs = _entry("0.13.0", "C42", "ExampleConnector", "fa_only", "failed")
+    del ours["cell"]["engine"]
+    theirs["extra"] = {"evidence": "C42 [fa_only]: C42: block 33 ..."}
+    text = render_markdown(Document("report", "one run", engine_sections([ours, theirs])))
+    row = next(line for line in text.splitlines() if "C42 in-flight-blocks-kept" in line)
+    assert "known vLLM defect DEF-SCHED-01 (C42): " in row and "(fixed in 0.32.0); C42 [fa_only]: C42: block 33" in row
