@@ -11,6 +11,7 @@ from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.failures_section import failures_sections
 from harness.report.model import Document
 from harness.report.summary_section import summary_sections
+from harness.report.support_section import support_sections
 from harness.report.vllm_connectors_section import vllm_connector_sections, without_vllm_connectors
 from harness.results_model import ResultsDocument
 
@@ -37,12 +38,13 @@ def run_line(results: ResultsDocument) -> str:
 
 
 def build_document(results: ResultsDocument, upstream: list[dict] | None = None) -> Document:
-    """The report document: summary, config matrix, allocator (with vLLM's own tests when `upstream`
+    """The report document: summary, the support table (config matrix and connector runs), config matrix, allocator (with vLLM's own tests when `upstream`
     results are given), connectors, throughput."""
     entries = results.results
     # Connector cells run on vLLM's scheduler (--kv-engine vllm) are compared in their own section.
     own_engine = without_other_engines(entries)
-    sections = (summary_sections(entries) + failures_sections(entries) + config_sections(entries)
+    sections = (summary_sections(entries) + failures_sections(entries) + support_sections(entries)
+                + config_sections(entries)
                 + allocator_sections(entries, upstream) + connector_sections(without_vllm_connectors(own_engine))
                 + vllm_connector_sections(own_engine) + engine_sections(entries) + benchmark_sections(entries))
     return Document(title=TITLE, run_line=run_line(results), sections=sections)

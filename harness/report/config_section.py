@@ -9,7 +9,7 @@ outcome (the deepest stage the matrix ran for that configuration) as a symbol *a
 "❔ unknown" (why, as a note). "❗ differs" marks a configuration whose outcome differs from the oracle.
 Fixture ids and flag values are shown with the readable labels of `harness.report.labels`.
 
-Before the era tables: a support table (connector x platform x release: what an explicit enable gives), and
+Before the era tables (the support table of deployable connectors is `harness.report.support_section`'s):
 "at a glance" per platform (per connector and per feature, how HMA resolves with the flag auto and with an
 explicit enable, release by release); after them, "what changed between releases" groups the changes of
 outcome by what changed (an unknown that stays unknown is no change). Every table says the stage its cells
@@ -135,7 +135,7 @@ def outcome_signature(outcome: dict[str, Any]) -> tuple:
     )
 
 
-class _Configuration:
+class Configuration:
     """Every stage's entry for one configuration in one era (cell and signature computed once)."""
 
     __slots__ = ("by_stage", "_cell", "_signature")
@@ -192,8 +192,8 @@ class _Configuration:
         return self._signature or None
 
 
-def _group(entries: Iterable[dict[str, Any]]) -> dict[str, dict[ConfigKey, _Configuration]]:
-    eras: dict[str, dict[ConfigKey, _Configuration]] = defaultdict(dict)
+def group_by_era(entries: Iterable[dict[str, Any]]) -> dict[str, dict[ConfigKey, Configuration]]:
+    eras: dict[str, dict[ConfigKey, Configuration]] = defaultdict(dict)
     for entry in entries:
         cell = entry.get("cell") or {}
         key = (label(cell.get("connector")), label(cell.get("features")), label(cell.get("platform")),
@@ -201,7 +201,7 @@ def _group(entries: Iterable[dict[str, Any]]) -> dict[str, dict[ConfigKey, _Conf
         configurations = eras[label(cell.get("era"))]
         configuration = configurations.get(key)
         if configuration is None:
-            configuration = configurations[key] = _Configuration()
+            configuration = configurations[key] = Configuration()
         configuration.by_stage[cell.get("stage")] = entry
     return eras
 
@@ -231,7 +231,7 @@ def era_page(era: str) -> str:
 CHANGES_PAGE = "compatibility-changes.md"
 
 
-def _stage_note(configurations: Iterable[_Configuration]) -> tuple[Any, str]:
+def stage_note(configurations: Iterable[Configuration]) -> tuple[Any, str]:
     """(the deepest stage among `configurations`, a sentence saying which stage the cells reached)."""
     stages = {configuration.stage() for configuration in configurations}
     deepest = max(stages, key=_stage_rank) if stages else None
@@ -241,7 +241,7 @@ def _stage_note(configurations: Iterable[_Configuration]) -> tuple[Any, str]:
                      "(\"config only\": stopped before the connector was created).")
 
 
-def _staged_cell(configuration: _Configuration, deepest: Any) -> Cell:
+def _staged_cell(configuration: Configuration, deepest: Any) -> Cell:
     """The cell, saying so when it stopped before the table's deepest stage."""
     cell = configuration.cell()
     if configuration.stage() == deepest:
@@ -249,11 +249,11 @@ def _staged_cell(configuration: _Configuration, deepest: Any) -> Cell:
     return Cell(f"{cell.text} ({label(configuration.stage())} only)", cell.kind, cell.notes)
 
 
-def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> tuple[Table, str]:
+def _era_table(era: str, configurations: dict[ConfigKey, Configuration]) -> tuple[Table, str]:
     """The main table (the rows without a connector or without features, by the platform x flag they ran
     on) and the sentence saying which stage its cells reached."""
     shown = [key for key in configurations if is_main_row(key[0], key[1])]
-    deepest, note = _stage_note(configurations[key] for key in shown)
+    deepest, note = stage_note(configurations[key] for key in shown)
     rows_keys = sorted({(c, f) for c, f, _, _ in shown}, key=_row_sort)
     column_keys = sorted({(p, fl) for _, _, p, fl in shown}, key=_column_sort)
     missing = Cell(UNKNOWN, "unknown", (NOT_RUN,))
@@ -273,7 +273,7 @@ def _era_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> tup
     ), note
 
 
-def _interaction_table(era: str, configurations: dict[ConfigKey, _Configuration]) -> Table:
+def _interaction_table(era: str, configurations: dict[ConfigKey, Configuration]) -> Table:
     """The configurations with a connector and a feature, one line each (only those that ran are listed),
     with the stage each reached."""
     keys = sorted((key for key in configurations if not is_main_row(key[0], key[1])), key=_key_sort)
@@ -287,7 +287,7 @@ def _interaction_table(era: str, configurations: dict[ConfigKey, _Configuration]
     )
 
 
-def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> list:
+def _era_blocks(era: str, configurations: dict[ConfigKey, Configuration]) -> list:
     blocks: list = [Heading(3, f"Era {era_title(era)}", anchor=era_anchor(era))]
     main, note = _era_table(era, configurations)
     if main.rows:
@@ -304,7 +304,7 @@ def _era_blocks(era: str, configurations: dict[ConfigKey, _Configuration]) -> li
     return blocks
 
 
-def _kind(configuration: _Configuration | None, deepest: Any = None) -> str | None:
+def config_kind(configuration: Configuration | None, deepest: Any = None) -> str | None:
     """'✅ on', '⚪ off', '❌ E-F', '❔ unknown' for the glance table (no notes), None when it did not run;
     '(config only)' added when it stopped before `deepest`."""
     if configuration is None or configuration.signature() is None:
@@ -331,74 +331,27 @@ def _timeline(series: list[tuple[str, str | None]], link: bool = False) -> str:
     return "; ".join(parts) if parts else "not run"
 
 
-def _platforms(eras: dict[str, dict[ConfigKey, _Configuration]]) -> list[str]:
+def platforms_of(eras: dict[str, dict[ConfigKey, Configuration]]) -> list[str]:
     return sorted({p for configurations in eras.values() for _, _, p, _ in configurations}, key=_platform_sort)
 
 
-def _glance_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str], platform: str) -> Table:
+def _glance_table(eras: dict[str, dict[ConfigKey, Configuration]], order: list[str], platform: str) -> Table:
     """Per connector (no feature) and per feature (no connector), on one platform: flag auto and explicit
     enable, release by release."""
     rows_keys = sorted({(c, f) for era in order for c, f, p, _ in eras[era]
                         if p == platform and is_main_row(c, f)}, key=_row_sort)
-    deepest, _ = _stage_note(eras[era][key] for era in order for key in eras[era]
+    deepest, _ = stage_note(eras[era][key] for era in order for key in eras[era]
                              if key[2] == platform and is_main_row(key[0], key[1]) and key[3] in (None, False))
     rows = []
     for connector, features in rows_keys:
-        auto = [(era, _kind(eras[era].get((connector, features, platform, None)), deepest)) for era in order]
-        enable = [(era, _kind(eras[era].get((connector, features, platform, False)), deepest)) for era in order]
+        auto = [(era, config_kind(eras[era].get((connector, features, platform, None)), deepest)) for era in order]
+        enable = [(era, config_kind(eras[era].get((connector, features, platform, False)), deepest)) for era in order]
         rows.append([connector_label(connector), feature_label(features), _timeline(auto), _timeline(enable)])
     return Table(headers=["connector", "feature", "flag auto (absent)", "explicit enable (--no-disable-… / --enable-…)"],
                  rows=rows, row_filters=[{"connector": c, "platform": platform} for c, _ in rows_keys], search=True)
 
 
-# vLLM's factory error for a name the release does not register
-UNREGISTERED_ID = "E-UNSUPPORTED-CONNECTOR"
-NOT_REGISTERED = "– not registered"
-SUPPORT_WORDS = {"on": "✅ yes", "off": "⚪ off", "error": "❌ refused", "unknown": "❔ unknown", "mismatch": "❗ differs"}
-
-
-def _support_kind(configuration: _Configuration | None, deepest: Any) -> str | None:
-    """Does an explicit enable give HMA: '✅ yes', '❌ refused (E-F)', '⚪ off', '❔ unknown'; None: not run;
-    '(config only)' added when it stopped before `deepest`."""
-    kind = _kind(configuration)
-    if kind is None:
-        return None
-    cell = configuration.cell()
-    error = (configuration.shown().get("actual") or {}).get("error") or {}
-    if cell.kind == "error" and message_id(str(error.get("message") or ""), error.get("type")) == UNREGISTERED_ID:
-        return NOT_REGISTERED
-    defect = f" {DEFECT}" if DEFECT in kind else ""
-    word = SUPPORT_WORDS.get(cell.kind, kind.replace(defect, ""))
-    if cell.kind == "error":
-        word += f" ({kind.replace(defect, '').removeprefix(ERROR).strip()})"
-    word += defect
-    if configuration.stage() != deepest:
-        word += f" ({label(configuration.stage())} only)"
-    return word
-
-
-def _support_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
-    """Connector x platform x release: does the connector run with HMA (an explicit enable, no feature)?"""
-    platforms = _platforms(eras)
-    connectors = sorted({c for era in order for c, f, _, _ in eras[era] if f == NO_FEATURES and c != NO_CONNECTOR},
-                        key=lambda c: _first_sort(c))
-    deepest, _ = _stage_note(eras[era][key] for era in order for key in eras[era]
-                             if key[1] == NO_FEATURES and key[0] in connectors and key[3] is False)
-    rows, kept = [], []
-    for connector in connectors:
-        series = {platform: [(era, _support_kind(eras[era].get((connector, NO_FEATURES, platform, False)), deepest))
-                             for era in order] for platform in platforms}
-        if all(kind in (None, NOT_REGISTERED) for values in series.values() for _, kind in values):
-            continue  # a name no release registers (the matrix's made-up connector)
-        rows.append([connector_label(connector), *(_timeline(series[platform], link=True) for platform in platforms)])
-        kept.append(connector)
-    connectors = kept
-    return Table(headers=["connector", *platforms], rows=rows,
-                 row_filters=[{"connector": c} for c in connectors], row_anchors=[f"connector-{c}" for c in connectors],
-                 column_filters=[{}] + [{"platform": p} for p in platforms], search=True)
-
-
-def _changes_table(eras: dict[str, dict[ConfigKey, _Configuration]], order: list[str]) -> Table:
+def _changes_table(eras: dict[str, dict[ConfigKey, Configuration]], order: list[str]) -> Table:
     """The changes of outcome between consecutive eras, one row per change, listing the configurations it hit.
 
     An unknown that stays unknown is no change, however its reason is worded (the reason names the release).
@@ -446,14 +399,14 @@ def oracle_summary(entries: list[dict[str, Any]]) -> str:
 
 
 def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The config section (summary, support table, at a glance per platform, legends), one section per era
+    """The config section (summary, at a glance per platform, legends), one section per era
     (each on its own Markdown page), and what changed between releases (on its own page)."""
     # Matrix cases only: a test of the config suite that records no cell (the config invariants' strict xfails,
     # suites/config/test_invariants.py) is no case of the matrix, and would show as an era and a platform "none".
     config_entries = [e for e in entries if e["suite"] == SUITE and e.get("cell")]
     if not config_entries:
         return []
-    eras = _group(config_entries)
+    eras = group_by_era(config_entries)
     order = sorted(eras, key=era_sort_key)
     used_connectors = {c for era in order for c, _, _, _ in eras[era]}
     used_features = {f for era in order for _, f, _, _ in eras[era]}
@@ -463,20 +416,10 @@ def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
         Paragraph(LEGEND),
         Paragraph(FLAG_LEGEND),
     ]
-    support = _support_table(eras, order)
-    if support.rows:
-        _, note = _stage_note(eras[era][key] for era in order for key in eras[era]
-                              if key[1] == NO_FEATURES and key[0] != NO_CONNECTOR and key[3] is False)
-        blocks += [Heading(3, "Which connector runs with HMA, per platform and release", anchor="support"),
-                   Paragraph("Each cell: what an explicit enable (`--no-disable-hybrid-kv-cache-manager`, from 0.33.0 "
-                             "`--enable-hybrid-kv-cache-manager`) gives with that connector and no other feature, "
-                             "from the first release that ran, each change from the release named (linked to its "
-                             f"tables). ✅ yes = HMA on; ❌ refused = vLLM raises (the message id says why). {note}"),
-                   support]
-    for platform in _platforms(eras):
+    for platform in platforms_of(eras):
         glance = _glance_table(eras, order, platform)
         if glance.rows:
-            _, note = _stage_note(eras[era][key] for era in order for key in eras[era]
+            _, note = stage_note(eras[era][key] for era in order for key in eras[era]
                                   if key[2] == platform and is_main_row(key[0], key[1]) and key[3] in (None, False))
             blocks += [Heading(3, f"At a glance: {platform}", anchor=f"glance-{platform}"),
                        Paragraph(f"How HMA resolves on {platform} for each connector (without features) and each "

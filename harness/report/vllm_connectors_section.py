@@ -50,6 +50,11 @@ def _cannot_run(entries: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def release_anchor(version: str) -> str:
+    """The link target of a release's section ('vllm-connectors-0.33.0')."""
+    return f"vllm-connectors-{version}"
+
+
 def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
     by_connector: dict[str, list] = defaultdict(list)
     for entry in entries:
@@ -67,7 +72,7 @@ def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
             checks[check] = (tier or label(cell.get("tier")),
                              description or str((entry.get("extra") or {}).get("description", "")))
     blocks: list = [
-        Heading(2, f"vLLM {version}'s connectors"),
+        Heading(2, f"vLLM {version}'s connectors", anchor=release_anchor(version)),
         Paragraph(f"The connector suite run against the connectors vLLM {version} registers, each vLLM's own class "
                   "driven through kvconform's mini engine by a thin adapter (`--kv-connector vllm:Name`). "
                   "✅ passes on every preset · ❌ fails (footnote: the first failing evidence) · "

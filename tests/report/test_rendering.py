@@ -70,10 +70,6 @@ def test_at_a_glance_per_connector_and_feature_per_platform():
     assert table_after(md, "### At a glance: tpu")[1:] == [
         ["no connector", "no feature", "❔ unknown from 0.33.0", "not run"],
     ], "the tpu cells of the synthetic run are v0.33's"
-    assert table_after(md, "### Which connector runs with HMA, per platform and release") == [
-        ["connector", "cuda", "rocm", "tpu"],
-        ["LMCacheConnectorV1", "❌ refused (E-F)", "not run", "not run"],
-    ], "connector x platform x release: what an explicit enable gives"
     entries = [config_entry(era, None, "cuda", "none", "NixlConnector",
                             actual=outcome(resolved=resolved, warnings=[] if resolved is False else [W1]))
                for era, resolved in (("seed", True), ("v0.20", True), ("v0.22", False), ("v0.33", False))]
@@ -453,16 +449,16 @@ def test_html_is_self_contained_and_filterable():
         "an era table's rows are tagged from their connector column by the script (no attribute per row)")
     assert '"data-c": {"no connector": "noconn"}' in page, "the labels that are not their connector's id"
     assert "<td data-" not in page, "only header cells carry a column's tag (the page stays small)"
-    # section 3 (after the summary and "What went wrong"): its note 4, listed at its end
+    # section 4 (after the summary, "What went wrong" and the support table): its note 4, listed at its end
     assert '<td class=of>off<sup>4</sup>' in page, "the class draws the symbol; the note is its number"
-    assert ('<li id="fn-3-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
+    assert ('<li id="fn-4-4" value="4"><a href="../docs/rules.md#w-a1">W-A1</a> (warning): Turning off hybrid kv '
             'cache manager because <code>--kv-transfer-config</code> is set.</li>') in page
     assert '<tr data-c=LMCacheConnectorV1 data-p=rocm>' in page, (
         "a listed connector-with-feature row carries its platform for the platform filter")
     assert '<td>KV events<' in page
     assert '<td class=er>E-HISPARSE-CUDA<sup>4</sup>' in page
-    assert '<li id="fn-4-4" value="4">' in page, "the v0.33 section lists its own note 4"
-    assert '<i class=x>❌</i> refused (E-F)' in page, "a symbol inside a text is marked for the style sheet to draw"
+    assert '<li id="fn-5-4" value="4">' in page, "the v0.33 section lists its own note 4"
+    assert 'config <i class=x>❌</i> E-F' in page, "a symbol inside a text is marked for the style sheet to draw"
     icons = re.search(r"<style>(.*?)</style>", page, flags=re.S).group(1)
     assert "<i class=b>🐞</i> = the outcome is that of a known vLLM defect" in page, "the defect mark is drawn too"
     for selector in ("i.y", "td.on::before", "i.x", "td.er::before", "i.o", "td.of::before", "i.b"):

@@ -1,6 +1,7 @@
 """The report's summary tables never contradict `kvconform explain`.
 
-Every cell of the support table and of each "at a glance" table (the cells that stand for "does this
+Every cell of the support table (its config part; a cell that answers for an installed optional package is asked
+with `--installed`), of the resolver's cases and of each "at a glance" table (the cells that stand for "does this
 configuration work?") is read back from the rendered Markdown, expanded to one answer per release, and the
 same configuration is asked of `kvconform explain` as a user would type it: the release, the platform, the
 flag as that release spells it, `--kv-transfer-config` JSON and the feature's own options. The report's
@@ -25,6 +26,7 @@ from harness.report.build import build_document
 from harness.report.labels import connector_label, feature_label
 from harness.report.markdown import render_markdown_pages
 from harness.report.spec_refs import message_id
+from harness.report.support_section import DEPLOYED_AS
 from suites.config.matrix import CHUNK, OFFLOAD_GIB, connectors_for, unregistered_for
 from suites.config.oracle import CHUNKED_ENV
 from tests.report.md_helpers import table_after
@@ -113,10 +115,13 @@ def _parser():
 
 
 @lru_cache(maxsize=None)
-def explain(era: str, platform: str, flag: bool | None, connector: str, feature: str) -> dict:
-    """`kvconform explain --json ...` for one configuration (the command line's parser, built once)."""
+def explain(era: str, platform: str, flag: bool | None, connector: str, feature: str, installed: str = "") -> dict:
+    """`kvconform explain --json ...` for one configuration (the command line's parser, built once); `installed`:
+    its `--installed` value (the support table answers a missing optional package as installed)."""
     argv = ["explain", "--json", "--vllm-version", ERA_RELEASES[era], "--platform", platform,
             *flag_options(era, flag), *FEATURE_OPTIONS[feature]]
+    if installed:
+        argv += ["--installed", installed]
     transfer = kv_transfer_json(era, connector)
     if transfer is not None:
         argv += ["--kv-transfer-config", transfer]
@@ -207,14 +212,61 @@ def agree(report: str, result: dict) -> bool:
     return report == kind
 
 
+_SUPPORT_RANGE = re.compile(r"^(.+?) \[[^\]]+\]\([^)]*#era-([^)]+)\)$")
+_ASSUMED = re.compile(r"^(.+?)(?:,)? with (\S+)(?: (\S+))?$")
+
+
+def _installed(text: str) -> tuple[str, str]:
+    """'✅ on, with lmcache 0.5.6' -> ('✅ on', 'lmcache==0.5.6'); 'with lmcache' -> 'lmcache'; none -> ''."""
+    match = _ASSUMED.match(text)
+    if not match:
+        return text, ""
+    return match.group(1), match.group(2) + (f"=={match.group(3)}" if match.group(3) else "")
+
+
+def expand_support(cell: str) -> dict[str, tuple[str, str]]:
+    """'config ✅ on [0.21.0–0.34.x](…#era-v0.21); ❌ E-F [0.13.0–0.20.x](…#era-seed) · run …' -> era -> (report
+    kind, explain's `--installed` value where the range assumes an optional package installed) for every era from
+    the oldest range on."""
+    config = re.sub(r" \[[\d,]+\]$", "", cell).split(" · ", 1)[0]
+    head, _, ranges = config.partition(": ") if config.startswith("config, with ") else ("", "", config)
+    shared = _installed(head)[1] if head else ""
+    changes = []
+    for part in ranges.removeprefix("config ").split("; "):
+        match = _SUPPORT_RANGE.match(part)
+        assert match, f"unexpected support cell part {part!r} in {cell!r}"
+        word, installed = _installed(match.group(1))
+        changes.append((ERA_IDS.index(match.group(2)), (report_kind(word), installed or shared)))
+    changes.sort()
+    kinds, current, position = {}, None, 0
+    for index, era in enumerate(ERA_IDS):
+        while position < len(changes) and changes[position][0] <= index:
+            current = changes[position][1]
+            position += 1
+        if current is not None:
+            kinds[era] = current
+    return kinds
+
+
+def _deployed_as(name: str, era: str) -> str:
+    """The matrix configuration a support row stands for in `era` (harness.report.support_section.DEPLOYED_AS)."""
+    present = {**unregistered_for(era), **connectors_for(era)}
+    return next((f for f in DEPLOYED_AS.get(name, (name,)) if f in present), DEPLOYED_AS.get(name, (name,))[-1])
+
+
 def support_cases():
-    rows = table_after(main_page(), "### Which connector runs with HMA")
-    platforms = rows[0][1:]
+    """Every cell of the support table and of the resolver's cases, one answer per release."""
     ids = connector_ids()
-    for row in rows[1:]:
-        for platform, cell in zip(platforms, row[1:]):
-            for era, kind in expand(cell).items():
-                yield era, platform, False, ids[row[0]], "none", kind
+    for heading, deployable in (("## Which connector runs with HMA", True), ("### The resolver's cases", False)):
+        rows = table_after(main_page(), heading)
+        platforms = rows[0][2:]
+        for row in rows[1:]:
+            for platform, cell in zip(platforms, row[2:]):
+                if cell.startswith("not run"):
+                    continue
+                for era, (kind, installed) in expand_support(cell).items():
+                    connector = _deployed_as(row[0], era) if deployable else ids[row[0]]
+                    yield era, platform, False, connector, "none", kind, installed
 
 
 def glance_cases():
@@ -225,7 +277,7 @@ def glance_cases():
         for connector, feature, auto, enable in rows[1:]:
             for flag, cell in ((None, auto), (False, enable)):
                 for era, kind in expand(cell).items():
-                    yield era, platform, flag, ids[connector], features[feature], kind
+                    yield era, platform, flag, ids[connector], features[feature], kind, ""
 
 
 @pytest.mark.parametrize("table", ["support", "glance"])
@@ -233,13 +285,13 @@ def test_every_summary_cell_agrees_with_explain(table):
     cases = sorted(set(support_cases() if table == "support" else glance_cases()), key=str)
     assert len(cases) > (300 if table == "support" else 1000), "the tables were read back"
     disagreements, checked = [], 0
-    for era, platform, flag, connector, feature, kind in cases:
+    for era, platform, flag, connector, feature, kind, installed in cases:
         if feature in NOT_EXPRESSIBLE:
             continue
-        result = explain(era, platform, flag, connector, feature)
+        result = explain(era, platform, flag, connector, feature, installed)
         checked += 1
         if not agree(kind, result):
-            disagreements.append(f"{era} {platform} flag={flag} {connector} + {feature}: report {kind!r}, "
+            disagreements.append(f"{era} {platform} flag={flag} {connector} + {feature} {installed}: report {kind!r}, "
                                  f"explain {explain_kind(result)!r} ({result['error'] or result['unknown'] or ''})")
     assert not disagreements, f"{len(disagreements)} of {checked} cells disagree, e.g.:\n" + "\n".join(disagreements[:10])
 
@@ -263,3 +315,17 @@ def test_a_connector_cell_is_answered_at_create_connector():
     rows = [row for row in table_after(pages["compatibility-v0.33.md"], "A connector together with a feature")
             if row[:4] == ["LMCacheConnectorV1", "chunked local, env 1", "rocm", "--enable-…"]]
     assert rows and rows[0][4].startswith("❌ E-F") and rows[0][5] == "create_connector", rows
+
+
+def test_the_reading_of_a_support_cell():
+    """Control for the support cell parser (hand-written): newest range first, each holds from its first release."""
+    kinds = expand_support(
+        "config ✅ on [0.21.0–0.34.x](compatibility-v0.21.md#era-v0.21); ❌ E-F [0.13.0–0.20.x](x.md#era-seed) · "
+        "run ✅ [0.33.0](../docs/a.md) [4,5]")
+    assert "pre-seed" not in kinds
+    assert kinds["seed"] == kinds["v0.20"] == ("error E-F", "") and kinds["v0.21"] == kinds["v0.34"] == ("on", "")
+    kinds = expand_support("config, with lmcache 0.5.6: ✅ on [0.33.0–0.34.x](#era-v0.33); ❌ E-B 🐞 "
+                           "[0.13.x](#era-seed) [1]")
+    assert kinds["v0.14"] == ("error E-B 🐞", "lmcache==0.5.6") and kinds["v0.33"] == ("on", "lmcache==0.5.6")
+    kinds = expand_support("config ❌ E-F [0.13.0–0.34.x](#era-seed); ⚪ off, with lmcache [0.11.1–0.12.x](#era-pre-seed)")
+    assert kinds["pre-seed"] == ("off", "lmcache") and kinds["seed"] == ("error E-F", "")

@@ -1,0 +1,145 @@
+"""What a connector did when the connector suite ran its real class on a vLLM release: the "run" half of the
+support table's cells (`harness.report.support_section`).
+
+One record per connector and release (`RunVerdict`), from two sources:
+
+- a run-verdict file, by default the committed `harness/report/connector_runs.json`: reviewed verdicts, each
+  with its cause and a link to the evidence (a docs page and section), written from the CI vLLM job's results
+  (vLLM's connectors and LMCache's, `docs/vllm-connectors.md`);
+- the results being reported: connector-suite entries of a vLLM connector (`vllm-<release>:<Name>`, merged from
+  the CI job with `kvconform merge`), judged by `harness.report.connector_section.hma_verdict`.
+
+A record of the file wins over one from the results for the same connector and release: it carries the
+reviewed cause. The file is JSON, a list of records or `{"runs": [...]}`; each record:
+
+    {"connector": "LMCacheMPConnector", "release": "0.34.0", "verdict": "fail",
+     "cause": "lmcache 0.5.6 reads `resumed_req_ids`, which vLLM 0.34.0 removed, on every step",
+     "evidence": "docs/vllm-connectors.md#lmcache-on-vllm-0340-and-0130-hand-written",
+     "with": "lmcache 0.5.6"}
+
+`verdict` is the connector's HMA verdict on multi-group models: `pass` (every MUST check that applies passes),
+`fail` (a MUST check fails), `not-exercised` (it ran, but no multi-group behaviour was judged), `not-run` (the
+suite could not run it: `cause` says what is missing) or `unknown`. `evidence` is a path from the repository
+root with an optional `#anchor`, or `#anchor` of the report itself; `with` names the package version the run
+used, where one matters. Other keys are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUNS_FILE = Path(__file__).with_name("connector_runs.json")
+VERDICTS = ("pass", "fail", "not-exercised", "not-run", "unknown")
+# other spellings a summary may use for the same verdicts
+_SYNONYMS = {"passed": "pass", "ok": "pass", "failed": "fail", "not_exercised": "not-exercised", "n/a": "not-exercised",
+             "na": "not-exercised", "not_run": "not-run", "cannot-run": "not-run", "skipped": "not-run"}
+SYMBOLS = {"pass": "✅", "fail": "❌", "not-exercised": "➖", "not-run": "❔", "unknown": "❔"}
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+\S*$")
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """What `connector` did with HMA when the connector suite ran it on vLLM `release`."""
+
+    connector: str
+    release: str
+    verdict: str
+    cause: str = ""
+    evidence: str = ""
+    with_package: str = ""
+
+
+class RunFileError(ValueError):
+    """A run-verdict file that does not follow the schema (the message names the field, the value, what is accepted)."""
+
+
+def _field(record: dict, index: int, key: str, required: bool = True) -> str:
+    value = record.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise RunFileError(f"runs[{index}].{key}: {value!r} is not accepted; expected a non-empty string")
+    return value.strip()
+
+
+def parse_runs(document: Any) -> list[RunVerdict]:
+    """The records of a run-verdict document (a list, or an object with a "runs" list)."""
+    records = document.get("runs") if isinstance(document, dict) else document
+    if not isinstance(records, list):
+        raise RunFileError(f"runs: {type(records).__name__} is not accepted; expected a list of records "
+                           "(or an object whose \"runs\" is one)")
+    runs = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise RunFileError(f"runs[{index}]: {record!r} is not accepted; expected an object")
+        release = _field(record, index, "release")
+        if not _RELEASE.match(release):
+            raise RunFileError(f"runs[{index}].release: {release!r} is not accepted; expected a vLLM release X.Y.Z")
+        verdict = _field(record, index, "verdict").lower()
+        verdict = _SYNONYMS.get(verdict, verdict)
+        if verdict not in VERDICTS:
+            raise RunFileError(f"runs[{index}].verdict: {record['verdict']!r} is not accepted; expected one of "
+                               f"{', '.join(VERDICTS)}")
+        runs.append(RunVerdict(_field(record, index, "connector"), release, verdict,
+                               _field(record, index, "cause", False), _field(record, index, "evidence", False),
+                               _field(record, index, "with", False)))
+    return runs
+
+
+def load_runs(path: Path | str | None = None) -> list[RunVerdict]:
+    """The records of a run-verdict file (default: the committed one; none when that is absent)."""
+    path = Path(path) if path is not None else RUNS_FILE
+    if not path.exists() and path == RUNS_FILE:
+        return []
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunFileError(f"{path}: cannot be read as JSON ({exc})") from None
+    return parse_runs(document)
+
+
+_HMA_SYMBOL_VERDICTS = {"✅": "pass", "❌": "fail", "➖": "not-exercised", "❔": "unknown"}
+
+
+def runs_from_results(entries: list[dict[str, Any]]) -> list[RunVerdict]:
+    """One record per vLLM connector and release the results ran (`vllm-<release>:<Name>` connector entries),
+    its verdict as the report's "May each connector declare SupportsHMA?" judges it."""
+    from harness.report.connector_section import hma_verdict
+    from harness.report.vllm_connectors_section import release_anchor, vllm_connector_of
+
+    grouped: dict[tuple[str, str], list] = defaultdict(list)
+    for entry in entries:
+        found = vllm_connector_of(entry)
+        if found is not None:
+            grouped[found].append(entry)
+    runs = []
+    for (release, connector), found in sorted(grouped.items()):
+        if all(e["status"] == "skipped" for e in found):
+            reason = next((e.get("message") for e in found if e.get("message")), "")
+            runs.append(RunVerdict(connector, release, "not-run", str(reason), f"#{release_anchor(release)}"))
+            continue
+        line = hma_verdict(connector, found)
+        verdict = _HMA_SYMBOL_VERDICTS.get(line[:1], "unknown")
+        runs.append(RunVerdict(connector, release, verdict, "" if verdict == "pass" else line[1:].strip(),
+                               f"#{release_anchor(release)}"))
+    return runs
+
+
+def combined_runs(entries: list[dict[str, Any]], reviewed: list[RunVerdict]) -> dict[str, list[RunVerdict]]:
+    """Connector -> its records, release by release: the reviewed ones, and the results' for the releases the
+    reviewed ones lack."""
+    by_key = {(run.connector, run.release): run for run in runs_from_results(entries)}
+    by_key.update({(run.connector, run.release): run for run in reviewed})
+    out: dict[str, list[RunVerdict]] = defaultdict(list)
+    for (connector, _), run in sorted(by_key.items(), key=lambda item: (item[0][0], _release_key(item[0][1]))):
+        out[connector].append(run)
+    return dict(out)
+
+
+def _release_key(release: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"[.]", release)]
