@@ -54,6 +54,10 @@ class TargetKind:
         return f"{' or '.join(forms)} or one of {', '.join(self.builtins)}"
 
 
+#: The prefix that names one of kvconform's own connectors as the report shows it (`kvconform:ExampleConnector`,
+#: not vLLM's class of the same name, which is `vllm:ExampleConnector`).
+KVCONFORM_PREFIX = "kvconform:"
+
 #: The built-in connectors (kvconform's reference engine) by name.
 BUILTIN_CONNECTORS = {
     "LMCacheLikeConnector": "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
@@ -103,6 +107,11 @@ def parse_spec(kind: str, text: str, option: str | None = None) -> TargetSpec:
     text = text.strip()
     if text in target_kind.builtins:
         return TargetSpec(target_kind, text, option, builtin=text)
+    if target_kind.vllm_names and text.startswith(KVCONFORM_PREFIX):
+        name = text[len(KVCONFORM_PREFIX):]
+        if name not in target_kind.builtins:
+            raise TargetError(option, repr(text), f"names none of kvconform's connectors ({', '.join(target_kind.builtins)})")
+        return TargetSpec(target_kind, text, option, builtin=name)
     if target_kind.vllm_names and text.startswith(VLLM_PREFIX):
         if not text[len(VLLM_PREFIX):]:
             raise TargetError(option, repr(text), f"names no connector; accepted: {target_kind.accepted()}")

@@ -309,9 +309,10 @@ def run(args) -> int:
     refuse_unrecognized(parsed)
     with packages_assumed_installed(assumed):
         result = C.run_case(parsed)
-    if result["error"] and result["error"]["stage"] == "input":
-        raise UsageError(f"kvconform explain: {result['error']['message']}")
-    defects = defects_of({**case, "vllm_version": parsed.vllm_version, "platform": parsed.platform}, result)
+        if result["error"] and result["error"]["stage"] == "input":
+            raise UsageError(f"kvconform explain: {result['error']['message']}")
+        # the invariants' related cases are answered under the same assumption
+        defects = defects_of({**case, "vllm_version": parsed.vllm_version, "platform": parsed.platform}, result)
     if args.json:
         era, version = resolve_era(parsed.vllm_version)
         payload = {

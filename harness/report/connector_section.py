@@ -17,6 +17,7 @@ from typing import Any
 from harness.connector_checks import CHECKS
 from harness.failure_groups import cause_key, split_check
 from harness.report.config_section import label
+from harness.report.labels import own_connector_label
 from harness.targets.connector_profile import MULTI_GROUP_REFUSAL, decided_nothing
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
@@ -42,18 +43,20 @@ def _is_not_applicable(entry: dict[str, Any]) -> bool:
             and not _is_vacuous(entry))
 
 
-def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], list]) -> list[str]:
-    """One line per connector: its MUST cells that skipped for a reason its profile does not imply, and why."""
+def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], list],
+                          shown=lambda connector: connector) -> list[str]:
+    """One line per connector (named as `shown` labels it): its MUST cells that skipped for a reason its profile
+    does not imply, and why."""
     lines = []
     for connector in connectors:
         vacuous = sorted((e for (_, c), es in grouped.items() if c == connector for e in es if _is_vacuous(e)),
                          key=lambda e: _natural_key(e["id"]))
         if not vacuous:
-            lines.append(f"{connector}: none; every MUST check decided or is N/A by its profile.")
+            lines.append(f"{shown(connector)}: none; every MUST check decided or is N/A by its profile.")
             continue
         cells = "; ".join(f"{label((e.get('cell') or {}).get('check'))} on "
                           f"{label((e.get('cell') or {}).get('preset'))}: {_evidence(e)}" for e in vacuous)
-        lines.append(f"{connector}: {len(vacuous)} MUST cell(s) decided nothing: {cells}")
+        lines.append(f"{shown(connector)}: {len(vacuous)} MUST cell(s) decided nothing: {cells}")
     return lines
 
 
@@ -193,23 +196,28 @@ def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
             check_cell(grouped[(check, c)], check) if (check, c) in grouped else Cell("❔", "unknown", (f"{check} was not run for this connector",))
             for c in connectors
         ])
+    # kvconform's own connectors carry its name (vLLM's classes of the same name have sections of their own);
+    # the HTML filter offers the same label as the column
     table = Table(
-        headers=["check", "tier", "description"] + connectors,
+        headers=["check", "tier", "description"] + [own_connector_label(c) for c in connectors],
         rows=rows,
-        column_filters=[{}, {}, {}] + [{"connector": c} for c in connectors],
+        column_filters=[{}, {}, {}] + [{"connector": own_connector_label(c)} for c in connectors],
         search=True,
     )
-    verdicts = [hma_verdict(c, [e for (_, conn), es in grouped.items() if conn == c for e in es]) for c in connectors]
+    verdicts = [hma_verdict(own_connector_label(c), [e for (_, conn), es in grouped.items() if conn == c for e in es])
+                for c in connectors]
     return [Section("connector", [
         Heading(2, "Connector conformance"),
         Paragraph("✅ pass = passes on every preset · ❌ fail = fails (note: the first failing evidence) · "
                   "➖ n/a = not applicable (note: why) · ❔ unknown = not run (note: why); the check ids are "
-                  "explained in the connector spec section 4.2."),
+                  "explained in the connector spec section 4.2. `kvconform:` names kvconform's own connectors "
+                  "(`reference_impl/connector`, what the suite runs without `--kv-connector`), never vLLM's classes "
+                  "of the same name: each vLLM release whose connectors ran has a section of its own."),
         table,
         Heading(3, "MUST checks that decided nothing"),
         Paragraph("A MUST check that skipped for a reason the connector's profile (or its release) does not imply: "
                   "no verdict, so a bug of its class would pass unnoticed there."),
-        BulletList(decided_nothing_lines(connectors, grouped)),
+        BulletList(decided_nothing_lines(connectors, grouped, own_connector_label)),
         Heading(3, "May each connector declare SupportsHMA?"),
         BulletList(verdicts),
     ])]

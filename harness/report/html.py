@@ -32,6 +32,7 @@ import re
 from urllib.parse import quote
 
 from harness.report.footnotes import Footnotes
+from harness.report.labels import connector_label
 from harness.report.model import BulletList, Cell, Document, Heading, Paragraph, Section, Table, display_text
 from harness.report.spec_refs import link_references
 
@@ -398,8 +399,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 
-def _options(values: list[str]) -> str:
-    return '<option value="">all</option>' + "".join(f'<option value="{_esc(v)}">{_esc(v)}</option>' for v in values)
+def _options(values: list[str], shown=lambda value: value) -> str:
+    """The choices of a filter: each value (a tag in the page, an id without spaces) shown as `shown` labels it."""
+    return '<option value="">all</option>' + "".join(f'<option value="{_esc(v)}">{_esc(shown(v))}</option>'
+                                                     for v in values)
+
+
+def _filter_options(key: str, values: list[str]) -> str:
+    """Eras and platforms in the report's order (columns come first); connectors by the label the tables show
+    (`harness.report.labels.connector_label`: a matrix id such as `ExternalTwoArg` reads "external, 2-arg
+    constructor"), alphabetically."""
+    if key != "connector":
+        return _options(values)
+    return _options(sorted(values, key=lambda v: connector_label(v).lower()), connector_label)
 
 
 def _filter_values(sections: list[Section]) -> dict[str, list[str]]:
@@ -460,9 +472,8 @@ def _json_in_script(data) -> str:
 def render_html(document: Document, run_details: list[str] | None = None) -> str:
     """The whole report as one HTML page; `run_details` adds lines about the run (times, commit)."""
     filter_values = _filter_values(document.sections)
-    # eras and platforms in the report's order (columns come first); connectors alphabetically
     controls = "".join(
-        f'<label>{key} <select id="kv-f-{key}">{_options(sorted(filter_values[key], key=str.lower) if key == "connector" else filter_values[key])}</select></label>'
+        f'<label>{key} <select id="kv-f-{key}">{_filter_options(key, filter_values[key])}</select></label>'
         for key in FILTER_KEYS
     )
     body = [

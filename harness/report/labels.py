@@ -21,6 +21,15 @@ def connector_label(connector: str) -> str:
     return term.label if term is not None else connector
 
 
+def own_connector_label(connector: str) -> str:
+    """'kvconform:ExampleConnector' for one of kvconform's own connectors (its reference engine's, which the
+    connector suite runs by default), so it never reads as vLLM's class of the same name; any other name (a
+    vendor's `module:Class`) as it is. `--kv-connector` takes the label too."""
+    from harness.target_spec import BUILTIN_CONNECTORS, KVCONFORM_PREFIX
+
+    return f"{KVCONFORM_PREFIX}{connector}" if connector in BUILTIN_CONNECTORS else connector
+
+
 def feature_label(features: str) -> str:
     """The table label of a feature id."""
     term = FEATURES.get(features)

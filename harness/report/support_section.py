@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.eras import ERA_FIRST_VERSIONS, ERA_IDS, ERA_RELEASES, NEWEST_EXCLUSIVE
-from harness.report.config_section import (SUITE as CONFIG_SUITE, ConfigKey, Configuration, config_kind, era_anchor,
-                                           era_sort_key, group_by_era, outcome_cell, platforms_of, stage_note)
+from harness.invariants.defects import defects_of
+from harness.report.config_section import (DEFECT, SUITE as CONFIG_SUITE, ConfigKey, Configuration, config_kind,
+                                           era_anchor, era_sort_key, group_by_era, outcome_cell, platforms_of,
+                                           stage_note)
 from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, load_runs
 from harness.report.labels import connector_label
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
@@ -33,7 +35,8 @@ from harness.report.spec_refs import message_id
 from reference_impl.config.cases import resolve_case
 from reference_impl.config.eras import BUILTIN_CONNECTORS, resolve_era
 from reference_impl.config.factory import packages_assumed_installed
-from reference_impl.vocabulary import CONNECTOR_FIXTURES, NO_CONNECTOR, NO_FEATURES, UNREGISTERED_CONNECTOR
+from reference_impl.vocabulary import (CASE_DEFAULTS, CONNECTOR_FIXTURES, NO_CONNECTOR, NO_FEATURES,
+                                       UNREGISTERED_CONNECTOR)
 
 # vLLM's factory error for a name the release does not register
 UNREGISTERED_ID = "E-UNSUPPORTED-CONNECTOR"
@@ -130,7 +133,11 @@ def _with_package(name: str, era: str, platform: str, imports) -> _Outcome:
     case = {"id": "support", "vllm_version": ERA_RELEASES[era], "platform": platform, "flag": False,
             "kv_connector": name, "kv_role": "kv_both", "stage": "create_connector"}
     with packages_assumed_installed({package: version}):
-        cell = outcome_cell(resolve_case(case))
+        result = resolve_case(case)
+        defects = defects_of({**CASE_DEFAULTS, **case}, result)  # its related cases under the same assumption
+    cell = outcome_cell(result)
+    if defects:
+        cell = Cell(f"{cell.text} {DEFECT}", cell.kind, cell.notes + tuple(defect.marker() for defect in defects))
     which = f"{package} {version}" if version else package
     note = (f"{ident}: the modelled install lacks the optional package `{package}` (looking {name} up, vLLM raises "
             f"{imports.vllm_type}: {imports.message}); that is no refusal of the connector. \"with {which}\": the "

@@ -3,8 +3,8 @@
 The fresh config section is built in this process from the matrix's cells, the reference resolver and the
 oracle, exactly as the matrix's tests record them (status, cell, the target's outcome), instead of running
 the 16,000-odd matrix tests a second time in the same test command (they run once, as suite tests).
-Only the config section is compared (the other sections come from the other suites, and the run line
-names the run); regenerate the file with `kvconform report` and commit it.
+Only the config section and the support table are compared (the other sections come from the other suites, and
+the run line names the run); regenerate the file with `kvconform report` and commit it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from suites.config.outcomes import outcome_mismatches
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "reports" / "compatibility.md"
-SECTION = "config"
+SECTIONS = ("config", "support")  # built from the matrix alone (and the committed run verdicts)
 MATRIX_TEST = "suites/config/test_matrix.py::test_config_cell"
 
 
@@ -76,8 +76,9 @@ def test_committed_compatibility_report_is_current(fresh):
     stale = []
     for name, text in pages.items():
         path = COMMITTED.parent / name
-        section = extract_section(text, SECTION)
-        committed = extract_section(path.read_text(encoding="utf-8"), SECTION) if path.exists() else "(missing)"
+        section = "\n".join(extract_section(text, key) for key in SECTIONS)
+        committed = ("\n".join(extract_section(path.read_text(encoding="utf-8"), key) for key in SECTIONS)
+                     if path.exists() else "(missing)")
         if section != committed:
             diff = "\n".join(list(difflib.unified_diff(committed.splitlines(), section.splitlines(), "committed",
                                                        "fresh", lineterm="", n=1))[:40])

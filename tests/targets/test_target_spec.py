@@ -30,6 +30,7 @@ PARSED = [
     ("connector", "LMCacheLikeConnector", ("LMCacheLikeConnector", None, None, None)),
     ("connector", "MultiConnector", ("MultiConnector", None, None, None)),
     ("connector", "vllm:ExampleConnector", (None, "ExampleConnector", None, None)),
+    ("connector", "kvconform:ExampleConnector", ("ExampleConnector", None, None, None)),  # the report's label
     ("connector", "vllm:MultiConnector[A,B]", (None, "MultiConnector[A,B]", None, None)),
     ("connector", "vendor.kv:Conn", (None, None, "vendor.kv", "Conn")),
 ]
@@ -50,6 +51,8 @@ REFUSED = [
     ("connector", "vllm:", "--kv-connector 'vllm:': names no connector; accepted: module:Class or vllm:NAME or one of "
                            "LMCacheLikeConnector, ExampleConnector, MultiConnector"),
     ("connector", "ExampleConector", "did you mean ExampleConnector?"),
+    ("connector", "kvconform:Foo", "--kv-connector 'kvconform:Foo': names none of kvconform's connectors "
+                                   "(LMCacheLikeConnector, ExampleConnector, MultiConnector)"),
 ]
 
 

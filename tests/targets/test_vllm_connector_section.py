@@ -4,6 +4,8 @@ be checked, the HMA declaration per connector, and `kvconform merge` of two rele
 
 from __future__ import annotations
 
+import re
+
 from harness.cli import main
 from harness.report import render_reports
 from harness.results_model import ResultsDocument, load_results, make_entry
@@ -75,7 +77,27 @@ def test_hma_declaration_and_verdict_per_connector():
 
 def test_vllm_connectors_stay_out_of_the_main_connector_table():
     md = _markdown(ENTRIES_033)
-    assert table_after(md, "## Connector conformance")[0] == ["check", "tier", "description", "LMCacheLikeConnector"]
+    assert table_after(md, "## Connector conformance")[0] == ["check", "tier", "description",
+                                                              "kvconform:LMCacheLikeConnector"]
+
+
+def test_kvconform_and_vllm_connectors_of_one_name_read_apart():
+    """Issue 32: kvconform's own ExampleConnector and vLLM's share a class name; the report names kvconform's
+    `kvconform:ExampleConnector` wherever it appears (column, verdicts, HTML filter) and vLLM's keeps its name."""
+    from harness.report.build import build_document
+    from harness.report.html import render_html
+
+    entries = ENTRIES_033 + [entry("ExampleConnector", "C14 round-trip-bytes", "passed")]
+    md = _markdown(entries)
+    assert table_after(md, "## Connector conformance")[0][3:] == ["kvconform:ExampleConnector",
+                                                                  "kvconform:LMCacheLikeConnector"]
+    assert re.search(r"^- \S+ kvconform:ExampleConnector (does not )?declares? `SupportsHMA`", md, flags=re.M), md
+    assert "- kvconform:ExampleConnector: none; every MUST check decided" in md
+    assert "ExampleConnector" in table_after(md, "### vLLM 0.33.0's example connectors")[0], "vLLM's keeps its name"
+    assert "kvconform:ExampleConnector" not in md[md.index("## vLLM 0.33.0's connectors"):]
+    page = render_html(build_document(ResultsDocument(run_info=run_info(), results=entries)))
+    assert '<option value="kvconform:ExampleConnector">kvconform:ExampleConnector</option>' in page
+    assert '<option value="ExampleConnector">ExampleConnector</option>' in page, "vLLM's, from its own section"
 
 
 def test_no_section_without_vllm_connector_results():
