@@ -30,7 +30,7 @@ from harness.report.config_section import (DEFECT, SUITE as CONFIG_SUITE, Config
                                            stage_note)
 from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, load_runs
 from harness.report.labels import connector_label
-from harness.report.model import Cell, Heading, Paragraph, Section, Table
+from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.report.spec_refs import message_id
 from reference_impl.config.cases import resolve_case
 from reference_impl.config.eras import BUILTIN_CONNECTORS, resolve_era
@@ -306,11 +306,13 @@ def support_sections(entries: list[dict[str, Any]], runs: list[RunVerdict] | Non
     rows_of = deployable_fixtures(eras)
 
     rows, row_filters, anchors = [], [], []
+    newest: dict[str, list] = {}  # connector -> its series per platform, for the newest releases' lists
     for name in sorted(rows_of, key=str.lower):
         fixtures = rows_of[name]
         series = [_series(eras, order, fixtures, platform, deepest, name) for platform in platforms]
         if all(outcome is None or outcome.word == NOT_REGISTERED for one in series for _, outcome in one):
             continue  # a name the matrix asks about only where no release registers it
+        newest[name] = series
         cells = [_cell(one, by_connector.get(name, []), name) for one in series]
         rows.append([name, _provider(name), *cells])
         row_filters.append({"connector": " ".join(dict.fromkeys((name, *fixtures)))})
@@ -341,11 +343,49 @@ def support_sections(entries: list[dict[str, Any]], runs: list[RunVerdict] | Non
             "\"kv_role\": \"kv_both\"}'`. The configurations that test how vLLM resolves a connector (lookup "
             "order, bad modes, unknown names, old constructors, nested MultiConnectors) are not connectors to "
             f"choose: they are [the resolver's cases](#{RESOLVER_ANCHOR}) below."),
+    ]
+    blocks += _newest_blocks(order, platforms, newest, by_connector)
+    blocks += [
         Table(headers=["connector", "comes from", *platforms], rows=rows, row_filters=row_filters, row_anchors=anchors,
               column_filters=[{}, {}] + [{"platform": p} for p in platforms], search=True),
     ]
     blocks += _resolver_blocks(eras, order, platforms, deepest, rows_of)
     return [Section("support", blocks)]
+
+
+# How many of the newest releases get a line each: who keeps HMA on, per platform.
+NEWEST_RELEASES = 2
+
+
+def _newest_blocks(order: list[str], platforms: list[str], newest: dict[str, list],
+                   by_connector: dict[str, list[RunVerdict]]) -> list:
+    """One line per newest release (its era): per platform, the connectors an explicit enable keeps HMA on with,
+    each with what it did at run time on that release ("NixlConnector (run ❔ 0.34.0)"), from the support
+    table's own cells; platforms with the same list share it."""
+    known = [era for era in order if era in ERA_RELEASES][-NEWEST_RELEASES:]
+    items = []
+    for era in reversed(known):
+        lists: dict[str, list[str]] = {}
+        for index, platform in enumerate(platforms):
+            names = []
+            for name, series in newest.items():
+                outcome = dict(series[index]).get(era)
+                if outcome is None or not outcome.word.startswith("✅"):
+                    continue
+                marks = [f"run {SYMBOLS[run.verdict]} {run.release}" for run in by_connector.get(name, [])
+                         if _knows(run.release) and resolve_era(run.release)[0].id == era]
+                if outcome.assumption:
+                    marks.insert(0, outcome.assumption)
+                names.append(f"{name} ({', '.join(marks)})" if marks else name)
+            lists.setdefault(", ".join(names) or "none", []).append(platform)
+        parts = [f"{', '.join(on)}: {names}" for names, on in lists.items()]
+        items.append(f"**{release_range(era, era)}** ([tables](#{era_anchor(era)})): " + "; ".join(parts))
+    if not items:
+        return []
+    return [Paragraph("**The newest releases at a glance**: with `--enable-hybrid-kv-cache-manager`, HMA stays on "
+                      "with these connectors, per platform, and each did this at run time on that release (the "
+                      "table's cells say why and link the evidence):"),
+            BulletList(items)]
 
 
 def _vendor_row(vendor: str, found: list[dict[str, Any]], eras, order, platforms, deepest) -> list:

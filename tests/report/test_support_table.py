@@ -89,6 +89,20 @@ def test_support_table_golden():
     assert "❌ refused (E-NO-LMCACHE)" not in md and "E-NO-LMCACHE [" not in md, "a missing package is no refusal"
 
 
+def test_newest_releases_at_a_glance():
+    """Which connectors keep HMA on with an explicit enable on the newest two releases, per platform (issue 32's
+    'which connectors run with HMA on ROCm on 0.33.0'), with their runs on that release."""
+    md = _markdown(small_input())
+    lines = md[md.index("**The newest releases at a glance**"):].split("\n\n")[1].splitlines()
+    assert lines == [
+        "- **0.34.x** ([tables](#era-v0.34)): cuda: LMCacheMPConnector (with lmcache 0.5.6, run ❌ 0.34.0), "
+        "NixlConnector (run ❌ 0.34.0); tpu: none",
+        "- **0.33.x** ([tables](#era-v0.33)): cuda: LMCacheMPConnector (with lmcache 0.5.6), NixlConnector "
+        "(run ✅ 0.33.0); tpu: none",
+    ]
+    assert md.index("**The newest releases at a glance**") < md.index("| connector | comes from |")
+
+
 def test_resolver_cases_are_apart_from_the_support_table():
     md = _markdown(small_input())
     support = table_after(md, "## Which connector runs with HMA: the support table")
