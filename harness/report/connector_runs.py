@@ -9,8 +9,13 @@ One record per connector and release (`RunVerdict`), from two sources:
 - the results being reported: connector-suite entries of a vLLM connector (`vllm-<release>:<Name>`, merged from
   the CI job with `kvconform merge`), judged by `harness.report.connector_section.hma_verdict`.
 
-A record of the file wins over one from the results for the same connector and release: it carries the
-reviewed cause. The file is JSON, a list of records or `{"runs": [...]}`; each record:
+- the per-release verdict files of the rejudged CI runs, `docs/vllm-connector-verdicts/<release>.json` (format
+  `kvconform-vllm-connector-verdicts/1`, `harness.report.vllm_verdicts`): each connector's verdict on kvconform's
+  engine, its cause, the file itself as the evidence. They are the newer measurement: for a connector and release
+  both have, they win over the committed run-verdict file.
+
+A record of a file wins over one from the results for the same connector and release: it carries the reviewed
+cause. The run-verdict file is JSON, a list of records or `{"runs": [...]}`; each record:
 
     {"connector": "LMCacheMPConnector", "release": "0.34.0", "verdict": "fail",
      "cause": "lmcache 0.5.6 reads `resumed_req_ids`, which vLLM 0.34.0 removed, on every step",
@@ -34,6 +39,11 @@ from pathlib import Path
 from typing import Any
 
 RUNS_FILE = Path(__file__).with_name("connector_runs.json")
+VERDICTS_DIR = Path(__file__).resolve().parents[2] / "docs" / "vllm-connector-verdicts"
+VERDICTS_FORMAT = "kvconform-vllm-connector-verdicts/"
+# A verdict file's words -> the run verdicts here (a connector without SupportsHMA was run without HMA; one that
+# cannot run here, or has no preset it applies to, was not judged).
+_FILE_VERDICTS = {"no-hma": "not-exercised", "cannot-run": "not-run", "not-applicable": "not-run"}
 VERDICTS = ("pass", "fail", "not-exercised", "not-run", "unknown")
 # other spellings a summary may use for the same verdicts
 _SYNONYMS = {"passed": "pass", "ok": "pass", "failed": "fail", "not_exercised": "not-exercised", "n/a": "not-exercised",
@@ -65,6 +75,42 @@ def _field(record: dict, index: int, key: str, required: bool = True) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
         raise RunFileError(f"runs[{index}].{key}: {value!r} is not accepted; expected a non-empty string")
     return value.strip()
+
+
+def parse_verdicts_file(document: dict, evidence: str) -> list[RunVerdict]:
+    """The records of one release's verdict file (`kvconform-vllm-connector-verdicts/1`): the connectors run on
+    kvconform's engine, `evidence` (the file's path from the repository root) as their evidence."""
+    release = document.get("release")
+    if not isinstance(release, str) or not _RELEASE.match(release):
+        raise RunFileError(f"{evidence}: release: {release!r} is not accepted; expected a vLLM release X.Y.Z")
+    connectors = document.get("connectors")
+    if not isinstance(connectors, list):
+        raise RunFileError(f"{evidence}: connectors: {type(connectors).__name__} is not accepted; expected a list")
+    records = [dict(record, release=release, evidence=evidence,
+                    verdict=_FILE_VERDICTS.get(str(record.get("verdict")), record.get("verdict")))
+               for record in connectors if isinstance(record, dict) and record.get("engine", "kvconform") == "kvconform"]
+    try:
+        return parse_runs(records)
+    except RunFileError as exc:
+        raise RunFileError(f"{evidence}: {exc}") from None
+
+
+def load_verdict_files(directory: Path = VERDICTS_DIR) -> list[RunVerdict]:
+    """The records of every release's verdict file in `directory` (none when it does not exist)."""
+    runs: list[RunVerdict] = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunFileError(f"{path}: cannot be read as JSON ({exc})") from None
+        if isinstance(document, dict) and str(document.get("format", "")).startswith(VERDICTS_FORMAT):
+            runs += parse_verdicts_file(document, f"{directory.parent.name}/{directory.name}/{path.name}")
+    return runs
+
+
+def committed_runs() -> list[RunVerdict]:
+    """The committed run verdicts: the run-verdict file, then the rejudged verdict files (which win)."""
+    return load_runs() + load_verdict_files()
 
 
 def parse_runs(document: Any) -> list[RunVerdict]:

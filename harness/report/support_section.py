@@ -28,7 +28,7 @@ from harness.invariants.defects import defects_of
 from harness.report.config_section import (DEFECT, SUITE as CONFIG_SUITE, ConfigKey, Configuration, config_kind,
                                            era_anchor, era_sort_key, group_by_era, outcome_cell, platforms_of,
                                            stage_note)
-from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, load_runs
+from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, committed_runs
 from harness.report.labels import connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.report.spec_refs import message_id
@@ -302,7 +302,7 @@ def support_sections(entries: list[dict[str, Any]], runs: list[RunVerdict] | Non
     enables = [eras[era][key] for era in order for key in eras[era]
                if key[1] == NO_FEATURES and key[0] != NO_CONNECTOR and key[3] is False]
     deepest, note = stage_note(enables)
-    by_connector = combined_runs(entries, load_runs() if runs is None else runs)
+    by_connector = combined_runs(entries, committed_runs() if runs is None else runs)
     rows_of = deployable_fixtures(eras)
 
     rows, row_filters, anchors = [], [], []

@@ -185,9 +185,11 @@ def test_run_file_accepts_the_summary_spellings(tmp_path):
 def test_committed_run_file_is_valid_and_points_at_existing_docs():
     from pathlib import Path
 
+    from harness.report.connector_runs import committed_runs
+
     repo = Path(__file__).resolve().parents[2]
-    runs = load_runs()
-    assert runs, "harness/report/connector_runs.json has records"
+    assert load_runs(), "harness/report/connector_runs.json has records"
+    runs = committed_runs()  # and the rejudged verdict files, where they are committed
     for run in runs:
         path = run.evidence.split("#", 1)[0]
         assert not path or (repo / path).exists(), f"{run.connector} {run.release}: evidence {run.evidence} is missing"
@@ -210,3 +212,34 @@ def test_build_document_puts_the_support_table_before_the_matrix():
     md = render_markdown(__import__("harness.report.build", fromlist=["build_document"]).build_document(
         ResultsDocument(run_info=run_info(), results=small_input())))
     assert md.index("## Which connector runs with HMA") < md.index("## Config resolution matrix")
+
+
+def test_rejudged_verdict_files_plug_in_and_win(tmp_path):
+    """The rejudge's per-release files (`docs/vllm-connector-verdicts/<release>.json`, format
+    kvconform-vllm-connector-verdicts/1) are read as run verdicts; they win over the committed run-verdict file."""
+    from harness.report.connector_runs import load_verdict_files
+
+    folder = tmp_path / "docs" / "vllm-connector-verdicts"
+    folder.mkdir(parents=True)
+    (folder / "0.34.0.json").write_text(json.dumps({
+        "format": "kvconform-vllm-connector-verdicts/1", "release": "0.34.0", "connectors": [
+            {"connector": "NixlConnector", "engine": "kvconform", "block": "deployed", "verdict": "pass",
+             "symbol": "✅", "cause": ""},
+            {"connector": "NixlConnector", "engine": "vllm", "verdict": "fail", "cause": "vLLM's scheduler row"},
+            {"connector": "FlexKVConnectorV1", "engine": "kvconform", "verdict": "cannot-run",
+             "cause": "cannot run here: needs flexkv"},
+            {"connector": "ExampleConnector", "engine": "kvconform", "verdict": "no-hma", "cause": "x"}]}))
+    (folder / "notes.json").write_text("{}")  # another JSON file there is not a verdict file
+    runs = load_verdict_files(folder)
+    evidence = "docs/vllm-connector-verdicts/0.34.0.json"
+    assert runs == [RunVerdict("NixlConnector", "0.34.0", "pass", "", evidence),
+                    RunVerdict("FlexKVConnectorV1", "0.34.0", "not-run", "cannot run here: needs flexkv", evidence),
+                    RunVerdict("ExampleConnector", "0.34.0", "not-exercised", "x", evidence)]
+    md = _markdown(small_input(), RUNS + runs)
+    nixl = next(row for row in table_after(md, "## Which connector runs with HMA") if row[0] == "NixlConnector")
+    assert "run ✅ [0.33.0](../docs/x.md#nixl-033), [0.34.0](../docs/vllm-connector-verdicts/0.34.0.json)" in nixl[2]
+    assert "a cause" not in nixl[2], "the rejudged verdict replaced the committed one"
+    (folder / "0.35.0.json").write_text(json.dumps({"format": "kvconform-vllm-connector-verdicts/1",
+                                                    "release": "0.35", "connectors": []}))
+    with pytest.raises(RunFileError, match="release: '0.35' is not accepted"):
+        load_verdict_files(folder)
