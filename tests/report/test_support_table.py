@@ -243,3 +243,30 @@ def test_rejudged_verdict_files_plug_in_and_win(tmp_path):
                                                     "release": "0.35", "connectors": []}))
     with pytest.raises(RunFileError, match="release: '0.35' is not accepted"):
         load_verdict_files(folder)
+
+
+def test_a_vendor_connector_given_with_kv_connector_gets_a_row():
+    """A connector the suite ran with --kv-connector MODULE:CLASS (neither kvconform's nor vLLM's) is a row: its
+    config is the matrix's out-of-tree connector that declares SupportsHMA as it does, its run kvconform's engine."""
+    def cell(check, preset, status="passed"):
+        return make_entry(nodeid=f"suites/connector/test_lookup.py::t[{check}-{preset}]", suite="connector",
+                          status=status, cell={"connector": "acme.kv:AcmeConnector", "check": check,
+                                               "preset": preset, "tier": "MUST"},
+                          extra={"declares_hma": True})
+    entries = small_input() + [
+        _enable("seed", "ExternalHMA", outcome(resolved=False)), _enable("v0.34", "ExternalHMA", outcome(resolved=False)),
+        cell("C05 lookup-none-then-value", "fa+swa"), cell("C05 lookup-none-then-value", "fa_only"),
+        # kvconform's own connector is no row
+        make_entry(nodeid="suites/connector/test_lookup.py::t[C05-fa+swa-ref]", suite="connector", status="passed",
+                   cell={"connector": "LMCacheLikeConnector", "check": "C05 lookup-none-then-value",
+                         "preset": "fa+swa", "tier": "MUST"}, extra={"declares_hma": True})]
+    md = _markdown(entries, runs=[])
+    rows = {row[0]: row for row in table_after(md, "## Which connector runs with HMA")[1:]}
+    assert set(rows) == {"LMCacheMPConnector", "NixlConnector", "acme.kv:AcmeConnector"}
+    assert rows["acme.kv:AcmeConnector"][1:3] == [
+        "vendor (`--kv-connector`)",
+        "config ✅ on [0.34.x](#era-v0.34); ✅ on [0.13.x](#era-seed) · run ✅ kvconform's engine [6,7]"]
+    notes = footnotes(md, "## Which connector runs with HMA")
+    assert notes["6"].startswith("config: acme.kv:AcmeConnector declares `SupportsHMA`, so this is the matrix's "
+                                 "external, SupportsHMA")
+    assert notes["7"].startswith("run: ✅ acme.kv:AcmeConnector declares `SupportsHMA` and may")
