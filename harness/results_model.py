@@ -6,7 +6,7 @@ whatever the name says (`load_results` looks at the first bytes).
 
 A results document is one JSON object::
 
-    {"format": "kvconform-results", "schema_version": 1,
+    {"format": "kvconform-results", "schema_version": 2,
      "run_info": {...},             # the run (for a merged file: a summary of the runs)
      "runs": [{...}, ...],          # every run's own run_info (one entry for a single run)
      "results": [entry, ...]}
@@ -19,7 +19,13 @@ and each entry describes one test::
      "status": "passed" | "failed" | "skipped" | "error",
      "expected": ..., "actual": ...,
      "message": str | null,         # skip reason or failure summary
+     "not_applicable": {"kind", "reason", "release", "refuses"} | null,
      "duration": seconds, "run": index into "runs", "extra": {...}}
+
+A skipped entry with a `not_applicable` record (`harness.outcomes`: kind profile, declaration, release, engine or
+feature; the release that lacks an API) has the status "not applicable" (`status_of`); it stays "skipped" in the
+file, as pytest counts it. Schema 1 files (before the record) are read too: their skips get the record their
+message's wording implies (`harness.outcomes.legacy_record`), so they render and diff as they always did.
 
 Two entries describe the same *cell* when their suite and cell agree (or, without a cell, their test ids);
 `merge` and `diff` compare cells by their *outcome*: the status and the target's actual result.
@@ -35,12 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import json_error_text
+from harness.outcomes import KINDS, legacy_record
 
 FORMAT = "kvconform-results"
 GZIP_SUFFIX = ".gz"
 _GZIP_MAGIC = b"\x1f\x8b"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Schemas this kvconform reads: 1 lacks the `not_applicable` record (read from the skip's message instead).
+READABLE_SCHEMAS = (1, 2)
 STATUSES = ("passed", "failed", "skipped", "error")
+#: What `status_of` tells apart: a skip with a `not_applicable` record is not applicable.
+NOT_APPLICABLE = "not applicable"
 REQUIRED_ENTRY_KEYS = ("id", "suite", "status")
 
 
@@ -99,6 +110,7 @@ def make_entry(
     expected: Any = None,
     actual: Any = None,
     message: str | None = None,
+    not_applicable: dict | None = None,
     duration: float = 0.0,
     extra: dict | None = None,
     run: int = 0,
@@ -115,10 +127,18 @@ def make_entry(
         "expected": expected,
         "actual": actual,
         "message": message,
+        "not_applicable": not_applicable,
         "duration": round(float(duration), 6),
         "run": run,
         "extra": extra or {},
     }
+
+
+def status_of(entry: dict[str, Any]) -> str:
+    """The entry's status among passed, failed, skipped, not applicable and error."""
+    if entry["status"] == "skipped" and entry.get("not_applicable") is not None:
+        return NOT_APPLICABLE
+    return entry["status"]
 
 
 def sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,8 +208,9 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
         raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r}); "
                           f"{ACCEPTED}")
     version = data.get("schema_version", _MISSING)
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise _bad_field(path, "schema_version", version, f"{SCHEMA_VERSION} (the schema this kvconform reads)")
+    if version not in READABLE_SCHEMAS or isinstance(version, bool):
+        raise _bad_field(path, "schema_version", version,
+                         f"{' or '.join(map(str, READABLE_SCHEMAS))} (the schemas this kvconform reads)")
     run_info = data.get("run_info", _MISSING)
     if not isinstance(run_info, dict):
         raise _bad_field(path, "run_info", run_info, "an object describing the run")
@@ -217,6 +238,13 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
         for key, default in (("cell", None), ("params", {}), ("expected", None), ("actual", None),
                              ("message", None), ("duration", 0.0), ("extra", {})):
             entry.setdefault(key, default)
+        if "not_applicable" not in entry:
+            entry["not_applicable"] = (legacy_record(entry["message"], entry["suite"])
+                                       if version == 1 and entry["status"] == "skipped" else None)
+        record = entry["not_applicable"]
+        if record is not None and (not isinstance(record, dict) or record.get("kind") not in KINDS):
+            raise _bad_field(path, f"{where}.not_applicable", record,
+                             f"null or an object whose kind is one of {', '.join(KINDS)}")
     return ResultsDocument(run_info=run_info, results=results, runs=runs)
 
 

@@ -2,9 +2,9 @@
 whether each connector may declare HMA.
 
 A cell aggregates a check over the model presets: ❌ if any preset failed (footnote: the first failing
-evidence), ➖ if the check does not apply ("not HMA-capable" / "not applicable" skips), ❔ if it was skipped
-for another reason (a MUST check that skipped for a reason the connector's profile does not imply decided
-nothing, `harness.targets.connector_profile.decided_nothing`: listed per connector under the table), ✅ otherwise.
+evidence), ➖ if the check does not apply (its entries' `not_applicable` records, `harness.outcomes`), ❔ if it
+was skipped for another reason (a MUST check that skipped for a reason the connector's profile does not imply
+decided nothing, `harness.outcomes.decided_nothing`: listed per connector under the table), ✅ otherwise.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from typing import Any
 from harness.connector_checks import CHECKS
 from harness.failure_groups import cause_key, split_check
 from harness.report.config_section import label
+from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
 from harness.report.labels import own_connector_label
-from harness.targets.connector_profile import MULTI_GROUP_REFUSAL, decided_nothing
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"
-# Skip messages of a check that does not apply (harness.targets.connector_profile.NA_PREFIX; "N/A on X.Y.Z:", a
-# release without the API the check needs, harness.targets.connector_capabilities; and older wordings).
-NOT_APPLICABLE_PREFIXES = ("not hma-capable", "not applicable", "n/a:", "n/a on ")
 # Checks that exercise a multi-group model whatever their preset cell says (their records' `multi_group`).
 MULTI_GROUP_CHECK_IDS = tuple(check.id for check in CHECKS.values() if check.multi_group)
 # Checks that read what the class declares (C01: SupportsHMA, the finish hook, the constructor) rather than
@@ -33,14 +30,20 @@ DECLARATION_CHECK_IDS = tuple(check.id for check in CHECKS.values() if check.dec
 _EVIDENCE_LIMIT = 300
 
 
+def _tier(entry: dict[str, Any]) -> str:
+    return str((entry.get("cell") or {}).get("tier", ""))
+
+
 def _is_vacuous(entry: dict[str, Any]) -> bool:
-    cell = entry.get("cell") or {}
-    return decided_nothing(str(cell.get("tier", "")), entry["status"], entry.get("message"))
+    return decided_nothing(_tier(entry), entry["status"], entry.get("not_applicable"))
 
 
 def _is_not_applicable(entry: dict[str, Any]) -> bool:
-    return (entry["status"] == "skipped" and (entry.get("message") or "").lower().startswith(NOT_APPLICABLE_PREFIXES)
-            and not _is_vacuous(entry))
+    return is_not_applicable(_tier(entry), entry["status"], entry.get("not_applicable"))
+
+
+def _na_kind(entry: dict[str, Any]) -> str | None:
+    return (entry.get("not_applicable") or {}).get("kind") if entry["status"] == "skipped" else None
 
 
 def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], list],
@@ -92,9 +95,9 @@ def check_cell(entries: list[dict[str, Any]], check: str) -> Cell:
 
 
 def declares_hma(entries: list[dict[str, Any]]) -> bool:
-    """Whether the connector declares SupportsHMA: one that does not is skipped as "not HMA-capable"."""
-    return not any(e["status"] == "skipped" and (e.get("message") or "").lower().startswith("not hma-capable")
-                   for e in entries)
+    """Whether the connector declares SupportsHMA: one that does not is not applicable by its declaration on
+    multi-group models ("not HMA-capable")."""
+    return not any(_na_kind(e) == "declaration" for e in entries)
 
 
 def _cause(entry: dict[str, Any]) -> str:
@@ -138,11 +141,11 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     if failed_must:
         return (f"❌ {connector} declares `SupportsHMA` but must not: on multi-group models it fails MUST "
                 f"check(s) {', '.join(failed_must)}.")
-    refused = sorted({e.get("message") or "" for e in multi if _is_not_applicable(e)
-                      and MULTI_GROUP_REFUSAL in (e.get("message") or "")})
+    refused = sorted({e["not_applicable"]["reason"] for e in multi if _is_not_applicable(e)
+                      and e["not_applicable"].get("refuses") == MULTI_GROUP})
     if refused and not ran:
-        reason = refused[0].removeprefix("N/A: ").replace("declares SupportsHMA, ", "", 1)
-        return f"➖ {connector} declares `SupportsHMA`, not exercised: it {reason}; no multi-group check applies."
+        return (f"➖ {connector} declares `SupportsHMA`, not exercised: it {REFUSES_MULTI_GROUP}{refused[0]}; no "
+                "multi-group check applies.")
     if not ran:
         return (f"❔ {connector} declares `SupportsHMA`, not exercised: {_not_exercised(multi)}, so whether it may "
                 "is unknown.")

@@ -4,7 +4,7 @@ A connector-suite run with `--kv-engine vllm` records its cells with `"engine": 
 own `Scheduler` drove the connector's scheduler side, `suites.connector.vllm_engine`); merged with a run of the
 same connector on kvconform's engine (`kvconform merge`), each such cell has a twin without the key. This
 section pairs them and lists every check whose verdict differs (pass on one engine, fail on the other), with
-each side's evidence; checks the vLLM engine cannot express ("N/A: under --kv-engine vllm: ...") are counted
+each side's evidence; checks the vLLM engine cannot express (not applicable, kind `engine`) are counted
 with their reason, not listed as disagreements. The vLLM-engine cells stay out of the other connector tables.
 """
 
@@ -72,10 +72,9 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
         connector = label(cell.get("connector"))
         theirs = verdict(entry)
         counts[connector][theirs] += 1
-        if theirs == "n/a":
-            reason = (entry.get("message") or "").removeprefix("N/A: ")
+        if theirs == "n/a" and entry["not_applicable"]["kind"] == "engine":
             # One line per reason, whatever numbers (pool sizes, request counts) it names.
-            not_expressed[connector][re.sub(r"\b\d+\b", "N", reason)] += 1
+            not_expressed[connector][re.sub(r"\b\d+\b", "N", entry["not_applicable"]["reason"])] += 1
         twin = own.get(_twin_key(entry))
         if twin is None:
             unpaired[connector] += 1
@@ -108,7 +107,6 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
             line += f"; {unpaired[connector]} cells have no kvconform-engine run to compare with"
         summary.append(line)
         for reason, n in not_expressed[connector].most_common():
-            if reason.startswith(VLLM_ENGINE_NA_PREFIX):
-                summary.append(f"{connector}: {n} cells N/A {reason}")
+            summary.append(f"{connector}: {n} cells N/A {VLLM_ENGINE_NA_PREFIX}{reason}")
     blocks.append(BulletList(summary))
     return [Section("engines", blocks)]

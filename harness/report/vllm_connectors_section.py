@@ -21,8 +21,21 @@ from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, 
 from harness.targets.vllm_connector_facts import is_example
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
-# Skip reasons that hold for every check of a connector (harness.targets.vllm_connector_facts.missing_requirement).
-WHOLE_CONNECTOR_SKIPS = ("cannot run here:", "not applicable:")
+# How a skip that holds for every check of a connector this machine cannot run begins
+# (harness.targets.vllm_connector_facts.missing_requirement); one that needs a model the presets are not is
+# not applicable instead (kind `feature`).
+CANNOT_RUN_HERE = "cannot run here:"
+
+
+def whole_connector_reason(entry: dict[str, Any]) -> str | None:
+    """The skip message of an entry whose reason may hold for every check of its connector (it cannot run here,
+    or it lacks what the checks need), else None."""
+    message = entry.get("message") or ""
+    if entry["status"] != "skipped":
+        return None
+    if message.startswith(CANNOT_RUN_HERE) or (entry.get("not_applicable") or {}).get("kind") == "feature":
+        return message
+    return None
 
 
 def vllm_connector_of(entry: dict[str, Any]) -> tuple[str, str] | None:
@@ -43,9 +56,9 @@ def _cannot_run(entries: list[dict[str, Any]]) -> str | None:
     without SupportsHMA are skipped before it is built, with their own reason)."""
     if not entries or any(e["status"] != "skipped" for e in entries):
         return None
-    reasons = {(e.get("message") or "") for e in entries}
-    whole = sorted(r for r in reasons if r.startswith(WHOLE_CONNECTOR_SKIPS))
-    if whole and all(r.startswith(WHOLE_CONNECTOR_SKIPS) or r.lower().startswith("not hma-capable") for r in reasons):
+    whole = sorted({r for r in map(whole_connector_reason, entries) if r is not None})
+    if whole and all(whole_connector_reason(e) is not None or (e.get("not_applicable") or {}).get("kind")
+                     == "declaration" for e in entries):
         return whole[0]
     return None
 

@@ -22,7 +22,7 @@ from harness.failure_groups import cause_key, split_check
 from harness.key_components import key_cause, record_components
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
 from harness.results_model import load_results
-from harness.report.vllm_connectors_section import WHOLE_CONNECTOR_SKIPS, vllm_connector_of
+from harness.report.vllm_connectors_section import vllm_connector_of, whole_connector_reason
 from harness.targets.vllm_connector_facts import is_example
 
 
@@ -278,8 +278,7 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
              "(two xdist workers share the machine).", ""]
     ran, unavailable = {}, {}
     for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
-        reasons = {(e.get("message") or "") for e in items if e["status"] == "skipped"}
-        whole = sorted(r for r in reasons if r.startswith(WHOLE_CONNECTOR_SKIPS))
+        whole = sorted({r for r in map(whole_connector_reason, items) if r is not None})
         if all(e["status"] == "skipped" for e in items) and whole:
             unavailable[connector] = whole[0]
         else:

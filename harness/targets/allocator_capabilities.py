@@ -339,8 +339,8 @@ def probe_capabilities(mods: Mapping, capabilities: Mapping[str, Capability] | N
 
 
 def not_applicable(version: str, reason: str):
-    """Skip the running check: the release lacks what it needs (pytest's skip, with the N/A wording: "N/A on
-    X.Y.Z: reason", for the allocator's and the connector's capability tables alike)."""
-    import pytest
+    """End the running check as not applicable: the release lacks what it needs (kind `release`, "N/A on X.Y.Z:
+    reason", for the allocator's and the connector's capability tables alike)."""
+    from harness import outcomes
 
-    pytest.skip(f"N/A on {version}: {reason}")
+    outcomes.not_applicable("release", reason, release=version)

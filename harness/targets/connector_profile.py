@@ -1,5 +1,5 @@
 """The profile of a connector under test: what kind of connector it is, so that a check that does not apply to
-it is reported as "N/A: reason" (a skip with that reason) instead of a failure.
+it is reported as not applicable (`harness.outcomes`: kind `profile`, "N/A: reason") instead of a failure.
 
 A profile says:
 
@@ -24,7 +24,8 @@ A profile says:
   found (with the `kvconform_object_keys` backdoor it still compares keys).
 
 Every MUST check decides, or says why it could not: a skip whose reason the profile (or the connector's vLLM
-release) does not imply decided nothing (`decided_nothing`), and the report lists those per connector.
+release) does not imply decided nothing (`harness.outcomes.decided_nothing`), and the report lists those per
+connector.
 
 A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
 connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
@@ -37,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-import pytest
+from harness import outcomes
 
 DECLARATION_KEY = "kvconform"
 KINDS = {
@@ -51,17 +52,6 @@ STORE_SCOPES = {
     "process": "a store that lives and dies with its process (a new process starts empty)",
     "engine": "a store owned by the engine (a second engine starts empty)",
 }
-NA_PREFIX = "N/A: "
-# Skip reasons that follow from the profile or the release: "N/A: ..." (`not_applicable`: the profile's kind, store
-# scope or multi-group refusal, a refusal by design), "N/A on X.Y.Z: ..." (the release lacks the API the check
-# needs) and "not HMA-capable: ..." (the class does not declare SupportsHMA, so vLLM refuses multi-group models).
-IMPLIED_SKIP_PREFIXES = (NA_PREFIX, "N/A on ", "not HMA-capable")
-
-
-def decided_nothing(tier: str, status: str, message: str | None) -> bool:
-    """Whether a check's cell is vacuous: a MUST check that skipped for a reason the connector's profile (or its
-    release) does not imply ("inconclusive: ...", a missing backdoor, a hook given up on after a hang)."""
-    return tier == "MUST" and status == "skipped" and not (message or "").startswith(IMPLIED_SKIP_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -144,16 +134,14 @@ def profile_for(declared: dict, declares_hma: bool, known_kind: str | None = Non
                             block_size_option=declared.get("block_size_option") or known_block_size_option)
 
 
-MULTI_GROUP_REFUSAL = "declares SupportsHMA, refuses multi-group models on this configuration: "
-
-
 def refuses_multi_group(reason: str) -> NoReturn:
     """End the running check as N/A because the connector, though it declares HMA, refuses several KV cache
     groups on this configuration by design (e.g. a transfer mode); the HMA verdict then says so."""
-    not_applicable(MULTI_GROUP_REFUSAL + reason)
+    outcomes.not_applicable("profile", reason, refuses=outcomes.MULTI_GROUP)
 
 
 def not_applicable(reason: str) -> NoReturn:
-    """End the running check as "N/A: reason" (a skip the report shows as not applicable, never a failure).
-    An adapter may call it from a hook, e.g. when the connector refuses a configuration by design."""
-    pytest.skip(NA_PREFIX + reason)
+    """End the running check as not applicable by the connector's profile or configuration ("N/A: reason", a
+    skip the report shows as not applicable, never a failure). An adapter may call it from a hook, e.g. when
+    the connector refuses a configuration by design."""
+    outcomes.not_applicable("profile", reason)

@@ -33,10 +33,11 @@ from typing import Any
 import pytest
 import torch
 
+from harness import outcomes
 from harness.targets.connector_capabilities import release_has
 from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
-                                                  default_extra_config, missing_requirement, needs_cuda,
-                                                  runs_on_standins)
+                                                  default_extra_config, missing_requirement, model_requirement,
+                                                  needs_cuda, runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
 from reference_impl.kv_cache import kv_cache_interface as kspecs
@@ -633,10 +634,13 @@ class VllmConnectorAdapter:
     vllm_name: str = ""
     vllm_children: tuple[str, ...] = ()
     unavailable: str | None = None
+    unavailable_model: str | None = None  # what model it needs, when that is why it is unavailable (an N/A)
     device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
     cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.vllm_device_standins (no CUDA here)
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
+        if self.unavailable_model:
+            outcomes.not_applicable("feature", self.unavailable_model)
         if self.unavailable:
             pytest.skip(self.unavailable)
         self.role = role
@@ -1052,7 +1056,9 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
     no CUDA) gets a class whose every construction skips with that reason.
     """
-    reason = next((r for r in (missing_requirement(n) for n in (name, *children)) if r), None)
+    missing = next(((n, r) for n, r in ((n, missing_requirement(n)) for n in (name, *children)) if r), (None, None))
+    reason = missing[1]
+    model = model_requirement(missing[0]) if missing[0] is not None else None
     cls, hma = None, False
     try:
         cls = vllm_class(name)
@@ -1069,7 +1075,8 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         # A real device when there is one (mirrors of the engine's memory); else the CPU stand-ins.
         device = "cuda" if torch.cuda.is_available() else None
         standins = device is None and all(runs_on_standins(n) for n in (name, *children) if needs_cuda(n))
-    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason, "device": device,
+    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason,
+            "unavailable_model": model, "device": device,
             "cpu_standins": standins,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:

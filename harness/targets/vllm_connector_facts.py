@@ -217,13 +217,22 @@ def registered_names() -> list[str]:
     return sorted(KVConnectorFactory._registry)  # the factory has no public listing
 
 
+def model_requirement(name: str) -> str | None:
+    """What model `name` needs that the suite's presets are not (the reason its checks are not applicable, kind
+    `feature`), or None."""
+    need = REQUIREMENTS.get(name)
+    return f"{name} {need.model}" if need is not None and need.model else None
+
+
 def missing_requirement(name: str) -> str | None:
     """One line saying why `name` cannot run on this machine, or None when it can be tried."""
     need = REQUIREMENTS.get(name)
     if need is None:
         return None
     if need.model:
-        return f"not applicable: {name} {need.model}"
+        from harness.outcomes import message_of  # pytest comes with it: not at this light module's import
+
+        return message_of("feature", model_requirement(name))
     if need.shared_process:
         return f"cannot run here: {name} cannot be judged in a test process shared with other checks: " \
                f"{need.shared_process}"

@@ -4,7 +4,8 @@ test records, the header line on backdoors, what a check needs on its preset and
 from __future__ import annotations
 
 from harness.connector_checks import CHECKS
-from harness.targets.connector_profile import KINDS, MULTI_GROUP_REFUSAL
+from harness.outcomes import MULTI_GROUP, not_applicable_skip
+from harness.targets.connector_profile import KINDS
 
 
 def check_cell(check_id: str, target_name: str, params: dict, scenario: str | None = None) -> dict[str, str]:
@@ -46,13 +47,13 @@ def needs_of(check_id: str, multi_group: bool, scratch: bool = False, mamba_own_
         + CHECKS[check_id].needs
 
 
-def not_applicable_reason(check_id: str, profile, multi_group: bool) -> str | None:
-    """Why `check_id` does not apply to a connector of `profile` (on a multi-group model when `multi_group`), or
-    None when it applies."""
+def not_applicable_reason(check_id: str, profile, multi_group: bool) -> BaseException | None:
+    """Why `check_id` does not apply to a connector of `profile` (on a multi-group model when `multi_group`), as
+    the typed N/A to raise, or None when it applies."""
     check = CHECKS[check_id]
     reason = check.not_for.get(profile.kind)
     if reason is not None:
-        return f"{check_id} does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'")
+        return not_applicable_skip("profile", f"{check_id} does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'"))
     if (multi_group or check.multi_group) and profile.declares_hma and profile.multi_group:
-        return MULTI_GROUP_REFUSAL + profile.multi_group
+        return not_applicable_skip("profile", profile.multi_group, refuses=MULTI_GROUP)
     return None

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from harness import outcomes
 from harness.key_components import KeyComponents, KeyLeak, leaks_message
 from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
@@ -101,11 +102,11 @@ class CheckContext:
         if "hma" in needs:
             self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:
-            pytest.skip(f"not HMA-capable: {self.cls.__name__} does not declare SupportsHMA, so vLLM refuses "
-                        f"it on the multi-group preset {preset}")
-        reason = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
-        if reason is not None:
-            not_applicable(reason)
+            outcomes.not_applicable("declaration", f"{self.cls.__name__} does not declare SupportsHMA, so vLLM "
+                                                   f"refuses it on the multi-group preset {preset}")
+        refusal = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
+        if refusal is not None:
+            raise refusal
         for capability in needs:
             self.require(capability)  # "N/A on X.Y.Z: ..." where the release lacks the API the check needs
 
@@ -299,7 +300,7 @@ class CheckContext:
         method = self.optional_backdoor(engine.connector, name)
         if method is None:
             why = "backdoors are off" if not self.backdoors else f"{self.cls.__name__} has no {name}() backdoor"
-            pytest.skip(f"not applicable: {why}")
+            outcomes.not_applicable("feature", why)
         return method
 
     def lookup(self, engine: EngineCore, tokens, **kwargs) -> int:

@@ -10,6 +10,7 @@ import pickle
 
 import pytest
 
+from harness import outcomes
 from harness.targets.connector_profile import not_applicable
 from harness.targets.vllm_layouts import mamba_none_block, release_of
 from reference_impl.connector.base import KVConnectorRole, supports_hma
@@ -26,7 +27,7 @@ ALL_PRESETS = list(CORE_PRESETS)
 def test_c01_declares_hma(ctx):
     """The class declares HMA, overrides the HMA finish hook and has vLLM 0.33's constructor."""
     if not supports_hma(ctx.cls):
-        pytest.skip(f"not HMA-capable: {ctx.cls.__name__} does not declare SupportsHMA")
+        outcomes.not_applicable("declaration", f"{ctx.cls.__name__} does not declare SupportsHMA")
     hook = getattr(ctx.cls, "request_finished_all_groups", None)
     expect(hook is not None and not getattr(hook, "__isabstractmethod__", False),
            f"{ctx.cls.__name__}.request_finished_all_groups is not implemented")

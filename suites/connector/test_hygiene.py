@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from harness import outcomes
 from harness.kv_engine import VLLM_ENGINE
 from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import stub
@@ -58,7 +59,7 @@ def test_c32_events_group_aware(ctx, preset):
     ctx.run(engine, prompt(32, 600))
     events = list(engine.scheduler.connector_events)
     if not events:
-        pytest.skip("not applicable: the connector emits no KV cache events")
+        outcomes.not_applicable("feature", "the connector emits no KV cache events")
     for event in events:
         has_group = hasattr(event, "group_idx") or any("|g" in str(part) for part in
                                                        (event if isinstance(event, tuple) else (event,)))
@@ -70,7 +71,7 @@ def test_c32_events_group_aware(ctx, preset):
 def test_c33_multiconnector(ctx, preset):
     """Inside MultiConnector next to another HMA child, both children get request_finished_all_groups."""
     if not ctx.is_hma:
-        pytest.skip(f"not HMA-capable: {ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
+        outcomes.not_applicable("declaration", f"{ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
     if ctx.kv_engine == VLLM_ENGINE and getattr(ctx.cls, "vllm_name", None):
         from suites.connector.vllm_engine import not_applicable_on_vllm
 

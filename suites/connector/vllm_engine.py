@@ -24,9 +24,8 @@ import uuid
 from collections import ChainMap, Counter
 from unittest import mock
 
-from harness.kv_engine import VLLM_ENGINE_NA_PREFIX
+from harness import outcomes
 from harness.targets.connector_capabilities import release_has
-from harness.targets.connector_profile import not_applicable
 from suites.connector.runner import ConnectorGuard, ConnectorHookError, make_guard_class
 from harness.targets.vllm_connector_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
                                                     vllm_kv_cache_config)
@@ -37,12 +36,9 @@ from reference_impl.engine.outputs import CachedRequestData, NewRequestData, Sch
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, ScratchSpec
 
-NA_PREFIX = VLLM_ENGINE_NA_PREFIX
-
-
 def not_applicable_on_vllm(reason: str) -> None:
-    """End the check as N/A: its scenario needs something vLLM's scheduler does not offer."""
-    not_applicable(NA_PREFIX + reason)
+    """End the check as N/A (kind `engine`): its scenario needs something vLLM's scheduler does not offer."""
+    outcomes.not_applicable("engine", reason)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.targets.connector_profile import decided_nothing
+from harness.outcomes import decided_nothing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,6 +58,6 @@ def results_by_test(path: Path) -> dict[str, dict]:
 
 def vacuous_cells(results: dict[str, dict]) -> dict[str, str]:
     """The MUST cells of `results` (`results_by_test`) that decided nothing: test name -> the skip reason, which the
-    connector's profile does not imply (`harness.targets.connector_profile.decided_nothing`)."""
+    connector's profile does not imply (`harness.outcomes.decided_nothing`)."""
     return {name: e.get("message") or "" for name, e in results.items()
-            if decided_nothing(str((e.get("cell") or {}).get("tier", "")), e["status"], e.get("message"))}
+            if decided_nothing(str((e.get("cell") or {}).get("tier", "")), e["status"], e.get("not_applicable"))}

@@ -19,6 +19,7 @@ from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.markdown import render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.connector.suite_process import REPO, results_by_test, suite_command
+from tests.report.synthetic import na_record
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed in this Python (run with a vLLM venv: "
@@ -88,7 +89,8 @@ def _entry(check: str, preset: str, status: str, engine: str | None = None, mess
     test = {"C14 round-trip-bytes": "test_c14_round_trip_bytes", "C22 failure-by-request": "test_c22_failure_by_request",
             "C26 preemption": "test_c26_preemption"}[check]
     return make_entry(nodeid=f"suites/connector/test_x.py::{test}[X-{preset}]", suite="connector", cell=cell,
-                      status=status, message=message, extra={"description": "d", "evidence": evidence})
+                      status=status, message=message, not_applicable=na_record(status, message),
+                      extra={"description": "d", "evidence": evidence})
 
 
 def _runs() -> tuple[ResultsDocument, ResultsDocument]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.plugins.connector import parse_extra_config
-from harness.targets.connector_profile import ConnectorProfile, decided_nothing, profile_for, split_declaration
+from harness.outcomes import MULTI_GROUP, decided_nothing, legacy_record, record_of
+from harness.targets.connector_profile import ConnectorProfile, profile_for, split_declaration
 from harness.connector_checks import CHECKS
 from suites.connector.catalogue import not_applicable_reason
 
@@ -84,7 +85,8 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):
 def test_checks_that_judge_stored_kv_do_not_apply_to_a_dummy_kv_connector():
     dummy = ConnectorProfile(kind="dummy", declares_hma=True)
     stores = ConnectorProfile(kind="stores", declares_hma=True)
-    assert not_applicable_reason("C14", dummy, False) == (
+    na = record_of(not_applicable_reason("C14", dummy, False))
+    assert na["kind"] == "profile" and na["reason"] == (
         "C14 does not apply: it judges loaded KV bytes against what was stored, and a 'fills dummy KV' connector "
         "loads no stored KV")
     for check in ("C02", "C12", "C13", "C15", "C16", "C19", "C21", "C27", "C29", "C31"):
@@ -96,9 +98,12 @@ def test_checks_that_judge_stored_kv_do_not_apply_to_a_dummy_kv_connector():
 
 def test_a_declared_multi_group_refusal_makes_multi_group_checks_not_applicable():
     refusing = ConnectorProfile(kind="stores", declares_hma=True, multi_group="engine-driven mode: one group only")
-    want = "declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode: one group only"
-    assert not_applicable_reason("C14", refusing, multi_group=True) == want
-    assert not_applicable_reason("C01", refusing, multi_group=False) == want  # C01 always runs two groups
+    want = "N/A: declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode: one group only"
+    for na in (not_applicable_reason("C14", refusing, multi_group=True),
+               not_applicable_reason("C01", refusing, multi_group=False)):  # C01 always runs two groups
+        record = record_of(na)
+        assert (record["kind"], record["reason"], record["refuses"], na.msg) == (
+            "profile", "engine-driven mode: one group only", MULTI_GROUP, want)
     assert not_applicable_reason("C14", refusing, multi_group=False) is None
 
 
@@ -121,6 +126,9 @@ def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(
     entries = {e["id"].split("::")[-1]: e for e in document["results"]}
     c14 = entries["test_c14_round_trip_bytes[LMCacheLikeConnector-fa_only]"]
     assert c14["status"] == "skipped" and c14["message"].startswith("N/A: C14 does not apply: it judges loaded KV"), c14
+    assert c14["not_applicable"] == {"kind": "profile", "reason": c14["message"].removeprefix("N/A: "),
+                                     "release": None, "refuses": None}, "the results record the typed N/A"
+    assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["not_applicable"] is None
     assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["status"] == "passed"
 
 
@@ -138,4 +146,6 @@ def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(
 ])
 def test_a_must_check_that_skipped_for_a_reason_the_profile_does_not_imply_decided_nothing(tier, status, message,
                                                                                             vacuous):
-    assert decided_nothing(tier, status, message) is vacuous
+    """Messages as the suite words them; their typed record as a schema-1 results file's skip is read back."""
+    record = legacy_record(message, "connector") if status == "skipped" else None
+    assert decided_nothing(tier, status, record) is vacuous

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from harness.outcomes import legacy_record
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
 
@@ -109,3 +110,9 @@ def config_document() -> ResultsDocument:
     ]
     entries[5]["actual"] = None
     return ResultsDocument(run_info=run_info(), results=entries)
+
+
+def na_record(status: str, message: str | None) -> dict | None:
+    """The typed N/A record the suite records beside a skip it words `message` (each kind's wording:
+    `harness.outcomes.message_of`), for entries built by hand as the suite records them."""
+    return legacy_record(message, "connector") if status == "skipped" else None

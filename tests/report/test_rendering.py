@@ -18,7 +18,8 @@ from harness.report.model import Table
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import footnotes, html_page_tables, html_table_after, markdown_tables, table_after
-from tests.report.synthetic import E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, outcome, run_info
+from tests.report.synthetic import (E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, na_record,
+                                    outcome, run_info)
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
 
@@ -242,7 +243,8 @@ def test_config_tests_without_a_cell_are_no_matrix_cases():
 def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description=""):
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
-                      message=message, extra={"description": description or f"{check} description", "evidence": evidence})
+                      message=message, not_applicable=na_record(status, message),
+                      extra={"description": description or f"{check} description", "evidence": evidence})
 
 
 NOT_CAPABLE = "not HMA-capable: ExampleNonHMA does not declare SupportsHMA"

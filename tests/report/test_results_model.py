@@ -9,7 +9,7 @@ import pytest
 
 from harness.atomic_write import write_files_atomic, write_text_atomic
 from harness.results_model import (ResultsDocument, ResultsFileError, cell_key, index_by_cell, load_results,
-                                   make_entry, outcome_of)
+                                   make_entry, outcome_of, status_of)
 from tests.report.synthetic import config_entry, outcome, run_info
 
 
@@ -62,11 +62,11 @@ def test_an_empty_document_round_trips(tmp_path):
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
      "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
-     "schema_version is 99 (a number); accepted: 1 (the schema this kvconform reads)"),
+     "schema_version is 99 (a number); accepted: 1 or 2 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "run_info": {}, "results": []},
-     "schema_version is missing; accepted: 1 (the schema this kvconform reads)"),
+     "schema_version is missing; accepted: 1 or 2 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": "1", "run_info": {}, "results": []},
-     "schema_version is \"1\" (a string); accepted: 1 (the schema this kvconform reads)"),
+     "schema_version is \"1\" (a string); accepted: 1 or 2 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []},
      "run_info is [] (an array); accepted: an object describing the run"),
     ({"format": "kvconform-results", "schema_version": 1, "results": []},
@@ -122,7 +122,7 @@ def test_missing_optional_keys_get_defaults(tmp_path):
     assert loaded.runs == [loaded.run_info]
     assert loaded.results[0] == {"id": "t", "suite": "allocator", "status": "passed", "run": 0, "cell": None,
                                  "params": {}, "expected": None, "actual": None, "message": None,
-                                 "duration": 0.0, "extra": {}}
+                                 "not_applicable": None, "duration": 0.0, "extra": {}}
 
 
 def test_make_entry_rejects_unknown_status():
@@ -180,3 +180,47 @@ def test_a_failed_multi_file_write_changes_nothing(tmp_path):
         write_files_atomic({first: "new a", second: "new b"})
     assert first.read_text() == "old a", "no file is replaced unless every file was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md"], "temporary files are removed"
+
+
+def _skip(message: str, suite: str = "connector", **extra) -> dict:
+    return {"id": f"t{abs(hash(message))}", "suite": suite, "status": "skipped", "message": message, **extra}
+
+
+def test_a_schema_1_file_gets_the_typed_records_its_skip_messages_imply(tmp_path):
+    """Results written before skips carried their record (schema 1) render as ever: each N/A wording of then is
+    read back once, on load, as its typed record."""
+    data = {**_valid(), "schema_version": 1, "results": [
+        _skip("N/A: C14 does not apply: it judges loaded KV bytes"),
+        _skip("N/A: declares SupportsHMA, refuses multi-group models on this configuration: one group only"),
+        _skip("N/A: under --kv-engine vllm: vLLM's scheduler gives a scratch group no blocks"),
+        _skip("N/A on 0.13.0: KVConnectorOutput has no failed_recving", suite="allocator"),
+        _skip("not HMA-capable: X does not declare SupportsHMA"),
+        _skip("not applicable: backdoors are off"),
+        _skip("not applicable: vLLM is not importable in this environment", suite="benchmark"),
+        _skip("inconclusive: the preemption scenario did not occur"),
+        {"id": "p", "suite": "connector", "status": "passed"},
+    ]}
+    records = [e["not_applicable"] for e in load_results(_write(tmp_path, data)).results]
+    assert records == [
+        {"kind": "profile", "reason": "C14 does not apply: it judges loaded KV bytes", "release": None,
+         "refuses": None},
+        {"kind": "profile", "reason": "one group only", "release": None, "refuses": "multi_group"},
+        {"kind": "engine", "reason": "vLLM's scheduler gives a scratch group no blocks", "release": None,
+         "refuses": None},
+        {"kind": "release", "reason": "KVConnectorOutput has no failed_recving", "release": "0.13.0",
+         "refuses": None},
+        {"kind": "declaration", "reason": "X does not declare SupportsHMA", "release": None, "refuses": None},
+        {"kind": "feature", "reason": "backdoors are off", "release": None, "refuses": None},
+        None, None, None,
+    ]
+
+
+def test_a_schema_2_file_is_read_by_its_records_not_its_messages(tmp_path):
+    data = {**_valid(), "results": [_skip("N/A: worded like an N/A, recorded as a plain skip"),
+                                    _skip("a new wording", not_applicable={"kind": "engine", "reason": "r",
+                                                                           "release": None, "refuses": None})]}
+    loaded = load_results(_write(tmp_path, data)).results
+    assert [status_of(e) for e in loaded] == ["skipped", "not applicable"]
+    data["results"][1]["not_applicable"]["kind"] = "mood"
+    with pytest.raises(ResultsFileError, match=r"results\[1\]\.not_applicable is .*; accepted: null or an object whose kind"):
+        load_results(_write(tmp_path, data))

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from harness.report.vllm_findings import findings_markdown
 from harness.results_model import make_entry
+from tests.report.synthetic import na_record
 
 
 def entry(connector, check, status, preset="fa_only", message=None, evidence=None, duration=1.0):
     item = make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": f"vllm-0.33.0:{connector}", "check": check, "tier": "MUST",
                                            "preset": preset},
-                      message=message, extra={"description": "", "evidence": evidence})
+                      message=message, not_applicable=na_record(status, message),
+                      extra={"description": "", "evidence": evidence})
     item["duration"] = duration
     return item
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.outcomes import record_of
 from harness.report.connector_section import _is_not_applicable
 from harness.targets.connector_capabilities import (CAPABILITIES, FORMS, REFERENCE_MODULES, PROBED_MODULES,
                                                     ReleaseTable, reference_table)
@@ -229,7 +230,10 @@ def test_a_check_needing_what_the_release_lacks_is_na_not_a_failure(monkeypatch,
         _context_on(table, check_id, preset)
     message = str(info.value)
     assert message.startswith(f"N/A on 0.13.0: {lacking}")
-    entry = {"status": "skipped", "message": message}
+    record = record_of(info.value)
+    assert (record["kind"], record["release"]) == ("release", "0.13.0") and record["reason"].startswith(lacking)
+    entry = {"status": "skipped", "message": message, "not_applicable": record,
+             "cell": {"tier": "MUST"}}
     assert _is_not_applicable(entry), "the report counts it as N/A, not as a check that was not run"
 
 

@@ -10,14 +10,15 @@ from harness.cli import main
 from harness.report import render_reports
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import run_info
+from tests.report.synthetic import na_record, run_info
 
 
 def entry(connector, check, status, preset="fa_only", tier="MUST", message=None, evidence=None):
     """One connector-suite entry as suites/connector/conftest.py records it."""
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
-                      message=message, extra={"description": f"what {check.split()[0]} checks", "evidence": evidence})
+                      message=message, not_applicable=na_record(status, message),
+                      extra={"description": f"what {check.split()[0]} checks", "evidence": evidence})
 
 
 NOT_HMA = "not HMA-capable: ExampleConnector does not declare SupportsHMA, so vLLM refuses it on the multi-group preset fa+swa"
