@@ -188,6 +188,46 @@ def full_pool_raises(monkeypatch):
     _wrap(monkeypatch, KVCacheManager, "allocate_slots", make)
 
 
+def window_skips_scheduled_drafts(monkeypatch):
+    """Window skipping counts the step's scheduled tokens (drafts included) as computed: a sliding-window group
+    frees blocks the step's first token still reads (and that a rollback after rejected drafts needs)."""
+    def make(original):
+        def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
+            self.remove_skipped_blocks(request.request_id, request.num_computed_tokens + num_new_tokens,
+                                       request.num_prompt_tokens)
+            return original(self, request, num_new_tokens, *args, **kwargs)
+        return allocate_slots
+    _wrap(monkeypatch, KVCacheManager, "allocate_slots", make)
+
+
+def lookahead_ignored(monkeypatch):
+    """allocate_slots reserves no slots for the drafter's lookahead tokens."""
+    def make(original):
+        def allocate_slots(self, request, *args, **kwargs):
+            kwargs["num_lookahead_tokens"] = 0
+            return original(self, request, *args, **kwargs)
+        return allocate_slots
+    _wrap(monkeypatch, KVCacheManager, "allocate_slots", make)
+
+
+def drafts_hashed_before_verification(monkeypatch):
+    """The step's draft tokens join the request's tokens while it is allocated (and hashed, so the blocks they
+    fill are cached), then leave again: a block keyed under a hash that covers drafts the verifier rejects."""
+    def make(original):
+        def allocate_slots(self, request, *args, **kwargs):
+            drafts = list(request.spec_token_ids)
+            if not drafts:
+                return original(self, request, *args, **kwargs)
+            request.append_output_token_ids(drafts)
+            try:
+                return original(self, request, *args, **kwargs)
+            finally:
+                del request._all_token_ids[-len(drafts):]
+                del request._output_token_ids[-len(drafts):]
+        return allocate_slots
+    _wrap(monkeypatch, KVCacheManager, "allocate_slots", make)
+
+
 #: invariant -> (mutant, layout it runs on).
 MUTANTS = {
     "INV-KV-01": (counter_drifts, "full"),
@@ -204,6 +244,9 @@ MUTANTS = {
     "INV-KV-12": (eviction_frees_held_blocks, "full"),
     "INV-KV-13": (table_positions_swap, "full"),
     "INV-KV-14": (full_pool_raises, "full+swa"),
+    "INV-KV-15": (window_skips_scheduled_drafts, "full+swa-mtp2"),
+    "INV-KV-16": (lookahead_ignored, "full+swa8+swa16-eagle2"),
+    "INV-KV-17": (drafts_hashed_before_verification, "full-eagle1"),
 }
 
 
@@ -232,3 +275,6 @@ def test_the_workload_exercises_what_the_invariants_judge(layout):
     assert verdict.violations == {}, verdict.violations
     assert verdict.hits > 0, f"{layout}: no prefix hit was served in {NUM_STEPS} steps"
     assert verdict.external_loads > 0 or not LAYOUTS[layout].external_loads, f"{layout}: no connector load"
+    if LAYOUTS[layout].spec_tokens:
+        assert verdict.draft_steps > 0 and verdict.rejected_drafts > 0, \
+            f"{layout}: {verdict.draft_steps} decode steps with drafts, {verdict.rejected_drafts} drafts rejected"

@@ -49,11 +49,13 @@ def prefill(manager, request, chunk: int | None = None, use_hits: bool = True) -
 
 
 def allocate(target, manager, request, num_new_tokens: int, local_hit: int = 0, hit_blocks=None, *,
-             external: int = 0, delay_cache_blocks: bool = False):
+             external: int = 0, delay_cache_blocks: bool = False, lookahead: int = 0):
     """`allocate_slots` as the release's scheduler calls it: with `num_external_computed_tokens` where the release
     takes it (capability `external_computed_tokens`); before it (0.13) the scheduler counted a connector's tokens
-    into `num_new_tokens`."""
+    into `num_new_tokens`. `lookahead` is `num_lookahead_tokens` (a speculative drafter's slots)."""
     kwargs = dict(delay_cache_blocks=delay_cache_blocks) if delay_cache_blocks else {}
+    if lookahead:
+        kwargs["num_lookahead_tokens"] = lookahead
     if external and "external_computed_tokens" in getattr(target, "lacks", {}):
         num_new_tokens += external
     elif external:

@@ -5,7 +5,7 @@ An era table says what a release does; an invariant says what it should do. Each
 (`INV-KV-NN`), one sentence, and a check run after every step of `run_workload`: seeded random traffic (prefix
 sharing, several tenants, chunked prefill, decode, preemption, connector loads synchronous and asynchronous,
 evictions, prefix-cache resets) over real KV cache layouts (`LAYOUTS`: full attention, + sliding window, + Mamba,
-several attention groups, EAGLE). Every check reads only what any release exposes (block ids, ref counts, the
+several attention groups, EAGLE, speculative decoding with EAGLE / MTP drafts). Every check reads only what any release exposes (block ids, ref counts, the
 free queue, the prefix-cache map's block ids, hit lengths); none reads a hash's format. What each block holds is
 tracked by a shadow map independent of the allocator (the tenant and the token prefix its KV covers, or the
 Mamba state it keeps), so "a hit reads what it claims" is judged by content, whatever the release's keys look
@@ -14,6 +14,11 @@ like.
 Steps follow vLLM's scheduler: attention KV a step computes is visible to other requests in the same step (the
 KV of the whole batch is written before any attention reads it), a Mamba state only after the step (it is the
 output of the forward pass), a block an asynchronous connector load fills only once the load has finished.
+Speculative decoding follows it too (`Layout.spec_tokens`): a decode step schedules the last sampled token and
+its draft tokens (`Request.spec_token_ids`) with `num_lookahead_tokens` slots for the drafter (EAGLE and MTP
+reserve as many as they draft), the step's KV covers the drafts, and the verifier then accepts a seeded number of
+them: the rejected ones are rolled back (`num_computed_tokens` drops by as many) and their KV is garbage the next
+step overwrites.
 
 `run_workload` returns the first violation of each invariant (`Verdict`); the tests in
 `test_invariants.py` assert that none occurred, and `tests/test_allocator_invariant_mutants.py` shows
@@ -76,7 +81,22 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
               "only ever changes to the null block.", "2.8"),
     Invariant("INV-KV-14", "Valid calls never raise: lookups, allocations, frees, evictions and resets answer every "
               "valid call; a step the pool cannot hold returns None.", "6.3"),
+    Invariant("INV-KV-15", "A step reads only its request's KV: every position an attention group reads for the "
+              "step's first token (full attention: all before it; sliding window: the window; chunked local: its "
+              "chunk) maps to a block, not the null block, holding KV of the request's own verified tokens, also "
+              "after rejected draft tokens rolled the request back.", "2.8, 5.3"),
+    Invariant("INV-KV-16", "Lookahead slots are allocated: after a successful allocate_slots with "
+              "num_lookahead_tokens L, every attention group holds a block (not the null block) at every position "
+              "from the step's first token to num_computed + num_new_tokens + L (capped at max_model_len), where "
+              "the drafter writes its KV.", "6.3"),
+    Invariant("INV-KV-17", "Only verified tokens are cached: a block in the prefix cache never holds KV of a draft "
+              "token the verifier rejected (blocks are keyed only once every token they cover is accepted).", "2.5, 6.3"),
 )}
+
+#: The token a draft the verifier will reject carries (no prompt or verified output token has it), and the one
+#: every sampled or accepted token carries: KV computed from a rejected draft differs from the verified KV.
+REJECTED_DRAFT = 99_999_999
+SAMPLED = 7
 
 # --------------------------------------------------------------------------------------------- layouts
 _FULL = GroupDesc("full", 4)
@@ -96,7 +116,17 @@ class Layout:
     #: Connector loads (external computed tokens) in the traffic: not on Mamba layouts, whose external state
     #: follows connector-specific rules this workload does not model.
     external_loads: bool = True
+    #: Speculative decoding: draft tokens per decode step (EAGLE and MTP, `use_eagle`: the drafter also gets as
+    #: many lookahead slots, vLLM's `num_lookahead_tokens`); 0 without.
+    spec_tokens: int = 0
 
+    @property
+    def lookahead_tokens(self) -> int:
+        """`num_lookahead_tokens` every allocation passes: EAGLE-style drafters reserve one slot per draft."""
+        return self.spec_tokens if self.use_eagle else 0
+
+
+_SWA16 = GroupDesc("sliding_window", 4, sliding_window=16)
 
 LAYOUTS: dict[str, Layout] = {
     "full": Layout((_FULL,)),
@@ -104,15 +134,21 @@ LAYOUTS: dict[str, Layout] = {
     "full+swa": Layout((_FULL, _SWA8), token_budget=8, kv_events=True),
     "full+swa-eagle": Layout((_FULL, _SWA8), use_eagle=True, token_budget=8),
     # several attention groups: two windows and a chunked-local group beside full attention
-    "full+swa8+swa16+local": Layout((_FULL, _SWA8, GroupDesc("sliding_window", 4, sliding_window=16),
+    "full+swa8+swa16+local": Layout((_FULL, _SWA8, _SWA16,
                                      GroupDesc("chunked_local", 4, attention_chunk_size=8)), token_budget=8),
-    "full+swa8+swa16-eagle": Layout((_FULL, _SWA8, GroupDesc("sliding_window", 4, sliding_window=16)),
-                                    use_eagle=True, token_budget=8),
+    "full+swa8+swa16-eagle": Layout((_FULL, _SWA8, _SWA16), use_eagle=True, token_budget=8),
     # a coarser full-attention group: its blocks span two hash blocks (keyed by the release's own coarse hashes)
     "full4+full8": Layout((_FULL, GroupDesc("full", 8))),
     "full+swa+mamba": Layout((_FULL, _SWA8, GroupDesc("mamba", 4)), token_budget=8, external_loads=False),
     "full+mamba8": Layout((_FULL, GroupDesc("mamba", 8)), external_loads=False),
     "full+mamba8-eagle": Layout((_FULL, GroupDesc("mamba", 8)), use_eagle=True, external_loads=False),
+    # speculative decoding, EAGLE and MTP with 1 and 2 draft tokens, up to three attention groups (full attention
+    # beside windows of 8 and 16); no chunked-local group: vLLM turns the hybrid manager off for chunked local
+    # attention under an EAGLE-style drafter, so it never builds that layout
+    "full-eagle1": Layout((_FULL,), use_eagle=True, spec_tokens=1),
+    "full+swa-mtp2": Layout((_FULL, _SWA8), use_eagle=True, token_budget=8, spec_tokens=2),
+    "full+swa8+swa16-eagle2": Layout((_FULL, _SWA8, _SWA16), use_eagle=True, token_budget=8, spec_tokens=2),
+    "full+swa8+swa16-mtp1": Layout((_FULL, _SWA8, _SWA16), use_eagle=True, token_budget=8, spec_tokens=1),
 }
 
 HASH_BLOCK = 4
@@ -141,6 +177,9 @@ class Verdict:
     steps: int = 0
     hits: int = 0
     external_loads: int = 0
+    #: Decode steps that carried draft tokens, and the draft tokens the verifier rejected.
+    draft_steps: int = 0
+    rejected_drafts: int = 0
 
     def add(self, inv_id: str, message: str) -> None:
         self.violations.setdefault(inv_id, f"step {self.steps}: {message}")
@@ -217,8 +256,10 @@ class _Run:
         """The tokens [start, end) of `req` are computed (or loaded by a connector): attention blocks covering
         them get their KV now; a Mamba state block is written when the step ends (or now, for a load)."""
         inv = "INV-KV-11" if loaded else "INV-KV-10"
-        tokens = tuple(req.all_token_ids)
+        tokens = tuple(req.all_token_ids) + tuple(req.spec_token_ids)  # a step's KV covers its drafts too
         tenant = self.tenant[req.request_id]
+        if not loaded:
+            self._check_reads(req, start)
         for g, table in enumerate(self._table(req.request_id)):
             bs = self.sizes[g]
             if self.kinds[g] == "mamba":
@@ -244,6 +285,51 @@ class _Run:
                 self.content[bid] = (tenant, tokens[:min((p + 1) * bs, end)])
         if not loaded and self.mamba_bs:
             self.mamba_writes.append((req, end))
+
+    def _check_reads(self, req, start: int) -> None:
+        """INV-KV-15: what the step's first token (position `start`) reads, in every attention group, is in the
+        request's blocks and holds KV of the request's own tokens."""
+        tokens = tuple(req.all_token_ids)
+        for g, table in enumerate(self._table(req.request_id)):
+            kind, bs, desc = self.kinds[g], self.sizes[g], self.layout.groups[g]
+            if kind == "mamba":
+                continue  # a Mamba group reads one state, judged on hits (INV-KV-06, -09)
+            if kind == "sliding_window":
+                first = max(0, start - desc.sliding_window + 1)
+            elif kind == "chunked_local":
+                first = start // desc.attention_chunk_size * desc.attention_chunk_size
+            else:
+                first = 0
+            for p in range(first // bs, -(-start // bs)):
+                lo, hi = max(first, p * bs), min((p + 1) * bs, start)
+                bid = table[p] if p < len(table) else 0
+                held = self.content.get(bid) if bid else None
+                if not bid:
+                    self.v.add("INV-KV-15", f"request {req.request_id} computing from token {start} reads tokens "
+                                            f"[{lo}, {hi}) of group {g} ({kind}) from "
+                                            f"{'the null block' if p < len(table) else 'no block'} at position {p}")
+                elif held is None or held[1][lo:hi] != tokens[lo:hi]:
+                    what = "nothing written" if held is None else (
+                        "a rejected draft token's KV" if REJECTED_DRAFT in held[1][lo:hi] else "other tokens' KV")
+                    self.v.add("INV-KV-15", f"request {req.request_id} computing from token {start} reads tokens "
+                                            f"[{lo}, {hi}) of group {g} ({kind}) from block {bid}, which holds {what}")
+
+    def _check_lookahead(self, req, start: int, end: int) -> None:
+        """INV-KV-16: after an allocation for tokens [start, end) with the layout's lookahead, every attention
+        group holds a block at every position up to end + lookahead (capped at the model length)."""
+        need = min(end + self.layout.lookahead_tokens, MAX_LEN)
+        for g, table in enumerate(self._table(req.request_id)):
+            if self.kinds[g] == "mamba":
+                continue
+            bs = self.sizes[g]
+            for p in range(start // bs, -(-need // bs)):
+                if p >= len(table) or not table[p]:
+                    self.v.add("INV-KV-16", f"request {req.request_id} allocated for tokens [{start}, {end}) with "
+                                            f"{self.layout.lookahead_tokens} lookahead tokens has "
+                                            f"{'no block' if p >= len(table) else 'the null block'} at position {p} "
+                                            f"of group {g} ({self.kinds[g]}, block size {bs}): slots up to {need} "
+                                            "are needed")
+                    break
 
     def _write_state(self, req, g: int, end: int) -> None:
         table = self._table(req.request_id)[g]
@@ -370,9 +456,11 @@ class _Run:
             return
         start = hit + external
         n = self._chunk(req, start, min(self.rng.choice([4, 8, 16]), self.chunk_limit, len(tokens) - start))
-        out = self._call("allocate_slots", allocate, self.target, self.m, req, n, hit, blocks, external=external)
+        out = self._call("allocate_slots", allocate, self.target, self.m, req, n, hit, blocks, external=external,
+                         lookahead=self.layout.lookahead_tokens)
         if out is None:
             return
+        self._check_lookahead(req, start, start + n)
         self._judge_hit(req, blocks, hit)
         self._run_copies()
         self.live[rid] = req
@@ -413,18 +501,36 @@ class _Run:
     def advance(self, rid: str) -> None:
         req = self.live[rid]
         start = req.num_computed_tokens
+        k = self.layout.spec_tokens
+        accepted = 0
         if start >= req.num_prompt_tokens:
-            if req.num_tokens >= MAX_LEN - 2:
+            if req.num_tokens + k >= MAX_LEN - 2:
                 return
-            req.append_output_token_ids(7)
-            n = 1
+            req.append_output_token_ids(SAMPLED)
+            n = 1 + k
+            if k:
+                # The drafter proposed k tokens; the verifier will accept the first `accepted` of them.
+                accepted = self.rng.randint(0, k)
+                req.spec_token_ids = [SAMPLED] * accepted + [REJECTED_DRAFT] * (k - accepted)
         else:
             n = self._chunk(req, start, min(self.rng.choice([4, 8]), self.chunk_limit, req.num_prompt_tokens - start))
-        if self._call("allocate_slots", self.m.allocate_slots, req, n) is None:
+        lookahead = self.layout.lookahead_tokens
+        if self._call("allocate_slots", self.m.allocate_slots, req, n, num_lookahead_tokens=lookahead) is None:
+            req.spec_token_ids = []
             return
+        self._check_lookahead(req, start, start + n)
         self._run_copies()
         req.num_computed_tokens = start + n
         self._write(req, start, start + n)
+        if req.spec_token_ids:
+            # Verification: the rejected drafts roll the request back (their KV stays in the blocks until the
+            # next step overwrites it); the accepted ones become output tokens.
+            self.v.draft_steps += 1
+            self.v.rejected_drafts += k - accepted
+            req.num_computed_tokens -= k - accepted
+            req.spec_token_ids = []
+            if accepted:
+                req.append_output_token_ids([SAMPLED] * accepted)
 
     def finish_loads(self) -> None:
         """Asynchronous loads started in an earlier step finish: the KV lands, then the blocks are cached and the
@@ -492,6 +598,11 @@ class _Run:
         keyed = {bid for bids in self.target.cache_entries(pool).values() for bid in bids}
         if 0 in keyed or self.target.block_key(pool.null_block) is not None:
             v.add("INV-KV-04", "the null block is in the prefix cache")
+        for bid in sorted(keyed):
+            held = self.content.get(bid)
+            if held is not None and REJECTED_DRAFT in held[1]:
+                v.add("INV-KV-17", f"block {bid} is in the prefix cache holding KV of a rejected draft token "
+                                   f"(position {held[1].index(REJECTED_DRAFT)})")
         for bid in sorted(self.loading_blocks & keyed):
             v.add("INV-KV-11", f"block {bid}, which an asynchronous connector load still fills, is in the prefix "
                                "cache (any lookup may serve it before the load lands)")
