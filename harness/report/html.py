@@ -137,7 +137,9 @@ document.querySelectorAll("table.kv").forEach(function (table) {
     var attr = th.getAttribute("data-tag"), names = tagNames[attr] || {};
     var position = Array.prototype.indexOf.call(th.parentNode.children, th);
     table.querySelectorAll("tbody tr").forEach(function (row) {
-      var text = row.children[position].textContent.trim();
+      var cell = row.children[position];
+      if (!cell) { return; }
+      var text = cell.textContent.trim();
       row.setAttribute(attr, Object.prototype.hasOwnProperty.call(names, text) ? names[text] : text);
     });
   });
@@ -332,8 +334,8 @@ class _ColumnTags:
             # a tag every row shares is no column's doing (the at-a-glance table of one platform)
             if len(set(values)) < 2 or None in values:
                 continue
-            texts = [[row[c] if isinstance(row[c], str) and _plain(row[c]) else None for row in table.rows]
-                     for c in range(len(table.headers))]
+            texts = [[row[c] if c < len(row) and isinstance(row[c], str) and _plain(row[c]) else None
+                      for row in table.rows] for c in range(len(table.headers))]
             # a column that shows the tag itself first (the listed rows' platform), then the others by position
             for column in sorted(range(len(texts)), key=lambda c: (texts[c] != values, c)):
                 labels = texts[column]

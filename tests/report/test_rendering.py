@@ -14,7 +14,7 @@ from harness.report.build import build_document
 from harness.report.connector_section import hma_verdict
 from harness.report.html import render_html
 from harness.report.markdown import extract_section, render_markdown
-from harness.report.model import Table
+from harness.report.model import Document, Section, Table
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import footnotes, html_page_tables, html_table_after, markdown_tables, table_after
@@ -532,3 +532,11 @@ def test_a_cell_a_known_vllm_defect_produced_is_marked_with_the_defect_and_its_f
     assert rows[1][1:] == ["KV events", "⚪ off 🐞 [1]", "⚪ off"]
     assert footnotes(md, "### Era seed (vLLM 0.13.0)") == {
         "1": "known vLLM defect VLLM-CFG-01: a KV events config turns HMA off (fixed in 0.20.0)"}
+
+
+def test_a_short_row_tags_nothing_from_its_missing_column():
+    """A row with fewer cells than the header keeps its own tags (no column can name them) and renders."""
+    table = Table(["connector", "platform"], [["a", "cuda"], ["a"]],
+                  row_filters=[{"platform": "cuda"}, {"platform": "rocm"}], search=True)
+    page = render_html(Document("t", "run", [Section("config", [table])]))
+    assert "\n<tr data-p=cuda><td>a<td>cuda\n<tr data-p=rocm><td>a</tbody>" in page
