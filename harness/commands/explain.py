@@ -9,7 +9,8 @@ import json
 from harness.errors import UsageError, choice_ignoring_case, did_you_mean
 from harness.invariants.defects import defects_of
 from reference_impl.config import cases as C
-from reference_impl.config.eras import BUILTIN_CONNECTORS, ERAS, ERAS_BY_ID, PROFILES, parse_version, resolve_era
+from reference_impl.config.eras import (ERAS, ERAS_BY_ID, PROFILES, VLLM_REGISTERED_CONNECTORS, parse_version,
+                                         resolve_era)
 from reference_impl.config.errors import HMAConfigError
 from reference_impl.config.factory import KVConnectorFactory, packages_assumed_installed
 from reference_impl.config.rules import RULES
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
 
 # The optional packages a built-in connector's module imports (lmcache, mooncake), with the import facts.
 _PACKAGE_IMPORTS = {}
-for _info in BUILTIN_CONNECTORS:
+for _info in VLLM_REGISTERED_CONNECTORS:
     if _info.imports is not None:
         _PACKAGE_IMPORTS.setdefault(_info.imports.package, []).append(_info.imports)
 OPTIONAL_PACKAGES = tuple(sorted(_PACKAGE_IMPORTS))

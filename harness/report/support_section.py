@@ -2,8 +2,8 @@
 `--enable-hybrid-kv-cache-manager` does with that connector release by release (config) and what the connector did
 when the connector suite ran it on a release (run); then, apart, the resolver's cases.
 
-Rows: every connector vLLM registers in some release (`reference_impl.config.eras.BUILTIN_CONNECTORS`; LMCache's
-two come through vLLM's registry and need the `lmcache` package) that the config matrix ran, and every vendor
+Rows: every connector vLLM registers in some release (`reference_impl.config.eras.VLLM_REGISTERED_CONNECTORS`;
+LMCache's two come through vLLM's registry and need the `lmcache` package) that the config matrix ran, and every vendor
 connector the connector suite was given with `--kv-connector`. A row is the matrix's configuration of that name
 with no feature and an explicit enable, except where the bare name is not how it is deployed (`DEPLOYED_AS`).
 Every other connector configuration of the matrix (lookup order, bad modes, unknown names, old constructors,
@@ -33,7 +33,7 @@ from harness.report.labels import connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.report.spec_refs import message_id
 from reference_impl.config.cases import resolve_case
-from reference_impl.config.eras import BUILTIN_CONNECTORS, resolve_era
+from reference_impl.config.eras import VLLM_REGISTERED_CONNECTORS, resolve_era
 from reference_impl.config.factory import packages_assumed_installed
 from reference_impl.vocabulary import (CASE_DEFAULTS, CONNECTOR_FIXTURES, NO_CONNECTOR, NO_FEATURES,
                                        UNREGISTERED_CONNECTOR)
@@ -48,7 +48,7 @@ DEPLOYED_AS: dict[str, tuple[str, ...]] = {
     "MultiConnector": ("MultiAllHMA",),
     "HiSparseConnector": ("HiSparsePool", "HiSparseConnector"),
 }
-REGISTERED = {info.name: info for info in BUILTIN_CONNECTORS}
+REGISTERED = {info.name: info for info in VLLM_REGISTERED_CONNECTORS}
 # The matrix's configuration of a vendor's connector, by whether it declares SupportsHMA.
 VENDOR_AS = {True: "ExternalHMA", False: "ExternalPlain"}
 SUPPORT_ANCHOR, RESOLVER_ANCHOR = "support", "resolver-cases"

@@ -95,7 +95,7 @@ class ConnectorInfo:
 # factory.py registers the name (read in the wheels of 0.10.0 to 0.13.0 for the older names; 0.10.0's four V0
 # connectors, which its V1 factory refuses, are left out). `hma_from` is the release it gained SupportsHMA
 # (None: never by 0.34); `removed_from` the first release whose registry (3.7) no longer has it.
-BUILTIN_CONNECTORS: tuple[ConnectorInfo, ...] = (
+VLLM_REGISTERED_CONNECTORS: tuple[ConnectorInfo, ...] = (
     # 0.13.0 renamed SharedStorageConnector (0.10.0 - 0.12.0) to ExampleConnector.
     ConnectorInfo("SharedStorageConnector", (0, 10), None, removed_from=(0, 13)),
     ConnectorInfo("ExampleConnector", (0, 13), None),
@@ -213,7 +213,7 @@ class Era:
 
     def package_imported_by(self, name: str) -> PackageImport | None:
         """The package a built-in connector's module imports when its class is looked up, in this era."""
-        for info in BUILTIN_CONNECTORS:
+        for info in VLLM_REGISTERED_CONNECTORS:
             if info.name == name and info.imports and info.imports.applies(self.first_version):
                 return info.imports
         return None
@@ -222,7 +222,7 @@ class Era:
         """Registered built-in connector names of this era -> class-level SupportsHMA."""
         return {
             info.name: info.hma_from is not None and self.first_version >= info.hma_from
-            for info in BUILTIN_CONNECTORS
+            for info in VLLM_REGISTERED_CONNECTORS
             if self.first_version >= info.registered_from
             and (info.removed_from is None or self.first_version < info.removed_from)
         }
@@ -278,7 +278,7 @@ def _build_eras() -> tuple[Era, ...]:
         # when the backend is None (config/vllm.py:477-487) and demands the size
         offloading_needs_size=True,
     )
-    # the rules of v0.14; only the registry grows (BUILTIN_CONNECTORS)
+    # the rules of v0.14; only the registry grows (VLLM_REGISTERED_CONNECTORS)
     v017 = _evolve(v014, "v0.17", (0, 17), "0.17.0", "ExampleHiddenStatesConnector registered (not SupportsHMA)")
     v018 = _evolve(v017, "v0.18", (0, 18), "0.18.0",
                    "NixlConnector is the first in-tree SupportsHMA connector (#35758); FlexKVConnectorV1 registered")

@@ -5,7 +5,7 @@ Importing this package registers the names that are kvconform's own (not a conne
 release, which the config resolver models per era) with the config resolver's `KVConnectorFactory`.
 """
 
-from reference_impl.config.eras import BUILTIN_CONNECTORS as _VLLM_CONNECTORS
+from reference_impl.config.eras import VLLM_REGISTERED_CONNECTORS as _VLLM_CONNECTORS
 from reference_impl.config.factory import KVConnectorFactory
 from reference_impl.connector.base import SupportsHMA, is_multi_connector_class, supports_hma
 from reference_impl.connector.factory import BUILTIN_CONNECTORS

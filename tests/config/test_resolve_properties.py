@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reference_impl.config import cases as C
-from reference_impl.config.eras import ERAS, PROFILES, BUILTIN_CONNECTORS
+from reference_impl.config.eras import ERAS, PROFILES, VLLM_REGISTERED_CONNECTORS
 from reference_impl.vocabulary import LAYER_KINDS, OUTCOME_ONLY_STAGES, PLATFORMS, STAGES
 from suites.config.external_connectors import MODULE_PATH
 
 OUTCOME_KEYS = {"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}
 ERROR_STAGES = {*STAGES, *OUTCOME_ONLY_STAGES}
-NAMES = sorted({info.name for info in BUILTIN_CONNECTORS} | {"FooConnector", "LMCacheLikeConnector", ""})
+NAMES = sorted({info.name for info in VLLM_REGISTERED_CONNECTORS} | {"FooConnector", "LMCacheLikeConnector", ""})
 EXTERNAL = ["ExternalHMAConnector", "ExternalPlainConnector", "LegacyTwoArgConnector", "RenamedMultiConnector",
             "NoSuchClass"]
 ROLES = st.sampled_from(["kv_producer", "kv_consumer", "kv_both", "both", "", None])
