@@ -65,6 +65,9 @@ class _Outcome:
     notes: tuple[str, ...] = ()
     #: the assumption it was answered under ("with lmcache 0.5.6"), where the modelled install lacks a package
     assumption: str = ""
+    #: notes a range keeps from every release in it (how the row is configured, a missing package); the other
+    #: notes come from the range's newest release only (an unknown's reason names its release)
+    sticky: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -144,7 +147,7 @@ def _with_package(name: str, era: str, platform: str, imports) -> _Outcome:
             f"answer for a deployment that has {which}"
             + (", the newest version kvconform has facts on" if version else "")
             + f" (`kvconform explain --installed {package} ...`).")
-    return _Outcome(cell.text, cell.kind, (note,) + cell.notes, f"with {which}")
+    return _Outcome(cell.text, cell.kind, cell.notes, f"with {which}", (note,))
 
 
 def _config_outcome(name: str | None, era: str, platform: str, configuration: Configuration | None,
@@ -161,7 +164,7 @@ def _config_outcome(name: str | None, era: str, platform: str, configuration: Co
     imports = _missing_package(name, era, configuration) if name else None
     if imports is not None:
         return _with_package(name, era, platform, imports)
-    return _Outcome(word, cell.kind, ((note,) if note else ()) + cell.notes)
+    return _Outcome(word, cell.kind, cell.notes, sticky=(note,) if note else ())
 
 
 def _series(eras: dict[str, dict[ConfigKey, Configuration]], order: list[str], fixtures: tuple[str, ...],
@@ -193,11 +196,14 @@ def _config_text(series: list[tuple[str, _Outcome | None]]) -> tuple[str, str, t
     shared = assumptions.pop() if len(assumptions) == 1 else ""
     parts = [f"{outcome.word if shared else outcome.key} [{release_range(first, last)}](#{era_anchor(first)})"
              for first, last, outcome in reversed(ranges)]
-    first_era = ranges[0][0]
+    by_era = dict(series)
     notes: list[str] = []
-    for era, outcome in series:
-        if outcome is not None and era_sort_key(era) >= era_sort_key(first_era):
-            notes += [n for n in outcome.notes if n not in notes]
+    for first, last, _ in reversed(ranges):
+        within = [by_era[era] for era in ERA_IDS[ERA_IDS.index(first):ERA_IDS.index(last) + 1]
+                  if by_era.get(era) is not None]
+        for note in [n for outcome in within for n in outcome.sticky] + list(by_era[last].notes):
+            if note not in notes:
+                notes.append(note)
     words = {era: outcome.word for era, outcome in series if outcome is not None}
     return (f", {shared}: " if shared else " ") .join(["config", "; ".join(parts)]), ranges[-1][2].kind, \
         tuple(notes), words
