@@ -63,11 +63,19 @@ def test_each_runner_judges_its_release_on_a_cached_install():
     assert "KVCONFORM_CI_VLLM_RELEASES: ${{ matrix.release }}" in job
     assert 'KVCONFORM_CI_VLLM_KEEP_VENVS: "1"' in job  # the venv stays for the cache to save
     assert re.search(r"^\s+run: \.ci/vllm-job\.sh$", job, re.M)
-    cache = job[job.index("uses: actions/cache@"):]
-    paths = [p.strip() for p in re.search(r"path: \|\n((?:\s{12}\S.*\n)+)", cache)[1].splitlines()]
-    assert paths == [".cache/wheelhouse", ".cache/wheels/vllm-${{ matrix.release }}-*.whl",
-                     ".cache/venvs/vllm-${{ matrix.release }}"]
-    key = re.search(r"^\s+key: (.*)$", cache, re.M)[1]
+    restore, save = job[job.index("uses: actions/cache/restore@"):], job[job.index("uses: actions/cache/save@"):]
+    for cache in (restore, save):
+        paths = [p.strip() for p in re.search(r"path: \|\n((?:\s{12}\S.*\n)+)", cache)[1].splitlines()]
+        assert paths == [".cache/wheelhouse", ".cache/wheels/vllm-${{ matrix.release }}-*.whl",
+                         ".cache/venvs/vllm-${{ matrix.release }}"]
+    # saved after the job whatever it found (a red job's install is as good), under the key it restored with
+    assert job.index("run: .ci/vllm-job.sh") < job.index("uses: actions/cache/save@")
+    assert "key: ${{ steps.cache.outputs.cache-primary-key }}" in save
+    save_step = job[job.rindex("- name:", 0, job.index("uses: actions/cache/save@")):]
+    assert re.search(r"^\s+if: always\(\) && steps\.cache\.outputs\.cache-hit != 'true' && "
+                     r"steps\.installed\.outputs\.done == 'true'$", save_step, re.M)  # a finished install only
+    assert "-f .cache/venvs/vllm-${{ matrix.release }}/.kvconform-vllm-stamp" in job
+    key = re.search(r"^\s+key: (.*)$", restore, re.M)[1]
     assert "${{ matrix.release }}" in key and "${{ steps.python.outputs.python-version }}" in key
     hashed = re.search(r"hashFiles\((.*?)\)", key)[1]
     for source in ("scripts/vllm-light-deps/*", "scripts/install-vllm.sh", "scripts/lmcache-deps.txt"):
