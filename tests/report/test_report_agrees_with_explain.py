@@ -170,6 +170,18 @@ def report_kind(text: str) -> str:
     return f"error {match.group(1) or match.group(2)}"
 
 
+def holding(changes: list[tuple[int, object]]) -> dict[str, object]:
+    """Era -> the value of the last change at or before it, from (era index, value) changes in release order."""
+    kinds, current, position = {}, None, 0
+    for index, era in enumerate(ERA_IDS):
+        while position < len(changes) and changes[position][0] <= index:
+            current = changes[position][1]
+            position += 1
+        if current is not None:
+            kinds[era] = current
+    return kinds
+
+
 def expand(timeline: str) -> dict[str, str]:
     """'⚪ off; ✅ on from [0.21.0](…)' -> era -> report kind for every era from the first one named."""
     by_release = {release: era for era, release in ERA_RELEASES.items()}
@@ -182,14 +194,7 @@ def expand(timeline: str) -> dict[str, str]:
         else:
             assert index == 0, f"only the first outcome may name no release: {timeline!r}"
             changes.append((0, report_kind(part)))
-    kinds, current, position = {}, None, 0
-    for index, era in enumerate(ERA_IDS):
-        while position < len(changes) and changes[position][0] <= index:
-            current = changes[position][1]
-            position += 1
-        if current is not None:
-            kinds[era] = current
-    return kinds
+    return holding(changes)
 
 
 def _ids(labeller, ids) -> dict[str, str]:
@@ -238,14 +243,7 @@ def expand_support(cell: str) -> dict[str, tuple[str, str]]:
         word, installed = _installed(match.group(1))
         changes.append((ERA_IDS.index(match.group(2)), (report_kind(word), installed or shared)))
     changes.sort()
-    kinds, current, position = {}, None, 0
-    for index, era in enumerate(ERA_IDS):
-        while position < len(changes) and changes[position][0] <= index:
-            current = changes[position][1]
-            position += 1
-        if current is not None:
-            kinds[era] = current
-    return kinds
+    return holding(changes)
 
 
 def _deployed_as(name: str, era: str) -> str:
