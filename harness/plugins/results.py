@@ -47,6 +47,13 @@ def kvconform_record(request):
     return record
 
 
+def results_file_written(config: pytest.Config) -> bool:
+    """True when this session writes a results file (`--kvconform-results`): the only reader of the parts of a
+    record that are evidence for the report rather than for the test's verdict (JUnit XML and the console leave
+    them out; an xdist worker drops a passing test's records when no results file is written)."""
+    return bool(config.getoption("kvconform_results", None))
+
+
 def add_run_info(config: pytest.Config, **fields: Any) -> None:
     """Let another kvconform plugin add fields to the results file's run_info (e.g. the resolved target)."""
     config.stash.setdefault(_RUN_INFO_KEY, {}).update(fields)
