@@ -2,8 +2,11 @@
 
     python -m harness.release.scheduler_defects RESULTS.json
 
+    python -m harness.release.scheduler_defects RESULTS.json --release X.Y.Z
+
 RESULTS.json is a results file of the connector suite with `--kv-engine vllm` (the CI vLLM job's engine step; its
-connectors are named `vllm-X.Y.Z:Name`). The defects are reviewed data (`vllm_scheduler_defects.toml`): a release
+connectors are named `vllm-X.Y.Z:Name`; a kvconform connector's cells name no release: `--release` says which
+vLLM's scheduler drove them). The defects are reviewed data (`vllm_scheduler_defects.toml`): a release
 whose own scheduler breaks one of the checks `ASYNC_CHECKS`, with the cells that fail and the evidence. The command
 prints one line per difference between the run's cells of those checks and the list (a failure no defect explains;
 a cell a defect lists that did not fail) and exits 1 when there is one, 0 when the run fails exactly its release's
@@ -39,18 +42,22 @@ def load_defects(path: Path = DEFECTS_FILE) -> list[AllocatorDefect]:
     return defects
 
 
-def _cell_of(entry: dict) -> tuple[str, str, str] | None:
-    """(release, check id, `Connector-preset`) of a connector cell run on vLLM's scheduler, else None."""
+def _cell_of(entry: dict, release: str | None = None) -> tuple[str, str, str] | None:
+    """(release, check id, `Connector-preset`) of a connector cell run on vLLM's scheduler, else None: a vLLM
+    connector's cell names its release, another connector's is `release`'s (None: not judged)."""
     cell = entry.get("cell") or {}
     connector, check = str(cell.get("connector") or ""), str(cell.get("check") or "")
-    if entry.get("suite") != "connector" or cell.get("engine") != "vllm" or not connector.startswith(_PREFIX):
+    if entry.get("suite") != "connector" or cell.get("engine") != "vllm":
         return None
-    release, _, name = connector[len(_PREFIX):].partition(":")
-    return release, check.partition(" ")[0], f"{name}-{cell.get('preset', '-')}"
+    if connector.startswith(_PREFIX):
+        release, _, connector = connector[len(_PREFIX):].partition(":")
+    if release is None:
+        return None
+    return release, check.partition(" ")[0], f"{connector}-{cell.get('preset', '-')}"
 
 
 def defect_of_cell(entry: dict, defects: list[AllocatorDefect] | None = None) -> AllocatorDefect | None:
-    """The reviewed defect a connector cell run on vLLM's scheduler fails by, or None."""
+    """The reviewed defect a vLLM connector's cell run on vLLM's scheduler fails by, or None."""
     key = _cell_of(entry)
     if key is None or key[1] not in ASYNC_CHECKS:
         return None
@@ -59,12 +66,13 @@ def defect_of_cell(entry: dict, defects: list[AllocatorDefect] | None = None) ->
                  if d.invariant == check and cell in d.failing.get(release, ())), None)
 
 
-def compare(entries: list[dict], defects: list[AllocatorDefect]) -> list[str]:
+def compare(entries: list[dict], defects: list[AllocatorDefect], release: str | None = None) -> list[str]:
     """One line per difference: a failing C42/C43 cell no defect lists for its release, a listed cell that did not
-    fail (passed, skipped, or not run on a release the run covers)."""
+    fail (passed, skipped, or not run on a release the run covers). `release`: the vLLM whose scheduler drove the
+    cells of connectors that are not vLLM's."""
     outcome: dict[tuple[str, str, str], str] = {}
     for entry in entries:
-        key = _cell_of(entry)
+        key = _cell_of(entry, release)
         if key is not None and key[1] in ASYNC_CHECKS:
             outcome[key] = entry["status"]
     releases = {release for release, _, _ in outcome}
@@ -87,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.release.scheduler_defects",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="results file of suites/connector --kv-engine vllm")
-    results = parser.parse_args(argv).results
+    parser.add_argument("--release", help="the vLLM release (X.Y.Z) whose scheduler drove the cells of connectors "
+                                          "that are not vLLM's (kvconform's own, a vendor's)")
+    args = parser.parse_args(argv)
     try:
-        differences = compare(load_results(results).results, load_defects())
+        differences = compare(load_results(args.results).results, load_defects(), args.release)
     except (UsageError, ResultsFileError) as exc:
         print(f"scheduler_defects: error: {exc}", file=sys.stderr)
         return 2

@@ -344,9 +344,11 @@ class ChunkedPrefixConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output) -> None:
         """Release lookup pins of loads that completed (or failed); a failed request is recomputed locally
         (LMCache's bypass), so its restart does not run into the same failure again."""
-        for req_id in set(connector_output.finished_recving or ()) | set(connector_output.failed_recving or ()):
+        # vLLM's KVConnectorOutput before 0.14 has no failed_recving (a failed load is its invalid blocks).
+        failed = set(getattr(connector_output, "failed_recving", None) or ())
+        for req_id in set(connector_output.finished_recving or ()) | failed:
             self.store.unpin(req_id)
-        self._bypass.update(connector_output.failed_recving or ())
+        self._bypass.update(failed)
 
     def request_finished_all_groups(self, request, block_ids: tuple[list[int], ...]) -> tuple[bool, dict | None]:
         """Drop the request's state; stores already completed in `wait_for_save`, so no delay is needed."""

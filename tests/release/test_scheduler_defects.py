@@ -71,3 +71,11 @@ def test_the_engine_section_marks_a_cell_a_reviewed_defect_explains():
     text = render_markdown(Document("report", "one run", engine_sections([ours, theirs])))
     row = next(line for line in text.splitlines() if "C42 in-flight-blocks-kept" in line)
     assert "known vLLM defect DEF-SCHED-01 (C42): " in row and "(fixed in 0.32.0); C42 [fa_only]: C42: block 33" in row
+
+
+def test_a_kvconform_connectors_cells_are_judged_on_the_release_given():
+    cell = _entry("0.34.0", "C43", "LMCacheLikeConnector", "fa_only", "failed")
+    cell["cell"]["connector"] = "LMCacheLikeConnector"  # a built-in's cells name no release
+    assert compare([cell], load_defects()) == []  # no release given: not judged
+    assert compare([cell], load_defects(), "0.34.0") == [
+        "unreviewed failure on vLLM 0.34.0: C43 [LMCacheLikeConnector-fa_only] under --kv-engine vllm"]
