@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from harness.errors import EXIT_TARGET, UsageError
@@ -58,12 +61,17 @@ class TargetKind:
 #: not vLLM's class of the same name, which is `vllm:ExampleConnector`).
 KVCONFORM_PREFIX = "kvconform:"
 
+
+def _kvconform_connectors() -> dict[str, str]:
+    """kvconform's own connectors by name, from their one home (`reference_impl.connector.BUILTIN_CONNECTORS`'s
+    file), read without importing the reference engine: a pytest session of another project never loads it."""
+    spec = importlib.util.find_spec("reference_impl")  # a top-level package: found, not imported
+    folder = Path(next(iter(spec.submodule_search_locations))) / "connector"
+    return json.loads((folder / "builtin_connectors.json").read_text(encoding="utf-8"))
+
+
 #: The built-in connectors (kvconform's reference engine) by name.
-BUILTIN_CONNECTORS = {
-    "LMCacheLikeConnector": "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
-    "ExampleConnector": "reference_impl.connector.lmcache_like:ExampleConnector",
-    "MultiConnector": "reference_impl.connector.multi:MultiConnector",
-}
+BUILTIN_CONNECTORS = _kvconform_connectors()
 
 KINDS: dict[str, TargetKind] = {
     "config": TargetKind("config", "--hma-target", "module:callable",

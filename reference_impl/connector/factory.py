@@ -13,14 +13,8 @@ import inspect
 from reference_impl.config.factory import constructor_takes_kv_cache_config, load_module_class
 from reference_impl.config.messages import E_F
 from reference_impl.config.objects import KVTransferConfig
+from reference_impl.connector import BUILTIN_CONNECTORS
 from reference_impl.connector.base import KVConnectorRole, supports_hma
-
-# Built-in connector name -> "module:Class" (the config resolver's registry may import this).
-BUILTIN_CONNECTORS: dict[str, str] = {
-    "LMCacheLikeConnector": "reference_impl.connector.lmcache_like:LMCacheLikeConnector",
-    "ExampleConnector": "reference_impl.connector.lmcache_like:ExampleConnector",
-    "MultiConnector": "reference_impl.connector.multi:MultiConnector",
-}
 
 
 def load_connector_class(name: str, module_path: str | None = None) -> type:
