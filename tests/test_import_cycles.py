@@ -48,8 +48,20 @@ def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
             else:
                 continue
             edges |= {found for found in map(owner, targets) if found and found != name}
+        # Importing a.b.c runs the packages a and a.b first: an import reaches their __init__ too (a cycle
+        # through a package's __init__ is one even when the import names a submodule), except the packages
+        # this module itself lives in, which are being imported already.
+        own = {name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)} | {name}
+        edges |= {parent for target in set(edges) for parent in _parents(target, modules) if parent not in own}
+        edges.discard(name)
         graph[name] = edges
     return graph
+
+
+def _parents(module: str, modules: dict[str, Path]) -> list[str]:
+    """The packages of `module` that are modules of the scan (their __init__ runs when it is imported)."""
+    parts = module.split(".")
+    return [".".join(parts[:depth]) for depth in range(1, len(parts)) if ".".join(parts[:depth]) in modules]
 
 
 def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
@@ -103,6 +115,18 @@ def test_the_detector_finds_a_cycle_through_a_function_local_import():
     source = "def f():\n    from reference_impl.config import resolution\n"
     tree = ast.parse(source)
     assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree)), "imports inside functions are walked"
+
+
+def test_an_import_of_a_submodule_reaches_its_package_init(tmp_path):
+    """`from p.q.base import x` runs p/q/__init__.py: a cycle through it is a cycle (config/factory.py and
+    connector/__init__.py once were held apart only by import order)."""
+    for path, text in {"p/__init__.py": "", "p/q/__init__.py": "from p.r import f\n", "p/q/base.py": "",
+                       "p/r.py": "from p.q.base import x\n"}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    modules = {"p": tmp_path / "p/__init__.py", "p.q": tmp_path / "p/q/__init__.py",
+               "p.q.base": tmp_path / "p/q/base.py", "p.r": tmp_path / "p/r.py"}
+    assert _cycles(_graph(modules)) == {frozenset({"p.q", "p.r"})}
 
 
 def test_no_import_cycle_among_project_modules():

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 from reference_impl.config import messages
+from reference_impl.config.eras import VLLM_REGISTERED_CONNECTORS
 from reference_impl.config.errors import UnknownOutcome
 from reference_impl.config.objects import KV_ROLES, KVTransferConfig
+from reference_impl.connector import BUILTIN_CONNECTORS
+from reference_impl.connector.base import is_multi_connector_class, supports_hma
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +279,14 @@ def _builtins_for(era) -> dict[str, BuiltinConnector]:
     return cached
 
 
-# Imported last: reference_impl.connector registers kvconform's connectors with KVConnectorFactory when it
-# is imported (and its factory reuses load_module_class), so everything above must exist by then.
-from reference_impl.connector.base import is_multi_connector_class, supports_hma  # noqa: E402
+def _register_kvconform_connectors() -> None:
+    """Register kvconform's own connectors (`reference_impl.connector.BUILTIN_CONNECTORS`), those whose name is
+    no connector of any vLLM release (which the eras model by name)."""
+    vllm_names = {info.name for info in VLLM_REGISTERED_CONNECTORS}
+    for name, target in BUILTIN_CONNECTORS.items():
+        if name not in vllm_names and name not in KVConnectorFactory.registered_names():
+            module_path, class_name = target.split(":", 1)
+            KVConnectorFactory.register_connector(name, module_path, class_name)
+
+
+_register_kvconform_connectors()
