@@ -18,7 +18,8 @@ import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from harness.failure_groups import cause_key, split_check
+from harness.failure_causes import cause_of
+from harness.failure_groups import split_check
 from harness.key_components import key_cause, record_components
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
 from harness.results_model import load_results
@@ -28,32 +29,33 @@ from harness.targets.vllm_connector_facts import is_example
 
 @dataclass(frozen=True)
 class Classified:
-    """Reviewed: a failing cell of `connector` (a name, or a MultiConnector's child) whose cause contains `cause`
-    or one of `also` (the other ways checks see the same root cause), and whose check is among `checks`, and its
-    preset among `presets`, when given, is the root cause `root`, a `verdict` ("connector bug" or "not
-    applicable") because `why`; `upstream`: the upstream issue, where one exists. A key bug names the key
-    `components` the connector's keys ignore (`harness.key_components`): a cell whose check recorded which
-    components differed (its `key_leak`) is classified by those, never by its words, and the root is the check's
-    own ("keys ignore the LoRA adapter"); `cause` then matches the cells of results recorded before checks kept
-    the components."""
+    """Reviewed: a failing cell of `connector` (its name, or a child of a MultiConnector cell) whose structured cause
+    key (`harness.failure_causes`: the tag the check emitted) is among `causes`, and, where given, whose check is
+    among `checks`, its preset (or C30's deployment variant) among `presets`, its vLLM release among `releases`,
+    the hook and the exception class of a raising hook `hook` and `exception`, and the key components a key leak
+    named within `components`, is the root cause `root`, a `verdict` ("connector bug" or "not applicable") because
+    `why`; `upstream`: the upstream issue, where one exists. Nothing is matched on a failure message's words."""
 
     connector: str
-    cause: str
+    causes: tuple[str, ...]
     root: str
     verdict: str
     why: str
     upstream: str = ""
     checks: tuple[str, ...] = ()
     presets: tuple[str, ...] = ()
-    also: tuple[str, ...] = ()
     components: tuple[str, ...] = ()
+    hook: str = ""
+    exception: str = ""
+    releases: tuple[str, ...] = ()
 
 
-def _keys_ignore(connector: str, components: tuple[str, ...], cause: str, why: str, upstream: str = "",
-                 **scope) -> Classified:
-    """A reviewed key bug: `connector`'s keys ignore `components` (the root is the checks' own words for it)."""
-    return Classified(connector, cause, key_cause(components), "connector bug", why, upstream,
-                      components=components, **scope)
+def _keys_ignore(connector: str, components: tuple[str, ...], why: str, upstream: str = "",
+                 causes: tuple[str, ...] = ("key-leak",), **scope) -> Classified:
+    """A reviewed key bug: `connector`'s keys ignore `components` (the root is the checks' own words for it); a
+    key leak whose components are among them, or another of `causes` within the scope given."""
+    return Classified(connector, causes, key_cause(components), "connector bug", why, upstream,
+                      components=components if causes == ("key-leak",) else (), **scope)
 
 
 _KEYS_TOKENS_ONLY = ("folder names hash the prompt's tokens only: another cache salt, LoRA adapter, model name or KV "
@@ -77,15 +79,15 @@ _TP = ("tp_size", "tp_rank")
 _FA_SWA_MAMBA_NO_HIT = ("C05", "C07", "C14", "C16", "C17", "C18", "C20", "C28", "C30", "C31", "C35")
 # Read against vLLM 0.33.0's vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py.
 CLASSIFIED = (
-    Classified("ExampleConnector", "raised FileNotFoundError", "lookup and load keys disagree", "connector bug",
+    Classified("ExampleConnector", ("hook-raised",), "lookup and load keys disagree", "connector bug",
                "`get_num_new_matched_tokens` looks for the folder of the first `align(len(prompt) - 1)` tokens, "
                "while the store and the load use the first `align(len(prompt))` tokens (`align(n) = (n - 1) // "
                "block * block`): a prompt that extends a stored one by one token finds the stored folder, then "
-               "loads from a folder that does not exist"),
+               "loads from a folder that does not exist", hook="start_load_kv", exception="FileNotFoundError"),
     # Measured on vLLM 0.14.0 (2026-12-06, C39 on fa_only): a stored 512-token prompt is hit by a 515-token reload
     # with 0 tokens, a stored 513-token one with 512; read against 0.14.0's example_connector.py (`make_meta`,
     # `_found_match_for_prompt`, `align_to_block_size`).
-    Classified("ExampleConnector", "the last full block of the exact-multiple prompt was not stored", "an "
+    Classified("ExampleConnector", ("exact-multiple-short",), "an "
                "exact-multiple prompt is stored one block short", "connector bug",
                "the store keeps the first `align(len(prompt))` tokens (`ReqMeta.make_meta`, with `align(n) = (n - 1) "
                "// block * block`), so a prompt whose length is an exact multiple of the block is stored without its "
@@ -93,37 +95,26 @@ CLASSIFIED = (
                "first `align(len - 1)` tokens, the whole stored prompt, and never finds it (a 512-token prompt: "
                "stored as 496 tokens, a 515-token reload hits 0; a 513-token prompt: stored as 512, hit 512)",
                checks=("C39",)),
-    _keys_ignore("ExampleConnector", _TP, "shape mismatch", _NO_TP_IN_KEY, checks=("C30",)),
-    Classified("ExampleConnector", "shape mismatch", "chunked prefill stores a truncated file", "connector bug",
+    _keys_ignore("ExampleConnector", _TP, _NO_TP_IN_KEY),
+    Classified("ExampleConnector", ("hook-raised",), "chunked prefill stores a truncated file", "connector bug",
                "under chunked prefill the store is built once, from the new request's first chunk of blocks, and "
                "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on "
                "the shape of the shorter file",
-               "vllm-project/vllm#16928 (closed as stale); a fix is proposed in vllm-project/vllm#53314 (open)"),
-    Classified("ExampleConnector", "the load wrote a block of the local prefix hit", "loads overwrite the local "
+               "vllm-project/vllm#16928 (closed as stale); a fix is proposed in vllm-project/vllm#53314 (open)",
+               hook="start_load_kv", exception="RuntimeError", checks=("C11", "C26", "C27")),
+    Classified("ExampleConnector", ("local-hit-overwritten",), "loads overwrite the local "
                "prefix-cache hit", "connector bug",
                "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache "
                "already supplied (shared with other running requests): it ignores `num_computed_tokens`"),
-    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "on objects stored under another key", _KEYS_TOKENS_ONLY),
-    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "dtypes match", _KEYS_TOKENS_ONLY),
-    _keys_ignore("ExampleConnector", _TP, "the model read wrong KV", _NO_TP_IN_KEY, checks=("C21", "C34")),
-    _keys_ignore("ExampleConnector", _TOKENS_ONLY, "the model read wrong KV", _KEYS_TOKENS_ONLY, checks=("C30",)),
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, _KEYS_TOKENS_ONLY),
+    _keys_ignore("ExampleConnector", _TP, _NO_TP_IN_KEY, causes=("wrong-kv",), checks=("C21",)),
     # Read against vLLM 0.33.0's distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py and measured on
     # fa+swa+mamba (full attention 16, sliding window 128 in blocks of 16, Mamba 'align' 256): after a 900-token
     # prompt the CPU tier holds 67 chunks, 56 full-attention ones, 8 sliding-window ones (one window) and 3 Mamba
     # states (256, 512, 768); the lookup of the prompt plus 3 tokens answers 0.
-    Classified("OffloadingConnector", "no hit", "on full attention + sliding window + Mamba no prompt ever hits",
-               "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
-               presets=("fa+swa+mamba",)),
-    Classified("OffloadingConnector", "never loaded", "on full attention + sliding window + Mamba no prompt ever "
-               "hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
-               presets=("fa+swa+mamba",)),
-    Classified("OffloadingConnector", "no longer hits right after it was stored", "on full attention + sliding "
-               "window + Mamba no prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA,
-               _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
-               presets=("fa+swa+mamba",)),
-    Classified("OffloadingConnector", "the same salt must hit", "on full attention + sliding window + Mamba no "
-               "prompt ever hits", "connector bug", _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT,
-               presets=("fa+swa+mamba",)),
+    Classified("OffloadingConnector", ("no-hit", "never-loaded", "evicted-at-once", "isolation-vacuous"),
+               "on full attention + sliding window + Mamba no prompt ever hits", "connector bug",
+               _SWA_TAIL_NOT_AT_MAMBA, _SWA_MAMBA_UPSTREAM, checks=_FA_SWA_MAMBA_NO_HIT, presets=("fa+swa+mamba",)),
     # Read against vLLM 0.33.0's offloading/scheduler.py (`_lookup_complete_chunks`, `update_state_after_alloc`)
     # and traced on fa+swa+mamba: C10's reload of a 1,102-token prompt on the engine that stored an 800-token
     # prefix of it (window stored ending at 784) hits 784; C24's reload of a 562-token prompt after a 302-token one
@@ -133,7 +124,7 @@ CLASSIFIED = (
     # the store covers the request's progress at build_connector_meta (vLLM 0.34.0, 2026-12-05): for a prompt of
     # 808 tokens `_lookup_complete_chunks` proves 768 on full attention (Mamba-aligned), the sliding-window lookup
     # returns 47 chunks of 16, and the hit is 752 ("not on a Mamba state boundary").
-    Classified("OffloadingConnector", "the model read wrong KV", "a hit cut short by the sliding-window lookup is "
+    Classified("OffloadingConnector", ("wrong-kv", "hit-not-mamba-aligned"), "a hit cut short by the sliding-window lookup is "
                "not re-aligned to a Mamba state", "connector bug",
                "`_lookup_complete_chunks` rounds the hit window down to the Mamba block (`_mamba_align_size`) once, "
                "before the group lookups; the sliding-window lookup (`_sliding_window_lookup`, the last run of a "
@@ -144,7 +135,7 @@ CLASSIFIED = (
                "another length",
                "none found in vllm-project/vllm in one search; the same fix (re-align the Mamba hit boundary after "
                "every per-group clamp in `_lookup`) is weicj/vLLM-2080Ti-Definitive#133, a fork",
-               checks=("C06", "C10", "C24"), presets=("fa+swa+mamba",), also=("is not on a Mamba state boundary",)),
+               checks=("C06", "C10", "C24"), presets=("fa+swa+mamba",)),
     # Read against vLLM 0.30.0's distributed/kv_transfer/kv_connector/v1/offloading/config.py and scheduler.py,
     # traced on scratch_group (full attention beside a CircularBufferSpec group, vLLM's prefix_cacheable=False
     # spec, `v1/kv_cache_interface.py:895-897`): the connector's scheduler role fails at construction. Not seen on
@@ -153,7 +144,7 @@ CLASSIFIED = (
     # makes an offloading group of every KV cache group (`offloading/config.py:41-53`, no prefix_cacheable filter in
     # offloading/ or offloading_connector.py), `from_spec` asks for each (scheduler.py:195), assert at line 125;
     # CircularBufferSpec.prefix_cacheable is False (kv_cache_interface.py:780-781).
-    Classified("OffloadingConnector", "AssertionError", "a KV cache group outside prefix caching fails the "
+    Classified("OffloadingConnector", ("raised", "hook-raised"), "a KV cache group outside prefix caching fails the "
                "scheduler's construction", "connector bug",
                "`get_offloading_group_ids` offloads every KV cache group unless HiSparse is on (`return "
                "tuple(range(len(kv_cache_config.kv_cache_groups)))`, `offloading/config.py:36-38`), prefix-cacheable "
@@ -164,11 +155,11 @@ CLASSIFIED = (
                "FullAttentionSpec)`, line 140): a model with a CircularBufferSpec group cannot build the connector",
                "none found; also in vLLM 0.29.0 (every group an offloading group, `offloading/config.py:41-53`; "
                "the assert at scheduler.py:125); gone by vLLM 0.31.0 (`prefix_cacheable_group_ids`)",
-               presets=("scratch_group",)),
+               presets=("scratch_group",), exception="AssertionError"),
     # Read against vLLM 0.13.0's kv_connector/v1/decode_bench_connector.py (`_fill_blocks`) and
     # v1/attention/backends/flash_attn.py (`get_kv_cache_shape`: (2, num_blocks, block_size, heads, head_size)).
     # Not seen on 0.33.0 or 0.34.0 (the same checks pass there).
-    Classified("DecodeBenchConnector", "null block written during store", "the fill indexes FlashAttention's K/V "
+    Classified("DecodeBenchConnector", ("null-block-written",), "the fill indexes FlashAttention's K/V "
                "axis as blocks", "connector bug",
                "`_fill_blocks` writes `kv_cache[block_ids]` after keeping the ids below `kv_cache.shape[0]`, taking "
                "dim 0 as the block axis; FlashAttention's cache is `(2, num_blocks, ...)`, so only block id 1 passes "
@@ -181,7 +172,7 @@ CLASSIFIED = (
     # (`external_block_start = num_local_computed_tokens // group_block_size`, line 286). Seen from 0.24.0, whose
     # blocks-outermost FlashAttention layout lets the fill reach the blocks it names (before, the K/V-axis bug
     # above hid it).
-    Classified("DecodeBenchConnector", "the load wrote a block of the local prefix hit", "the fill starts at the "
+    Classified("DecodeBenchConnector", ("local-hit-overwritten",), "the fill starts at the "
                "request's first block, over its local prefix-cache hit", "connector bug",
                "the scheduler hands `update_state_after_alloc` the request's whole block table "
                "(`kv_cache_manager.get_blocks(request_id)`), and the connector fills its first "
@@ -194,29 +185,29 @@ CLASSIFIED = (
     # (`_process_cached_requests`: `request_id not in cached_reqs.resumed_req_ids`), and vLLM 0.34.0's
     # v1/core/sched/output.py (`CachedRequestData` has no `resumed_req_ids`: 0.34 sends a resumed request as a
     # new one). vLLM 0.34.0's `LMCacheMPConnector` loads this class whenever lmcache is installed.
-    Classified("LMCacheMPConnector", "has no attribute 'resumed_req_ids'", "lmcache 0.5.6 reads a field vLLM 0.34.0 "
+    Classified("LMCacheMPConnector", ("hook-raised",), "lmcache 0.5.6 reads a field vLLM 0.34.0 "
                "removed", "connector bug",
                "`build_connector_meta` reads `scheduler_output.scheduled_cached_reqs.resumed_req_ids` without a guard; "
                "vLLM 0.34.0's `CachedRequestData` has no such field, so the first scheduler step with a running "
                "request raises AttributeError (in vLLM's engine core: a fatal error). vLLM 0.34.0's own "
                "`LMCacheMPConnector` resolves to this class whenever lmcache is importable",
                "none found for the MP connector; LMCache/LMCache#2069 guarded the same field in vllm_v1_adapter.py "
-               "only"),
+               "only", hook="build_connector_meta", exception="AttributeError", releases=("0.34.0",)),
     # Read against lmcache 0.5.6 (`_create_key` of vllm_multi_process_adapter.py builds `IPCCacheServerKey` from num_kv_readers,
     # model name, world size, worker id, token ids, start/end, request id, cache salt and request configs), and
     # measured on vLLM 0.33.0: a prompt stored by a float16 engine hit 512 tokens on a bfloat16 engine of the same
     # model name on the same server, and the model read the float16 bytes as bfloat16.
-    _keys_ignore("LMCacheMPConnector", ("dtype",), "the model read wrong KV",
+    _keys_ignore("LMCacheMPConnector", ("dtype",),
                  "the MP connector's chunk keys carry the model name, world size, worker, token ids and cache salt, "
                  "not the KV cache dtype: on one server, an engine of another KV dtype (float16 and bfloat16) of the "
                  "same model finds the other's chunks and loads their bytes as its own dtype",
                  "LMCache/LMCache#1856 (closed) reported the same of `CacheEngineKey`; lmcache 0.5.6's MP key "
                  "`IPCCacheServerKey` still carries no dtype",
-                 checks=("C30",), presets=("dtype",)),
+                 checks=("C30",)),
     # Read against lmcache 0.5.6 (lmcache/integration/vllm/lmcache_mp_connector.py, vllm_multi_process_adapter.py,
     # lmcache/v1/multiprocess/token_hasher.py): a chunk's key is the model name, world size, worker, the chunk
     # hashes of the tokens and the cache salt; the request's LoRA adapter enters nowhere.
-    _keys_ignore("LMCacheMPConnector", ("lora",), "on objects stored under another key",
+    _keys_ignore("LMCacheMPConnector", ("lora",),
                  "the MP connector's chunk keys carry the model name, world size, worker, token-chunk hashes and cache "
                  "salt, but not the request's LoRA adapter: a prompt stored by a LoRA request is served to a request "
                  "of the base model (or of another adapter), whose KV differs", checks=("C30",)),
@@ -227,25 +218,75 @@ _CHECK_ID = re.compile(r"\bC\d{2}\b ?")
 _PRESET = re.compile(r" on the multi-group preset \S+")
 
 
-def classify(connector: str, check: str, cause: str, preset: str = "",
-             components: tuple[str, ...] = ()) -> Classified | None:
-    """The reviewed entry for one failing cell (its cause's grouping key, its preset), or None. A cell whose check
-    recorded the key `components` that differed is classified by those alone: by an entry of a key bug whose
-    components cover them."""
-    key = cause_key(cause)
+def _is_or_holds(connector: str, name: str) -> bool:
+    """`connector` is `name`, or a MultiConnector cell with `name` among its children (either under vLLM's
+    scheduler too)."""
+    connector = connector.removesuffix(ENGINE_SUFFIX)
+    if connector == name:
+        return True
+    children = connector.partition("[")[2].rstrip("]")
+    return connector.startswith("MultiConnector[") and name in children.split(",")
+
+
+def classify(connector: str, check: str, cause: dict, preset: str = "", release: str = "") -> Classified | None:
+    """The reviewed entry for one failing cell by its structured keys: the connector, the check id, the preset (or
+    deployment variant), the release and the cause key its check recorded (`harness.failure_causes`); None when
+    none matches (a cell recorded without a cause key matches none)."""
+    tag = cause.get("tag")
     for entry in CLASSIFIED:
-        if entry.connector not in connector or (entry.checks and check not in entry.checks):
+        if (not _is_or_holds(connector, entry.connector) or tag not in entry.causes
+                or (entry.checks and check not in entry.checks) or (entry.presets and preset not in entry.presets)
+                or (entry.releases and release not in entry.releases)
+                or (entry.hook and cause.get("hook") != entry.hook)
+                or (entry.exception and cause.get("exception") != entry.exception)):
             continue
-        if components:
-            if entry.components and set(components) <= set(entry.components):
-                return entry
+        if entry.components and not set(cause.get("components") or ()) <= set(entry.components):
             continue
-        if any(c in key for c in (entry.cause, *entry.also)) and (not entry.presets or preset in entry.presets):
-            return entry
+        return entry
     return None
 
 
-def _status(entry: dict) -> str:
+def cell_cause(entry: dict) -> dict:
+    """A results entry's structured cause key; a key leak recorded before checks kept cause keys (`key_leak`
+    only) is that key leak."""
+    cause = cause_of(entry)
+    if not cause:
+        components = record_components((entry.get("extra") or {}).get("key_leak"))
+        if components:
+            cause = {"tag": "key-leak", "components": list(components)}
+    return cause
+
+
+def cell_keys(entry: dict) -> tuple[str, str, str, dict]:
+    """(check id, preset or deployment variant, vLLM release, cause key) of a connector-suite entry."""
+    cell = entry.get("cell") or {}
+    check = str(cell.get("check", "?")).split(" ")[0]
+    preset = str(cell.get("preset") or "-")
+    if preset == "-":
+        preset = str(cell.get("variant") or "-")
+    found = vllm_connector_of(entry)
+    return check, preset, found[0] if found else "", cell_cause(entry)
+
+
+ENGINE_SUFFIX = " (vLLM's scheduler)"
+
+
+def by_vllm_connector(entries: list[dict]) -> tuple[dict[str, list[dict]], set[str]]:
+    """The entries of vLLM's connectors by connector (a run under `--kv-engine vllm` under the name with
+    ENGINE_SUFFIX, apart from kvconform's engine's cells), and the releases they are of."""
+    by_connector: dict[str, list[dict]] = defaultdict(list)
+    versions = set()
+    for entry in entries:
+        found = vllm_connector_of(entry)
+        if found is not None:
+            versions.add(found[0])
+            engine = (entry.get("cell") or {}).get("engine")
+            by_connector[found[1] + (ENGINE_SUFFIX if engine else "")].append(entry)
+    return by_connector, versions
+
+
+def connector_status(entry: dict) -> str:
+    """passed, failed, error, n/a, inconclusive or not run."""
     message = (entry.get("message") or "").lower()
     if entry["status"] != "skipped":
         return entry["status"]
@@ -259,13 +300,7 @@ def _status(entry: dict) -> str:
 def findings_markdown(entries: list[dict], before: list[dict] | None = None, release: str | None = None,
                       commit: str | None = None) -> str:
     """The page (Markdown) for the vLLM connector entries among `entries` (`commit`: the suite's that ran)."""
-    by_connector: dict[str, list[dict]] = defaultdict(list)
-    versions = set()
-    for entry in entries:
-        found = vllm_connector_of(entry)
-        if found is not None:
-            versions.add(found[0])
-            by_connector[found[1]].append(entry)
+    by_connector, versions = by_vllm_connector(entries)
     version = release or ", ".join(sorted(versions)) or "?"
     lines = [f"# What the suite finds in vLLM's connectors and in LMCache (vLLM {version})", "",
              "Generated by `python -m harness.report.vllm_findings RESULTS.json` from the results of the CI vLLM "
@@ -276,14 +311,8 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
              "classified by reviewed data in `harness/report/vllm_findings.py`; LMCache's connectors appear as "
              "the run found them (installed or not). Wall time: the sum of the connector's check durations "
              "(two xdist workers share the machine).", ""]
-    ran, unavailable = {}, {}
-    for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
-        whole = sorted({r for r in map(whole_connector_reason, items) if r is not None})
-        if all(e["status"] == "skipped" for e in items) and whole:
-            unavailable[connector] = whole[0]
-        else:
-            ran[connector] = items
-    findings = {c: _findings(c, items) for c, items in ran.items()}
+    ran, unavailable = split_ran(by_connector)
+    findings = {c: findings_of(c, items) for c, items in ran.items()}
     total_cells = sum(f.count for fs in findings.values() for f in fs)
     total_groups = sum(len(fs) for fs in findings.values())
     lines += ["## Summary", "",
@@ -299,7 +328,7 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for connector in connectors:
             items = ran[connector]
-            counts = Counter(_status(e) for e in items)
+            counts = Counter(connector_status(e) for e in items)
             wall = sum(float(e.get("duration") or 0) for e in items)
             verdict = hma_verdict(connector, items).split(" ", 1)[0]
             lines.append(f"| {connector} | {'yes' if declares_hma(items) else 'no'} | {_profile(items)} | "
@@ -317,7 +346,7 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
         reasons: dict[str, set[str]] = defaultdict(set)
         counts: Counter = Counter()
         for e in items:
-            if _status(e) == "n/a":
+            if connector_status(e) == "n/a":
                 check = str((e.get("cell") or {}).get("check", "?")).split(" ")[0]
                 reason = _CHECK_ID.sub("", _PRESET.sub("", e.get("message") or "")).replace("  ", " ")
                 reasons[reason].add(check)
@@ -330,6 +359,19 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
     return "\n".join(lines) + "\n"
 
 
+def split_ran(by_connector: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """(connector -> entries of the connectors that ran, connector -> the one reason of those that could not run
+    here), each by name."""
+    ran, unavailable = {}, {}
+    for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
+        whole = sorted({r for r in map(whole_connector_reason, items) if r is not None})
+        if all(e["status"] == "skipped" for e in items) and whole:
+            unavailable[connector] = whole[0]
+        else:
+            ran[connector] = items
+    return ran, unavailable
+
+
 DEPLOYED_BLOCK = ("Connectors people deploy", "vLLM's storing, offloading and transfer connectors, and LMCache's.")
 EXAMPLE_BLOCK = ("vLLM's example connectors", "Reference code and a benchmark stub vLLM ships to show the connector "
                  "API (`harness.targets.vllm_connector_facts.EXAMPLE_CONNECTORS`), and a MultiConnector with one as a "
@@ -339,8 +381,8 @@ EXAMPLE_BLOCK = ("vLLM's example connectors", "Reference code and a benchmark st
 def _blocks(ran: dict[str, list[dict]]) -> list[tuple[str, str, list[str]]]:
     """(title, blurb, connectors) of the connectors people deploy, then of vLLM's example connectors; a block
     with no connector is left out."""
-    deployed = [c for c in ran if not is_example(c)]
-    examples = [c for c in ran if is_example(c)]
+    deployed = [c for c in ran if not is_example(c.removesuffix(ENGINE_SUFFIX))]
+    examples = [c for c in ran if is_example(c.removesuffix(ENGINE_SUFFIX))]
     return [(*block, names) for block, names in ((DEPLOYED_BLOCK, deployed), (EXAMPLE_BLOCK, examples)) if names]
 
 
@@ -351,7 +393,8 @@ def _finding_lines(connector: str, found: list["Finding"]) -> list[str]:
     lines = []
     for finding in found:
         known = finding.known
-        head = f"**{known.root}** ({known.verdict})" if known else "**unclassified** (no reviewed entry matches)"
+        head = (f"**{known.root}** ({known.verdict})" if known
+                else f"**unclassified** (no reviewed entry matches its cause key `{finding.key}`)")
         if known and connector.startswith("MultiConnector[") and known.connector != "MultiConnector":
             head += f", in its {known.connector} child"
         lines.append(f"* {head}: {finding.count} cell{'s' if finding.count != 1 else ''} "
@@ -370,29 +413,35 @@ class Finding:
     example: str
     checks: list[str]
     count: int = 0
+    key: str = ""
 
 
-def _findings(connector: str, items: list[dict]) -> list[Finding]:
+def findings_of(connector: str, items: list[dict]) -> list[Finding]:
     """The failing cells of one connector grouped by reviewed root cause (unreviewed ones by their cause key),
     the largest first."""
     found: dict[str, Finding] = {}
     for entry in items:
         if entry["status"] not in ("failed", "error"):
             continue
-        check, named, cause = split_check(_what(entry))
-        check = check or str((entry.get("cell") or {}).get("check", "?")).split(" ")[0]
-        # A check across deployments has no preset cell ('-'): its first line names the variant ("C30 [dtype]").
-        preset = str((entry.get("cell") or {}).get("preset") or "")
-        known = classify(connector, check, cause, (named or "") if preset in ("", "-") else preset,
-                         record_components((entry.get("extra") or {}).get("key_leak")))
-        key = f"root:{known.root}" if known else f"cause:{cause_key(cause)}"
-        finding = found.setdefault(key, Finding(known, cause, []))
+        _, _, cause = split_check(_what(entry))
+        check, preset, release, key_record = cell_keys(entry)
+        known = classify(connector, check, key_record, preset, release)
+        unclassified = "" if known else _unclassified_key(key_record)
+        key = f"root:{known.root}" if known else f"cause:{unclassified}"
+        finding = found.setdefault(key, Finding(known, cause, [], key=unclassified))
         finding.count += 1
         if check not in finding.checks:
             finding.checks.append(check)
     for finding in found.values():
         finding.checks.sort()
     return sorted(found.values(), key=lambda f: (-f.count, f.example))
+
+
+def _unclassified_key(cause: dict) -> str:
+    """How unclassified cells group: by their cause key ('no cause key recorded' when they have none)."""
+    if not cause:
+        return "no cause key recorded"
+    return ", ".join(f"{k}={v}" for k, v in sorted(cause.items()))
 
 
 def _what(entry: dict) -> str:

@@ -211,9 +211,13 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     # num_prefill_checkpoint_blocks but no prefill_checkpoint_alignment reserves a checkpoint only below a chunk
     # that ends off a block boundary, keyed at that block's end, with none of the position rules the checks assert
     # (the scenarios' alignment could not even be configured).
-    # A model whose Mamba 'align' group keeps a block of its own beside smaller attention blocks is a layout only a
-    # release that hashes it at the GCD builds (0.28.0 on); 0.15.0 - 0.27.0 make an 'align' group's block the
-    # attention block, so such a model is one they never serve (the layout they build: equal blocks).
+    # A Mamba 'align' group with a block of its own beside smaller attention blocks: from 0.28.0 the allocator
+    # (`resolve_kv_cache_block_sizes`) hashes such a model at the GCD of the group blocks, where 0.15.0 - 0.27.0
+    # take the group for one outside 'align' mode. This row says what the allocator does when handed that layout;
+    # no release's config builds it: the platform's block-size update sets `mamba_block_size = block_size` in
+    # 'align' mode (0.20.0 `platforms/interface.py` l. 502-613; 0.32.0 `Platform._align_hybrid_block_size`,
+    # l. 1102-1103, run for every hybrid model by `update_block_size_for_backend`, l. 785-787), so a connector run
+    # on a release gets the layout it builds instead (`harness.targets.vllm_layouts`).
     Capability("mamba_align_block", "an 'align' Mamba group's block is the cache block size "
                "(resolve_kv_cache_block_sizes takes a Mamba group with a block of its own for one outside 'align' mode "
                "and hashes at the scheduler block): a model with attention blocks beside a larger Mamba 'align' "

@@ -123,6 +123,9 @@ def _record_check(request, kvconform_record):
     leaks = getattr(context, "key_leaks", None)
     if leaks and rep is not None and rep.failed:
         extra["key_leak"] = leaks_record(leaks)  # which key components differed (the findings page's classification)
+    cause = getattr(request.node, "_kvconform_cause", None)
+    if cause and rep is not None and rep.failed:
+        extra["cause"] = cause  # the failure's structured key (harness.failure_causes): what the findings classify by
     kvconform_record(
         suite="connector",
         cell=cell,

@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from harness import outcomes
-from harness.key_components import KeyComponents, KeyLeak, leaks_message
+from harness.failure_causes import cause_record
+from harness.key_components import COMPONENTS, KeyComponents, KeyLeak, leaks_message
 from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
 from harness.targets.connector_profile import STORE_SCOPES, not_applicable
 from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
@@ -29,7 +30,7 @@ from reference_impl.connector.backdoors import BACKDOOR_METHODS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec
 from suites.connector.catalogue import needs_of, not_applicable_reason
 from suites.connector.oracles import Exposure, fill_canaries
-from suites.connector.runner import guard_class
+from suites.connector.runner import CheckFailed, expectation_site, guard_class
 from suites.connector.watchdog import (NO_PROGRESS_STEPS, WAIT_SECONDS, NoProgress, ProgressWatchdog, verdict,
                                       waited_out)
 
@@ -243,7 +244,8 @@ class CheckContext:
         `harness.key_components.leaks_message`); the check's record keeps them (`harness.report.vllm_findings`
         classifies by their components)."""
         self.key_leaks = list(leaks)
-        pytest.fail(leaks_message(leaks), pytrace=False)
+        components = [c for c in COMPONENTS if any(c in leak.components for leak in leaks)]
+        raise CheckFailed(leaks_message(leaks), cause_record("key-leak", components=components))
 
     def calls_of(self, hook: str, role: KVConnectorRole | None = None) -> list:
         """(role, hook, args, result) entries of `hook`."""
@@ -530,7 +532,7 @@ def expect_store_makes_room(ctx: CheckContext, engine: EngineCore, what: str, se
         expect(ctx.lookup(engine, tokens + [3]) > 0,
                f"a prompt no longer hits right after it was stored: the full store cannot make room (objects of "
                f"finished or aborted lookups stay pinned, or per-request state leaks){scenario(what)}: prompt "
-               f"{i + 1} of {CAPACITY_PROMPTS} ({CAPACITY_PROMPT_LENGTH} tokens each)")
+               f"{i + 1} of {CAPACITY_PROMPTS} ({CAPACITY_PROMPT_LENGTH} tokens each)", cause="evicted-at-once")
     return CAPACITY_PROMPTS
 
 
@@ -567,17 +569,19 @@ def scenario(what: str) -> str:
     return f"{SCENARIO_MARK}{what}" if what else ""
 
 
-def expect(condition: bool, evidence: str) -> None:
-    """Fail the check with `evidence` (the first failing evidence goes into the report)."""
+def expect(condition: bool, evidence: str, cause: str | None = None) -> None:
+    """Fail the check with `evidence` (the first failing evidence goes into the report); its record's key is the
+    tag `cause` (`harness.failure_causes.CAUSES`), or, when none is named, the function that called `expect`."""
     if not condition:
-        pytest.fail(evidence, pytrace=False)
+        key = cause_record(cause) if cause else cause_record("expectation", site=expectation_site())
+        raise CheckFailed(evidence, key)
 
 
 def expect_full_hit(ctx: CheckContext, engine: EngineCore, request, what: str) -> None:
     """`request`'s prompt (less its last token) was stored in full: its hit is that length rounded down to
     the connector's chunk and to every Mamba state boundary (just > 0 when the chunk size is unknown)."""
     got = request.num_external_computed_tokens
-    expect(got > 0, f"the stored prompt was never loaded{scenario(what)}")
+    expect(got > 0, f"the stored prompt was never loaded{scenario(what)}", cause="never-loaded")
     if not ctx.judges_content:
         return  # a connector that stores no KV claims hits regardless of what was stored
     chunk = ctx.chunk_size(engine, request.prompt_token_ids)
@@ -605,4 +609,5 @@ def expect_no_read_errors(engine: EngineCore, what: str, since: tuple[int, ...] 
         errors = engine.read_errors
     else:
         errors = [e for w, mark in zip(engine.workers, since) for e in w.read_errors[mark:]]
-    expect(not errors, f"the model read wrong KV{scenario(what)}: {len(errors)} reads, first: {errors[0] if errors else ''}")
+    expect(not errors, f"the model read wrong KV{scenario(what)}: {len(errors)} reads, first: {errors[0] if errors else ''}",
+           cause="wrong-kv")

@@ -8,23 +8,69 @@ out), and `_record_check` writes the cell with `check_evidence`.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import pytest
+
+from harness.failure_causes import cause_record
 
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
 from harness.connector_checks import CHECKS
 from suites.connector.watchdog import CheckAbandoned, wait_for
 
-__all__ = ["ConnectorHookError", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
+__all__ = ["ConnectorHookError", "CheckFailed", "expectation_site", "failure_cause", "HookHung", "HANGS_BEFORE_GIVING_UP", "HangLog", "HANG_LOG", "ConnectorGuard",
            "guard_class", "make_guard_class", "run_with_timeout", "hooks_between", "run_check", "summarised",
            "check_evidence"]
 
 
 class ConnectorHookError(AssertionError):
-    """A connector hook raised; the message names the hook and the original error."""
+    """A connector hook raised; the message names the hook and the original error, `cause` is the failure's key
+    (`harness.failure_causes`: the hook, the role and the exception's class)."""
+
+    def __init__(self, message: str, cause: dict | None = None):
+        super().__init__(message)
+        self.cause = cause or {}
+
+
+class CheckFailed(pytest.fail.Exception):
+    """A check's expectation failed (pytest's own failure, so no `except Exception` in engine or connector code
+    swallows it); `cause` is the failure's key (`harness.failure_causes`)."""
+
+    def __init__(self, message: str, cause: dict):
+        super().__init__(message, pytrace=False)
+        self.cause = cause
+
+
+def expectation_site(depth: int = 2) -> str:
+    """'<module>.<function>' of the caller `depth` frames up: the key of a failed expectation that names no
+    cause of its own."""
+    frame = sys._getframe(depth)
+    module = frame.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
+    return f"{module}.{frame.f_code.co_name}"
+
+
+def failure_cause(exc: BaseException, state: dict) -> dict:
+    """The cause key of a check's failure `exc` (`harness.failure_causes`): the one it carries, else what its
+    class says (a stalled engine, a check out of time), else the site of the bare `assert` that raised it."""
+    cause = getattr(exc, "cause", None)
+    if cause:
+        return dict(cause)
+    if type(exc).__name__ == "NoProgress":
+        return cause_record("no-progress", hook=getattr(exc, "hook", None), kind=getattr(exc, "kind", None))
+    if state.get("timed_out"):
+        return cause_record("timed-out", hook=state.get("timed_out_in"))
+    tb, site, innermost = exc.__traceback__, None, ""
+    while tb is not None:
+        innermost = tb.tb_frame.f_globals.get("__name__", "")
+        if innermost.startswith("suites."):  # the innermost frame of the suite's own code
+            site = f"{innermost.rsplit('.', 1)[-1]}.{tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    if site is None or not innermost.startswith("suites."):  # raised by code the checks call, outside any hook
+        return cause_record("raised", exception=type(exc).__name__, module=innermost or "?")
+    return cause_record("expectation", site=site)
 
 
 class HookHung(BaseException):
@@ -110,7 +156,9 @@ class ConnectorGuard:
                 raise
             except Exception as exc:
                 raise ConnectorHookError(
-                    f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}"
+                    f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}",
+                    cause_record("hook-raised", hook=name, role=self._role.name.lower(),
+                                 exception=type(exc).__name__),
                 ) from exc
             finally:
                 state["current"] = state["hook"] = None
@@ -159,6 +207,7 @@ def run_with_timeout(fn, timeout_s: float, state: dict):
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        state["timed_out"] = True
         state["timed_out_in"] = state.get("hook")  # the hook running when time ran out (None: between hooks)
         running = state.get("current")
         # The thread cannot be killed: it stops at its next hook call or engine step instead of spinning on (the
@@ -194,6 +243,7 @@ def run_check(pyfuncitem) -> None:
     timeout = pyfuncitem.config.getoption("kvconform_kv_connector_timeout") * CHECKS[check_id].time_factor
     context = funcargs.get("ctx")
     if context is not None and context.load_error:
+        pyfuncitem._kvconform_cause = cause_record("connector-load")
         pytest.fail(context.load_error, pytrace=False)
     state = context.state if context is not None else {}
     # The progress watchdog's patience with a backend grows with the limit a vendor sets (not with C36's factor).
@@ -208,6 +258,7 @@ def run_check(pyfuncitem) -> None:
         skipped = str(exc)
     except (AssertionError, pytest.fail.Exception) as exc:
         failure = summarised(pyfuncitem, exc)
+        pyfuncitem._kvconform_cause = failure_cause(exc, state)  # the record's structured key (conftest)
         if target is not None and state.get("timed_out_in"):
             HANG_LOG.record(target, state["timed_out_in"], check_id)
     if skipped is not None:

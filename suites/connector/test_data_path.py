@@ -29,7 +29,7 @@ MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 def _expect_hit(request, what: str) -> None:
     expect(request.num_external_computed_tokens > 0,
-           f"the connector reported no hit for a prompt it had just stored{scenario(what)}")
+           f"the connector reported no hit for a prompt it had just stored{scenario(what)}", cause="no-hit")
 
 
 def _load_in_flight(request) -> bool:
@@ -86,7 +86,8 @@ def test_c15_null_block_untouched(ctx, preset):
     tokens = prompt(15, 900)
     fill_canaries(engine, [])
     ctx.run(engine, tokens)
-    expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}")
+    expect(not broken_canaries(engine, []), f"null block written during store: {broken_canaries(engine, [])[:1]}",
+           cause="null-block-written")
     fresh = ctx.reader(engine)
     ends = sorted({ctx.lookup(fresh, tokens[:n]) for n in range(40, len(tokens) + 1, 40)} - {0})
     if not ends:
@@ -285,7 +286,8 @@ def test_c19_skip_local_prefix(ctx, preset):
             return
         broken = broken_canaries(engine, blocks)
         restore_blocks(engine, local_blocks.pop("saved"))
-        expect(not broken, fence_evidence(broken, "the load wrote a block of the local prefix hit"))
+        expect(not broken, fence_evidence(broken, "the load wrote a block of the local prefix hit"),
+               cause="local-hit-overwritten")
 
     ctx.around["start_load_kv"] = (before, after)
     reload = ctx.run(engine, tokens + [3])

@@ -232,7 +232,8 @@ def test_c39_exact_multiple_reload(ctx, preset):
         expect(got == want, f"a reload of a stored {length}-token prompt (an exact multiple of the block size) hit "
                             f"{got} tokens; of a stored {length + 1}-token prompt, {want}: "
                             + ("the last full block of the exact-multiple prompt was not stored" if got < want
-                               else "it offers more than one token more stores"))
+                               else "it offers more than one token more stores"),
+               cause="exact-multiple-short" if got < want else None)
         ctx.expect_reload_correct([exact], f"reloading a stored {length}-token prompt", stored_on=engine)
 
 

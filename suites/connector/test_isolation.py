@@ -57,7 +57,7 @@ def test_c30_key_isolation(ctx, preset):
     same = engine.make_request(tokens + [1], cache_salt="tenant-a")
     engine.add_request(same)
     n, _ = ctx.ask(engine, same)
-    expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)")
+    expect(n and n > 0, "the same salt must hit (the isolation test is otherwise vacuous)", cause="isolation-vacuous")
     engine.abort_request(same.request_id)
     evict = ctx.optional_backdoor(engine.connector, "kvconform_evict")
     swa = [g for g, grp in enumerate(engine.kv_cache_config.kv_cache_groups)
@@ -142,7 +142,7 @@ def test_c34_tp_rank_shards(ctx, preset):
     engine = ctx.engine(tp=2)
     reload = ctx.store_then_reload(engine, prompt(34, 700))
     hit = reload.num_external_computed_tokens
-    expect(hit > 0, "no hit with TP=2 after storing")
+    expect(hit > 0, "no hit with TP=2 after storing", cause="no-hit")
     if engine.content_judged:
         for worker in engine.workers:
             for error in worker.read_errors[:1]:

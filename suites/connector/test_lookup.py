@@ -125,7 +125,7 @@ def test_c06_hit_alignment(ctx, preset):
             n, load_async = ctx.ask(engine, request)
             n = n or 0
             expect(n % align == 0, f"prompt {lookup_len}: hit {n} is not on a Mamba state boundary (Mamba block "
-                                   f"sizes {sizes}): no state to restore there")
+                                   f"sizes {sizes}): no state to restore there", cause="hit-not-mamba-aligned")
             # A synchronous hit must leave a token to compute; after an asynchronous load vLLM's scheduler
             # recomputes the last token itself (_update_waiting_for_remote_kv), so a full async hit is legal.
             expect(n <= lookup_len - 1 or (load_async and n == lookup_len),
@@ -277,5 +277,5 @@ def test_c09_mamba_boundary_only(ctx, preset):
     if hit:
         why = ctx.exposure.unservable(engine, longer, hit)
         expect(why is None, f"hit {hit}, but {why}")
-    expect(hit % mamba_bs == 0, f"hit {hit} is not on a Mamba state boundary ({mamba_bs})")
+    expect(hit % mamba_bs == 0, f"hit {hit} is not on a Mamba state boundary ({mamba_bs})", cause="hit-not-mamba-aligned")
     expect_no_read_errors(engine, "Mamba state after the hit")

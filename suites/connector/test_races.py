@@ -137,5 +137,5 @@ def test_c28_layer_hooks_attention_only(ctx, preset):
                  for n in g.layer_names}
     hooked = {c[2][0] for c in ctx.calls if c[1] in ("wait_for_layer_load", "save_kv_layer")}
     expect(hooked <= attention, f"engine bug: layer hooks for non-attention layers {sorted(hooked - attention)}")
-    expect(reload.num_external_computed_tokens > 0, "no hit on a hybrid Mamba model after storing")
+    expect(reload.num_external_computed_tokens > 0, "no hit on a hybrid Mamba model after storing", cause="no-hit")
     expect_no_read_errors(engine, "Mamba state after a hit")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.failure_causes import CAUSES
 from tests.connector.suite_process import REPO, results_by_test, run_together, suite_command, vacuous_cells
 from tests.once import once_per_session
 
@@ -172,6 +173,9 @@ def test_named_check_catches_buggy_connector(suite_run, cls, check_id, test_name
                     f"{[(k, v['status'], v.get('message')) for k, v in mine.items()]}")
     evidence = results[failed[0]]["extra"].get("evidence") or ""
     assert evidence.startswith(f"{check_id} ["), f"the evidence does not start with '{check_id} [preset]': {evidence!r}"
+    for name in failed:  # every failure carries its structured cause key (what the findings classify by)
+        cause = results[name]["extra"].get("cause") or {}
+        assert cause.get("tag") in CAUSES, f"{name}: no cause key recorded: {results[name]['extra']}"
 
 
 # Reviewed (issue 32): each key-blind connector's failure names the key component its keys ignore, with what was
@@ -201,6 +205,7 @@ def test_a_key_blind_connector_reads_the_component_its_keys_ignore(suite_run, cl
         assert cause.startswith(words), f"{name}: {evidence!r}"
         assert "stored under {cache salt " in cause and ", asked with " in cause, f"{name}: {evidence!r}"
         assert entry["extra"]["key_leak"]["components"] == components, entry["extra"]
+        assert entry["extra"]["cause"] == {"tag": "key-leak", "components": components}, entry["extra"]
 
 
 @pytest.mark.parametrize("cls, check_id, test_name", [(c, k, t) for c, _, k, t in CAUGHT_TWINS],

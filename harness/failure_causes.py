@@ -1,0 +1,57 @@
+"""The root cause a failing connector check records beside its message: a machine-readable key.
+
+A connector check's failure message is for people; its record also keeps `extra["cause"]`, a structured key the
+findings page of vLLM's connectors (`harness.report.vllm_findings`) classifies by, with the check id and the
+preset of the cell, never by the message's words. The key is emitted where the failure is raised:
+
+* `{"tag": <a name of CAUSES>}` by a check's expectation that names its cause (`suites.connector.context.expect`
+  with `cause=`),
+* `{"tag": "expectation", "site": "<module>.<function>"}` by one that names none: the function that holds the
+  failing expectation, a key that code moves can change but words cannot,
+* `{"tag": "hook-raised", "hook", "role", "exception"}` when a connector hook raised (the guard of
+  `suites.connector.runner` knows the hook, the role and the exception's class),
+* `{"tag": "key-leak", "components": [...]}` when a lookup hit objects stored under another key
+  (`harness.key_components`),
+* `{"tag": "raised", "exception", "module"}` when code outside the checks raised outside any hook (the
+  innermost module names where),
+* `{"tag": "no-progress", "hook", "kind"}`, `{"tag": "timed-out", "hook"}`, `{"tag": "connector-load"}`.
+"""
+
+from __future__ import annotations
+
+# tag -> what it means; reviewed vocabulary (a check emitting another tag is an error in the check).
+CAUSES = {
+    "expectation": "a check's expectation failed (the key names the function that holds it)",
+    "hook-raised": "a connector hook raised an exception",
+    "connector-load": "the connector class does not load",
+    "raised": "code the check called raised outside any connector hook (a constructor, vLLM's engine or scheduler)",
+    "no-progress": "the engine made no progress for the bounded number of steps",
+    "timed-out": "the check ran out of time",
+    "key-leak": "a lookup hit objects stored under another key (cache salt, LoRA adapter, model, dtype, TP)",
+    "wrong-kv": "the model read KV other than the KV stored for its tokens",
+    "no-hit": "the connector reported no hit for a prompt it had just stored",
+    "never-loaded": "a stored prompt's hit was never loaded",
+    "evicted-at-once": "a prompt no longer hits right after it was stored",
+    "isolation-vacuous": "the same cache salt got no hit, so an isolation check cannot judge",
+    "hit-not-mamba-aligned": "a hit does not end on a Mamba state boundary",
+    "exact-multiple-short": "a prompt whose length is an exact multiple of the block was stored short",
+    "local-hit-overwritten": "the load wrote a block of the request's local prefix-cache hit",
+    "null-block-written": "the null block was written",
+}
+
+
+class FailureCauseError(ValueError):
+    """A cause key with a tag outside CAUSES."""
+
+
+def cause_record(tag: str, **details) -> dict:
+    """The record `{"tag": tag, **details}`; FailureCauseError for a tag that is not in CAUSES."""
+    if tag not in CAUSES:
+        raise FailureCauseError(f"failure cause tag {tag!r} is not accepted; accepted: {', '.join(CAUSES)}")
+    return {"tag": tag, **details}
+
+
+def cause_of(entry: dict) -> dict:
+    """The cause key a results entry recorded ({} when it has none: a record written before checks kept it)."""
+    cause = (entry.get("extra") or {}).get("cause")
+    return dict(cause) if isinstance(cause, dict) else {}
