@@ -313,3 +313,31 @@ def validate_spec(spec: str, option: str = "--kv-connector") -> None:
     if children and "MultiConnector" in children:
         raise TargetError(option, spec, f"a MultiConnector child cannot be MultiConnector; accepted: "
                                         f"vllm:MultiConnector[A,B] with A, B from {', '.join(known)}")
+
+
+@functools.lru_cache(maxsize=1)
+def multi_others_get_blocks() -> bool:
+    """Whether the installed vLLM's MultiConnector hands the children that do not load the request's real blocks
+    in `update_state_after_alloc` (0.32.0 on), rather than an empty table (up to 0.22.0). Probed on the release's
+    own class: two recording children, a request no child loads, a block table whose `new_empty()` is told apart."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
+
+    seen: list = []
+
+    class _Child:
+        def update_state_after_alloc(self, request, blocks, num_external_tokens):
+            seen.append(blocks)
+
+    class _Blocks:
+        def new_empty(self):
+            return "empty"
+
+    multi = object.__new__(MultiConnector)
+    multi._connectors = [_Child(), _Child()]
+    multi._requests_to_connector = {}
+    blocks = _Blocks()
+    multi.update_state_after_alloc(type("Request", (), {"request_id": "probe"})(), blocks, 0)
+    if not seen or any(b is not blocks and b != "empty" for b in seen):
+        raise RuntimeError(f"vLLM {installed_vllm_version()}'s MultiConnector.update_state_after_alloc handed its "
+                           f"children {seen!r}: neither the table nor its new_empty()")
+    return all(b is blocks for b in seen)

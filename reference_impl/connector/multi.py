@@ -21,6 +21,7 @@ from reference_impl.connector.base import (
     KVConnectorOutput,
     KVConnectorRole,
     KVConnectorTransferResults,
+    KVConnectorWorkerMetadata,
     SupportsHMA,
     supports_hma,
 )
@@ -32,6 +33,17 @@ class MultiKVConnectorMetadata(KVConnectorMetadata):
     """One metadata object per child, in child order."""
 
     metadata: tuple
+
+
+@dataclass
+class MultiKVConnectorWorkerMetadata(KVConnectorWorkerMetadata):
+    """One worker metadata object (or None) per child, in child order; aggregated child by child across workers."""
+
+    metadata: tuple
+
+    def aggregate(self, other: "MultiKVConnectorWorkerMetadata") -> "MultiKVConnectorWorkerMetadata":
+        return MultiKVConnectorWorkerMetadata(tuple(
+            b if a is None else a if b is None else a.aggregate(b) for a, b in zip(self.metadata, other.metadata)))
 
 
 class MultiConnector(KVConnectorBase_V1, SupportsHMA):
@@ -53,6 +65,11 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
             self._connectors.append(cls(config, role, kv_cache_config))
         self._owner: dict[str, int] = {}
         self._extra_async_saves: dict[str, int] = {}
+        # vLLM's MultiConnector up to 0.22 hands the children that do not load an empty block table in
+        # update_state_after_alloc; from 0.32 it hands them the request's real blocks. kvconform's default is the
+        # older rule; `kvconform_others_get_blocks` (a run on a release with the newer rule) takes the newer.
+        extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
+        self._others_get_blocks = bool(extra.get("kvconform_others_get_blocks", False))
 
     @property
     def connectors(self) -> tuple:
@@ -109,6 +126,13 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
             merged.failed_recving |= set(r.failed_recving)
         return merged
 
+    def build_connector_worker_meta(self) -> MultiKVConnectorWorkerMetadata | None:
+        """Each child's worker metadata for its scheduler side (vLLM's MultiConnector does the same); None when no
+        child has any."""
+        metas = tuple(c.build_connector_worker_meta() if hasattr(c, "build_connector_worker_meta") else None
+                      for c in self._connectors)
+        return MultiKVConnectorWorkerMetadata(metas) if any(m is not None for m in metas) else None
+
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors: set[int] = set()
         for c in self._connectors:
@@ -120,6 +144,13 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
             c.shutdown()
 
     # ---- scheduler side --------------------------------------------------------------------------
+    def bind_kv_cache_manager(self, kv_cache_manager) -> None:
+        """Every child that takes the engine's KV cache manager gets it (vLLM's MultiConnector forwards it)."""
+        for c in self._connectors:
+            hook = getattr(c, "bind_kv_cache_manager", None)
+            if hook is not None:
+                hook(kv_cache_manager)
+
     def on_new_request(self, request) -> None:
         """Every child hears of a new request (vLLM's MultiConnector fans it out), before any lookup."""
         for c in self._connectors:
@@ -141,7 +172,7 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         owner = self._owner.get(request.request_id, -1) if num_external_tokens else -1
-        empty = blocks.new_empty() if hasattr(blocks, "new_empty") else None
+        empty = blocks.new_empty() if hasattr(blocks, "new_empty") and not self._others_get_blocks else None
         for index, c in enumerate(self._connectors):
             if index == owner:
                 c.update_state_after_alloc(request, blocks, num_external_tokens)
@@ -166,8 +197,14 @@ class MultiConnector(KVConnectorBase_V1, SupportsHMA):
                 connector_output.finished_sending.discard(req_id)
             else:
                 self._extra_async_saves.pop(req_id, None)
-        for c in self._connectors:
-            c.update_connector_output(connector_output)
+        multi_meta = connector_output.kv_connector_worker_meta
+        try:
+            for index, c in enumerate(self._connectors):
+                if isinstance(multi_meta, MultiKVConnectorWorkerMetadata):  # each child reads its own
+                    connector_output.kv_connector_worker_meta = multi_meta.metadata[index]
+                c.update_connector_output(connector_output)
+        finally:
+            connector_output.kv_connector_worker_meta = multi_meta
 
     def _finish(self, request, call) -> tuple[bool, dict | None]:
         delays = 0

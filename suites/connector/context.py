@@ -7,6 +7,7 @@ the check with the hook's name, and the checks can observe (`calls`) and instrum
 from __future__ import annotations
 
 import copy
+import math
 import itertools
 import random
 import time
@@ -567,6 +568,16 @@ def scenario(what: str) -> str:
     """The scenario part of a shared oracle's evidence: '<symptom> — while: <scenario>: <details>', so that one
     cause found by several checks (each in its own scenario) groups as one root cause."""
     return f"{SCENARIO_MARK}{what}" if what else ""
+
+
+def local_chunk_of(preset: str) -> int:
+    """The attention chunk of `preset`'s chunked-local group (1 without one). An external hit that starts inside an
+    attention chunk has suffix-relative chunk boundaries that are not the absolute ones, and a connector may decline
+    it (offer 0) rather than load it: vLLM 0.34.0's SimpleCPUOffloadConnector does, by design
+    (`v1/simple_kv_offload/manager.py` l. 405-412: 'Suffix-relative chunk boundaries must match absolute token
+    positions'); the engine then recomputes from its local hit. A non-zero offer must still be the whole rest."""
+    chunks = [window for kind, _, window in get_preset(preset).groups if kind == "chunked"]
+    return math.lcm(*chunks) if chunks else 1
 
 
 def expect(condition: bool, evidence: str, cause: str | None = None) -> None:
