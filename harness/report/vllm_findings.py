@@ -108,6 +108,11 @@ CLASSIFIED = (
                "already supplied (shared with other running requests): it ignores `num_computed_tokens`"),
     _keys_ignore("ExampleConnector", _TOKENS_ONLY, _KEYS_TOKENS_ONLY),
     _keys_ignore("ExampleConnector", _TP, _NO_TP_IN_KEY, causes=("wrong-kv",), checks=("C21",)),
+    # C14 on fa_only@bf16 reloads its 900-token prompt from the run's one ExampleConnector folder, where C14 on
+    # fa_only stored the same tokens in float16 (the folder name hashes the tokens only): the load copies float16
+    # into the bfloat16 cache and raises ("Index put requires the source and destination dtypes match").
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, _KEYS_TOKENS_ONLY, causes=("hook-raised",), checks=("C14",),
+                 presets=("fa_only@bf16",), hook="start_load_kv", exception="RuntimeError"),
     # Read against vLLM 0.33.0's distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py and measured on
     # fa+swa+mamba (full attention 16, sliding window 128 in blocks of 16, Mamba 'align' 256): after a 900-token
     # prompt the CPU tier holds 67 chunks, 56 full-attention ones, 8 sliding-window ones (one window) and 3 Mamba

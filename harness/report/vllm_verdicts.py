@@ -14,7 +14,8 @@ own); with `--write FILE` it replaces the text between FILE's markers (`BEGIN`, 
      "generated_by": "python -m harness.report.vllm_verdicts write ...", "results": ["results-connectors.json", ...],
      "connectors": [{"connector": "OffloadingConnector", "engine": "kvconform" | "vllm",
                      "block": "deployed" | "example",
-                     "verdict": "pass" | "fail" | "not-exercised" | "no-hma" | "unknown" | "cannot-run",
+                     "verdict": "pass" | "fail" | "not-exercised" | "no-hma" | "unknown" | "cannot-run" |
+                                "not-applicable",
                      "symbol": "✅" | "❌" | "➖" | "❔" | "⛔", "hma_verdict": "<the report's sentence>",
                      "cause": "<root causes, '; '-joined, or why it could not run>",
                      "declares_hma": true, "cells": {"passed": 0, "failed": 0, "n/a": 0, "inconclusive": 0,
@@ -98,7 +99,8 @@ def verdicts(entries: list[dict], results: list[str], commit: str | None) -> dic
         records.append({"connector": name.removesuffix(ENGINE_SUFFIX),
                         "engine": "vllm" if name.endswith(ENGINE_SUFFIX) else "kvconform",
                         "block": "example" if is_example(name.removesuffix(ENGINE_SUFFIX)) else "deployed",
-                        "verdict": "cannot-run", "symbol": "⛔", "hma_verdict": "", "cause": reason,
+                        "verdict": "not-applicable" if reason.startswith("not applicable") else "cannot-run",
+                        "symbol": "⛔", "hma_verdict": "", "cause": reason,
                         "declares_hma": None, "cells": {}, "checks_ran": [], "multi_group_checks_ran": [],
                         "findings": [], "wall_s": 0.0})
     records.sort(key=lambda r: (r["block"] != "deployed", r["connector"].lower(), r["engine"]))
@@ -127,7 +129,7 @@ def readme_tables(files: list[dict]) -> str:
     rows: dict[tuple[str, str, str], dict[str, dict]] = {}
     for data in files:
         for record in data["connectors"]:
-            if record["verdict"] == "cannot-run":
+            if record["verdict"] in ("cannot-run", "not-applicable"):
                 continue
             rows.setdefault((record["block"], record["connector"], record["engine"]), {})[data["release"]] = record
     lines = []
