@@ -261,6 +261,9 @@ def run_check(pyfuncitem) -> None:
         pyfuncitem._kvconform_cause = failure_cause(exc, state)  # the record's structured key (conftest)
         if target is not None and state.get("timed_out_in"):
             HANG_LOG.record(target, state["timed_out_in"], check_id)
+    except Exception as exc:  # an error in code the check called: pytest reports it as it is, with its key
+        pyfuncitem._kvconform_cause = failure_cause(exc, state)
+        raise
     if skipped is not None:
         pytest.skip(skipped)
     if failure is not None:  # raised outside the except block: no chained traceback in the report
