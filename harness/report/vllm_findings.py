@@ -102,6 +102,10 @@ CLASSIFIED = (
     # into the bfloat16 cache and raises ("Index put requires the source and destination dtypes match").
     _keys_ignore("ExampleConnector", _TOKENS_ONLY, _KEYS_TOKENS_ONLY, causes=("hook-raised",), checks=("C14",),
                  presets=("fa_only@bf16",), hook="start_load_kv", exception="RuntimeError"),
+    # C37's cold prompt is the same tokens in its 'first' and 'second' cells, each under a model name of its own;
+    # the second cell's ExampleConnector finds the first cell's folder (tokens only) and loads KV computed for the
+    # other model name, which the content oracle reads as wrong.
+    _keys_ignore("ExampleConnector", _TOKENS_ONLY, _KEYS_TOKENS_ONLY, causes=("wrong-kv",), checks=("C37",)),
     # Removed 2026-12-06 (issue 31 item 4): two OffloadingConnector findings on the preset fa+swa+mamba (full
     # attention and a sliding window in blocks of 16 beside a Mamba 'align' block of 256; 15 cells on 0.32.0-0.34.0)
     # rested on a layout no release builds (harness/targets/vllm_layouts.py); on the layout the releases build
