@@ -309,8 +309,10 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     block_size = kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size
     ktc = cfg.KVTransferConfig(kv_connector=name, kv_role="kv_both", kv_connector_extra_config=extra,
                                kv_connector_module_path=module_path) if name is not None else None
+    speculative = getattr(engine_config, "speculative_config", None)
     vllm_config = cfg.VllmConfig(cache_config=cfg.CacheConfig(block_size=block_size), kv_transfer_config=ktc,
-                                 device_config=cfg.DeviceConfig("cpu"))
+                                 device_config=cfg.DeviceConfig("cpu"),
+                                 speculative_config=release_speculative_config(speculative) if speculative else None)
     parallel = vllm_config.parallel_config
     parallel.tensor_parallel_size = engine_config.parallel_config.tensor_parallel_size
     parallel.rank = engine_config.parallel_config.rank
@@ -320,6 +322,9 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
     sched = vllm_config.scheduler_config
     sched.max_num_batched_tokens = engine_config.max_num_batched_tokens
     sched.max_num_seqs = engine_config.max_num_seqs
+    if speculative and getattr(sched, "max_num_scheduled_tokens", None) is not None:
+        # VllmConfig sets it from the default budget when a speculative config is given (0.33+): the engine's.
+        sched.max_num_scheduled_tokens = engine_config.max_num_batched_tokens
     # On a GPU, vLLM keeps HMA on for a connector that declares it; this CPU config forced it off.
     sched.disable_hybrid_kv_cache_manager = len(kv_cache_config.kv_cache_groups) == 1
     vllm_config.cache_config.enable_prefix_caching = engine_config.enable_prefix_caching
@@ -329,6 +334,19 @@ def vllm_config_for(engine_config, kv_cache_config: kspecs.KVCacheConfig, name: 
         object.__setattr__(vllm_config.cache_config, "kv_cache_layout", kv_cache_layout(kv_cache_config))
     object.__setattr__(vllm_config, "model_config", PresetModelConfig(engine_config, kv_cache_config))
     return vllm_config
+
+
+def release_speculative_config(spec):
+    """The installed release's own `SpeculativeConfig` for `spec` (kvconform's: a method name and the tokens
+    drafted per step). It is validated as an n-gram config, the one method whose validation needs no draft model
+    on this machine, and then given `spec`'s method: every answer the scheduler, the KV cache manager and the
+    connectors read from it (`use_eagle()`, the EAGLE block drop, the lookahead slots, the hash lookahead) is the
+    release's own code on that method; only the draft model's fields, which the worker alone reads, stay unset."""
+    cfg = _vllm().config
+    built = cfg.SpeculativeConfig(method="ngram", num_speculative_tokens=spec.num_speculative_tokens,
+                                  prompt_lookup_max=2, prompt_lookup_min=1)
+    object.__setattr__(built, "method", spec.method)
+    return built
 
 
 class PresetModelConfig:

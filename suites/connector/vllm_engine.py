@@ -347,6 +347,11 @@ class VllmSchedulerEngine(EngineCore):
             not_applicable_on_vllm(
                 f"this vLLM's VllmConfig calls the class-level hook {missing} of vLLM's KVConnectorBase_V1, which "
                 f"{ktc.kv_connector} lacks (it is not built on vLLM's base class; vLLM needs that to configure it)")
+        lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0) or 0
+        if lookahead:
+            # vLLM's engine core hashes with the lookahead its config resolved (0.33+: an EAGLE-style drafter
+            # beside a connector that supports lookahead hashes, or none): so do this engine's requests.
+            self._block_hasher = v.utils.get_request_block_hasher(self.hash_block_size, v.sha256, lookahead)
         vllm_kv = given_kv if given_kv is not None else vllm_kv_cache_config(self.kv_cache_config)
         scheduler_block_size = math.lcm(*sizes)
         block_sizes = dict(block_size=scheduler_block_size, hash_block_size=self.hash_block_size)
