@@ -20,6 +20,7 @@ own); with `--write FILE` it replaces the text between FILE's markers (`BEGIN`, 
                      "cause": "<root causes, '; '-joined, or why it could not run>",
                      "declares_hma": true, "cells": {"passed": 0, "failed": 0, "n/a": 0, "inconclusive": 0,
                      "not run": 0, "error": 0}, "checks_ran": ["C01", ...], "multi_group_checks_ran": ["C05", ...],
+                     "multi_group_presets_ran": ["fa+swa", ...],
                      "findings": [{"root": "...", "verdict": "connector bug" | "unclassified", "upstream": "...",
                                    "checks": ["C06"], "cells": 3}],
                      "wall_s": 12.3}, ...]}
@@ -65,6 +66,8 @@ def connector_verdict(name: str, items: list[dict]) -> dict:
     findings = findings_of(name, items)
     ran = [e for e in items if e["status"] in ("passed", "failed")]
     multi = sorted({_check_id(e) for e in ran if is_multi_group(e) and _check_id(e) not in DECLARATION_CHECK_IDS})
+    multi_presets = sorted({str((e.get("cell") or {}).get("preset")) for e in ran
+                            if is_multi_group(e) and _check_id(e) not in DECLARATION_CHECK_IDS})
     counts = Counter(connector_status(e) for e in items)
     roots = [f.known.root if f.known else f"unclassified ({f.key})" for f in findings]
     return {
@@ -79,6 +82,7 @@ def connector_verdict(name: str, items: list[dict]) -> dict:
         "cells": {status: counts[status] for status in STATUSES},
         "checks_ran": sorted({_check_id(e) for e in ran}),
         "multi_group_checks_ran": multi,
+        "multi_group_presets_ran": multi_presets,
         "findings": [{"root": f.known.root if f.known else f"unclassified ({f.key})",
                       "verdict": f.known.verdict if f.known else "unclassified",
                       "upstream": f.known.upstream if f.known else "",
@@ -102,7 +106,7 @@ def verdicts(entries: list[dict], results: list[str], commit: str | None) -> dic
                         "verdict": "not-applicable" if reason.startswith("not applicable") else "cannot-run",
                         "symbol": "⛔", "hma_verdict": "", "cause": reason,
                         "declares_hma": None, "cells": {}, "checks_ran": [], "multi_group_checks_ran": [],
-                        "findings": [], "wall_s": 0.0})
+                        "multi_group_presets_ran": [], "findings": [], "wall_s": 0.0})
     records.sort(key=lambda r: (r["block"] != "deployed", r["connector"].lower(), r["engine"]))
     return {"format": FORMAT, "release": versions.pop(), "suite_commit": commit,
             "generated_by": "python -m harness.report.vllm_verdicts write " + " ".join(results),
@@ -176,15 +180,18 @@ def _short_verdict(record: dict) -> str:
     """'declares HMA and may (N multi-group checks ran)', 'declares HMA, not exercised: <reason>', ..."""
     verdict = record["verdict"]
     if verdict == "pass":
-        return f"declares HMA and may ({len(record['multi_group_checks_ran'])} multi-group checks ran)"
+        presets = record.get("multi_group_presets_ran") or []
+        where = f"on {', '.join(presets)} only" if len(presets) <= 2 else f"on {len(presets)} multi-group presets"
+        return f"declares HMA and may ({len(record['multi_group_checks_ran'])} multi-group checks ran {where})"
     if verdict == "fail":
         return "declares HMA, fails MUST checks on multi-group models"
     if verdict == "no-hma":
         return "does not declare HMA"
-    reason = record["hma_verdict"].split("not exercised", 1)[-1].lstrip(": ").rstrip(".")
-    if verdict == "not-exercised":
-        return f"declares HMA, not exercised: {reason}"
-    return f"unknown: {reason}" if reason else "unknown"
+    sentence = record["hma_verdict"]
+    if "not exercised" not in sentence:  # the multi-group cells fail as the single-group ones do
+        return "declares HMA, unknown: its multi-group cells fail by the cause its single-group cells fail by"
+    reason = sentence.split("not exercised", 1)[-1].lstrip(": ").rstrip(".")
+    return f"declares HMA, not exercised: {reason}"
 
 
 def main(argv: list[str] | None = None) -> int:

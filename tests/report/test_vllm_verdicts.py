@@ -55,7 +55,7 @@ def test_the_readme_tables_keep_example_connectors_apart_and_releases_side_by_si
     newer["release"] = "0.34.0"
     text = readme_tables([older, newer])
     deployed, examples = text.split("vLLM's example connectors", 1)
-    assert "| OffloadingConnector | ✅ declares HMA and may (1 multi-group checks ran); 0 failed |" in deployed
+    assert "| OffloadingConnector | ✅ declares HMA and may (1 multi-group checks ran on fa+swa only); 0 failed |" in deployed
     assert "ExampleConnector" not in deployed and "NixlConnector" not in text
     assert "0.33.0: HMA verdict" in deployed and "0.34.0: HMA verdict" in deployed
     row = next(line for line in examples.splitlines() if line.startswith("| ExampleConnector |"))
