@@ -228,6 +228,8 @@ def _run_text(runs: list[RunVerdict], words: dict[str, str], name: str) -> tuple
                                  for run in found)
         text = f"run {SYMBOLS[verdict]} {releases}"
         packages = sorted({run.with_package for run in found if run.with_package})
+        if cause and verdict == "pass":
+            cause = f"HMA checks pass; its other findings: {cause}"  # single-group findings, not about HMA
         if cause and len(cause) <= _INLINE_CAUSE:
             text += f" [{cause}]"
         elif cause:
