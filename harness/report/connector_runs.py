@@ -77,6 +77,18 @@ def _field(record: dict, index: int, key: str, required: bool = True) -> str:
     return value.strip()
 
 
+def _run_of(record: dict) -> dict:
+    """The run verdict and cause of a verdict file's record. An HMA verdict left unknown because the connector
+    fails its checks on single-group models too (a crash on every step) is a failed run: it does not work there,
+    whatever its HMA support."""
+    verdict = str(record.get("verdict"))
+    failed = (record.get("cells") or {}).get("failed") or 0
+    if verdict == "unknown" and failed:
+        return {"verdict": "fail", "cause": f"fails on every model, single-group too ({failed} cells): "
+                                            f"{record.get('cause') or 'see the evidence'}"}
+    return {"verdict": _FILE_VERDICTS.get(verdict, verdict)}
+
+
 def parse_verdicts_file(document: dict, evidence: str) -> list[RunVerdict]:
     """The records of one release's verdict file (`kvconform-vllm-connector-verdicts/1`): the connectors run on
     kvconform's engine, `evidence` (the file's path from the repository root) as their evidence."""
@@ -86,8 +98,7 @@ def parse_verdicts_file(document: dict, evidence: str) -> list[RunVerdict]:
     connectors = document.get("connectors")
     if not isinstance(connectors, list):
         raise RunFileError(f"{evidence}: connectors: {type(connectors).__name__} is not accepted; expected a list")
-    records = [dict(record, release=release, evidence=evidence,
-                    verdict=_FILE_VERDICTS.get(str(record.get("verdict")), record.get("verdict")))
+    records = [dict(record, release=release, evidence=evidence, **_run_of(record))
                for record in connectors if isinstance(record, dict) and record.get("engine", "kvconform") == "kvconform"]
     try:
         return parse_runs(records)

@@ -228,13 +228,17 @@ def test_rejudged_verdict_files_plug_in_and_win(tmp_path):
             {"connector": "NixlConnector", "engine": "vllm", "verdict": "fail", "cause": "vLLM's scheduler row"},
             {"connector": "FlexKVConnectorV1", "engine": "kvconform", "verdict": "cannot-run",
              "cause": "cannot run here: needs flexkv"},
-            {"connector": "ExampleConnector", "engine": "kvconform", "verdict": "no-hma", "cause": "x"}]}))
+            {"connector": "ExampleConnector", "engine": "kvconform", "verdict": "no-hma", "cause": "x"},
+            {"connector": "LMCacheMPConnector", "engine": "kvconform", "verdict": "unknown",
+             "cause": "reads a removed field", "cells": {"passed": 0, "failed": 51}}]}))
     (folder / "notes.json").write_text("{}")  # another JSON file there is not a verdict file
     runs = load_verdict_files(folder)
     evidence = "docs/vllm-connector-verdicts/0.34.0.json"
     assert runs == [RunVerdict("NixlConnector", "0.34.0", "pass", "", evidence),
                     RunVerdict("FlexKVConnectorV1", "0.34.0", "not-run", "cannot run here: needs flexkv", evidence),
-                    RunVerdict("ExampleConnector", "0.34.0", "not-exercised", "x", evidence)]
+                    RunVerdict("ExampleConnector", "0.34.0", "not-exercised", "x", evidence),
+                    RunVerdict("LMCacheMPConnector", "0.34.0", "fail", "fails on every model, single-group too (51 "
+                               "cells): reads a removed field", evidence)], "HMA unknown but crashing: a failed run"
     md = _markdown(small_input(), RUNS + runs)
     nixl = next(row for row in table_after(md, "## Which connector runs with HMA") if row[0] == "NixlConnector")
     assert "run ✅ [0.33.0](../docs/x.md#nixl-033), [0.34.0](../docs/vllm-connector-verdicts/0.34.0.json)" in nixl[2]
