@@ -259,9 +259,18 @@ def patched_platform(supported: bool, is_cuda: bool | None, hisparse_backend: An
         import vllm.config as config_module
 
     cls = type(current_platform)
-    names = ("support_hybrid_kv_cache", "is_cuda", "is_rocm", "get_hisparse_backend_cls")
+    names = ("support_hybrid_kv_cache", "is_cuda", "is_rocm", "get_hisparse_backend_cls", "is_async_output_supported")
     saved = {name: cls.__dict__.get(name) for name in names}
     cls.support_hybrid_kv_cache = classmethod(lambda _cls: supported)
+    # 0.10.0's VllmConfig asks the platform whether async output processing is supported once a model is given;
+    # this machine's platform (no device detected) leaves it unimplemented and raises. The answer only sets
+    # `use_async_output_proc`, which the HMA decision never reads: say "no", as a platform without it does.
+    try:
+        current_platform.is_async_output_supported(None)
+    except NotImplementedError:
+        cls.is_async_output_supported = classmethod(lambda _cls, enforce_eager: False)
+    except Exception:  # any other answer (or complaint) is the platform's own
+        pass
     if is_cuda is not None:
         cls.is_cuda = lambda _self: is_cuda
     if is_rocm is not None:
@@ -684,12 +693,22 @@ _OFFLOADING_FIELDS = ("kv_offloading_backend", "kv_offloading_size")
 
 def _offloading(case: Case, parsed: dict) -> dict:
     """CacheConfig's offloading fields: the command line's (when the case gives one), else the case's; a value
-    left out is CacheConfig's own default."""
+    left out is CacheConfig's own default. A release whose CacheConfig has no such field (before 0.11.1) cannot
+    be given one: the case is not evaluable there, rather than evaluated without it."""
+    import inspect
+
+    from vllm.config import CacheConfig
+
     values: dict[str, Any] = {}
     for name in _OFFLOADING_FIELDS:
         value = parsed[name] if name in parsed else getattr(case, name)
         if value is not None:
             values[name] = value
+    accepted = inspect.signature(CacheConfig).parameters
+    missing = [name for name in values if name not in accepted]
+    if missing:
+        raise NotEvaluable(f"vLLM's CacheConfig has no {', '.join(missing)} in this release (kv offloading came in "
+                           "0.11.1): a user cannot give it")
     return values
 
 
@@ -860,18 +879,70 @@ def _inert_child_for(cls) -> type:
     itself): 0.21 and 0.22's MultiConnector asserts `all(supports_hma(c) for c in self._connectors)` over the
     constructed children (multi_connector.py, 0.21.0: 171-175), so the stand-in answers as the child would
     (0.22.0's ExampleHiddenStatesConnector, whose constructor asserts a speculative method, is SupportsHMA)."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+    from vllm.distributed.kv_transfer.kv_connector.v1 import base
 
-    if any(base.__name__ == "MultiConnector" for base in cls.__mro__):
+    if any(klass.__name__ == "MultiConnector" for klass in cls.__mro__):
         return cls  # a nested MultiConnector runs its own checks, over its own (inert) children
-    return _inert_hma_child() if issubclass(cls, SupportsHMA) else _InertChild
+    if not hasattr(base, "SupportsHMA"):  # before 0.11.1 no connector declares HMA support
+        return _InertChild
+    return _inert_hma_child() if issubclass(cls, base.SupportsHMA) else _InertChild
+
+
+def _inert_v1_child_for(cls) -> type:
+    """`_inert_child_for(cls)`, also a `KVConnectorBase_V1` (0.10.0's factory asserts that of the class it
+    looked up before constructing it); nothing abstract is called on a stand-in."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+    inert = _inert_child_for(cls)
+    if issubclass(inert, KVConnectorBase_V1):
+        return inert
+    stand_in = type(inert.__name__, (inert, KVConnectorBase_V1), {})
+    stand_in.__abstractmethods__ = frozenset()
+    return stand_in
+
+
+@contextlib.contextmanager
+def _inert_children_through_factory(multi_module) -> Iterator[None]:
+    """Before 0.11.1 MultiConnector builds each child through the factory it imported (no
+    `_get_connector_classes_and_configs`): hand its module a factory that looks each child up as the real one
+    does (registry, then module path; 0.10.0 inline, 0.10.1-0.11.0 `get_connector_class`) and constructs a
+    stand-in."""
+    real = multi_module.KVConnectorFactory
+
+    def looked_up(lookup):
+        # a child's class lookup (its module's imports included) is MultiConnector's own step: a failure
+        # there is the outcome (`_raised_by_multi_connector`), unlike a stand-in's construction
+        try:
+            return _inert_v1_child_for(lookup())
+        except Exception as exc:
+            exc.kvconform_child_lookup = True
+            raise
+
+    class _InertChildFactory(real):
+        _registry = {name: (lambda load=load: looked_up(load)) for name, load in real._registry.items()}
+
+        if hasattr(real, "get_connector_class"):
+            @classmethod
+            def get_connector_class(cls, kv_transfer_config):
+                return looked_up(lambda: real.get_connector_class(kv_transfer_config))
+
+    multi_module.KVConnectorFactory = _InertChildFactory
+    try:
+        yield
+    finally:
+        multi_module.KVConnectorFactory = real
 
 
 @contextlib.contextmanager
 def _inert_multi_children() -> Iterator[None]:
     """Keep MultiConnector's real child-config resolution but construct each child as `_InertChild`."""
+    from vllm.distributed.kv_transfer.kv_connector.v1 import multi_connector
     from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
 
+    if "_get_connector_classes_and_configs" not in MultiConnector.__dict__:
+        with _inert_children_through_factory(multi_connector):
+            yield
+        return
     real = MultiConnector.__dict__["_get_connector_classes_and_configs"]
     resolve = real.__get__(None, MultiConnector) if isinstance(real, (classmethod, staticmethod)) else None
 
@@ -890,6 +961,8 @@ def _inert_multi_children() -> Iterator[None]:
 def _raised_by_multi_connector(exc: BaseException) -> bool:
     """Whether the innermost non-pydantic frame that raised `exc` is vLLM's MultiConnector or the child
     `KVTransferConfig` it builds (its own checks), rather than something a child needs."""
+    if getattr(exc, "kvconform_child_lookup", False):
+        return True
     tb = exc.__traceback__
     last = ""
     while tb is not None:
