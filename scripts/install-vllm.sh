@@ -65,8 +65,13 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # torch is pinned for every step so that no dependency can replace the CPU build.
 CONSTRAINTS=$CACHE/install-vllm-constraints.txt
 echo "torch==2.13.0" > "$CONSTRAINTS"
-mapfile -t deps < <(grep -v '^\s*#' "$deps_file" | grep -v -- '--no-deps' | awk 'NF {print $1}')
-mapfile -t nodeps < <(grep -v '^\s*#' "$deps_file" | grep -- '--no-deps' | awk 'NF {print $1}')
+# A line ending in `--only-minor N` is for the releases of that minor alone (a list serves several minors).
+list_for_this_minor() {
+    grep -v '^\s*#' "$deps_file" | awk -v minor="$minor" \
+        'NF { for (i = 1; i < NF; i++) if ($i == "--only-minor" && $(i + 1) != minor) next; print }'
+}
+mapfile -t deps < <(list_for_this_minor | grep -v -- '--no-deps' | awk '{print $1}')
+mapfile -t nodeps < <(list_for_this_minor | grep -- '--no-deps' | awk '{print $1}')
 
 # ---- the wheelhouse: filled once per release and dependency list -------------------------------------------
 HOUSE_STAMP=$HOUSE/.vllm-$VERSION.stamp
