@@ -947,7 +947,11 @@ def _inert_multi_children() -> Iterator[None]:
     resolve = real.__get__(None, MultiConnector) if isinstance(real, (classmethod, staticmethod)) else None
 
     def inert(self_or_cls, vllm_config):
-        pairs = (resolve or real.__get__(self_or_cls))(vllm_config)
+        try:
+            pairs = (resolve or real.__get__(self_or_cls))(vllm_config)
+        except Exception as exc:  # the children's configs and class lookups are MultiConnector's own step
+            exc.kvconform_child_lookup = True
+            raise
         return [(_inert_child_for(cls), config) for cls, config in pairs]
 
     wrapper = classmethod(inert) if isinstance(real, classmethod) else inert
