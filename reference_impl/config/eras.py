@@ -142,6 +142,10 @@ SPECULATIVE_LITERAL_0_33: tuple[str, ...] = (
     "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp",
     "glm5_next_mtp", "dflash", "ngram_gpu", "dspark",
 )
+# vLLM 0.10.x config.py (`SpeculativeMethod`, 0.10.0: 2594-2595): no plain "mtp" yet (0.11.0 added it).
+SPECULATIVE_LITERAL_0_10: tuple[str, ...] = (
+    "ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model", "deepseek_mtp",
+)
 BUILTIN_SPECULATIVE_METHODS: frozenset[str] = frozenset({
     "ngram", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states", "mtp", "dflash", "ngram_gpu",
     "dspark",
@@ -182,6 +186,9 @@ class Era:
     module_path_first: bool = False
     deprecated_constructor_error: bool = False
     multi_init_asserts: bool = False
+    # before 0.11.1 MultiConnector builds its children one at a time (config, lookup, construction), so a later
+    # child's missing kv_role is never reached when an earlier child's lookup fails
+    multi_children_one_at_a_time: bool = False
     hisparse: bool = False
     cli_enable_form: bool = False
     # the release whose config classes the command line's JSON flags are validated against: "0.33" (its
@@ -201,9 +208,10 @@ class Era:
     hisparse_platform_check: str = "is_cuda"
     # 0.34: after the offloading shortcut, HiSparse needs a HiSparseConnector with a positive host_pool_gib
     hisparse_host_pool: bool = False
-    # how SpeculativeConfig refuses a method name it does not know: "none" (not modelled), "literal" (0.33: the
-    # pydantic Literal of `SPECULATIVE_LITERAL_0_33`) or "registry" (0.34: built-in names or a plugin's)
+    # how SpeculativeConfig refuses a method name it does not know: "none" (not modelled), "literal" (0.10.x and
+    # 0.33: the pydantic Literal `speculative_literal`) or "registry" (0.34: built-in names or a plugin's)
     speculative_method_check: str = "none"
+    speculative_literal: tuple[str, ...] = SPECULATIVE_LITERAL_0_33
     # 0.34: custom speculative methods registered by plugins; the chunked-local rule then asks the
     # method's `uses_target_hidden_states` (built-in methods answer as `eagle_methods`)
     custom_speculative_methods: bool = False
@@ -242,6 +250,9 @@ def _build_eras() -> tuple[Era, ...]:
         platform_support=MappingProxyType({**_SUPPORTED_EVERYWHERE, "xpu": False, "cpu": False}),
         chunked_local_without_eagle=False,
         missing_kv_role_error=messages.E_KV_DISAGG_ROLE,
+        speculative_method_check="literal",
+        speculative_literal=SPECULATIVE_LITERAL_0_10,
+        multi_children_one_at_a_time=True,
     )
     v011 = _evolve(
         v010, "v0.11", (0, 11), "0.11.0",
@@ -249,6 +260,8 @@ def _build_eras() -> tuple[Era, ...]:
         platform_support=MappingProxyType(dict(_SUPPORTED_EVERYWHERE)),
         chunked_env_var=True,
         chunked_local_without_eagle=True,
+        speculative_method_check="none",
+        speculative_literal=SPECULATIVE_LITERAL_0_33,
     )
     pre_seed = _evolve(
         v011, "pre-seed", (0, 11, 1), "0.12.0",
@@ -259,6 +272,7 @@ def _build_eras() -> tuple[Era, ...]:
         offloading_shortcut=OFFLOAD_AFTER,
         offloading_connectors=MappingProxyType({"native": "OffloadingConnector", "lmcache": "LMCacheConnectorV1"}),
         missing_kv_role_error=messages.E_KV_ROLE,
+        multi_children_one_at_a_time=False,
     )
     seed = _evolve(
         pre_seed, "seed", (0, 13), "0.13.0",

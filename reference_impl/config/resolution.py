@@ -159,8 +159,8 @@ def post_init(cfg: VllmConfig, res: Resolution) -> None:
 
 def _check_speculative_method(cfg: VllmConfig, res: Resolution) -> None:
     """SpeculativeConfig's method: a custom method needs 0.34's plugin registry; a name the release does not
-    know is refused when the config is built, before VllmConfig runs (0.33: pydantic's Literal check; 0.34:
-    neither built in nor registered)."""
+    know is refused when the config is built, before VllmConfig runs (0.10.x, 0.33: pydantic's Literal check;
+    0.34: neither built in nor registered)."""
     era, spec = cfg.runtime.era, cfg.speculative_config
     if spec.custom_uses_target_hidden_states is not None:
         if not era.custom_speculative_methods:
@@ -174,8 +174,8 @@ def _check_speculative_method(cfg: VllmConfig, res: Resolution) -> None:
         res.fail(messages.E_UNKNOWN_SPECULATIVE_METHOD.format(
             method=spec.method, builtin=sorted(E.BUILTIN_SPECULATIVE_METHODS), custom=[]),
             "config", "speculative_method_unknown")
-    if era.speculative_method_check == "literal" and spec.method not in E.SPECULATIVE_LITERAL_0_33:
-        quoted = [f"'{name}'" for name in E.SPECULATIVE_LITERAL_0_33]
+    if era.speculative_method_check == "literal" and spec.method not in era.speculative_literal:
+        quoted = [f"'{name}'" for name in era.speculative_literal]
         choices = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
         res.fail(messages.E_SPECULATIVE_LITERAL.format(choices=choices), "config", "speculative_method_unknown",
                  vllm_type="ValidationError")
@@ -432,6 +432,15 @@ def _multi_connector_init(cfg: VllmConfig, res: Resolution, ktc: KVTransferConfi
     if ktc.kv_connector_extra_config.get("connectors") is None:
         res.fail(messages.E_MULTI_NO_CONNECTORS, stage, "multi_connector_no_children_key", vllm_type="AssertionError")
     children = ktc.children()
+    if cfg.runtime.era.multi_children_one_at_a_time:
+        # before 0.11.1 each child is configured, looked up and constructed before the next child's config is
+        # built (0.11.0 multi_connector.py:92-100)
+        for child in children:
+            factory.check_role(child, stage)
+            if class_is_multi(factory.get_connector_class(child, stage)):
+                res.rules.append("multi_child_constructed")
+                _multi_connector_init(cfg, res, child, hma_on)
+        return
     classes = []
     for child in children:
         factory.check_role(child, stage)

@@ -51,6 +51,13 @@ ROWS = [
     ("pre-cli-role-missing-role-text", {"vllm_version": "0.12.0", "cli_args": ["--kv-transfer-config", '{"kv_connector": "ExampleConnector"}']}, {"error": ("SystemExit", "Please specify kv_role when kv_connector is set", "cli_parse")}),
     # --hf-overrides' attention_chunk_size is the model's chunk size (measured on 0.13.0 through the vllm target)
     ("seed-cli-hf-overrides-chunk", {"vllm_version": "0.13.0", "cli_args": ["--hf-overrides", '{"attention_chunk_size": 8192}']}, {"resolved": True, "warnings": ["W-C"]}),
+    # 0.10.x's SpeculativeConfig takes its Literal of methods, which has no plain "mtp" (0.10.0 config.py:2594-2595)
+    ("v0.10-mtp-not-a-method", {"vllm_version": "0.10.0", "speculative_method": "mtp"}, {"error": ("ValidationError", "method: Input should be 'ngram', 'eagle', 'eagle3', 'medusa', 'mlp_speculator', 'draft_model' or 'deepseek_mtp'", "config")}),
+    ("v0.11-mtp-a-method", {"vllm_version": "0.11.0", "speculative_method": "mtp"}, {"resolved": False}),
+    # before 0.11.1 MultiConnector builds its children one at a time: a nested child's lookup failure comes before a
+    # later child's missing kv_role (measured on 0.10.0 through the vllm target, random case seed 36 #88)
+    ("v0.10-multi-children-one-at-a-time", {"vllm_version": "0.10.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": [{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_consumer"}]}, {"kv_connector": "NixlConnector"})}, {"error": ("ModuleNotFoundError", "No module named 'lmcache'", "create_connector")}),
+    ("pre-multi-children-configured-first", {"vllm_version": "0.12.0", "flag": True, "stage": "create_connector", **multi({"kv_connector": "MultiConnector", "kv_role": "kv_both", "children": [{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_consumer"}]}, {"kv_connector": "NixlConnector"})}, {"error": ("ValueError", "Please specify kv_role when kv_connector is set", "create_connector")}),
     ("v0.10-vllm-use-v1-off-gate", {"vllm_version": "0.10.0", "kv_connector": "NixlConnector", "env": {"VLLM_USE_V1": "0"}}, {"resolved": False}),
     ("v0.11-cpu-supported", {"vllm_version": "0.11.0", "platform": "cpu"}, {"resolved": False}),
     ("v0.11-chunked-env-default-0", {"vllm_version": "0.11.0", **CHUNK}, {"resolved": True, "warnings": ["W-C"]}),
