@@ -407,6 +407,15 @@ class _Evaluation:
         # config/kv_transfer.py:100), and looks that child's class up, child by child, before constructing any
         # (0.34.0 multi_connector.py:274-287, the same loop from 0.13.0).
         children = self.child_configs(connector)
+        if factory["multi_children_one_at_a_time"]:
+            # before 0.11.1: configured, looked up and constructed one child at a time
+            for child in children:
+                self.child_role(child, "create_connector")
+                child_cls = self.lookup(child, "create_connector")
+                if child_cls.multi:
+                    self.note(f"multi_connector.py:99: MultiConnector.__init__ constructs its child {child_cls.class_name}")
+                    self.multi_connector_init(child, hma_enabled)
+            return
         child_classes = []
         for child in children:
             self.child_role(child, "create_connector")

@@ -212,22 +212,3 @@ def test_vllm_report_section_puts_example_connectors_apart():
     assert [cols for i, cols in tables if i > apart] == [["DecodeBenchConnector", "ExampleConnector"]]
     verdicts = [(i, b.items) for i, b in enumerate(blocks) if isinstance(b, BulletList)]
     assert all("Example" not in v and "DecodeBench" not in v for i, items in verdicts if i < apart for v in items)
-
-
-def test_vllm_report_section_puts_example_connectors_apart():
-    """The report's per-release section: a table and verdicts for the connectors people deploy, then vLLM's
-    example connectors under a heading of their own, with their own table and verdicts."""
-    from harness.report.model import BulletList, Heading, Table
-    from harness.report.vllm_connectors_section import vllm_connector_sections
-
-    sections = vllm_connector_sections(ENTRIES + [entry("OffloadingConnector", "C14 round-trip-bytes", "passed",
-                                                        preset="fa+swa")])
-    blocks = sections[0].blocks
-    apart = next(i for i, b in enumerate(blocks) if isinstance(b, Heading) and "example connectors" in b.text)
-    tables = [(i, b.headers[3:]) for i, b in enumerate(blocks) if isinstance(b, Table)]
-    assert [cols for i, cols in tables if i < apart] == [["OffloadingConnector"]]
-    assert [cols for i, cols in tables if i > apart] == [["DecodeBenchConnector", "ExampleConnector"]]
-    verdicts = [(i, b.items) for i, b in enumerate(blocks) if isinstance(b, BulletList)]
-    assert all("Example" not in v and "DecodeBench" not in v for i, items in verdicts if i < apart for v in items)
-
-
