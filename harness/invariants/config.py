@@ -18,6 +18,7 @@ vLLM decide" (it is the absent flag), and an explicit enable does not exist.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
@@ -137,6 +138,13 @@ def connector_supports_hma(spec: Any, era: E.Era) -> bool | None:
         own = registry.get("MultiConnector", False) if multi else "SupportsHMA" in mro
     else:
         if name not in registry:
+            return None
+        needed = era.package_imported_by(name)
+        if (needed is not None and needed.installed_is_unknown_from
+                and era.first_version >= needed.installed_is_unknown_from
+                and importlib.util.find_spec(needed.package) is not None):
+            # installed here, the package supplies its own class in the registry's place, whose capability the
+            # era's table does not hold (the resolver answers unknown there too)
             return None
         multi, own = name == "MultiConnector", registry[name]
     if not multi:

@@ -17,6 +17,31 @@ GOLDEN_DIR = Path(os.environ.get("KVCONFORM_GOLDEN_DIR") or Path(__file__).with_
 OUTCOME_KEYS = ("resolved_disable_hma", "warnings", "error", "unknown")
 
 
+# The matrix models an environment without the connectors' optional packages: an outcome that is vLLM's import error
+# for one of them cannot be judged where that package is installed (vLLM then resolves the package's own class), e.g.
+# a vLLM venv that also serves the LMCache step.
+_MISSING_PACKAGE = re.compile(r"No module named '(?P<package>[\w.]+)'|Please install (?P<install>mooncake) ")
+
+
+def installed_missing_package(outcome: dict) -> str | None:
+    """The optional package whose absence `outcome` (vLLM's import error for it) depends on, when this environment
+    has that package installed; None otherwise."""
+    import importlib.util
+
+    error = outcome.get("error") or {}
+    found = _MISSING_PACKAGE.search(str(error.get("message") or ""))
+    package = found and (found["package"] or found["install"])
+    if package and importlib.util.find_spec(package.split(".")[0]) is not None:
+        return package
+    return None
+
+
+def decided_by_installed_package(outcome: dict) -> bool:
+    """Whether the reference's `outcome` turns on an optional package that this environment has installed: vLLM's
+    import error for it, or the resolver's unknown for the class the installed package supplies."""
+    return installed_missing_package(outcome) is not None or "package_installed" in (outcome.get("rules") or [])
+
+
 def golden_path(era: str) -> Path:
     """The committed golden file of one era."""
     return GOLDEN_DIR / f"{era}.txt"

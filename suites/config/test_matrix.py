@@ -8,9 +8,6 @@ the reference resolver the outcome is also compared with the committed golden sn
 
 from __future__ import annotations
 
-import importlib.util
-import re
-
 import pytest
 
 from harness.plugins.config_matrix import config_target, golden_mode, golden_store, selected_eras
@@ -19,8 +16,8 @@ from suites.config.divergences import known_divergence
 from suites.config.invariants import defects_noted
 from suites.config.matrix import Cell, cells_for
 from suites.config.oracle import expected_outcome
-from suites.config.outcomes import (explain, golden_header, golden_path, outcome_mismatches, summarize,
-                                    target_raised)
+from suites.config.outcomes import (explain, golden_header, golden_path, installed_missing_package,
+                                    outcome_mismatches, summarize, target_raised)
 
 
 def pytest_generate_tests(metafunc):
@@ -35,17 +32,9 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("config_cell", cells, ids=[cell.id for cell in cells])
 
 
-# The matrix models an environment without the connectors' optional packages: a cell whose expected outcome is
-# vLLM's import error for one of them cannot be judged where that package is installed (vLLM then resolves the
-# package's own class), e.g. a vLLM venv that also serves the LMCache step.
-_MISSING_PACKAGE = re.compile(r"No module named '(?P<package>[\w.]+)'|Please install (?P<install>mooncake) ")
-
-
 def _skip_if_the_missing_package_is_installed(outcome: dict) -> None:
-    error = outcome.get("error") or {}
-    found = _MISSING_PACKAGE.search(str(error.get("message") or ""))
-    package = found and (found["package"] or found["install"])
-    if package and importlib.util.find_spec(package.split(".")[0]) is not None:
+    package = installed_missing_package(outcome)
+    if package:
         pytest.skip(f"not applicable here: the cell expects vLLM's error for a missing {package!r} package, and "
                     f"{package!r} is installed in this environment (the matrix models one without it)")
 
