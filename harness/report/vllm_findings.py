@@ -85,12 +85,14 @@ CLASSIFIED = (
                "stored as 496 tokens, a 515-token reload hits 0; a 513-token prompt: stored as 512, hit 512)",
                checks=("C39",)),
     _keys_ignore("ExampleConnector", _TP, _NO_TP_IN_KEY),
+    # C42's preemption scenario (chunked prefill, two long requests preempting each other) meets the same file:
+    # the preempted request is looked up again and its truncated store is loaded (measured on 0.34.0).
     Classified("ExampleConnector", ("hook-raised",), "chunked prefill stores a truncated file", "connector bug",
                "under chunked prefill the store is built once, from the new request's first chunk of blocks, and "
                "written under the whole prompt's key; a later hit claims the whole prompt and the load fails on "
                "the shape of the shorter file",
                "vllm-project/vllm#16928 (closed as stale); a fix is proposed in vllm-project/vllm#53314 (open)",
-               hook="start_load_kv", exception="RuntimeError", checks=("C11", "C26", "C27")),
+               hook="start_load_kv", exception="RuntimeError", checks=("C11", "C26", "C27", "C42")),
     Classified("ExampleConnector", ("local-hit-overwritten",), "loads overwrite the local "
                "prefix-cache hit", "connector bug",
                "the load writes every block of the stored prefix, including the blocks vLLM's prefix cache "
