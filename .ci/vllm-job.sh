@@ -19,15 +19,15 @@
 #               its async-scheduling cells (C42, C43) fail exactly the release's reviewed scheduler defects
 #               (harness/release/vllm_scheduler_defects.toml, `python -m harness.release.scheduler_defects`).
 # A step that cannot run on a release is skipped with its reason, printed at once and in the summary: the
-# matrix when kvconform declares no rule era for the release (computed), and the gaps listed in KNOWN_GAPS
-# below (reviewed data: each names what is missing; delete the line when it lands). Anything else that fails
-# fails the job, after every release has run. Per release, the results files are merged (`kvconform merge`)
-# and rendered (`kvconform report --from`) into OUT/<release>/; OUT/summary.md says per release what ran, what
-# was skipped and why, and how long each step took.
+# matrix when kvconform declares no rule era for the release (computed), and the release's known gaps in the
+# release registry (reference_impl/releases.toml `gaps`: reviewed data, each names what is missing; delete the
+# line when it lands). Anything else that fails fails the job, after every release has run. Per release, the
+# results files are merged (`kvconform merge`) and rendered (`kvconform report --from`) into OUT/<release>/;
+# OUT/summary.md says per release what ran, what was skipped and why, and how long each step took.
 #
 # Environment:
-#   KVCONFORM_CI_VLLM_RELEASES    releases to run, newest first (default: .ci/vllm-releases, one release a line, the
-#                                 list the GitHub Actions workflow's matrix reads too)
+#   KVCONFORM_CI_VLLM_RELEASES    releases to run, newest first (default: the registry's rows with `ci = true`,
+#                                 reference_impl/releases.toml, the list the GitHub Actions workflow's matrix reads too)
 #   KVCONFORM_CI_VLLM_VENV_ROOT   use prebuilt venvs ROOT/vllm-<release> as they are (no install step);
 #                                 default: install into .cache/venvs/vllm-<release> (idempotent)
 #   KVCONFORM_CI_VLLM_OUT         results, JUnit files, reports (default .cache/ci-vllm, outside reports/)
@@ -44,18 +44,20 @@ ROOT=$PWD
 # The venvs may carry kvconform installed from another checkout: this checkout's code comes first.
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-# The release list's one home: .ci/vllm-releases (.github/workflows/vllm-job.yml makes one runner per line).
-mapfile -t RELEASES < <(grep -v '^[[:space:]]*#' .ci/vllm-releases | awk 'NF { print $1 }')
+# The release list and the known gaps have one home, the release registry (reference_impl/releases.toml: its rows
+# with `ci = true`, newest first; .github/workflows/vllm-job.yml makes one runner per release of the same list),
+# read with any Python 3.11 (the registry's loader needs only the standard library).
+REGISTRY_PY=${PYTHON:-python3}
+mapfile -t RELEASES < <("$REGISTRY_PY" reference_impl/releases.py ci)
+(( ${#RELEASES[@]} )) || { echo "ci-vllm: no release list from the registry ($REGISTRY_PY reference_impl/releases.py ci)" >&2; exit 2; }
 # The engine step's connectors, those of them the release registers: vLLM's own HMA connectors that run on
 # CPU, and ExampleConnector, the one whose worker runs on CPU on every release from 0.13.0 (about a minute
 # each on 2 cores).
 ENGINE_CONNECTORS=(SimpleCPUOffloadConnector OffloadingConnector ExampleConnector)
-# release:step -> why the step cannot run on that release yet. Reviewed data, not a way to silence a
-# failure: each line names the missing capability.
-declare -A KNOWN_GAPS=(
-    [0.13.0:upstream]="the reference keeps the v1/core API of vLLM 0.33/0.34 and 0.13.0's own tests call 0.13's (estimate_max_model_len in kv_cache_utils, older manager signatures): measured 2026-12-04, 36 of the 103 tests of tests/v1/core that pass on vLLM 0.13.0 on CPU pass on the reference (34.9%), a figure of API drift, not of behaviour; the allocator suite judges 0.13.0's behaviour instead (KVCONFORM_CI_VLLM_VERSION=0.13.0 scripts/upstream-vllm-tests.sh VENV OUT)"
-    [0.13.0:lmcache]="lmcache 0.5.6 does not import against vLLM 0.13.0: its MP connector module imports vllm.v1.attention.backend, which 0.13.0 lacks (measured 2026-12-04: scripts/install-lmcache.sh's import check fails; the suite reports LMCacheMPConnector 'cannot run here')"
-)
+# release:step -> why the step cannot run on that release yet: the registry's `gaps` (reviewed data, not a way
+# to silence a failure: each names the missing capability).
+declare -A KNOWN_GAPS=()
+while IFS=$'\t' read -r key reason; do KNOWN_GAPS[$key]=$reason; done < <("$REGISTRY_PY" reference_impl/releases.py gaps)
 
 if [[ -n ${KVCONFORM_CI_VLLM_RELEASES:-} ]]; then read -r -a RELEASES <<< "$KVCONFORM_CI_VLLM_RELEASES"; fi
 for R in "${RELEASES[@]}"; do

@@ -1,6 +1,6 @@
 """The GitHub Actions workflow of the vLLM job (.github/workflows/vllm-job.yml) runs one runner per release of the
-list the job script runs (.ci/vllm-releases), with a cache keyed by the release and the dependency lists, and a
-last job that renders every runner's summary. Parsed with PyYAML where it is installed; otherwise (the project's
+list the job script runs (the release registry's CI releases, reference_impl/releases.toml), with a cache keyed by
+the release and the dependency lists, and a last job that renders every runner's summary. Parsed with PyYAML where it is installed; otherwise (the project's
 own venv has no PyYAML) by the workflow's text, and the shell line that builds the matrix is run as written."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "vllm-job.yml"
-RELEASES_FILE = REPO / ".ci" / "vllm-releases"
 
 
 def listed_releases() -> list[str]:
-    return [line.split()[0] for line in RELEASES_FILE.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    """The registry's CI releases, newest first."""
+    from reference_impl.releases import ci_releases
+
+    return ci_releases()
 
 
 def _job_text(name: str) -> str:

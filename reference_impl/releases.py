@@ -1,0 +1,166 @@
+"""The release registry: the vLLM releases kvconform knows, one row each in `releases.toml`.
+
+One home for what is said per release: whether the vLLM CI job judges it, its dependency list and torch pin
+(scripts/install-vllm.sh), its upstream-test floor (`harness.upstream`) and the CI steps it cannot run yet; the
+known range of releases ends after the newest row's minor (`reference_impl.config.eras`). A release's rule era
+is the eras' business (`reference_impl.config.eras.era_for_version`), never a column here.
+
+The module needs nothing but the standard library, so that shell scripts on a clean machine read the registry
+with any Python 3.11 (`python3 reference_impl/releases.py ci`); see `main` for the commands.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+__all__ = ["REGISTRY", "STEPS", "Release", "RELEASES", "RegistryError", "parse_version", "load", "row_for",
+           "ci_releases", "oldest", "newest_exclusive", "main"]
+
+REGISTRY = Path(__file__).with_name("releases.toml")
+#: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
+STEPS = ("install", "matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine")
+_ROW_KEYS = {"ci", "deps", "torch", "upstream_floor", "gaps"}
+_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
+
+
+class RegistryError(ValueError):
+    """A registry row (or a release asked of it) that is not what the registry accepts; the text names it."""
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'0.13.0' -> (0, 13, 0); accepts a leading 'v' and ignores local/dev suffixes such as '+cpu'."""
+    match = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"vllm_version: {text!r} is not a version; expected X.Y.Z such as 0.13.0")
+    return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One row of the registry."""
+
+    version: str
+    deps: str
+    torch: str
+    ci: bool = False
+    upstream_floor: float | None = None
+    gaps: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """The release as (major, minor, patch), for ordering."""
+        return parse_version(self.version)
+
+
+def _row(version: str, raw: object, defaults: Mapping[str, object], where: str) -> Release:
+    if not _RELEASE_RE.match(version):
+        raise RegistryError(f"{where}: row {version!r} is not a release; expected X.Y.Z such as 0.34.0")
+    if not isinstance(raw, dict):
+        raise RegistryError(f"{where}: row {version!r} is not a table")
+    unknown = sorted(set(raw) - _ROW_KEYS)
+    if unknown:
+        raise RegistryError(f"{where}: row {version!r}: unknown key {unknown[0]!r}; accepted: {', '.join(sorted(_ROW_KEYS))}")
+    values = {**defaults, **raw}
+    for name in ("deps", "torch"):
+        if not isinstance(values.get(name), str) or not values[name]:
+            raise RegistryError(f"{where}: row {version!r}: {name} must be a non-empty string, got {values.get(name)!r}")
+    if not isinstance(values.get("ci", False), bool):
+        raise RegistryError(f"{where}: row {version!r}: ci must be true or false, got {values['ci']!r}")
+    floor = values.get("upstream_floor")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 1):
+        raise RegistryError(f"{where}: row {version!r}: upstream_floor must be a share from 0 to 1, got {floor!r}")
+    gaps = values.get("gaps", {})
+    if not isinstance(gaps, dict):
+        raise RegistryError(f"{where}: row {version!r}: gaps must be a table of step = reason")
+    for step, reason in gaps.items():
+        if step not in STEPS:
+            raise RegistryError(f"{where}: row {version!r}: gaps: unknown step {step!r}; accepted: {', '.join(STEPS)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise RegistryError(f"{where}: row {version!r}: gaps.{step} must name what is missing")
+    return Release(version=version, deps=values["deps"], torch=values["torch"], ci=values.get("ci", False),
+                   upstream_floor=None if floor is None else float(floor), gaps=MappingProxyType(dict(gaps)))
+
+
+def load(path: Path = REGISTRY) -> tuple[Release, ...]:
+    """Every row of the registry at `path`, oldest first; RegistryError names a bad row and key."""
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    defaults = data.pop("defaults", {})
+    rows = tuple(sorted((_row(version, raw, defaults, path.name) for version, raw in data.items()),
+                        key=lambda row: row.key))
+    if not rows:
+        raise RegistryError(f"{path.name}: no release rows")
+    return rows
+
+
+RELEASES: tuple[Release, ...] = load()
+RELEASES_BY_VERSION: Mapping[str, Release] = MappingProxyType({row.version: row for row in RELEASES})
+
+
+def row_for(version: str) -> Release:
+    """The row of `version`, else of the newest release before it (its dependency list and torch hold until the
+    next row); RegistryError for a release older than every row."""
+    key = parse_version(version)
+    chosen = None
+    for row in RELEASES:
+        if row.key <= key:
+            chosen = row
+    if chosen is None:
+        raise RegistryError(f"vLLM {version} is older than every release of the registry (oldest: {RELEASES[0].version})")
+    return chosen
+
+
+def ci_releases() -> list[str]:
+    """The releases the vLLM CI job judges, newest first."""
+    return [row.version for row in reversed(RELEASES) if row.ci]
+
+
+def oldest() -> tuple[int, int, int]:
+    """The oldest release kvconform knows."""
+    return RELEASES[0].key
+
+
+def newest_exclusive() -> tuple[int, int, int]:
+    """The first release kvconform does not know: the minor after the newest row's."""
+    major, minor, _ = RELEASES[-1].key
+    return major, minor + 1, 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Commands for shell scripts; exit 2 with one line on a bad release or command.
+
+      ci                      the CI job's releases, newest first, one a line
+      gaps                    the CI job's known gaps, one `release:step<TAB>reason` a line
+      install VERSION         `deps torch` for installing VERSION (scripts/install-vllm.sh)
+    """
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if args == ["ci"]:
+            print("\n".join(ci_releases()))
+        elif args == ["gaps"]:
+            for row in reversed(RELEASES):
+                for step, reason in row.gaps.items():
+                    print(f"{row.version}:{step}\t{reason}")
+        elif len(args) == 2 and args[0] == "install":
+            if not _RELEASE_RE.match(args[1]):
+                raise RegistryError(f"VERSION must look like 0.33.0, got {args[1]!r}")
+            row = row_for(args[1])
+            print(row.deps, row.torch)
+        else:
+            print("usage: releases.py ci | gaps | install VERSION", file=sys.stderr)
+            return 2
+    except (RegistryError, ValueError) as exc:
+        print(f"releases: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

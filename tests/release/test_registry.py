@@ -1,0 +1,83 @@
+"""The release registry (reference_impl/releases.toml): its rows load, agree with the eras and the dependency lists,
+refuse bad data naming the row and key, and its command line gives the shell scripts what they read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reference_impl import releases
+from reference_impl.config import eras
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "reference_impl" / "releases.py"
+
+
+def test_every_era_is_tested_at_a_release_of_the_registry():
+    missing = [era.id for era in eras.ERAS if era.representative not in releases.RELEASES_BY_VERSION]
+    assert not missing, f"eras whose representative release has no registry row: {missing}"
+
+
+def test_every_row_names_a_dependency_list_and_a_release_in_the_known_range():
+    for row in releases.RELEASES:
+        assert (REPO / "scripts" / "vllm-light-deps" / f"{row.deps}.txt").is_file(), f"{row.version}: deps {row.deps}"
+        eras.era_for_version(row.version)  # raises outside the known range
+        assert set(row.gaps) <= set(releases.STEPS)
+    assert [r.key for r in releases.RELEASES] == sorted(r.key for r in releases.RELEASES)
+
+
+def test_a_release_without_a_row_installs_as_the_row_before_it():
+    assert releases.row_for("0.15.0").version == "0.14.0"
+    assert releases.row_for("0.34.2").version == "0.34.0"
+    with pytest.raises(releases.RegistryError, match=r"older than every release of the registry \(oldest: 0\.10\.0\)"):
+        releases.row_for("0.9.2")
+
+
+@pytest.mark.parametrize("text,message", [
+    ('["0.34"]\ndeps = "0.34"\ntorch = "2.13.0"\n', "row '0.34' is not a release; expected X.Y.Z"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\ncl = true\n', "row '0.34.0': unknown key 'cl'; accepted: ci, deps"),
+    ('["0.34.0"]\ntorch = "2.13.0"\n', "row '0.34.0': deps must be a non-empty string, got None"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\nci = "yes"\n', "row '0.34.0': ci must be true or false, got 'yes'"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\nupstream_floor = 98\n',
+     "row '0.34.0': upstream_floor must be a share from 0 to 1, got 98"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstrem = "x"\n',
+     "row '0.34.0': gaps: unknown step 'upstrem'; accepted: install, matrix"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstream = " "\n',
+     "row '0.34.0': gaps.upstream must name what is missing"),
+])
+def test_a_bad_row_is_refused_naming_the_row_and_key(tmp_path, text, message):
+    path = tmp_path / "releases.toml"
+    path.write_text(text)
+    with pytest.raises(releases.RegistryError) as info:
+        releases.load(path)
+    assert str(info.value).startswith(f"releases.toml: {message}")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    # as the shell scripts run it: a plain interpreter on the file, nothing of the project imported
+    return subprocess.run([sys.executable, "-S", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                          cwd=REPO / "scripts")
+
+
+def test_the_command_line_lists_ci_releases_and_gaps():
+    done = _cli("ci")
+    assert done.returncode == 0 and done.stdout.split() == releases.ci_releases()
+    gaps = _cli("gaps").stdout.splitlines()
+    expected = [f"{r.version}:{s}\t{why}" for r in reversed(releases.RELEASES) for s, why in r.gaps.items()]
+    assert gaps == expected and all("\n" not in why and "\t" not in why for r in releases.RELEASES
+                                    for why in r.gaps.values())
+
+
+def test_the_command_line_gives_the_install_row_or_one_line():
+    done = _cli("install", "0.33.0")
+    row = releases.RELEASES_BY_VERSION["0.33.0"]
+    assert done.returncode == 0 and done.stdout == f"{row.deps} {row.torch}\n"
+    done = _cli("install", "0.9.0")
+    assert done.returncode == 2 and done.stderr == (
+        "releases: vLLM 0.9.0 is older than every release of the registry (oldest: 0.10.0)\n")
+    done = _cli("install", "0.33")
+    assert done.returncode == 2 and done.stderr == "releases: VERSION must look like 0.33.0, got '0.33'\n"
+    assert _cli("nonsense").returncode == 2
