@@ -180,7 +180,7 @@ run_release() {
     fi
 
     # The whole tests/v1/core folder; the floor is the release's recorded pass rate on it
-    # (harness.upstream.vllm_core_tests.FLOORS; docs/upstream-tests.md), unless the variable overrides it.
+    # (upstream_floor in reference_impl/releases.toml; docs/upstream-tests.md), unless the variable overrides it.
     if [[ -n $(gap "$R" upstream) ]]; then skip "$R" upstream "$(gap "$R" upstream)"; else
         KVCONFORM_CI_VLLM_VERSION=$R run_step "$R" upstream 0 scripts/upstream-vllm-tests.sh "$venv" "$dir/upstream" \
             ${KVCONFORM_UPSTREAM_MIN_PASS_RATE:+--min-pass-rate "$KVCONFORM_UPSTREAM_MIN_PASS_RATE"}

@@ -18,7 +18,9 @@
    summary line and one line per file are printed.
 
 Exit status: 0, or 1 when the reference passes a smaller share of the tests that pass on vLLM than the
-floor (`--min-pass-rate`, else the release's entry in `FLOORS`; a release without one enforces nothing); 2 for bad arguments or a download/extraction failure.
+floor (`--min-pass-rate`, else the release's `upstream_floor` in the release registry,
+reference_impl/releases.toml; a release without one enforces nothing); 2 for bad arguments or a
+download/extraction failure.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from harness.upstream.offline_hub import load_model_configs, named_models, write
 from harness.upstream.process_alias import PROCESS_MODULES
 from harness.upstream.select_tests import ENV as SELECT_ENV
 from reference_impl.kv_cache.release import ENV_VAR as ALLOCATOR_RELEASE_ENV
+from reference_impl.releases import RELEASES
 
 __all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "per_file",
            "main"]
@@ -49,10 +52,11 @@ __all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_ju
 # The folder of vLLM's tests the job runs, whole.
 TEST_DIR = "tests/v1/core"
 
-# Reviewed data: per release, the pass-rate floor on the whole folder, a few points under the share
-# measured when the release was added (docs/upstream-tests.md has the figures). Raise it when a mismatch
-# is fixed; a drop below it is a regression of the reference.
-FLOORS = {"0.33.0": 0.98, "0.34.0": 0.98}
+# Per release, the pass-rate floor on the whole folder: the release registry's `upstream_floor` (reviewed data in
+# reference_impl/releases.toml, a few points under the share measured when the release was added;
+# docs/upstream-tests.md has the figures). Raise it when a mismatch is fixed; a drop below it is a regression of
+# the reference.
+FLOORS = {row.version: row.upstream_floor for row in RELEASES if row.upstream_floor is not None}
 # A release without an entry (not measured yet): its figures are reported and nothing is enforced; the
 # job's output says so, and recording a floor is part of adding the release (docs/new-release.md).
 DEFAULT_FLOOR = 0.0
@@ -247,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"run only this file or folder under {TEST_DIR} (repeatable; for iterating on one file)")
     parser.add_argument("--min-pass-rate", type=float, default=None,
                         help="fail (exit 1) below this share, 0..1, of vLLM-passing tests passing on the reference "
-                             "(default: the release's recorded floor in FLOORS; none enforced without one)")
+                             "(default: the release's upstream_floor in reference_impl/releases.toml; none enforced "
+                             "without one)")
     args = parser.parse_args(argv)
     if not Path(args.vllm_python).exists():
         print(f"upstream: --vllm-python {args.vllm_python!r} does not exist", file=sys.stderr)
