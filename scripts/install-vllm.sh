@@ -3,11 +3,12 @@
 #
 #   scripts/install-vllm.sh VERSION [VENV_DIR]
 #
-# Creates VENV_DIR (default: .cache/venvs/vllm-VERSION), installs torch==2.13.0 (the CPU build),
-# the vLLM wheel with --no-deps (its own pins would pull the CUDA stack), the light dependencies
-# that vLLM's config and v1/core modules import (pinned as observed working, see
-# scripts/vllm-light-deps/), and kvconform itself (editable, --no-deps) with its test tools.
-# Every release gets the same CPU torch 2.13.0, whatever its wheel pins: each wheel asks for one exact torch
+# Creates VENV_DIR (default: .cache/venvs/vllm-VERSION), installs the release's torch (the CPU build; the
+# release registry's `torch`, reference_impl/releases.toml), the vLLM wheel with --no-deps (its own pins would
+# pull the CUDA stack), the light dependencies that vLLM's config and v1/core modules import (the registry's
+# `deps` names the list in scripts/vllm-light-deps/, pinned as observed working), and kvconform itself
+# (editable, --no-deps) with its test tools.
+# Every release's row gives the same CPU torch 2.13.0, whatever its wheel pins: each wheel asks for one exact torch
 # (0.13.0: 2.9.0, 0.20.0-0.24.0: 2.11.0, 0.29.0: 2.13.0, 0.33.0 and 0.34.0: 2.14.0; a CUDA build from PyPI),
 # but the modules kvconform runs (vllm.config, v1/core, the KV connectors, the scheduler) import and run on
 # 2.13.0's CPU build: the install check below proves the imports, and the CI job's steps run on it.
@@ -35,21 +36,21 @@ export PIP_CACHE_DIR=$CACHE/pip
 WHEELS=$CACHE/wheels
 PYTHON=${PYTHON:-python3.11}
 
-# The dependency list is chosen by minor version: the newest list whose minor is <= VERSION's.
+# The dependency list and the torch pin come from the release registry (reference_impl/releases.toml): the
+# release's row, else the row of the newest release before it.
 DEPS_DIR=$ROOT/scripts/vllm-light-deps
 minor=$(echo "$VERSION" | cut -d. -f2)
-deps_file=""
-for f in $(ls "$DEPS_DIR" | sort -t. -k2,2n); do
-    m=$(echo "$f" | cut -d. -f2)
-    if (( m <= minor )); then deps_file=$DEPS_DIR/$f; fi
-done
-[[ -n $deps_file ]] || { echo "install-vllm: no dependency list for vLLM $VERSION in $DEPS_DIR (oldest known: $(ls "$DEPS_DIR" | sort -t. -k2,2n | head -1))" >&2; exit 2; }
+row=$("$PYTHON" "$ROOT/reference_impl/releases.py" install "$VERSION" 2>&1) \
+    || { echo "install-vllm: ${row#releases: } (reference_impl/releases.toml)" >&2; exit 2; }
+read -r deps_name TORCH <<< "$row"
+deps_file=$DEPS_DIR/$deps_name.txt
+[[ -f $deps_file ]] || { echo "install-vllm: the registry names the dependency list $deps_name for vLLM $VERSION, and $deps_file does not exist" >&2; exit 2; }
 
 # What a venv (and the wheelhouse's share for this release) is built from: the release, torch, the dependency
 # list and the test tools. The venv's stamp and the wheelhouse's stamp record it; same inputs -> nothing to do
 # (an edit of this script alone reinstalls nothing: a CI cache restored under a new key stays usable).
 TOOLS=(pytest pytest-xdist pytest-benchmark hypothesis tabulate "setuptools>=68" wheel)
-stamp_value="vllm==$VERSION torch==2.13.0 deps:$(sha256sum "$deps_file" | cut -c1-16) tools:$(echo "${TOOLS[*]}" | sha256sum | cut -c1-16)"
+stamp_value="vllm==$VERSION torch==$TORCH deps:$(sha256sum "$deps_file" | cut -c1-16) tools:$(echo "${TOOLS[*]}" | sha256sum | cut -c1-16)"
 STAMP=$VENV/.kvconform-vllm-stamp
 if [[ -f $STAMP && "$(cat "$STAMP")" == "$stamp_value" ]]; then
     echo "install-vllm: $VENV already has vLLM $VERSION (delete it to reinstall)"
@@ -64,7 +65,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 
 # torch is pinned for every step so that no dependency can replace the CPU build.
 CONSTRAINTS=$CACHE/install-vllm-constraints.txt
-echo "torch==2.13.0" > "$CONSTRAINTS"
+echo "torch==$TORCH" > "$CONSTRAINTS"
 # A line ending in `--only-minor N` is for the releases of that minor alone (a list serves several minors).
 list_for_this_minor() {
     grep -v '^\s*#' "$deps_file" | awk -v minor="$minor" \
@@ -82,7 +83,7 @@ else
     echo "install-vllm: [1/3] filling the wheelhouse $HOUSE (once per release and dependency list)"
     td=$(date +%s)
     rm -f "$HOUSE_STAMP"
-    "${PIP[@]}" download -d "$HOUSE" ${KVCONFORM_TORCH_INDEX_URL:+--index-url "$KVCONFORM_TORCH_INDEX_URL"} torch==2.13.0
+    "${PIP[@]}" download -d "$HOUSE" ${KVCONFORM_TORCH_INDEX_URL:+--index-url "$KVCONFORM_TORCH_INDEX_URL"} "torch==$TORCH"
     # The other downloads look in the wheelhouse first, so that torch's CPU build there (its version 2.13.0+cpu sorts
     # above a plain index's 2.13.0) satisfies a dependency that asks for torch, never a CUDA build.
     DL=("${PIP[@]}" download -d "$HOUSE" --find-links "$HOUSE")
@@ -105,8 +106,8 @@ fi
 
 # ---- the venv, from local files only ---------------------------------------------------------------------------
 LOCAL=("${PIP[@]}" install --no-index --find-links "$HOUSE")
-echo "install-vllm: [2/3] torch==2.13.0 (CPU build), vllm==$VERSION (--no-deps), light dependencies from $(basename "$deps_file"), from local files"
-"${LOCAL[@]}" -c "$CONSTRAINTS" torch==2.13.0
+echo "install-vllm: [2/3] torch==$TORCH (CPU build), vllm==$VERSION (--no-deps), light dependencies from $(basename "$deps_file"), from local files"
+"${LOCAL[@]}" -c "$CONSTRAINTS" "torch==$TORCH"
 "${LOCAL[@]}" --no-deps "$wheel"
 "${LOCAL[@]}" -c "$CONSTRAINTS" "${deps[@]}"
 if (( ${#nodeps[@]} )); then "${LOCAL[@]}" --no-deps "${nodeps[@]}"; fi

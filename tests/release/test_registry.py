@@ -27,6 +27,9 @@ def test_every_row_names_a_dependency_list_and_a_release_in_the_known_range():
         eras.era_for_version(row.version)  # raises outside the known range
         assert set(row.gaps) <= set(releases.STEPS)
     assert [r.key for r in releases.RELEASES] == sorted(r.key for r in releases.RELEASES)
+    named = {row.deps for row in releases.RELEASES}
+    orphans = sorted(p.stem for p in (REPO / "scripts" / "vllm-light-deps").glob("*.txt") if p.stem not in named)
+    assert not orphans, f"dependency lists no registry row names: {orphans}"
 
 
 def test_a_release_without_a_row_installs_as_the_row_before_it():
@@ -81,3 +84,11 @@ def test_the_command_line_gives_the_install_row_or_one_line():
     done = _cli("install", "0.33")
     assert done.returncode == 2 and done.stderr == "releases: VERSION must look like 0.33.0, got '0.33'\n"
     assert _cli("nonsense").returncode == 2
+
+
+def test_the_install_script_refuses_a_release_before_every_row_in_one_line(tmp_path):
+    done = subprocess.run(["bash", str(REPO / "scripts" / "install-vllm.sh"), "0.9.0", str(tmp_path / "venv")],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert done.returncode == 2 and done.stderr == ("install-vllm: vLLM 0.9.0 is older than every release of the registry "
+                                                    "(oldest: 0.10.0) (reference_impl/releases.toml)\n")
+    assert not (tmp_path / "venv").exists()
