@@ -19,15 +19,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["REGISTRY", "STEPS", "Release", "RELEASES", "RegistryError", "parse_version", "load", "row_for",
-           "ci_releases", "oldest", "newest_exclusive", "main"]
+__all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
+           "parse_version", "load", "row_for", "ci_releases", "oldest", "newest_exclusive", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
 STEPS = ("install", "matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine")
 _ROW_KEYS = {"ci", "deps", "torch", "upstream_floor", "gaps"}
 _RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
+#: A version as `parse_version` reads it: X.Y or X.Y.Z, a leading "v", a local or dev suffix ignored.
+VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
 
 
 class RegistryError(ValueError):
@@ -36,7 +37,7 @@ class RegistryError(ValueError):
 
 def parse_version(text: str) -> tuple[int, int, int]:
     """'0.13.0' -> (0, 13, 0); accepts a leading 'v' and ignores local/dev suffixes such as '+cpu'."""
-    match = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
+    match = VERSION_RE.match(text.strip()) if isinstance(text, str) else None
     if not match:
         raise ValueError(f"vllm_version: {text!r} is not a version; expected X.Y.Z such as 0.13.0")
     return int(match[1]), int(match[2]), int(match[3] or 0)

@@ -12,7 +12,7 @@
 #      every small MultiConnector tree (--trees, 1,260 cases) on both and prints those that differ;
 #   5. runs the allocator suite on X.Y.Z's allocator and the connector suite on its connectors;
 #   6. writes the draft era: when something differs, a new era vX.Y evolving the newest one with its rules and
-#      tables copied; when nothing does, only the one-line range change (the release joins the newest era); then
+#      tables copied, and the release's registry row; when nothing does, only the row (it joins the newest era); then
 #      the goldens of that era. --no-write leaves the tree as it is.
 # Environment: KVCONFORM_VLLM_VENV_ROOT=DIR uses prebuilt venvs DIR/vllm-<release> as they are (default:
 # install into .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
@@ -134,7 +134,7 @@ else
     say "connector suite: harness.targets.vllm_connector listed no connector of vLLM $RELEASE" >&2; BROKEN+=(connectors)
 fi
 
-# 6. The draft era (or the one-line range change), then its goldens.
+# 6. The draft era and the registry row (or the row alone), then the goldens.
 if (( WRITE )); then
     if (( matrix_differs || random_differs )); then
         step draft-era 0 "$NEW/bin/python" -m harness.release.draft_era "$RELEASE" && cat "$OUT/draft-era.log"

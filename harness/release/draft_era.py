@@ -1,14 +1,15 @@
-"""The draft era of a new vLLM release, or the one-line range change when no rule changed.
+"""The draft era of a new vLLM release, or only its registry row when no rule changed.
 
     python -m harness.release.draft_era X.Y.Z [--root DIR] [--range-only]
 
 Writes into a kvconform tree (default: this checkout):
   * `reference_impl/config/eras.py`: a new era `vX.Y` (`vX.Y.Z` for a patch release) that evolves the newest
-    era with no change (its rules copied), marked DRAFT in its summary; it joins `ERAS`, and
-    `NEWEST_EXCLUSIVE` moves past the release's minor so the release is in range;
+    era with no change (its rules copied), marked DRAFT in its summary; it joins `ERAS`;
+  * `reference_impl/releases.toml`: the release's row in the release registry (the newest row's dependency list;
+    not in CI), which puts the release in the known range;
   * `suites/config/tables/vX.Y.toml`: the oracle's decision table, extending the newest era's (its tables
     copied), with the sections to review named in comments.
-With `--range-only` (a release that changes no rule) only `NEWEST_EXCLUSIVE` changes: the release joins the
+With `--range-only` (a release that changes no rule) only the registry row is written: the release joins the
 newest era. The goldens then come from `pytest suites/config --vllm-version ERA --update-golden`;
 `docs/new-release.md` is the checklist. Exit status 0 written, 2 bad arguments or a tree it cannot edit.
 """
@@ -25,14 +26,13 @@ from harness.atomic_write import write_text_atomic
 from harness.errors import UsageError
 
 ERAS_FILE = Path("reference_impl/config/eras.py")
+RELEASES_FILE = Path("reference_impl/releases.toml")
 TABLES_DIR = Path("suites/config/tables")
 _RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 # `name = Era(` / `name = _evolve(` followed by the previous era's variable (for _evolve) and the era id.
 _FIRST_ERA = re.compile(r"^    (\w+) = Era\(\s*id=\"([^\"]+)\",\s*first_version=\(([\d, ]+)\)", re.M)
 _EVOLVED_ERA = re.compile(r"^    (\w+) = _evolve\(\s*(\w+),\s*\"([^\"]+)\",\s*\(([\d, ]+)\)", re.M)
 _RETURN = re.compile(r"^    return \(([\w, ]+)\)\n", re.M)
-_NEWEST = re.compile(r"^NEWEST_EXCLUSIVE = \((\d+), (\d+), (\d+)\)$", re.M)
-_KNOWN_RANGE = re.compile(r"return \"(\d+\.\d+\.\d+) to (\d+)\.(\d+)\.x\"")
 
 
 @dataclass(frozen=True)
@@ -79,31 +79,27 @@ def _tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
-def _widen_range(source: str, release: tuple[int, int, int]) -> str:
-    """Move NEWEST_EXCLUSIVE (and a literal known_range) past the release's minor, when it is not already."""
-    newest = _NEWEST.search(source)
-    if not newest:
-        raise UsageError(f"{ERAS_FILE}: no line 'NEWEST_EXCLUSIVE = (X, Y, Z)' to move")
-    current = tuple(int(part) for part in newest.groups())
-    wanted = (release[0], release[1] + 1, 0)
-    if wanted <= current:
-        return source
-    source = source[:newest.start()] + f"NEWEST_EXCLUSIVE = {wanted}" + source[newest.end():]
-    # A literal range text names the newest minor; one computed from NEWEST_EXCLUSIVE needs nothing.
-    return _KNOWN_RANGE.sub(lambda m: f'return "{m[1]} to {release[0]}.{release[1]}.x"', source)
+def _with_row(root: Path, release_text: str) -> tuple[Path, str]:
+    """The registry's path and its text with a row for the release appended (the newest row's dependency list)."""
+    path = root / RELEASES_FILE
+    source = _read(path)
+    try:
+        rows = {key: value for key, value in tomllib.loads(source).items() if key != "defaults"}
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--root: cannot read the release registry {path} ({exc})") from None
+    if release_text in rows:
+        raise UsageError(f"release: {release_text} already has a row in {RELEASES_FILE}")
+    newest = max(rows, key=parse_release)
+    return path, source.rstrip("\n") + f'\n\n["{release_text}"]\ndeps = "{rows[newest]["deps"]}"\n'
 
 
 def write_range_only(root: Path, release_text: str) -> list[Path]:
-    """The one-line change for a release that changes no rule: the newest era's range covers it."""
+    """The one-row change for a release that changes no rule: its registry row puts it in the newest era's range."""
     release = parse_release(release_text)
-    path = root / ERAS_FILE
-    source = _read(path)
-    eras = declared_eras(source)
+    eras = declared_eras(_read(root / ERAS_FILE))
     if release < _padded(eras[-1].first_version):
         raise UsageError(f"release: {release_text} is older than the newest era {eras[-1].id}; nothing to widen")
-    updated = _widen_range(source, release)
-    if updated == source:
-        raise UsageError(f"release: {release_text} is already in range ({ERAS_FILE} needs no change)")
+    path, updated = _with_row(root, release_text)
     write_text_atomic(path, updated)
     return [path]
 
@@ -140,7 +136,7 @@ def write_draft_era(root: Path, release_text: str) -> tuple[str, list[Path]]:
     returned = _RETURN.search(source)
     names = returned[1].rstrip(", ")
     source = source[:returned.start()] + block + f"    return ({names}, {var})\n" + source[returned.end():]
-    source = _widen_range(source, release)
+    registry, registry_text = _with_row(root, release_text)
 
     sections = sorted(k for k, v in _merged_table(root, previous.id).items() if isinstance(v, dict))
     table = (
@@ -152,8 +148,9 @@ def write_draft_era(root: Path, release_text: str) -> tuple[str, list[Path]]:
         f"spec = \"{spec}\"\n"
     )
     write_text_atomic(table_path, table)
+    write_text_atomic(registry, registry_text)
     write_text_atomic(path, source)
-    return new_id, [path, table_path]
+    return new_id, [path, registry, table_path]
 
 
 def _padded(version: tuple[int, ...]) -> tuple[int, ...]:
@@ -185,7 +182,7 @@ def _merged_table(root: Path, era: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: write the draft era (or the range change) and name the files."""
+    """Command line: write the draft era (or the registry row) and name the files."""
     from harness.cli import _Parser
 
     parser = _Parser(prog="python -m harness.release.draft_era",
@@ -193,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("release", help="the new vLLM release, X.Y.Z")
     parser.add_argument("--root", default=".", help="the kvconform checkout to write into (default: .)")
     parser.add_argument("--range-only", action="store_true",
-                        help="no rule changed: only widen the newest era's range to cover the release")
+                        help="no rule changed: only the release's registry row (it joins the newest era)")
     try:
         args = parser.parse_args(argv)
         root = Path(args.root)

@@ -8,13 +8,14 @@ from its first sampled release up to the next change.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping
 
+from reference_impl import releases as _releases
 from reference_impl.config import messages
+from reference_impl.releases import parse_version  # noqa: F401  (the eras' users read it here)
 
 # Values of `connector_rule`: how a kv_transfer_config takes part in the config-time decision.
 CONNECTOR_SILENT = "always_silent"  # any K disables HMA, no log (0.10-0.11.0)
@@ -381,23 +382,16 @@ PROFILES: Mapping[str, str] = MappingProxyType(
     {"pre-seed": "0.12.0", "seed": "0.13.0", "v0.33": "0.33.0", "v0.34": "0.34.0"}
 )
 DEFAULT_PROFILE = "seed"
-OLDEST = (0, 10, 0)
-NEWEST_EXCLUSIVE = (0, 35, 0)
-_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """'0.13.0' -> (0, 13, 0); accepts a leading 'v' and ignores local/dev suffixes such as '+cpu'."""
-    match = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"vllm_version: {text!r} is not a version; expected X.Y.Z such as 0.13.0")
-    return int(match[1]), int(match[2]), int(match[3] or 0)
+# The known range: from the release registry's oldest row up to the minor after its newest (a release without a
+# rule change joins the newest era with its row alone; reference_impl/releases.toml).
+OLDEST = _releases.oldest()
+NEWEST_EXCLUSIVE = _releases.newest_exclusive()
 
 
 def known_range() -> str:
     """Human-readable range of releases the resolver knows."""
-    newest = ERAS[-1].first_version
-    return f"0.10.0 to {newest[0]}.{newest[1]}.x"
+    major, minor, _ = NEWEST_EXCLUSIVE
+    return f"{'.'.join(map(str, OLDEST))} to {major}.{minor - 1}.x"
 
 
 def era_for_version(version: str) -> Era:
@@ -428,7 +422,7 @@ def resolve_era(version_or_profile: str | None) -> tuple[Era, str]:
     if name in ERAS_BY_ID:
         era = ERAS_BY_ID[name]
         return era, era.representative
-    if not _VERSION_RE.match(name.strip()):
+    if not _releases.VERSION_RE.match(name.strip()):
         accepted = ", ".join(dict.fromkeys([*PROFILES, *ERAS_BY_ID]))  # profiles and era ids share names
         raise ValueError(f"vllm_version: {name!r} is neither a version X.Y.Z nor a profile ({accepted})")
     return era_for_version(name), name

@@ -17,7 +17,9 @@ import pytest
 
 import suites.config.tables as tables_module
 from harness.errors import UsageError
-from harness.release.draft_era import ERAS_FILE, TABLES_DIR, era_id_for, main, write_draft_era, write_range_only
+from harness.release.draft_era import (ERAS_FILE, RELEASES_FILE, TABLES_DIR, era_id_for, main, write_draft_era,
+                                      write_range_only)
+from reference_impl import releases as real_releases
 from reference_impl.config import eras as real_eras
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -31,25 +33,29 @@ NEXT_ID = f"v{NEWEST.first_version[0]}.{NEWEST.first_version[1] + 2}"
 def tree(tmp_path):
     (tmp_path / ERAS_FILE).parent.mkdir(parents=True)
     shutil.copy(CHECKOUT / ERAS_FILE, tmp_path / ERAS_FILE)
+    shutil.copy(CHECKOUT / RELEASES_FILE, tmp_path / RELEASES_FILE)
     shutil.copytree(CHECKOUT / TABLES_DIR, tmp_path / TABLES_DIR)
     return tmp_path
 
 
 def _load_eras(tree: Path, name: str):
-    """The tree's eras.py as a module of its own (registered while it runs: its dataclasses look it up)."""
+    """The tree's eras.py as a module of its own (registered while it runs: its dataclasses look it up), over
+    the tree's release registry."""
     spec = importlib.util.spec_from_file_location(name, tree / ERAS_FILE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(real_releases, "RELEASES", real_releases.load(tree / RELEASES_FILE))
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            del sys.modules[name]
     return module
 
 
 def test_draft_era_copies_the_newest_era_and_covers_the_release(tree):
     era_id, files = write_draft_era(tree, NEXT)
-    assert era_id == NEXT_ID and files == [tree / ERAS_FILE, tree / TABLES_DIR / f"{NEXT_ID}.toml"]
+    assert era_id == NEXT_ID and files == [tree / ERAS_FILE, tree / RELEASES_FILE, tree / TABLES_DIR / f"{NEXT_ID}.toml"]
     drafted = _load_eras(tree, "drafted_eras")
     assert [e.id for e in drafted.ERAS] == [e.id for e in real_eras.ERAS] + [NEXT_ID]
     new, previous = drafted.ERAS[-1], drafted.ERAS[-2]
@@ -77,19 +83,22 @@ def test_draft_table_extends_the_newest_era_and_merges_to_the_same_rules(tree, m
     assert drafted == previous
 
 
-def test_range_only_moves_one_line(tree):
-    before = (tree / ERAS_FILE).read_text().splitlines()
-    write_range_only(tree, NEXT)
-    after = (tree / ERAS_FILE).read_text().splitlines()
-    changed = [(a, b) for a, b in zip(before, after) if a != b]
-    minor = NEWEST.first_version[1] + 3
-    assert len(before) == len(after)
-    assert changed[0][1] == f"NEWEST_EXCLUSIVE = ({NEWEST.first_version[0]}, {minor}, 0)"
-    # a literal range text, if the file has one, moves with it; nothing else changes
-    assert all("NEWEST_EXCLUSIVE" in b or "to " in b for _, b in changed) and len(changed) <= 2
+def test_range_only_writes_one_registry_row(tree):
+    eras_before = (tree / ERAS_FILE).read_text()
+    before = (tree / RELEASES_FILE).read_text()
+    assert write_range_only(tree, NEXT) == [tree / RELEASES_FILE]
+    after = (tree / RELEASES_FILE).read_text()
+    newest_deps = real_releases.RELEASES[-1].deps
+    assert after == before.rstrip("\n") + f'\n\n["{NEXT}"]\ndeps = "{newest_deps}"\n'
+    assert (tree / ERAS_FILE).read_text() == eras_before
+    row = real_releases.load(tree / RELEASES_FILE)[-1]
+    assert (row.version, row.ci, row.upstream_floor, dict(row.gaps)) == (NEXT, False, None, {})
     widened = _load_eras(tree, "widened_eras")
     assert widened.era_for_version(NEXT).id == NEWEST.id
+    assert widened.known_range().endswith(f" to {NEXT.rsplit('.', 1)[0]}.x")
     assert [e.id for e in widened.ERAS] == [e.id for e in real_eras.ERAS]
+    with pytest.raises(UsageError, match=f"release: {NEXT} already has a row in reference_impl/releases.toml"):
+        write_range_only(tree, NEXT)
 
 
 @pytest.mark.parametrize("call,message", [
