@@ -121,7 +121,7 @@ free_gib() {
 # The connector list of a release: one --kv-connector=vllm:Name line per registered connector (vLLM logs
 # to stdout on import: keep only those lines).
 connectors_of() {
-    "$1/bin/python" -m harness.targets.vllm_connector | grep -x -e "--kv-connector=vllm:.*" \
+    "$1/bin/python" -m harness.targets.connector.vllm_target | grep -x -e "--kv-connector=vllm:.*" \
         | grep -v -x -e "--kv-connector=vllm:LMCacheMPConnector"  # the lmcache step runs it, with its server
 }
 
@@ -198,7 +198,7 @@ run_release() {
     if [[ -n $(gap "$R" connectors) ]]; then skip "$R" connectors "$(gap "$R" connectors)"; else
         mapfile -t connectors < <(connectors_of "$venv")
         if (( ${#connectors[@]} == 0 )); then
-            say "[$R connectors] FAILED: harness.targets.vllm_connector listed no connector (is vLLM $R usable in $venv?)" >&2
+            say "[$R connectors] FAILED: harness.targets.connector.vllm_target listed no connector (is vLLM $R usable in $venv?)" >&2
             record "$R" connectors FAILED 0 "no connector listed"; FAILED+=("$R connectors")
         else
             run_step "$R" connectors "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \

@@ -22,10 +22,10 @@ BACKDOOR_USES = ("sharpens", "needs")
 class Check:
     """One connector check: its facts, reviewed data.
 
-    `needs`: the connector API capabilities (`harness.targets.connector_capabilities.CAPABILITIES`) without which
+    `needs`: the connector API capabilities (`harness.targets.connector.capabilities.CAPABILITIES`) without which
     its property cannot be observed; on a release lacking one the check is not applicable. `backdoor`: (how it
     uses them, one of `BACKDOOR_USES`; which backdoors). `not_for`: connector kind
-    (`harness.targets.connector_profile.KINDS`) -> why the check does not apply to connectors of that kind
+    (`harness.targets.connector.profile.KINDS`) -> why the check does not apply to connectors of that kind
     (`{kind}` is filled with the kind's description). `time_factor`: its time limit is this many times
     --kv-connector-timeout. `multi_group`: it runs a multi-group model whatever its preset parameter says.
     `declaration_only`: it reads what the class declares rather than exercising behaviour (an HMA verdict needs

@@ -75,10 +75,10 @@ BUILTIN_CONNECTORS = _kvconform_connectors()
 
 KINDS: dict[str, TargetKind] = {
     "config": TargetKind("config", "--hma-target", "module:callable",
-                         {"vllm": "harness.targets.vllm_config:load_target"}, call_builtin=True),
+                         {"vllm": "harness.targets.config.vllm_target:load_target"}, call_builtin=True),
     "allocator": TargetKind("allocator", "--kv-allocator", "module:factory",
-                            {"reference": "harness.targets.allocator_target:make_reference_target",
-                             "vllm": "harness.targets.allocator_target:make_vllm_target"}),
+                            {"reference": "harness.targets.allocator.target:make_reference_target",
+                             "vllm": "harness.targets.allocator.target:make_vllm_target"}),
     "connector": TargetKind("connector", "--kv-connector", "module:Class", BUILTIN_CONNECTORS, vllm_names=True),
 }
 

@@ -125,13 +125,13 @@ fi
 # 5. The allocator and connector suites on the release (failures are findings for the person to read).
 step allocator "0 1" "${PYTEST[@]}" suites/allocator --kv-allocator vllm --kvconform-results "$OUT/allocator.json" \
     && say "allocator suite on vLLM $RELEASE: $(tail -n 1 "$OUT/allocator.log")"
-mapfile -t connectors < <("$NEW/bin/python" -m harness.targets.vllm_connector 2>/dev/null | grep -x -e "--kv-connector=vllm:.*")
+mapfile -t connectors < <("$NEW/bin/python" -m harness.targets.connector.vllm_target 2>/dev/null | grep -x -e "--kv-connector=vllm:.*")
 if (( ${#connectors[@]} )); then
     step connectors "0 1" "${PYTEST[@]}" suites/connector -W ignore::DeprecationWarning "${connectors[@]}" \
         --kvconform-results "$OUT/connectors.json" \
         && say "connector suite on vLLM $RELEASE's ${#connectors[@]} connectors: $(tail -n 1 "$OUT/connectors.log")"
 else
-    say "connector suite: harness.targets.vllm_connector listed no connector of vLLM $RELEASE" >&2; BROKEN+=(connectors)
+    say "connector suite: harness.targets.connector.vllm_target listed no connector of vLLM $RELEASE" >&2; BROKEN+=(connectors)
 fi
 
 # 6. The draft era and the registry row (or the row alone), then the goldens.

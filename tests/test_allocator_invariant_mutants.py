@@ -15,7 +15,7 @@ import pytest
 import reference_impl.kv_cache.block_pool as block_pool
 import reference_impl.kv_cache.kv_cache_manager as kv_cache_manager
 import reference_impl.kv_cache.kv_cache_utils as kv_cache_utils
-from harness.targets.allocator_target import make_reference_target
+from harness.targets.allocator.target import make_reference_target
 from suites.allocator.invariants import INVARIANTS, LAYOUTS, run_workload
 from suites.allocator.test_invariants import NUM_STEPS, SEEDS
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.targets.allocator_capabilities import CAPABILITIES, probe_capabilities
-from harness.targets.allocator_target import make_reference_target
+from harness.targets.allocator.capabilities import CAPABILITIES, probe_capabilities
+from harness.targets.allocator.target import make_reference_target
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlock
 from reference_impl.kv_cache.release import ENV_VAR, NEWEST, allocator_release, parse_release

@@ -18,7 +18,7 @@ import pytest
 
 from harness.eras import ERA_IDS
 from harness.report import spec_refs
-from harness.targets.vllm_platforms import PLATFORM_CLASSES
+from harness.targets.config.vllm_platforms import PLATFORM_CLASSES
 from reference_impl import vocabulary as V
 from reference_impl.config import messages as resolver_messages
 from suites.config.matrix import connectors_for, features_for, unregistered_for

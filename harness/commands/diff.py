@@ -12,7 +12,7 @@ Every change falls in one class, listed in this order whatever the two runs cove
 Two runs of vLLM on two releases (one release each: its connectors, or its allocator with `--kv-allocator vllm`)
 are compared cell by cell with the release left out of the connector's name and of the allocator cell's target, so
 the diff lists what changed between the releases (a check a release lacks the API for is "N/A on X.Y.Z: reason"
-there, `harness.targets.connector_capabilities` and `allocator_capabilities`).
+there, `harness.targets.connector.capabilities` and `allocator_capabilities`).
 
 Cells present in one run only (the runs' scopes differ: one era against every era, one suite against all)
 are summarised in one line, never listed one by one (`--all` lists them), except a failing cell new in HEAD,
@@ -330,8 +330,8 @@ def github_commands(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.vllm_connector);
-# an allocator cell of `--kv-allocator vllm` names its target "vllm-0.34.0" (harness.targets.allocator_target).
+# A vLLM connector's report name carries its release ("vllm-0.34.0:ExampleConnector", harness.targets.connector.vllm_target);
+# an allocator cell of `--kv-allocator vllm` names its target "vllm-0.34.0" (harness.targets.allocator.target).
 _CONNECTOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+):")
 _ALLOCATOR_RELEASE = re.compile(r"^vllm-(\d+\.\d+\.\d+)$")
 

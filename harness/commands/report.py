@@ -285,7 +285,7 @@ def _check_targets(args) -> None:
         elif option == "--kv-allocator":
             load_allocator_target(spec, option)
         else:
-            from harness.targets.connector_selection import check_loadable  # imports the reference engine
+            from harness.targets.connector.selection import check_loadable  # imports the reference engine
 
             check_loadable(spec, option, extra_config=_connector_extra_config(args.pytest_args))
 

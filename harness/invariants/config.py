@@ -7,7 +7,7 @@ contract, not from any era's table: an era table says what a release does, an in
 
 Each invariant is a property of one case's outcome, sometimes compared with the outcomes of related cases (the
 same configuration with the flag disabled, without the connector, one stage further, ...). `evaluate` runs them
-over any cases and any target (the reference resolver, or `harness.targets.vllm_config` on an installed
+over any cases and any target (the reference resolver, or `harness.targets.config.vllm_target` on an installed
 release) and returns the violations; the related cases are resolved through the same target, memoised, so a
 related case that is also one of the inputs is resolved once.
 

@@ -10,7 +10,7 @@ import pytest
 from harness.plugins.activation import is_active
 from harness.report_options import option_values
 from harness.target_spec import KINDS, TargetError
-from harness.targets.connector_profile import split_declaration
+from harness.targets.connector.profile import split_declaration
 
 # The run's engine, validated once (at configure): checks read it for every test.
 _KV_ENGINE = pytest.StashKey[str]()
@@ -57,7 +57,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     specs = config.getoption("kvconform_kv_connectors", None) or ()
     if specs:  # named explicitly: each must load and build, or nothing runs (exit 4), as for the other targets
-        from harness.targets.connector_selection import check_loadable  # imports the reference engine (torch)
+        from harness.targets.connector.selection import check_loadable  # imports the reference engine (torch)
 
         connector_extra, _ = split_declaration(parse_extra_config(raw) if raw else {})
         for spec in specs:
@@ -132,7 +132,7 @@ def check_pytest_args(args: list[str]) -> None:
 
 def connector_targets(config):
     """The selected targets, cached on the config."""
-    from harness.targets.connector_selection import select_targets  # imports the reference engine (torch)
+    from harness.targets.connector.selection import select_targets  # imports the reference engine (torch)
 
     targets = getattr(config, "_kvconform_connector_targets", None)
     if targets is None:
@@ -151,7 +151,7 @@ def connector_targets(config):
 def unusable_targets(config) -> dict[str, str]:
     """name -> one-line reason, for every selected target that cannot be loaded (import, class, hooks,
     constructor)."""
-    from harness.targets.connector_target import ConnectorLoadError
+    from harness.targets.connector.target import ConnectorLoadError
 
     reasons = {}
     for target in connector_targets(config):
@@ -165,7 +165,7 @@ def unusable_targets(config) -> dict[str, str]:
 def pytest_report_header(config):
     if not is_active(config):
         return []
-    from harness.targets.connector_target import ConnectorLoadError
+    from harness.targets.connector.target import ConnectorLoadError
 
     parts = []
     for target in connector_targets(config):

@@ -289,7 +289,7 @@ def deployable_fixtures(eras: dict[str, dict[ConfigKey, Configuration]]) -> dict
 
 
 def _provider(name: str) -> str:
-    from harness.targets.vllm_connector_facts import is_example
+    from harness.targets.connector.vllm_facts import is_example
 
     imports = REGISTERED[name].imports
     if imports is not None and imports.package == "lmcache":

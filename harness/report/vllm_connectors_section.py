@@ -2,7 +2,7 @@
 release (`--kv-connector vllm:Name`), one section per release, connector x check.
 
 Their results are connector-suite entries whose connector is named `vllm-<release>:<Name>` (the name
-`harness.targets.vllm_connector` gives them), so they merge with the main results through `kvconform merge`
+`harness.targets.connector.vllm_target` gives them), so they merge with the main results through `kvconform merge`
 and stay out of the main connector table. A cell aggregates the presets as the main connector table
 does (harness.report.connector_section.check_cell). A connector whose every check was skipped because
 it cannot run on the machine (`cannot run here: ...`) or that does not apply to the presets
@@ -18,11 +18,11 @@ from typing import Any
 from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _natural_key, check_cell, declares_hma, hma_verdict
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
-from harness.targets.vllm_connector_facts import is_example
+from harness.targets.connector.vllm_facts import is_example
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
 # How a skip that holds for every check of a connector this machine cannot run begins
-# (harness.targets.vllm_connector_facts.missing_requirement); one that needs a model the presets are not is
+# (harness.targets.connector.vllm_facts.missing_requirement); one that needs a model the presets are not is
 # not applicable instead (kind `feature`).
 CANNOT_RUN_HERE = "cannot run here:"
 
@@ -102,7 +102,7 @@ def _release_section(version: str, entries: list[dict[str, Any]]) -> Section:
         blocks.append(Heading(3, f"vLLM {version}'s example connectors"))
         blocks.append(Paragraph("Reference code and a benchmark stub vLLM ships to show the connector API, and a "
                                 "MultiConnector with one as a child: not connectors people deploy, so they stand "
-                                "apart (`harness.targets.vllm_connector_facts.EXAMPLE_CONNECTORS`)."))
+                                "apart (`harness.targets.connector.vllm_facts.EXAMPLE_CONNECTORS`)."))
         blocks += _connector_table(examples, checks, grouped)
         blocks.append(BulletList([hma_verdict(c, by_connector[c]) for c in examples]))
     if unavailable:

@@ -135,7 +135,7 @@ E_TWO_ARG = (
 )
 #: KVTransferConfig's pydantic field check rejects a kv_role outside the Literal before its own
 #: `Unsupported kv_role` check can run (observed on vLLM 0.13.0 and 0.33.0); the text is pydantic's
-#: error rendered on one line as the vllm target renders it (`harness.targets.vllm_outcome`).
+#: error rendered on one line as the vllm target renders it (`harness.targets.config.vllm_outcome`).
 E_KV_ROLE_INVALID = (
     "1 validation error for KVTransferConfig: kv_role: Input should be 'kv_producer', 'kv_both' or 'kv_consumer'"
 )

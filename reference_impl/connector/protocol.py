@@ -10,7 +10,7 @@ module); kvconform recognises any base class named `SupportsHMA` (`reference_imp
 is its own, for connectors written without vLLM installed).
 
 A class built on vLLM's `KVConnectorBase_V1` has every hook already; the suite checks that a class has them
-before it runs anything (`harness.targets.connector_target`), using the names listed here.
+before it runs anything (`harness.targets.connector.target`), using the names listed here.
 
     from reference_impl.connector.protocol import HMAKVConnector, KVConnector
     assert isinstance(MyConnector(vllm_config, role, kv_cache_config), HMAKVConnector)

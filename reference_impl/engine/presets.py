@@ -122,7 +122,7 @@ CHUNKED_LOCAL_PRESETS = ("fa+chunked320",)
 
 
 # A preset laid out with every group's block at one size: "NAME@blockN" (the layout an engine builds in place of
-# NAME, e.g. a vLLM release that makes the attention block the Mamba block: harness.targets.vllm_layouts).
+# NAME, e.g. a vLLM release that makes the attention block the Mamba block: harness.targets.connector.vllm_layouts).
 BLOCK_SUFFIX = "@block"
 
 

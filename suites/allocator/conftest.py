@@ -35,10 +35,10 @@ def target(kv_allocator):
 
 def require(target, capability: str) -> None:
     """Skip unless the target has `capability`: one the target declares (`strict_input_validation`, ...),
-    or one of vLLM's allocator API (`harness.targets.allocator_capabilities`), probed from the target's
+    or one of vLLM's allocator API (`harness.targets.allocator.capabilities`), probed from the target's
     modules, where an implementation without it is "N/A on X.Y.Z: reason" (the reference has them all). A
     third-party target without `require` is taken to have every API capability."""
-    from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+    from harness.targets.allocator.capabilities import CAPABILITIES as RELEASE_CAPABILITIES
 
     if capability == "default_none_hash_seed" and os.environ.get("PYTHONHASHSEED"):
         return  # every release derives NONE_HASH from PYTHONHASHSEED when it is set

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc, PlanningTarget, target_module
+from harness.targets.allocator.target import GroupDesc, PlanningTarget, target_module
 from suites.allocator.conftest import require
 
 __all__ = ["ids", "queue_ids", "prefill", "allocate", "remove_skipped", "new_step", "tables", "HISPARSE_MODULES", "hisparse_api", "PLANNING_MODULES",

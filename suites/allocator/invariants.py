@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import allocate, new_step, queue_ids
 from suites.benchmarks.workloads import mamba_aligned_chunk
 

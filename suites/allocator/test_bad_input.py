@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.conftest import require
 from suites.allocator.helpers import planning_api, refused
 

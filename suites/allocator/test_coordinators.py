@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import tables
 
 SECTION = "5"

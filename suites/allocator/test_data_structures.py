@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import ids, queue_ids
 
 SECTION = "2"

@@ -8,7 +8,7 @@ HiSparse specs, managers, host-pool sizing or concurrency bound.
 
 vLLM keeps HiSparse's layout helpers and its coordinator in `vllm.v1.hisparse` (outside `v1/core`); the
 reference has them in `reference_impl.kv_cache.hisparse_layout` and `.hisparse_coordinator`. Each target
-says where it keeps them in its module map (`harness.targets.allocator_target.target_module`).
+says where it keeps them in its module map (`harness.targets.allocator.target.target_module`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import invariant
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import prefill
 from suites.allocator.test_data_structures import oracle_none_hash, oracle_sha256
 from suites.allocator.test_state_machine import CONFIGS, make_machine

@@ -20,7 +20,7 @@ and then confirmed on both targets; none is computed by the allocator. All group
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import new_step, prefill, tables
 
 SECTION = "4"

@@ -16,7 +16,7 @@ import inspect
 import pytest
 import torch
 
-from harness.targets.allocator_target import target_module
+from harness.targets.allocator.target import target_module
 from suites.allocator.helpers import extension, planning_api, refused
 
 SECTION = "3"

@@ -13,7 +13,7 @@ scenario) and then confirmed on both targets; they are data, not computed by the
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 
 SECTION = "4"
 pytestmark = pytest.mark.needs('partial_prefix_hits')

@@ -7,7 +7,7 @@ Caching is off so freed blocks go to the head of the free queue, where their ord
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import queue_ids, remove_skipped, tables
 
 SECTION = "4"

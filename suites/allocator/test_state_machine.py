@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import queue_ids
 
 SECTION = "2.8"

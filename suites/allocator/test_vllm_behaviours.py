@@ -9,7 +9,7 @@ DCP Mamba block size.
 
 import pytest
 
-from harness.targets.allocator_target import GroupDesc, target_module
+from harness.targets.allocator.target import GroupDesc, target_module
 from suites.allocator.conftest import require
 from suites.allocator.helpers import new_step, prefill, queue_ids, refused, tables
 

@@ -1,6 +1,6 @@
 """The throughput workloads of the allocator spec (section 9), written once and driven on any target.
 
-Every workload takes an allocator target (harness.targets.allocator_target protocol) and only calls
+Every workload takes an allocator target (harness.targets.allocator.target protocol) and only calls
 vLLM-named methods on the objects it builds, so the reference and vLLM run identical work.
 """
 
@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.targets.allocator_target import GroupDesc
+from harness.targets.allocator.target import GroupDesc
 
 __all__ = [
     "STREAMS", "StreamConfig", "StreamShape", "FULL_SCALE", "CI_SCALE", "make_stream_manager",

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.random < 0:
             raise UsageError(f"--random: {args.random} is not accepted; expected 0 or more cases")
         if args.target == "vllm":
-            from harness.targets.vllm_config import load_target
+            from harness.targets.config.vllm_target import load_target
 
             target = load_target()
             era, release, name = target.era, target.version, target.describe()

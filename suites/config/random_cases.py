@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.target is None:
             sys.stdout.write(json.dumps(cases, indent=1) + "\n")
             return 0
-        from harness.targets.vllm_config import load_target
+        from harness.targets.config.vllm_target import load_target
         from reference_impl.config.cases import resolve_case
 
         target = load_target()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.connector_checks import CHECKS
 from harness.outcomes import MULTI_GROUP, not_applicable_skip
-from harness.targets.connector_profile import KINDS
+from harness.targets.connector.profile import KINDS
 
 
 def check_cell(check_id: str, target_name: str, params: dict, scenario: str | None = None) -> dict[str, str]:

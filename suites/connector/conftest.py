@@ -35,11 +35,11 @@ def pytest_collection_finish(session):
 
 def _with_built_layouts(metafunc) -> None:
     """On a vLLM release's run, a check's preset list gains the layout the release builds in place of each preset
-    it would not build (`harness.targets.vllm_layouts`): the preset's own cell is N/A with the reason
+    it would not build (`harness.targets.connector.vllm_layouts`): the preset's own cell is N/A with the reason
     (`CheckContext`), and the built layout runs as a cell of its own."""
     if "preset" not in metafunc.fixturenames:
         return
-    from harness.targets.vllm_layouts import built_presets, release_of
+    from harness.targets.connector.vllm_layouts import built_presets, release_of
 
     engine = kv_engine(metafunc.config)
     if not any(release_of(t, engine) for t in connector_targets(metafunc.config)):
@@ -71,8 +71,8 @@ def pytest_generate_tests(metafunc):
 def _external_servers(request):
     """Servers the suite starts for a connector under test (LMCache's MP server for vllm:LMCacheMPConnector):
     started before the first check (its start-up is not a check's time), stopped with the session; `atexit`
-    in harness.targets.lmcache_server covers an interrupted one."""
-    from harness.targets import lmcache_server
+    in harness.targets.connector.lmcache_server covers an interrupted one."""
+    from harness.targets.connector import lmcache_server
 
     if any("LMCacheMPConnector" in t.spec for t in connector_targets(request.config)):
         try:

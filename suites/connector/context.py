@@ -19,9 +19,9 @@ from harness import outcomes
 from harness.failure_causes import cause_record
 from harness.key_components import COMPONENTS, KeyComponents, KeyLeak, leaks_message
 from harness.kv_engine import DEFAULT_KV_ENGINE, VLLM_ENGINE
-from harness.targets.connector_profile import STORE_SCOPES, not_applicable
-from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
-from harness.targets.vllm_layouts import only_built_layouts, release_of
+from harness.targets.connector.profile import STORE_SCOPES, not_applicable
+from harness.targets.connector.target import ConnectorLoadError, ConnectorTarget
+from harness.targets.connector.vllm_layouts import only_built_layouts, release_of
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.connector.store import drop_shared_store
@@ -41,7 +41,7 @@ _counter = itertools.count()
 PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80,
                    "scratch_group": 120,
                    # The layouts a vLLM release builds in place of the Mamba presets (every block 256 tokens:
-                   # harness.targets.vllm_layouts), measured on kvconform's engine with no connector.
+                   # harness.targets.connector.vllm_layouts), measured on kvconform's engine with no connector.
                    "fa+mamba_align@block256": 8, "fa+swa+mamba@block256": 10}
 
 
@@ -114,7 +114,7 @@ class CheckContext:
 
     def require(self, capability: str) -> None:
         """End the check as "N/A on X.Y.Z: what the release lacks" unless the connector API the target is driven
-        through has `capability` (a row of `harness.targets.connector_capabilities.CAPABILITIES`; kvconform's
+        through has `capability` (a row of `harness.targets.connector.capabilities.CAPABILITIES`; kvconform's
         protocol, which reference and vendor connectors implement, has every one)."""
         self.release.require(capability)
 

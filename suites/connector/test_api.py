@@ -11,8 +11,8 @@ import pickle
 import pytest
 
 from harness import outcomes
-from harness.targets.connector_profile import not_applicable
-from harness.targets.vllm_layouts import mamba_none_block, release_of
+from harness.targets.connector.profile import not_applicable
+from harness.targets.connector.vllm_layouts import mamba_none_block, release_of
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.connector.factory import check_constructor
 from reference_impl.engine.presets import CORE_PRESETS, get_preset

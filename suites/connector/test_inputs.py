@@ -17,8 +17,8 @@ import time
 import pytest
 
 from harness.kv_engine import VLLM_ENGINE
-from harness.targets.connector_profile import not_applicable
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.profile import not_applicable
+from harness.targets.connector.target import ConnectorTarget
 from reference_impl.connector.factory import load_connector_class
 from reference_impl.connector.store import drop_shared_store
 from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, get_preset
@@ -106,11 +106,11 @@ def _children(ctx: CheckContext, position: str) -> tuple[list[_Child], list[str]
 def _release_multi_rule(ctx: CheckContext) -> dict:
     """The MultiConnector rule of the release a vLLM connector under test comes from: vLLM 0.32.0 on hands the
     children that do not load the request's real blocks, where kvconform's MultiConnector (like vLLM up to 0.22.0)
-    hands them an empty table (`harness.targets.vllm_connector_facts.multi_others_get_blocks`, probed on the
+    hands them an empty table (`harness.targets.connector.vllm_facts.multi_others_get_blocks`, probed on the
     release's own class). A vLLM connector meets only its own release's MultiConnector."""
     if not getattr(ctx.cls, "vllm_name", None):
         return {}
-    from harness.targets.vllm_connector_facts import multi_others_get_blocks
+    from harness.targets.connector.vllm_facts import multi_others_get_blocks
 
     return {"kvconform_others_get_blocks": True} if multi_others_get_blocks() else {}
 

@@ -14,7 +14,7 @@ from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
-from harness.targets.connector_profile import not_applicable
+from harness.targets.connector.profile import not_applicable
 from suites.connector.context import expect, expect_no_read_errors, prompt
 from suites.connector.oracles import rank_whose_kv
 from suites.connector.runner import ConnectorHookError
@@ -157,8 +157,8 @@ def test_c34_tp_rank_shards(ctx, preset):
 
 _PROCESS_SCRIPT = """
 import json, sys
-from harness.targets.connector_selection import connector_target
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.selection import connector_target
+from harness.targets.connector.target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
 (name, spec, source, builtin, target_extra, declared, extra, preset, store_name, mode, seed, backdoors,
  kv_engine) = json.loads(sys.argv[1])

@@ -25,9 +25,9 @@ from collections import ChainMap, Counter
 from unittest import mock
 
 from harness import outcomes
-from harness.targets.connector_capabilities import release_has
+from harness.targets.connector.capabilities import release_has
 from suites.connector.runner import ConnectorGuard, ConnectorHookError, make_guard_class
-from harness.targets.vllm_connector_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
+from harness.targets.connector.vllm_adapter import (VllmConnectorAdapter, _make, _vllm, vllm_config_for,
                                                     vllm_kv_cache_config)
 from reference_impl.connector.base import KVConnectorRole, supports_hma
 from reference_impl.engine import content

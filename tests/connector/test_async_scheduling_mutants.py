@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.targets.connector_selection import connector_target
+from harness.targets.connector.selection import connector_target
 from reference_impl.engine.core import EngineCore
 from reference_impl.engine.request import EngineRequestStatus
 from reference_impl.engine.scheduler import Scheduler

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 from harness.connector_checks import BACKDOOR_USES, CHECKS, TIERS
-from harness.targets.connector_capabilities import CAPABILITIES
-from harness.targets.connector_profile import KINDS
+from harness.targets.connector.capabilities import CAPABILITIES
+from harness.targets.connector.profile import KINDS
 
 SUITE = Path(__file__).resolve().parents[2] / "suites" / "connector"
 

@@ -18,8 +18,8 @@ import importlib.util
 
 import pytest
 
-from harness.targets.connector_selection import connector_target
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.selection import connector_target
+from harness.targets.connector.target import ConnectorTarget
 from suites.connector import test_api, test_isolation, test_lookup, test_tracking
 from suites.connector.context import CheckContext, prompt
 
@@ -86,7 +86,7 @@ def test_c36_rebuilds_a_vllm_target_in_its_child_process(tmp_path):
 def test_c03_does_not_judge_vllm_connectors_on_cross_attention():
     """DecodeBenchConnector (SupportsHMA) on the three-group preset: the enable_kv_transfer=False and Mamba
     'none' groups are judged, the cross-attention group vLLM never hands a connector is not."""
-    # The layout a vLLM release builds for fa+swa+mamba (every block 256: harness.targets.vllm_layouts).
+    # The layout a vLLM release builds for fa+swa+mamba (every block 256: harness.targets.connector.vllm_layouts).
     ctx = _context(connector_target("vllm:DecodeBenchConnector"), "fa+swa+mamba@block256", "C03")
     try:
         test_api.test_c03_group_discovery_rejects(ctx, "fa+swa+mamba@block256")

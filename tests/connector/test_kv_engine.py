@@ -187,7 +187,7 @@ def test_the_template_connector_gets_the_same_verdicts_on_vllms_scheduler(tmp_pa
         return
     ours = _suite(tmp_path, "template", TEMPLATE, "kvconform", SELECTION)
     # A release's run adds the layouts it builds in place of presets it would not build (NAME@blockN,
-    # harness.targets.vllm_layouts); the Mamba ones are N/A on vLLM's scheduler like their presets.
+    # harness.targets.connector.vllm_layouts); the Mamba ones are N/A on vLLM's scheduler like their presets.
     built = {t for t in theirs if "@block" in t}
     assert all(_verdict(theirs[t]) == "n/a on vllm" for t in built), {t: theirs[t].get("message") for t in built}
     theirs = {t: e for t, e in theirs.items() if t not in built}

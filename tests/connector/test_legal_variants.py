@@ -23,8 +23,8 @@ import importlib.util
 import pytest
 from _pytest.outcomes import Failed
 
-from harness.targets.connector_profile import split_declaration
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.profile import split_declaration
+from harness.targets.connector.target import ConnectorTarget
 from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import test_api, test_isolation, test_lookup, test_races
 from suites.connector.context import CheckContext, prompt
@@ -148,7 +148,7 @@ def test_c25_still_catches_a_finished_requests_store_copied_after_the_next_forwa
 @needs_vllm
 @pytest.mark.parametrize("name", ["OffloadingConnector", "SimpleCPUOffloadConnector"])
 def test_vllm_cpu_offloading_connectors_own_their_store_by_reviewed_data(name):
-    from harness.targets.connector_selection import connector_target
+    from harness.targets.connector.selection import connector_target
 
     assert connector_target(f"vllm:{name}").profile.store_scope == "engine"
     assert connector_target(f"vllm:MultiConnector[ExampleConnector,{name}]").profile.store_scope == "engine"
@@ -164,9 +164,9 @@ def test_vllm_cpu_offloading_connectors_own_their_store_by_reviewed_data(name):
                                   "divisible by hash_block_size)"),
 ])
 def test_c03_reads_vllms_refusal_of_a_mamba_none_group_as_not_applicable(name, reason):
-    from harness.targets.connector_selection import connector_target
+    from harness.targets.connector.selection import connector_target
 
-    # The layout a vLLM release builds for fa+swa+mamba (every block 256: harness.targets.vllm_layouts).
+    # The layout a vLLM release builds for fa+swa+mamba (every block 256: harness.targets.connector.vllm_layouts).
     ctx = CheckContext(connector_target(f"vllm:{name}"), "fa+swa+mamba@block256", check_id="C03")
     with pytest.raises(pytest.skip.Exception, match=f"N/A: {name} refuses a Mamba group in mamba_cache_mode 'none' "
                                                     f"by design: .*{reason}"):

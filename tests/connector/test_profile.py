@@ -13,7 +13,7 @@ import pytest
 
 from harness.plugins.connector import parse_extra_config
 from harness.outcomes import MULTI_GROUP, decided_nothing, legacy_record, record_of
-from harness.targets.connector_profile import ConnectorProfile, profile_for, split_declaration
+from harness.targets.connector.profile import ConnectorProfile, profile_for, split_declaration
 from harness.connector_checks import CHECKS
 from suites.connector.catalogue import not_applicable_reason
 
@@ -50,8 +50,8 @@ def test_the_store_scope_is_declared_or_from_reviewed_data_and_shared_by_default
 def test_the_block_size_option_is_declared_or_from_reviewed_data():
     """C40 sets the connector's stored block through its profile's block_size_option: declared by a vendor,
     `chunk_size` for built-ins, `block_size` for vLLM's OffloadingConnector (reviewed data), else none (C40 N/A)."""
-    from harness.targets.connector_selection import BUILTIN_TARGETS
-    from harness.targets.vllm_connector_facts import BLOCK_SIZE_OPTIONS
+    from harness.targets.connector.selection import BUILTIN_TARGETS
+    from harness.targets.connector.vllm_facts import BLOCK_SIZE_OPTIONS
 
     extra, declared = split_declaration({"chunk": 8, "kvconform": {"block_size_option": "chunk"}})
     assert extra == {"chunk": 8} and profile_for(declared, True).block_size_option == "chunk"

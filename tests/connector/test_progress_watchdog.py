@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.target import ConnectorTarget
 from reference_impl.connector.base import KVConnectorRole
 from suites.connector import test_lookup, watchdog
 from suites.connector.context import CheckContext, prompt

@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
+from harness.targets.connector.target import ConnectorLoadError, ConnectorTarget
 from reference_impl.connector.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from reference_impl.connector.protocol import HMAKVConnector, KVConnector, ONE_OF, REQUIRED_HOOKS
 from reference_impl.connector.template import TemplateConnector

@@ -1,5 +1,5 @@
 """Only layouts the target builds (issue 31 item 4): on a vLLM release's run a preset the release would not build
-is N/A with the reason, and the layout it builds runs instead (harness.targets.vllm_layouts).
+is N/A with the reason, and the layout it builds runs instead (harness.targets.connector.vllm_layouts).
 
 The release is a stand-in: a `vllm:` target served by kvconform's reference connector, on a release number the
 test gives; the real releases' runs are in docs/vllm-connectors.md.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from harness.targets import vllm_install
-from harness.targets.connector_selection import BUILTIN_TARGETS
-from harness.targets.connector_target import ConnectorTarget
-from harness.targets.vllm_layouts import built_layout, built_presets
+from harness.targets.connector.selection import BUILTIN_TARGETS
+from harness.targets.connector.target import ConnectorTarget
+from harness.targets.connector.vllm_layouts import built_layout, built_presets
 from reference_impl.connector.lmcache_like import LMCacheLikeConnector
 from reference_impl.engine.presets import get_preset
 from suites.connector.context import CheckContext, prompt

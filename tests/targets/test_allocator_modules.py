@@ -1,5 +1,5 @@
 """Scenarios reach an allocator's optional APIs through the target's module map, never through its name
-(`harness.targets.allocator_target.target_module`): a third-party target that maps vLLM's modules runs the
+(`harness.targets.allocator.target.target_module`): a third-party target that maps vLLM's modules runs the
 HiSparse scenarios, one that maps none is N/A for lacking HiSparse, one that maps part of it is skipped with
 the modules it lacks; and what a target offers is probed from the modules its map names."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
-from harness.targets.allocator_target import REFERENCE_MODULES, ModuleMapAllocatorTarget, make_reference_target
+from harness.targets.allocator.capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+from harness.targets.allocator.target import REFERENCE_MODULES, ModuleMapAllocatorTarget, make_reference_target
 from suites.allocator.helpers import hisparse_api as _api
 
 
@@ -53,7 +53,7 @@ def test_an_undeclared_capability_is_refused():
 
 def test_the_vllm_map_keeps_every_module_under_its_own_name():
     vllm = pytest.importorskip("vllm")
-    from harness.targets.allocator_target import vllm_modules
+    from harness.targets.allocator.target import vllm_modules
 
     modules = vllm_modules()
     assert set(REFERENCE_MODULES) <= set(modules)
@@ -95,7 +95,7 @@ def test_a_map_without_a_planner_is_not_applicable_for_grouping():
 
 
 def test_planning_input_errors_name_the_field():
-    from harness.targets.allocator_target import GroupDesc
+    from harness.targets.allocator.target import GroupDesc
 
     target = make_reference_target()
     with pytest.raises(ValueError, match=r"^kv_cache_layout: 'XYZ' is not one of LBHNC, "):

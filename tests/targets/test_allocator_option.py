@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 CASES = [
     ("nosuch.alloc:make_target", "--kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import"),
-    ("harness.targets.allocator_target:no_factory", "has no attribute 'no_factory'"),
+    ("harness.targets.allocator.target:no_factory", "has no attribute 'no_factory'"),
     ("refrence", "--kv-allocator refrence: not of the form module:factory or one of reference, vllm; "
                  "did you mean reference?"),
 ]
@@ -40,7 +40,7 @@ def test_unloadable_allocator_stops_before_anything_runs(spec, line):
 
 def renamed_reference():
     """A third-party-style factory: the reference under another name (what the run's header must show)."""
-    from harness.targets.allocator_target import make_reference_target
+    from harness.targets.allocator.target import make_reference_target
 
     target = make_reference_target()
     target.name = "vendor-alloc-2.1"
@@ -69,7 +69,7 @@ _NO_PARTIAL_HITS = "no fine-grained prefix hits"
 def reference_as_a_release_without_partial_prefix_hits():
     """Factory: the reference shaped like vLLM 0.13.0 in one row of the capability table (a row that makes
     scenarios N/A: `remove_skipped_blocks`, the row this test used before, now only chooses the call)."""
-    from harness.targets.allocator_target import make_reference_target
+    from harness.targets.allocator.target import make_reference_target
 
     target = make_reference_target()
     target.name, target.version = "vllm-0.13.0", "0.13.0"

@@ -1,4 +1,4 @@
-"""The connector target's capability table (`harness.targets.connector_capabilities`): each installed release's
+"""The connector target's capability table (`harness.targets.connector.capabilities`): each installed release's
 probed table against the reviewed one (`RELEASES`, read by hand from each release's source), kvconform's
 connector protocol with every capability, and a check on a release without the API it needs reported as
 "N/A on X.Y.Z: reason", never as a failure."""
@@ -16,9 +16,9 @@ import pytest
 
 from harness.outcomes import record_of
 from harness.report.connector_section import _is_not_applicable
-from harness.targets.connector_capabilities import (CAPABILITIES, FORMS, REFERENCE_MODULES, PROBED_MODULES,
+from harness.targets.connector.capabilities import (CAPABILITIES, FORMS, REFERENCE_MODULES, PROBED_MODULES,
                                                     ReleaseTable, reference_table)
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.target import ConnectorTarget
 from harness.connector_checks import CHECKS
 from suites.connector.catalogue import needs_of
 from suites.connector.context import CheckContext
@@ -103,7 +103,7 @@ def _probed(release: str) -> dict:
     if not python.exists():
         pytest.skip(f"vLLM {release} is not installed here (no {python}; scripts/install-vllm.sh {release} "
                     f"{VENV_ROOT}/vllm-{release}, or KVCONFORM_CI_VLLM_VENV_ROOT)")
-    done = subprocess.run([str(python), "-m", "harness.targets.connector_capabilities"], cwd=REPO,
+    done = subprocess.run([str(python), "-m", "harness.targets.connector.capabilities"], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # vLLM may log to stdout first

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from harness.targets import vllm_config
-from harness.targets.vllm_config import ConstructorDeadline, _constructor_failure, _within_deadline
+from harness.targets.config import vllm_target as vllm_config
+from harness.targets.config.vllm_target import ConstructorDeadline, _constructor_failure, _within_deadline
 
 # A stand-in for vLLM's kv_connector/factory.py, as a module of that file name: the target recognises the
 # factory's frame by file name, function name and the `connector_cls(` call on the line.

@@ -1,4 +1,4 @@
-"""The LMCache server lifecycle (harness.targets.lmcache_server), without LMCache: a stand-in module named like
+"""The LMCache server lifecycle (harness.targets.connector.lmcache_server), without LMCache: a stand-in module named like
 LMCache's server, put first on PYTHONPATH, behaves as the real one does at the edges the harness relies on
 (the readiness line, exiting early, ignoring SIGTERM)."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness.targets import lmcache_server
+from harness.targets.connector import lmcache_server
 
 READY = textwrap.dedent("""
     import sys, time

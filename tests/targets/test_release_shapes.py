@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from harness.targets.allocator_capabilities import CAPABILITIES, probe_capabilities
-from harness.targets.vllm_connector_adapter import PresetModelConfig, VllmConnectorAdapter
+from harness.targets.allocator.capabilities import CAPABILITIES, probe_capabilities
+from harness.targets.connector.vllm_adapter import PresetModelConfig, VllmConnectorAdapter
 from tests.targets.fake_vllm import write_fake_vllm
 
 
@@ -136,7 +136,7 @@ def test_hisparse_on_cuda_has_triton_only_while_the_case_runs(tmp_path, monkeypa
     for name in vllm_modules():
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from harness.targets.vllm_config import patched_platform
+    from harness.targets.config.vllm_target import patched_platform
 
     try:
         import vllm.config.vllm as config_module
@@ -182,7 +182,7 @@ def _backend_module(shape_fn) -> types.SimpleNamespace:
     (lambda b, n, h, d: (b, h, n, 2 * d), True, True),      # 0.27's, 0.28's
 ])
 def test_layout_forms_are_probed_from_flash_attention_shape(shape_fn, outermost, packed):
-    from harness.targets.connector_capabilities import FORMS
+    from harness.targets.connector.capabilities import FORMS
 
     def probe(name):
         have, _ = probe_capabilities({"flash_attn": _backend_module(shape_fn)}, {name: FORMS[name]})
@@ -194,7 +194,7 @@ def test_layout_forms_are_probed_from_flash_attention_shape(shape_fn, outermost,
 def test_mamba_page_view_is_read_from_the_model_runner(monkeypatch):
     import inspect
 
-    from harness.targets.connector_capabilities import FORMS
+    from harness.targets.connector.capabilities import FORMS
 
     class GPUModelRunner:
         pass
@@ -218,7 +218,7 @@ def _engine_layer(blocks=4, tokens=16, heads=2, head=3):
 
 @pytest.mark.parametrize("outermost", [False, True])
 def test_split_kv_layouts_are_flash_attention_axes_mirrored_and_synced(outermost):
-    from harness.targets.vllm_connector_adapter import BlocksOutermostLayout, SplitKVLayout
+    from harness.targets.connector.vllm_adapter import BlocksOutermostLayout, SplitKVLayout
 
     t = _engine_layer()
     registered, pairs = (BlocksOutermostLayout() if outermost else SplitKVLayout()).register({"l": t})
@@ -240,7 +240,7 @@ def test_split_kv_layouts_are_flash_attention_axes_mirrored_and_synced(outermost
 def test_packed_layout_is_the_standardized_order_in_storage_of_its_own_and_mamba_pages_are_int8_views():
     import torch
 
-    from harness.targets.vllm_connector_adapter import BlocksOutermostLayout
+    from harness.targets.connector.vllm_adapter import BlocksOutermostLayout
 
     pool = torch.arange(2 * 4 * 16 * 2 * 6, dtype=torch.float32).view(4, 2, 16, 2, 6)   # blocks, layers, N, H, 2D
     t = pool[:, 1]   # the second layer of a pool kvconform's layers share
@@ -276,7 +276,7 @@ def test_packed_layout_is_the_standardized_order_in_storage_of_its_own_and_mamba
 def test_release_block_hashing_is_read_from_the_release_hash_module(monkeypatch, salt_source, expected):
     import inspect
 
-    from harness.targets.connector_capabilities import FORMS
+    from harness.targets.connector.capabilities import FORMS
 
     class BlockHashListWithBlockSize:  # 0.24+: a coarser block is its last fine hash
         def __init__(self, block_hashes, hash_block_size, target_block_size):
@@ -293,7 +293,7 @@ def test_release_block_hashing_is_read_from_the_release_hash_module(monkeypatch,
 
 
 def test_manager_view_hands_the_release_hashed_pool_where_given():
-    from harness.targets.vllm_connector_adapter import _ManagerView
+    from harness.targets.connector.vllm_adapter import _ManagerView
 
     manager = types.SimpleNamespace(block_pool="engine pool", num_gpu_blocks=7)
     assert _ManagerView(manager).block_pool == "engine pool"

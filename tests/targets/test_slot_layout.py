@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.targets.vllm_connector_adapter import SplitKVLayout, layer_slots
+from harness.targets.connector.vllm_adapter import SplitKVLayout, layer_slots
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import AttentionSpec
 from reference_impl.kv_cache.tensors import KVCacheTensors

@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import EXIT_TARGET
 from harness.target_spec import KINDS, TargetError, parse_spec
-from harness.targets.connector_selection import BUILTIN_TARGETS, check_loadable, select_targets
+from harness.targets.connector.selection import BUILTIN_TARGETS, check_loadable, select_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 

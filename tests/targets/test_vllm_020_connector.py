@@ -28,7 +28,7 @@ VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 # Reviewed data: the status of each C04 cell on vLLM 0.20.0 (measured 2026-12-05), and the N/A reason's start.
 # The Mamba presets passed until they became N/A (branch offl, 2026-12-05): attention blocks of 16 beside a Mamba
 # 'align' block of 256 is a model no release builds; the layout 0.20.0 builds in their place (every block 256:
-# harness.targets.vllm_layouts) runs instead, and passes (measured 2026-12-06).
+# harness.targets.connector.vllm_layouts) runs instead, and passes (measured 2026-12-06).
 EXPECTED = {"fa_only": "passed", "fa+swa": "passed", "fa16+swa32": "passed", "fa+mamba_align": "skipped",
             "fa+swa+mamba": "skipped", "scratch_group": "skipped", "fa+mamba_align@block256": "passed",
             "fa+swa+mamba@block256": "passed"}
@@ -72,7 +72,7 @@ FIXED.update({("C30", p): "passed" for p in ("fa+swa", "fa_only")})
 FIXED.update({(c, p): "skipped" for c in ("C07", "C14") for p in ("scratch_group", "fa+mamba_align", "fa+swa+mamba")})
 FIXED[("C30", "fa+swa+mamba")] = "skipped"
 # Measured 2026-12-06: the layouts 0.20.0 builds in place of the Mamba presets (every block 256,
-# harness.targets.vllm_layouts) and the chunked-local preset pass.
+# harness.targets.connector.vllm_layouts) and the chunked-local preset pass.
 FIXED.update({(c, p): "passed" for c in ("C07", "C14") for p in ("fa+mamba_align@block256", "fa+swa+mamba@block256")})
 FIXED.update({("C30", "fa+swa+mamba@block256"): "passed"})
 FIXED.update({(c, "fa+chunked320"): "passed" for c in ("C07", "C14", "C19")})

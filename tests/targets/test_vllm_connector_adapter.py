@@ -18,7 +18,7 @@ pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.factory",
 
 from reference_impl.connector.base import supports_hma  # noqa: E402
 from reference_impl.engine.core import EngineConfig, EngineCore  # noqa: E402
-from harness.targets.vllm_connector_adapter import adapter_class, standardized_view  # noqa: E402
+from harness.targets.connector.vllm_adapter import adapter_class, standardized_view  # noqa: E402
 
 
 def _prompt(seed: int, length: int) -> list[int]:
@@ -84,7 +84,7 @@ def test_mamba_layers_register_as_one_int8_page_tensor():
 def test_device_mirrors_chain_back_to_the_engine(monkeypatch):
     """A CUDA-only connector gets device mirrors; on this CPU machine the same chain runs with a CPU 'device':
     what the connector writes into the mirror reaches the engine's memory after the hook."""
-    from harness.targets import vllm_connector_adapter as adapter
+    from harness.targets.connector import vllm_adapter as adapter
 
     cls = adapter_class("DecodeBenchConnector")
     monkeypatch.setattr(cls, "device", "cpu")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import EXIT_TARGET, UsageError
-from harness.targets import vllm_connector, vllm_connector_facts as facts
+from harness.targets.connector import vllm_target as vllm_connector
+from harness.targets.connector import vllm_facts as facts
 from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_missing_package_and_device_are_one_line_reasons(monkeypatch):
         "cannot run here: P2pNcclConnector needs CUDA (")
     # CUDA plumbing only: CPU stand-ins, where the release has the worker modules they patch (find_spec is patched
     # above, so say so here; which releases have them is tests/targets/test_vllm_device_standins.py's business).
-    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    monkeypatch.setattr("harness.targets.connector.vllm_device_standins.uncovered_modules", lambda name: [])
     for name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         assert facts.missing_requirement(name) is None and facts.runs_on_standins(name)
     assert not facts.runs_on_standins("P2pNcclConnector")
@@ -168,7 +169,7 @@ def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmca
     find_spec = importlib.util.find_spec
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     # OffloadingConnector runs on the CPU stand-ins where the release has their modules (the fake one has none).
-    monkeypatch.setattr("harness.targets.vllm_device_standins.uncovered_modules", lambda name: [])
+    monkeypatch.setattr("harness.targets.connector.vllm_device_standins.uncovered_modules", lambda name: [])
     reasons = []
     for installed in (True, False):
         monkeypatch.setattr(importlib.util, "find_spec",

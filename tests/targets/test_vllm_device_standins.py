@@ -1,4 +1,4 @@
-"""The CPU stand-ins for the CUDA pieces of vLLM's offloading connectors (harness.targets.vllm_device_standins).
+"""The CPU stand-ins for the CUDA pieces of vLLM's offloading connectors (harness.targets.connector.vllm_device_standins).
 
 The copy kernels are checked against torch's own slice copies (an independent oracle); the stream and event
 stand-ins against the semantics vLLM relies on. Installing them needs vLLM (skipped without it).
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.targets import vllm_device_standins as standins
+from harness.targets.connector import vllm_device_standins as standins
 
 
 def _pages(seed: int, rows: int, width: int) -> torch.Tensor:
@@ -113,7 +113,7 @@ def test_a_release_without_the_patched_worker_modules_is_not_covered(monkeypatch
 
 
 def test_an_uncovered_release_is_one_cannot_run_line(monkeypatch):
-    from harness.targets import vllm_connector_facts as facts
+    from harness.targets.connector import vllm_facts as facts
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setitem(standins._CONNECTOR_SITES, "OffloadingConnector", ("kvconform_absent_pkg.cpu_worker",))

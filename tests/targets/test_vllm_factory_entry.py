@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.targets import vllm_config
+from harness.targets.config import vllm_target as vllm_config
 
 
 class _V010Factory:

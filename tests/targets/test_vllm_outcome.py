@@ -1,4 +1,4 @@
-"""How the `vllm` target turns vLLM's behaviour into outcome fields (harness/targets/vllm_outcome.py).
+"""How the `vllm` target turns vLLM's behaviour into outcome fields (harness/targets/config/vllm_outcome.py).
 
 - Exceptions: config-time errors reach us inside pydantic's `ValidationError`; the outcome names the class
   and text that vLLM's own code raised. Checked with real pydantic where it is installed (the vLLM venv)
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets.vllm_config import child_config, vllm_module_path
-from harness.targets.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
+from harness.targets.config.vllm_target import child_config, vllm_module_path
+from harness.targets.config.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
 
 SUITE_MODULE = "suites.config.external_connectors"
-TWIN_MODULE = "harness.targets.vllm_external_connectors"
+TWIN_MODULE = "harness.targets.config.vllm_external_connectors"
 
 
 class ValidationError(ValueError):
@@ -255,7 +255,7 @@ def test_pydantic_field_error_is_one_line_without_the_version_url():
 
 
 def test_argparse_rejection_of_a_config_flag_names_the_option_and_the_field():
-    from harness.targets.vllm_outcome import argparse_message
+    from harness.targets.config.vllm_outcome import argparse_message
 
     try:
         try:
@@ -269,7 +269,7 @@ def test_argparse_rejection_of_a_config_flag_names_the_option_and_the_field():
 
 
 def test_layers_beyond_stage_config_are_not_evaluable_by_the_vllm_target():
-    from harness.targets.vllm_config import Case, NotEvaluable
+    from harness.targets.config.vllm_target import Case, NotEvaluable
 
     with pytest.raises(NotEvaluable, match="does not group KV cache specs"):
         Case.parse({"layers": ["full", "mamba"]})

@@ -14,9 +14,9 @@ import types
 
 import pytest
 
-from harness.targets import vllm_connector_adapter as adapter_module
-from harness.targets.allocator_capabilities import probe_capabilities
-from harness.targets.connector_capabilities import CAPABILITIES
+from harness.targets.connector import vllm_adapter as adapter_module
+from harness.targets.allocator.capabilities import probe_capabilities
+from harness.targets.connector.capabilities import CAPABILITIES
 from reference_impl.engine.outputs import CachedRequestData, NewRequestData, SchedulerOutput
 
 

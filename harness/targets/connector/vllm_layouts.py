@@ -105,8 +105,8 @@ def only_built_layouts(preset: str, release: str | None) -> None:
     """End the running check as N/A when `preset` is not a layout its target builds: on a vLLM `release`, a
     preset the release would not build ("N/A on X.Y.Z: ..., the layout it builds runs instead"); elsewhere, a
     `NAME@blockN` layout, which only a release's run adds (kvconform's engine runs NAME itself)."""
-    from harness.targets.allocator_capabilities import not_applicable as release_not_applicable
-    from harness.targets.connector_profile import not_applicable
+    from harness.targets.allocator.capabilities import not_applicable as release_not_applicable
+    from harness.targets.connector.profile import not_applicable
 
     if release is not None:
         built = built_layout(preset)

@@ -2,7 +2,7 @@
 beyond CPU torch, its by-design refusals) and the lookups built on it (the names vLLM registers, the extra config a
 connector needs to start here, why one cannot run here, what a `vllm:Name` spec names).
 
-The target (`harness.targets.vllm_connector`) and the adapter (`harness.targets.vllm_connector_adapter`) both read
+The target (`harness.targets.connector.vllm_target`) and the adapter (`harness.targets.connector.vllm_adapter`) both read
 these facts; the facts import neither, so imports run one way: selection -> target -> adapter -> facts.
 """
 
@@ -24,7 +24,7 @@ from harness.target_spec import VLLM_PREFIX, TargetError
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version
 
 _MULTI = re.compile(r"^MultiConnector\[(?P<children>[A-Za-z0-9_,]+)\]$")
-# What kind of connector each of vLLM's is (harness.targets.connector_profile; reviewed data, read from each
+# What kind of connector each of vLLM's is (harness.targets.connector.profile; reviewed data, read from each
 # connector's docstring and lookup in vLLM 0.33.0). Connectors absent here store and load KV.
 KINDS: dict[str, str] = {
     "DecodeBenchConnector": "dummy",  # a benchmark stub: claims every prompt and fills its KV with dummy values
@@ -32,7 +32,7 @@ KINDS: dict[str, str] = {
     "MooncakeConnector": "transfer", "MoRIIOConnector": "transfer", "P2pNcclConnector": "transfer",
 }
 
-# Whose store each of vLLM's storing connectors has (harness.targets.connector_profile, `store_scope`; reviewed
+# Whose store each of vLLM's storing connectors has (harness.targets.connector.profile, `store_scope`; reviewed
 # data, vLLM 0.33.0). Absent: shared by the engines of one process (a file store, a server). "engine": the CPU
 # tier belongs to the connector instances of one engine, so a second engine starts with an empty tier:
 # OffloadingConnector's index is the scheduler instance's `CPUOffloadingManager` (`CPUOffloadingSpec.get_manager`,
@@ -78,7 +78,7 @@ class Requirement:
     why: str = ""
     model: str = ""  # a model feature no preset has: the connector is not applicable to the suite's presets
     # The worker needs CUDA only for device plumbing (platform check, streams, events, pinned memory, the copy
-    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.vllm_device_standins).
+    # kernel): without CUDA it runs on kvconform's CPU stand-ins (harness.targets.connector.vllm_device_standins).
     cpu_standins: bool = False
     # Why the connector cannot be judged in a test process it shares with other checks and connectors (the
     # suite builds many engines per process): it is then not run, with this reason, and is no MultiConnector child.
@@ -200,8 +200,8 @@ def default_extra_config(name: str, within: str | None = None) -> dict:
     if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
         return {"cpu_bytes_to_use": 64 << 20}  # the CPU tier's size (vLLM's default wants a GPU's worth)
     if name == "LMCacheMPConnector":
-        # LMCache's real multi-process server, started by the suite (harness.targets.lmcache_server).
-        from harness.targets import lmcache_server
+        # LMCache's real multi-process server, started by the suite (harness.targets.connector.lmcache_server).
+        from harness.targets.connector import lmcache_server
 
         server = lmcache_server.shared()
         return {"lmcache.mp.host": server.host, "lmcache.mp.port": server.port}
@@ -247,7 +247,7 @@ def missing_requirement(name: str) -> str | None:
             return None
         if not need.cpu_standins:
             return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
-        from harness.targets.vllm_device_standins import uncovered_modules
+        from harness.targets.connector.vllm_device_standins import uncovered_modules
 
         uncovered = uncovered_modules(name)
         if uncovered:

@@ -100,7 +100,7 @@ def unwrap_exception(exc: BaseException) -> BaseException:
 
 # The suite's fixture connectors -> their twins built on vLLM's own base classes. vLLM loads the twin; its
 # messages name the case's module again, so outcomes stay comparable with other targets.
-EXTERNAL_TWINS = {"suites.config.external_connectors": "harness.targets.vllm_external_connectors"}
+EXTERNAL_TWINS = {"suites.config.external_connectors": "harness.targets.config.vllm_external_connectors"}
 
 
 def error_of(exc: BaseException, stage: str) -> dict:

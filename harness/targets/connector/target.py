@@ -3,7 +3,7 @@ failures during a check (which hook raised, which hook was running when a check 
 check runner that uses it (`suites.connector.runner`).
 
 Which targets a run checks (built-in connectors, `--kv-connector` specs, entry points) is chosen by
-`harness.targets.connector_selection`; a `vllm:Name` target is `harness.targets.vllm_connector`'s subclass.
+`harness.targets.connector.selection`; a `vllm:Name` target is `harness.targets.connector.vllm_target`'s subclass.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from harness.target_spec import TargetError, import_object, parse_spec
-from harness.targets.connector_capabilities import ReleaseTable, reference_table
-from harness.targets.connector_profile import ConnectorProfile, profile_for
+from harness.targets.connector.capabilities import ReleaseTable, reference_table
+from harness.targets.connector.profile import ConnectorProfile, profile_for
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
 from reference_impl.connector.factory import check_constructor
@@ -48,7 +48,7 @@ class ConnectorTarget:
         try:
             spec = parse_spec("connector", self.spec, self.source)
             if spec.vllm_name is not None:
-                raise spec.error("a vllm: connector is loaded by harness.targets.vllm_connector")
+                raise spec.error("a vllm: connector is loaded by harness.targets.connector.vllm_target")
             cls = import_object(spec)
         except TargetError as exc:
             raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
@@ -97,13 +97,13 @@ class ConnectorTarget:
 
     @property
     def profile(self) -> ConnectorProfile:
-        """What kind of connector this is, for which checks apply (harness.targets.connector_profile)."""
+        """What kind of connector this is, for which checks apply (harness.targets.connector.profile)."""
         return profile_for(self.declared, self.is_hma, self.known_kind, known_store_scope=self.known_store_scope,
                            known_block_size_option=self.known_block_size_option)
 
     @property
     def release_table(self) -> ReleaseTable:
-        """The connector API this target is driven through (`harness.targets.connector_capabilities`):
+        """The connector API this target is driven through (`harness.targets.connector.capabilities`):
         kvconform's connector protocol, which has every capability; a vLLM connector's is its release's."""
         return reference_table()
 

@@ -3,7 +3,7 @@ something of its own in place of a piece of vLLM (documented in docs/vllm-connec
 
 OffloadingConnector (its CPU backend) and SimpleCPUOffloadConnector are CPU-memory tiers; what ties their
 workers to a GPU is only the device plumbing around the copies. On a machine without CUDA the adapter
-(`harness.targets.vllm_connector_adapter`) calls `install()` before building such a connector, which rebinds
+(`harness.targets.connector.vllm_adapter`) calls `install()` before building such a connector, which rebinds
 module-level names in the listed vLLM modules (and nowhere else):
 
 | piece            | vLLM uses                                       | stand-in                                        |
@@ -309,7 +309,7 @@ def current_device_index() -> int:
     index = getattr(_device, "index", None)
     if index is None:
         raise RuntimeError("no stand-in device selected: torch.accelerator.current_device_index() was called "
-                           "outside a worker call of harness.targets.vllm_connector_adapter")
+                           "outside a worker call of harness.targets.connector.vllm_adapter")
     return index
 
 

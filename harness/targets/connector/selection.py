@@ -1,8 +1,8 @@
 """Which connectors a run checks: a built-in kvconform connector, a `--kv-connector module:Class` (or `vllm:Name`,
-see `harness.targets.vllm_connector`), or an entry point of the group `kvconform.connectors` (its value is
+see `harness.targets.connector.vllm_target`), or an entry point of the group `kvconform.connectors` (its value is
 `module:Class`); the spec is read by `harness.target_spec`, as every target's is.
 
-The selection sits above the targets it builds (`harness.targets.connector_target`, and for `vllm:` specs the vLLM
+The selection sits above the targets it builds (`harness.targets.connector.target`, and for `vllm:` specs the vLLM
 target), so imports run one way.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import metadata
 
 from harness.target_spec import BUILTIN_CONNECTORS, VLLM_PREFIX, parse_spec
-from harness.targets.connector_target import ConnectorTarget
+from harness.targets.connector.target import ConnectorTarget
 
 ENTRY_POINT_GROUP = "kvconform.connectors"
 
@@ -38,7 +38,7 @@ def connector_target(text: str, option: str = "--kv-connector") -> ConnectorTarg
     if spec.builtin is not None:
         return _builtin_target(spec.builtin)
     if spec.vllm_name is not None:
-        from harness.targets.vllm_connector import vllm_target  # needs vLLM; imported only for a vllm: spec
+        from harness.targets.connector.vllm_target import vllm_target  # needs vLLM; imported only for a vllm: spec
 
         return vllm_target(spec.text, option)
     return ConnectorTarget(spec.attribute.rpartition(".")[2], spec.text, option)

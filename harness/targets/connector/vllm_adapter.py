@@ -16,7 +16,7 @@ The connector is vLLM's, unmodified. The adapter owns only translation, in both 
 
 A connector that needs a package or device this machine lacks skips the check with one line. Which of vLLM's
 hooks the adapter calls, and which shape each vLLM object takes, is the release's capability table
-(`harness.targets.connector_capabilities`, probed from the release's code): a hook the release's base class does
+(`harness.targets.connector.capabilities`, probed from the release's code): a hook the release's base class does
 not declare is one vLLM would never call, so the adapter does not call it either.
 """
 
@@ -34,8 +34,8 @@ import pytest
 import torch
 
 from harness import outcomes
-from harness.targets.connector_capabilities import release_has
-from harness.targets.vllm_connector_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
+from harness.targets.connector.capabilities import release_has
+from harness.targets.connector.vllm_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
                                                   default_extra_config, missing_requirement, model_requirement,
                                                   needs_cuda, runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
@@ -654,7 +654,7 @@ class VllmConnectorAdapter:
     unavailable: str | None = None
     unavailable_model: str | None = None  # what model it needs, when that is why it is unavailable (an N/A)
     device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
-    cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.vllm_device_standins (no CUDA here)
+    cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.connector.vllm_device_standins (no CUDA here)
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if self.unavailable_model:
@@ -682,7 +682,7 @@ class VllmConnectorAdapter:
         self._kv_caches: dict[str, Any] = {}
         self._attention_layers: list[str] = []
         if self.cpu_standins:
-            from harness.targets import vllm_device_standins
+            from harness.targets.connector import vllm_device_standins
 
             vllm_device_standins.install()
         if role == KVConnectorRole.WORKER:
@@ -697,7 +697,7 @@ class VllmConnectorAdapter:
         """A known, by-design start-up refusal of a Mamba group in mamba_cache_mode 'none' (reviewed data:
         `MAMBA_NONE_REFUSALS`, matched on the connector or one of a MultiConnector's children) ends the check as
         N/A with vLLM's reason; any other exception stays the check's failure."""
-        from harness.targets.connector_profile import not_applicable
+        from harness.targets.connector.profile import not_applicable
 
         modes = [getattr(g.kv_cache_spec, "mamba_cache_mode", None) for g in self.kv_cache_config.kv_cache_groups]
         if "none" not in modes:
@@ -940,7 +940,7 @@ class VllmConnectorAdapter:
             return self.inner.shutdown()  # in vLLM's base class since before the seed release (0.13.0)
         finally:
             if self.cpu_standins:  # the engine's shared-region files go with it, also when its shutdown failed
-                from harness.targets import vllm_device_standins
+                from harness.targets.connector import vllm_device_standins
 
                 vllm_device_standins.remove_regions(self.vllm_config.kv_transfer_config.engine_id)
 
@@ -963,7 +963,7 @@ class VllmConnectorAdapter:
         """A known, by-design refusal of several KV cache groups (reviewed data: `MULTI_GROUP_REFUSALS`) ends
         the check as N/A through the profile mechanism ("declares HMA, refuses multi-group ..."), so it is
         reported once as what it is, not as a failure of every multi-group check."""
-        from harness.targets.connector_profile import refuses_multi_group
+        from harness.targets.connector.profile import refuses_multi_group
 
         known = MULTI_GROUP_REFUSALS.get(self.vllm_name)
         if known and len(self.kv_cache_config.kv_cache_groups) > 1 and known[0] in str(exc):
@@ -985,7 +985,7 @@ class VllmConnectorAdapter:
             mirror.copy_(engine_view)
         try:
             if self.cpu_standins:
-                from harness.targets import vllm_device_standins
+                from harness.targets.connector import vllm_device_standins
 
                 with vllm_device_standins.selected_device(self.vllm_config.parallel_config.rank):
                     yield
@@ -1099,7 +1099,7 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:
         body["request_finished_all_groups"] = None  # not offered: vLLM never calls it on this class
-    # One class name per composition, importable as `harness.targets.vllm_connector_adapter:<class name>`, so
+    # One class name per composition, importable as `harness.targets.connector.vllm_adapter:<class name>`, so
     # a MultiConnector config (which names its children by module path and class) can hold the adapter too.
     class_name = "__".join((name, *children))
     cls = type(class_name, bases, body)

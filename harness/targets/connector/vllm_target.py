@@ -1,7 +1,7 @@
 """`--kv-connector vllm:Name`: an in-tree connector of the installed vLLM as the connector under test.
 
 `vllm:ExampleConnector` names a connector vLLM's `KVConnectorFactory` registers. The class is vLLM's,
-unmodified; kvconform's thin adapter (`harness.targets.vllm_connector_adapter`) translates the mini
+unmodified; kvconform's thin adapter (`harness.targets.connector.vllm_adapter`) translates the mini
 engine's objects into vLLM's. `vllm:MultiConnector[A,B]` wraps registered connectors A and B.
 
 Bad input is a target error (exit 4): no usable vLLM (with how to install one), or a name vLLM does not
@@ -15,9 +15,9 @@ import sys
 
 from harness.errors import UsageError
 from harness.target_spec import VLLM_PREFIX, TargetError
-from harness.targets.connector_capabilities import ReleaseTable, installed_vllm_table
-from harness.targets.connector_target import ConnectorLoadError, ConnectorTarget
-from harness.targets.vllm_connector_facts import (BLOCK_SIZE_OPTIONS, KINDS, STORE_SCOPES, default_multi_children,
+from harness.targets.connector.capabilities import ReleaseTable, installed_vllm_table
+from harness.targets.connector.target import ConnectorLoadError, ConnectorTarget
+from harness.targets.connector.vllm_facts import (BLOCK_SIZE_OPTIONS, KINDS, STORE_SCOPES, default_multi_children,
                                                   parse_name, registered_names, validate_spec)
 from harness.targets.vllm_install import installed_vllm_version
 
@@ -45,7 +45,7 @@ class VllmConnectorTarget(ConnectorTarget):
 
     @property
     def release_table(self) -> ReleaseTable:
-        """The installed vLLM release's connector API (`harness.targets.connector_capabilities`)."""
+        """The installed vLLM release's connector API (`harness.targets.connector.capabilities`)."""
         if not self.spec.startswith(VLLM_PREFIX):
             return super().release_table  # a plain module:Class target built from this one (check C33's wrapper)
         return installed_vllm_table()
@@ -53,7 +53,7 @@ class VllmConnectorTarget(ConnectorTarget):
     def load(self) -> type:
         if self._cls is not None or not self.spec.startswith(VLLM_PREFIX):
             return super().load()  # a plain module:Class target built from this one (e.g. check C33's wrapper)
-        from harness.targets.vllm_connector_adapter import adapter_class
+        from harness.targets.connector.vllm_adapter import adapter_class
 
         name, children = parse_name(self.spec)
         try:
@@ -73,7 +73,7 @@ def vllm_target(spec: str, option: str = "--kv-connector") -> VllmConnectorTarge
 
 
 def main() -> int:
-    """`python -m harness.targets.vllm_connector`: the `--kv-connector vllm:Name` arguments for every connector
+    """`python -m harness.targets.connector.vllm_target`: the `--kv-connector vllm:Name` arguments for every connector
     the installed vLLM registers, plus a MultiConnector over the ones that run on a CPU (for CI scripts)."""
     try:
         names = registered_names()

@@ -217,7 +217,7 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     # no release's config builds it: the platform's block-size update sets `mamba_block_size = block_size` in
     # 'align' mode (0.20.0 `platforms/interface.py` l. 502-613; 0.32.0 `Platform._align_hybrid_block_size`,
     # l. 1102-1103, run for every hybrid model by `update_block_size_for_backend`, l. 785-787), so a connector run
-    # on a release gets the layout it builds instead (`harness.targets.vllm_layouts`).
+    # on a release gets the layout it builds instead (`harness.targets.connector.vllm_layouts`).
     Capability("mamba_align_block", "an 'align' Mamba group's block is the cache block size "
                "(resolve_kv_cache_block_sizes takes a Mamba group with a block of its own for one outside 'align' mode "
                "and hashes at the scheduler block): a model with attention blocks beside a larger Mamba 'align' "
@@ -328,7 +328,7 @@ def probe_capabilities(mods: Mapping, capabilities: Mapping[str, Capability] | N
     """(capabilities the release has, {capability it lacks: what it lacks}) from its modules (`ReleaseModules`
     of a target's module map, or any mapping of the short names of `PROBED_MODULES`). `capabilities`: the
     table to probe (the allocator's `CAPABILITIES` unless given; the connector's lives in
-    `harness.targets.connector_capabilities`)."""
+    `harness.targets.connector.capabilities`)."""
     have, lacks = set(), {}
     for cap in (CAPABILITIES if capabilities is None else capabilities).values():
         try:

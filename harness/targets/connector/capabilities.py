@@ -5,7 +5,7 @@ A connector check that needs an API the release under test lacks is not a failur
 connectors: it is "N/A on X.Y.Z: reason" (a skip with that reason), so a clean run on any supported release is
 green and `kvconform diff` of two releases' runs lists only what changed in behaviour. A check asks for what it
 needs with `CheckContext.require(name)` (`suites/connector/context.py`); the vLLM adapter
-(`harness.targets.vllm_connector_adapter`) asks the same table which hooks vLLM would call (`release_has`).
+(`harness.targets.connector.vllm_adapter`) asks the same table which hooks vLLM would call (`release_has`).
 
 Each row is probed from the installed release's own code (a class, a method of `KVConnectorBase_V1`, a
 dataclass field), never from a version number or a connector's name, so a release kvconform has never seen
@@ -19,7 +19,7 @@ gets a correct table too. Two kinds of row:
   protocol has no counterpart: they live here so that every release probe has one home.
 
 `docs/connector-releases.md` lists the table for the releases checked by hand (0.13.0, 0.33.0, 0.34.0);
-`python -m harness.targets.connector_capabilities` prints the installed release's table as JSON.
+`python -m harness.targets.connector.capabilities` prints the installed release's table as JSON.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import re
 import sys
 from collections.abc import Mapping
 
-from harness.targets.allocator_capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
-from harness.targets.allocator_capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
+from harness.targets.allocator.capabilities import CAPABILITIES as ALLOCATOR_CAPABILITIES
+from harness.targets.allocator.capabilities import (Capability, ReleaseModules, fields_of, not_applicable,
                                                     probe_capabilities)
 
 __all__ = ["CAPABILITIES", "FORMS", "PROBED_MODULES", "REFERENCE_MODULES", "VLLM_MODULES", "ReleaseTable",
@@ -238,7 +238,7 @@ def release_has(name: str) -> bool:
 
 
 def main() -> int:
-    """`python -m harness.targets.connector_capabilities`: the installed vLLM's table as one JSON object
+    """`python -m harness.targets.connector.capabilities`: the installed vLLM's table as one JSON object
     (`version`, then row -> true/false)."""
     table = installed_vllm_table()
     print(json.dumps({"version": table.version, **table.as_dict()}))

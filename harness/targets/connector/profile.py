@@ -29,7 +29,7 @@ connector.
 
 A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
 connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
-connectors get theirs from reviewed data (`harness.targets.vllm_connector_facts.KINDS`); otherwise it is inferred:
+connectors get theirs from reviewed data (`harness.targets.connector.vllm_facts.KINDS`); otherwise it is inferred:
 `stores`, and HMA from the class. The run's header prints each connector's profile and where it came from.
 """
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
-from harness.targets.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
+from harness.targets.config.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
                                           unwrap_exception)
-from harness.targets.vllm_platforms import PLATFORM_CLASSES, hisparse_backend, platform_support
+from harness.targets.config.vllm_platforms import PLATFORM_CLASSES, hisparse_backend, platform_support
 from reference_impl.vocabulary import CASE_DEFAULTS, STAGES as ALL_STAGES
 
 CASE_KEYS = frozenset(CASE_DEFAULTS)
@@ -184,7 +184,7 @@ def _case_era(raw: dict) -> str | None:
 
 def vllm_module_path(path: str) -> str:
     """The module vLLM should load for a case's module path: the suite's fixture connectors have a
-    twin built on vLLM's own base classes (see `harness.targets.vllm_external_connectors`)."""
+    twin built on vLLM's own base classes (see `harness.targets.config.vllm_external_connectors`)."""
     return EXTERNAL_TWINS.get(path, path)
 
 

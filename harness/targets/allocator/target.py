@@ -5,7 +5,7 @@ scenario code then calls their vLLM method names directly, so the same scenario 
 any vLLM release. `ModuleMapAllocatorTarget` is that target for every implementation that keeps vLLM's
 `v1/core` modules: it finds them through a module map (vLLM's module name -> where the implementation keeps
 it), the reference's (`make_reference_target`) or an installed vLLM's (`make_vllm_target`), and what an
-implementation offers is read from its code (`harness.targets.allocator_capabilities`), never from its
+implementation offers is read from its code (`harness.targets.allocator.capabilities`), never from its
 name. Backdoor accessors (zarr.testing style) expose internals the invariant checks need without trusting
 the public API. Capabilities are data: a test needing one the target lacks is skipped with a reason.
 Planning scenarios (`PlanningTarget`) reach the target's own planner the same way, through its module map,
@@ -23,8 +23,8 @@ from types import ModuleType, SimpleNamespace
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from harness.targets.allocator_capabilities import CAPABILITIES as RELEASE_CAPABILITIES
-from harness.targets.allocator_capabilities import ReleaseModules, fields_of, not_applicable, probe_capabilities
+from harness.targets.allocator.capabilities import CAPABILITIES as RELEASE_CAPABILITIES
+from harness.targets.allocator.capabilities import ReleaseModules, fields_of, not_applicable, probe_capabilities
 
 __all__ = ["GroupDesc", "AllocatorTarget", "PlanningTarget", "ModuleMapAllocatorTarget", "CAPABILITIES",
            "REFERENCE_MODULES", "REFERENCE_EXTENSIONS", "target_module", "make_spec", "vllm_modules",
