@@ -1,9 +1,11 @@
 """The release registry: the vLLM releases kvconform knows, one row each in `releases.toml`.
 
-One home for what is said per release: whether the vLLM CI job judges it, its dependency list and torch pin
-(scripts/install-vllm.sh), its upstream-test floor (`harness.upstream`) and the CI steps it cannot run yet; the
-known range of releases ends after the newest row's minor (`reference_impl.config.eras`). A release's rule era
-is the eras' business (`reference_impl.config.eras.era_for_version`), never a column here.
+One home for what is said per release: its rule era, whether the vLLM CI job judges it, its dependency list and
+torch pin (scripts/install-vllm.sh), its upstream-test floor (`harness.upstream`) and the CI steps it cannot run
+yet; the known range of releases ends after the newest row's minor (`reference_impl.config.eras`). What an era
+does is the eras' business (`reference_impl.config.eras` for config resolution, `reference_impl.kv_cache.release`
+for the allocator); this module only places releases on the one axis, so that a floor that cannot import the
+config package (the allocator's) still resolves a release to its era here.
 
 The module needs nothing but the standard library, so that shell scripts on a clean machine read the registry
 with any Python 3.11 (`python3 reference_impl/releases.py ci`); see `main` for the commands.
@@ -20,12 +22,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
-           "parse_version", "load", "row_for", "ci_releases", "oldest", "newest_exclusive", "main"]
+           "parse_version", "load", "row_for", "era_ids", "era_at_least", "ci_releases", "oldest", "newest_exclusive",
+           "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
 STEPS = ("install", "matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine")
-_ROW_KEYS = {"ci", "deps", "torch", "upstream_floor", "gaps"}
+_ROW_KEYS = {"era", "ci", "deps", "torch", "upstream_floor", "gaps"}
 _RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 #: A version as `parse_version` reads it: X.Y or X.Y.Z, a leading "v", a local or dev suffix ignored.
 VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
@@ -48,6 +51,7 @@ class Release:
     """One row of the registry."""
 
     version: str
+    era: str
     deps: str
     torch: str
     ci: bool = False
@@ -69,7 +73,7 @@ def _row(version: str, raw: object, defaults: Mapping[str, object], where: str) 
     if unknown:
         raise RegistryError(f"{where}: row {version!r}: unknown key {unknown[0]!r}; accepted: {', '.join(sorted(_ROW_KEYS))}")
     values = {**defaults, **raw}
-    for name in ("deps", "torch"):
+    for name in ("era", "deps", "torch"):
         if not isinstance(values.get(name), str) or not values[name]:
             raise RegistryError(f"{where}: row {version!r}: {name} must be a non-empty string, got {values.get(name)!r}")
     if not isinstance(values.get("ci", False), bool):
@@ -85,7 +89,7 @@ def _row(version: str, raw: object, defaults: Mapping[str, object], where: str) 
             raise RegistryError(f"{where}: row {version!r}: gaps: unknown step {step!r}; accepted: {', '.join(STEPS)}")
         if not isinstance(reason, str) or not reason.strip():
             raise RegistryError(f"{where}: row {version!r}: gaps.{step} must name what is missing")
-    return Release(version=version, deps=values["deps"], torch=values["torch"], ci=values.get("ci", False),
+    return Release(version=version, era=values["era"], deps=values["deps"], torch=values["torch"], ci=values.get("ci", False),
                    upstream_floor=None if floor is None else float(floor), gaps=MappingProxyType(dict(gaps)))
 
 
@@ -98,6 +102,13 @@ def load(path: Path = REGISTRY) -> tuple[Release, ...]:
                         key=lambda row: row.key))
     if not rows:
         raise RegistryError(f"{path.name}: no release rows")
+    seen: list[str] = []
+    for row in rows:
+        if row.era in seen and row.era != seen[-1]:
+            raise RegistryError(f"{path.name}: row {row.version!r}: era {row.era!r} comes back after {seen[-1]!r}; "
+                                "an era is one range of releases")
+        if not seen or row.era != seen[-1]:
+            seen.append(row.era)
     return rows
 
 
@@ -116,6 +127,20 @@ def row_for(version: str) -> Release:
     if chosen is None:
         raise RegistryError(f"vLLM {version} is older than every release of the registry (oldest: {RELEASES[0].version})")
     return chosen
+
+
+def era_ids() -> tuple[str, ...]:
+    """The eras of the registry's rows, oldest first."""
+    return tuple(dict.fromkeys(row.era for row in RELEASES))
+
+
+def era_at_least(era: str, first: str) -> bool:
+    """Whether `era` is `first` or a later era (both ids of registry rows); ValueError naming an unknown one."""
+    order = era_ids()
+    for name in (era, first):
+        if name not in order:
+            raise ValueError(f"era {name!r} is not an era of the release registry; accepted: {', '.join(order)}")
+    return order.index(era) >= order.index(first)
 
 
 def ci_releases() -> list[str]:

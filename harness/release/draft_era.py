@@ -5,8 +5,8 @@
 Writes into a kvconform tree (default: this checkout):
   * `reference_impl/config/eras.py`: a new era `vX.Y` (`vX.Y.Z` for a patch release) that evolves the newest
     era with no change (its rules copied), marked DRAFT in its summary; it joins `ERAS`;
-  * `reference_impl/releases.toml`: the release's row in the release registry (the newest row's dependency list;
-    not in CI), which puts the release in the known range;
+  * `reference_impl/releases.toml`: the release's row in the release registry (the new era, the newest row's
+    dependency list, not in CI), which puts the release in the known range;
   * `suites/config/tables/vX.Y.toml`: the oracle's decision table, extending the newest era's (its tables
     copied), with the sections to review named in comments.
 With `--range-only` (a release that changes no rule) only the registry row is written: the release joins the
@@ -79,8 +79,8 @@ def _tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
-def _with_row(root: Path, release_text: str) -> tuple[Path, str]:
-    """The registry's path and its text with a row for the release appended (the newest row's dependency list)."""
+def _with_row(root: Path, release_text: str, era: str) -> tuple[Path, str]:
+    """The registry's path and its text with the release's row appended: its era, the newest row's dependency list."""
     path = root / RELEASES_FILE
     source = _read(path)
     try:
@@ -90,7 +90,7 @@ def _with_row(root: Path, release_text: str) -> tuple[Path, str]:
     if release_text in rows:
         raise UsageError(f"release: {release_text} already has a row in {RELEASES_FILE}")
     newest = max(rows, key=parse_release)
-    return path, source.rstrip("\n") + f'\n\n["{release_text}"]\ndeps = "{rows[newest]["deps"]}"\n'
+    return path, source.rstrip("\n") + f'\n\n["{release_text}"]\nera = "{era}"\ndeps = "{rows[newest]["deps"]}"\n'
 
 
 def write_range_only(root: Path, release_text: str) -> list[Path]:
@@ -99,7 +99,7 @@ def write_range_only(root: Path, release_text: str) -> list[Path]:
     eras = declared_eras(_read(root / ERAS_FILE))
     if release < _padded(eras[-1].first_version):
         raise UsageError(f"release: {release_text} is older than the newest era {eras[-1].id}; nothing to widen")
-    path, updated = _with_row(root, release_text)
+    path, updated = _with_row(root, release_text, eras[-1].id)
     write_text_atomic(path, updated)
     return [path]
 
@@ -136,7 +136,7 @@ def write_draft_era(root: Path, release_text: str) -> tuple[str, list[Path]]:
     returned = _RETURN.search(source)
     names = returned[1].rstrip(", ")
     source = source[:returned.start()] + block + f"    return ({names}, {var})\n" + source[returned.end():]
-    registry, registry_text = _with_row(root, release_text)
+    registry, registry_text = _with_row(root, release_text, new_id)
 
     sections = sorted(k for k, v in _merged_table(root, previous.id).items() if isinstance(v, dict))
     table = (

@@ -66,6 +66,7 @@ def test_draft_era_copies_the_newest_era_and_covers_the_release(tree):
         if field.name not in ("id", "first_version", "representative", "summary"):
             assert getattr(new, field.name) == getattr(previous, field.name), field.name
     assert drafted.era_for_version(NEXT).id == NEXT_ID
+    assert real_releases.load(tree / RELEASES_FILE)[-1].era == NEXT_ID
     assert drafted.era_for_version(NEXT.rsplit(".", 1)[0] + ".7").id == NEXT_ID  # its patch releases too
     with pytest.raises(ValueError, match="outside the releases"):
         drafted.era_for_version(f"{NEWEST.first_version[0]}.{NEWEST.first_version[1] + 3}.0")
@@ -89,7 +90,7 @@ def test_range_only_writes_one_registry_row(tree):
     assert write_range_only(tree, NEXT) == [tree / RELEASES_FILE]
     after = (tree / RELEASES_FILE).read_text()
     newest_deps = real_releases.RELEASES[-1].deps
-    assert after == before.rstrip("\n") + f'\n\n["{NEXT}"]\ndeps = "{newest_deps}"\n'
+    assert after == before.rstrip("\n") + f'\n\n["{NEXT}"]\nera = "{NEWEST.id}"\ndeps = "{newest_deps}"\n'
     assert (tree / ERAS_FILE).read_text() == eras_before
     row = real_releases.load(tree / RELEASES_FILE)[-1]
     assert (row.version, row.ci, row.upstream_floor, dict(row.gaps)) == (NEXT, False, None, {})

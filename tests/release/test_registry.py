@@ -21,6 +21,19 @@ def test_every_era_is_tested_at_a_release_of_the_registry():
     assert not missing, f"eras whose representative release has no registry row: {missing}"
 
 
+def test_each_row_names_the_era_the_eras_place_it_in_and_each_era_starts_at_a_row():
+    wrong = [(row.version, row.era, eras.era_for_version(row.version).id) for row in releases.RELEASES
+             if row.era != eras.era_for_version(row.version).id]
+    assert not wrong, f"rows whose era is not the one reference_impl/config/eras.py gives: {wrong}"
+    firsts = {era.id: ".".join(map(str, era.first_version + (0,) * (3 - len(era.first_version)))) for era in eras.ERAS}
+    missing = {era: first for era, first in firsts.items() if first not in releases.RELEASES_BY_VERSION}
+    assert not missing, f"eras whose first release has no registry row (a release between rows takes the row before it): {missing}"
+    assert releases.era_ids() == tuple(era.id for era in eras.ERAS)
+    assert releases.era_at_least("v0.34", "seed") and not releases.era_at_least("pre-seed", "seed")
+    with pytest.raises(ValueError, match="era 'v9' is not an era of the release registry; accepted: v0.10, v0.11"):
+        releases.era_at_least("v9", "seed")
+
+
 def test_every_row_names_a_dependency_list_and_a_release_in_the_known_range():
     for row in releases.RELEASES:
         assert (REPO / "scripts" / "vllm-light-deps" / f"{row.deps}.txt").is_file(), f"{row.version}: deps {row.deps}"
@@ -40,15 +53,18 @@ def test_a_release_without_a_row_installs_as_the_row_before_it():
 
 
 @pytest.mark.parametrize("text,message", [
-    ('["0.34"]\ndeps = "0.34"\ntorch = "2.13.0"\n', "row '0.34' is not a release; expected X.Y.Z"),
-    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\ncl = true\n', "row '0.34.0': unknown key 'cl'; accepted: ci, deps"),
-    ('["0.34.0"]\ntorch = "2.13.0"\n', "row '0.34.0': deps must be a non-empty string, got None"),
-    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\nci = "yes"\n', "row '0.34.0': ci must be true or false, got 'yes'"),
-    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\nupstream_floor = 98\n',
+    ('["0.34"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n', "row '0.34' is not a release; expected X.Y.Z"),
+    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n', "row '0.34.0': era must be a non-empty string, got None"),
+    ('["0.33.0"]\nera = "a"\ndeps = "0.34"\n["0.34.0"]\nera = "b"\ndeps = "0.34"\n["0.35.0"]\nera = "a"\ndeps = "0.34"\n'
+     '[defaults]\ntorch = "2"\n', "row '0.35.0': era 'a' comes back after 'b'; an era is one range of releases"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\ncl = true\n', "row '0.34.0': unknown key 'cl'; accepted: ci, deps, era"),
+    ('["0.34.0"]\nera = "v0.34"\ntorch = "2.13.0"\n', "row '0.34.0': deps must be a non-empty string, got None"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nci = "yes"\n', "row '0.34.0': ci must be true or false, got 'yes'"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nupstream_floor = 98\n',
      "row '0.34.0': upstream_floor must be a share from 0 to 1, got 98"),
-    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstrem = "x"\n',
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstrem = "x"\n',
      "row '0.34.0': gaps: unknown step 'upstrem'; accepted: install, matrix"),
-    ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstream = " "\n',
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstream = " "\n',
      "row '0.34.0': gaps.upstream must name what is missing"),
 ])
 def test_a_bad_row_is_refused_naming_the_row_and_key(tmp_path, text, message):
