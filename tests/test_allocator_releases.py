@@ -11,12 +11,12 @@ from harness.targets.allocator.capabilities import CAPABILITIES, probe_capabilit
 from harness.targets.allocator.target import make_reference_target
 from reference_impl.kv_cache.block_pool import BlockHashToBlockMap, BlockPool
 from reference_impl.kv_cache.kv_cache_utils import KVCacheBlock
-from reference_impl.kv_cache.release import ENV_VAR, NEWEST, allocator_release, parse_release
+from reference_impl.kv_cache.release import ENV_VAR, NEWEST, allocator_era, parse_release
 from suites.allocator.helpers import new_step
 
 
-@pytest.mark.parametrize("text,expected", [("0.33", (0, 33)), ("0.33.0", (0, 33)), ("v0.13", (0, 13)),
-                                           ("0.40.1", NEWEST)])
+@pytest.mark.parametrize("text,expected", [("0.33", "v0.33"), ("0.33.0", "v0.33"), ("v0.13", "seed"),
+                                           ("0.15.2", "v0.14"), ("0.40.1", NEWEST)])
 def test_release_spellings(text, expected):
     assert parse_release(text) == expected
 
@@ -25,10 +25,18 @@ def test_release_spellings(text, expected):
 def test_release_bad_values_name_the_variable(text, monkeypatch):
     monkeypatch.setenv(ENV_VAR, text)
     if not text:  # empty: the default
-        assert allocator_release() == NEWEST
+        assert allocator_era() == NEWEST
         return
     with pytest.raises(ValueError, match=rf"^{ENV_VAR}: '{text}' is not a vLLM release .*accepted: X.Y or X.Y.Z"):
-        allocator_release()
+        allocator_era()
+
+
+def test_release_refusal_names_the_accepted_range(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "0.12")
+    with pytest.raises(ValueError) as info:
+        allocator_era()
+    assert str(info.value) == (f"{ENV_VAR}: '0.12' is not a vLLM release the reference follows (accepted: X.Y or X.Y.Z "
+                               "from 0.13; newer ones get 0.34's behaviour)")
 
 
 def test_id_map_holds_ids_and_keeps_shared_keys_apart(monkeypatch):

@@ -23,7 +23,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
     to_event_extra_keys,
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_GPU, event_classes
-from reference_impl.kv_cache.release import allocator_release
+from reference_impl.kv_cache.release import PREFIX_CACHE_HOLDS_BLOCK_IDS, follows
 
 __all__ = ["KVCacheBlock", "FreeKVCacheBlockQueue", "BlockHashToBlockMap", "BlockPool", "SharedEventQueueBlockPool"]
 
@@ -39,19 +39,20 @@ class BlockHashToBlockMap:
     them. Ids resolve through `blocks` (the pool's block list); built without it (0.33's signature), the map
     remembers each block it is given.
 
-    Release shapes (`release`): from 0.34 a key several blocks shared drops out of `_dup_ids` when one block
-    is left; under 0.33 it stays there, and `_cache` reads as 0.33's map did (a block, or `{block_id: block}`
-    once a second block shared the key) through a live view (`_BlocksView`).
+    Release shapes (`era`, default the allocator's, `reference_impl.kv_cache.release`): from 0.34 a key several
+    blocks shared drops out of `_dup_ids` when one block is left; under 0.33 it stays there, and `_cache` reads as
+    0.33's map did (a block, or `{block_id: block}` once a second block shared the key) through a live view
+    (`_BlocksView`).
     """
 
     __slots__ = ("_ids", "_dup_ids", "_blocks", "_keep_dups", "_cache")
 
-    def __init__(self, blocks: Sequence[KVCacheBlock] | None = None, release: tuple[int, int] | None = None):
+    def __init__(self, blocks: Sequence[KVCacheBlock] | None = None, era: str | None = None):
         # The one representation every path reads and writes; the hot paths use it directly.
         self._ids: dict[bytes, int] = _gc_untrack({})
         self._dup_ids: dict[bytes, dict[int, None]] = {}
         self._blocks: Sequence[KVCacheBlock] | dict[int, KVCacheBlock] = {} if blocks is None else blocks
-        legacy = (release or allocator_release()) < (0, 34)
+        legacy = not follows(PREFIX_CACHE_HOLDS_BLOCK_IDS, era)
         self._keep_dups = legacy
         self._cache = _BlocksView(self) if legacy else self._ids
 

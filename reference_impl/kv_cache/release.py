@@ -1,43 +1,80 @@
-"""Which vLLM release's `v1/core` the reference allocator follows where two releases differ.
+"""Which era's `v1/core` the reference allocator follows where two releases differ.
 
-The reference follows the newest release it knows. A few observable shapes changed between releases in
-ways one object cannot serve at once: vLLM 0.34's prefix-cache map holds block ids (`_cache` maps a key
-to one block id, `_dup_ids` keeps the keys several blocks share), 0.33's held the blocks themselves (a
-key maps to a block, or to `{block_id: block}` once a second block shared it, and stays a dict). Code
-written against an older release (its own tests, an out-of-tree scheduler) selects that release with
-$KVCONFORM_ALLOCATOR_RELEASE (`0.33`, `0.33.0` or `v0.33`); `harness.upstream` sets it to the release
-whose tests it runs. HiSparse's host pool is the other: 0.34 reserves, against later admissions, the host
-pages an admitted asynchronous import has yet to allocate, 0.33 admitted an import when its own prompt's
-pages fit. Every other behaviour is the same on every supported release.
+The reference follows the newest era it knows. A few observable shapes changed between releases in ways one
+object cannot serve at once; each is named below by the first era that has it, and the allocator modules ask
+`follows(FIRST_ERA)`:
+- vLLM 0.34's prefix-cache map holds block ids (`_cache` maps a key to one block id, `_dup_ids` keeps the keys
+  several blocks share), 0.33's held the blocks themselves (a key maps to a block, or to `{block_id: block}` once
+  a second block shared it, and stays a dict);
+- from 0.34 prompt scoring with cache reads allowed reads only the rows before the first scored one
+  (`prompt_logprob_start`); before, a request skipped the prefix cache or read all of it;
+- HiSparse's host pool: 0.34 reserves, against later admissions, the host pages an admitted asynchronous import
+  has yet to allocate, 0.33 admitted an import when its own prompt's pages fit.
+Every other behaviour is the same on every supported release.
+
+Code written against an older release (its own tests, an out-of-tree scheduler) selects that release with
+$KVCONFORM_ALLOCATOR_RELEASE (`0.33`, `0.33.0` or `v0.33`); `harness.upstream` sets it to the release whose tests
+it runs. The release is placed on the one release axis by the release registry (`reference_impl.releases`: its
+era), the same era `--vllm-version` selects for config resolution; this module cannot import the config package
+(which imports the allocator), so the registry, not `reference_impl.config.eras`, answers here.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from functools import lru_cache
 
-__all__ = ["NEWEST", "OLDEST", "ENV_VAR", "allocator_release", "parse_release"]
+from reference_impl import releases
 
-#: The newest release whose `v1/core` the reference follows (the default).
-NEWEST = (0, 34)
-#: The oldest release the reference can present itself as.
-OLDEST = (0, 13)
+__all__ = ["ENV_VAR", "NEWEST", "OLDEST", "PREFIX_CACHE_HOLDS_BLOCK_IDS", "PROMPT_LOGPROB_START_HITS",
+           "RESERVES_IMPORT_PAGES", "allocator_era", "follows", "parse_release"]
+
 ENV_VAR = "KVCONFORM_ALLOCATOR_RELEASE"
+#: The newest era the reference follows (the default): the registry's newest row's.
+NEWEST = releases.RELEASES[-1].era
+#: The oldest era the reference can present itself as.
+OLDEST = "seed"
+
+#: The first era of each allocator behaviour that changed (reviewed data: the vLLM source of each is cited where
+#: the allocator reads it).
+PREFIX_CACHE_HOLDS_BLOCK_IDS = "v0.34"
+PROMPT_LOGPROB_START_HITS = "v0.34"
+RESERVES_IMPORT_PAGES = "v0.34"
+
+_SPELLING = re.compile(r"^[vV]?(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
-def parse_release(text: str, field: str = ENV_VAR) -> tuple[int, int]:
-    """`(major, minor)` of a release written `0.33`, `0.33.0` or `v0.33`; ValueError naming `field`."""
-    raw = text.strip()
-    parts = raw[1:].split(".") if raw[:1] in ("v", "V") else raw.split(".")
-    if len(parts) in (2, 3) and all(p.isdigit() for p in parts):
-        release = (int(parts[0]), int(parts[1]))
-        if OLDEST <= release:
-            return min(release, NEWEST)
-    raise ValueError(f"{field}: {text!r} is not a vLLM release the reference follows "
-                     f"(accepted: X.Y or X.Y.Z from {OLDEST[0]}.{OLDEST[1]}; newer ones get "
-                     f"{NEWEST[0]}.{NEWEST[1]}'s behaviour)")
+def _minor_text(era: str) -> str:
+    """'0.13': the major.minor of the era's first row (for the accepted-values text)."""
+    first = next(row for row in releases.RELEASES if row.era == era)
+    return first.version.rsplit(".", 1)[0]
 
 
-def allocator_release() -> tuple[int, int]:
-    """The release selected by $KVCONFORM_ALLOCATOR_RELEASE, else NEWEST (read at each pool's construction)."""
+@lru_cache(maxsize=64)
+def parse_release(text: str, field: str = ENV_VAR) -> str:
+    """The era of a release written `0.33`, `0.33.0` or `v0.33` (a release newer than the registry's gets the
+    newest era's behaviour); ValueError naming `field`."""
+    match = _SPELLING.match(text.strip())
+    era = None
+    if match:
+        try:
+            era = releases.row_for(f"{match[1]}.{match[2]}.{match[3] or 0}").era
+        except releases.RegistryError:  # older than every row
+            era = None
+    if era is None or not releases.era_at_least(era, OLDEST):
+        raise ValueError(f"{field}: {text!r} is not a vLLM release the reference follows "
+                         f"(accepted: X.Y or X.Y.Z from {_minor_text(OLDEST)}; newer ones get "
+                         f"{_minor_text(NEWEST)}'s behaviour)")
+    return era
+
+
+def allocator_era() -> str:
+    """The era selected by $KVCONFORM_ALLOCATOR_RELEASE, else NEWEST (read at each pool's construction)."""
     text = os.environ.get(ENV_VAR)
     return NEWEST if not text else parse_release(text)
+
+
+def follows(first_era: str, era: str | None = None) -> bool:
+    """Whether the allocator (`era`, default the selected one) follows a behaviour `first_era` introduced."""
+    return releases.era_at_least(era or allocator_era(), first_era)

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reference_impl.kv_cache.release import allocator_release
+from reference_impl.kv_cache.release import PROMPT_LOGPROB_START_HITS, follows
 
 __all__ = ["Request", "RequestStatus", "LoRARequest", "MultiModalFeature", "PlaceholderRange",
            "prefix_cache_hit_limit", "max_cache_hit_length"]
@@ -188,7 +188,7 @@ def _prefix_cache_hit_limit(sampling_params, pooling_params, skip: bool) -> int 
     # with cache reads allowed reads only the rows before the first scored one (`prompt_logprob_start`).
     if skip:
         return 0
-    if allocator_release() < (0, 34):
+    if not follows(PROMPT_LOGPROB_START_HITS):
         return None
     if sampling_params is not None and (getattr(sampling_params, "prompt_logprobs", None) is not None
                                         or getattr(sampling_params, "prompt_logprob_token_ids", None) is not None):

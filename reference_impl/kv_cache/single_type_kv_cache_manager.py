@@ -42,7 +42,7 @@ from reference_impl.kv_cache.kv_cache_utils import (
     untracked_list,
 )
 from reference_impl.kv_cache.kv_events import MEDIUM_CPU
-from reference_impl.kv_cache.release import allocator_release
+from reference_impl.kv_cache.release import RESERVES_IMPORT_PAGES, follows
 
 __all__ = [
     "SingleTypeKVCacheManager",
@@ -1201,7 +1201,7 @@ class HiSparseSourceManager(FullAttentionManager):
         self._record_new_block_ids = False  # host blocks are never zeroed by the device worker
         # vLLM 0.34 reserves the host pages an admitted import has yet to allocate (`get_num_blocks_to_allocate`);
         # 0.33 admitted an import when its own prompt's pages fit, whatever earlier imports still needed.
-        self._reserves_import_pages = allocator_release() >= (0, 34)
+        self._reserves_import_pages = follows(RESERVES_IMPORT_PAGES)
 
     def bind_host_pool(self, num_blocks: int) -> None:
         """Give the group its own pool of `num_blocks` host blocks (block 0: the host pool's null block)."""
