@@ -338,10 +338,10 @@ def group_kv_cache(case: Case, cfg: VllmConfig, res) -> list[dict]:
     from reference_impl.config.kv_cache_groups import resolve_groups  # torch is only needed for this stage
 
     # the seed logs W-U before failing; 0.33 fails first (config-rules.md 2.5 and 3.5)
-    style = "seed" if case.era.unify_warns_before_error else "v0.33"
     res.rules.append("kv_cache_groups")
     try:
-        groups, _ = resolve_groups(list(case.layers), cfg.scheduler_config.disable_hybrid_kv_cache_manager, style, res.warnings)
+        groups, _ = resolve_groups(list(case.layers), cfg.scheduler_config.disable_hybrid_kv_cache_manager, case.era.id,
+                                   res.warnings)
     except ValueError as exc:
         error = HMAConfigError(str(exc), stage="kv_cache_groups", rule="kv_cache_groups")
         error.resolution = res

@@ -2,7 +2,8 @@
 
 The grouping itself is the allocator's planner (`reference_impl.kv_cache.kv_cache_planning`, vLLM 0.33's
 `get_kv_cache_groups`); this stage builds one representative spec per layer kind, applies the era's order
-of warning and error when HMA is disabled, and summarizes the groups for the case outcome.
+of warning and error when HMA is disabled (`Era.unify_warns_before_error`), and summarizes the groups for the
+case outcome.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import torch
 
 from reference_impl.config import messages
+from reference_impl.config.eras import ERAS_BY_ID
 from reference_impl.kv_cache.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -24,11 +26,9 @@ from reference_impl.kv_cache.kv_cache_grouping import is_kv_cache_spec_uniform, 
 from reference_impl.kv_cache.kv_cache_planning import get_kv_cache_groups, planning_config
 from reference_impl.vocabulary import LAYER_KINDS
 
-__all__ = ["ERA_STYLES", "LAYER_KINDS", "default_layer_spec", "resolve_groups"]
+__all__ = ["LAYER_KINDS", "default_layer_spec", "resolve_groups"]
 
 logger = logging.getLogger(__name__)
-
-ERA_STYLES = ("seed", "v0.33")
 
 
 def default_layer_spec(kind: str, *, block_size: int = 16, sliding_window: int = 4096,
@@ -56,27 +56,27 @@ def _spec_kind(spec: KVCacheSpec) -> str:
     return next(kind for cls, kind in _KINDS if isinstance(spec, cls))
 
 
-def _unify_for_era(specs: dict[str, KVCacheSpec], era_style: str, warnings: list[str]) -> None:
+def _unify_for_era(specs: dict[str, KVCacheSpec], warns_first: bool, warnings: list[str]) -> None:
     """HMA disabled: promote in place, with the era's order of warning and error.
 
-    seed: W-U for any non-uniform model, then E_UNIFY_SEED if promotion cannot unify.
-    v0.33 (vLLM's planner as is): E_UNIFY_V033 before any warning; W-U only when a spec changed.
+    Warning first (eras before v0.33): W-U for any non-uniform model, then E_UNIFY_SEED if promotion cannot unify.
+    Otherwise (v0.33 on, vLLM's planner as is): E_UNIFY_V033 before any warning; W-U only when a spec changed.
     """
     before = dict(specs)
-    if era_style == "seed" and not is_kv_cache_spec_uniform(specs):
+    if warns_first and not is_kv_cache_spec_uniform(specs):
         logger.warning(messages.W_U)  # the planner logs it only once promotion succeeded; the seed did first
         warnings.append(messages.W_U)
     try:
         unify_hybrid_kv_cache_specs(specs)
     except ValueError:
-        raise ValueError(messages.E_UNIFY_SEED if era_style == "seed" else messages.E_UNIFY_V033) from None
-    if era_style == "v0.33" and specs != before:
+        raise ValueError(messages.E_UNIFY_SEED if warns_first else messages.E_UNIFY_V033) from None
+    if not warns_first and specs != before:
         warnings.append(messages.W_U)
 
 
-def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str,
+def resolve_groups(layer_kinds: list[str], disable_hma: bool, era: str,
                    warnings: list[str] | None = None) -> tuple[list[dict], list[str]]:
-    """The `kv_cache_groups` stage: group layers of the given kinds as vLLM would.
+    """The `kv_cache_groups` stage: group layers of the given kinds as vLLM would in `era` (an era id).
 
     Layers are named "layers.{i}" in input order. Returns (groups, warnings): one dict per group,
     {"kind": the group's spec kind after any promotion, "layers": [layer indices],
@@ -88,8 +88,8 @@ def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str,
         raise ValueError(f"layers must be a list of layer kinds, got {type(layer_kinds).__name__}")
     if not isinstance(disable_hma, bool):
         raise ValueError(f"disable_hma must be a bool, got {disable_hma!r}")
-    if era_style not in ERA_STYLES:
-        raise ValueError(f"era_style must be one of {', '.join(ERA_STYLES)}, got {era_style!r}")
+    if era not in ERAS_BY_ID:
+        raise ValueError(f"era must be an era id ({', '.join(ERAS_BY_ID)}), got {era!r}")
     specs = {}
     for i, kind in enumerate(layer_kinds):
         if kind not in LAYER_KINDS:
@@ -97,7 +97,7 @@ def resolve_groups(layer_kinds: list[str], disable_hma: bool, era_style: str,
         specs[f"layers.{i}"] = default_layer_spec(kind)
     warnings = [] if warnings is None else warnings
     if disable_hma:
-        _unify_for_era(specs, era_style, warnings)
+        _unify_for_era(specs, ERAS_BY_ID[era].unify_warns_before_error, warnings)
     # Promotion is done: the planner groups the (now unified) specs with HMA on, as vLLM continues.
     groups = get_kv_cache_groups(planning_config(), specs)
     summary = [
