@@ -193,8 +193,10 @@ class Era:
     hisparse: bool = False
     cli_enable_form: bool = False
     # the release whose config classes the command line's JSON flags are validated against: "0.33" (its
-    # fields, unknown keys refused, human-readable numbers) or "0.13" (`reference_impl.config.json_configs`)
+    # fields, unknown keys refused) or "0.13" (`reference_impl.config.json_configs`)
     cli_json_release: str = "0.13"
+    # 0.33: the JSON flags accept human-readable numbers ("1k", "2GiB") before validation
+    cli_human_numbers: bool = False
     explicit_enable_error: str | None = None
     unify_warns_before_error: bool = True
     # 0.34: `_resolve_extensible_kv_cache` asks every connector of the user's kv_transfer_config (MultiConnector
@@ -356,6 +358,7 @@ def _build_eras() -> tuple[Era, ...]:
         simple_offload_env=True,
         cli_enable_form=True,
         cli_json_release="0.33",
+        cli_human_numbers=True,
         speculative_method_check="literal",
         explicit_enable_error=messages.E_C,
         unify_warns_before_error=False,

@@ -45,18 +45,19 @@ _SCHEMAS = {
 }
 
 
-def validated_config_type(dest: str, release: str, missing_kv_role_error: str = messages.E_KV_ROLE):
+def validated_config_type(dest: str, era):
     """argparse type of a JSON flag vLLM validates as a config class while parsing (pydantic
-    `TypeAdapter(...).validate_json`, 0.11.0 to 0.34.0): broken JSON, a value that is not an object and a
-    field of the wrong type are argparse errors in pydantic's words; an empty value is no config at all. A
-    connector without a role is refused in the era's words (`missing_kv_role_error`: before 0.11.1 the text
-    named kv_disagg_role)."""
-    schema = _SCHEMAS[dest][release]
+    `TypeAdapter(...).validate_json`, 0.11.0 to 0.34.0), in `era`'s schema (`Era.cli_json_release`,
+    `cli_human_numbers`): broken JSON, a value that is not an object and a field of the wrong type are argparse
+    errors in pydantic's words; an empty value is no config at all. A connector without a role is refused in the
+    era's words (`Era.missing_kv_role_error`: before 0.11.1 the text named kv_disagg_role)."""
+    schema = _SCHEMAS[dest][era.cli_json_release]
+    human_numbers, missing_kv_role_error = era.cli_human_numbers, era.missing_kv_role_error
 
     def parse(text: str) -> dict[str, Any] | None:
         if text == "":
             return None
-        if release == "0.33":
+        if human_numbers:
             try:
                 text = json_configs.expand_human_numbers(text)
             except json_configs.HumanNumberError as exc:
@@ -88,12 +89,13 @@ class _EnableDisableAction(argparse.Action):
         setattr(namespace, self.dest, option_string.startswith("--disable-"))
 
 
-_PARSERS: dict[tuple[bool, bool, str, str], argparse.ArgumentParser] = {}
+_PARSERS: dict[tuple[bool, bool, str, bool, str], argparse.ArgumentParser] = {}
 
 
 def build_parser(era) -> argparse.ArgumentParser:
     """An argparse parser with this era's spellings of the HMA-related options."""
-    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.cli_json_release, era.missing_kv_role_error)
+    key = (era.cli_enable_form, era.offloading_shortcut != "absent", era.cli_json_release, era.cli_human_numbers,
+           era.missing_kv_role_error)
     parser = _PARSERS.get(key)
     if parser is not None:
         return parser
@@ -106,10 +108,9 @@ def build_parser(era) -> argparse.ArgumentParser:
     else:
         parser.add_argument(f"--disable-{FLAG}", dest="flag", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--kv-transfer-config", dest="kv_transfer_config",
-                        type=validated_config_type("kv_transfer_config", era.cli_json_release,
-                                                   era.missing_kv_role_error))
+                        type=validated_config_type("kv_transfer_config", era))
     parser.add_argument("--kv-events-config", dest="kv_events_config",
-                        type=validated_config_type("kv_events_config", era.cli_json_release))
+                        type=validated_config_type("kv_events_config", era))
     # 0.33's command line also spells --speculative-config as -sc (argparse names both in its errors)
     speculative = ("--speculative-config", "-sc") if era.cli_enable_form else ("--speculative-config",)
     parser.add_argument(*speculative, dest="speculative_config", type=optional_json)
