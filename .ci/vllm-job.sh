@@ -66,7 +66,7 @@ done
 VENV_ROOT=${KVCONFORM_CI_VLLM_VENV_ROOT:-}
 OUT=${KVCONFORM_CI_VLLM_OUT:-.cache/ci-vllm}
 mkdir -p "$OUT"
-SUMMARY_ROWS=()   # "release|step|status|seconds|note"
+SUMMARY_ROWS=()   # "release|step|status|wall seconds|CPU seconds|note"
 # Free disk a fresh install needs: the largest venv measured (0.33.0 with lmcache, 3.6 GiB) plus its wheel and
 # downloads, with a margin. KVCONFORM_CI_VLLM_MIN_FREE_GIB overrides it.
 MIN_FREE_GIB=${KVCONFORM_CI_VLLM_MIN_FREE_GIB:-6}
@@ -74,10 +74,10 @@ MIN_FREE_GIB=${KVCONFORM_CI_VLLM_MIN_FREE_GIB:-6}
 FAILED=()
 
 say() { echo "ci-vllm: $*"; }
-record() { SUMMARY_ROWS+=("$1|$2|$3|$4|$5"); }
+record() { SUMMARY_ROWS+=("$1|$2|$3|$4|$5|$6"); }  # record RELEASE STEP STATUS WALL CPU NOTE
 skip() {  # skip RELEASE STEP REASON
     say "[$1 $2] skipped: $3"
-    record "$1" "$2" skipped 0 "$3"
+    record "$1" "$2" skipped 0 0 "$3"
 }
 # CPU seconds (user + system) of the finished child processes so far: a step's figure that load from other
 # jobs on the machine does not inflate, unlike its wall time.
@@ -94,17 +94,19 @@ run_step() {
     say "[$release $step] $*" | cut -c1-300
     cpu_seconds
     t0=$(date +%s) c0=$CPU_NOW
+    IN_FLIGHT="$release|$step|$t0|$c0"
     "$@"
     status=$?
+    IN_FLIGHT=""
     cpu_seconds
     local seconds=$(( $(date +%s) - t0 )) cpu=$(( CPU_NOW - c0 ))
     if [[ " $ok " == *" $status "* ]]; then
         say "[$release $step] done in ${seconds}s, ${cpu} CPU s (exit $status)"
-        record "$release" "$step" "ran" "$seconds" "$cpu CPU s, exit $status"
+        record "$release" "$step" "ran" "$seconds" "$cpu" "exit $status"
         return 0
     fi
     say "[$release $step] FAILED in ${seconds}s, ${cpu} CPU s (exit $status)" >&2
-    record "$release" "$step" "FAILED" "$seconds" "$cpu CPU s, exit $status"
+    record "$release" "$step" "FAILED" "$seconds" "$cpu" "exit $status"
     FAILED+=("$release $step")
     return 1
 }
@@ -145,9 +147,9 @@ run_release() {
         venv=$VENV_ROOT/vllm-$R
         if [[ ! -x $venv/bin/python ]]; then
             say "[$R install] FAILED: no prebuilt venv $venv (KVCONFORM_CI_VLLM_VENV_ROOT)" >&2
-            record "$R" install FAILED 0 "no venv $venv"; FAILED+=("$R install"); return
+            record "$R" install FAILED 0 0 "no venv $venv"; FAILED+=("$R install"); return
         fi
-        record "$R" install prebuilt 0 "$venv"
+        record "$R" install prebuilt 0 0 "$venv"
     else
         venv=$(installed_venv "$R")
         local free
@@ -199,7 +201,7 @@ run_release() {
         mapfile -t connectors < <(connectors_of "$venv")
         if (( ${#connectors[@]} == 0 )); then
             say "[$R connectors] FAILED: harness.targets.connector.vllm_target listed no connector (is vLLM $R usable in $venv?)" >&2
-            record "$R" connectors FAILED 0 "no connector listed"; FAILED+=("$R connectors")
+            record "$R" connectors FAILED 0 0 "no connector listed"; FAILED+=("$R connectors")
         else
             run_step "$R" connectors "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
                 "${connectors[@]}" --kvconform-results "$dir/results-connectors.json" --junitxml "$dir/junit-connectors.xml"
@@ -270,26 +272,46 @@ remove_venv() {
     say "[$1] removed its venv $venv and wheel ($(free_gib "$venv") GiB free now; KVCONFORM_CI_VLLM_KEEP_VENVS=1 keeps them)"
 }
 
+# The summary: per release, each step's status, wall and CPU time and note (skip reasons in full), and install
+# against judging time; rendered by .ci/vllm-summary.sh from the two plain files beside it (the workflow's last job
+# renders every runner's together). Written on the way out whatever ends the job (a failed step, a bash error, an
+# interrupt or a runner's time limit), so the figures of the steps that did run are never lost; a step cut short
+# is listed as "interrupted" with the time it had run.
+IN_FLIGHT=""      # "release|step|start|CPU at start" of the step running now
+finish() {
+    local status=$? release step t0 c0
+    trap - EXIT
+    if [[ -n $IN_FLIGHT ]]; then
+        IFS='|' read -r release step t0 c0 <<< "$IN_FLIGHT"
+        cpu_seconds
+        record "$release" "$step" interrupted $(( $(date +%s) - t0 )) $(( CPU_NOW - c0 )) \
+            "the job ended (exit status $status) while this step ran"
+        FAILED+=("$release $step")
+    fi
+    cpu_seconds
+    echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), releases ${RELEASES[*]}, total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
+         "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \
+         "$(free_gib .cache) GiB at the end" > "$OUT/summary-head.txt"
+    if (( ${#SUMMARY_ROWS[@]} )); then printf '%s\n' "${SUMMARY_ROWS[@]}"; fi > "$OUT/summary-rows.txt"
+    .ci/vllm-summary.sh "$OUT" > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
+    cat "$OUT/summary.md"
+    if (( ${#FAILED[@]} )); then
+        say "failed: ${FAILED[*]}" >&2
+        (( status )) || status=1
+    elif (( status == 0 )); then
+        say "every release passed its steps (skips listed above, with reasons)"
+    fi
+    exit "$status"
+}
+
 start=$(date +%s)
 free_at_start=$(free_gib .cache)
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 say "releases (newest first): ${RELEASES[*]}; $free_at_start GiB free on the disk of .cache"
 for R in "${RELEASES[@]}"; do
     run_release "$R"
     remove_venv "$R"
 done
-
-# The summary: per release, each step's status, time and note (skip reasons in full), and install against
-# judging time; rendered by .ci/vllm-summary.sh from the two plain files beside it (the workflow's last job renders
-# every runner's together).
-cpu_seconds
-echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), releases ${RELEASES[*]}, total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
-     "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \
-     "$(free_gib .cache) GiB at the end" > "$OUT/summary-head.txt"
-if (( ${#SUMMARY_ROWS[@]} )); then printf '%s\n' "${SUMMARY_ROWS[@]}"; fi > "$OUT/summary-rows.txt"
-.ci/vllm-summary.sh "$OUT" > "$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
-cat "$OUT/summary.md"
-if (( ${#FAILED[@]} )); then
-    say "failed: ${FAILED[*]}" >&2
-    exit 1
-fi
-say "every release passed its steps (skips listed above, with reasons)"
+exit 0

@@ -4,10 +4,11 @@
 #   .ci/vllm-summary.sh OUT [OUT ...]
 #
 # Each OUT is a folder .ci/vllm-job.sh wrote (KVCONFORM_CI_VLLM_OUT): its summary-head.txt (one line: when, how
-# long, load, disk) and summary-rows.txt (one step a line: release|step|status|seconds|note). The job renders
-# its own OUT/summary.md with this script; the GitHub Actions workflow's last job renders one summary of every
-# release's runner (one runner per release). Per release, the closing list says how long installing took and how
-# long judging took (every other step), so a warm cache shows as an install of a few seconds.
+# long, load, disk) and summary-rows.txt (one step a line: release|step|status|wall seconds|CPU seconds|note). The
+# job renders its own OUT/summary.md with this script, also when it fails or is interrupted; the GitHub Actions
+# workflow's last job renders one summary of every release's runner (one runner per release). Per release, the
+# closing list says how long installing took and how long judging took (every other step), in wall and CPU
+# seconds, so a warm cache shows as an install of a few seconds.
 set -euo pipefail
 (( $# )) || { echo "usage: .ci/vllm-summary.sh OUT [OUT ...]" >&2; exit 2; }
 for out in "$@"; do
@@ -18,17 +19,18 @@ for out in "$@"; do
     echo "# vLLM CI job: $(cat "$out/summary-head.txt" 2>/dev/null || echo "(no header)")"
 done
 echo
-echo "| release | step | status | wall s | note |"
-echo "| --- | --- | --- | --- | --- |"
-cat "${@/%//summary-rows.txt}" | while IFS='|' read -r r s st sec note; do
-    echo "| $r | $s | $st | $sec | $note |"
+echo "| release | step | status | wall s | CPU s | note |"
+echo "| --- | --- | --- | --- | --- | --- |"
+cat "${@/%//summary-rows.txt}" | while IFS='|' read -r r s st sec cpu note; do
+    echo "| $r | $s | $st | $sec | $cpu | $note |"
 done
 echo
-echo "Install and judging, wall seconds per release:"
+echo "Install and judging per release (wall seconds, CPU seconds):"
 echo
 cat "${@/%//summary-rows.txt}" | awk -F'|' '
     !($1 in seen) { seen[$1] = 1; order[++n] = $1 }
-    $2 == "install" || $2 == "lmcache-install" { install[$1] += $4; next }
-    { judge[$1] += $4 }
+    $2 == "install" || $2 == "lmcache-install" { install[$1] += $4; install_cpu[$1] += $5; next }
+    { judge[$1] += $4; judge_cpu[$1] += $5 }
     END { for (i = 1; i <= n; i++) { r = order[i]
-              printf "- %s: install %d s, judging %d s\n", r, install[r], judge[r] } }'
+              printf "- %s: install %d s (%d CPU s), judging %d s (%d CPU s)\n", r, install[r], install_cpu[r],
+                     judge[r], judge_cpu[r] } }'

@@ -97,9 +97,9 @@ def test_the_workflow_parses_as_yaml_where_pyyaml_is_installed():
 
 
 def test_the_summary_script_adds_up_install_and_judging_per_release(tmp_path):
-    for release, rows in (("0.34.0", ["0.34.0|install|ran|95|90 CPU s, exit 0", "0.34.0|matrix|ran|120|x",
-                                      "0.34.0|connectors|ran|300|y", "0.34.0|lmcache-install|ran|5|z"]),
-                          ("0.13.0", ["0.13.0|install|prebuilt|0|venv", "0.13.0|upstream|skipped|0|gap"])):
+    for release, rows in (("0.34.0", ["0.34.0|install|ran|95|90|exit 0", "0.34.0|matrix|ran|120|200|x",
+                                      "0.34.0|connectors|ran|300|500|y", "0.34.0|lmcache-install|ran|5|4|z"]),
+                          ("0.13.0", ["0.13.0|install|prebuilt|0|0|venv", "0.13.0|upstream|skipped|0|0|gap"])):
         (tmp_path / release).mkdir()
         (tmp_path / release / "summary-rows.txt").write_text("\n".join(rows) + "\n")
         (tmp_path / release / "summary-head.txt").write_text(f"run of {release}\n")
@@ -107,5 +107,6 @@ def test_the_summary_script_adds_up_install_and_judging_per_release(tmp_path):
                            str(tmp_path / "0.13.0")], capture_output=True, text=True, timeout=60, check=True)
     lines = done.stdout.splitlines()
     assert lines[:2] == ["# vLLM CI job: run of 0.34.0", "# vLLM CI job: run of 0.13.0"]
-    assert "| 0.34.0 | matrix | ran | 120 | x |" in lines and "| 0.13.0 | upstream | skipped | 0 | gap |" in lines
-    assert lines[-2:] == ["- 0.34.0: install 100 s, judging 420 s", "- 0.13.0: install 0 s, judging 0 s"]
+    assert "| 0.34.0 | matrix | ran | 120 | 200 | x |" in lines and "| 0.13.0 | upstream | skipped | 0 | 0 | gap |" in lines
+    assert lines[-2:] == ["- 0.34.0: install 100 s (94 CPU s), judging 420 s (700 CPU s)",
+                          "- 0.13.0: install 0 s (0 CPU s), judging 0 s (0 CPU s)"]
