@@ -30,6 +30,8 @@
 #                                 reference_impl/releases.toml, the list the GitHub Actions workflow's matrix reads too)
 #   KVCONFORM_CI_VLLM_VENV_ROOT   use prebuilt venvs ROOT/vllm-<release> as they are (no install step);
 #                                 default: install into .cache/venvs/vllm-<release> (idempotent)
+#   KVCONFORM_CI_VLLM_STEPS       run only these steps (space-separated: matrix allocator upstream benchmarks connectors
+#                                 lmcache engine report), e.g. to time or rerun one; the others are listed as skipped
 #   KVCONFORM_CI_VLLM_OUT         results, JUnit files, reports (default .cache/ci-vllm, outside reports/)
 #   KVCONFORM_CI_VLLM_KEEP_VENVS  1: keep the venvs this job installed (and the vLLM wheels) for a second run;
 #                                 default: a release's venv and wheel are removed once its report is written
@@ -53,6 +55,9 @@ mapfile -t RELEASES < <("$REGISTRY_PY" reference_impl/releases.py ci)
 # The engine step's connectors, those of them the release registers: vLLM's own HMA connectors that run on
 # CPU, and ExampleConnector, the one whose worker runs on CPU on every release from 0.13.0 (about a minute
 # each on 2 cores).
+# The steps KVCONFORM_CI_VLLM_STEPS may pick (allocator-findings, lmcache-install and scheduler-defects follow
+# their step).
+ALL_STEPS="matrix allocator upstream benchmarks connectors lmcache engine report"
 ENGINE_CONNECTORS=(SimpleCPUOffloadConnector OffloadingConnector ExampleConnector)
 # release:step -> why the step cannot run on that release yet: the registry's `gaps` (reviewed data, not a way
 # to silence a failure: each names the missing capability).
@@ -64,6 +69,10 @@ for R in "${RELEASES[@]}"; do
     [[ $R =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "ci-vllm: KVCONFORM_CI_VLLM_RELEASES: '$R' is not a release X.Y.Z" >&2; exit 2; }
 done
 VENV_ROOT=${KVCONFORM_CI_VLLM_VENV_ROOT:-}
+STEPS=${KVCONFORM_CI_VLLM_STEPS:-}
+for step in $STEPS; do
+    [[ " $ALL_STEPS " == *" $step "* ]] || { echo "ci-vllm: KVCONFORM_CI_VLLM_STEPS: '$step' is not a step; accepted: $ALL_STEPS" >&2; exit 2; }
+done
 OUT=${KVCONFORM_CI_VLLM_OUT:-.cache/ci-vllm}
 mkdir -p "$OUT"
 SUMMARY_ROWS=()   # "release|step|status|wall seconds|CPU seconds|note"
@@ -110,7 +119,12 @@ run_step() {
     FAILED+=("$release $step")
     return 1
 }
-gap() { echo "${KNOWN_GAPS[$1:$2]:-}"; }
+# gap RELEASE STEP: why the step does not run on the release (nothing: it runs): a known gap, or a step left out of
+# KVCONFORM_CI_VLLM_STEPS.
+gap() {
+    if [[ -n $STEPS && " $STEPS " != *" $2 "* ]]; then echo "not among KVCONFORM_CI_VLLM_STEPS ($STEPS)"; return; fi
+    echo "${KNOWN_GAPS[$1:$2]:-}"
+}
 # Where the job installs a release when no prebuilt venvs are given.
 installed_venv() { echo ".cache/venvs/vllm-$1"; }
 # Free GiB (rounded down) on the filesystem that holds PATH's nearest existing folder.
@@ -164,7 +178,8 @@ run_release() {
     local PYTEST=("$venv/bin/python" -m pytest -q -p no:cacheprovider)
 
     # matrix: the release's era, when kvconform declares one.
-    if era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
+    if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"
+    elif era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
         run_step "$R" matrix 0 "${PYTEST[@]}" suites/config -n 2 --vllm-version "$era" --hma-target vllm \
             --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
     else
@@ -253,7 +268,8 @@ run_release() {
     # One results file and one report per release (exit 1 = the report lists failing cells, e.g. the findings
     # on vLLM's connectors: rendered all the same); the throughput table goes to the log too.
     local results=("$dir"/results-*.json)
-    if [[ -e ${results[0]} ]]; then
+    if [[ -n $(gap "$R" report) ]]; then skip "$R" report "$(gap "$R" report)"
+    elif [[ -e ${results[0]} ]]; then
         run_step "$R" report "0 1" bash -c '"$1/bin/kvconform" merge "${@:3}" -o "$2/results.json.gz" >/dev/null || exit 2
             "$1/bin/kvconform" report --from "$2/results.json.gz" --output-dir "$2"' _ "$venv" "$dir" "${results[@]}"
         if [[ -f $dir/compatibility.md ]]; then
