@@ -156,7 +156,12 @@ run_release() {
     local R=$1 venv dir era connectors=()
     dir=$OUT/$R
     mkdir -p "$dir"
-    rm -f "$dir"/results-*.json
+    # A stale results file would be merged into the report: the steps that run now write theirs afresh (with
+    # KVCONFORM_CI_VLLM_STEPS, the other steps' files of an earlier run stay and are rendered with them).
+    if [[ -z $STEPS ]]; then rm -f "$dir"/results-*.json; else
+        local step
+        for step in $STEPS; do rm -f "$dir/results-${step/#matrix/config}.json"; done
+    fi
     if [[ -n $VENV_ROOT ]]; then
         venv=$VENV_ROOT/vllm-$R
         if [[ ! -x $venv/bin/python ]]; then
