@@ -88,27 +88,31 @@ skip() {  # skip RELEASE STEP REASON
     say "[$1 $2] skipped: $3"
     record "$1" "$2" skipped 0 0 "$3"
 }
-# CPU seconds (user + system) of the finished child processes so far: a step's figure that load from other
-# jobs on the machine does not inflate, unlike its wall time.
-# (`times` must run in this shell, not in a pipe or $(...): a subshell starts with no finished children.)
+# CPU seconds (user + system): a step's figure that load from other jobs on the machine inflates far less than
+# its wall time. cpu_of FILE reads the children's line of a `times` output; cpu_seconds sets CPU_NOW to this
+# shell's finished children so far (`times` must run in the shell whose children it counts, not in $(...)).
+cpu_of() {
+    tail -n 1 "$1" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }'
+}
 cpu_seconds() {
     times > "$OUT/.times"
-    CPU_NOW=$(tail -n 1 "$OUT/.times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }')
+    CPU_NOW=$(cpu_of "$OUT/.times")
 }
 # run_step RELEASE STEP OK_STATUSES COMMAND...: times the command (wall and CPU); an exit status outside
-# OK_STATUSES (space-separated) fails the step (and the job, at the end).
+# OK_STATUSES (space-separated) fails the step (and the job, at the end). The command runs in a subshell whose
+# `times` counts its processes alone, so a step is not charged the CPU of one running beside it (run_beside).
 run_step() {
-    local release=$1 step=$2 ok=$3 t0 c0 status
+    local release=$1 step=$2 ok=$3 t0 status cpu
     shift 3
     say "[$release $step] $*" | cut -c1-300
-    cpu_seconds
-    t0=$(date +%s) c0=$CPU_NOW
-    IN_FLIGHT="$release|$step|$t0|$c0"
-    "$@"
+    t0=$(date +%s)
+    IN_FLIGHT="$release|$step|$t0"
+    rm -f "$OUT/.times-$release-$step"
+    ( "$@"; code=$?; times > "$OUT/.times-$release-$step"; exit $code )
     status=$?
     IN_FLIGHT=""
-    cpu_seconds
-    local seconds=$(( $(date +%s) - t0 )) cpu=$(( CPU_NOW - c0 ))
+    cpu=$(cpu_of "$OUT/.times-$release-$step")
+    local seconds=$(( $(date +%s) - t0 ))
     if [[ " $ok " == *" $status "* ]]; then
         say "[$release $step] done in ${seconds}s, ${cpu} CPU s (exit $status)"
         record "$release" "$step" "ran" "$seconds" "$cpu" "exit $status"
@@ -121,6 +125,42 @@ run_step() {
 }
 # gap RELEASE STEP: why the step does not run on the release (nothing: it runs): a known gap, or a step left out of
 # KVCONFORM_CI_VLLM_STEPS.
+# run_beside RELEASE STEP OK_STATUSES COMMAND...: run_step in the background, beside the steps that follow, until
+# wait_beside; its output goes to OUT/RELEASE/STEP.log and is printed then, with its summary row. Only for a step
+# that leaves a core idle (one process), beside steps whose verdicts do not depend on timing.
+BESIDE=()   # "pid|release|step" of each step running in the background
+run_beside() {
+    local release=$1 step=$2
+    say "[$release $step] runs beside the next steps (its output: $OUT/$release/$step.log, printed when it ends)"
+    rm -f "$OUT/.beside-$release-$step"
+    (
+        trap - EXIT INT TERM
+        SUMMARY_ROWS=() FAILED=()
+        run_step "$@" > "$OUT/$release/$step.log" 2>&1
+        printf '%s\n' "${SUMMARY_ROWS[@]}" > "$OUT/.beside-$release-$step"
+    ) &
+    BESIDE+=("$!|$release|$step")
+}
+# kill_tree PID: stop a process this job started and everything under it, children first.
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null
+}
+# wait_beside: wait for the steps run_beside started, print their output and take over their summary rows.
+wait_beside() {
+    local entry pid release step row
+    for entry in "${BESIDE[@]}"; do
+        IFS='|' read -r pid release step <<< "$entry"
+        wait "$pid"
+        cat "$OUT/$release/$step.log"
+        while IFS= read -r row; do
+            SUMMARY_ROWS+=("$row")
+            [[ $row == *"|FAILED|"* ]] && FAILED+=("$release $step")
+        done < "$OUT/.beside-$release-$step"
+    done
+    BESIDE=()
+}
 gap() {
     if [[ -n $STEPS && " $STEPS " != *" $2 "* ]]; then echo "not among KVCONFORM_CI_VLLM_STEPS ($STEPS)"; return; fi
     echo "${KNOWN_GAPS[$1:$2]:-}"
@@ -180,7 +220,8 @@ run_release() {
         say "[$R install] $free GiB free on the disk of $venv"
         run_step "$R" install 0 scripts/install-vllm.sh "$R" "$venv" || return
     fi
-    local PYTEST=("$venv/bin/python" -m pytest -q -p no:cacheprovider)
+    local PYTEST=("$venv/bin/python" -m pytest -q -p no:cacheprovider) judging_start
+    judging_start=$(date +%s)
 
     # matrix: the release's era, when kvconform declares one.
     if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"
@@ -208,6 +249,7 @@ run_release() {
             ${KVCONFORM_UPSTREAM_MIN_PASS_RATE:+--min-pass-rate "$KVCONFORM_UPSTREAM_MIN_PASS_RATE"}
     fi
 
+    wait_beside
     if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
         KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_step "$R" benchmarks 0 "${PYTEST[@]}" \
             suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
@@ -281,6 +323,10 @@ run_release() {
             awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$dir/compatibility.md"
         fi
     fi
+    wait_beside
+    # The release's judging as the clock saw it: steps that ran beside each other count once (the summary adds
+    # up the steps' CPU seconds).
+    record "$R" judging total $(( $(date +%s) - judging_start )) "" "wall from the first step after the install to the report"
 }
 
 # remove_venv RELEASE: frees the venv this job installed for RELEASE (and the release's wheel), unless the venvs
@@ -298,17 +344,22 @@ remove_venv() {
 # renders every runner's together). Written on the way out whatever ends the job (a failed step, a bash error, an
 # interrupt or a runner's time limit), so the figures of the steps that did run are never lost; a step cut short
 # is listed as "interrupted" with the time it had run.
-IN_FLIGHT=""      # "release|step|start|CPU at start" of the step running now
+IN_FLIGHT=""      # "release|step|start" of the step running in the foreground now
 finish() {
-    local status=$? release step t0 c0
+    local status=$? release step t0 entry pid
     trap - EXIT
     if [[ -n $IN_FLIGHT ]]; then
-        IFS='|' read -r release step t0 c0 <<< "$IN_FLIGHT"
-        cpu_seconds
-        record "$release" "$step" interrupted $(( $(date +%s) - t0 )) $(( CPU_NOW - c0 )) \
-            "the job ended (exit status $status) while this step ran"
+        IFS='|' read -r release step t0 <<< "$IN_FLIGHT"
+        record "$release" "$step" interrupted $(( $(date +%s) - t0 )) 0 \
+            "the job ended (exit status $status) while this step ran; its CPU time was not measured"
         FAILED+=("$release $step")
     fi
+    for entry in "${BESIDE[@]}"; do  # steps still running in the background: stopped, listed as interrupted
+        IFS='|' read -r pid release step <<< "$entry"
+        kill_tree "$pid"
+        record "$release" "$step" interrupted 0 0 "the job ended (exit status $status) while this step ran beside others"
+        FAILED+=("$release $step")
+    done
     cpu_seconds
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), releases ${RELEASES[*]}, total $(( $(date +%s) - start ))s wall, $CPU_NOW CPU s;" \
          "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); disk: $free_at_start GiB free at the start," \

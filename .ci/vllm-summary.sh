@@ -8,7 +8,9 @@
 # job renders its own OUT/summary.md with this script, also when it fails or is interrupted; the GitHub Actions
 # workflow's last job renders one summary of every release's runner (one runner per release). Per release, the
 # closing list says how long installing took and how long judging took (every other step), in wall and CPU
-# seconds, so a warm cache shows as an install of a few seconds.
+# seconds, so a warm cache shows as an install of a few seconds. A release's "judging|total" row, when there is one,
+# gives its judging wall time as the clock saw it (steps that ran beside each other count once); without it the
+# steps' wall times are added up.
 set -euo pipefail
 (( $# )) || { echo "usage: .ci/vllm-summary.sh OUT [OUT ...]" >&2; exit 2; }
 for out in "$@"; do
@@ -30,7 +32,8 @@ echo
 cat "${@/%//summary-rows.txt}" | awk -F'|' '
     !($1 in seen) { seen[$1] = 1; order[++n] = $1 }
     $2 == "install" || $2 == "lmcache-install" { install[$1] += $4; install_cpu[$1] += $5; next }
+    $2 == "judging" && $3 == "total" { total[$1] = $4; next }
     { judge[$1] += $4; judge_cpu[$1] += $5 }
     END { for (i = 1; i <= n; i++) { r = order[i]
               printf "- %s: install %d s (%d CPU s), judging %d s (%d CPU s)\n", r, install[r], install_cpu[r],
-                     judge[r], judge_cpu[r] } }'
+                     (r in total) ? total[r] : judge[r], judge_cpu[r] } }'
