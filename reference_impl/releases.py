@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
-           "parse_version", "load", "row_for", "era_ids", "era_at_least", "ci_releases", "oldest", "newest_exclusive",
-           "main"]
+           "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "ci_releases",
+           "oldest", "newest_exclusive", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
@@ -44,6 +44,29 @@ def parse_version(text: str) -> tuple[int, int, int]:
     if not match:
         raise ValueError(f"vllm_version: {text!r} is not a version; expected X.Y.Z such as 0.13.0")
     return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+Version = str | tuple[int, ...]
+
+
+def _key(version: Version) -> tuple[int, int, int]:
+    if isinstance(version, str):
+        return parse_version(version)
+    return tuple(version) + (0,) * (3 - len(version))  # type: ignore[return-value]
+
+
+def is_before(version: Version, other: Version) -> bool:
+    """Whether release `version` comes before `other` (each 'X.Y.Z' or a tuple (X, Y[, Z])).
+
+    With `within`, the one place release numbers are ordered outside the era table: a behaviour that depends on
+    the release asks its era (`reference_impl.config.eras`, `reference_impl.kv_cache.release`), never a number
+    (tests/test_release_axis.py holds the rest of the tree to that)."""
+    return _key(version) < _key(other)
+
+
+def within(version: Version, first: Version, end: Version | None = None) -> bool:
+    """Whether release `version` is `first` or later and before `end` (None: no end)."""
+    return not is_before(version, first) and (end is None or is_before(version, end))
 
 
 @dataclass(frozen=True)
@@ -165,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
       ci                      the CI job's releases, newest first, one a line
       gaps                    the CI job's known gaps, one `release:step<TAB>reason` a line
       install VERSION         `deps torch` for installing VERSION (scripts/install-vllm.sh)
+      newer VERSION OTHER     exit 0 when VERSION is a later release than OTHER, else 1
     """
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -179,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise RegistryError(f"VERSION must look like 0.33.0, got {args[1]!r}")
             row = row_for(args[1])
             print(row.deps, row.torch)
+        elif len(args) == 3 and args[0] == "newer":
+            return 0 if is_before(args[2], args[1]) else 1
         else:
-            print("usage: releases.py ci | gaps | install VERSION", file=sys.stderr)
+            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER", file=sys.stderr)
             return 2
     except (RegistryError, ValueError) as exc:
         print(f"releases: {exc}", file=sys.stderr)

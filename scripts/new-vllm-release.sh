@@ -46,7 +46,7 @@ done
 read -r ERA REPRESENTATIVE < <("$PY" -c 'from reference_impl.config.eras import ERAS; print(ERAS[-1].id, ERAS[-1].representative)') \
     || die "cannot read kvconform's eras with $PY (PYTHON=... names another Python 3.11)"
 PREVIOUS=${PREVIOUS:-$REPRESENTATIVE}
-"$PY" -c 'import sys; from reference_impl.config.eras import parse_version as v; sys.exit(v(sys.argv[1]) <= v(sys.argv[2]))' "$RELEASE" "$PREVIOUS" \
+"$PY" reference_impl/releases.py newer "$RELEASE" "$PREVIOUS" \
     || die "release: $RELEASE is not newer than $PREVIOUS (the newest era $ERA is judged from $REPRESENTATIVE on)"
 
 OUT=${KVCONFORM_NEW_RELEASE_OUT:-.cache/new-release/$RELEASE}

@@ -140,8 +140,7 @@ def connector_supports_hma(spec: Any, era: E.Era) -> bool | None:
         if name not in registry:
             return None
         needed = era.package_imported_by(name)
-        if (needed is not None and needed.installed_is_unknown_from
-                and era.first_version >= needed.installed_is_unknown_from
+        if (needed is not None and era.installed_package_is_unknown(needed)
                 and importlib.util.find_spec(needed.package) is not None):
             # installed here, the package supplies its own class in the registry's place, whose capability the
             # era's table does not hold (the resolver answers unknown there too)

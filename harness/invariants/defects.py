@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.invariants.config import INVARIANTS_BY_ID, Memo, Violation, check_case
 from reference_impl.config import eras as E
 from reference_impl.config.rules import RULES
+from reference_impl.releases import is_before, within
 from reference_impl.vocabulary import CASE_DEFAULTS
 
 DEFECTS_FILE = Path(__file__).resolve().parents[1] / "release" / "vllm_config_defects.toml"
@@ -62,8 +63,7 @@ class Defect:
 
     def covers(self, version: tuple[int, ...]) -> bool:
         """Whether release `version` (X, Y, Z) has the defect."""
-        version = tuple(version) + (0,) * (3 - len(version))
-        return self.first_affected <= version and (self.fixed_in is None or version < self.fixed_in)
+        return within(version, self.first_affected, self.fixed_in)
 
     def covers_era(self, era: E.Era) -> bool:
         """Whether the releases of `era` have the defect (the range starts and ends on era boundaries)."""
@@ -125,7 +125,7 @@ def _parse(entry: dict, index: int, path: Path) -> Defect:
         except ValueError:
             raise _fail(path, index, f"{name}: {text!r} is not accepted; expected X.Y.Z"
                                      + (" or \"\" (not fixed)" if name == "fixed_in" else "")) from None
-        if versions[name] not in _ERA_STARTS and versions[name] < E.NEWEST_EXCLUSIVE:
+        if versions[name] not in _ERA_STARTS and is_before(versions[name], E.NEWEST_EXCLUSIVE):
             starts = ", ".join(version_text(v) for v in sorted(_ERA_STARTS))
             raise _fail(path, index, f"{name}: {text!r} is inside an era; a defect's releases start and end where "
                                      f"an era does ({starts}); split the era first")

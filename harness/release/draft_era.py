@@ -24,6 +24,7 @@ from pathlib import Path
 
 from harness.atomic_write import write_text_atomic
 from harness.errors import UsageError
+from reference_impl.releases import is_before
 
 ERAS_FILE = Path("reference_impl/config/eras.py")
 RELEASES_FILE = Path("reference_impl/releases.toml")
@@ -97,7 +98,7 @@ def write_range_only(root: Path, release_text: str) -> list[Path]:
     """The one-row change for a release that changes no rule: its registry row puts it in the newest era's range."""
     release = parse_release(release_text)
     eras = declared_eras(_read(root / ERAS_FILE))
-    if release < _padded(eras[-1].first_version):
+    if is_before(release, eras[-1].first_version):
         raise UsageError(f"release: {release_text} is older than the newest era {eras[-1].id}; nothing to widen")
     path, updated = _with_row(root, release_text, eras[-1].id)
     write_text_atomic(path, updated)
@@ -112,7 +113,7 @@ def write_draft_era(root: Path, release_text: str) -> tuple[str, list[Path]]:
     eras = declared_eras(source)
     previous = eras[-1]
     new_id = era_id_for(release)
-    if release <= _padded(previous.first_version):
+    if not is_before(previous.first_version, release):
         raise UsageError(f"release: {release_text} is not newer than the newest era {previous.id} "
                          f"({'.'.join(map(str, previous.first_version))}); a draft era must come last")
     if new_id in {era.id for era in eras}:
@@ -151,10 +152,6 @@ def write_draft_era(root: Path, release_text: str) -> tuple[str, list[Path]]:
     write_text_atomic(registry, registry_text)
     write_text_atomic(path, source)
     return new_id, [path, registry, table_path]
-
-
-def _padded(version: tuple[int, ...]) -> tuple[int, ...]:
-    return version + (0,) * (3 - len(version))
 
 
 def _read(path: Path) -> str:

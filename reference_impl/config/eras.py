@@ -222,6 +222,11 @@ class Era:
     # connector class up again to ask `supports_lookahead_block_hashes`
     lookahead_lookup: bool = False
 
+    def installed_package_is_unknown(self, needed: PackageImport) -> bool:
+        """Whether, in this era, the installed package `needed` supplies its own class in the registry's place,
+        whose capability vLLM cannot know."""
+        return needed.installed_is_unknown_from is not None and self.first_version >= needed.installed_is_unknown_from
+
     def package_imported_by(self, name: str) -> PackageImport | None:
         """The package a built-in connector's module imports when its class is looked up, in this era."""
         for info in VLLM_REGISTERED_CONNECTORS:

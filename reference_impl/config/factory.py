@@ -203,7 +203,7 @@ class KVConnectorFactory:
             self._trace.rules.append("package_assumed_installed")
         elif importlib.util.find_spec(needed.package) is None:
             self._trace.fail(needed.message, stage, "package_missing", vllm_type=needed.vllm_type)
-        if needed.installed_is_unknown_from and self.era.first_version >= needed.installed_is_unknown_from:
+        if self.era.installed_package_is_unknown(needed):
             version = assumed.get(needed.package)
             hma = needed.hma_of(version)
             if hma is not None:

@@ -29,6 +29,7 @@ from harness.invariants.config import Memo, check_case
 from harness.invariants.defects import Defect, era_start, explaining, load_defects, unexplained, version_text
 from reference_impl.config import resolve_case
 from reference_impl.config.eras import ERAS, era_for_version, parse_version
+from reference_impl.releases import is_before
 from reference_impl.vocabulary import FLAGS
 from suites.config.matrix import cells_for
 from suites.config.outcomes import summarize
@@ -142,9 +143,10 @@ def steps(first: str, last: str) -> list[tuple[str, str]]:
     """Consecutive release pairs from `first` to `last`: one step per era boundary between them (its first release)."""
     ordered = sorted((first, last), key=parse_version)
     low, high = (parse_version(v) for v in ordered)
-    inside = [version_text(era_start(era)) for era in ERAS if low < era_start(era) < high]
+    inside = [version_text(era_start(era)) for era in ERAS
+              if is_before(low, era_start(era)) and is_before(era_start(era), high)]
     releases = [ordered[0], *inside, ordered[1]]
-    if parse_version(first) > parse_version(last):
+    if is_before(last, first):
         releases.reverse()
     return list(zip(releases, releases[1:]))
 

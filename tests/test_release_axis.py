@@ -1,0 +1,102 @@
+"""One release axis: no version-number comparison outside the release registry and the era code.
+
+A behaviour that depends on the vLLM release asks the release's era (`reference_impl/config/eras.py` for config
+resolution, `reference_impl/kv_cache/release.py` names the allocator's by era), and a release is placed on the
+axis by the registry (`reference_impl/releases.py`: `is_before`, `within`, `era_at_least`). This test reads the
+tracked sources of the product, the suites and the scripts (`git ls-files`; tests/ compare outcomes with
+expected versions, which is not a decision) and fails on the usual spellings of a comparison by number: an
+ordering of a version tuple literal, an ordering or equality with a version string literal, and an ordering of
+a name that holds a version or release (`parse_version(...)`, `first_version`, `NEWEST_EXCLUSIVE`, `fixed_in`,
+`*version*`, `*release*`, ...). A new comparison belongs in the era table or the registry, or asks one of them.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+#: The homes of the release axis, where releases are ordered.
+ALLOWED = {"reference_impl/releases.py", "reference_impl/config/eras.py", "harness/eras.py"}
+SCOPES = ("harness", "reference_impl", "suites", "scripts", ".ci")
+
+_ORDER = r"(?<![-=<>])(?:<=|>=|<|>)(?![>=])"
+_NAMES = (r"(?:parse_version|parse_release|first_version|NEWEST_EXCLUSIVE|OLDEST|ERA_FIRST_VERSIONS|__version__|"
+          r"version_info|first_affected|fixed_in|hma_from|registered_from|removed_from|installed_is_unknown_from|"
+          r"minor|major|\w*version\w*|\w*release\w*)")
+PATTERNS = {
+    "a version tuple ordered": re.compile(rf"{_ORDER}\s*\(\s*[01]\s*,\s*\d+|\(\s*[01]\s*,\s*\d+(?:\s*,\s*\d+)?\s*\)\s*{_ORDER}"),
+    "a version string compared": re.compile(
+        rf"(?:{_ORDER}|==|!=)\s*[\"']v?\d+\.\d+(?:\.\d+)?[\"']|[\"']v?\d+\.\d+(?:\.\d+)?[\"']\s*(?:{_ORDER}|==|!=)"),
+    "a version or release ordered": re.compile(
+        rf"\b{_NAMES}\b(?:\([^()]*\)|\[[^\]]*\])?\s*{_ORDER}|{_ORDER}\s*(?:\w+\()?(?:\w+\.)*{_NAMES}\b"),
+}
+# Not comparisons: `<release>` placeholders in prose and paths, a count of versions.
+_NOT_CODE = re.compile(r"<[\w-]+>|len\([^()]*\)")
+
+
+def _code(path: str, line: str) -> str:
+    stripped = line.lstrip()
+    if stripped.startswith("#"):
+        return ""
+    return _NOT_CODE.sub("", line.split(" # ")[0] if path.endswith(".py") else line)
+
+
+def comparisons(paths: list[str]) -> list[str]:
+    """`path:line: what: text` for each line of `paths` (relative to the checkout) that compares releases by number."""
+    found = []
+    for path in paths:
+        try:
+            lines = (REPO / path).read_text(encoding="utf-8").splitlines()
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(lines, 1):
+            code = _code(path, line)
+            for what, pattern in PATTERNS.items():
+                if pattern.search(code):
+                    found.append(f"{path}:{number}: {what}: {line.strip()}")
+    return found
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
+                    reason="needs git and a checkout (the sources are listed with git ls-files)")
+def test_no_release_comparison_outside_the_registry_and_the_eras():
+    listed = subprocess.run(["git", "ls-files", "--", *SCOPES], cwd=REPO, capture_output=True, text=True, check=True)
+    paths = [p for p in listed.stdout.splitlines()
+             if p not in ALLOWED and (p.endswith((".py", ".sh")) or p.startswith(".ci/"))]
+    assert len(paths) > 100, "git ls-files listed too few sources to judge"
+    found = comparisons(paths)
+    assert not found, ("releases compared by number outside the release registry and the era code (ask the era, "
+                       "or reference_impl.releases.is_before/within):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("line", [
+    "    if allocator_release() < (0, 34):",
+    "        self._reserves_import_pages = allocator_release() >= (0, 34)",
+    '        if release == "0.33":',
+    "    if parse_version(first) > parse_version(last):",
+    "        return self.first_affected <= version and (self.fixed_in is None or version < self.fixed_in)",
+    "    if era.first_version >= needed.installed_is_unknown_from:",
+    "    if (( m <= minor )); then deps_file=$DEPS_DIR/$f; fi",
+])
+def test_the_spellings_it_finds(tmp_path, line, monkeypatch):
+    # each line is one this checkout had before the release axis
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert comparisons(["x.py"])
+
+
+@pytest.mark.parametrize("line", [
+    "    if len(versions) > 1 and not allow_mixed:",
+    "    `vllm-<release>:<Name>` connector entries",
+    "    return is_before(release, eras[-1].first_version)",
+    "    # before 0.34 the map held blocks (a comment)",
+])
+def test_what_it_leaves_alone(tmp_path, line, monkeypatch):
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert not comparisons(["x.py"])
