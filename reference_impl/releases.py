@@ -23,7 +23,7 @@ from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
            "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "ci_releases",
-           "oldest", "newest_exclusive", "main"]
+           "oldest", "newest_exclusive", "markdown_table", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
@@ -182,6 +182,18 @@ def newest_exclusive() -> tuple[int, int, int]:
     return major, minor + 1, 0
 
 
+def markdown_table() -> str:
+    """The registry as a Markdown table, newest release first (docs/releases.md holds it; a test compares)."""
+    lines = ["| release | era | CI | dependency list | torch | upstream floor | known gaps |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in reversed(RELEASES):
+        gaps = ", ".join(f"`{step}`" for step in row.gaps) or "–"
+        floor = "–" if row.upstream_floor is None else f"{row.upstream_floor:g}"
+        lines.append(f"| {row.version} | {row.era} | {'yes' if row.ci else '–'} | `{row.deps}.txt` | {row.torch} | "
+                     f"{floor} | {gaps} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Commands for shell scripts; exit 2 with one line on a bad release or command.
 
@@ -189,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
       gaps                    the CI job's known gaps, one `release:step<TAB>reason` a line
       install VERSION         `deps torch` for installing VERSION (scripts/install-vllm.sh)
       newer VERSION OTHER     exit 0 when VERSION is a later release than OTHER, else 1
+      table                   the registry as the Markdown table of docs/releases.md
     """
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -203,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RegistryError(f"VERSION must look like 0.33.0, got {args[1]!r}")
             row = row_for(args[1])
             print(row.deps, row.torch)
+        elif args == ["table"]:
+            print(markdown_table(), end="")
         elif len(args) == 3 and args[0] == "newer":
             return 0 if is_before(args[2], args[1]) else 1
         else:
-            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER", file=sys.stderr)
+            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER | table", file=sys.stderr)
             return 2
     except (RegistryError, ValueError) as exc:
         print(f"releases: {exc}", file=sys.stderr)

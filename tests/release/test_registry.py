@@ -108,3 +108,18 @@ def test_the_install_script_refuses_a_release_before_every_row_in_one_line(tmp_p
     assert done.returncode == 2 and done.stderr == ("install-vllm: vLLM 0.9.0 is older than every release of the registry "
                                                     "(oldest: 0.10.0) (reference_impl/releases.toml)\n")
     assert not (tmp_path / "venv").exists()
+
+
+def test_the_docs_table_is_the_registry():
+    text = (REPO / "docs" / "releases.md").read_text(encoding="utf-8")
+    begin, end = "<!-- registry table: begin -->\n", "<!-- registry table: end -->"
+    assert begin in text and end in text
+    shown = text[text.index(begin) + len(begin):text.index(end)]
+    assert shown == releases.markdown_table(), "docs/releases.md: regenerate with python3 reference_impl/releases.py table"
+
+
+def test_newer_orders_two_releases_for_the_scripts():
+    assert _cli("newer", "0.35.0", "0.34.0").returncode == 0
+    assert _cli("newer", "0.34.0", "0.34.0").returncode == 1
+    done = _cli("newer", "banana", "0.34.0")
+    assert done.returncode == 2 and done.stderr.startswith("releases: vllm_version: 'banana' is not a version")
