@@ -42,7 +42,7 @@ from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
 from harness.report.spec_refs import relink_docs_page
 from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
-                                   plan_passes)
+                                   pass_environment, plan_passes)
 from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
@@ -152,7 +152,8 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
     slug = _slug(pytest_pass)
     results_path, log_path = scratch / f"{slug}.json", scratch / f"{slug}.log"
     command = _pytest_command(args, pytest_pass, results_path)
-    env = {**dict(pytest_pass.env), **os.environ}  # the environment's own settings win
+    allocators = option_values(args.pytest_args, ("--kv-allocator",))
+    env = pass_environment(pytest_pass, allocators[-1][1] if allocators else "reference")
     started = time.perf_counter()
     try:
         if monitor is None:

@@ -12,7 +12,10 @@ the cores between them.
    in them interleaves its rounds), or in one process on a single core. Each workload gets
    `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise.
 
-Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it).
+Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it). On the reference
+allocator the report runs the first `REPORT_STATE_MACHINE_EXAMPLES` examples of each allocator state machine
+(`$KVCONFORM_STATE_MACHINE_EXAMPLES`); the README test command runs all of them, and an allocator given with
+`--kv-allocator` gets all of them in the report too.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ SINGLE_THREADED = (("OMP_NUM_THREADS", "1"),)
 # Timed rounds per workload in the report: one, as in CI's vLLM job; the figures in docs/ci.md and docs/reference.md come from the
 # benchmarks' own command with their full rounds.
 REPORT_TIMED_ROUNDS = "1"
+# Examples per configuration of the allocator suite's Hypothesis state machines (test_state_machine: 200,
+# test_kv_events' replay: 60): the README test command runs every one on the same reference allocator at the
+# same commit; in the report they were about half of the allocator and connector pass's CPU time.
+STATE_MACHINE_EXAMPLES_ENV = "KVCONFORM_STATE_MACHINE_EXAMPLES"
+REPORT_STATE_MACHINE_EXAMPLES = "40"
 
 
 @dataclass(frozen=True)
@@ -101,10 +109,31 @@ def plan_passes(suites: list[str], timing: bool, cpus: int | None = None) -> lis
     if others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
         plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others), xdist=True,
-                               options=("--dist", "worksteal") + (() if timing else ("--benchmark-disable",))))
+                               options=("--dist", "worksteal") + (() if timing else ("--benchmark-disable",)),
+                               env=SINGLE_THREADED + ((STATE_MACHINE_EXAMPLES_ENV, REPORT_STATE_MACHINE_EXAMPLES),)))
     if timing and benchmarks:
         plan += _timed_benchmark_passes(usable_cpus() if cpus is None else cpus)
     return plan
+
+
+def capped_examples(examples: int) -> int:
+    """`examples`, capped by $KVCONFORM_STATE_MACHINE_EXAMPLES where it is set (`kvconform report` sets it for the
+    reference allocator)."""
+    cap = os.environ.get(STATE_MACHINE_EXAMPLES_ENV)
+    if cap is None:
+        return examples
+    if not cap.isdigit() or int(cap) < 1:
+        raise ValueError(f"{STATE_MACHINE_EXAMPLES_ENV}: {cap!r} is not accepted; expected a whole number >= 1")
+    return min(examples, int(cap))
+
+
+def pass_environment(pytest_pass: PytestPass, allocator: str) -> dict[str, str]:
+    """The settings a pass sets (the environment's own win): without the state machine cap when the allocator
+    under test (`--kv-allocator`) is not the reference, whose every example the README test command runs."""
+    env = dict(pytest_pass.env)
+    if allocator != "reference":
+        env.pop(STATE_MACHINE_EXAMPLES_ENV, None)
+    return {**env, **os.environ}
 
 
 def combine_passes(documents: list[tuple[PytestPass, ResultsDocument, dict[str, Any]]],

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import invariant
 
+from harness.report.passes import capped_examples
 from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import prefill
 from suites.allocator.test_data_structures import oracle_none_hash, oracle_sha256
@@ -264,6 +265,6 @@ def test_events_replay_to_the_prefix_cache_map(target, config):
                                 for key, bids in target.cache_entries(self.pool).items()})
             assert counts == expected, "events replayed by a consumer must equal the prefix-cache map"
 
-    ReplayMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, derandomize=True,
+    ReplayMachine.TestCase.settings = settings(max_examples=capped_examples(60), stateful_step_count=40, derandomize=True,
                                                deadline=None, database=None)
     ReplayMachine.TestCase().runTest()

@@ -9,13 +9,16 @@ token prefix its KV covers; Mamba: the state after a token prefix): hits must re
 step may only write into a block no one else holds. Queued block copies are run (in the shadow map) and
 released right after each allocation. Prefill chunks of the fine-grained configuration end where vLLM's
 scheduler ends them (Mamba block boundaries, or the prompt's last hash boundary). Hypothesis derandomizes
-(the seed derives from the test id) and prints the failing rule sequence as a repro.
+(the seed derives from the test id) and prints the failing rule sequence as a repro. Each configuration runs
+200 examples of 50 steps; `kvconform report` on the reference allocator runs fewer
+(`harness.report.passes.capped_examples`).
 """
 
 import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from harness.report.passes import capped_examples
 from harness.targets.allocator.target import GroupDesc
 from suites.allocator.helpers import queue_ids
 
@@ -37,6 +40,7 @@ HASH_BLOCK = 4
 NUM_BLOCKS = 48
 MAX_LEN = 96
 PREFIXES = [[p * 1000 + i for i in range(24)] for p in range(4)]
+EXAMPLES = 200
 
 
 def make_machine(target, groups, use_eagle=False):
@@ -223,6 +227,6 @@ def test_allocator_state_machine(target, config, use_eagle):
     if use_eagle and config in NO_EAGLE:
         pytest.skip(f"not applicable: {config} under EAGLE keys checkpoints below their block end")
     machine = make_machine(target, CONFIGS[config], use_eagle)
-    machine.TestCase.settings = settings(max_examples=200, stateful_step_count=50, derandomize=True,
+    machine.TestCase.settings = settings(max_examples=capped_examples(EXAMPLES), stateful_step_count=50, derandomize=True,
                                          deadline=None, database=None)
     machine.TestCase().runTest()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report.passes import PytestPass, combine_passes, plan_passes
+from harness.report.passes import PytestPass, capped_examples, combine_passes, pass_environment, plan_passes
 from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
@@ -683,7 +683,9 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     ]
     assert timed[1].options == ("--dist", "worksteal")
     assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
-    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1"} for p in timed[:2]), "only the timed passes cap their rounds"
+    assert dict(timed[0].env) == {"OMP_NUM_THREADS": "1"}, "only the timed passes cap their rounds"
+    assert dict(timed[1].env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_STATE_MACHINE_EXAMPLES": "40"}, \
+        "the allocator suite's state machines run 40 examples per configuration in the report"
     single = plan_passes(["suites"], timing=True, cpus=1)
     assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
     untimed = plan_passes(["suites"], timing=False)
@@ -693,6 +695,33 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
     assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
     assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
+
+
+@pytest.mark.parametrize("allocator,expected", [("reference", "40"), ("mypkg.alloc:make", None)])
+def test_the_state_machine_cap_is_for_the_reference_allocator(monkeypatch, allocator, expected):
+    """The README test command runs every state machine example on the reference; an allocator given with
+    --kv-allocator gets them all in the report too."""
+    monkeypatch.delenv("KVCONFORM_STATE_MACHINE_EXAMPLES", raising=False)
+    suites = plan_passes(["suites"], timing=True, cpus=2)[1]
+    assert pass_environment(suites, allocator).get("KVCONFORM_STATE_MACHINE_EXAMPLES") == expected
+    monkeypatch.setenv("KVCONFORM_STATE_MACHINE_EXAMPLES", "7")
+    assert pass_environment(suites, allocator)["KVCONFORM_STATE_MACHINE_EXAMPLES"] == "7", "the environment wins"
+
+
+@pytest.mark.parametrize("cap,examples,expected", [(None, 200, 200), ("40", 200, 40), ("40", 30, 30)])
+def test_state_machine_examples_follow_the_cap(monkeypatch, cap, examples, expected):
+    if cap is None:
+        monkeypatch.delenv("KVCONFORM_STATE_MACHINE_EXAMPLES", raising=False)
+    else:
+        monkeypatch.setenv("KVCONFORM_STATE_MACHINE_EXAMPLES", cap)
+    assert capped_examples(examples) == expected
+
+
+@pytest.mark.parametrize("cap", ["0", "x", ""])
+def test_a_bad_examples_cap_names_the_variable(monkeypatch, cap):
+    monkeypatch.setenv("KVCONFORM_STATE_MACHINE_EXAMPLES", cap)
+    with pytest.raises(ValueError, match=f"KVCONFORM_STATE_MACHINE_EXAMPLES: {cap!r} is not accepted; expected a whole"):
+        capped_examples(200)
 
 
 def test_combined_passes_are_one_run():
