@@ -32,21 +32,36 @@ def attention_kv(tokens: Sequence[int], positions: Sequence[int], layer: int, he
 
     Element (i, j, k) is the `_value_table` entry of residue
     `(t_i*7919 + p_i*104729 + salt + (layer+1)*15485863 + h_j*32452843 + k*49979687) mod 113` (`salt`: the
-    model's, `model_salt`). It is computed as a per-token residue plus a cached per-(head, channel) residue, looked up in a
-    table of the 226 possible sums (the same values, about 3x faster for the block-sized calls the worker
-    makes on every write and read-back check).
+    model's, `model_salt`). Row i depends on its token only through the per-token residue
+    `(t_i*7919 + p_i*104729 + salt) mod 113`, so it is one of 113 rows, looked up in a per-(layer, heads, width,
+    dtype) table of them (`_rows_by_residue`): the same values, without an element-wise computation per call (the
+    worker makes one on every write and read-back check).
     """
-    row = torch.tensor([(t * 7919 + p * 104729 + salt) % _VALUES for t, p in zip(tokens, positions)],
-                       dtype=torch.int64)
-    return _value_table(dtype)[row[:, None, None] + _channel_residues(layer, tuple(heads), width)]
+    return attention_rows(token_residues(tokens, positions, salt), layer, heads, width, dtype)
+
+
+def token_residues(tokens: Sequence[int], positions: Sequence[int], salt: int = 0) -> torch.Tensor:
+    """The per-token residues `(t_i*7919 + p_i*104729 + salt) mod 113` of `attention_kv` (int64, one per token):
+    the same for every layer, so a caller that needs several layers' rows computes them once."""
+    return torch.tensor([(t * 7919 + p * 104729 + salt) % _VALUES for t, p in zip(tokens, positions)],
+                        dtype=torch.int64)
+
+
+def attention_rows(residues: torch.Tensor, layer: int, heads: Sequence[int], width: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """`attention_kv`'s rows of `layer` for tokens whose `token_residues` are `residues`."""
+    # index_select, not `table[residues]`: advanced indexing is about 10x slower for these small rows
+    return _rows_by_residue(layer, tuple(heads), width, dtype).index_select(0, residues)
 
 
 @functools.lru_cache(maxsize=1024)
-def _channel_residues(layer: int, heads: tuple[int, ...], width: int) -> torch.Tensor:
-    """[1, len(heads), width]: the layer, head and channel terms of `attention_kv` mod 113 (never written)."""
-    h = torch.tensor(heads, dtype=torch.int64)[:, None]
-    c = torch.arange(width, dtype=torch.int64)[None, :]
-    return (((layer + 1) * 15485863 + h * 32452843 + c * 49979687) % _VALUES)[None]
+def _rows_by_residue(layer: int, heads: tuple[int, ...], width: int, dtype: torch.dtype) -> torch.Tensor:
+    """[113, len(heads), width]: row r is `attention_kv`'s row of a token whose per-token residue is r (never
+    written)."""
+    h = torch.tensor(heads, dtype=torch.int64)[None, :, None]
+    c = torch.arange(width, dtype=torch.int64)[None, None, :]
+    r = torch.arange(_VALUES, dtype=torch.int64)[:, None, None]
+    return _value_table(dtype)[(r + (layer + 1) * 15485863 + h * 32452843 + c * 49979687) % _VALUES]
 
 
 # Per dtype: (mantissa bits the values need, exponent offset). A value is +-(1 + m / 2**bits) * 2**(offset + r // 16)

@@ -41,6 +41,25 @@ class ReadError:
 class _ReqState:
     token_ids: list[int]
     block_ids: tuple[list[int], ...]
+    # The content oracle's per-token residues of token_ids[0:n] and, per layer, its KV rows of them (buffers with
+    # room to grow; entries past n unset): the forward reads back a request's whole window or prefix every step, so
+    # they are computed once per request, not once per step. token_ids only grow (a resumed request gets a new
+    # state), so they never go stale.
+    residues: tuple[torch.Tensor | None, int] = (None, 0)
+    expected: dict[str, tuple[torch.Tensor, int]] = field(default_factory=dict)
+
+
+def _grown(buffer: torch.Tensor | None, filled: int, more: torch.Tensor) -> torch.Tensor:
+    """`buffer` (its first `filled` rows kept) with `more` appended at `filled`, reallocated at twice the size when
+    it has no room."""
+    end = filled + more.shape[0]
+    if buffer is None or buffer.shape[0] < end:
+        grown = more.new_empty((max(end, 2 * filled, 64), *more.shape[1:]))
+        if filled:
+            grown[:filled] = buffer[:filled]
+        buffer = grown
+    buffer[filled:end] = more
+    return buffer
 
 
 class Worker:
@@ -87,6 +106,23 @@ class Worker:
         spec = self.kv_cache_config.layer_specs[layer]
         return content.attention_kv(tokens, positions, self.layer_index[layer], self.heads(spec),
                                     2 * spec.head_size, spec.dtype, self.content_salt)
+
+    def _expected_rows(self, state: _ReqState, layer: str, end: int) -> torch.Tensor:
+        """The oracle's KV rows of `layer` for the request's tokens 0..end-1 at their positions (`expected_kv`),
+        kept with the request and extended as it grows."""
+        rows, filled = state.expected.get(layer, (None, 0))
+        if filled < end:
+            residues, known = state.residues
+            if known < end:
+                more = content.token_residues(state.token_ids[known:end], range(known, end), self.content_salt)
+                residues, known = _grown(residues, known, more), end
+                state.residues = (residues, known)
+            spec = self.kv_cache_config.layer_specs[layer]
+            more = content.attention_rows(residues[filled:end], self.layer_index[layer], self.heads(spec),
+                                          2 * spec.head_size, spec.dtype)
+            state.expected[layer] = (_grown(rows, filled, more), end)
+            rows = state.expected[layer][0]
+        return rows[:end]
 
     def expected_state(self, layer: str, tokens) -> list[torch.Tensor]:
         """Oracle Mamba state of `layer` after `tokens`."""
@@ -187,7 +223,7 @@ class Worker:
                 start = starts[req_id]
                 table = state.block_ids[self.layer_group[layer]]
                 if attention:
-                    self._attention(req_id, layer, spec, table, state.token_ids, start, num)
+                    self._attention(req_id, layer, spec, table, state, start, num)
                 else:
                     self._mamba(req_id, layer, spec, table, state.token_ids, start, num)
             if attention and self.connector is not None:
@@ -200,7 +236,7 @@ class Worker:
                 sampled[req_id] = content.next_token(state.token_ids[:end], self.vocab_size)
         return sampled
 
-    def _attention(self, req_id, layer, spec, table, tokens, start, num) -> None:
+    def _attention(self, req_id, layer, spec, table, state: _ReqState, start, num) -> None:
         bs = spec.block_size
         view = self.kv_caches[layer]
         first = 0
@@ -210,21 +246,35 @@ class Worker:
             first = start // spec.attention_chunk_size * spec.attention_chunk_size  # the first token's own chunk
         elif not getattr(spec, "prefix_cacheable", True):
             first = start  # scratch: written, never read back
+        expected = self._expected_rows(state, layer, start + num)
         if start > first:
-            self._verify_range(req_id, layer, view, table, tokens, first, start, bs)
-        positions = range(start, start + num)
-        values = self.expected_kv(layer, tokens[start : start + num], positions)
-        for block_index in range(start // bs, cdiv(start + num, bs)):
-            block = table[block_index]
-            if block == 0:
+            self._verify_range(req_id, layer, view, table, expected, first, start, bs)
+        blocks = range(start // bs, cdiv(start + num, bs))
+        for block_index in blocks:
+            if table[block_index] == 0:
                 raise RuntimeError(f"engine bug: {req_id} writes position block {block_index} of {layer} into the null block")
-            lo = max(start, block_index * bs)
-            hi = min(start + num, (block_index + 1) * bs)
-            view[block, lo - block_index * bs : hi - block_index * bs] = values[lo - start : hi - start]
+        lo, hi = start, start + num
+        if len(blocks) > 2:  # the whole blocks between the first and last in one indexed copy
+            middle = torch.tensor(table[blocks[1] : blocks[-1]])
+            view.index_copy_(0, middle, expected[blocks[1] * bs : blocks[-1] * bs].reshape(len(middle), bs,
+                                                                                            *expected.shape[1:]))
+            blocks = (blocks[0], blocks[-1])
+        for block_index in blocks:
+            a = max(lo, block_index * bs)
+            b = min(hi, (block_index + 1) * bs)
+            view[table[block_index], a - block_index * bs : b - block_index * bs] = expected[a:b]
 
-    def _verify_range(self, req_id, layer, view, table, tokens, first, end, bs) -> None:
-        expected = self.expected_kv(layer, tokens[first:end], range(first, end))  # once for the range
-        for block_index in range(first // bs, cdiv(end, bs)):
+    def _verify_range(self, req_id, layer, view, table, expected, first, end, bs) -> None:
+        """Compare the KV the forward reads for positions first..end-1 with the oracle's rows (`expected`, indexed by
+        position); the first wrong block, or a null block, is a read error."""
+        lo_block, hi_block = first // bs, cdiv(end, bs)
+        ids = table[lo_block:hi_block]
+        if len(ids) == hi_block - lo_block and 0 not in ids:  # every block there: one gather, one comparison
+            got = view.index_select(0, torch.tensor(ids)).reshape(-1, *view.shape[2:])[first - lo_block * bs :
+                                                                                          end - lo_block * bs]
+            if torch.equal(got, expected[first:end]):
+                return
+        for block_index in range(lo_block, hi_block):  # which block is wrong, as the forward would meet it
             lo = max(first, block_index * bs)
             hi = min(end, (block_index + 1) * bs)
             block = table[block_index] if block_index < len(table) else 0
@@ -232,7 +282,7 @@ class Worker:
                 self.read_errors.append(ReadError(req_id, layer, lo, "needed block is the null block"))
                 return
             got = view[block, lo - block_index * bs : hi - block_index * bs]
-            want = expected[lo - first : hi - first]
+            want = expected[lo:hi]
             if not torch.equal(got, want):
                 bad = int((got != want).reshape(hi - lo, -1).any(dim=1).nonzero()[0])
                 self.read_errors.append(ReadError(req_id, layer, lo + bad, f"KV differs from the oracle (block {block})",
