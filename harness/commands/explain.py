@@ -8,6 +8,7 @@ import json
 
 from harness.errors import UsageError, choice_ignoring_case, did_you_mean
 from harness.invariants.defects import defects_of
+from reference_impl.case import Case, parse_case
 from reference_impl.config import cases as C
 from reference_impl.config.eras import (ERAS, ERAS_BY_ID, PROFILES, VLLM_REGISTERED_CONNECTORS, parse_version,
                                          resolve_era)
@@ -175,12 +176,12 @@ def normalise_choices(args) -> None:
             args.vllm_version = _choice("--vllm-version", args.vllm_version, tuple(dict.fromkeys([*PROFILES, *ERAS_BY_ID])))
 
 
-def refuse_unrecognized(parsed) -> None:
+def refuse_unrecognized(parsed: Case) -> None:
     """An argument the release's `vllm serve` does not take is a usage error (one line, exit 2), not an
     answer: it names the release explain used, and the releases that do take the option, or what explain
     reads when no release does (explain models only the HMA-related flags)."""
     try:
-        _, unknown = vllm_parser(parsed.era).parse_known_args(normalise(list(parsed.cli_args or ())))
+        _, unknown = vllm_parser(ERAS_BY_ID[parsed.era]).parse_known_args(normalise(list(parsed.cli_args or ())))
     except HMAConfigError:  # a value vLLM's parser refuses: that is vLLM's answer, the case reports it
         return
     if not unknown:
@@ -209,12 +210,13 @@ def exit_code_of(result: dict) -> int:
     return EXIT_HMA_ON if result["resolved_disable_hma"] is False else EXIT_HMA_OFF
 
 
-def hints(parsed) -> list[str]:
+def hints(parsed: Case) -> list[str]:
     """Extra lines that help a user read the answer (never part of the outcome)."""
     lines = []
-    for name in C.unregistered_names(parsed.kv_transfer, parsed.era):
-        registry = ", ".join(sorted(parsed.era.connectors()))
-        close = did_you_mean(name, sorted(parsed.era.connectors()), cutoff=0.85)  # FooConnector is no Mooncake one
+    era = ERAS_BY_ID[parsed.era]
+    for name in C.unregistered_names(C.command_line_applied(parsed).kv_transfer, era):
+        registry = ", ".join(sorted(era.connectors()))
+        close = did_you_mean(name, sorted(era.connectors()), cutoff=0.85)  # FooConnector is no Mooncake one
         meant = f"did you mean {close!r} (names are case-sensitive)? " if close else ""
         lines.append(f"hint: vLLM {parsed.vllm_version} registers no connector {name!r}; {meant}its registry: {registry}")
         own = KVConnectorFactory.registered_names()
@@ -302,7 +304,7 @@ def run(args) -> int:
     assumed = assumed_versions(given)
     case = build_case(args)
     try:
-        parsed = C.parse_case({**case, "vllm_version": case["vllm_version"] or NEWEST_RELEASE})
+        parsed = parse_case({**case, "vllm_version": case["vllm_version"] or NEWEST_RELEASE})
     except ValueError as exc:
         raise UsageError(f"kvconform explain: {exc}") from None
     if parsed.stage == "cli_parse":

@@ -4,7 +4,8 @@
 `VllmConfig` and friends are the vLLM-shaped objects; `eras` holds the per-release rules as data.
 """
 
-from reference_impl.config.cases import CaseError, parse_case, resolve_case, resolve_cases, run_case
+from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.config.cases import resolve_case, resolve_cases, run_case
 from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, Era, era_for_version, resolve_era
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
@@ -23,7 +24,7 @@ from reference_impl.config.resolution import VllmConfig
 from reference_impl.vocabulary import STAGES
 
 __all__ = [
-    "AttentionConfig", "CacheConfig", "CaseError", "ERAS", "ERAS_BY_ID", "Era", "HMAConfigError", "HiSparseConfig",
+    "AttentionConfig", "CacheConfig", "Case", "CaseError", "ERAS", "ERAS_BY_ID", "Era", "HMAConfigError", "HiSparseConfig",
     "KVConnectorFactory", "KVEventsConfig", "KVTransferConfig", "ModelConfig", "PROFILES", "Runtime", "STAGES",
     "SchedulerConfig", "SpeculativeConfig", "UnknownOutcome", "VllmConfig", "era_for_version", "parse_case",
     "resolve_case", "resolve_cases", "resolve_era", "run_case",

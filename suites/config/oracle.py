@@ -2,8 +2,10 @@
 
 Everything era-specific is data in `tables/` (one reviewed TOML file per era); this evaluator only
 walks the decision procedure the spec describes (config-rules.md §1.2, §2.2, §3.2, factory §2.5/§3.5)
-and consults the table at each step. It never imports the reference resolver, so a disagreement between
-the two points at a bug in one of them (or in the spec reading), never at a shared mistake.
+and consults the table at each step. It never calls the reference resolver, so a disagreement between
+the two points at a bug in one of them (or in the spec reading), never at a shared mistake. What the two share
+is the case schema: a case reaches both parsed by its one parser (`reference_impl.case`), the connector written
+as vLLM reads a kv_transfer_config.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import importlib
 import inspect
 from typing import Any
 
-from harness.eras import select_eras
-from reference_impl.vocabulary import CASE_DEFAULTS
+from reference_impl.case import Case, parse_case
 from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
@@ -59,10 +60,8 @@ class _Connector:
     extra: Any = None
 
     @classmethod
-    def from_child(cls, child) -> "_Connector":
-        # Assumption: a bare name child carries the default role kv_both (issue 2 schema).
-        if isinstance(child, str):
-            return cls(name=child)
+    def from_config(cls, child: dict) -> "_Connector":
+        """A connector (or a MultiConnector child) as the parsed case writes it (`Case.kv_transfer`)."""
         extra = dict(child.get("kv_connector_extra_config") or {})
         children = child["children"] if child.get("children") is not None else extra.pop("connectors", None)
         return cls(
@@ -87,12 +86,6 @@ def _mro_names(cls: type) -> set[str]:
     return {klass.__name__ for klass in cls.__mro__}
 
 
-def era_of_case(case: dict) -> str:
-    """The era id a case selects (its profile, era id or version; the default profile is seed)."""
-    selector = case.get("profile") or case.get("vllm_version")
-    return select_eras(selector if selector is not None else "seed")[0]
-
-
 def _env_true(value: str | None) -> bool:
     return value is not None and value.strip().lower() in _TRUE_ENV_VALUES
 
@@ -100,7 +93,7 @@ def _env_true(value: str | None) -> bool:
 class _Evaluation:
     """One walk through an era's decision procedure for one case and one platform-support value."""
 
-    def __init__(self, table: dict, case: dict, platform_supported: bool):
+    def __init__(self, table: dict, case: Case, platform_supported: bool):
         self.table = table
         self.case = case
         self.platform_supported = platform_supported
@@ -117,7 +110,7 @@ class _Evaluation:
         self.note(f"logs {message_id}")
 
     def env(self, name: str) -> str | None:
-        return (self.case.get("env") or {}).get(name)
+        return self.case.env.get(name)
 
     # -- class lookup (§2.5 item 1, §3.3) --------------------------------------------------------
     def lookup(self, connector: _Connector, stage: str) -> _ConnectorClass:
@@ -164,7 +157,7 @@ class _Evaluation:
     @staticmethod
     def child_configs(connector: _Connector) -> list[_Connector]:
         """The children of a MultiConnector, as configured (nothing checked yet)."""
-        return [_Connector.from_child(child) for child in connector.children]
+        return [_Connector.from_config(child) for child in connector.children]
 
     def child_role(self, child: _Connector, stage: str) -> None:
         """KVTransferConfig(**child): a child that names a connector must give a kv_role."""
@@ -187,7 +180,7 @@ class _Evaluation:
         """0.34 kv_transfer.py:16-47 over the connector after the offloading shortcut."""
         entries = []
         if connector is not None:
-            candidates = [_Connector.from_child(c) for c in connector.children] if connector.name == MULTI else [connector]
+            candidates = [_Connector.from_config(c) for c in connector.children] if connector.name == MULTI else [connector]
             entries = [c.extra or {} for c in candidates if c.name == HISPARSE_CONNECTOR]
         if len(entries) > 1:
             raise _Raised("E-HISPARSE-TWO", "config")
@@ -205,9 +198,9 @@ class _Evaluation:
 
     def speculative_check(self) -> None:
         """The speculative method as SpeculativeConfig takes it (0.34: custom methods, unknown names)."""
-        method = self.case.get("speculative_method")
+        method = self.case.speculative_method
         block = self.table["block"]
-        if isinstance(method, dict):
+        if self.case.custom_speculative is not None:
             if not block["custom_speculative_methods"]:
                 raise _Unknown("custom speculative methods arrive in vLLM 0.34.0")
             return
@@ -216,10 +209,9 @@ class _Evaluation:
             raise _Raised("E-UNKNOWN-SPECULATIVE-METHOD", "config", name=repr(method), methods=str(sorted(builtin)))
 
     def uses_target_hidden_states(self) -> bool:
-        method = self.case.get("speculative_method")
-        if isinstance(method, dict):
-            return bool(method.get("uses_target_hidden_states", False))
-        return method in self.table["block"]["eagle_methods"]
+        if self.case.custom_speculative is not None:
+            return self.case.custom_speculative
+        return self.case.speculative_method in self.table["block"]["eagle_methods"]
 
     def supports_hma_config(self, connector: _Connector, stage: str) -> bool:
         """§3.3: the configured-name MultiConnector recursion of 0.23+."""
@@ -256,27 +248,16 @@ class _Evaluation:
 
     # -- the steps -------------------------------------------------------------------------------
     def user_connector(self) -> _Connector | None:
-        name = self.case.get("kv_connector")
-        if not name:
+        transfer = self.case.kv_transfer
+        if transfer is None or not transfer["kv_connector"]:
             return None
-        extra = dict(self.case.get("kv_connector_extra_config") or {})
-        children = self.case.get("multi_connector_children")
-        if children is None:
-            children = extra.pop("connectors", None)
-        return _Connector(
-            name=name,
-            module_path=self.case.get("kv_connector_module_path"),
-            role=self.case["kv_role"],
-            children=tuple(children or ()),
-            has_children_key=children is not None,
-            extra=extra,
-        )
+        return _Connector.from_config(transfer)
 
     def offloading_connector(self, connector: _Connector | None) -> _Connector | None:
         """The kv-offloading shortcut (§2.2 step 4, §3.2 step 0): the connector it installs, if any."""
         offloading = self.table["offloading"]
-        backend = self.case.get("kv_offloading_backend")
-        size = self.case.get("kv_offloading_size")
+        backend = self.case.kv_offloading_backend
+        size = self.case.kv_offloading_size
         triggered = backend is not None if offloading["trigger"] == "backend" else size is not None
         if not triggered:
             return connector
@@ -296,7 +277,7 @@ class _Evaluation:
         return _Connector(name=name, module_path=module_path)
 
     def hisparse_on(self, connector: _Connector | None) -> bool:
-        if self.case.get("hisparse"):
+        if self.case.hisparse:
             return True
         if connector is None:
             return False
@@ -304,14 +285,14 @@ class _Evaluation:
         if connector.name == HISPARSE_CONNECTOR:
             return True
         return connector.name == MULTI and any(
-            _Connector.from_child(child).name == HISPARSE_CONNECTOR for child in connector.children
+            _Connector.from_config(child).name == HISPARSE_CONNECTOR for child in connector.children
         )
 
     def resolve(self) -> bool:
         """The HMA block; returns resolved `disable_hybrid_kv_cache_manager`."""
         table, case = self.table, self.case
         flag_table, block = table["flag"], table["block"]
-        flag = case.get("flag")
+        flag = case.flag
         if not flag_table["tri_state"] and flag is None:
             flag = False  # §1.1: absent is the default False
         if block["vllm_use_v1_gate"] and not _env_true(self.env(USE_V1_ENV) or "1"):
@@ -323,15 +304,16 @@ class _Evaluation:
 
         need_disable = False
         if not self.platform_supported:
-            self.note(f"{self.spec}: platform {case.get('platform')} lacks hybrid KV cache support (P)")
+            self.note(f"{self.spec}: platform {case.platform} lacks hybrid KV cache support (P)")
             need_disable = True
-        if case.get("kv_events") and block["kv_events_disables"]:
+        if case.kv_events and block["kv_events_disables"]:
             self.note(f"{self.spec}: kv_events_config present (EV)")
             need_disable = True
         chunked_warning = False
-        if case.get("attention_chunk_size"):
+        if case.attention_chunk_size:
             if self.uses_target_hidden_states():
-                self.note(f"{self.spec}: chunked local attention with EAGLE-style {case['speculative_method']} (CE)")
+                method = case.as_dict()["speculative_method"]  # a custom method as the case gave it
+                self.note(f"{self.spec}: chunked local attention with EAGLE-style {method} (CE)")
                 need_disable = True
             elif block["chunked_env"]:
                 env_value = self.env(CHUNKED_ENV)
@@ -448,28 +430,28 @@ class _Evaluation:
 
     def run(self) -> dict:
         table, case = self.table, self.case
-        offloading_requested = case.get("kv_offloading_backend") is not None or case.get("kv_offloading_size") is not None
+        offloading_requested = case.kv_offloading_backend is not None or case.kv_offloading_size is not None
         if offloading_requested and table["offloading"]["shortcut"] == "absent":
             raise _Unknown("kv offloading does not exist before vLLM 0.11.1 (§6)")
         user = self.user_connector()
-        if case.get("hisparse") and not table["hisparse"]["exists"]:
+        if case.hisparse and not table["hisparse"]["exists"]:
             raise _Unknown("HiSparse does not exist before vLLM 0.30.0 (§6)")
         if user is not None and user.role is None:
             self.note("KVTransferConfig: kv_connector is set without kv_role")
             raise _Raised(table["factory"]["missing_kv_role_error"], "config")
-        if case.get("speculative_method") is not None:
+        if case.speculative_method is not None:
             self.speculative_check()
         hisparse_table = table["hisparse"]
         hisparse = hisparse_table["exists"] and self.hisparse_on(user)
         if hisparse:
             # §10 lists the CUDA check (item 2) before the sparse-indexer model check (item 3); the
             # oracle takes that as their order.
-            if hisparse_table["platform_outside_vllm_unknown"] and table["platforms"][case["platform"]] == "unknown":
+            if hisparse_table["platform_outside_vllm_unknown"] and table["platforms"][case.platform] == "unknown":
                 raise _Unknown("the platform's HiSparse backend is defined outside vLLM")
-            if case["platform"] != "cuda":
+            if case.platform != "cuda":
                 self.note("§10 item 2: HiSparse requires CUDA (0.34: a HiSparse backend), checked before the HMA block")
                 raise _Raised(hisparse_table["platform_error"], "config")
-            if case.get("attention_chunk_size") or case.get("speculative_method") is not None:
+            if case.attention_chunk_size or case.speculative_method is not None:
                 raise _Unknown(
                     "HiSparse with a model config needs index_topk (§10 item 3), which a case cannot express"
                 )
@@ -488,21 +470,21 @@ class _Evaluation:
         if hisparse and resolved:
             self.note("§3.2 step 4: HiSparse with HMA disabled")
             raise _Raised("E-H", "config")
-        method = case.get("speculative_method")
-        if self.connector_at_block is not None and isinstance(method, str) and (
+        method = case.speculative_method
+        if self.connector_at_block is not None and method is not None and case.custom_speculative is None and (
             method in table["factory"]["lookahead_lookup_methods"]
         ):
             self.note("0.34 config/vllm.py:2261: the EAGLE block drop's hash lookahead looks the connector up again")
             self.lookup(self.connector_at_block, "config")
         # where the shortcut runs after the block it still runs at config (its own error surfaces there)
         created = self.offloading_connector(user) if shortcut == "after" else self.connector_at_block
-        if case.get("stage", "config") == "create_connector":
+        if case.stage == "create_connector":
             if created is not None:
                 self.create_connector(created, hma_enabled=not resolved)
         return {"resolved_disable_hma": resolved, "warnings": list(self.warnings), "error": None, "unknown": None}
 
 
-def _outcome_for(table: dict, case: dict, platform_supported: bool) -> Expectation:
+def _outcome_for(table: dict, case: Case, platform_supported: bool) -> Expectation:
     evaluation = _Evaluation(table, case, platform_supported)
     try:
         outcome = evaluation.run()
@@ -514,11 +496,13 @@ def _outcome_for(table: dict, case: dict, platform_supported: bool) -> Expectati
     return Expectation(outcome=outcome, because=tuple(evaluation.because))
 
 
-def expected_outcome(case: dict) -> Expectation:
-    """The outcome the spec predicts for `case` (issue 2 case schema), with the rules that fired."""
-    case = {**CASE_DEFAULTS, **case}  # a key the case leaves out has the schema's default
-    table = era_table(era_of_case(case))
-    platform = case["platform"]
+def expected_outcome(case: Case | dict) -> Expectation:
+    """The outcome the spec predicts for `case` (a parsed case, or a case dict of the schema, which is parsed
+    here: a case that does not follow the schema raises `CaseError`), with the rules that fired."""
+    if not isinstance(case, Case):
+        case = parse_case(case)
+    table = era_table(case.era)
+    platform = case.platform
     support = table["platforms"][platform]
     if support != "unknown":
         return _outcome_for(table, case, support)

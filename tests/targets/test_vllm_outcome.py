@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets.config.vllm_target import child_config, vllm_module_path
 from harness.targets.config.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
+from harness.targets.config.vllm_target import transfer_config, vllm_module_path
+from reference_impl.case import parse_case
 
 SUITE_MODULE = "suites.config.external_connectors"
 TWIN_MODULE = "harness.targets.config.vllm_external_connectors"
@@ -128,8 +129,10 @@ def test_module_paths_go_to_the_twin_and_only_the_suites():
     assert EXTERNAL_TWINS == {SUITE_MODULE: TWIN_MODULE}
     assert vllm_module_path(SUITE_MODULE) == TWIN_MODULE
     assert vllm_module_path("my_vendor.connectors") == "my_vendor.connectors"
-    nested = child_config({"kv_connector": "MultiConnector", "kv_connector_module_path": SUITE_MODULE,
-                           "children": [{"kv_connector": "ExternalHMAConnector", "kv_connector_module_path": SUITE_MODULE}]})
+    case = parse_case({"kv_connector": "MultiConnector", "multi_connector_children": [
+        {"kv_connector": "MultiConnector", "kv_connector_module_path": SUITE_MODULE,
+         "children": [{"kv_connector": "ExternalHMAConnector", "kv_connector_module_path": SUITE_MODULE}]}]})
+    nested = transfer_config(case.kv_transfer)["kv_connector_extra_config"]["connectors"][0]
     assert nested["kv_connector_module_path"] == TWIN_MODULE
     assert nested["kv_connector_extra_config"]["connectors"][0]["kv_connector_module_path"] == TWIN_MODULE
 
@@ -269,8 +272,19 @@ def test_argparse_rejection_of_a_config_flag_names_the_option_and_the_field():
 
 
 def test_layers_beyond_stage_config_are_not_evaluable_by_the_vllm_target():
-    from harness.targets.config.vllm_target import Case, NotEvaluable
+    from harness.targets.config.vllm_target import VllmConfigTarget
 
-    with pytest.raises(NotEvaluable, match="does not group KV cache specs"):
-        Case.parse({"layers": ["full", "mamba"]})
-    assert Case.parse({"layers": ["full"], "stage": "config"}).stage == "config"
+    # the case is parsed (and refused) before the target's vLLM is asked anything: no vLLM needed here
+    target = VllmConfigTarget.__new__(VllmConfigTarget)
+    target._evaluate = lambda case: {"evaluated": case.stage}
+    assert "does not group KV cache specs" in target({"id": 1, "layers": ["full", "mamba"]})["unknown"]
+    assert target({"id": 1, "layers": ["full"], "stage": "config"}) == {"evaluated": "config"}
+    assert target({"id": 1, "platform": "gpu"})["error"]["message"] == parse_error({"id": 1, "platform": "gpu"})
+
+
+def parse_error(raw) -> str:
+    try:
+        parse_case(raw)
+    except ValueError as exc:
+        return str(exc)
+    raise AssertionError(f"{raw!r} parsed")

@@ -5,7 +5,9 @@ For each case it builds a real `VllmConfig` out of vLLM's real `SchedulerConfig`
 in a temporary folder (nothing is downloaded), with the running platform's `support_hybrid_kv_cache`
 patched to the case's platform as that platform's class in this vLLM defines it. Stage `cli_parse` uses
 vLLM's own argument parser; stage `create_connector` calls the real `KVConnectorFactory.create_connector`
-with an empty `KVCacheConfig`. The outcome follows the `kvconform resolve` schema (issue 2).
+with an empty `KVCacheConfig`. The outcome follows the `kvconform resolve` schema (issue 2). A case is read by the
+schema's one parser (`reference_impl.case.parse_case`, an error at stage "input" as the resolver gives); this
+module maps the parsed `Case` to vLLM's arguments.
 
 A case the installed vLLM cannot evaluate here (another era than the installed release, a platform whose
 class lives outside vLLM and on which the outcome depends, a speculative method whose plugin package is not
@@ -26,19 +28,16 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from harness.targets.vllm_install import import_vllm_modules, installed_vllm_version, vllm_era
 from harness.targets.config.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
                                           unwrap_exception)
-from harness.targets.config.vllm_platforms import PLATFORM_CLASSES, hisparse_backend, platform_support
-from reference_impl.vocabulary import CASE_DEFAULTS, STAGES as ALL_STAGES
+from harness.targets.config.vllm_platforms import hisparse_backend, platform_support
+from reference_impl.case import Case, CaseError, parse_case
 
-CASE_KEYS = frozenset(CASE_DEFAULTS)
-# The stages this target runs: vLLM groups KV cache specs from a loaded model's layers, which it does not build.
-STAGES = tuple(stage for stage in ALL_STAGES if stage != "kv_cache_groups")
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
 _OWN_PACKAGES = frozenset({"vllm"})
 # A tiny Llama; the speculative drafts and the target share it. MTP needs a DeepSeek-V3-shaped target.
@@ -64,122 +63,8 @@ _UNPATCHED = object()
 _INDEX_TOPK = "HiSparse is only supported for DSA models with index_topk"
 
 
-class CaseError(ValueError):
-    """A case this target cannot read: reported as an error outcome at stage "input"."""
-
-
 class NotEvaluable(Exception):
     """The installed vLLM cannot evaluate the case on this machine; the message is the reason."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """A matrix case with the schema's defaults filled in."""
-
-    id: Any
-    era: str | None
-    stage: str
-    flag: bool | None
-    cli_args: list[str] | None
-    platform: str
-    kv_connector: str | None
-    kv_connector_module_path: str | None
-    kv_role: str | None
-    children: list | None
-    kv_events: bool
-    attention_chunk_size: int | None
-    speculative_method: str | None
-    env: dict[str, str] = field(default_factory=dict)
-    extra_config: dict | None = None
-    #: a custom speculative method's `uses_target_hidden_states` (registered here as a plugin would); None
-    #: when `speculative_method` is a method name
-    custom_speculative: bool | None = None
-    hisparse: bool = False
-    kv_offloading_backend: str | None = None
-    kv_offloading_size: float | None = None
-
-    @classmethod
-    def parse(cls, raw: Any) -> "Case":
-        """Validate the few things this target depends on; the reference resolver owns full validation."""
-        if not isinstance(raw, dict):
-            raise CaseError(f"case: expected a JSON object, got {type(raw).__name__}")
-        unknown = sorted(set(raw) - CASE_KEYS)
-        if unknown:
-            raise CaseError(f"case: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(CASE_KEYS))}")
-        flag = raw.get("flag")
-        if flag is not None and not isinstance(flag, bool):
-            raise CaseError(f"flag: {flag!r} is not a bool; accepted: null, true, false")
-        layers = raw.get("layers")
-        stage = raw.get("stage") or ("kv_cache_groups" if layers is not None else "config")
-        if layers is not None and stage != "config" and stage != "cli_parse":
-            # vLLM groups KV cache specs from a loaded model's layers, which this target does not build
-            raise NotEvaluable(f"stage {stage} with layers: the vllm target does not group KV cache specs "
-                               "(it builds no model layers); the reference resolver does")
-        if stage not in STAGES:
-            raise CaseError(f"stage: {stage!r} is not supported by the vllm target; accepted: {', '.join(STAGES)}")
-        platform = raw.get("platform", CASE_DEFAULTS["platform"])
-        if platform not in PLATFORM_CLASSES:
-            raise CaseError(f"platform: {platform!r} is unknown; accepted: {', '.join(PLATFORM_CLASSES)}")
-        cli_args = raw.get("cli_args")
-        if cli_args is not None and not (isinstance(cli_args, list) and all(isinstance(a, str) for a in cli_args)):
-            raise CaseError(f"cli_args: {cli_args!r} is not a list of strings")
-        env = raw.get("env") or {}
-        if not isinstance(env, dict):
-            raise CaseError(f"env: {env!r} is not an object of NAME: value")
-        extra = raw.get("kv_connector_extra_config")
-        if extra is not None and not isinstance(extra, dict):
-            raise CaseError(f"kv_connector_extra_config: {extra!r} is not a JSON object")
-        method, custom = raw.get("speculative_method"), None
-        if isinstance(method, dict):
-            method, custom = method.get("name"), bool(method.get("uses_target_hidden_states", False))
-        return cls(
-            id=raw.get("id"),
-            era=_case_era(raw),
-            stage=stage,
-            flag=flag,
-            cli_args=cli_args,
-            platform=platform,
-            kv_connector=raw.get("kv_connector"),
-            kv_connector_module_path=raw.get("kv_connector_module_path"),
-            kv_role=raw.get("kv_role", CASE_DEFAULTS["kv_role"]),
-            children=raw.get("multi_connector_children"),
-            kv_events=bool(raw.get("kv_events", False)),
-            attention_chunk_size=raw.get("attention_chunk_size"),
-            speculative_method=method,
-            custom_speculative=custom,
-            extra_config=extra,
-            env={str(k): str(v) for k, v in env.items()},
-            hisparse=bool(raw.get("hisparse", False)),
-            kv_offloading_backend=raw.get("kv_offloading_backend"),
-            kv_offloading_size=raw.get("kv_offloading_size"),
-        )
-
-    def connector_names(self) -> set[str]:
-        """Every connector name the case configures, MultiConnector children at any depth included."""
-        names = {self.kv_connector} if self.kv_connector else set()
-        pending = list(self.children or ()) + list((self.extra_config or {}).get("connectors") or ())
-        while pending:
-            child = pending.pop()
-            if isinstance(child, str):
-                names.add(child)
-            elif isinstance(child, dict):
-                names.add(child.get("kv_connector"))
-                pending.extend(child.get("children") or ())
-                pending.extend((child.get("kv_connector_extra_config") or {}).get("connectors") or ())
-        return names
-
-
-def _case_era(raw: dict) -> str | None:
-    """The era a case asks for (from `vllm_version` or `profile`), or None when it names none."""
-    from harness.eras import EraSelectionError, select_eras
-
-    value = raw.get("vllm_version") or raw.get("profile")
-    if value is None:
-        return None
-    try:
-        return select_eras(str(value))[0]
-    except EraSelectionError as exc:
-        raise CaseError(str(exc)) from None
 
 
 def vllm_module_path(path: str) -> str:
@@ -188,39 +73,20 @@ def vllm_module_path(path: str) -> str:
     return EXTERNAL_TWINS.get(path, path)
 
 
-def child_config(child: Any) -> dict:
-    """A MultiConnector child as vLLM reads it from `kv_connector_extra_config["connectors"]`.
-
-    A bare name is a child with the default role; an object keeps exactly the keys it gives (a child
-    without `kv_role` is how the suite asks for vLLM's "Please specify kv_role" check).
-    """
-    if isinstance(child, str):
-        return {"kv_connector": child, "kv_role": "kv_both"}
-    if not isinstance(child, dict):
-        raise CaseError(f"multi_connector_children: {child!r} is neither a name nor an object")
-    config = {k: child[k] for k in ("kv_connector", "kv_role") if k in child}
-    if child.get("kv_connector_module_path") is not None:
-        config["kv_connector_module_path"] = vllm_module_path(child["kv_connector_module_path"])
-    extra = extra_config(child.get("kv_connector_extra_config"), child.get("children"))
+def transfer_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """A case's connector (`Case.kv_transfer`, children in its extra config's "connectors" list) as this vLLM reads
+    a `kv_transfer_config`: the suite's fixture modules replaced by their twins, a module path only where one is
+    given, each child written the same way."""
+    config = {key: spec[key] for key in ("kv_connector", "kv_role") if key in spec}
+    if spec.get("kv_connector_module_path") is not None:
+        config["kv_connector_module_path"] = vllm_module_path(spec["kv_connector_module_path"])
+    extra = spec.get("kv_connector_extra_config")
     if extra is not None:
+        extra = dict(extra)
+        if "connectors" in extra:
+            extra["connectors"] = [transfer_config(child) for child in extra["connectors"]]
         config["kv_connector_extra_config"] = extra
     return config
-
-
-def extra_config(given: Any, children: list | None) -> dict | None:
-    """A connector's `kv_connector_extra_config` as vLLM reads it: the case's object, with the children (from
-    `children`/`multi_connector_children`, or its own "connectors" list) written as vLLM's child configs."""
-    if given is None and children is None:
-        return None
-    if given is not None and not isinstance(given, dict):
-        raise CaseError(f"kv_connector_extra_config: {given!r} is not a JSON object")
-    extra = dict(given or {})
-    listed = children if children is not None else extra.get("connectors")
-    if listed is not None:
-        extra["connectors"] = [child_config(c) for c in listed]
-    elif "connectors" in extra:
-        del extra["connectors"]  # "connectors": null reads as no list (the resolver's schema)
-    return extra
 
 
 def outcome(case_id: Any, **fields: Any) -> dict:
@@ -336,7 +202,8 @@ def _missing_package(exc: BaseException, case: Case) -> str | None:
         return None
     name = getattr(inner, "name", None) or ""
     top = name.split(".")[0]
-    own = {case.kv_connector_module_path.split(".")[0]} if case.kv_connector_module_path else set()
+    module_path = (case.kv_transfer or {}).get("kv_connector_module_path")
+    own = {module_path.split(".")[0]} if module_path else set()
     if not top or top in _OWN_PACKAGES or top in own:
         return None
     return top
@@ -362,7 +229,10 @@ class VllmConfigTarget:
     def __call__(self, raw_case: Any) -> dict:
         case_id = raw_case.get("id") if isinstance(raw_case, dict) else None
         try:
-            case = Case.parse(raw_case)
+            case = parse_case(raw_case)
+            if case.layers is not None and case.stage not in ("config", "cli_parse"):
+                raise NotEvaluable(f"stage {case.stage} with layers: the vllm target does not group KV cache specs "
+                                   "(it builds no model layers); the reference resolver does")
             return self._evaluate(case)
         except CaseError as exc:
             return outcome(case_id, error={"type": "ValueError", "message": str(exc), "stage": "input"})
@@ -372,7 +242,7 @@ class VllmConfigTarget:
     # -- evaluation ---------------------------------------------------------------------------------
 
     def _evaluate(self, case: Case) -> dict:
-        if case.era is not None and case.era != self.era:
+        if case.release_selector is not None and case.era != self.era:
             raise NotEvaluable(f"the case is for era {case.era}; the installed vLLM {self.version} is era {self.era}")
         support = platform_support(case.platform)
         supports = [(support.supported, f"{support.supported} ({support.source})")]
@@ -427,7 +297,7 @@ class VllmConfigTarget:
         parsed: dict[str, Any] = {}
         if case.cli_args is not None:
             try:
-                parsed = self._parse_cli(case.cli_args)
+                parsed = self._parse_cli(list(case.cli_args))
             except SystemExit as exc:
                 message = getattr(exc, "kvconform_message", "") or str(exc.code)
                 return outcome(case.id, warnings=list(warnings), rules=rules,
@@ -547,16 +417,9 @@ class VllmConfigTarget:
             kwargs["attention_config"] = self._hisparse_attention_config()
         return VllmConfig(**kwargs)
 
-    def _kv_transfer_config(self, case: Case) -> dict | None:
-        if case.kv_connector is None and case.kv_connector_module_path is None and case.children is None:
-            return None
-        config: dict[str, Any] = {"kv_connector": case.kv_connector, "kv_role": case.kv_role}
-        if case.kv_connector_module_path is not None:
-            config["kv_connector_module_path"] = vllm_module_path(case.kv_connector_module_path)
-        extra = extra_config(case.extra_config, case.children)
-        if extra is not None:
-            config["kv_connector_extra_config"] = extra
-        return config
+    @staticmethod
+    def _kv_transfer_config(case: Case) -> dict | None:
+        return None if case.kv_transfer is None else transfer_config(case.kv_transfer)
 
     @staticmethod
     def _kv_events_config(case: Case) -> dict | None:

@@ -1,0 +1,91 @@
+"""The one case type (`reference_impl.case`): its parser names the field, the value and what is accepted; its
+serialized form parses back to the same case; every evaluator reads the same parse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from harness.eras import ERA_IDS
+from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.vocabulary import CASE_DEFAULTS
+from suites.config.matrix import cells_for
+from tests.config.test_resolve_properties import CASES
+
+
+@pytest.mark.parametrize("field, value, accepted", [
+    ("case", [1], "a JSON object"),
+    ("colour", "red", "a known key"),
+    ("vllm_version", "banana", "neither a version X.Y.Z nor a profile"),
+    ("profile", 7, "not a string"),
+    ("stage", "bogus", "one of cli_parse, config, kv_cache_groups, create_connector"),
+    ("flag", "yes", "null, true or false"),
+    ("cli_args", "--x", "a list of strings"),
+    ("platform", "gpu", "one of cuda, rocm, xpu, cpu, tpu, unspecified, auto"),
+    ("env", {"A": 1}, "an object of string names to string values"),
+    ("env.VLLM_USE_V1", "yes", "an integer such as 0 or 1"),
+    ("kv_connector", 3, "a string or null"),
+    ("kv_connector_module_path", "m", "null unless kv_connector names the class"),
+    ("multi_connector_children", ["ExampleConnector"], "null unless kv_connector is set"),
+    ("kv_connector_extra_config", [], "null or a JSON object"),
+    ("kv_events", 1, "true or false"),
+    ("attention_chunk_size", 0, "null or a positive integer"),
+    ("speculative_method", 3, "a method name"),
+    ("speculative_method.name", "eagle", "a name that is not a built-in speculative method"),
+    ("hisparse", "no", "true or false"),
+    ("kv_offloading_backend", "disk", "null, native or lmcache"),
+    ("kv_offloading_size", "4", "null or a number (GiB)"),
+    ("layers[1]", "attention", "one of full, sliding_window, chunked_local, mamba"),
+])
+def test_a_bad_field_is_named_with_its_value_and_what_is_accepted(field, value, accepted):
+    raw = {
+        "case": lambda: value,
+        "env.VLLM_USE_V1": lambda: {"env": {"VLLM_USE_V1": value}},
+        "speculative_method.name": lambda: {"speculative_method": {"name": value}},
+        "layers[1]": lambda: {"layers": ["full", value]},
+    }.get(field, lambda: {field: value})()
+    with pytest.raises(CaseError) as caught:
+        parse_case(raw)
+    message = str(caught.value)
+    assert message.startswith(f"{field}: {value!r} "), message
+    assert accepted in message and "\n" not in message
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(raw=CASES)
+def test_the_serialized_form_parses_back_to_the_same_case(raw):
+    try:
+        case = parse_case(dict(raw))
+    except CaseError:
+        return
+    serialized = case.as_dict()
+    assert tuple(serialized) == tuple(CASE_DEFAULTS)  # every key of the schema, in its order
+    assert parse_case(serialized) == case
+
+
+@pytest.mark.parametrize("era", [ERA_IDS[0], ERA_IDS[-1]])  # the oldest and the newest shapes; all eras: ~30 s
+def test_every_matrix_cell_parses_and_round_trips(era):
+    for cell in cells_for(era):
+        case = parse_case(cell.case())
+        assert case.era == era and parse_case(case.as_dict()) == case, cell.id
+
+
+def test_a_case_is_frozen_and_its_defaults_are_the_vocabulary_s():
+    case = parse_case({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.flag = True  # type: ignore[misc]
+    assert isinstance(case, Case) and case.as_dict() == {**CASE_DEFAULTS, "stage": "config"}
+    assert case.release_selector is None and case.era == parse_case({"profile": "seed"}).era
+
+
+def test_children_given_either_way_are_the_same_case():
+    by_key = parse_case({"kv_connector": "MultiConnector", "multi_connector_children": [
+        "ExampleConnector", {"kv_connector": "MultiConnector", "children": ["NixlConnector"]}]})
+    in_extra = parse_case({"kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": [
+        {"kv_connector": "ExampleConnector", "kv_role": "kv_both"},
+        {"kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": ["NixlConnector"]}}]}})
+    assert by_key == in_extra
+    assert by_key.connector_names() == {"MultiConnector", "ExampleConnector", "NixlConnector"}
