@@ -27,7 +27,7 @@ __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_B
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
-STEPS = ("install", "matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine")
+STEPS = ("matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine", "report")
 _ROW_KEYS = {"era", "ci", "deps", "torch", "upstream_floor", "gaps"}
 _RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 #: A version as `parse_version` reads it: X.Y or X.Y.Z, a leading "v", a local or dev suffix ignored.

@@ -3,6 +3,7 @@ refuse bad data naming the row and key, and its command line gives the shell scr
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +64,7 @@ def test_a_release_without_a_row_installs_as_the_row_before_it():
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nupstream_floor = 98\n',
      "row '0.34.0': upstream_floor must be a share from 0 to 1, got 98"),
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstrem = "x"\n',
-     "row '0.34.0': gaps: unknown step 'upstrem'; accepted: install, matrix"),
+     "row '0.34.0': gaps: unknown step 'upstrem'; accepted: matrix, allocator"),
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstream = " "\n',
      "row '0.34.0': gaps.upstream must name what is missing"),
 ])
@@ -123,3 +124,9 @@ def test_newer_orders_two_releases_for_the_scripts():
     assert _cli("newer", "0.34.0", "0.34.0").returncode == 1
     done = _cli("newer", "banana", "0.34.0")
     assert done.returncode == 2 and done.stderr.startswith("releases: vllm_version: 'banana' is not a version")
+
+
+def test_a_gap_names_a_step_the_job_asks_gaps_of():
+    job = (REPO / ".ci" / "vllm-job.sh").read_text(encoding="utf-8")
+    asked = set(re.findall(r'gap "\$R" ([a-z-]+)', job))
+    assert asked == set(releases.STEPS), "reference_impl.releases.STEPS: the steps .ci/vllm-job.sh asks gaps of"
