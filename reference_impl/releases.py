@@ -22,13 +22,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
-           "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "ci_releases",
+           "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "profiles", "ci_releases",
            "oldest", "newest_exclusive", "markdown_table", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
 STEPS = ("matrix", "allocator", "upstream", "benchmarks", "connectors", "lmcache", "engine", "report")
-_ROW_KEYS = {"era", "ci", "deps", "torch", "upstream_floor", "gaps"}
+_ROW_KEYS = {"era", "profile", "ci", "deps", "torch", "upstream_floor", "gaps"}
 _RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 #: A version as `parse_version` reads it: X.Y or X.Y.Z, a leading "v", a local or dev suffix ignored.
 VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
@@ -78,6 +78,7 @@ class Release:
     deps: str
     torch: str
     ci: bool = False
+    profile: bool = False
     upstream_floor: float | None = None
     gaps: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -99,8 +100,9 @@ def _row(version: str, raw: object, defaults: Mapping[str, object], where: str) 
     for name in ("era", "deps", "torch"):
         if not isinstance(values.get(name), str) or not values[name]:
             raise RegistryError(f"{where}: row {version!r}: {name} must be a non-empty string, got {values.get(name)!r}")
-    if not isinstance(values.get("ci", False), bool):
-        raise RegistryError(f"{where}: row {version!r}: ci must be true or false, got {values['ci']!r}")
+    for name in ("ci", "profile"):
+        if not isinstance(values.get(name, False), bool):
+            raise RegistryError(f"{where}: row {version!r}: {name} must be true or false, got {values[name]!r}")
     floor = values.get("upstream_floor")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 1):
         raise RegistryError(f"{where}: row {version!r}: upstream_floor must be a share from 0 to 1, got {floor!r}")
@@ -113,6 +115,7 @@ def _row(version: str, raw: object, defaults: Mapping[str, object], where: str) 
         if not isinstance(reason, str) or not reason.strip():
             raise RegistryError(f"{where}: row {version!r}: gaps.{step} must name what is missing")
     return Release(version=version, era=values["era"], deps=values["deps"], torch=values["torch"], ci=values.get("ci", False),
+                   profile=values.get("profile", False),
                    upstream_floor=None if floor is None else float(floor), gaps=MappingProxyType(dict(gaps)))
 
 
@@ -132,6 +135,11 @@ def load(path: Path = REGISTRY) -> tuple[Release, ...]:
                                 "an era is one range of releases")
         if not seen or row.era != seen[-1]:
             seen.append(row.era)
+    profiles = [row for row in rows if row.profile]
+    for row in profiles:
+        if sum(other.era == row.era for other in profiles) > 1:
+            raise RegistryError(f"{path.name}: row {row.version!r}: era {row.era!r} has two profile rows; a profile "
+                                "is named by its era")
     return rows
 
 
@@ -166,6 +174,11 @@ def era_at_least(era: str, first: str) -> bool:
     return order.index(era) >= order.index(first)
 
 
+def profiles() -> dict[str, str]:
+    """Profile name (its era's id) -> release, oldest first."""
+    return {row.era: row.version for row in RELEASES if row.profile}
+
+
 def ci_releases() -> list[str]:
     """The releases the vLLM CI job judges, newest first."""
     return [row.version for row in reversed(RELEASES) if row.ci]
@@ -184,12 +197,13 @@ def newest_exclusive() -> tuple[int, int, int]:
 
 def markdown_table() -> str:
     """The registry as a Markdown table, newest release first (docs/releases.md holds it; a test compares)."""
-    lines = ["| release | era | CI | dependency list | torch | upstream floor | known gaps |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| release | era | profile | CI | dependency list | torch | upstream floor | known gaps |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in reversed(RELEASES):
         gaps = ", ".join(f"`{step}`" for step in row.gaps) or "–"
         floor = "–" if row.upstream_floor is None else f"{row.upstream_floor:g}"
-        lines.append(f"| {row.version} | {row.era} | {'yes' if row.ci else '–'} | `{row.deps}.txt` | {row.torch} | "
+        lines.append(f"| {row.version} | {row.era} | {'yes' if row.profile else '–'} | {'yes' if row.ci else '–'} | "
+                     f"`{row.deps}.txt` | {row.torch} | "
                      f"{floor} | {gaps} |")
     return "\n".join(lines) + "\n"
 

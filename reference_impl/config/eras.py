@@ -386,9 +386,8 @@ def _build_eras() -> tuple[Era, ...]:
 
 ERAS: tuple[Era, ...] = _build_eras()
 ERAS_BY_ID: Mapping[str, Era] = MappingProxyType({era.id: era for era in ERAS})
-PROFILES: Mapping[str, str] = MappingProxyType(
-    {"pre-seed": "0.12.0", "seed": "0.13.0", "v0.33": "0.33.0", "v0.34": "0.34.0"}
-)
+# Profiles: the registry's rows marked `profile`, each named by its era (reference_impl/releases.toml).
+PROFILES: Mapping[str, str] = MappingProxyType(_releases.profiles())
 DEFAULT_PROFILE = "seed"
 # The known range: from the release registry's oldest row up to the minor after its newest (a release without a
 # rule change joins the newest era with its row alone; reference_impl/releases.toml).

@@ -35,6 +35,12 @@ def test_each_row_names_the_era_the_eras_place_it_in_and_each_era_starts_at_a_ro
         releases.era_at_least("v9", "seed")
 
 
+def test_a_profile_is_its_eras_representative():
+    assert eras.PROFILES == releases.profiles() and eras.DEFAULT_PROFILE in eras.PROFILES
+    for era, version in releases.profiles().items():
+        assert eras.ERAS_BY_ID[era].representative == version, f"profile {era}: {version}"
+
+
 def test_every_row_names_a_dependency_list_and_a_release_in_the_known_range():
     for row in releases.RELEASES:
         assert (REPO / "scripts" / "vllm-light-deps" / f"{row.deps}.txt").is_file(), f"{row.version}: deps {row.deps}"
@@ -58,9 +64,13 @@ def test_a_release_without_a_row_installs_as_the_row_before_it():
     ('["0.34.0"]\ndeps = "0.34"\ntorch = "2.13.0"\n', "row '0.34.0': era must be a non-empty string, got None"),
     ('["0.33.0"]\nera = "a"\ndeps = "0.34"\n["0.34.0"]\nera = "b"\ndeps = "0.34"\n["0.35.0"]\nera = "a"\ndeps = "0.34"\n'
      '[defaults]\ntorch = "2"\n', "row '0.35.0': era 'a' comes back after 'b'; an era is one range of releases"),
-    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\ncl = true\n', "row '0.34.0': unknown key 'cl'; accepted: ci, deps, era"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\ncl = true\n', "row '0.34.0': unknown key 'cl'; accepted: ci, deps, era, gaps, profile"),
     ('["0.34.0"]\nera = "v0.34"\ntorch = "2.13.0"\n', "row '0.34.0': deps must be a non-empty string, got None"),
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nci = "yes"\n', "row '0.34.0': ci must be true or false, got 'yes'"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nprofile = 1\n',
+     "row '0.34.0': profile must be true or false, got 1"),
+    ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\nprofile = true\n["0.34.1"]\nera = "v0.34"\ndeps = "0.34"\n'
+     'profile = true\n[defaults]\ntorch = "2"\n', "row '0.34.0': era 'v0.34' has two profile rows"),
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\nupstream_floor = 98\n',
      "row '0.34.0': upstream_floor must be a share from 0 to 1, got 98"),
     ('["0.34.0"]\nera = "v0.34"\ndeps = "0.34"\ntorch = "2.13.0"\n["0.34.0".gaps]\nupstrem = "x"\n',
