@@ -27,7 +27,7 @@ SCOPES = ("harness", "reference_impl", "suites", "scripts", ".ci")
 _ORDER = r"(?<![-=<>])(?:<=|>=|<|>)(?![>=])"
 _NAMES = (r"(?:parse_version|parse_release|first_version|NEWEST_EXCLUSIVE|OLDEST|ERA_FIRST_VERSIONS|__version__|"
           r"version_info|first_affected|fixed_in|hma_from|registered_from|removed_from|installed_is_unknown_from|"
-          r"minor|major|\w*version\w*|\w*release\w*)")
+          r"era_start|minor|major|\w*version\w*|\w*release\w*)")
 PATTERNS = {
     "a version tuple ordered": re.compile(rf"{_ORDER}\s*\(\s*[01]\s*,\s*\d+|\(\s*[01]\s*,\s*\d+(?:\s*,\s*\d+)?\s*\)\s*{_ORDER}"),
     "a version string compared": re.compile(
@@ -82,6 +82,7 @@ def test_no_release_comparison_outside_the_registry_and_the_eras():
     "        return self.first_affected <= version and (self.fixed_in is None or version < self.fixed_in)",
     "    if era.first_version >= needed.installed_is_unknown_from:",
     "    if (( m <= minor )); then deps_file=$DEPS_DIR/$f; fi",
+    "    inside = [version_text(era_start(era)) for era in ERAS if low < era_start(era) < high]",
 ])
 def test_the_spellings_it_finds(tmp_path, line, monkeypatch):
     # each line is one this checkout had before the release axis
