@@ -14,13 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.targets.connector.declaration import DECLARATION_KEY
+from harness.targets.connector.template_declaration import TemplateConnectorUnderTest
+
 TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "reference_impl" / "connector" / "template.py"
 TEMPLATE_CLASS = "TemplateConnector"
-# The extra config docs/vendor.md recommends for the template, run as a vendor's class: its profile (a store that
-# lives and dies with its process, so C36 is N/A black-box), how it loads asynchronously, and which option sets
-# the size of the blocks it stores (C40).
-TEMPLATE_EXTRA_CONFIG = {"kvconform": {"store_scope": "process", "async_load_config": {"load_async": True},
-                                       "block_size_option": "chunk_size"}}
+# The template's declaration (harness.targets.connector.template_declaration) as the extra config of a run on the bare
+# class (a mutant is a copy of the class, named by `module:TemplateConnector`): its profile (a store that lives and
+# dies with its process, so C36 is N/A black-box), how it loads asynchronously, and which option sets the size of the
+# blocks it stores (C40).
+TEMPLATE_EXTRA_CONFIG = {DECLARATION_KEY: TemplateConnectorUnderTest().profile_fields()}
 
 
 @dataclass(frozen=True)

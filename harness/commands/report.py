@@ -293,7 +293,8 @@ def _check_targets(args) -> None:
 
 def _connector_extra_config(pytest_args: list[str]) -> dict:
     """The `--kv-connector-extra-config` a vendor's connector gets (its `kvconform` declaration left out)."""
-    from harness.plugins.connector import parse_extra_config, split_declaration
+    from harness.plugins.connector import parse_extra_config
+    from harness.targets.connector.profile import split_declaration
 
     given = option_values(pytest_args, ("--kv-connector-extra-config",))
     return split_declaration(parse_extra_config(given[-1][1]) if given else {})[0]

@@ -9,8 +9,7 @@ import pytest
 
 from harness.plugins.activation import is_active
 from harness.report_options import option_values
-from harness.target_spec import KINDS, TargetError
-from harness.targets.connector.profile import split_declaration
+from harness.target_spec import KINDS, VLLM_PREFIX, TargetError
 
 # The run's engine, validated once (at configure): checks read it for every test.
 _KV_ENGINE = pytest.StashKey[str]()
@@ -56,15 +55,15 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     specs = config.getoption("kvconform_kv_connectors", None) or ()
-    if specs:  # named explicitly: each must load and build, or nothing runs (exit 4), as for the other targets
-        from harness.targets.connector.selection import check_loadable  # imports the reference engine (torch)
+    if specs:  # named explicitly: each must declare, load and build, or nothing runs, as for the other targets
+        from harness.targets.connector.target import ConnectorLoadError
 
-        connector_extra, _ = split_declaration(parse_extra_config(raw) if raw else {})
-        for spec in specs:
-            try:
-                check_loadable(spec, extra_config=connector_extra)
-            except TargetError as exc:
-                raise pytest.UsageError(str(exc)) from None
+        try:
+            for target in connector_targets(config):  # each spec parsed and its declaration imported once, here
+                if target.source == KINDS["connector"].option and not target.spec.startswith(VLLM_PREFIX):
+                    target.load()  # a vLLM connector is checked against vLLM's registry, its adapter built later
+        except (TargetError, ConnectorLoadError) as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def kv_engine(config) -> str:
@@ -110,6 +109,8 @@ def parse_extra_config(raw: str) -> dict:
                          f"{raw!r}; accepted: a JSON object") from None
     if not isinstance(extra, dict):
         raise ValueError(f"--kv-connector-extra-config must be a JSON object, got {raw!r}")
+    from harness.targets.connector.profile import split_declaration  # pytest comes with it: not at plugin import
+
     split_declaration(extra)  # a bad "kvconform" profile declaration is a usage error too
     return extra
 
@@ -131,7 +132,10 @@ def check_pytest_args(args: list[str]) -> None:
 
 
 def connector_targets(config):
-    """The selected targets, cached on the config."""
+    """The selected targets, each with its declaration and the run's `--kv-connector-extra-config` merged over it;
+    built once per process (at configure when `--kv-connector` names any) and cached on the config: the one object
+    per connector the fixtures and checks receive."""
+    from harness.targets.connector.profile import split_declaration
     from harness.targets.connector.selection import select_targets  # imports the reference engine (torch)
 
     targets = getattr(config, "_kvconform_connector_targets", None)
@@ -143,7 +147,7 @@ def connector_targets(config):
         connector_extra, declared = split_declaration(extra)
         for target in targets:
             if not target.builtin:
-                target.extra_config, target.declared = dict(connector_extra), dict(declared)
+                target.apply_run_options(connector_extra, declared)
         config._kvconform_connector_targets = targets
     return targets
 

@@ -287,15 +287,17 @@ class CheckContext:
         return self.run(engine, reload_tokens if reload_tokens is not None else tokens + [7, 8, 9], **kwargs)
 
     def optional_backdoor(self, instance, name: str):
-        """`instance`'s backdoor method `name` (a guarded connector), or None when absent or hidden. `name` is
+        """The backdoor `name` for `instance` (a guarded connector), or None when absent or hidden: the target's
+        declaration implements it, or the connector itself does (`harness.ConnectorUnderTest.backdoor`). `name` is
         one the backdoor Protocol declares (`reference_impl.connector.backdoors`)."""
         if name not in BACKDOOR_METHODS:
             raise ValueError(f"{name} is not a backdoor of reference_impl.connector.backdoors.KVConformBackdoors")
         if not self.backdoors:
             return None
-        method = getattr(getattr(instance, "inner", instance), name, None)
-        if method is None and name == "kvconform_chunk_size" and hasattr(getattr(instance, "inner", None), "connectors"):
-            method = getattr(instance.inner.connectors[0], name, None)  # children share one chunking
+        inner = getattr(instance, "inner", instance)
+        method = self.target.backdoor(name, inner)  # the declaration's, else the connector's own kvconform_* method
+        if method is None and name == "kvconform_chunk_size" and hasattr(inner, "connectors"):
+            method = getattr(inner.connectors[0], name, None)  # children share one chunking
         return method
 
     def backdoor(self, engine: EngineCore, name: str):

@@ -73,8 +73,8 @@ def test_the_block_size_option_is_declared_or_from_reviewed_data():
                               'engines of one process), process (a store that lives and dies with its process (a '
                               'new process starts empty)), engine (a store owned by the engine (a second engine '
                               'starts empty))'),
-    ({"async_load_config": True}, '"kvconform".async_load_config must be a JSON object, got True'),
-    ({"block_size_option": 64}, '"kvconform".block_size_option must be a JSON string, got 64'),
+    ({"async_load_config": True}, '"kvconform".async_load_config is True; accepted: a JSON object (a mapping)'),
+    ({"block_size_option": 64}, '"kvconform".block_size_option is 64; accepted: a string'),
 ])
 def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):
     with pytest.raises(ValueError) as info:

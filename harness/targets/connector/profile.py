@@ -27,8 +27,9 @@ Every MUST check decides, or says why it could not: a skip whose reason the prof
 release) does not imply decided nothing (`harness.outcomes.decided_nothing`), and the report lists those per
 connector.
 
-A vendor declares it in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the
-connector sees its extra config), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
+A vendor declares it on the declaration of its connector under test (`harness.ConnectorUnderTest`: `kind = "dummy"`),
+or in `--kv-connector-extra-config` under the key `"kvconform"` (taken out before the connector sees its extra
+config; it overrides the declaration's fields), e.g. `{"chunk_size": 256, "kvconform": {"kind": "dummy", "store_scope": "engine"}}`; vLLM's own
 connectors get theirs from reviewed data (`harness.targets.connector.vllm_facts.KINDS`); otherwise it is inferred:
 `stores`, and HMA from the class. The run's header prints each connector's profile and where it came from.
 """
@@ -39,19 +40,8 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from harness import outcomes
-
-DECLARATION_KEY = "kvconform"
-KINDS = {
-    "stores": "stores and loads KV",
-    "dummy": "fills dummy KV",
-    "transfer": "transfers KV between instances only",
-}
-_FIELDS = {"kind": str, "multi_group": str, "async_load_config": dict, "store_scope": str, "block_size_option": str}
-STORE_SCOPES = {
-    "shared": "a store shared by the engines of one process",
-    "process": "a store that lives and dies with its process (a new process starts empty)",
-    "engine": "a store owned by the engine (a second engine starts empty)",
-}
+from harness.targets.connector.declaration import (DECLARATION_KEY, KINDS, PROFILE_FIELDS, STORE_SCOPES,
+                                                   check_field)
 
 
 @dataclass(frozen=True)
@@ -88,29 +78,21 @@ class ConnectorProfile:
 
 
 def split_declaration(extra: dict) -> tuple[dict, dict]:
-    """(the extra config the connector gets, the `"kvconform"` declaration); ValueError naming a bad field."""
+    """(the extra config the connector gets, the `"kvconform"` profile fields); ValueError naming a bad field, its
+    value and what is accepted (the fields and their checks are the declaration's: `ConnectorUnderTest`)."""
     extra = dict(extra)
     declared = extra.pop(DECLARATION_KEY, None)
     if declared is None:
         return extra, {}
+    where = f"--kv-connector-extra-config: \"{DECLARATION_KEY}\""
     if not isinstance(declared, dict):
-        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\" must be a JSON object, got "
-                         f"{declared!r}; accepted keys: {', '.join(_FIELDS)}")
+        raise ValueError(f"{where} must be a JSON object, got {declared!r}; accepted keys: {', '.join(PROFILE_FIELDS)}")
     for key, value in declared.items():
-        if key not in _FIELDS:
-            raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\" has an unknown key {key!r}; "
-                             f"accepted: {', '.join(_FIELDS)}")
-        if not isinstance(value, _FIELDS[key]):
-            raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".{key} must be a JSON "
-                             f"{'object' if _FIELDS[key] is dict else 'string'}, got {value!r}")
-    kind = declared.get("kind", "stores")
-    if kind not in KINDS:
-        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".kind is {kind!r}; accepted: "
-                         + ", ".join(f"{k} ({v})" for k, v in KINDS.items()))
-    scope = declared.get("store_scope", "shared")
-    if scope not in STORE_SCOPES:
-        raise ValueError(f"--kv-connector-extra-config: \"{DECLARATION_KEY}\".store_scope is {scope!r}; accepted: "
-                         + ", ".join(f"{k} ({v})" for k, v in STORE_SCOPES.items()))
+        if key not in PROFILE_FIELDS:
+            raise ValueError(f"{where} has an unknown key {key!r}; accepted: {', '.join(PROFILE_FIELDS)}")
+        why = check_field(key, value)
+        if why:
+            raise ValueError(f"{where}.{why}")
     return extra, dict(declared)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from harness.target_spec import TargetError, import_object, parse_spec
+from harness.target_spec import TargetError, TargetSpec, import_object, parse_spec
 from harness.targets.connector.capabilities import ReleaseTable, reference_table
+from harness.targets.connector.declaration import ConnectorLoadError, ConnectorUnderTest, declaration_of
 from harness.targets.connector.profile import ConnectorProfile, profile_for
 from reference_impl.connector.base import supports_hma
 from reference_impl.connector.protocol import ONE_OF, REQUIRED_HOOKS as PROTOCOL_HOOKS
@@ -23,15 +25,25 @@ REQUIRED_HOOKS = PROTOCOL_HOOKS
 REQUIRED_ONE_OF = ONE_OF
 
 
-class ConnectorLoadError(TargetError):
-    """The connector class cannot be used at all (import failure, not a class, bad constructor, missing hooks):
-    one line `SOURCE SPEC: why`, exit status 4."""
+def resolve_declaration(spec: TargetSpec, source: str) -> ConnectorUnderTest:
+    """The declaration a parsed `module:attr` (or built-in) spec names, imported once: a `ConnectorUnderTest`
+    subclass, or a bare connector class as its default declaration. DeclarationError (exit 2) for a bad field,
+    ConnectorLoadError (exit 4) for a module that does not import or an object that is neither."""
+    try:
+        if spec.vllm_name is not None:
+            raise spec.error("a vllm: connector is loaded by harness.targets.connector.vllm_target")
+        obj = import_object(spec)
+    except TargetError as exc:
+        raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
+    return declaration_of(obj, source, spec.text)
 
 
 @dataclass
 class ConnectorTarget:
-    """A connector class to check, with the extra config every instance gets. `source` says where it was
-    named (`--kv-connector`, `entry point 'x'`, `built-in`); `spec` is a `module:Class` or a built-in name."""
+    """A connector to check: its declaration (`harness.ConnectorUnderTest`: the class, its extra config and profile,
+    its backdoors) and the run's options merged over it. `source` says where it was named (`--kv-connector`,
+    `entry point 'x'`, `built-in`); `spec` is a `module:attr` or a built-in name. Built without a declaration (a
+    built-in, a test's target), the spec is resolved on the first `load()`."""
 
     name: str
     spec: str
@@ -39,21 +51,33 @@ class ConnectorTarget:
     extra_config: dict = field(default_factory=dict)
     builtin: bool = False
     _cls: type | None = None
-    declared: dict = field(default_factory=dict)  # the vendor's "kvconform" declaration (connector_profile)
+    declared: dict = field(default_factory=dict)  # the profile fields in effect (connector_profile)
+    declaration: ConnectorUnderTest | None = None
+
+    def apply_run_options(self, extra: dict, declared: dict) -> None:
+        """The run's `--kv-connector-extra-config` over the declaration: its connector keys merged over the
+        declaration's `extra_config`, its `"kvconform"` fields over the declaration's profile fields."""
+        base = self.declaration
+        self.extra_config = {**(dict(base.extra_config) if base is not None else {}), **extra}
+        self.declared = {**(base.profile_fields() if base is not None else {}), **declared}
+
+    def _adopt(self, declaration: ConnectorUnderTest) -> None:
+        """Take `declaration` (resolved late): its fields under the values already set on this target."""
+        self.declaration = declaration
+        self.extra_config = {**dict(declaration.extra_config), **self.extra_config}
+        self.declared = {**declaration.profile_fields(), **self.declared}
 
     def load(self) -> type:
         """The connector class; ConnectorLoadError with a one-line reason when it is unusable."""
         if self._cls is not None:
             return self._cls
-        try:
-            spec = parse_spec("connector", self.spec, self.source)
-            if spec.vllm_name is not None:
-                raise spec.error("a vllm: connector is loaded by harness.targets.connector.vllm_target")
-            cls = import_object(spec)
-        except TargetError as exc:
-            raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
-        if not isinstance(cls, type):
-            raise ConnectorLoadError(self.source, self.spec, f"{spec.path} is not a class")
+        if self.declaration is None:
+            try:
+                spec = parse_spec("connector", self.spec, self.source)
+            except TargetError as exc:
+                raise ConnectorLoadError(exc.option, exc.spec, exc.why) from None
+            self._adopt(resolve_declaration(spec, self.source))
+        cls = self.declaration.connector
         try:
             check_constructor(cls)
         except ValueError as exc:
@@ -67,6 +91,14 @@ class ConnectorTarget:
             probe_constructor(cls, self.source, self.spec, self.extra_config)
         self._cls = cls
         return cls
+
+    def backdoor(self, name: str, instance) -> Callable[..., Any] | None:
+        """The backdoor `name` bound to the connector `instance` (unguarded): the declaration's method, else the
+        connector's own `kvconform_*` method, else None."""
+        cls = self.load()
+        if self.declaration is None:  # a class given directly (a vLLM connector's adapter, a test's stand-in)
+            self.declaration = ConnectorUnderTest.for_class(cls)
+        return self.declaration.backdoor(name, instance)
 
     def __repr__(self) -> str:
         return f"{self.name} ({self.spec})"

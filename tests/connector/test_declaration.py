@@ -1,0 +1,120 @@
+"""The declared connector under test (`harness.ConnectorUnderTest`, issue 33 item 5): a declaration and the bare
+class with the same options make the same target and decide the same checks; backdoors implemented on the
+declaration are the ones the checks use; a bad declaration is one line naming the field, its value and what is
+accepted (exit status 2 from the command line)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.connector_mutants import TEMPLATE_EXTRA_CONFIG
+from harness.errors import EXIT_USAGE
+from harness.targets.connector.declaration import BACKDOOR_METHODS, DeclarationError
+from harness.targets.connector.profile import split_declaration
+from harness.targets.connector.selection import connector_target
+from reference_impl.connector.backdoors import BACKDOOR_METHODS as PROTOCOL_BACKDOORS
+from reference_impl.connector.template import TemplateConnector
+from tests.connector.declared import WithoutBackdoors
+from tests.connector.suite_process import results_by_test, suite_command
+
+REPO = Path(__file__).resolve().parents[2]
+BARE = "reference_impl.connector.template:TemplateConnector"
+TEMPLATE_DECLARATION = "harness.targets.connector.template_declaration:TemplateConnectorUnderTest"
+DECLARED = "tests.connector.declared:TemplateDeclared"
+WITHOUT = "tests.connector.declared:WithoutBackdoors"
+
+
+def test_a_declaration_may_implement_every_backdoor_of_the_protocol():
+    assert BACKDOOR_METHODS == PROTOCOL_BACKDOORS
+
+
+def test_the_template_declared_and_the_bare_template_with_its_extra_config_are_one_target():
+    declared = connector_target(TEMPLATE_DECLARATION)
+    bare = connector_target(BARE)
+    bare.apply_run_options(*split_declaration(TEMPLATE_EXTRA_CONFIG))
+    assert declared.name == bare.name == "TemplateConnector"
+    assert declared.load() is bare.load() is TemplateConnector
+    assert (declared.extra_config, declared.declared) == (bare.extra_config, bare.declared)
+    assert declared.profile == bare.profile
+    assert declared.profile.source == "inferred, options declared"  # kind not declared: inferred
+    assert bare.declaration.default and not declared.declaration.default
+
+
+def test_the_run_options_merge_over_the_declaration():
+    target = connector_target(DECLARED)
+    target.apply_run_options({"chunk_size": 512}, {"store_scope": "engine"})
+    assert target.extra_config == {"chunk_size": 512}
+    assert target.profile.store_scope == "engine"  # the run's "kvconform" object overrides the declared field
+    assert target.profile.async_load_config == {"load_async": True}  # the rest stays declared
+
+
+def test_backdoors_come_from_the_declaration_else_from_the_class():
+    instance = object.__new__(WithoutBackdoors)
+    instance.chunk_size = 64
+    declared = connector_target(DECLARED)
+    assert declared.backdoor("kvconform_chunk_size", instance)() == 64
+    bare = connector_target(WITHOUT)
+    assert bare.backdoor("kvconform_chunk_size", instance) is None
+    template = connector_target(BARE)
+    plain = object.__new__(TemplateConnector)
+    plain.chunk_size = 32
+    assert template.backdoor("kvconform_chunk_size", plain)() == 32  # the class's own method: the older channel
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("tests.connector.declared:BadKind", "BadKind.kind is 'cache'; accepted: stores (stores and loads KV), dummy "
+                                         "(fills dummy KV), transfer (transfers KV between instances only)"),
+    ("tests.connector.declared:TypoField", "TypoField.store_scop is not a field of a declaration; accepted: "
+                                           "connector, name, extra_config, kind, multi_group, async_load_config, "
+                                           "store_scope, block_size_option"),
+    ("tests.connector.declared:NoConnector", "NoConnector.connector is 'reference_impl.connector.template:"
+                                             "TemplateConnector'; accepted: a connector class"),
+])
+def test_a_bad_declaration_names_the_field_the_value_and_what_is_accepted(spec, needle):
+    with pytest.raises(DeclarationError) as info:
+        connector_target(spec)
+    assert str(info.value) == f"--kv-connector {spec}: {needle}"
+    assert info.value.exit_code == EXIT_USAGE
+
+
+def test_the_command_line_refuses_a_bad_declaration_in_one_line_with_exit_status_2(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--suite", "suites.connector",
+                           "--kv-connector", "tests.connector.declared:BadKind", "--output-dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "kvconform report: --kv-connector tests.connector.declared:BadKind: BadKind.kind is 'cache'; accepted: stores "
+        "(stores and loads KV), dummy (fills dummy KV), transfer (transfers KV between instances only)"]
+
+
+# C01 reads the class; C08 (a SHOULD) decides only through kvconform_evict; C10 is sharpened by the tracked tables.
+CHECKS = ("c01", "c08", "c10")
+
+
+def test_the_suite_decides_the_same_on_the_declaration_as_on_the_bare_class_and_uses_its_backdoors(tmp_path):
+    """One suite run, three targets: the template's declaration (backdoors on the class), the template declared with
+    its backdoors on the declaration (none on the class), and that class bare (no backdoors anywhere)."""
+    results = tmp_path / "results.json"
+    cmd = suite_command(results, [TEMPLATE_DECLARATION, DECLARED, WITHOUT], extra_config="{}", selection=list(CHECKS))
+    done = subprocess.run(cmd + ["-s"], cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    by_test = results_by_test(results)
+    where = done.stdout[-4000:]
+    assert by_test, where
+
+    def outcomes(name: str) -> dict[str, str]:
+        return {test.replace(f"[{name}-", "[").replace(f"[{name}]", "[]"): entry["status"]
+                for test, entry in by_test.items() if f"[{name}-" in test or f"[{name}]" in test}
+
+    template, declared, bare = outcomes("TemplateConnector"), outcomes("TemplateDeclared"), outcomes("WithoutBackdoors")
+    assert template and template == declared, where
+    assert set(template.values()) == {"passed"}, where
+    c08 = {test for test in bare if test.startswith("test_c08")}
+    assert c08 and {bare[test] for test in c08} == {"skipped"}, where  # no backdoor anywhere: C08 cannot decide
+    assert "kvconform_evict on the declaration" in done.stdout, where
+    assert ("kv-connector profile: TemplateDeclared: stores and loads KV, declares HMA, async loads configured, a "
+            "store that lives and dies with its process (a new process starts empty) (inferred, options declared)") in done.stdout, where
