@@ -1,5 +1,6 @@
-"""docs/vendor.md's "Your first hour" runs as written: a vendor's package made from the template, outside the
-checkout, found by `--kv-connector mypkg.mod:MyConnector` and reported on by `kvconform report`.
+"""docs/vendor.md's "Your first hour" runs as written: a vendor's package made from the template and its
+declaration, outside the checkout, found by `--kv-connector mypkg.declare:MyConnectorUnderTest` and reported on by
+`kvconform report`.
 
 The block is read from the page, so a step that stops working there (a missing `mkdir`, a package layout that
 does not import as `mypkg.mod`) fails here. Three substitutions keep it cheap and leave this venv alone, each
@@ -20,8 +21,9 @@ from harness.results_model import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = "pip install -e ./mypkg"
-SUITE_RUN = "pytest --pyargs suites.connector --kv-connector mypkg.mod:MyConnector -n 2"
-REPORT_RUN = "kvconform report --suite suites.connector --kv-connector mypkg.mod:MyConnector -n 2 --output-dir my-report"
+SUITE_RUN = "pytest --pyargs suites.connector --kv-connector mypkg.declare:MyConnectorUnderTest -n 2"
+REPORT_RUN = ("kvconform report --suite suites.connector --kv-connector mypkg.declare:MyConnectorUnderTest -n 2 "
+              "--output-dir my-report")
 
 
 def first_hour_block() -> list[str]:
@@ -35,7 +37,7 @@ def first_hour_block() -> list[str]:
 def test_the_first_hour_block_runs_as_written(tmp_path):
     lines = first_hour_block()
     assert lines[0].startswith("pytest --pyargs suites.connector --kv-connector "
-                               "reference_impl.connector.template:TemplateConnector")
+                               "harness.targets.connector.template_declaration:TemplateConnectorUnderTest")
     script = []
     for line in lines[1:]:
         command = line.split("  #", 1)[0].strip()
@@ -61,10 +63,14 @@ def test_the_first_hour_block_runs_as_written(tmp_path):
     assert re.search(r"^\| C01 declares-hma +\| MUST +\|.*\| ✅ pass +\|$", report, re.M), report
     # Only C01 ran (-k c01): it reads the class, so the HMA verdict rests on no multi-group behaviour (issue 31).
     assert "MyConnector declares `SupportsHMA`, not exercised: only the declaration check C01 ran" in report
-    assert "Produced by kvconform " in report and " · target connectors mypkg.mod:MyConnector." in report, \
+    assert "Produced by kvconform " in report and " · target connectors mypkg.declare:MyConnectorUnderTest." in report, \
         "the report names the connector that ran, not 'reference'"
     results = load_results(tmp_path / "my-report" / "results.json.gz").to_json()
-    assert results["run_info"]["target"] == "connectors mypkg.mod:MyConnector"
+    assert results["run_info"]["target"] == "connectors mypkg.declare:MyConnectorUnderTest"
+    # The declaration the page copies took effect: its profile is the template's, declared in mypkg.declare.
+    assert ("kv-connector profile: MyConnector: stores and loads KV, declares HMA, async loads configured, a store "
+            "that lives and dies with its process (a new process starts empty) (inferred, options declared)") \
+        in done.stdout, where
 
 
 def test_the_wheel_the_page_names_is_the_one_the_checkout_builds():
