@@ -285,5 +285,6 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
            "kvconform_object_keys() backdoor, so keys across processes cannot be compared")
     if ctx.profile.store_scope == "process":
         not_applicable(f"the connector's store lives and dies with its process (profile store_scope 'process'): {why}")
-    pytest.skip(f"inconclusive: {why}; a connector whose store is memory only declares it "
-                "(\"kvconform\": {\"store_scope\": \"process\"}), one with a disk or server tier configures it")
+    pytest.skip(f"inconclusive: {why}; a connector whose store is memory only declares it (store_scope = "
+                "\"process\" on its ConnectorUnderTest, or \"kvconform\": {\"store_scope\": \"process\"}), one with a "
+                "disk or server tier configures it")
