@@ -276,6 +276,7 @@ def test_layers_beyond_stage_config_are_not_evaluable_by_the_vllm_target():
 
     # the case is parsed (and refused) before the target's vLLM is asked anything: no vLLM needed here
     target = VllmConfigTarget.__new__(VllmConfigTarget)
+    target._answers = {}  # what __init__ sets up beside vLLM's own pieces: the answers kept by case content
     target._evaluate = lambda case: {"evaluated": case.stage}
     assert "does not group KV cache specs" in target({"id": 1, "layers": ["full", "mamba"]})["unknown"]
     assert target({"id": 1, "layers": ["full"], "stage": "config"}) == {"evaluated": "config"}

@@ -19,6 +19,7 @@ time) are its behaviour and are reported as errors.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import io
@@ -87,6 +88,13 @@ def transfer_config(spec: dict[str, Any]) -> dict[str, Any]:
             extra["connectors"] = [transfer_config(child) for child in extra["connectors"]]
         config["kv_connector_extra_config"] = extra
     return config
+
+
+def _content_key(raw_case: Any) -> str | None:
+    """A case's content without its id, as a canonical string; None for input that is not a JSON object."""
+    if not isinstance(raw_case, dict):
+        return None
+    return json.dumps({k: v for k, v in raw_case.items() if k != "id"}, sort_keys=True, default=str)
 
 
 def outcome(case_id: Any, **fields: Any) -> dict:
@@ -220,6 +228,11 @@ class VllmConfigTarget:
         self._block = HmaBlock.locate()
         self._tmp = tempfile.TemporaryDirectory(prefix="kvconform-vllm-")
         self._parser = None
+        # Answers by case content (the id aside). The matrix cells of an era, its invariant judgement (which runs
+        # every cell again, and their relatives) and each xdist worker's share ask for the same cases: vLLM's
+        # outcome depends on the case's content only (`harness.invariants.config.Memo` relies on that too), so
+        # one process builds each case's VllmConfig once.
+        self._answers: dict[str, dict] = {}
         _preimport_connector_modules()
 
     def describe(self) -> str:
@@ -228,6 +241,17 @@ class VllmConfigTarget:
 
     def __call__(self, raw_case: Any) -> dict:
         case_id = raw_case.get("id") if isinstance(raw_case, dict) else None
+        key = _content_key(raw_case)
+        known = self._answers.get(key) if key is not None else None
+        if known is None:
+            known = self._answer(raw_case, case_id)
+            if key is not None:
+                self._answers[key] = copy.deepcopy(known)
+            return known
+        return {**copy.deepcopy(known), "id": case_id}
+
+    def _answer(self, raw_case: Any, case_id: Any) -> dict:
+        """vLLM's outcome for one case, built afresh."""
         try:
             case = parse_case(raw_case)
             if case.layers is not None and case.stage not in ("config", "cli_parse"):
