@@ -22,7 +22,8 @@ import pytest
 
 from harness.report.passes import MAX_ROUNDS_ENV
 
-__all__ = ["Side", "make_side_fixtures", "run_interleaved", "timed_rounds", "side_by_side", "record_side"]
+__all__ = ["Side", "make_side_fixtures", "run_interleaved", "timed_rounds", "rounds_capped", "side_by_side",
+           "record_side"]
 
 
 def timed_rounds(timing: bool, rounds: int) -> int:
@@ -36,6 +37,13 @@ def timed_rounds(timing: bool, rounds: int) -> int:
     if not cap.isdigit() or int(cap) < 1:
         raise ValueError(f"{MAX_ROUNDS_ENV}: {cap!r} is not accepted; expected a whole number >= 1")
     return min(rounds, int(cap))
+
+
+def rounds_capped() -> bool:
+    """Whether $KVCONFORM_BENCHMARK_MAX_ROUNDS caps the rounds (`kvconform report`, CI's vLLM job): such a run
+    wants the figures and ratios of its timed rounds, so a workload leaves out an untimed replay that only feeds
+    a secondary figure (a request stream's block operations per second; its ratio is on requests/s)."""
+    return os.environ.get(MAX_ROUNDS_ENV) is not None
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.benchmarks.interleave import Side, run_interleaved, timed_rounds
+from suites.benchmarks.interleave import Side, rounds_capped, run_interleaved, timed_rounds
 
 
 class _Stats:
@@ -66,6 +66,13 @@ def test_timed_rounds_follow_the_cap(monkeypatch, cap, timing, rounds, expected)
     else:
         monkeypatch.setenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", cap)
     assert timed_rounds(timing, rounds) == expected, f"cap {cap}, timing {timing}: {rounds} rounds asked"
+
+
+def test_a_round_cap_leaves_out_secondary_replays(monkeypatch):
+    monkeypatch.delenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", raising=False)
+    assert not rounds_capped(), "the benchmarks' own command records every figure"
+    monkeypatch.setenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", "1")
+    assert rounds_capped()
 
 
 @pytest.mark.parametrize("cap", ["0", "x", "-1", ""])
