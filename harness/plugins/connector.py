@@ -19,7 +19,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("kvconform")
     group.addoption("--kv-connector", dest="kvconform_kv_connectors", action="append", default=[],
                     metavar="MODULE:CLASS",
-                    help="connector class for the connector suite (repeatable): " + KINDS["connector"].accepted()
+                    help="connector class, or its declaration (harness.ConnectorUnderTest), for the connector suite "
+                         "(repeatable): " + KINDS["connector"].accepted()
                          + "; vllm:NAME is a connector the installed vLLM registers; default: the built-in connectors")
     group.addoption("--kv-connector-builtins", dest="kvconform_kv_connector_builtins", action="store_true",
                     help="check the built-in connectors too when --kv-connector or entry points select others")
@@ -30,7 +31,7 @@ def pytest_addoption(parser):
     group.addoption("--kv-connector-timeout", dest="kvconform_kv_connector_timeout", default=60.0,
                     metavar="SECONDS", help="per-check time limit for the connector suite (default 60)")
     group.addoption("--kv-connector-backdoors", dest="kvconform_kv_connector_backdoors",
-                    default="on", metavar="on|off", help="use the optional kvconform_* backdoor methods of a connector when it has "
+                    default="on", metavar="on|off", help="use the optional kvconform_* backdoor methods of a connector (or its declaration) when it has "
                                        "them (default on); 'off' decides every check from behaviour alone")
     group.addoption("--kv-engine", dest="kvconform_kv_engine", default=None, metavar="ENGINE",
                     help="the engine that drives the connector: kvconform (default: kvconform's own engine) or vllm "

@@ -5,9 +5,17 @@ connector that offers one lets the suite look inside instead of probing (`kvconf
 clash with vLLM's hooks). `--kv-connector-backdoors off` hides them all. Which checks each one sharpens or
 needs: each check's record in `harness/connector_checks.py` (`backdoor`) and docs/connector-checks.md.
 
-    class MyConnector(KVConnectorBase_V1):
+    class MyConnectorUnderTest(ConnectorUnderTest):     # the declaration (harness.ConnectorUnderTest): preferred,
+        connector = MyConnector                         # the product stays as shipped
+        def kvconform_chunk_size(self, connector) -> int:
+            return connector._chunk_tokens
+
+    class MyConnector(KVConnectorBase_V1):              # or on the connector itself (the older channel)
         def kvconform_chunk_size(self) -> int:
             return self._chunk_tokens
+
+Implemented on a declaration, each method takes the connector instance after `self`; the declaration's method wins
+over the connector's.
 
 A connector offering all of them satisfies `isinstance(connector, KVConformBackdoors)`; the suite asks for
 each method on its own (`suites.connector.context.CheckContext.optional_backdoor`). `Request` is vLLM's
