@@ -118,3 +118,19 @@ def test_the_suite_decides_the_same_on_the_declaration_as_on_the_bare_class_and_
     assert "kvconform_evict on the declaration" in done.stdout, where
     assert ("kv-connector profile: TemplateDeclared: stores and loads KV, declares HMA, async loads configured, a "
             "store that lives and dies with its process (a new process starts empty) (inferred, options declared)") in done.stdout, where
+
+
+def test_an_entry_point_names_a_declaration_and_a_bad_one_is_a_load_error_of_its_own(monkeypatch):
+    from importlib import metadata
+
+    from harness.targets.connector import selection
+
+    points = [metadata.EntryPoint("Declared", DECLARED, selection.ENTRY_POINT_GROUP),
+              metadata.EntryPoint("Bad", "tests.connector.declared:BadKind", selection.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(selection.metadata, "entry_points", lambda group: points if group == selection.ENTRY_POINT_GROUP
+                        else [])
+    declared, bad = selection.entry_point_targets()
+    assert declared.name == "Declared" and declared.profile.store_scope == "process"
+    assert declared.backdoor("kvconform_chunk_size", object.__new__(WithoutBackdoors)) is not None
+    with pytest.raises(DeclarationError, match=r"^entry point 'Bad' tests.connector.declared:BadKind: BadKind.kind"):
+        bad.load()  # the suite reports it as the connector's load error (unusable_targets), not at selection
