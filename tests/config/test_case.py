@@ -89,3 +89,27 @@ def test_children_given_either_way_are_the_same_case():
         {"kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": ["NixlConnector"]}}]}})
     assert by_key == in_extra
     assert by_key.connector_names() == {"MultiConnector", "ExampleConnector", "NixlConnector"}
+
+
+#: A value other than the default for every key of the schema, with the keys it is read together with.
+NON_DEFAULT = {
+    "id": {"id": "c1"}, "vllm_version": {"vllm_version": "0.13.0"}, "profile": {"profile": "v0.34"},
+    "stage": {"stage": "create_connector"}, "flag": {"flag": False}, "cli_args": {"cli_args": ["--x"]},
+    "platform": {"platform": "tpu"}, "kv_connector": {"kv_connector": "NixlConnector"},
+    "kv_connector_module_path": {"kv_connector": "C", "kv_connector_module_path": "m"},
+    "kv_role": {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+    "multi_connector_children": {"kv_connector": "MultiConnector", "multi_connector_children": ["NixlConnector"]},
+    "kv_connector_extra_config": {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "push"}},
+    "kv_events": {"kv_events": True}, "attention_chunk_size": {"attention_chunk_size": 64},
+    "speculative_method": {"speculative_method": "eagle"}, "env": {"env": {"VLLM_USE_V1": "0"}},
+    "hisparse": {"hisparse": True}, "kv_offloading_backend": {"kv_offloading_backend": "native"},
+    "kv_offloading_size": {"kv_offloading_size": 4}, "layers": {"layers": ["full"]},
+}
+
+
+def test_the_parser_reads_every_key_of_the_schema():
+    """A key declared in the vocabulary that the parser accepted but dropped would reach no evaluator."""
+    assert set(NON_DEFAULT) == set(CASE_DEFAULTS), "give a new case key a value here"
+    for key, fields in NON_DEFAULT.items():
+        others = {k: v for k, v in fields.items() if k != key}
+        assert parse_case(fields) != parse_case(others), f"{key} does not change the parsed case"
