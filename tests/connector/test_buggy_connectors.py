@@ -112,23 +112,31 @@ def suite_runs(folder: Path) -> dict[str, dict]:
     """Every suite run this module judges, started together (they share the cores; the hang waits), each under
     the vendor config with a disk folder of its own: with backdoors on and off, every buggy connector on the check
     named for its bug and the reference connector on all of those checks; the legal variants' buggy twins
-    black-box, one run per declared profile; the misbehaving connectors on one check, also on and off.
+    black-box, in the black-box named run when they declare nothing more than it, else one run per declared
+    profile; the misbehaving connectors on one check, also on and off.
 
     Returns run name -> {"results": test id -> entry, "stdout": pytest's output}."""
     named = [f"({test} and {cls})" for cls, _, test in CAUGHT]
     named.append(f"(LMCacheLikeConnector and ({' or '.join(NAMED_TESTS)}))")
     misbehaving = [f"(test_c14 and fa_only and {cls})" for cls, _ in MISBEHAVING]
+    plain_twins = [(cls, test) for cls, declared, _, test in CAUGHT_TWINS if not declared]
     commands = {}
     for backdoors in BACKDOOR_MODES:
+        connectors = [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT]
+        selection = list(named)
+        if backdoors == "off":  # a run of its own would pay a process, torch's import and collection again
+            connectors += [f"{LEGAL}:{cls}" for cls, _ in plain_twins]
+            selection += [f"({test} and {cls})" for cls, test in plain_twins]
         commands[f"named-{backdoors}"] = suite_command(
-            folder / f"named-{backdoors}.json", [REFERENCE] + [f"{BUGGY}:{c}" for c, _, _ in CAUGHT],
+            folder / f"named-{backdoors}.json", connectors,
             extra_config=vendor_extra_config(str(folder / f"disk-named-{backdoors}")), backdoors=backdoors,
-            selection=named)
+            selection=selection)
         commands[f"misbehaving-{backdoors}"] = suite_command(
             folder / f"misbehaving-{backdoors}.json", [f"{BUGGY}:{c}" for c, _ in MISBEHAVING],
             extra_config=vendor_extra_config(str(folder / f"disk-misbehaving-{backdoors}")), backdoors=backdoors,
             selection=misbehaving, timeout=MISBEHAVING_TIMEOUT_S)
-    for index, declared in enumerate({json.dumps(d, sort_keys=True) for _, d, _, _ in CAUGHT_TWINS}):
+    declared_profiles = sorted({json.dumps(d, sort_keys=True) for _, d, _, _ in CAUGHT_TWINS if d})
+    for index, declared in enumerate(declared_profiles):
         twins = [(cls, test) for cls, d, _, test in CAUGHT_TWINS if json.dumps(d, sort_keys=True) == declared]
         extra = json.loads(vendor_extra_config(str(folder / f"disk-twins-{index}")))
         extra["kvconform"].update(json.loads(declared))
@@ -211,7 +219,8 @@ def test_a_key_blind_connector_reads_the_component_its_keys_ignore(suite_run, cl
 @pytest.mark.parametrize("cls, check_id, test_name", [(c, k, t) for c, _, k, t in CAUGHT_TWINS],
                          ids=[c[0] for c in CAUGHT_TWINS])
 def test_named_check_catches_a_legal_variants_buggy_twin_black_box(all_runs, cls, check_id, test_name):
-    results = {k: v for run, found in all_runs.items() if run.startswith("twins-") for k, v in found["results"].items()}
+    results = {k: v for run, found in all_runs.items() if run.startswith("twins-") or run == "named-off"
+               for k, v in found["results"].items()}
     mine = {k: v for k, v in results.items() if k.startswith(f"{test_name}[{cls}")}
     assert mine, f"{test_name} did not run for {cls}"
     failed = [k for k, v in mine.items() if v["status"] == "failed"]
