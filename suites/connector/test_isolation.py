@@ -160,8 +160,10 @@ import json, sys
 from harness.targets.connector.selection import connector_target
 from harness.targets.connector.target import ConnectorTarget
 from suites.connector.context import CheckContext, prompt
+# The job comes on stdin once the parent sends it: the interpreter may start (and import the above) while the
+# storing process still runs; the connector is built, and its store read, only after.
 (name, spec, source, builtin, target_extra, declared, extra, preset, store_name, mode, seed, backdoors,
- kv_engine) = json.loads(sys.argv[1])
+ kv_engine) = json.loads(sys.stdin.readline())
 # The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter), with the run's
 # extra config: loading builds the connector once with it, and a connector may set up its store on that first
 # construction (the LMCache-like one keeps one store per name in its process, disk tier and all).
@@ -183,15 +185,31 @@ else:
 """
 
 
-def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int) -> subprocess.Popen:
-    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`), or looks
-    it up (and reads the `kvconform_object_keys` backdoor where allowed)."""
+def _fresh_interpreter(hash_seed: str) -> subprocess.Popen:
+    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that imports the suite, then waits for its job
+    (`_send`) on stdin."""
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _send(proc: subprocess.Popen, ctx, preset: str, extra: dict, mode: str, prompt_seed: int) -> subprocess.Popen:
+    """Have `proc` (`_fresh_interpreter`) store prompt(`prompt_seed`), or look it up (and read the
+    `kvconform_object_keys` backdoor where allowed)."""
     target = ctx.target
     args = json.dumps([target.name, target.spec, target.source, target.builtin, target.extra_config, target.declared,
                        extra, preset, ctx.store_name, mode, prompt_seed, ctx.backdoors, ctx.kv_engine])
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT, args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        proc.stdin.write(args + "\n")
+        proc.stdin.flush()  # `_answer`'s communicate() closes stdin
+    except BrokenPipeError:  # it died at start: _answer reports its error
+        pass
+    return proc
+
+
+def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int) -> subprocess.Popen:
+    """A fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`), or looks it up."""
+    return _send(_fresh_interpreter(hash_seed), ctx, preset, extra, mode, prompt_seed)
 
 
 CHILD_TIMEOUT_S = 240  # within C36's time limit (its time_factor, harness.connector_checks); a vLLM import alone can take a minute
@@ -262,11 +280,19 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
     # Only a miss needs the two processes that tell the cases apart (each costs an interpreter and torch's
     # import). The lookup starts once the storing process has exited: a store may write its tier when its
     # process ends, and a lookup racing that exit would read a salted-keys bug as "does not outlive its process".
-    before = _files(_paths_in(extra))
-    _answer(_in_process(ctx, preset, extra, "store", "1", 37), "the storing process (PYTHONHASHSEED=1)")
-    after = _files(_paths_in(extra))
-    left = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
-    same = _answer(_in_process(ctx, preset, extra, "lookup", "1", 37), "the lookup process")
+    # The lookup process's interpreter starts beside the storing one (its imports, mostly torch's, overlap the
+    # store); it is sent its job only after the storing process has exited.
+    looking, same = _fresh_interpreter("1"), None
+    try:
+        before = _files(_paths_in(extra))
+        _answer(_in_process(ctx, preset, extra, "store", "1", 37), "the storing process (PYTHONHASHSEED=1)")
+        after = _files(_paths_in(extra))
+        left = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
+        same = _answer(_send(looking, ctx, preset, extra, "lookup", 37), "the lookup process")
+    finally:
+        if same is None and looking.poll() is None:  # the store failed (or the lookup timed out: killed already)
+            looking.kill()
+            looking.communicate()
     expect(not same["hit"], f"keys depend on the process: a prompt that hits {here} tokens here hits nothing in a "
                             "process with PYTHONHASHSEED=4242, while two processes with the same seed share their "
                             "objects (unseeded hash()?)")
