@@ -7,7 +7,7 @@ without running anything. Arguments after `--` go to pytest unchanged:
     kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
 The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to an
-xdist pass over the other suites, then the benchmarks timed, with nothing else running); one progress line
+xdist pass over the other suites, then the benchmarks timed, each process on a core of its own); one progress line
 per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.atomic_write import ensure_writable_dir, probe_writable, write_files_atomic
@@ -42,7 +42,7 @@ from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
 from harness.report.spec_refs import relink_docs_page
 from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
-                                   pass_environment, plan_passes)
+                                   may_start, pass_environment, plan_passes, usable_cpus)
 from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
@@ -196,23 +196,43 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
     return results, {"pytest_args": pytest_args, "wall_seconds": round(wall, 3)}
 
 
+def _run_scheduled(args, passes: list[PytestPass], scratch: Path, monitor: ProgressMonitor | None,
+                   forwarder: SignalForwarder) -> list:
+    """(pass, result) for every pass, in plan order: one after another when pytest's own output goes to the
+    terminal, else each as soon as `may_start` lets it (after a pass fails to run, none starts; the running
+    ones finish and the first error is raised)."""
+    plan = sorted(passes, key=lambda p: p.stage)
+    if monitor is None:
+        return [(p, _run_pytest(args, p, scratch, monitor, forwarder)) for p in plan]
+    cpus, pending, running, results, failure = usable_cpus(), list(plan), {}, {}, None
+    with ThreadPoolExecutor(len(plan)) as pool:
+        while pending or running:
+            for candidate in list(pending) if failure is None else ():
+                if may_start(candidate, pending, list(running.values()), cpus):
+                    pending.remove(candidate)
+                    running[pool.submit(_run_pytest, args, candidate, scratch, monitor, forwarder)] = candidate
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                pytest_pass = running.pop(future)
+                try:
+                    results[id(pytest_pass)] = future.result()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, once the running passes end
+                    failure = failure or exc
+    if failure is not None:
+        raise failure
+    return [(p, results[id(p)]) for p in plan]
+
+
 def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | None]:
-    """Run the passes stage by stage (a stage's passes at the same time, or one after another when pytest's
-    own output goes to the terminal) and combine their results into one run; with `--junitxml`, also every
+    """Run the passes (`_run_scheduled`) and combine their results into one run; with `--junitxml`, also every
     pass's JUnit XML merged into one text."""
     monitor = None if wants_pytest_output(args.pytest_args) else ProgressMonitor()
     started = time.perf_counter()
-    done: list = []
     with tempfile.TemporaryDirectory(prefix="kvconform-report-") as scratch, SignalForwarder() as forwarder:
         try:
-            for stage in sorted({p.stage for p in passes}):
-                together = [p for p in passes if p.stage == stage]
-                if monitor is None or len(together) == 1:
-                    done += [(p, _run_pytest(args, p, Path(scratch), monitor, forwarder)) for p in together]
-                    continue
-                with ThreadPoolExecutor(len(together)) as pool:
-                    futures = [(p, pool.submit(_run_pytest, args, p, Path(scratch), monitor, forwarder)) for p in together]
-                    done += [(p, future.result()) for p, future in futures]
+            done = _run_scheduled(args, passes, Path(scratch), monitor, forwarder)
             junit = (merge_junit([(p.label, _junit_part(Path(scratch), p)) for p, _ in done])
                      if args.junit_path else None)
         finally:

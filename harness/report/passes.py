@@ -6,11 +6,14 @@ the cores between them.
 1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
    the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process *next to*
    an xdist pass (work stealing) over the other suites.
-2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run after stage
-   1, without xdist and with nothing else running: the allocator throughput workloads in one process and the
+2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run without
+   xdist, each timed process on a core of its own: the allocator throughput workloads in one process and the
    other benchmark modules in another, one per core (each process is single-threaded, and every comparison
    in them interleaves its rounds), or in one process on a single core. Each workload gets
-   `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise.
+   `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise. A timed pass
+   starts once every earlier pass has started, no xdist pass is running and a core is free
+   (`may_start`): when the xdist pass of stage 1 ends first, the first timed pass runs beside the matrix's
+   single process instead of waiting for it, as the two timed passes run beside each other.
 
 Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it). On the reference
 allocator the report runs the first `REPORT_STATE_MACHINE_EXAMPLES` examples of each allocator state machine
@@ -114,6 +117,17 @@ def plan_passes(suites: list[str], timing: bool, cpus: int | None = None) -> lis
     if timing and benchmarks:
         plan += _timed_benchmark_passes(usable_cpus() if cpus is None else cpus)
     return plan
+
+
+def may_start(candidate: PytestPass, pending: list[PytestPass], running: list[PytestPass], cpus: int) -> bool:
+    """Whether `candidate` may start now, given the passes not started yet (`pending`, in plan order) and those
+    still `running`. A stage-1 pass starts at once (its passes share the cores as the operating system sees
+    fit); a later stage's pass once no pass of an earlier stage waits to start, no xdist pass is running and
+    fewer than `cpus` passes are (so each timed process has a core of its own)."""
+    if candidate.stage <= 1:
+        return True
+    return (not any(p.stage < candidate.stage for p in pending) and not any(p.xdist for p in running)
+            and len(running) < max(cpus, 1))
 
 
 def capped_examples(examples: int) -> int:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report.passes import PytestPass, capped_examples, combine_passes, pass_environment, plan_passes
+from harness.report.passes import (PytestPass, capped_examples, combine_passes, may_start, pass_environment,
+                                   plan_passes)
 from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
@@ -695,6 +696,21 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
     assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
     assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
+
+
+def test_a_timed_pass_waits_for_a_free_core_and_no_xdist():
+    """Hand-written schedules on two cores: the timed passes wait while the xdist pass runs; when it ends first,
+    the first timed pass runs beside the matrix's one process and the second waits for a core; one core: a timed
+    pass runs alone."""
+    matrix, suites, allocator, others = plan_passes(["suites"], timing=True, cpus=2)
+    assert may_start(matrix, [matrix, suites, allocator, others], [], 2) and may_start(suites, [suites], [matrix], 2)
+    assert not may_start(allocator, [allocator, others], [matrix, suites], 2), "xdist uses both cores"
+    assert not may_start(allocator, [allocator, others], [suites], 2), "xdist uses both cores"
+    assert not may_start(allocator, [suites, allocator, others], [matrix], 2), "a stage-1 pass waits to start"
+    assert may_start(allocator, [allocator, others], [matrix], 2), "the matrix is one process: a core is free"
+    assert not may_start(others, [others], [matrix, allocator], 2), "both cores are taken"
+    assert may_start(others, [others], [allocator], 2)
+    assert not may_start(allocator, [allocator, others], [matrix], 1) and may_start(allocator, [allocator], [], 1)
 
 
 @pytest.mark.parametrize("allocator,expected", [("reference", "40"), ("mypkg.alloc:make", None)])
