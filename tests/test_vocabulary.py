@@ -159,7 +159,7 @@ def test_the_vllm_target_knows_a_class_for_every_platform():
 
 
 def test_every_case_key_has_a_default_and_the_resolver_accepts_it():
-    from reference_impl.case import parse_case
+    from reference_impl.config.case import parse_case
 
     parsed = parse_case({key: value for key, value in V.CASE_DEFAULTS.items()})
     assert parsed.platform == V.CASE_DEFAULTS["platform"] and parsed.stage == "config"

@@ -8,7 +8,7 @@ import json
 
 from harness.errors import UsageError, choice_ignoring_case, did_you_mean
 from harness.invariants.defects import defects_of
-from reference_impl.case import Case, parse_case
+from reference_impl.config.case import Case, parse_case
 from reference_impl.config import cases as C
 from reference_impl.config.eras import (ERAS, ERAS_BY_ID, PROFILES, VLLM_REGISTERED_CONNECTORS, parse_version,
                                          resolve_era)

@@ -4,7 +4,7 @@
 `VllmConfig` and friends are the vLLM-shaped objects; `eras` holds the per-release rules as data.
 """
 
-from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.config.case import Case, CaseError, parse_case
 from reference_impl.config.cases import resolve_case, resolve_cases, run_case
 from reference_impl.config.eras import ERAS, ERAS_BY_ID, PROFILES, Era, era_for_version, resolve_era
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome

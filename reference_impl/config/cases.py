@@ -1,7 +1,7 @@
 """The outcome schema of `kvconform resolve`, and `resolve_case`, the reference target.
 
 A case describes one configuration (docs/reference.md, "The resolve schema"; parsed into a `Case` by
-`reference_impl.case`); an outcome is what the reference engine does with it:
+`reference_impl.config.case`); an outcome is what the reference engine does with it:
 `{"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}`. `resolve_case` never raises for a bad
 case: the outcome's error then has stage "input".
 """
@@ -28,7 +28,7 @@ from reference_impl.config.objects import (
 )
 from reference_impl.config.resolution import SUPPORT_UNKNOWN, VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
-from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.config.case import Case, CaseError, parse_case
 from reference_impl.vocabulary import CASE_DEFAULTS, STAGES
 
 

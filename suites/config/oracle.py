@@ -4,7 +4,7 @@ Everything era-specific is data in `tables/` (one reviewed TOML file per era); t
 walks the decision procedure the spec describes (config-rules.md §1.2, §2.2, §3.2, factory §2.5/§3.5)
 and consults the table at each step. It never calls the reference resolver, so a disagreement between
 the two points at a bug in one of them (or in the spec reading), never at a shared mistake. What the two share
-is the case schema: a case reaches both parsed by its one parser (`reference_impl.case`), the connector written
+is the case schema: a case reaches both parsed by its one parser (`reference_impl.config.case`), the connector written
 as vLLM reads a kv_transfer_config.
 """
 
@@ -15,7 +15,7 @@ import importlib
 import inspect
 from typing import Any
 
-from reference_impl.case import Case, parse_case
+from reference_impl.config.case import Case, parse_case
 from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"

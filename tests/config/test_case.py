@@ -1,4 +1,4 @@
-"""The one case type (`reference_impl.case`): its parser names the field, the value and what is accepted; its
+"""The one case type (`reference_impl.config.case`): its parser names the field, the value and what is accepted; its
 serialized form parses back to the same case; every evaluator reads the same parse.
 """
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from harness.eras import ERA_IDS
-from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.config.case import Case, CaseError, parse_case
 from reference_impl.vocabulary import CASE_DEFAULTS
 from suites.config.matrix import cells_for
 from tests.config.test_resolve_properties import CASES

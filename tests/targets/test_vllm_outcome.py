@@ -19,7 +19,7 @@ import pytest
 
 from harness.targets.config.vllm_outcome import EXTERNAL_TWINS, HmaBlock, captured_warnings, error_of, unwrap_exception
 from harness.targets.config.vllm_target import transfer_config, vllm_module_path
-from reference_impl.case import parse_case
+from reference_impl.config.case import parse_case
 
 SUITE_MODULE = "suites.config.external_connectors"
 TWIN_MODULE = "harness.targets.config.vllm_external_connectors"

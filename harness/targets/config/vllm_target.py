@@ -6,7 +6,7 @@ in a temporary folder (nothing is downloaded), with the running platform's `supp
 patched to the case's platform as that platform's class in this vLLM defines it. Stage `cli_parse` uses
 vLLM's own argument parser; stage `create_connector` calls the real `KVConnectorFactory.create_connector`
 with an empty `KVCacheConfig`. The outcome follows the `kvconform resolve` schema (issue 2). A case is read by the
-schema's one parser (`reference_impl.case.parse_case`, an error at stage "input" as the resolver gives); this
+schema's one parser (`reference_impl.config.case.parse_case`, an error at stage "input" as the resolver gives); this
 module maps the parsed `Case` to vLLM's arguments.
 
 A case the installed vLLM cannot evaluate here (another era than the installed release, a platform whose
@@ -37,7 +37,7 @@ from harness.targets.vllm_install import import_vllm_modules, installed_vllm_ver
 from harness.targets.config.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argparse_message, captured_warnings, error_of,
                                           unwrap_exception)
 from harness.targets.config.vllm_platforms import hisparse_backend, platform_support
-from reference_impl.case import Case, CaseError, parse_case
+from reference_impl.config.case import Case, CaseError, parse_case
 
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
 _OWN_PACKAGES = frozenset({"vllm"})

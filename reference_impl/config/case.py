@@ -8,7 +8,8 @@ The reference resolver (`reference_impl.config.cases`), the oracle (`suites.conf
 and each evaluator reads the typed field where it gives the key meaning.
 
 Words and shapes, never rules: what an era does with a case is the resolver's (and, independently, the oracle's
-tables'); this module only resolves the release a case names to its era id and writes the connector the way vLLM
+tables'); this module only resolves the release a case names to its era id (`eras.resolve_era`, the ranges' one
+home, which is why it lives in this package: `tests/test_import_cycles.py`) and writes the connector the way vLLM
 reads a `kv_transfer_config` (MultiConnector children in its extra config's "connectors" list).
 `Case.as_dict()` is the serialized form again: `parse_case(case.as_dict()) == case`.
 """
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from reference_impl.config.eras import BUILTIN_SPECULATIVE_METHODS, resolve_era
 from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, ENV_VARS, LAYER_KINDS, OFFLOADING_BACKENDS,
                                        PLATFORM_CHOICES, STAGES)
+
 
 class CaseError(ValueError):
     """A case that does not follow the schema; the message names the field, the value and what is accepted."""
@@ -193,8 +196,6 @@ def _speculative_method(value: Any) -> tuple[str | None, bool | None]:
     name = value.get("name")
     if not isinstance(name, str) or not name:
         raise _fail("speculative_method.name", name, "the custom method's name, a non-empty string")
-    from reference_impl.config.eras import BUILTIN_SPECULATIVE_METHODS  # vLLM's own names: the eras' facts
-
     if name in BUILTIN_SPECULATIVE_METHODS:
         # vLLM's register_speculative_method refuses a built-in name
         raise _fail("speculative_method.name", name, "a name that is not a built-in speculative method")
@@ -206,8 +207,6 @@ def _speculative_method(value: Any) -> tuple[str | None, bool | None]:
 
 def _release(case: dict) -> tuple[str, str, tuple[str, str] | None]:
     """(era id, release version, the selector the case gave) from `vllm_version`, else `profile`."""
-    from reference_impl.config.eras import resolve_era  # the release ranges' one home
-
     key = "vllm_version" if case.get("vllm_version") is not None else "profile"
     value = case.get(key)
     try:
