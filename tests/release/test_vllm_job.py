@@ -4,6 +4,7 @@ releases (docs/vllm-ci.md has the measured run)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def test_a_missing_venv_fails_the_job_and_the_summary_says_so(tmp_path):
     assert done.returncode == 1
     summary = (tmp_path / "out" / "summary.md").read_text().splitlines()
     rows = [line for line in summary if line.startswith("| 0.")]
-    assert rows == [f"| {r} | install | FAILED | 0 | no venv {tmp_path}/none/vllm-{r} |" for r in ("0.34.0", "0.13.0")]
+    assert rows == [f"| {r} | install | FAILED | 0 | 0 | no venv {tmp_path}/none/vllm-{r} |" for r in ("0.34.0", "0.13.0")]
     assert "ci-vllm: failed: 0.34.0 install 0.13.0 install" in done.stderr
 
 
@@ -40,7 +41,7 @@ def test_a_release_that_would_not_fit_on_the_disk_is_skipped_with_both_figures(t
     done = _run(tmp_path, KVCONFORM_CI_VLLM_RELEASES="0.34.0", KVCONFORM_CI_VLLM_MIN_FREE_GIB="1000000000")
     assert done.returncode == 0, done.stderr
     rows = [line for line in (tmp_path / "out" / "summary.md").read_text().splitlines() if line.startswith("| 0.")]
-    assert len(rows) == 1 and rows[0].startswith("| 0.34.0 | install | skipped | 0 | only "), rows
+    assert len(rows) == 1 and rows[0].startswith("| 0.34.0 | install | skipped | 0 | 0 | only "), rows
     assert rows[0].endswith(" GiB free on the disk of .cache/venvs/vllm-0.34.0, a fresh install needs 1000000000 GiB: "
                             "none of 0.34.0's steps ran |"), rows
 
@@ -49,3 +50,43 @@ def test_a_minimum_that_is_not_a_number_is_one_line_exit_2(tmp_path):
     done = _run(tmp_path, KVCONFORM_CI_VLLM_MIN_FREE_GIB="lots")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "ci-vllm: KVCONFORM_CI_VLLM_MIN_FREE_GIB: 'lots' is not a whole number of GiB\n"
+
+
+def test_an_unknown_step_is_one_line_exit_2(tmp_path):
+    done = _run(tmp_path, KVCONFORM_CI_VLLM_STEPS="matrix banana")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("ci-vllm: KVCONFORM_CI_VLLM_STEPS: 'banana' is not a step; accepted: matrix ")
+
+
+def test_an_interrupted_job_still_writes_its_summary(tmp_path):
+    """A runner's time limit (SIGTERM) mid-step: the summary is written on the way out, the step cut short listed
+    as interrupted with the time it had run, and the job fails."""
+    import signal
+    import time
+
+    venv = tmp_path / "venvs" / "vllm-0.34.0" / "bin"
+    venv.mkdir(parents=True)
+    # a stand-in Python: answers the era question, and any step's command runs until the job is stopped
+    (venv / "python").write_text('#!/bin/bash\nif [[ $1 == -c ]]; then echo v0.34; exit 0; fi\nexec sleep 60\n')
+    (venv / "python").chmod(0o755)
+    log = tmp_path / "job.log"
+    job = subprocess.Popen(["bash", str(JOB)], stdout=log.open("w"), stderr=subprocess.PIPE, text=True,
+                           start_new_session=True,
+                           env={"PATH": "/usr/bin:/bin", "KVCONFORM_CI_VLLM_OUT": str(tmp_path / "out"),
+                                "KVCONFORM_CI_VLLM_RELEASES": "0.34.0", "KVCONFORM_CI_VLLM_STEPS": "benchmarks",
+                                "KVCONFORM_CI_VLLM_VENV_ROOT": str(tmp_path / "venvs")})
+    try:
+        deadline = time.monotonic() + 60
+        while "[0.34.0 benchmarks] " not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the step's command has started
+        os.killpg(job.pid, signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 143, err
+    rows = [line for line in (tmp_path / "out" / "summary.md").read_text().splitlines() if line.startswith("| 0.")]
+    interrupted = [row for row in rows if "| benchmarks | interrupted |" in row]
+    assert len(interrupted) == 1 and "the job ended (exit status 143) while this step ran" in interrupted[0], rows
+    assert "ci-vllm: failed: 0.34.0 benchmarks" in err
