@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import pytest_configure
+from conftest import steal_work_by_default
 
 
 def _dist_after(args: tuple[str, ...], dist: str) -> str:
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=args), option=SimpleNamespace(dist=dist))
-    pytest_configure(config)
+    steal_work_by_default(config)
     return config.option.dist
 
 

@@ -17,7 +17,8 @@ the cores between them.
 
 Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it). On the reference
 allocator the report runs the first `REPORT_STATE_MACHINE_EXAMPLES` examples of each allocator state machine
-(`$KVCONFORM_STATE_MACHINE_EXAMPLES`); the README test command runs all of them, and an allocator given with
+(`$KVCONFORM_STATE_MACHINE_EXAMPLES`), as does the README test command (the gate, tests/gate.toml); the full
+run (`pytest --full`, and CI) runs all of them, and an allocator given with
 `--kv-allocator` gets all of them in the report too.
 """
 
@@ -45,8 +46,8 @@ SINGLE_THREADED = (("OMP_NUM_THREADS", "1"),)
 # benchmarks' own command with their full rounds.
 REPORT_TIMED_ROUNDS = "1"
 # Examples per configuration of the allocator suite's Hypothesis state machines (test_state_machine: 200,
-# test_kv_events' replay: 60): the README test command runs every one on the same reference allocator at the
-# same commit; in the report they were about half of the allocator and connector pass's CPU time.
+# test_kv_events' replay: 60): the full test run (`pytest --full`; CI) runs every one on the same reference
+# allocator at the same commit; in the report they were about half of the allocator and connector pass's CPU time.
 STATE_MACHINE_EXAMPLES_ENV = "KVCONFORM_STATE_MACHINE_EXAMPLES"
 REPORT_STATE_MACHINE_EXAMPLES = "40"
 

@@ -10,8 +10,8 @@ step may only write into a block no one else holds. Queued block copies are run 
 released right after each allocation. Prefill chunks of the fine-grained configuration end where vLLM's
 scheduler ends them (Mamba block boundaries, or the prompt's last hash boundary). Hypothesis derandomizes
 (the seed derives from the test id) and prints the failing rule sequence as a repro. Each configuration runs
-200 examples of 50 steps; `kvconform report` on the reference allocator runs fewer
-(`harness.report.passes.capped_examples`).
+200 examples of 50 steps; `kvconform report` on the reference allocator, and the README's test command (the
+gate), run fewer (`harness.report.passes.capped_examples`).
 """
 
 import pytest

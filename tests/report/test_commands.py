@@ -715,7 +715,7 @@ def test_a_timed_pass_waits_for_a_free_core_and_no_xdist():
 
 @pytest.mark.parametrize("allocator,expected", [("reference", "40"), ("mypkg.alloc:make", None)])
 def test_the_state_machine_cap_is_for_the_reference_allocator(monkeypatch, allocator, expected):
-    """The README test command runs every state machine example on the reference; an allocator given with
+    """The full test run (`pytest --full`) runs every state machine example on the reference; an allocator given with
     --kv-allocator gets them all in the report too."""
     monkeypatch.delenv("KVCONFORM_STATE_MACHINE_EXAMPLES", raising=False)
     suites = plan_passes(["suites"], timing=True, cpus=2)[1]
