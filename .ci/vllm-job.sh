@@ -74,6 +74,7 @@ for step in $STEPS; do
     [[ " $ALL_STEPS " == *" $step "* ]] || { echo "ci-vllm: KVCONFORM_CI_VLLM_STEPS: '$step' is not a step; accepted: $ALL_STEPS" >&2; exit 2; }
 done
 OUT=${KVCONFORM_CI_VLLM_OUT:-.cache/ci-vllm}
+CACHE_DIR=$(mkdir -p "${KVCONFORM_CACHE_DIR:-.cache}" && cd "${KVCONFORM_CACHE_DIR:-.cache}" && pwd)
 mkdir -p "$OUT"
 SUMMARY_ROWS=()   # "release|step|status|wall seconds|CPU seconds|note"
 # Free disk a fresh install needs: the largest venv measured (0.33.0 with lmcache, 3.6 GiB) plus its wheel and
@@ -222,6 +223,11 @@ run_release() {
     fi
     local PYTEST=("$venv/bin/python" -m pytest -q -p no:cacheprovider) judging_start
     judging_start=$(date +%s)
+    # vLLM's model-info cache: building a ModelConfig inspects the model's class in a subprocess (torch and vLLM
+    # imported again, 5-10 CPU s) unless VLLM_CACHE_ROOT/modelinfos holds the class's entry for its module's hash.
+    # One folder per release, kept across runs: releases judged one after another no longer overwrite each
+    # other's entries in the one default folder, and a second run inspects nothing.
+    export VLLM_CACHE_ROOT=$CACHE_DIR/vllm-cache/vllm-$R
 
     # matrix: the release's era, when kvconform declares one.
     if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"

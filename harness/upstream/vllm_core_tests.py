@@ -147,8 +147,9 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
     if hub_cache is not None:
         env["HF_HUB_CACHE"] = str(hub_cache)
         # vLLM inspects each model class once in a subprocess (about a minute on 2 cores) and caches the
-        # result under VLLM_CACHE_ROOT: one cache per release, next to the hub, reused by both runs.
-        env["VLLM_CACHE_ROOT"] = str(hub_cache.with_name("vllm-cache"))
+        # result under VLLM_CACHE_ROOT: the caller's (the CI job keeps one per release across runs), else one
+        # next to the hub, reused by both runs.
+        env["VLLM_CACHE_ROOT"] = os.environ.get("VLLM_CACHE_ROOT") or str(hub_cache.with_name("vllm-cache"))
     env.update(extra_env or {})
     cmd = [python, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", str(root), "--noconftest",
            "-p", "no:cacheprovider", "-p", "no:kvconform", *(a for p in plugins for a in ("-p", p)),

@@ -68,7 +68,7 @@ def test_each_runner_judges_its_release_on_a_cached_install():
     for cache in (restore, save):
         paths = [p.strip() for p in re.search(r"path: \|\n((?:\s{12}\S.*\n)+)", cache)[1].splitlines()]
         assert paths == [".cache/wheelhouse", ".cache/wheels/vllm-${{ matrix.release }}-*.whl",
-                         ".cache/venvs/vllm-${{ matrix.release }}"]
+                         ".cache/venvs/vllm-${{ matrix.release }}", ".cache/vllm-cache/vllm-${{ matrix.release }}"]
     # saved after the job whatever it found (a red job's install is as good), under the key it restored with
     assert job.index("run: .ci/vllm-job.sh") < job.index("uses: actions/cache/save@")
     assert "key: ${{ steps.cache.outputs.cache-primary-key }}" in save
