@@ -3,12 +3,13 @@
 # (installed CPU-only, --no-deps, into its own venv by scripts/install-vllm.sh):
 #   matrix      the config matrix of the release's rule era, on vLLM's own config code (`--hma-target vllm`), and
 #               the config invariants on the same cells (suites/config/test_invariants.py): the release breaks
-#               exactly its reviewed defects (harness/release/vllm_config_defects.toml, strict xfails),
+#               exactly its reviewed defects (harness/release/vllm_config_defects.toml, strict xfails); one
+#               process in the background, beside the next three steps,
+#   benchmarks  the allocator throughput benchmarks, reference and that vLLM side by side, timed once (no xdist),
 #   allocator   the allocator suite's scenarios on the release's KVCacheManager/BlockPool (`--kv-allocator vllm`),
 #   upstream    the release's whole tests/v1/core folder, on vLLM and then on the reference allocator through the
 #               import mapping (scripts/upstream-vllm-tests.sh; the sdist comes from PyPI at run time); fails when
 #               the reference passes a smaller share of the vLLM-passing tests than the floor,
-#   benchmarks  the allocator throughput benchmarks, reference and that vLLM side by side, timed once (no xdist),
 #   connectors  the connector suite on every connector the release registers (`--kv-connector vllm:Name`),
 #               LMCacheMPConnector aside (the next step),
 #   lmcache     real LMCache (scripts/install-lmcache.sh adds lmcache 0.5.6 to the release's venv) as the target
@@ -229,13 +230,24 @@ run_release() {
     # other's entries in the one default folder, and a second run inspects nothing.
     export VLLM_CACHE_ROOT=$CACHE_DIR/vllm-cache/vllm-$R
 
-    # matrix: the release's era, when kvconform declares one.
+    # matrix: the release's era, when kvconform declares one. One process, no xdist: the era's invariant judgement
+    # runs every cell (and its relatives) through vLLM, and the target keeps each answer, so the cells' own tests
+    # cost little more (each xdist worker would run that judgement again). It runs in the background, on the core
+    # the benchmarks leave idle (one process each), then beside the allocator and upstream steps; the connector
+    # steps, whose checks have wall-clock limits, start once it has ended.
     if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"
     elif era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
-        run_step "$R" matrix 0 "${PYTEST[@]}" suites/config -n 2 --vllm-version "$era" --hma-target vllm \
+        run_beside "$R" matrix 0 "${PYTEST[@]}" suites/config -p no:xdist --vllm-version "$era" --hma-target vllm \
             --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
     else
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
+    fi
+
+    # The benchmarks, timed once in one process (no xdist): the matrix step's process runs on the other core.
+    if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
+        KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_step "$R" benchmarks 0 "${PYTEST[@]}" \
+            suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
+            --kvconform-results "$dir/results-benchmarks.json" --junitxml "$dir/junit-benchmarks.xml"
     fi
 
     # A release's allocator may fail scenarios because of its own bugs: those are reviewed findings
@@ -255,13 +267,8 @@ run_release() {
             ${KVCONFORM_UPSTREAM_MIN_PASS_RATE:+--min-pass-rate "$KVCONFORM_UPSTREAM_MIN_PASS_RATE"}
     fi
 
-    wait_beside
-    if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
-        KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_step "$R" benchmarks 0 "${PYTEST[@]}" \
-            suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
-            --kvconform-results "$dir/results-benchmarks.json" --junitxml "$dir/junit-benchmarks.xml"
-    fi
 
+    wait_beside
     # vLLM's connectors failing checks is a finding for the report ("vLLM X's connectors"), not a broken
     # job: only pytest exit statuses other than 0/1 fail the step. Connectors that need a package or a GPU
     # skip with the reason.
