@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(config, items):
     table = GateTable.load()
     kept, left = [], []
     for item in items:
-        (kept if table.runs_in(item.nodeid.split("::", 1)[0], selection) else left).append(item)
+        (kept if table.runs_in(item.nodeid, selection) else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept

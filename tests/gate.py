@@ -33,11 +33,14 @@ class GateTable:
             raise ValueError(f"{path.name}: section(s) {sorted(unknown)} not accepted; expected 'deferred', 'searched'")
         return cls(deferred=dict(data.get("deferred", {})), searched=dict(data.get("searched", {})))
 
-    def runs_in(self, module: str, selection: str) -> bool:
-        """Whether a test of `module` (a path relative to the repository root) runs under `selection`."""
+    def runs_in(self, nodeid: str, selection: str) -> bool:
+        """Whether the test `nodeid` (pytest's: a path relative to the repository root, then `::` and the test's
+        name) runs under `selection`. An entry names a module, or one test function of it (every parameter)."""
         if selection == ALL:
             return True
-        deferred = module in self.deferred
+        module, _, name = nodeid.partition("::")
+        function = f"{module}::{name.split('[', 1)[0]}"
+        deferred = module in self.deferred or function in self.deferred
         if selection == GATE:
             return not deferred
         return deferred or module in self.searched

@@ -14,11 +14,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_entry_names_a_test_module_that_exists():
     table = GateTable.load()
-    for module in [*table.deferred, *table.searched]:
+    for entry in [*table.deferred, *table.searched]:
+        module, _, function = entry.partition("::")
         path = ROOT / module
         assert path.is_file() and path.name.startswith("test_"), (
-            f"tests/gate.toml names {module!r}, which is not a test module of this repository: a renamed or "
+            f"tests/gate.toml names {entry!r}, which is not in a test module of this repository: a renamed or "
             "removed module must leave the table (or its tests would silently join the gate)")
+        assert not function or f"def {function}(" in path.read_text(), (
+            f"tests/gate.toml names {entry!r}, but {module} defines no test function {function!r}")
     assert not set(table.deferred) & set(table.searched), "a module is either deferred or searched, not both"
 
 
@@ -45,11 +48,15 @@ def test_full_and_deferred_only_together_is_refused():
 
 
 def test_gate_and_deferred_run_split_every_module_and_both_run_the_searches():
-    table = GateTable(deferred={"tests/a.py": "processes"}, searched={"suites/s.py": "search"})
-    assert not table.runs_in("tests/a.py", GATE) and table.runs_in("tests/a.py", DEFERRED)
-    assert table.runs_in("tests/b.py", GATE) and not table.runs_in("tests/b.py", DEFERRED)
-    assert table.runs_in("suites/s.py", GATE) and table.runs_in("suites/s.py", DEFERRED)
-    assert all(table.runs_in(m, ALL) for m in ("tests/a.py", "tests/b.py", "suites/s.py"))
+    table = GateTable(deferred={"tests/a.py": "processes", "tests/c.py::test_slow": "a process"},
+                      searched={"suites/s.py": "search"})
+    assert not table.runs_in("tests/a.py::test_x", GATE) and table.runs_in("tests/a.py::test_x", DEFERRED)
+    assert table.runs_in("tests/b.py::test_x", GATE) and not table.runs_in("tests/b.py::test_x", DEFERRED)
+    assert table.runs_in("suites/s.py::test_x[p]", GATE) and table.runs_in("suites/s.py::test_x[p]", DEFERRED)
+    assert not table.runs_in("tests/c.py::test_slow[1-2]", GATE), "an entry naming a function covers its parameters"
+    assert table.runs_in("tests/c.py::test_slower", GATE) and table.runs_in("tests/c.py::test_quick", GATE)
+    assert table.runs_in("tests/c.py::test_slow", DEFERRED) and not table.runs_in("tests/c.py::test_quick", DEFERRED)
+    assert all(table.runs_in(n, ALL) for n in ("tests/a.py::t", "tests/b.py::t", "suites/s.py::t"))
 
 
 def test_unknown_section_is_named(tmp_path):
