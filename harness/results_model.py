@@ -27,6 +27,10 @@ feature; the release that lacks an API) has the status "not applicable" (`status
 file, as pytest counts it. Schema 1 files (before the record) are read too: their skips get the record their
 message's wording implies (`harness.outcomes.legacy_record`), so they render and diff as they always did.
 
+A config entry's `actual` is an outcome of `kvconform resolve`'s schema; its messages carry their
+ids (`warning_ids`, one per warning, and the error's `id`: `reference_impl.config.message_ids`), assigned by the
+target that met the texts. A config outcome written before outcomes carried ids is labelled as it is read.
+
 Two entries describe the same *cell* when their suite and cell agree (or, without a cell, their test ids);
 `merge` and `diff` compare cells by their *outcome*: the status and the target's actual result.
 """
@@ -245,7 +249,21 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
         if record is not None and (not isinstance(record, dict) or record.get("kind") not in KINDS):
             raise _bad_field(path, f"{where}.not_applicable", record,
                              f"null or an object whose kind is one of {', '.join(KINDS)}")
+        _label_legacy_outcome(entry)
     return ResultsDocument(run_info=run_info, results=results, runs=runs)
+
+
+def _label_legacy_outcome(entry: dict[str, Any]) -> None:
+    """A config outcome recorded before targets labelled their messages (no `warning_ids`), labelled now as its
+    target would have (`reference_impl.config.message_ids.label_outcome`): the one place a results file's message
+    texts are read for their ids, so files written before render and diff as they always did."""
+    actual = entry["actual"]
+    if entry["suite"] != "config" or not isinstance(actual, dict) or "warnings" not in actual:
+        return
+    from reference_impl.config.message_ids import WARNING_IDS, label_outcome  # only for such files
+
+    if WARNING_IDS not in actual:
+        label_outcome(actual)
 
 
 def load_results(path: str | os.PathLike) -> ResultsDocument:

@@ -17,10 +17,9 @@ from typing import Any, Iterator
 import pytest
 
 from harness.eras import ERA_IDS
-from harness.report import spec_refs
 from harness.targets.config.vllm_platforms import PLATFORM_CLASSES
 from reference_impl import vocabulary as V
-from reference_impl.config import messages as resolver_messages
+from reference_impl.config import message_ids, messages as resolver_messages
 from suites.config.matrix import connectors_for, features_for, unregistered_for
 from suites.config.outcomes import GOLDEN_DIR
 from suites.config.tables import TABLES_DIR, era_table
@@ -132,8 +131,18 @@ def test_every_message_id_the_oracle_raises_or_logs_is_declared():
     assert cited and cited <= set(V.MESSAGES), sorted(cited - set(V.MESSAGES))
 
 
-def test_every_id_the_report_labels_a_text_with_is_declared():
-    assert spec_refs.REPORTED_IDS <= set(V.MESSAGES), sorted(spec_refs.REPORTED_IDS - set(V.MESSAGES))
+def test_every_id_a_target_labels_a_text_with_is_declared():
+    assert message_ids.IDENTIFIED <= set(V.MESSAGES), sorted(message_ids.IDENTIFIED - set(V.MESSAGES))
+
+
+def test_every_package_import_names_the_id_of_its_message():
+    """The report tells a missing optional package by the error's id and type (`PackageImport.message_id`)."""
+    from reference_impl.config.eras import VLLM_REGISTERED_CONNECTORS
+
+    imports = {info.imports for info in VLLM_REGISTERED_CONNECTORS if info.imports is not None}
+    assert imports
+    assert {(i.message_id, message_ids.identify(i.message, i.vllm_type)) for i in imports} == \
+        {(i.message_id, i.message_id) for i in imports}
 
 
 def test_the_resolver_has_a_text_for_every_declared_message():

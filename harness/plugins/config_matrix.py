@@ -12,6 +12,7 @@ The target is loaded (and probed with one case) when the session takes part in k
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -65,14 +66,32 @@ def _load_callable(spec: str) -> tuple[Callable, str]:
     return target, _distribution_version(module_name)
 
 
-def _check_shape(spec: str, target: Any) -> None:
-    """Probe call: a target must return an outcome dict for a minimal case; anything else is a usage error."""
+def _check_shape(spec: str, target: Any) -> dict:
+    """Probe call: a target must return an outcome dict for a minimal case; anything else is a usage error.
+    Returns the probe's outcome."""
     try:
         outcome = target(dict(_PROBE_CASE))
     except Exception as exc:
         raise pytest.UsageError(f"--hma-target {spec}: calling it with a probe case raised {type(exc).__name__}: {exc}") from None
     if not isinstance(outcome, dict) or any(key not in outcome for key in _OUTCOME_KEYS):
         raise pytest.UsageError(f"--hma-target {spec}: returned {type(outcome).__name__}, expected an outcome dict with keys {', '.join(_OUTCOME_KEYS)}")
+    return outcome
+
+
+def _labelling(target: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """A foreign target whose outcomes carry no message ids, with each outcome labelled as it comes back (the
+    harness meets its texts there); the built-in targets label their own (`reference_impl.config.message_ids`)."""
+    from reference_impl.config.message_ids import WARNING_IDS, label_outcome
+
+    @functools.wraps(target)  # keeps what the target says of itself (its `era`, `describe`)
+    def labelled(case: dict) -> dict:
+        outcome = target(case)
+        return label_outcome(outcome) if isinstance(outcome, dict) and WARNING_IDS not in outcome else outcome
+
+    for name in ("era", "describe"):
+        if hasattr(target, name) and not hasattr(labelled, name):
+            setattr(labelled, name, getattr(target, name))
+    return labelled
 
 
 def load_target(option: str | None) -> ConfigTarget:
@@ -85,8 +104,11 @@ def load_target(option: str | None) -> ConfigTarget:
         except pytest.UsageError as exc:
             return ConfigTarget(DEFAULT_TARGET, None, "n/a", True, unavailable=f"reference resolver unavailable: {exc}")
         return ConfigTarget(DEFAULT_TARGET, target, version, True)
+    from reference_impl.config.message_ids import WARNING_IDS
+
     target, version = _load_callable(spec)
-    _check_shape(spec, target)
+    if WARNING_IDS not in _check_shape(spec, target):
+        target = _labelling(target)
     return ConfigTarget(spec, target, version, spec == DEFAULT_TARGET)
 
 

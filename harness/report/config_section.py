@@ -27,7 +27,7 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.defects import defect_marker
 from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
-from harness.report.spec_refs import message_id
+from reference_impl.config.message_ids import WARNING_IDS
 from reference_impl.vocabulary import FLAGS, NO_CONNECTOR, NO_FEATURES, PLATFORMS, STAGES
 
 SUITE = "config"
@@ -93,28 +93,31 @@ def _stage_rank(stage: Any) -> int:
     return _STAGE_RANK.get(stage, -1)
 
 
-def _warning_note(text: str) -> str:
-    ident = message_id(text)
+def _warning_note(text: str, ident: str | None) -> str:
     return f"{ident} (warning): {text}" if ident else f"warning: {text}"
 
 
 def error_note(error: dict[str, Any]) -> str:
-    """'E-F: ValueError at stage create_connector: Connector X does not support HMA ...'."""
+    """'E-F: ValueError at stage create_connector: Connector X does not support HMA ...' (the id the target gave
+    the error, `reference_impl.config.message_ids`)."""
     message = str(error.get("message") or "")
     kind, stage = error.get("type", "error"), error.get("stage", "?")
-    ident = message_id(message, kind)
+    ident = error.get("id")
     text = f"{kind} at stage {stage}: {message}" if message.strip() else f"{kind} at stage {stage}, with no message"
     return f"{ident}: {text}" if ident else text
 
 
 def outcome_cell(outcome: dict[str, Any]) -> Cell:
-    """The symbol, word and notes for one outcome in the `kvconform resolve` schema."""
-    warnings = tuple(_warning_note(str(w)) for w in outcome.get("warnings") or ())
+    """The symbol, word and notes for one outcome in the `kvconform resolve` schema, its messages labelled
+    with the ids the target gave them (`warning_ids`, the error's `id`)."""
+    texts = outcome.get("warnings") or ()
+    idents = outcome.get(WARNING_IDS) or ()
+    warnings = tuple(_warning_note(str(text), idents[n] if n < len(idents) else None) for n, text in enumerate(texts))
     if outcome.get("unknown"):
         return Cell(UNKNOWN, "unknown", (f"unknown: {outcome['unknown']}",) + warnings)
     error = outcome.get("error")
     if error:
-        ident = message_id(str(error.get("message") or ""), error.get("type"))
+        ident = error.get("id")
         return Cell(f"{ERROR} {ident or error.get('type', 'error')}", "error", warnings + (error_note(error),))
     resolved = outcome.get("resolved_disable_hma")
     if resolved is False:

@@ -1,10 +1,8 @@
-"""Message ids for vLLM's texts, and links from spec references to `docs/rules.md`.
+"""Links from spec references to `docs/rules.md`: section references and message ids.
 
-Every warning and error the report shows is labelled with its id (W-B1, E-F, ...; the ids are declared in
-`reference_impl.vocabulary.MESSAGES`) when it is one of the messages `docs/rules.md` describes; the labels and
-the section references the oracle cites (§2.2, "connector spec section 4.2") become links to that page. The
-patterns below are short distinctive fragments of each text (reviewed against config-rules.md §1.3, §2.4, §3.4
-and the errors of §3.3/§10).
+The section references the oracle cites (§2.2, "connector spec section 4.2") and the message ids the targets
+label their warnings and errors with (W-B1, E-F, ...: `reference_impl.config.message_ids`; the ids are declared
+in `reference_impl.vocabulary.MESSAGES`) become links to that page.
 """
 
 from __future__ import annotations
@@ -20,57 +18,11 @@ from reference_impl.vocabulary import MESSAGES
 DOCS_PAGE = "../docs/rules.md"  # relative to reports/, where the report files live
 _RULES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "rules.md"  # the checkout's page, when there is one
 
-# (id, pattern) in the order they are tried; the first match wins.
-_MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile(pattern, re.S)) for ident, pattern in (
-    ("W-B1", r"because `--kv-transfer-config` is set\..*--no-disable-hybrid-kv-cache-manager to start"),
-    ("W-A1", r"because `--kv-transfer-config` is set\."),
-    ("W-22", r"because connector \S+ does not subclass `SupportsHMA`"),
-    ("W-C1", r"because `--kv-transfer-config` selects a KV connector that does not support it"),
-    ("W-C", r"latency regression when using chunked local attention"),
-    ("W-U", r"Hybrid KV cache manager is disabled for this hybrid model"),
-    ("E-B", r"explicitly enabled but is not supported.*--no-disable-hybrid-kv-cache-manager"),
-    ("E-C", r"explicitly enabled but is not supported.*--enable-hybrid-kv-cache-manager"),
-    ("E-F", r"does not support HMA but HMA is enabled"),
-    ("E-H", r"HiSparse requires the hybrid KV cache manager"),
-    ("E-HISPARSE-CUDA", r"HiSparse currently requires NVIDIA CUDA"),
-    ("E-HISPARSE-PLATFORM", r"The current platform does not support HiSparse"),
-    ("E-HISPARSE-NEEDS-CONNECTOR", r"HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib"),
-    ("E-HISPARSE-TWO", r"Only one HiSparseConnector may be configured"),
-    ("E-HISPARSE-NO-HOST-POOL", r"HiSparseConnector requires host_pool_gib"),
-    ("E-HISPARSE-HOST-POOL-NOT-POSITIVE", r"HiSparseConnector host_pool_gib must be positive"),
-    ("E-NIXL-TRANSFER-MODE", r"Invalid NixlConnector transfer_mode: "),
-    ("E-UNKNOWN-SPECULATIVE-METHOD", r"Unknown speculative method .*registered custom methods"),
-    ("E-MULTI-ASSERT", r"HMA should not be enabled unless all sub-connectors support it"),
-    ("E-KV-ROLE", r"Please specify kv_role when kv_connector is set"),
-    ("E-KV-DISAGG-ROLE", r"Please specify kv_disagg_role when kv_connector is set"),
-    ("E-V1-CONNECTOR-UNDER-V0", r"Attempting to initialize a V1 Connector, but found envs\.VLLM_USE_V1=False"),
-    ("E-TWO-ARG", r"uses deprecated 2-argument constructor signature"),
-    ("E-HIDDEN-STATES-CHUNKED-PREFILL", r"ExampleHiddenStatesConnector does not support chunked prefill"),
-    ("E-OFFLOAD-NO-SIZE", r"You must set kv_offloading_size when kv_offloading_backend is set"),
-    ("E-NO-LMCACHE", r"No module named 'lmcache'"),
-    ("E-NO-MOONCAKE", r"Please install mooncake"),
-    ("E-UNSUPPORTED-CONNECTOR", r"Unsupported connector type: "),
-    ("E-CLASS-NOT-FOUND", r"Class \S+ not found in \S+"),
-))
-EMPTY_ASSERTION_ID = "E-MULTI-NO-CONNECTORS"  # a bare `assert` raises an AssertionError without a message
-
 _REFERENCE = re.compile(
     r"(?P<section>§\d+(?:\.\d+)?)"
     r"|(?P<connector>connector spec section 4\.2)"
     r"|\b(?P<message>(?:[EW]-[A-Z0-9]+(?:-[A-Z0-9]+)*))\b"
 )
-#: Every id the report labels a text with (each declared in `reference_impl.vocabulary.MESSAGES`).
-REPORTED_IDS = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
-
-
-def message_id(text: str, error_type: str | None = None) -> str | None:
-    """The id of a warning or error text, or None when it is none of the described messages."""
-    if not text.strip():
-        return EMPTY_ASSERTION_ID if error_type == "AssertionError" else None
-    for ident, pattern in _MESSAGE_PATTERNS:
-        if pattern.search(text):
-            return ident
-    return None
 
 
 def anchor(reference: str) -> str | None:

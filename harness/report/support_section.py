@@ -31,7 +31,6 @@ from harness.report.config_section import (DEFECT, SUITE as CONFIG_SUITE, Config
 from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, committed_runs
 from harness.report.labels import connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
-from harness.report.spec_refs import message_id
 from reference_impl.config.cases import resolve_case
 from reference_impl.config.eras import VLLM_REGISTERED_CONNECTORS, resolve_era
 from reference_impl.config.factory import packages_assumed_installed
@@ -122,7 +121,7 @@ def _missing_package(name: str, era: str, configuration: Configuration) -> Any:
     actual = configuration.shown().get("actual") or {}
     error = actual.get("error") or {}
     imports = resolve_era(ERA_RELEASES.get(era, era))[0].package_imported_by(name) if era in ERA_RELEASES else None
-    if imports is not None and error and error.get("message") == imports.message:
+    if imports is not None and error and (error.get("type"), error.get("id")) == (imports.vllm_type, imports.message_id):
         return imports
     return None
 
@@ -131,7 +130,7 @@ def _with_package(name: str, era: str, platform: str, imports) -> _Outcome:
     """The explicit enable of `name` in `era` on `platform` for a deployment that has the package (where its
     version matters, the newest version kvconform has a fact on), as `kvconform explain --installed` answers."""
     package = imports.package
-    ident = message_id(imports.message, imports.vllm_type) or imports.vllm_type
+    ident = imports.message_id
     version = imports.newest_known_version()
     case = {"id": "support", "vllm_version": ERA_RELEASES[era], "platform": platform, "flag": False,
             "kv_connector": name, "kv_role": "kv_both", "stage": "create_connector"}
@@ -159,7 +158,7 @@ def _config_outcome(name: str | None, era: str, platform: str, configuration: Co
     cell = configuration.cell()
     actual = configuration.shown().get("actual") or {}
     error = actual.get("error") or {}
-    if cell.kind == "error" and message_id(str(error.get("message") or ""), error.get("type")) == UNREGISTERED_ID:
+    if cell.kind == "error" and error.get("id") == UNREGISTERED_ID:
         return _Outcome(NOT_REGISTERED, "")
     imports = _missing_package(name, era, configuration) if name else None
     if imports is not None:

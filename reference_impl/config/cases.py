@@ -2,8 +2,9 @@
 
 A case describes one configuration (docs/reference.md, "The resolve schema"; parsed into a `Case` by
 `reference_impl.config.case`); an outcome is what the reference engine does with it:
-`{"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}`. `resolve_case` never raises for a bad
-case: the outcome's error then has stage "input".
+`{"id", "resolved_disable_hma", "warnings", "warning_ids", "error", "rules", "unknown"}`, the error
+`{"type", "message", "stage", "id"}` (the ids: `reference_impl.config.message_ids`). `resolve_case` never raises
+for a bad case: the outcome's error then has stage "input".
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from reference_impl.config import eras as E, messages
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
+from reference_impl.config.message_ids import label_outcome
 from reference_impl.config.objects import (
     AttentionConfig,
     CacheConfig,
@@ -109,7 +111,8 @@ def build_vllm_config(case: Case, era: E.Era | None = None) -> VllmConfig:
 
 
 def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=None, groups=None) -> dict[str, Any]:
-    """An outcome dict in the schema's key order (`kv_cache_groups` only when that stage ran)."""
+    """An outcome dict in the schema's key order (`kv_cache_groups` only when that stage ran), its messages
+    labelled with their ids (`message_ids.label_outcome`)."""
     result = {
         "id": case_id,
         "resolved_disable_hma": resolved,
@@ -120,7 +123,7 @@ def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=N
     }
     if groups is not None:
         result["kv_cache_groups"] = groups
-    return result
+    return label_outcome(result)
 
 
 def group_kv_cache(case: Case, era: E.Era, cfg: VllmConfig, res) -> list[dict]:

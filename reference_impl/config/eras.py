@@ -45,6 +45,8 @@ class PackageImport:
     until: tuple[int, int] | None
     vllm_type: str
     message: str
+    #: the id of `message` (`reference_impl.vocabulary.MESSAGES`), the one an outcome with that error carries
+    message_id: str
     #: from this release an installed package supplies its own class, whose capability vLLM cannot know
     installed_is_unknown_from: tuple[int, int] | None = None
     #: reviewed: (version, whether the class that version of the package supplies subclasses SupportsHMA); a
@@ -65,7 +67,8 @@ class PackageImport:
 
 
 _LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at top level (0.11.1 ... 0.33.0)
-    "lmcache", (0, 11, 1), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, installed_is_unknown_from=(0, 33),
+    "lmcache", (0, 11, 1), None, "ModuleNotFoundError", messages.E_NO_LMCACHE, "E-NO-LMCACHE",
+    installed_is_unknown_from=(0, 33),
     # Measured 2026-12-06 on vLLM 0.33.0 with lmcache 0.5.6 installed: `--enable-hybrid-kv-cache-manager` with
     # LMCacheMPConnector resolves HMA on and KVConnectorFactory.create_connector accepts the class (its
     # constructor then needs a model): lmcache 0.5.6's class subclasses SupportsHMA.
@@ -73,9 +76,10 @@ _LMCACHE_IMPORT = PackageImport(  # lmcache_mp_connector.py imports lmcache at t
 )
 # lmcache_connector.py (LMCacheConnectorV1) imports lmcache at top level in 0.10.0 - 0.12.0 (line 6); 0.13.0 moves
 # the import into the constructor (line 97), after the factory's checks.
-_LMCACHE_V1_IMPORT = PackageImport("lmcache", (0, 10), (0, 13), "ModuleNotFoundError", messages.E_NO_LMCACHE)
+_LMCACHE_V1_IMPORT = PackageImport("lmcache", (0, 10), (0, 13), "ModuleNotFoundError", messages.E_NO_LMCACHE,
+                                   "E-NO-LMCACHE")
 _MOONCAKE_IMPORT = PackageImport(  # 0.13.0-0.18.x re-raise a missing mooncake as ImportError; 0.19.0 only warns
-    "mooncake", (0, 13), (0, 19), "ImportError", messages.E_NO_MOONCAKE,
+    "mooncake", (0, 13), (0, 19), "ImportError", messages.E_NO_MOONCAKE, "E-NO-MOONCAKE",
 )
 
 

@@ -6,6 +6,7 @@ import itertools
 
 from harness.outcomes import legacy_record
 from harness.results_model import ResultsDocument, make_entry
+from reference_impl.config.message_ids import label_outcome
 from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
 
 ERAS = ("v0.10", "v0.11", "pre-seed", "seed", "v0.14", "v0.18", "v0.19", "v0.20", "v0.21", "v0.22", "v0.23",
@@ -36,9 +37,9 @@ def run_info(**overrides) -> dict:
 
 
 def outcome(resolved=None, warnings=(), error=None, unknown=None, rules=()) -> dict:
-    """An outcome in the `kvconform resolve` schema."""
-    return {"id": "x", "resolved_disable_hma": resolved, "warnings": list(warnings), "error": error,
-            "rules": list(rules), "unknown": unknown}
+    """An outcome in the `kvconform resolve` schema, its messages labelled with their ids as a target labels them."""
+    return label_outcome({"id": "x", "resolved_disable_hma": resolved, "warnings": list(warnings), "error": error,
+                          "rules": list(rules), "unknown": unknown})
 
 
 def config_entry(era="seed", flag=None, platform="cuda", features=NO_FEATURES, connector=NO_CONNECTOR, stage="config",

@@ -25,7 +25,6 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.report.build import build_document
 from harness.report.labels import connector_label, feature_label
 from harness.report.markdown import render_markdown_pages
-from harness.report.spec_refs import message_id
 from harness.report.support_section import DEPLOYED_AS
 from suites.config.matrix import CHUNK, OFFLOAD_GIB, connectors_for, unregistered_for
 from suites.config.oracle import CHUNKED_ENV
@@ -145,7 +144,7 @@ def explain_kind(result: dict) -> str:
     defect = " 🐞" if result.get("defects") else ""
     if result["error"]:
         error = result["error"]
-        return f"error {message_id(error['message'], error['type']) or error['type']}{defect}"
+        return f"error {error['id'] or error['type']}{defect}"
     if result["unknown"]:
         return "unknown"
     return ("on" if result["resolved_disable_hma"] is False else "off") + defect

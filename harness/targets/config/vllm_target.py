@@ -38,6 +38,7 @@ from harness.targets.config.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argpa
                                           unwrap_exception)
 from harness.targets.config.vllm_platforms import hisparse_backend, platform_support
 from reference_impl.config.case import Case, CaseError, parse_case
+from reference_impl.config.message_ids import label_outcome
 
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
 _OWN_PACKAGES = frozenset({"vllm"})
@@ -98,10 +99,11 @@ def _content_key(raw_case: Any) -> str | None:
 
 
 def outcome(case_id: Any, **fields: Any) -> dict:
-    """An outcome object with every schema key present."""
+    """An outcome object with every schema key present, its messages labelled with their ids where vLLM's texts
+    are met (`reference_impl.config.message_ids.label_outcome`)."""
     base = {"id": case_id, "resolved_disable_hma": None, "warnings": [], "error": None, "rules": [], "unknown": None}
     base.update(fields)
-    return base
+    return label_outcome(base)
 
 
 @contextlib.contextmanager

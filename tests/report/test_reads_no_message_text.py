@@ -1,0 +1,94 @@
+"""The report reads ids and statuses, never message text: no message id recovered from a text, no "N/A" prefix
+parsed (issue 33, item 1).
+
+A config outcome's messages carry the ids their target gave them (`reference_impl.config.message_ids`), and a
+check that does not apply carries a typed record (`harness.outcomes`: kind, reason, release); rewording a
+message must not change a verdict. The modules that render and compare results are read as source (ast), so
+nothing is imported; each rule is shown to catch what it forbids on a small mutant.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# What renders or compares results: the report's package and the commands that read results files.
+READERS = (*sorted((REPO / "harness" / "report").rglob("*.py")), REPO / "harness" / "commands" / "diff.py",
+           REPO / "harness" / "commands" / "report.py")
+# Functions that take an id from a text: only targets (and the results file's legacy reader) call them.
+TEXT_TO_ID = frozenset({"message_id", "identify", "label_outcome", "legacy_record", "message_label"})
+# The wordings of a not-applicable skip, and the names the code gives them (`harness.outcomes`, `harness.kv_engine`).
+NA_WORDINGS = ("N/A: ", "N/A on ", "under --kv-engine", "not HMA-capable", "refuses multi-group")
+NA_NAMES = frozenset({"VLLM_ENGINE_NA_PREFIX", "_NA_PREFIX", "MULTI_GROUP_REFUSAL", "REFUSES_MULTI_GROUP",
+                      "_NOT_HMA_CAPABLE", "_FEATURE"})
+# What a text is taken apart or tested with.
+TEXT_TESTS = frozenset({"startswith", "endswith", "partition", "rpartition", "removeprefix", "removesuffix", "split",
+                        "find", "index", "search", "match", "fullmatch", "findall", "finditer"})
+
+
+def _is_na_wording(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return any(wording in node.value for wording in NA_WORDINGS)
+    if isinstance(node, ast.Name):
+        return node.id in NA_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr in NA_NAMES
+    if isinstance(node, ast.JoinedStr):
+        return any(_is_na_wording(value) for value in node.values)
+    if isinstance(node, ast.FormattedValue):
+        return _is_na_wording(node.value)
+    if isinstance(node, ast.BinOp):
+        return _is_na_wording(node.left) or _is_na_wording(node.right)
+    if isinstance(node, ast.Tuple):
+        return any(_is_na_wording(element) for element in node.elts)
+    return False
+
+
+def problems_in(source: str, where: str) -> list[str]:
+    """Each place in `source` that recovers an id from a text or parses an N/A prefix."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = {alias.name.rpartition(".")[2] for alias in node.names}
+            if names & TEXT_TO_ID:
+                found.append(f"{line}: imports {', '.join(sorted(names & TEXT_TO_ID))} (an id taken from a text)")
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in TEXT_TO_ID:
+                found.append(f"{line}: calls {name} (an id taken from a text)")
+            elif name in TEXT_TESTS and any(_is_na_wording(arg) for arg in node.args):
+                found.append(f"{line}: {name} with an N/A wording (a prefix parsed back)")
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            if _is_na_wording(node.left):
+                found.append(f"{line}: `in` with an N/A wording (a prefix parsed back)")
+    return found
+
+
+def test_the_report_reads_no_message_text():
+    found = [problem for path in READERS
+             for problem in problems_in(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("mutant", [
+    "from harness.report.spec_refs import message_id\n",
+    "ident = message_id(error['message'], error['type'])\n",
+    "from reference_impl.config.message_ids import identify\n",
+    "if message.startswith('N/A on '):\n    pass\n",
+    "kind = 'engine' if text.startswith(VLLM_ENGINE_NA_PREFIX) else None\n",
+    "release, _, reason = text.removeprefix('N/A on ').partition(': ')\n",
+    "if 'under --kv-engine vllm: ' in message:\n    pass\n",
+    "if m.startswith(outcomes.MULTI_GROUP_REFUSAL):\n    pass\n",
+    "found = re.match(f'N/A on (.*?): ', message)\n",
+])
+def test_each_rule_catches_what_it_forbids(mutant):
+    assert problems_in(mutant, "mutant.py"), mutant
+
+
+def test_writing_an_na_wording_is_no_parsing():
+    """The report may say what did not apply in the wording the console shows; it only may not read it back."""
+    assert problems_in("line = f'{n} cells N/A {VLLM_ENGINE_NA_PREFIX}{reason}'\n", "fine.py") == []
