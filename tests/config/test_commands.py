@@ -173,7 +173,9 @@ def test_resolve_batch_with_a_bad_case(capsys, monkeypatch):
     assert outcomes[0]["resolved_disable_hma"] is False and outcomes[0]["error"] is None
     assert outcomes[3]["resolved_disable_hma"] is True
     # a module path that does not import is vLLM's answer, at the stage the seed factory imports it
-    assert outcomes[4]["error"] == {"type": "ModuleNotFoundError", "message": "No module named 'no'", "stage": "create_connector"}
+    # (no declared message: its id is null)
+    assert outcomes[4]["error"] == {"type": "ModuleNotFoundError", "message": "No module named 'no'", "stage": "create_connector",
+                                    "id": None}
     for index, needle in [(1, "flag: 'yes'"), (2, "surprise"), (5, "vllm_version: '1.0.0'"), (6, "multi_connector_children"), (7, "case:")]:
         error = outcomes[index]["error"]
         assert error["stage"] == "input" and needle in error["message"], (index, error)
