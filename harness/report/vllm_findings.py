@@ -331,18 +331,18 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
             lines.append(f"* {connector}:")
             lines += [f"  * {counts[r]} cells ({', '.join(sorted(reasons[r]))}): {r}" for r, _ in counts.most_common()]
     lines += ["", "## Connectors the suite could not run here", ""]
-    lines += [f"* {c}: {r}" for c, r in unavailable.items()]
+    lines += [f"* {c}: {e['message']}" for c, e in unavailable.items()]
     return "\n".join(lines) + "\n"
 
 
-def split_ran(by_connector: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """(connector -> entries of the connectors that ran, connector -> the one reason of those that could not run
-    here), each by name."""
+def split_ran(by_connector: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """(connector -> entries of the connectors that ran, connector -> the entry whose skip says why one that could
+    not run here did not: its `message` the one reason shown, its `not_applicable` record what kind), by name."""
     ran, unavailable = {}, {}
     for connector, items in sorted(by_connector.items(), key=lambda kv: kv[0].lower()):
-        whole = sorted({r for r in map(whole_connector_reason, items) if r is not None})
+        whole = [e for e in items if whole_connector_reason(e) is not None]
         if all(e["status"] == "skipped" for e in items) and whole:
-            unavailable[connector] = whole[0]
+            unavailable[connector] = min(whole, key=whole_connector_reason)
         else:
             ran[connector] = items
     return ran, unavailable

@@ -99,12 +99,13 @@ def verdicts(entries: list[dict], results: list[str], commit: str | None) -> dic
                          f"{', '.join(sorted(versions)) or 'none'}")
     ran, unavailable = split_ran(by_connector)
     records = [connector_verdict(name, items) for name, items in ran.items()]
-    for name, reason in unavailable.items():
+    for name, entry in unavailable.items():
         records.append({"connector": name.removesuffix(ENGINE_SUFFIX),
                         "engine": "vllm" if name.endswith(ENGINE_SUFFIX) else "kvconform",
                         "block": "example" if is_example(name.removesuffix(ENGINE_SUFFIX)) else "deployed",
-                        "verdict": "not-applicable" if reason.startswith("not applicable") else "cannot-run",
-                        "symbol": "⛔", "hma_verdict": "", "cause": reason,
+                        # the skip's typed record, not its wording: a connector that lacks what the checks need
+                        "verdict": "not-applicable" if entry.get("not_applicable") else "cannot-run",
+                        "symbol": "⛔", "hma_verdict": "", "cause": entry["message"],
                         "declares_hma": None, "cells": {}, "checks_ran": [], "multi_group_checks_ran": [],
                         "multi_group_presets_ran": [], "findings": [], "wall_s": 0.0})
     records.sort(key=lambda r: (r["block"] != "deployed", r["connector"].lower(), r["engine"]))

@@ -12,6 +12,7 @@ release that rewords the rest of a message keeps its id (reviewed against the te
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 # (id, pattern) in the order they are tried; the first match wins.
@@ -54,6 +55,7 @@ IDENTIFIED = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTI
 WARNING_IDS = "warning_ids"
 
 
+@lru_cache(maxsize=4096)  # the same few texts recur across a matrix's cells: each is matched once
 def identify(text: str, error_type: str | None = None) -> str | None:
     """The id of a warning or error text (`error_type`: the exception's class name), or None when it is none of
     the declared messages."""

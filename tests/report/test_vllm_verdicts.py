@@ -25,6 +25,8 @@ def _entries():
               message="N/A: C14 does not apply here"),
         entry("ExampleConnector", "C16 ownership-fence", "failed", message="C16 [fa_only]: it raised", cause=raised),
         entry("NixlConnector", "C14 round-trip-bytes", "skipped", message="cannot run here: NixlConnector needs NIXL"),
+        entry("MooncakeConnector", "C14 round-trip-bytes", "skipped",
+              message="not applicable: MooncakeConnector needs a model none of the presets is"),
     ]
 
 
@@ -47,6 +49,8 @@ def test_each_connector_gets_its_verdict_causes_and_checks():
                                     "upstream": "", "checks": ["C16"], "cells": 1}]
     nixl = rows[("NixlConnector", "kvconform")]
     assert nixl["verdict"] == "cannot-run" and nixl["cause"].startswith("cannot run here")
+    mooncake = rows[("MooncakeConnector", "kvconform")]  # a typed N/A (kind feature) of every check
+    assert mooncake["verdict"] == "not-applicable" and mooncake["cause"].endswith("needs a model none of the presets is")
 
 
 def test_the_readme_tables_keep_example_connectors_apart_and_releases_side_by_side():
