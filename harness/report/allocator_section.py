@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from harness.release.allocator_findings import finding_of_cell, load_findings
-from harness.report.config_section import label
+from harness.report.labels import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 
 SUITE = "allocator"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report.config_section import label
+from harness.report.labels import label
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
 
 SUITE = "benchmark"

@@ -19,13 +19,12 @@ Markdown page (`Section.page`); the HTML page holds them all.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any, Iterable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.defects import defect_marker
-from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, legend_rows
+from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
 from reference_impl.config.message_ids import WARNING_IDS
 from reference_impl.vocabulary import FLAGS, NO_CONNECTOR, NO_FEATURES, PLATFORMS, STAGES
@@ -57,15 +56,6 @@ def era_title(era: str) -> str:
     """'seed (vLLM 0.13.0)' for a known era, the id itself otherwise."""
     release = ERA_RELEASES.get(era)
     return f"{era} (vLLM {release})" if release else era
-
-
-def label(value: Any) -> str:
-    """A short text for a cell dimension (strings as they are, None as 'none', others as compact JSON)."""
-    if value is None:
-        return "none"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _first_sort(value: str) -> tuple[int, str]:

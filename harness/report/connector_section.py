@@ -16,9 +16,8 @@ from typing import Any
 
 from harness.connector_checks import CHECKS
 from harness.failure_groups import cause_key, split_check
-from harness.report.config_section import label
 from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
-from harness.report.labels import own_connector_label
+from harness.report.labels import label, own_connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 
 SUITE = "connector"

@@ -15,8 +15,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from harness.kv_engine import VLLM_ENGINE, VLLM_ENGINE_NA_PREFIX
-from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _evidence, _is_not_applicable, _natural_key
+from harness.report.labels import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 from harness.release.scheduler_defects import defect_of_cell, load_defects
 

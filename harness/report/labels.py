@@ -1,4 +1,5 @@
-"""Readable names for the config matrix's fixture ids and flag values, and the legend that explains them.
+"""Readable names for what the report's tables show: any cell dimension's value (`label`, which every section
+reads here), the config matrix's fixture ids and flag values, and the legend that explains them.
 
 The matrix names its configurations with short ids (`noconn`, `ExternalTwoArg`, `chunked_env0`, ...) that
 stay in `results.json.gz` and in test ids; the report shows their labels instead and lists every id it uses
@@ -9,10 +10,20 @@ spellings are declared in `reference_impl.vocabulary`; which releases spell a fl
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from harness.eras import ENABLE_FLAG_ERAS, ERA_FIRST_VERSIONS, ERA_IDS, TRI_STATE_ERAS
 from reference_impl.vocabulary import CONNECTOR_FIXTURES, ENABLE_FLAG_LABEL, FEATURES, FLAG_LABELS
+
+
+def label(value: Any) -> str:
+    """A short text for a cell dimension (strings as they are, None as 'none', others as compact JSON)."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def connector_label(connector: str) -> str:

@@ -15,8 +15,8 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from harness.report.config_section import label
 from harness.report.connector_section import SUITE, _natural_key, check_cell, declares_hma, hma_verdict
+from harness.report.labels import label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.targets.connector.vllm_facts import is_example
 
