@@ -1,6 +1,6 @@
 """KVConnectorFactory of the reference engine: connector class lookup and HMA capability, per era.
 
-vLLM's built-in connectors are modelled by name (`BuiltinConnector`, capability from `eras`); classes
+vLLM's built-in connectors are modelled by name (`VllmRegisteredConnector`, capability from `eras`); classes
 loaded from `kv_connector_module_path`, and kvconform's own connectors registered with
 `KVConnectorFactory.register_connector`, are real Python classes checked with `supports_hma`.
 """
@@ -24,8 +24,9 @@ from reference_impl.connector.base import is_multi_connector_class, supports_hma
 
 
 @dataclass(frozen=True, slots=True)
-class BuiltinConnector:
-    """A connector vLLM registers in this era, standing in for its class."""
+class VllmRegisteredConnector:
+    """A connector vLLM registers in this era, standing in for its class (not one of kvconform's own connectors,
+    `reference_impl.connector.BUILTIN_CONNECTORS`, which are real classes)."""
 
     name: str
     hma: bool
@@ -54,7 +55,7 @@ def packages_assumed_installed(packages: Mapping[str, str | None]) -> Iterator[N
 
 def class_is_multi(cls) -> bool:
     """MultiConnector or a subclass of it."""
-    if isinstance(cls, BuiltinConnector):
+    if isinstance(cls, VllmRegisteredConnector):
         return cls.name == "MultiConnector"
     return is_multi_connector_class(cls)
 
@@ -171,7 +172,7 @@ class KVConnectorFactory:
         A subclass of MultiConnector is as capable as the era's MultiConnector (vLLM's class gained
         SupportsHMA in 0.21, so before that a renamed subclass is rejected by the factory).
         """
-        if isinstance(cls, BuiltinConnector):
+        if isinstance(cls, VllmRegisteredConnector):
             return cls.hma
         if is_multi_connector_class(cls):
             return self._builtins["MultiConnector"].hma
@@ -192,7 +193,7 @@ class KVConnectorFactory:
             self._trace.fail(messages.E_TWO_ARG.format(connector=cls.__name__), stage, "deprecated_constructor")
         return cls
 
-    def _check_package(self, name: str, stage: str, cls: BuiltinConnector) -> BuiltinConnector:
+    def _check_package(self, name: str, stage: str, cls: VllmRegisteredConnector) -> VllmRegisteredConnector:
         """`cls`, or the class an installed package supplies in its place; fails when the package its module
         imports is missing (e.g. LMCacheMPConnector's module imports lmcache when the class is looked up, spec 3.3)."""
         needed = self.era.package_imported_by(name)
@@ -208,7 +209,7 @@ class KVConnectorFactory:
             hma = needed.hma_of(version)
             if hma is not None:
                 self._trace.rules.append("package_version_known")
-                return BuiltinConnector(name, hma)
+                return VllmRegisteredConnector(name, hma)
             self._trace.rules.append("package_installed")
             unknown = f" ({needed.package} {version} is not a version kvconform has facts on)" if version else ""
             raise UnknownOutcome(
@@ -267,14 +268,14 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-_BUILTINS_CACHE: dict[str, dict[str, BuiltinConnector]] = {}
+_BUILTINS_CACHE: dict[str, dict[str, VllmRegisteredConnector]] = {}
 _KNOWN_NAMES_CACHE: dict[tuple[str, int], frozenset[str]] = {}
 
 
-def _builtins_for(era) -> dict[str, BuiltinConnector]:
+def _builtins_for(era) -> dict[str, VllmRegisteredConnector]:
     cached = _BUILTINS_CACHE.get(era.id)
     if cached is None:
-        cached = {name: BuiltinConnector(name, hma) for name, hma in era.connectors().items()}
+        cached = {name: VllmRegisteredConnector(name, hma) for name, hma in era.connectors().items()}
         _BUILTINS_CACHE[era.id] = cached
     return cached
 
