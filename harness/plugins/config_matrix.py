@@ -15,8 +15,9 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -198,6 +199,26 @@ def hma_target(request) -> Callable[[dict], dict]:
 
 
 MATRIX_TEST = "test_config_cell"  # the matrix's test function (suites/config/test_matrix.py)
+#: A module-level test function carrying this attribute is collected as the items it names (`collects_as`).
+ITEMS_ATTR = "kvconform_items"
+
+
+def collects_as(make_items: Callable[[pytest.Module, str], Iterable[pytest.Item]]):
+    """Decorator: pytest collects the decorated test function as the items `make_items(module, name)` yields (each
+    named `name[<id>]`, so node ids read as a parametrized function's) instead of as one function per parameter.
+    An item of its own carries no fixture machinery: the config matrix's 31,674 cells each cost pytest less."""
+    def decorate(function):
+        setattr(function, ITEMS_ATTR, make_items)
+        return function
+    return decorate
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    make_items = getattr(obj, ITEMS_ATTR, None) if inspect.isfunction(obj) else None
+    if make_items is not None:
+        return list(make_items(collector, name))
+    return None
 
 
 def header_line(config) -> str | None:
@@ -224,8 +245,8 @@ def _write_header_once(config) -> None:
 # so it comes under pytest's "collected N items" line rather than in pytest's header.
 @pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: `-k <no cell>` still names the target it would run
 def pytest_collection_modifyitems(session, config, items):
-    if not hasattr(config, "workerinput") and is_active(config) and any(item.originalname == MATRIX_TEST for item in items
-                                                  if isinstance(item, pytest.Function)):
+    if not hasattr(config, "workerinput") and is_active(config) and any(getattr(item, "originalname", None) == MATRIX_TEST
+                                                                        for item in items):
         config._kvconform_matrix_collected = True
 
 

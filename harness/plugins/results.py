@@ -35,16 +35,18 @@ _RUN_INFO_KEY = pytest.StashKey[dict]()
 _MESSAGE_LIMIT = 2000
 
 
+def record_on(item: pytest.Item, *, suite: str, cell: dict, expected=None, actual=None, **extra) -> None:
+    """Attach one structured record (JSON-serialisable) to `item`'s report (an item of its own that uses no
+    fixtures, like a config matrix cell, records with this; a test function with the fixture below)."""
+    payload = {"suite": suite, "cell": dict(cell), "expected": expected, "actual": actual}
+    payload.update(extra)
+    item.user_properties.append((RECORD_KEY, payload))
+
+
 @pytest.fixture
 def kvconform_record(request):
     """Attach one structured record (JSON-serialisable) to the running test's report."""
-
-    def record(*, suite: str, cell: dict, expected=None, actual=None, **extra) -> None:
-        payload = {"suite": suite, "cell": dict(cell), "expected": expected, "actual": actual}
-        payload.update(extra)
-        request.node.user_properties.append((RECORD_KEY, payload))
-
-    return record
+    return functools.partial(record_on, request.node)
 
 
 def results_file_written(config: pytest.Config) -> bool:
@@ -128,6 +130,17 @@ def pytest_runtest_makereport(item, call):
         where, line, reason = report.longrepr
         report.longrepr = (portable_path(str(where)), line, reason)
     return report
+
+
+#: The attribute in which an item that is not a parametrized test function (a config matrix cell) names its
+#: parameters, as `parametrize` would have: the results file's `params` of its entry.
+PARAMS_ATTR = "kvconform_params"
+
+
+def item_params(item: pytest.Item) -> dict | None:
+    """The parameters of a test: a parametrized function's, or those an item of its own names in `PARAMS_ATTR`."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params if callspec is not None else getattr(item, PARAMS_ATTR, None)
 
 
 def _json_safe(value: Any) -> Any:
@@ -258,10 +271,10 @@ class ResultsCollector:
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
-            callspec = getattr(item, "callspec", None)
-            if callspec is not None:
+            params = item_params(item)
+            if params:
                 self.in_progress.setdefault(item.nodeid, _TestProgress()).params = {
-                    k: _json_safe(v) for k, v in callspec.params.items()
+                    k: _json_safe(v) for k, v in params.items()
                 }
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
