@@ -13,6 +13,7 @@ PLUGIN_MODULES = (
     "harness.plugins.activation",
     "harness.plugins.session_info",
     "harness.plugins.results",
+    "harness.plugins.compact_reports",
     "harness.plugins.console",
     "harness.plugins.short_failures",
     "harness.plugins.config_matrix",
