@@ -40,14 +40,27 @@ def run_matrix(*args: str) -> subprocess.CompletedProcess:
     ],
     ids=["ignores_kv_events_in_seed", "swaps_warning_order"],
 )
-def test_matrix_fails_on_mutant(mutant, failing_cell, explanation):
-    result = run_matrix("--hma-target", f"tests.config_mutants:{mutant}", "--vllm-version", "seed")
+@pytest.mark.parametrize("items", ["cell", "era"])
+def test_matrix_fails_on_mutant(mutant, failing_cell, explanation, items):
+    """One item per cell, or per era as kvconform's gate runs it: the same cells fail, each named and explained."""
+    result = run_matrix("--hma-target", f"tests.config_mutants:{mutant}", "--vllm-version", "seed",
+                        "--config-matrix-items", items)
     output = result.stdout + result.stderr
     assert result.returncode == 1, f"mutant {mutant}: the matrix should fail (exit 1), got exit {result.returncode}:\n{output[-3000:]}"
     assert f"config cell {failing_cell}" in output, f"mutant {mutant}: no failure names cell {failing_cell}:\n{output[-3000:]}"
     assert explanation in output, f"mutant {mutant}: the failure does not explain itself with {explanation!r}:\n{output[-3000:]}"
     assert "spec rules (oracle): " in output, f"mutant {mutant}: failures should cite the spec rules that fired"
     assert "kvconform config matrix: target tests.config_mutants:" in output, "the header should name the mutant target"
+    if items == "era":
+        assert "test_config_cells_of_era[seed]" in output and "config matrix cells of era seed failed" in output, (
+            f"mutant {mutant}: the era item should fail and count its failing cells:\n{output[-3000:]}")
+
+
+def test_an_era_item_writes_no_results_file():
+    result = run_matrix("--vllm-version", "seed", "--config-matrix-items", "era", "--kvconform-results", "r.json")
+    assert result.returncode == 4 and "--config-matrix-items era records no cell of its own" in result.stderr, (
+        f"a results file needs one item per cell: expected a usage error, got exit {result.returncode}: "
+        f"{result.stderr[-2000:]}")
 
 
 @pytest.mark.parametrize("cell_id", ["seed-F-cuda-kv_events-noconn", "seed-N-xpu-chunked-P2pNcclConnector"])

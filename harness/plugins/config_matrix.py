@@ -129,7 +129,19 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite the config matrix golden files from this run's outcomes.",
     )
+    group.addoption(
+        "--config-matrix-items",
+        dest="kvconform_matrix_items",
+        choices=MATRIX_ITEMS,
+        default="cell",
+        help="cell (default): one test per config matrix cell, as -k, JUnit, --shard and results files see them; "
+             "era: one test per era that judges every cell of it alike and names each failing cell (fewer "
+             "items for pytest and xdist to carry: the README's test command, kvconform's gate, uses it).",
+    )
 
+
+#: --config-matrix-items: one pytest item per cell, or per era
+MATRIX_ITEMS = ("cell", "era")
 
 _TARGET = pytest.StashKey[ConfigTarget]()
 _ERAS = pytest.StashKey[tuple]()
@@ -160,6 +172,9 @@ def _configure(config) -> None:
     if config.getoption("kvconform_update_golden") and not target.is_default:
         raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
     add_run_info(config, target_version=target.version)  # e.g. "vllm 0.33.0 (era v0.33)": which release ran
+    if matrix_items(config) == "era" and config.getoption("kvconform_results", None):
+        raise pytest.UsageError("--config-matrix-items era records no cell of its own; a results file "
+                                "(--kvconform-results) needs --config-matrix-items cell")
     config.stash[_GOLDEN] = GoldenStore()
     config.stash[_TARGET] = target
 
@@ -174,6 +189,11 @@ def selected_eras(config) -> tuple[str, ...]:
     """The eras this session covers (`--vllm-version`, or all)."""
     _configure(config)
     return config.stash[_ERAS]
+
+
+def matrix_items(config) -> str:
+    """What one config matrix item is: a cell (the default) or an era (--config-matrix-items)."""
+    return config.getoption("kvconform_matrix_items", "cell") or "cell"
 
 
 def golden_store(config) -> GoldenStore:
@@ -199,6 +219,8 @@ def hma_target(request) -> Callable[[dict], dict]:
 
 
 MATRIX_TEST = "test_config_cell"  # the matrix's test function (suites/config/test_matrix.py)
+#: the name of the config matrix items of --config-matrix-items era, one per era
+MATRIX_ERA_TEST = "test_config_cells_of_era"
 #: A module-level test function carrying this attribute is collected as the items it names (`collects_as`).
 ITEMS_ATTR = "kvconform_items"
 
@@ -258,7 +280,8 @@ def pytest_collection_finish(session):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """xdist controller (it collects nothing itself): the workers' ids say whether the matrix runs."""
-    if is_active(node.config) and any(f"::{MATRIX_TEST}[" in nodeid for nodeid in ids):
+    if is_active(node.config) and any(f"::{MATRIX_TEST}[" in nodeid or f"::{MATRIX_ERA_TEST}[" in nodeid
+                                      for nodeid in ids):
         _write_header_once(node.config)
 
 

@@ -8,7 +8,9 @@ the reference resolver the outcome is also compared with the committed golden sn
 Each cell is one pytest item, `test_matrix.py::test_config_cell[<cell id>]`, as a parametrized test function's
 would be named, so `-k`, JUnit, `--shard` and the results file (whose `params` name the cell as `config_cell`) see
 one test per cell. The items are `ConfigCellItem`s rather than functions: with 31,674 cells over every era,
-pytest's fixture machinery per function cost several times the cell's own work.
+pytest's fixture machinery per function cost several times the cell's own work. With `--config-matrix-items era`
+(kvconform's gate) each era is one `ConfigEraItem`, `test_config_cells_of_era[<era>]`, that runs the same
+`test_config_cell` on each of its cells and fails naming every cell that failed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Iterator
 
 import pytest
 
-from harness.plugins.config_matrix import collects_as, config_target, golden_mode, golden_store, selected_eras
+from harness.plugins.config_matrix import (MATRIX_ERA_TEST, collects_as, config_target, golden_mode, golden_store,
+                                           matrix_items, selected_eras)
 from harness.plugins.results import record_on, results_file_written
 from suites.config.divergences import known_divergence
 from suites.config.invariants import defects_noted
@@ -45,12 +48,75 @@ class ConfigCellItem(pytest.Item):
         return self.path, test_config_cell.__code__.co_firstlineno - 1, self.name
 
 
-def _cell_items(module: pytest.Module, name: str) -> Iterator[ConfigCellItem]:
-    """One item per cell of the selected eras (and each era's cells declared to its golden file)."""
+class _CellRun:
+    """What `test_config_cell` reads of its item, for one cell judged inside a `ConfigEraItem`."""
+
+    def __init__(self, config: pytest.Config, cell: Cell) -> None:
+        self.config, self.cell = config, cell
+        self.user_properties: list = []
+        self.strict_xfail: str | None = None
+
+    def add_marker(self, marker) -> None:
+        self.strict_xfail = marker.kwargs.get("reason", "a reviewed divergence")
+
+
+class ConfigEraItem(pytest.Item):
+    """Every cell of one era as one pytest item: each cell is judged by `test_config_cell`, as its own item would
+    be (a reviewed divergence must still fail, strictly), and the item fails naming each cell that failed."""
+
+    def __init__(self, *, era: str, cells: list[Cell], originalname: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.era, self.cells = era, cells
+        #: the matrix's test function, which judges each cell (the plugin's header looks for it)
+        self.originalname = originalname
+
+    def runtest(self) -> None:
+        failures, skips = [], []
+        for cell in self.cells:
+            run = _CellRun(self.config, cell)
+            try:
+                test_config_cell(run)
+                failed = None
+            except pytest.skip.Exception as skip:
+                skips.append(str(skip.msg))
+                continue
+            except pytest.fail.Exception as failure:
+                failed = str(failure.msg)
+            except Exception as error:  # the cell's own item would end in an error: name the cell
+                failed = f"{cell.id}: {type(error).__name__}: {error}"
+            if run.strict_xfail is not None:
+                if failed is None:
+                    failures.append(f"{cell.id}: [XPASS(strict)] {run.strict_xfail}")
+            elif failed is not None:
+                failures.append(failed)
+        if failures:
+            shown = "\n\n".join(failures[:_SHOWN_FAILURES])
+            more = f"\n\n... and {len(failures) - _SHOWN_FAILURES} more" if len(failures) > _SHOWN_FAILURES else ""
+            pytest.fail(f"{len(failures)} of {len(self.cells)} config matrix cells of era {self.era} failed "
+                        f"(rerun one with -k '<cell id>'):\n\n{shown}{more}", pytrace=False)
+        if skips and len(skips) == len(self.cells):
+            pytest.skip(skips[0])
+
+    def reportinfo(self):
+        return self.path, test_config_cell.__code__.co_firstlineno - 1, self.name
+
+
+#: failing cells an era item spells out; the rest it counts
+_SHOWN_FAILURES = 20
+
+
+def _cell_items(module: pytest.Module, name: str) -> Iterator[pytest.Item]:
+    """One item per cell of the selected eras, or per era with --config-matrix-items era (and each era's cells
+    declared to its golden file)."""
     store = golden_store(module.config)
+    per_era = matrix_items(module.config) == "era"
     for era in selected_eras(module.config):
         era_cells = cells_for(era)
         store.declare(golden_path(era), [cell.id for cell in era_cells], golden_header(era))
+        if per_era:
+            yield ConfigEraItem.from_parent(module, name=f"{MATRIX_ERA_TEST}[{era}]", era=era, cells=era_cells,
+                                            originalname=name)
+            continue
         for cell in era_cells:
             yield ConfigCellItem.from_parent(module, name=f"{name}[{cell.id}]", cell=cell, originalname=name)
 
@@ -63,7 +129,7 @@ def _skip_if_the_missing_package_is_installed(outcome: dict) -> None:
 
 
 @collects_as(_cell_items)
-def test_config_cell(item: ConfigCellItem) -> None:
+def test_config_cell(item: ConfigCellItem | _CellRun) -> None:
     """One cell: the target's outcome matches the spec's (oracle) and, for the reference, its golden line."""
     config, cell = item.config, item.cell
     target = config_target(config)
