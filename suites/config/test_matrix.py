@@ -86,12 +86,13 @@ class ConfigEraItem(pytest.Item):
                 failed = f"{cell.id}: {type(error).__name__}: {error}"
             if run.strict_xfail is not None:
                 if failed is None:
-                    failures.append(f"{cell.id}: [XPASS(strict)] {run.strict_xfail}")
+                    failures.append((cell.id, f"{cell.id}: [XPASS(strict)] {run.strict_xfail}"))
             elif failed is not None:
-                failures.append(failed)
+                failures.append((cell.id, failed))
         if failures:
-            shown = "\n\n".join(failures[:_SHOWN_FAILURES])
-            more = f"\n\n... and {len(failures) - _SHOWN_FAILURES} more" if len(failures) > _SHOWN_FAILURES else ""
+            shown = "\n\n".join(message for _, message in failures[:_SHOWN_FAILURES])
+            rest = [cell_id for cell_id, _ in failures[_SHOWN_FAILURES:]]
+            more = f"\n\nand {len(rest)} more cells: {', '.join(rest)}" if rest else ""
             pytest.fail(f"{len(failures)} of {len(self.cells)} config matrix cells of era {self.era} failed "
                         f"(rerun one with -k '<cell id>'):\n\n{shown}{more}", pytrace=False)
         if skips and len(skips) == len(self.cells):
@@ -101,7 +102,7 @@ class ConfigEraItem(pytest.Item):
         return self.path, test_config_cell.__code__.co_firstlineno - 1, self.name
 
 
-#: failing cells an era item spells out; the rest it counts
+#: failing cells an era item explains in full; the rest it names
 _SHOWN_FAILURES = 20
 
 
