@@ -19,7 +19,6 @@ import difflib
 import importlib
 import importlib.util
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -63,11 +62,14 @@ KVCONFORM_PREFIX = "kvconform:"
 
 
 def _kvconform_connectors() -> dict[str, str]:
-    """kvconform's own connectors by name, from their one home (`reference_impl.connector.BUILTIN_CONNECTORS`'s
-    file), read without importing the reference engine: a pytest session of another project never loads it."""
+    """kvconform's own connectors by name, from their one reader (`reference_impl.connector.builtin_names`), run by
+    its path without importing the reference engine: a pytest session of another project never loads it."""
     spec = importlib.util.find_spec("reference_impl")  # a top-level package: found, not imported
-    folder = Path(next(iter(spec.submodule_search_locations))) / "connector"
-    return json.loads((folder / "builtin_connectors.json").read_text(encoding="utf-8"))
+    path = Path(next(iter(spec.submodule_search_locations))) / "connector" / "builtin_names.py"
+    reader_spec = importlib.util.spec_from_file_location("_kvconform_builtin_names", path)
+    reader = importlib.util.module_from_spec(reader_spec)  # not in sys.modules: nothing of reference_impl is imported
+    reader_spec.loader.exec_module(reader)
+    return reader.BUILTIN_CONNECTORS
 
 
 #: The built-in connectors (kvconform's reference engine) by name.

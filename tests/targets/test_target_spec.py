@@ -86,6 +86,19 @@ def test_builtin_connector_by_name_is_the_builtin():
         "asking for the built-ins too lists each built-in once"
 
 
+def test_the_builtin_connectors_have_one_reader_that_harness_and_engine_share():
+    """harness reads the names without importing the reference engine, through the engine's own reader, and no
+    other source names the data file (a string literal of its name)."""
+    from reference_impl.connector import BUILTIN_CONNECTORS
+    from harness.target_spec import BUILTIN_CONNECTORS as harness_names
+
+    assert harness_names == BUILTIN_CONNECTORS and "LMCacheLikeConnector" in BUILTIN_CONNECTORS
+    sources = [path for folder in ("harness", "reference_impl", "suites") for path in (ROOT / folder).rglob("*.py")]
+    readers = [str(path.relative_to(ROOT)) for path in sources
+               if '"builtin_connectors.json"' in path.read_text(encoding="utf-8")]
+    assert readers == ["reference_impl/connector/builtin_names.py"], readers
+
+
 def test_pytest_collects_a_builtin_connector_named_on_the_command_line():
     """What `kvconform report --kv-connector LMCacheLikeConnector` passes to pytest: the built-in's checks."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "--co", "-q",
