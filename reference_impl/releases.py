@@ -2,7 +2,8 @@
 
 One home for what is said per release: its rule era, whether the vLLM CI job judges it, its dependency list and
 torch pin (scripts/install-vllm.sh), its upstream-test floor (`harness.upstream`) and the CI steps it cannot run
-yet; the known range of releases ends after the newest row's minor (`reference_impl.config.eras`). What an era
+yet; the known range of releases ends after the newest row's minor (`reference_impl.config.eras`); and where a
+release's venv lives (`venv_dir`, scripts/install-vllm.sh's default, and the command that makes it). What an era
 does is the eras' business (`reference_impl.config.eras` for config resolution, `reference_impl.kv_cache.release`
 for the allocator); this module only places releases on the one axis, so that a floor that cannot import the
 config package (the allocator's) still resolves a release to its era here.
@@ -13,6 +14,7 @@ with any Python 3.11 (`python3 reference_impl/releases.py ci`); see `main` for t
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tomllib
@@ -23,7 +25,7 @@ from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
            "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "profiles", "ci_releases",
-           "oldest", "newest_exclusive", "markdown_table", "main"]
+           "oldest", "newest_exclusive", "markdown_table", "VENV_ROOT_ENV", "venv_root", "venv_dir", "install_command", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
@@ -195,6 +197,30 @@ def newest_exclusive() -> tuple[int, int, int]:
     return major, minor + 1, 0
 
 
+#: Names a folder of prebuilt venvs, ROOT/vllm-X.Y.Z, to use instead of the checkout's (the vLLM CI job's variable,
+#: .ci/vllm-job.sh; scripts/install-vllm.sh installs there too when it is set).
+VENV_ROOT_ENV = "KVCONFORM_CI_VLLM_VENV_ROOT"
+_CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def venv_root() -> Path:
+    """The folder of the release venvs: $KVCONFORM_CI_VLLM_VENV_ROOT where set, else the checkout's .cache/venvs."""
+    return Path(os.environ.get(VENV_ROOT_ENV) or _CHECKOUT / ".cache" / "venvs")
+
+
+def venv_dir(version: str) -> Path:
+    """Where release `version`'s venv is (scripts/install-vllm.sh's default folder for it)."""
+    if not _RELEASE_RE.match(version):
+        raise RegistryError(f"VERSION must look like 0.33.0, got {version!r}")
+    return venv_root() / f"vllm-{version}"
+
+
+def install_command(version: str) -> str:
+    """The command, run in the checkout, that makes `venv_dir(version)`."""
+    venv_dir(version)  # the same check of the release
+    return f"scripts/install-vllm.sh {version}"
+
+
 def markdown_table() -> str:
     """The registry as a Markdown table, newest release first (docs/releases.md holds it; a test compares)."""
     lines = ["| release | era | profile | CI | dependency list | torch | upstream floor | known gaps |",
@@ -216,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
       install VERSION         `deps torch` for installing VERSION (scripts/install-vllm.sh)
       newer VERSION OTHER     exit 0 when VERSION is a later release than OTHER, else 1
       table                   the registry as the Markdown table of docs/releases.md
+      venv VERSION            the folder of VERSION's venv (`venv_dir`: scripts/install-vllm.sh's default)
     """
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -232,10 +259,12 @@ def main(argv: list[str] | None = None) -> int:
             print(row.deps, row.torch)
         elif args == ["table"]:
             print(markdown_table(), end="")
+        elif len(args) == 2 and args[0] == "venv":
+            print(venv_dir(args[1]))
         elif len(args) == 3 and args[0] == "newer":
             return 0 if is_before(args[2], args[1]) else 1
         else:
-            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER | table", file=sys.stderr)
+            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER | table | venv VERSION", file=sys.stderr)
             return 2
     except (RegistryError, ValueError) as exc:
         print(f"releases: {exc}", file=sys.stderr)

@@ -3,7 +3,8 @@
 #
 #   scripts/install-vllm.sh VERSION [VENV_DIR]
 #
-# Creates VENV_DIR (default: .cache/venvs/vllm-VERSION), installs the release's torch (the CPU build; the
+# Creates VENV_DIR (default: .cache/venvs/vllm-VERSION, or $KVCONFORM_CI_VLLM_VENV_ROOT/vllm-VERSION where that
+# variable names a folder of venvs), installs the release's torch (the CPU build; the
 # release registry's `torch`, reference_impl/releases.toml), the vLLM wheel with --no-deps (its own pins would
 # pull the CUDA stack), the light dependencies that vLLM's config and v1/core modules import (the registry's
 # `deps` names the list in scripts/vllm-light-deps/, pinned as observed working), and kvconform itself
@@ -30,11 +31,13 @@ VERSION=$1
 [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "install-vllm: VERSION must look like 0.33.0, got '$VERSION'" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${2:-$ROOT/.cache/venvs/vllm-$VERSION}
+PYTHON=${PYTHON:-python3.11}
+# The default folder has one home, the release registry's venv_dir (reference_impl/releases.py), which the tests
+# that look for a release's venv read too.
+VENV=${2:-$("$PYTHON" "$ROOT/reference_impl/releases.py" venv "$VERSION")}
 CACHE=${KVCONFORM_CACHE_DIR:-$ROOT/.cache}
 export PIP_CACHE_DIR=$CACHE/pip
 WHEELS=$CACHE/wheels
-PYTHON=${PYTHON:-python3.11}
 
 # The dependency list and the torch pin come from the release registry (reference_impl/releases.toml): the
 # release's row, else the row of the newest release before it.

@@ -121,6 +121,22 @@ def test_the_install_script_refuses_a_release_before_every_row_in_one_line(tmp_p
     assert not (tmp_path / "venv").exists()
 
 
+def test_a_release_venv_is_under_the_checkout_or_the_named_root(monkeypatch, tmp_path):
+    # scripts/install-vllm.sh's default folder, and where the tests that run in a release's venv look for it
+    monkeypatch.delenv(releases.VENV_ROOT_ENV, raising=False)
+    assert releases.venv_dir("0.33.0") == REPO / ".cache" / "venvs" / "vllm-0.33.0"
+    assert releases.install_command("0.33.0") == "scripts/install-vllm.sh 0.33.0"
+    monkeypatch.setenv(releases.VENV_ROOT_ENV, str(tmp_path))
+    assert releases.venv_dir("0.34.0") == tmp_path / "vllm-0.34.0"
+    with pytest.raises(releases.RegistryError, match="VERSION must look like 0.33.0, got '0.34'"):
+        releases.venv_dir("0.34")
+    done = subprocess.run([sys.executable, "-S", str(SCRIPT), "venv", "0.34.0"], capture_output=True, text=True,
+                          timeout=60, cwd=REPO / "scripts", env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout == f"{REPO / '.cache' / 'venvs' / 'vllm-0.34.0'}\n"
+    done = _cli("venv", "latest")
+    assert done.returncode == 2 and done.stderr == "releases: VERSION must look like 0.33.0, got 'latest'\n"
+
+
 def test_the_docs_table_is_the_registry():
     text = (REPO / "docs" / "releases.md").read_text(encoding="utf-8")
     begin, end = "<!-- registry table: begin -->\n", "<!-- registry table: end -->"

@@ -22,10 +22,9 @@ from harness.targets.connector.target import ConnectorTarget
 from harness.connector_checks import CHECKS
 from suites.connector.catalogue import needs_of
 from suites.connector.context import CheckContext
+from tests.vllm_venvs import release_python
 
 REPO = Path(__file__).resolve().parents[2]
-# Where the prebuilt release venvs live (as .ci/vllm-job.sh's KVCONFORM_CI_VLLM_VENV_ROOT names them).
-VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 
 # Reviewed data: what each release lacks, read by hand from its source (docs/connector-releases.md says where:
 # the `def` lines of vllm/distributed/kv_transfer/kv_connector/v1/base.py, the fields of vllm/v1/outputs.py's
@@ -74,7 +73,7 @@ RELEASES: dict[str, set[str]] = {
                         "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
     "0.28.0": {"loaded_group_ids", "bind_kv_cache_manager", "failed_recving", "transfer_results",
                "block_state", "standardized_layout", "cache_config_layout", "scratch_groups"},
-    # 0.29.0 (probed in /work/venvs/vllm-0.29.0, 2026-12-05, and read: kv_cache_interface.py has prefix_cacheable,
+    # 0.29.0 (probed in its venv, 2026-12-05, and read: kv_cache_interface.py has prefix_cacheable,
     # sched/output.py:209 KVConnectorBlockState, config/cache.py:88 kv_cache_layout, scheduler.py:306 still calls
     # bind_gpu_block_pool; base.py has no bind_kv_cache_manager / get_transfer_results / get_loaded_kv_cache_group_ids,
     # outputs.py no failed_recving; FlashAttention has no get_kv_cache_shape, so none of the split layout forms): the
@@ -99,10 +98,7 @@ for _release in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"):
 
 
 def _probed(release: str) -> dict:
-    python = VENV_ROOT / f"vllm-{release}" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"vLLM {release} is not installed here (no {python}; scripts/install-vllm.sh {release} "
-                    f"{VENV_ROOT}/vllm-{release}, or KVCONFORM_CI_VLLM_VENV_ROOT)")
+    python = release_python(release)
     done = subprocess.run([str(python), "-m", "harness.targets.connector.capabilities"], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

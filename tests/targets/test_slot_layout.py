@@ -17,9 +17,9 @@ from harness.targets.connector.vllm_adapter import SplitKVLayout, layer_slots
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import AttentionSpec
 from reference_impl.kv_cache.tensors import KVCacheTensors
+from tests.vllm_venvs import release_python
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 NUM_BLOCKS = 12
 
 
@@ -97,10 +97,7 @@ def test_layers_of_one_slot_with_other_head_sizes_are_refused_in_one_line():
 
 
 def _run_on(release: str, *args: str) -> subprocess.CompletedProcess:
-    python = VENV_ROOT / f"vllm-{release}" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"vLLM {release} is not installed here (no {python}; scripts/install-vllm.sh {release} "
-                    f"{VENV_ROOT}/vllm-{release}, or KVCONFORM_CI_VLLM_VENV_ROOT)")
+    python = release_python(release)
     return subprocess.run([str(python), "-m", "pytest", "suites/connector", "-q", "-p", "no:cacheprovider",
                            "-W", "ignore::DeprecationWarning", *args], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)

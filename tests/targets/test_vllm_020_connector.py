@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.vllm_venvs import release_python
+
 REPO = Path(__file__).resolve().parents[2]
-VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 
 # Reviewed data: the status of each C04 cell on vLLM 0.20.0 (measured 2026-12-05), and the N/A reason's start.
 # The Mamba presets passed until they became N/A (branch offl, 2026-12-05): attention blocks of 16 beside a Mamba
@@ -37,10 +38,7 @@ MAMBA_NA = "N/A on 0.20.0: preset {preset} (attention blocks of 16 beside a Mamb
 
 
 def _run_020(tmp_path, selection: str) -> tuple[dict, str]:
-    python = VENV_ROOT / "vllm-0.20.0" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"vLLM 0.20.0 is not installed here (no {python}; scripts/install-vllm.sh 0.20.0 "
-                    f"{VENV_ROOT}/vllm-0.20.0, or KVCONFORM_CI_VLLM_VENV_ROOT)")
+    python = release_python("0.20.0")
     results = tmp_path / "results.json"
     done = subprocess.run([str(python), "-m", "pytest", "suites/connector", "-p", "no:cacheprovider", "-n", "0", "-q",
                            "-W", "ignore::DeprecationWarning", "--kv-connector", "vllm:SimpleCPUOffloadConnector",

@@ -9,20 +9,16 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.vllm_venvs import release_python
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_ROOT = Path(os.environ.get("KVCONFORM_CI_VLLM_VENV_ROOT") or "/work/venvs")
 
 
 def test_multi_connector_children_stand_ins_keep_hma_on_vllm_022():
     """Measured on vLLM 0.22.0 (era v0.22's matrix): MultiAllHMA (DecodeBench + ExampleHiddenStates, whose
     constructor asserts a speculative method here) was E-MULTI-ASSERT with HMA-less stand-ins; MultiNestedMixed
     must still assert (its inner MultiConnector holds ExampleConnector)."""
-    python = VENV_ROOT / "vllm-0.22.0" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"vLLM 0.22.0 is not installed here (no {python}; scripts/install-vllm.sh 0.22.0 "
-                    f"{VENV_ROOT}/vllm-0.22.0)")
+    python = release_python("0.22.0")
     cells = ["v0.22-F-cpu-none-MultiAllHMA-create", "v0.22-F-cpu-none-MultiNestedMixed-create",
              "v0.22-F-cpu-none-MultiNested-create"]
     done = subprocess.run(
