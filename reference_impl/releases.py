@@ -25,7 +25,7 @@ from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
            "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "profiles", "ci_releases",
-           "oldest", "newest_exclusive", "markdown_table", "VENV_ROOT_ENV", "venv_root", "venv_dir", "install_command", "main"]
+           "oldest", "newest_exclusive", "upstream_default", "markdown_table", "VENV_ROOT_ENV", "venv_root", "venv_dir", "install_command", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
@@ -186,6 +186,12 @@ def ci_releases() -> list[str]:
     return [row.version for row in reversed(RELEASES) if row.ci]
 
 
+def upstream_default() -> str:
+    """The release vLLM's own tests run on when none is named (scripts/upstream-vllm-tests.sh,
+    `harness.upstream.vllm_core_tests`): the newest row with an upstream floor."""
+    return next(row.version for row in reversed(RELEASES) if row.upstream_floor is not None)
+
+
 def oldest() -> tuple[int, int, int]:
     """The oldest release kvconform knows."""
     return RELEASES[0].key
@@ -242,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
       install VERSION         `deps torch` for installing VERSION (scripts/install-vllm.sh)
       newer VERSION OTHER     exit 0 when VERSION is a later release than OTHER, else 1
       table                   the registry as the Markdown table of docs/releases.md
+      upstream-default        the release vLLM's own tests run on when none is named (`upstream_default`)
       venv VERSION            the folder of VERSION's venv (`venv_dir`: scripts/install-vllm.sh's default)
     """
     args = sys.argv[1:] if argv is None else argv
@@ -259,12 +266,14 @@ def main(argv: list[str] | None = None) -> int:
             print(row.deps, row.torch)
         elif args == ["table"]:
             print(markdown_table(), end="")
+        elif args == ["upstream-default"]:
+            print(upstream_default())
         elif len(args) == 2 and args[0] == "venv":
             print(venv_dir(args[1]))
         elif len(args) == 3 and args[0] == "newer":
             return 0 if is_before(args[2], args[1]) else 1
         else:
-            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER | table | venv VERSION", file=sys.stderr)
+            print("usage: releases.py ci | gaps | install VERSION | newer VERSION OTHER | table | upstream-default | venv VERSION", file=sys.stderr)
             return 2
     except (RegistryError, ValueError) as exc:
         print(f"releases: {exc}", file=sys.stderr)

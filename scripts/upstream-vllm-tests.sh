@@ -5,14 +5,17 @@
 #
 #   scripts/upstream-vllm-tests.sh [VENV] [OUT_DIR] [extra args for harness.upstream.vllm_core_tests]
 #
-# VENV: a venv with vLLM installed (scripts/install-vllm.sh; default .cache/venvs/vllm-0.33.0). The vLLM
+# The release: KVCONFORM_CI_VLLM_VERSION, else the release registry's newest release with an upstream floor
+# (`python3 reference_impl/releases.py upstream-default`).
+# VENV: a venv with vLLM installed (scripts/install-vllm.sh; default: the release's, .cache/venvs/vllm-VERSION). The vLLM
 # source distribution is downloaded from PyPI at run time into OUT_DIR (default .cache/upstream); no vLLM
 # code is committed. Prints one summary line; per-test outcomes go to OUT_DIR/upstream-vllm-VERSION.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VLLM_VERSION=${KVCONFORM_CI_VLLM_VERSION:-0.33.0}
-VENV=${1:-.cache/venvs/vllm-$VLLM_VERSION}
+registry() { "${PYTHON:-python3}" reference_impl/releases.py "$@"; }  # standard library only: any Python 3.11
+VLLM_VERSION=${KVCONFORM_CI_VLLM_VERSION:-$(registry upstream-default)}
+VENV=${1:-$(registry venv "$VLLM_VERSION")}
 OUT=${2:-.cache/upstream}
 shift $(( $# > 2 ? 2 : $# ))
 [[ -x "$VENV/bin/python" ]] || { echo "upstream: no Python in $VENV (run scripts/install-vllm.sh $VLLM_VERSION $VENV)" >&2; exit 2; }

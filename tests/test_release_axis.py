@@ -8,6 +8,9 @@ expected versions, which is not a decision) and fails on the usual spellings of 
 ordering of a version tuple literal, an ordering or equality with a version string literal, and an ordering of
 a name that holds a version or release (`parse_version(...)`, `first_version`, `NEWEST_EXCLUSIVE`, `fixed_in`,
 `*version*`, `*release*`, ...). A new comparison belongs in the era table or the registry, or asks one of them.
+Nor is a release written down as a default (an option's `default="0.33.0"`, `${VAR:-0.33.0}` in a script, an
+`os.environ.get(NAME, "0.33.0")`): which release a command runs when none is named is the registry's to say
+(`reference_impl.releases.upstream_default`, `ci_releases`), so that a new release row moves it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ PATTERNS = {
     "a version or release ordered": re.compile(
         rf"\b{_NAMES}\b(?:\([^()]*\)|\[[^\]]*\])?\s*{_ORDER}|{_ORDER}\s*(?:\w+\()?(?:\w+\.)*{_NAMES}\b"),
 }
+#: A release literal as the value a command takes when none is given.
+DEFAULTS = {
+    "a release as a default": re.compile(
+        r"""(?:\bdefault\s*=\s*|\.get\([^()]*,\s*|\bor\s+)["']v?\d+\.\d+(?:\.\d+)?["']"""
+        r"""|\$\{\w+:[-=]["']?v?\d+\.\d+(?:\.\d+)?["']?\}"""),
+}
 # Not comparisons: `<release>` placeholders in prose and paths, a count of versions.
 _NOT_CODE = re.compile(r"<[\w-]+>|len\([^()]*\)")
 
@@ -46,8 +55,9 @@ def _code(path: str, line: str) -> str:
     return _NOT_CODE.sub("", line.split(" # ")[0] if path.endswith(".py") else line)
 
 
-def comparisons(paths: list[str]) -> list[str]:
-    """`path:line: what: text` for each line of `paths` (relative to the checkout) that compares releases by number."""
+def comparisons(paths: list[str], patterns: dict[str, re.Pattern] = PATTERNS) -> list[str]:
+    """`path:line: what: text` for each line of `paths` (relative to the checkout) that compares releases by number
+    (or, given DEFAULTS, that writes a release down as a default)."""
     found = []
     for path in paths:
         try:
@@ -56,20 +66,27 @@ def comparisons(paths: list[str]) -> list[str]:
             continue
         for number, line in enumerate(lines, 1):
             code = _code(path, line)
-            for what, pattern in PATTERNS.items():
+            for what, pattern in patterns.items():
                 if pattern.search(code):
                     found.append(f"{path}:{number}: {what}: {line.strip()}")
     return found
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
-                    reason="needs git and a checkout (the sources are listed with git ls-files)")
-def test_no_release_comparison_outside_the_registry_and_the_eras():
+needs_checkout = pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
+                                    reason="needs git and a checkout (the sources are listed with git ls-files)")
+
+
+def _sources() -> list[str]:
     listed = subprocess.run(["git", "ls-files", "--", *SCOPES], cwd=REPO, capture_output=True, text=True, check=True)
     paths = [p for p in listed.stdout.splitlines()
              if p not in ALLOWED and (p.endswith((".py", ".sh")) or p.startswith(".ci/"))]
     assert len(paths) > 100, "git ls-files listed too few sources to judge"
-    found = comparisons(paths)
+    return paths
+
+
+@needs_checkout
+def test_no_release_comparison_outside_the_registry_and_the_eras():
+    found = comparisons(_sources())
     assert not found, ("releases compared by number outside the release registry and the era code (ask the era, "
                        "or reference_impl.releases.is_before/within):\n" + "\n".join(found))
 
@@ -101,3 +118,35 @@ def test_what_it_leaves_alone(tmp_path, line, monkeypatch):
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
     (tmp_path / "x.py").write_text(line + "\n")
     assert not comparisons(["x.py"])
+
+
+@needs_checkout
+def test_no_release_as_a_default_outside_the_registry():
+    found = comparisons(_sources(), DEFAULTS)
+    assert not found, ("a release written down as a default outside the release registry (ask it: "
+                       "reference_impl.releases.upstream_default, ci_releases, ...):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("line", [
+    '    parser.add_argument("--vllm-version", default="0.33.0")',
+    "VLLM_VERSION=${KVCONFORM_CI_VLLM_VERSION:-0.33.0}",
+    '    release = os.environ.get("KVCONFORM_RELEASE", "0.34.0")',
+    '    era = args.era or "v0.33"',
+])
+def test_the_defaults_it_finds(tmp_path, line, monkeypatch):
+    # the first two are lines this checkout had
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert comparisons(["x.py"], DEFAULTS)
+
+
+@pytest.mark.parametrize("line", [
+    '    group.addoption("--kv-connector-timeout", default=60.0)',
+    "    seconds = float(entry.get(\"duration\") or 0.0)",
+    '    help="only this vLLM release or rule era (a version, an era id, v0.33 or v0.34)"',
+    '    parser.add_argument("--vllm-version", default=upstream_default())',
+])
+def test_the_defaults_it_leaves_alone(tmp_path, line, monkeypatch):
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert not comparisons(["x.py"], DEFAULTS)

@@ -1,7 +1,9 @@
 """vLLM's own `tests/v1/core` folder, run on vLLM and then on the reference allocator.
 
-    python -m harness.upstream.vllm_core_tests --vllm-python .cache/venvs/vllm-0.33.0/bin/python \
-        --work .cache/upstream --out .cache/upstream/upstream-vllm-0.33.0.json
+    python -m harness.upstream.vllm_core_tests --vllm-python .cache/venvs/vllm-X.Y.Z/bin/python \
+        --vllm-version X.Y.Z --work .cache/upstream --out .cache/upstream/upstream-vllm-X.Y.Z.json
+
+(--vllm-version's default: the release registry's newest release with an upstream floor, `upstream_default`.)
 
 1. The vLLM source distribution is downloaded from PyPI at run time (checked against the index's SHA-256;
    cached in --work); only its `tests/` tree and `pyproject.toml` (pytest markers) are extracted. No vLLM
@@ -44,7 +46,7 @@ from harness.upstream.offline_hub import load_model_configs, named_models, write
 from harness.upstream.process_alias import PROCESS_MODULES
 from harness.upstream.select_tests import ENV as SELECT_ENV
 from reference_impl.kv_cache.release import ENV_VAR as ALLOCATOR_RELEASE_ENV
-from reference_impl.releases import RELEASES
+from reference_impl.releases import RELEASES, upstream_default
 
 __all__ = ["TEST_DIR", "download_sdist", "extract_tests", "run_pytest", "read_junit", "compare", "per_file",
            "main"]
@@ -244,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.upstream.vllm_core_tests",
                                      description="Run vLLM's own allocator tests on vLLM and on the reference.")
     parser.add_argument("--vllm-python", required=True, help="Python of a venv with vLLM installed")
-    parser.add_argument("--vllm-version", default="0.33.0")
+    parser.add_argument("--vllm-version", default=upstream_default(),
+                        help="the release whose tests run (default: the release registry's newest release with an "
+                             "upstream floor, %(default)s)")
     parser.add_argument("--work", type=Path, default=Path(".cache/upstream"))
     parser.add_argument("--out", type=Path, help="JSON results (default: WORK/upstream-vllm-VERSION.json)")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (1: no xdist)")

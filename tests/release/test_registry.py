@@ -121,6 +121,13 @@ def test_the_install_script_refuses_a_release_before_every_row_in_one_line(tmp_p
     assert not (tmp_path / "venv").exists()
 
 
+def test_the_upstream_default_is_the_newest_release_with_a_floor():
+    floored = [row.version for row in releases.RELEASES if row.upstream_floor is not None]
+    assert floored and releases.upstream_default() == floored[-1]
+    done = _cli("upstream-default")
+    assert done.returncode == 0 and done.stdout == f"{floored[-1]}\n"
+
+
 def test_a_release_venv_is_under_the_checkout_or_the_named_root(monkeypatch, tmp_path):
     # scripts/install-vllm.sh's default folder, and where the tests that run in a release's venv look for it
     monkeypatch.delenv(releases.VENV_ROOT_ENV, raising=False)
