@@ -119,6 +119,8 @@ CORE_PRESETS = ("fa_only", "fa+swa", "fa16+swa32", "fa+mamba_align", "fa+swa+mam
 DTYPE_PRESETS = ("fa_only@bf16", "fa+swa@fp32")
 WINDOW_PRESETS = ("fa+swa600", "fa+swa8")
 CHUNKED_LOCAL_PRESETS = ("fa+chunked320",)
+#: The core presets with more than one KV cache group, where the multi-group checks run.
+MULTI_GROUP_PRESETS = tuple(name for name in CORE_PRESETS if len(PRESETS[name].groups) > 1)
 
 
 # A preset laid out with every group's block at one size: "NAME@blockN" (the layout an engine builds in place of

@@ -20,8 +20,6 @@ from reference_impl.kv_cache.kv_cache_interface import AttentionSpec, KVCacheGro
 from suites.connector.context import expect, expect_full_hit, expect_no_read_errors, prompt
 from suites.connector.oracles import broken_canaries, fence_evidence, fill_canaries
 
-ALL_PRESETS = list(CORE_PRESETS)
-
 
 @pytest.mark.kv_check("C01")
 def test_c01_declares_hma(ctx):
@@ -205,7 +203,7 @@ def _without_scheduler_locals(so):
 
 
 @pytest.mark.kv_check("C12")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c12_meta_pure(ctx, preset):
     """build_connector_meta leaves the SchedulerOutput as it was, and its metadata round-trips pickle."""
     seen = []
@@ -233,7 +231,7 @@ def test_c12_meta_pure(ctx, preset):
 
 
 @pytest.mark.kv_check("C13")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c13_finish_hook_shapes(ctx, preset):
     """Real finish-hook shapes are accepted; results are (bool, JSON-serialisable dict or None), once each."""
     engine = ctx.engine()

@@ -6,12 +6,9 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import CORE_PRESETS, PRESETS
+from reference_impl.engine.presets import CORE_PRESETS, MULTI_GROUP_PRESETS
 from suites.connector.context import (expect, expect_each_completion_once, expect_no_read_errors,
                                       leftovers, prompt)
-
-ALL_PRESETS = list(CORE_PRESETS)
-MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 _scheduler_drained = leftovers
@@ -72,7 +69,7 @@ def _skip_unless_attempted(ctx, attempted: bool) -> None:
 
 
 @pytest.mark.kv_check("C22")
-@pytest.mark.parametrize("preset", MULTI_PRESETS)
+@pytest.mark.parametrize("preset", MULTI_GROUP_PRESETS)
 def test_c22_failure_by_request(ctx, preset):
     """A backend read failure on a multi-group model is reported in failed_recving (and finished_recving),
     never as block ids; the request recovers by recomputing."""
@@ -97,7 +94,7 @@ def test_c22_failure_by_request(ctx, preset):
 
 
 @pytest.mark.kv_check("C23")
-@pytest.mark.parametrize("preset", MULTI_PRESETS)
+@pytest.mark.parametrize("preset", MULTI_GROUP_PRESETS)
 def test_c23_failure_no_partial_poison(ctx, preset):
     """After a failed load, the same prompt again only gets hits whose bytes are right (on the engine that
     failed and on a fresh one)."""
@@ -111,7 +108,7 @@ def test_c23_failure_no_partial_poison(ctx, preset):
 
 
 @pytest.mark.kv_check("C29")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c29_empty_steps(ctx, preset):
     """Idle steps (nothing scheduled) run bind/load/save/results/clear safely and the engine drains."""
     engine = ctx.engine(load_async=True)

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, CORE_PRESETS, DTYPE_PRESETS, PRESETS, WINDOW_PRESETS
+from reference_impl.engine.presets import (CHUNKED_LOCAL_PRESETS, CORE_PRESETS, DTYPE_PRESETS, MULTI_GROUP_PRESETS,
+                                           WINDOW_PRESETS)
 from suites.connector.context import (expect, expect_full_hit, expect_no_read_errors, local_chunk_of, prompt,
                                       scenario)
 from reference_impl.kv_cache.kv_cache_interface import cdiv
@@ -23,9 +24,6 @@ from suites.connector.oracles import (
     restore_blocks,
     snapshot_blocks,
 )
-
-ALL_PRESETS = list(CORE_PRESETS)
-MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 def _expect_hit(request, what: str) -> None:
@@ -63,7 +61,7 @@ def _oracle_after_load(engine, checked: list, what: str):
 
 
 @pytest.mark.kv_check("C14")
-@pytest.mark.parametrize("preset", ALL_PRESETS + list(DTYPE_PRESETS) + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
+@pytest.mark.parametrize("preset", CORE_PRESETS + DTYPE_PRESETS + WINDOW_PRESETS + CHUNKED_LOCAL_PRESETS)
 def test_c14_round_trip_bytes(ctx, preset):
     """Store, wipe the KV memory, reload: every block the model needs equals the content oracle."""
     engine = ctx.engine()
@@ -76,7 +74,7 @@ def test_c14_round_trip_bytes(ctx, preset):
 
 
 @pytest.mark.kv_check("C15")
-@pytest.mark.parametrize("preset", ALL_PRESETS + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
+@pytest.mark.parametrize("preset", CORE_PRESETS + WINDOW_PRESETS + CHUNKED_LOCAL_PRESETS)
 def test_c15_null_block_untouched(ctx, preset):
     """Block 0 keeps its canary through stores and loads, and its bytes never come back as data.
 
@@ -174,7 +172,7 @@ def _own_blocks_fence(ctx, engine):
 
 
 @pytest.mark.kv_check("C16")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c16_ownership_fence(ctx, preset):
     """With two concurrent requests, loads write only blocks of the loading request, and within it only the
     blocks of the right group inside the hit."""
@@ -196,7 +194,7 @@ def test_c16_ownership_fence(ctx, preset):
 
 
 @pytest.mark.kv_check("C17")
-@pytest.mark.parametrize("preset", MULTI_PRESETS)
+@pytest.mark.parametrize("preset", MULTI_GROUP_PRESETS)
 def test_c17_layer_group_routing(ctx, preset):
     """Groups use disjoint block ids; each layer's KV must come back through its own group's ids."""
     engine = ctx.engine()
@@ -301,7 +299,7 @@ def test_c19_skip_local_prefix(ctx, preset):
 
 
 @pytest.mark.kv_check("C20")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c20_loaded_groups_complete(ctx, preset):
     """Stale bytes in freshly allocated blocks: after the load is reported, none remain in loaded groups."""
     engine = ctx.engine(load_async=True)

@@ -9,7 +9,6 @@ import pytest
 
 from harness import outcomes
 from harness.kv_engine import VLLM_ENGINE
-from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import stub
 from suites.connector.context import (
     SMALL_STORE_BYTES,
@@ -18,8 +17,6 @@ from suites.connector.context import (
     expect_store_makes_room,
     prompt,
 )
-
-ALL_PRESETS = list(CORE_PRESETS)
 
 
 @pytest.mark.kv_check("C31")

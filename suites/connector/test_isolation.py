@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from harness.key_components import KeyLeak
-from reference_impl.engine.presets import CORE_PRESETS, PRESETS
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
@@ -18,8 +17,6 @@ from harness.targets.connector.profile import not_applicable
 from suites.connector.context import expect, expect_no_read_errors, prompt
 from suites.connector.oracles import rank_whose_kv
 from suites.connector.runner import ConnectorHookError
-
-MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
 
 
 # One prompt per key component C30 isolates, stored under one value of it and asked under others (the rest of the

@@ -9,7 +9,7 @@ import pytest
 
 from harness import outcomes
 from reference_impl.connector.base import KVConnectorRole
-from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, CORE_PRESETS, PRESETS, WINDOW_PRESETS
+from reference_impl.engine.presets import CHUNKED_LOCAL_PRESETS, CORE_PRESETS, MULTI_GROUP_PRESETS, WINDOW_PRESETS
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, SlidingWindowSpec
 from suites.connector.context import (
     SMALL_STORE_BYTES,
@@ -21,12 +21,9 @@ from suites.connector.context import (
 )
 from suites.connector.oracles import oracle_hit_tokens
 
-ALL_PRESETS = list(CORE_PRESETS)
-MULTI_PRESETS = [p for p in CORE_PRESETS if len(PRESETS[p].groups) > 1]
-
 
 @pytest.mark.kv_check("C04")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c04_lookup_idempotent(ctx, preset):
     """Five lookups of a waiting request agree; aborting it leaves no per-request state or pins."""
     engine = ctx.engine()
@@ -102,7 +99,7 @@ def test_c05_lookup_none_then_value(ctx, preset, mode):
 
 
 @pytest.mark.kv_check("C06")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c06_hit_alignment(ctx, preset):
     """For many prompt lengths the hit ends on a Mamba state boundary (where the model has Mamba groups), below
     the prompt and the store.
@@ -189,7 +186,7 @@ def _evict_the_middle(engine, tokens, after: int) -> None:
 
 
 @pytest.mark.kv_check("C07")
-@pytest.mark.parametrize("preset", MULTI_PRESETS + list(WINDOW_PRESETS) + list(CHUNKED_LOCAL_PRESETS))
+@pytest.mark.parametrize("preset", MULTI_GROUP_PRESETS + WINDOW_PRESETS + CHUNKED_LOCAL_PRESETS)
 def test_c07_hit_min_over_groups(ctx, preset):
     """Hits are the windowed min over groups, decided black-box: the connector sees a prompt's first 300
     tokens, then not the next 600 (served from the local prefix cache only), then all 1300 with a local hit,

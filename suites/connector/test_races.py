@@ -13,7 +13,6 @@ from reference_impl.engine.presets import CORE_PRESETS, WINDOW_PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 from suites.connector.oracles import all_blocks, broken_canaries, fence_evidence, fill_canaries, owned_or_cached_blocks
 
-ALL_PRESETS = list(CORE_PRESETS)
 SWA_PRESETS = ["fa+swa", "fa16+swa32", "fa+swa+mamba", *WINDOW_PRESETS]
 
 
@@ -54,7 +53,7 @@ def test_c24_swa_reuse_race(ctx, preset):
 
 
 @pytest.mark.kv_check("C25", scenario="forced")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c25_finish_reuse_race_forced(ctx, preset):
     """Forced: A finishes, B gets every block A freed and writes them in the next step's forward, and only
     then does whatever A's connector left pending run. What was stored for A must be A's bytes."""
@@ -67,7 +66,7 @@ def test_c25_finish_reuse_race_forced(ctx, preset):
 
 
 @pytest.mark.kv_check("C25")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c25_finish_reuse_race(ctx, preset):
     """A finished request's blocks go straight to the next request; stores must not see the new bytes."""
     engine = ctx.engine(num_blocks=140)
@@ -80,7 +79,7 @@ def test_c25_finish_reuse_race(ctx, preset):
 
 
 @pytest.mark.kv_check("C26")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c26_preemption(ctx, preset):
     """Preemption in the middle of a prefill: stores stay correct and no object is stored twice."""
     engine = ctx.engine(num_blocks=PREEMPTING_POOL[preset], max_num_batched_tokens=256)
@@ -101,7 +100,7 @@ def test_c26_preemption(ctx, preset):
 
 
 @pytest.mark.kv_check("C27")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c27_abort_midflight(ctx, preset):
     """Aborts while a load is pending and mid-prefill: the finish hook runs and freed blocks stay untouched."""
     engine = ctx.engine(load_async=True, max_num_batched_tokens=256)

@@ -11,8 +11,6 @@ import pytest
 from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
 
-ALL_PRESETS = list(CORE_PRESETS)
-
 
 def _compare_tables(ctx, engine, tracked):
     def after(so, kv_output):
@@ -35,7 +33,7 @@ def _compare_tables(ctx, engine, tracked):
 
 
 @pytest.mark.kv_check("C10")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c10_alloc_input_dedupe(ctx, preset):
     """The full table given twice to update_state_after_alloc (async re-admission) is tracked once."""
     engine = ctx.engine(load_async=True)
@@ -53,7 +51,7 @@ def test_c10_alloc_input_dedupe(ctx, preset):
 
 
 @pytest.mark.kv_check("C11")
-@pytest.mark.parametrize("preset", ALL_PRESETS)
+@pytest.mark.parametrize("preset", CORE_PRESETS)
 def test_c11_table_tracking(ctx, preset):
     """New (full table), running (appends) and resumed-after-preemption (replacement) tables are followed."""
     # Small enough that two 700-token requests cannot both finish without a preemption.
