@@ -1,10 +1,17 @@
-"""The typed "not applicable" outcome of a check: a skip that carries why, as data, into the results file.
+"""The typed skips of a check: "not applicable", and the other causes of a skip, each carrying why, as data,
+into the results file.
 
 A check that does not apply ends with `not_applicable(kind, reason, ...)`: pytest's own skip, so pytest and
 its console show and count it as ever, with the same one-line message, carrying its typed record
-(`record_of`); the results plugin records that beside the entry (`"not_applicable": {"kind", "reason", "release", "refuses"}`), and
-the report reads that record, never the message. An entry with it has the status "not applicable"
-(`harness.results_model.status_of`).
+(`record_of`); the results plugin records that beside the entry (`"not_applicable": {"kind", "reason", "release",
+"refuses", "check", "preset"}`), and the report reads that record, never the message. An entry with it has the
+status "not applicable" (`harness.results_model.status_of`). `check` and `preset` are the check id and the
+multi-group preset the message names around the reason, kept apart so that one reason reads the same for
+every check and preset it holds for.
+
+A test skipped for another cause ends with `skip_because(kind, reason, ...)` (`cannot_run_here`, `inconclusive`):
+the same kind of skip, whose record (`"skip_cause": {"kind", "reason", "needs", "packages"}`, `SKIP_KINDS`) the
+report reads instead of the message's wording; the entry stays "skipped".
 
 Kinds (`KINDS`): what makes the check not apply. `profile`, `declaration`, `release` and `engine` follow from
 the connector, its release or the engine: a MUST check that ends so still decided. `feature` (the connector
@@ -27,6 +34,15 @@ KINDS = {
     "engine": "the engine driving the connector cannot express the check's scenario",
     "feature": "the connector lacks something optional the check needs (a backdoor, KV events, the model it runs on)",
 }
+#: The causes of a skip that is not "not applicable" (`skip_because`): nothing was decided.
+SKIP_KINDS = {
+    "cannot-run-here": "this machine lacks what the test needs (`needs`: a package that imports, `packages` naming "
+                       "them; a CUDA device; a process of its own)",
+    "inconclusive": "the check ran, but the scenario it judges did not occur (or did not answer), so it decided "
+                    "nothing",
+}
+#: What a test that cannot run here lacks (a cause's `needs`).
+NEEDS = ("package", "cuda", "process")
 #: The kinds a connector's profile, class or release implies: a MUST check ended by one of these decided.
 IMPLIED_KINDS = ("profile", "declaration", "release", "engine")
 #: What a refusal names (`refuses`): the connector, though it declares HMA, refuses several KV cache groups.
@@ -35,27 +51,89 @@ MULTI_GROUP = "multi_group"
 #: worker too).
 RECORD_KEY = "not_applicable"
 REPORT_ATTR = "kvconform_not_applicable"
+#: The same of a skip's other cause.
+SKIP_CAUSE_KEY = "skip_cause"
+SKIP_CAUSE_ATTR = "kvconform_skip_cause"
 
 # The skip message of each kind: the wording the console and the results' `message` have always shown.
 _NA_PREFIX = "N/A: "
 _NOT_HMA_CAPABLE = "not HMA-capable: "
 _FEATURE = "not applicable: "
+_CANNOT_RUN_HERE = "cannot run here: "
+_INCONCLUSIVE = "inconclusive: "
+#: How a message names the multi-group preset a declaration N/A happened on (the record's `preset`).
+_ON_PRESET = " on the multi-group preset "
 #: What a multi-group refusal says of the connector (the report's HMA verdict: "it refuses ...").
 REFUSES_MULTI_GROUP = "refuses multi-group models on this configuration: "
 MULTI_GROUP_REFUSAL = "declares SupportsHMA, " + REFUSES_MULTI_GROUP
 
 
-def not_applicable_skip(kind: str, reason: str, release: str | None = None,
-                        refuses: str | None = None) -> BaseException:
+def not_applicable_skip(kind: str, reason: str, release: str | None = None, refuses: str | None = None, *,
+                        check: str | None = None, preset: str | None = None) -> BaseException:
     """The skip to raise for a check that does not apply: `kind` (one of `KINDS`), `reason` (the text, without
     the kind's wording), `release` (the release that lacks the API, for kind `release`), `refuses`
     (`MULTI_GROUP` for a connector that declares HMA but refuses several groups on this configuration by
-    design). It is pytest's own skip (shown and counted as one) carrying its record."""
+    design), `check` (the check id the message names before the reason), `preset` (the multi-group preset it
+    names after it). It is pytest's own skip (shown and counted as one) carrying its record."""
+    record = not_applicable_record(kind, reason, release, refuses, check=check, preset=preset)
+    skip = pytest.skip.Exception(msg=message_of(**record))
+    setattr(skip, REPORT_ATTR, record)
+    return skip
+
+
+def not_applicable_record(kind: str, reason: str, release: str | None = None, refuses: str | None = None, *,
+                          check: str | None = None, preset: str | None = None) -> dict[str, Any]:
+    """The record of a check that does not apply (`not_applicable_skip` says what each field is)."""
     if kind not in KINDS:
         raise ValueError(f"not applicable: kind {kind!r} is not one of {', '.join(KINDS)}")
-    skip = pytest.skip.Exception(msg=message_of(kind, reason, release, refuses))
-    setattr(skip, REPORT_ATTR, {"kind": kind, "reason": reason, "release": release, "refuses": refuses})
+    return {"kind": kind, "reason": reason, "release": release, "refuses": refuses, "check": check, "preset": preset}
+
+
+def skip_cause(kind: str, reason: str, *, needs: str | None = None, packages: tuple[str, ...] | list[str] = ()
+               ) -> dict[str, Any]:
+    """The record of a skip that is not "not applicable": `kind` (one of `SKIP_KINDS`), `reason` (the text,
+    without the kind's wording), `needs` (for `cannot-run-here`: one of `NEEDS`) and `packages` (the packages
+    that do not import, for `needs="package"`)."""
+    if kind not in SKIP_KINDS:
+        raise ValueError(f"skip cause: kind {kind!r} is not one of {', '.join(SKIP_KINDS)}")
+    if kind == "cannot-run-here" and needs not in NEEDS:
+        raise ValueError(f"skip cause: needs {needs!r} is not one of {', '.join(NEEDS)}")
+    return {"kind": kind, "reason": reason, "needs": needs, "packages": list(packages)}
+
+
+def skip_for(record: dict[str, Any]) -> BaseException:
+    """The skip to raise for a typed record: a not-applicable one (kind among `KINDS`) or a skip cause."""
+    if record["kind"] in KINDS:
+        return not_applicable_skip(**record)
+    skip = pytest.skip.Exception(msg=skip_message_of(record))
+    setattr(skip, SKIP_CAUSE_ATTR, dict(record))
     return skip
+
+
+def skip_because(kind: str, reason: str, *, needs: str | None = None,
+                 packages: tuple[str, ...] | list[str] = ()) -> NoReturn:
+    """End the running test as skipped for a cause that is not "not applicable" (see `skip_cause`)."""
+    raise skip_for(skip_cause(kind, reason, needs=needs, packages=packages))
+
+
+def cannot_run_here(reason: str, *, needs: str, packages: tuple[str, ...] | list[str] = ()) -> NoReturn:
+    """End the running test as one this machine cannot run ("cannot run here: reason"): `needs` what it lacks."""
+    skip_because("cannot-run-here", reason, needs=needs, packages=packages)
+
+
+def inconclusive(reason: str) -> NoReturn:
+    """End the running check as inconclusive ("inconclusive: reason"): the scenario it judges did not occur."""
+    skip_because("inconclusive", reason)
+
+
+def skip_message_of(record: dict[str, Any]) -> str:
+    """The one-line message of a skip cause (what the console and the results' `message` show)."""
+    return (_CANNOT_RUN_HERE if record["kind"] == "cannot-run-here" else _INCONCLUSIVE) + record["reason"]
+
+
+def skip_cause_of(exc: BaseException) -> dict[str, Any] | None:
+    """The skip cause a skip raised by `skip_because` carries, else None."""
+    return getattr(exc, SKIP_CAUSE_ATTR, None) if isinstance(exc, pytest.skip.Exception) else None
 
 
 def record_of(exc: BaseException) -> dict[str, Any] | None:
@@ -63,8 +141,11 @@ def record_of(exc: BaseException) -> dict[str, Any] | None:
     return getattr(exc, REPORT_ATTR, None) if isinstance(exc, pytest.skip.Exception) else None
 
 
-def message_of(kind: str, reason: str, release: str | None = None, refuses: str | None = None) -> str:
-    """The one-line skip message of a typed N/A (what the console and the results' `message` show)."""
+def message_of(kind: str, reason: str, release: str | None = None, refuses: str | None = None,
+               check: str | None = None, preset: str | None = None) -> str:
+    """The one-line skip message of a typed N/A (what the console and the results' `message` show); without
+    `check` and `preset`, the reason as it reads for every check and preset it holds for."""
+    reason = (f"{check} " if check else "") + reason + (_ON_PRESET + preset if preset else "")
     if kind == "release":
         return f"N/A on {release}: {reason}"
     if kind == "engine":
@@ -76,9 +157,16 @@ def message_of(kind: str, reason: str, release: str | None = None, refuses: str 
     return _NA_PREFIX + (MULTI_GROUP_REFUSAL if refuses == MULTI_GROUP else "") + reason
 
 
-def not_applicable(kind: str, reason: str, *, release: str | None = None, refuses: str | None = None) -> NoReturn:
+def message_for_any_cell(record: dict[str, Any]) -> str:
+    """A not-applicable record's message as it reads for every check and preset it holds for (without its
+    `check` and `preset`): what groups one reason's cells."""
+    return message_of(record["kind"], record["reason"], record.get("release"), record.get("refuses"))
+
+
+def not_applicable(kind: str, reason: str, *, release: str | None = None, refuses: str | None = None,
+                   check: str | None = None, preset: str | None = None) -> NoReturn:
     """End the running check as not applicable (see the module docstring)."""
-    raise not_applicable_skip(kind, reason, release, refuses)
+    raise not_applicable_skip(kind, reason, release, refuses, check=check, preset=preset)
 
 
 def decided_nothing(tier: str, status: str, record: dict[str, Any] | None) -> bool:
@@ -115,4 +203,37 @@ def legacy_record(message: str | None, suite: str | None) -> dict[str, Any] | No
         kind, reason = "feature", text.partition(": ")[2]
     else:
         return None
-    return {"kind": kind, "reason": reason, "release": release, "refuses": refuses}
+    return legacy_fields({"kind": kind, "reason": reason, "release": release, "refuses": refuses})
+
+
+def legacy_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """A not-applicable record written before records kept `check` and `preset` apart (schemas 1 and 2), with
+    them taken out of its reason, where `message_of` had put them: the check id before the reason, the
+    multi-group preset after it."""
+    if "check" in record and "preset" in record:
+        return record
+    reason, check, preset = record["reason"], None, None
+    head, _, rest = reason.partition(" ")
+    if len(head) == 3 and head[0] == "C" and head[1:].isdigit() and rest:
+        # A reason of then named its check again further on ("... (C37 then puts it ...)"), as none does now.
+        check, reason = head, rest.replace(f"{head} ", "")
+    before, on, after = reason.rpartition(_ON_PRESET)
+    if on and after and " " not in after:
+        reason, preset = before, after
+    return {**record, "reason": reason, "check": check, "preset": preset}
+
+
+def legacy_skip_cause(message: str | None, suite: str | None) -> dict[str, Any] | None:
+    """The skip cause of a skip from a results file written before skips carried one (schemas 1 and 2), read
+    back from its message's wording (`skip_message_of`'s, and the benchmarks' "not applicable: vLLM is not
+    importable ..." before it): the one place that wording is parsed. None for a skip of no such cause."""
+    text = message or ""
+    if text.startswith(_INCONCLUSIVE):
+        return skip_cause("inconclusive", text[len(_INCONCLUSIVE):])
+    if text.startswith(_CANNOT_RUN_HERE):
+        reason = text[len(_CANNOT_RUN_HERE):]
+        needs = "cuda" if " needs CUDA" in reason else "process" if " test process shared" in reason else "package"
+        return skip_cause("cannot-run-here", reason, needs=needs)
+    if suite == "benchmark" and text.startswith(_FEATURE + "vLLM is not importable"):
+        return skip_cause("cannot-run-here", text[len(_FEATURE):], needs="package", packages=["vllm"])
+    return None

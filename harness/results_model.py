@@ -6,7 +6,7 @@ whatever the name says (`load_results` looks at the first bytes).
 
 A results document is one JSON object::
 
-    {"format": "kvconform-results", "schema_version": 2,
+    {"format": "kvconform-results", "schema_version": 3,
      "run_info": {...},             # the run (for a merged file: a summary of the runs)
      "runs": [{...}, ...],          # every run's own run_info (one entry for a single run)
      "results": [entry, ...]}
@@ -19,13 +19,18 @@ and each entry describes one test::
      "status": "passed" | "failed" | "skipped" | "error",
      "expected": ..., "actual": ...,
      "message": str | null,         # skip reason or failure summary
-     "not_applicable": {"kind", "reason", "release", "refuses"} | null,
+     "not_applicable": {"kind", "reason", "release", "refuses", "check", "preset"} | null,
+     "skip_cause": {"kind", "reason", "needs", "packages"} | null,
      "duration": seconds, "run": index into "runs", "extra": {...}}
 
 A skipped entry with a `not_applicable` record (`harness.outcomes`: kind profile, declaration, release, engine or
 feature; the release that lacks an API) has the status "not applicable" (`status_of`); it stays "skipped" in the
-file, as pytest counts it. Schema 1 files (before the record) are read too: their skips get the record their
-message's wording implies (`harness.outcomes.legacy_record`), so they render and diff as they always did.
+file, as pytest counts it. A skipped entry with a `skip_cause` record (kind cannot-run-here or inconclusive)
+stays "skipped"; the record says why, so no reader parses the message. Older files are read too: schema 1
+(before the `not_applicable` record) gets the record its skips' wording implies
+(`harness.outcomes.legacy_record`); schemas 1 and 2 (before `skip_cause`, and before a record kept its check
+and preset apart from its reason) get the skip causes and those fields their wording implies
+(`harness.outcomes.legacy_skip_cause`, `legacy_fields`), so they render and diff as they always did.
 
 A config entry's `actual` is an outcome of `kvconform resolve`'s schema; its messages carry their
 ids (`warning_ids`, one per warning, and the error's `id`: `reference_impl.config.message_ids`), assigned by the
@@ -45,14 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import json_error_text
-from harness.outcomes import KINDS, legacy_record
+from harness.outcomes import KINDS, SKIP_KINDS, legacy_fields, legacy_record, legacy_skip_cause
 
 FORMAT = "kvconform-results"
 GZIP_SUFFIX = ".gz"
 _GZIP_MAGIC = b"\x1f\x8b"
-SCHEMA_VERSION = 2
-#: Schemas this kvconform reads: 1 lacks the `not_applicable` record (read from the skip's message instead).
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+#: Schemas this kvconform reads: 1 lacks the `not_applicable` record, 2 the `skip_cause` record and the record's
+#: `check` and `preset` (read from the skip's message instead).
+READABLE_SCHEMAS = (1, 2, 3)
 STATUSES = ("passed", "failed", "skipped", "error")
 #: What `status_of` tells apart: a skip with a `not_applicable` record is not applicable.
 NOT_APPLICABLE = "not applicable"
@@ -115,6 +121,7 @@ def make_entry(
     actual: Any = None,
     message: str | None = None,
     not_applicable: dict | None = None,
+    skip_cause: dict | None = None,
     duration: float = 0.0,
     extra: dict | None = None,
     run: int = 0,
@@ -132,6 +139,7 @@ def make_entry(
         "actual": actual,
         "message": message,
         "not_applicable": not_applicable,
+        "skip_cause": skip_cause,
         "duration": round(float(duration), 6),
         "run": run,
         "extra": extra or {},
@@ -214,7 +222,8 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
     version = data.get("schema_version", _MISSING)
     if version not in READABLE_SCHEMAS or isinstance(version, bool):
         raise _bad_field(path, "schema_version", version,
-                         f"{' or '.join(map(str, READABLE_SCHEMAS))} (the schemas this kvconform reads)")
+                         f"{', '.join(map(str, READABLE_SCHEMAS[:-1]))} or {READABLE_SCHEMAS[-1]} (the schemas this "
+                         "kvconform reads)")
     run_info = data.get("run_info", _MISSING)
     if not isinstance(run_info, dict):
         raise _bad_field(path, "run_info", run_info, "an object describing the run")
@@ -249,6 +258,15 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
         if record is not None and (not isinstance(record, dict) or record.get("kind") not in KINDS):
             raise _bad_field(path, f"{where}.not_applicable", record,
                              f"null or an object whose kind is one of {', '.join(KINDS)}")
+        if version < 3:
+            if record is not None:
+                entry["not_applicable"] = legacy_fields(record)
+            entry.setdefault("skip_cause", legacy_skip_cause(entry["message"], entry["suite"])
+                             if entry["status"] == "skipped" and record is None else None)
+        cause = entry.setdefault("skip_cause", None)
+        if cause is not None and (not isinstance(cause, dict) or cause.get("kind") not in SKIP_KINDS):
+            raise _bad_field(path, f"{where}.skip_cause", cause,
+                             f"null or an object whose kind is one of {', '.join(SKIP_KINDS)}")
         _label_legacy_outcome(entry)
     return ResultsDocument(run_info=run_info, results=results, runs=runs)
 

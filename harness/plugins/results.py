@@ -25,7 +25,7 @@ from _pytest import junitxml  # xml_key: where pytest keeps the JUnit writer of 
 from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE, TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.portable_paths import portable_path, portable_text
-from harness.outcomes import REPORT_ATTR as NA_REPORT_ATTR, record_of
+from harness.outcomes import REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR, record_of, skip_cause_of
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
@@ -120,11 +120,14 @@ def pytest_report_to_serializable(config, report):
 def pytest_runtest_makereport(item, call):
     """A kvconform suite's skip names its file by a portable path: pytest keeps the absolute path, which a plain
     `pytest --junitxml` writes into every skip's text (the CI vLLM job's JUnit files). A typed N/A
-    (`harness.outcomes.not_applicable`) travels on its report as its record (from an xdist worker too)."""
+    (`harness.outcomes.not_applicable`), and a skip's typed cause (`harness.outcomes.skip_because`), travel on its
+    report as their records (from an xdist worker too)."""
     report = yield
-    record = record_of(call.excinfo.value) if getattr(call, "excinfo", None) is not None and report.skipped else None
-    if record is not None:
-        setattr(report, NA_REPORT_ATTR, record)
+    raised = call.excinfo.value if getattr(call, "excinfo", None) is not None and report.skipped else None
+    if raised is not None:
+        for attr, record in ((NA_REPORT_ATTR, record_of(raised)), (SKIP_CAUSE_ATTR, skip_cause_of(raised))):
+            if record is not None:
+                setattr(report, attr, record)
     if (report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3
             and suite_of_path(item.path) is not None):
         where, line, reason = report.longrepr
@@ -203,13 +206,14 @@ def failure_message(report: pytest.TestReport) -> str | None:
 class _TestProgress:
     """The phases (setup/call/teardown) seen so far for one test."""
 
-    __slots__ = ("status", "message", "not_applicable", "duration", "properties", "params", "reports")
+    __slots__ = ("status", "message", "not_applicable", "skip_cause", "duration", "properties", "params", "reports")
 
     def __init__(self) -> None:
         self.reports = 0
         self.status = "passed"
         self.message: str | None = None
         self.not_applicable: dict | None = None
+        self.skip_cause: dict | None = None
         self.duration = 0.0
         self.properties: list = []
         self.params: dict = {}
@@ -228,13 +232,14 @@ class _TestProgress:
         elif report.skipped and self.status == "passed":
             self.status, self.message = "skipped", failure_message(report)
             self.not_applicable = getattr(report, NA_REPORT_ATTR, None)
+            self.skip_cause = getattr(report, SKIP_CAUSE_ATTR, None)
 
     def entries(self, nodeid: str) -> list[dict[str, Any]]:
         records = [payload for key, payload in self.properties if key == RECORD_KEY]
         if not records:
             return [make_entry(nodeid=nodeid, suite=suite_of_nodeid(nodeid), status=self.status,
                                params=self.params, message=self.message, not_applicable=self.not_applicable,
-                               duration=self.duration)]
+                               skip_cause=self.skip_cause, duration=self.duration)]
         entries = []
         for index, record in enumerate(records):
             record = dict(record)
@@ -245,7 +250,7 @@ class _TestProgress:
                 suite=str(suite), status=self.status, cell={str(k): _json_safe(v) for k, v in cell.items()},
                 params=self.params,
                 expected=_json_safe(expected), actual=_json_safe(actual), message=self.message,
-                not_applicable=self.not_applicable, duration=self.duration, extra={k: _json_safe(v) for k, v in record.items()},
+                not_applicable=self.not_applicable, skip_cause=self.skip_cause, duration=self.duration, extra={k: _json_safe(v) for k, v in record.items()},
             ))
         return entries
 

@@ -20,6 +20,12 @@ def is_vllm(implementation: str) -> bool:
 _RATE_KEYS = ("requests_per_s", "block_ops_per_s")
 
 
+def _lacks_vllm(entry: dict[str, Any]) -> bool:
+    """Whether a test was skipped because vLLM does not import here (its typed skip cause says so)."""
+    cause = entry.get("skip_cause") or {}
+    return cause.get("kind") == "cannot-run-here" and REFERENCE_IMPLEMENTATION in (cause.get("packages") or ())
+
+
 def _number(value: Any, digits: int = 0) -> str:
     if not isinstance(value, (int, float)):
         return "–"
@@ -39,8 +45,8 @@ def _ratio(metrics: dict[str, Any], baseline: dict[str, Any] | None) -> Cell:
 def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
     """The throughput table, or nothing when the benchmarks did not record.
 
-    Tests without a workload record (the vLLM side skipped because vLLM is not importable) are said in one
-    line, not as a row of unknowns. The figures depend on the machine: the table is `machine_dependent`,
+    Tests without a workload record (the vLLM side skipped because vLLM is not importable: a skip cause of kind
+    `cannot-run-here` naming the package, `harness.outcomes`) are said in one line, not as a row of unknowns. The figures depend on the machine: the table is `machine_dependent`,
     so the Markdown (committed) says where they are and the HTML shows them.
     """
     records = [e for e in entries if e["suite"] == SUITE]
@@ -48,11 +54,14 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
         return []
     figures: dict[tuple[str, str], dict[str, Any] | None] = {}
     unrecorded: dict[str, int] = {}
+    without_vllm: set[str] = set()  # the reasons of skips because vLLM does not import here
     for entry in records:
         cell = entry.get("cell") or {}
         if cell.get("workload") is None:
             reason = entry.get("message") or entry["status"]
             unrecorded[reason] = unrecorded.get(reason, 0) + 1
+            if _lacks_vllm(entry):
+                without_vllm.add(reason)
             continue
         metrics = entry.get("extra", {}).get("metrics")
         key = (label(cell.get("workload")), label(cell.get("implementation")))
@@ -80,7 +89,7 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
                                 "xdist; `kvconform report` times them in a pass of its own unless `--no-timing`): "
                                 + ", ".join(untimed) + "."))
     for reason, count in sorted(unrecorded.items()):
-        if reason.startswith("not applicable: vLLM is not importable"):
+        if reason in without_vllm:
             blocks.append(Paragraph(f"vLLM was not importable, so its side of the comparison did not run "
                                     f"({count} benchmark tests skipped) and no ratio to vLLM is shown."))
         else:

@@ -72,9 +72,11 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
         connector = label(cell.get("connector"))
         theirs = verdict(entry)
         counts[connector][theirs] += 1
-        if theirs == "n/a" and entry["not_applicable"]["kind"] == "engine":
-            # One line per reason, whatever numbers (pool sizes, request counts) it names.
-            not_expressed[connector][re.sub(r"\b\d+\b", "N", entry["not_applicable"]["reason"])] += 1
+        record = entry["not_applicable"] if theirs == "n/a" else {}
+        if record.get("kind") == "engine":
+            # One line per check and reason, whatever numbers (pool sizes, request counts) the reason names.
+            shown = (f"{record['check']} " if record.get("check") else "") + record["reason"]
+            not_expressed[connector][re.sub(r"\b\d+\b", "N", shown)] += 1
         twin = own.get(_twin_key(entry))
         if twin is None:
             unpaired[connector] += 1

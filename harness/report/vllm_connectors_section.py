@@ -5,8 +5,8 @@ Their results are connector-suite entries whose connector is named `vllm-<releas
 `harness.targets.connector.vllm_target` gives them), so they merge with the main results through `kvconform merge`
 and stay out of the main connector table. A cell aggregates the presets as the main connector table
 does (harness.report.connector_section.check_cell). A connector whose every check was skipped because
-it cannot run on the machine (`cannot run here: ...`) or that does not apply to the presets
-(`not applicable: ...`) gets one line with that reason instead of a column.
+it cannot run on the machine (a skip cause of kind `cannot-run-here`, `harness.outcomes`) or that does not apply
+to the presets (not applicable, kind `feature`) gets one line with that reason instead of a column.
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, 
 from harness.targets.connector.vllm_facts import is_example
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
-# How a skip that holds for every check of a connector this machine cannot run begins
-# (harness.targets.connector.vllm_facts.missing_requirement); one that needs a model the presets are not is
-# not applicable instead (kind `feature`).
-CANNOT_RUN_HERE = "cannot run here:"
+# The skips that hold for every check of a connector: this machine cannot run it (a skip cause,
+# harness.targets.connector.vllm_facts.missing_cause), or it needs a model the presets are not (not applicable).
+WHOLE_CONNECTOR_CAUSE = "cannot-run-here"
+WHOLE_CONNECTOR_NA = "feature"
 
 
 def whole_connector_reason(entry: dict[str, Any]) -> str | None:
     """The skip message of an entry whose reason may hold for every check of its connector (it cannot run here,
     or it lacks what the checks need), else None."""
-    message = entry.get("message") or ""
     if entry["status"] != "skipped":
         return None
-    if message.startswith(CANNOT_RUN_HERE) or (entry.get("not_applicable") or {}).get("kind") == "feature":
-        return message
+    if ((entry.get("skip_cause") or {}).get("kind") == WHOLE_CONNECTOR_CAUSE
+            or (entry.get("not_applicable") or {}).get("kind") == WHOLE_CONNECTOR_NA):
+        return entry.get("message") or ""
     return None
 
 

@@ -13,12 +13,12 @@ are listed with their reasons; each connector's wall time is the sum of its chec
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from harness.failure_causes import cause_of
+from harness.outcomes import message_for_any_cell
 from harness.failure_groups import split_check
 from harness.key_components import key_cause, record_components
 from harness.report.connector_section import _is_not_applicable, declares_hma, hma_verdict
@@ -190,10 +190,6 @@ CLASSIFIED = (
 )
 
 
-_CHECK_ID = re.compile(r"\bC\d{2}\b ?")
-_PRESET = re.compile(r" on the multi-group preset \S+")
-
-
 def _is_or_holds(connector: str, name: str) -> bool:
     """`connector` is `name`, or a MultiConnector cell with `name` among its children (either under vLLM's
     scheduler too)."""
@@ -262,13 +258,12 @@ def by_vllm_connector(entries: list[dict]) -> tuple[dict[str, list[dict]], set[s
 
 
 def connector_status(entry: dict) -> str:
-    """passed, failed, error, n/a, inconclusive or not run."""
-    message = (entry.get("message") or "").lower()
+    """passed, failed, error, n/a, inconclusive or not run (by the entry's status and its typed records)."""
     if entry["status"] != "skipped":
         return entry["status"]
     if _is_not_applicable(entry):
         return "n/a"
-    if message.startswith("inconclusive"):
+    if (entry.get("skip_cause") or {}).get("kind") == "inconclusive":
         return "inconclusive"
     return "not run"
 
@@ -324,7 +319,7 @@ def findings_markdown(entries: list[dict], before: list[dict] | None = None, rel
         for e in items:
             if connector_status(e) == "n/a":
                 check = str((e.get("cell") or {}).get("check", "?")).split(" ")[0]
-                reason = _CHECK_ID.sub("", _PRESET.sub("", e.get("message") or "")).replace("  ", " ")
+                reason = message_for_any_cell(e["not_applicable"])
                 reasons[reason].add(check)
                 counts[reason] += 1
         if reasons:

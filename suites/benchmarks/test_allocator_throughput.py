@@ -12,12 +12,12 @@ untimed replay of the stream (as long as a timed round again), left out where th
 (`kvconform report`, CI's vLLM job): those rows give requests/s, the figure their ratio is taken on.
 """
 
-import importlib.util
 
 import pytest
 
 from harness.target_spec import load_allocator_target
 from suites.benchmarks import workloads as w
+from suites.benchmarks.peer import require_vllm
 from suites.benchmarks.interleave import record_side, rounds_capped, side_by_side
 
 STREAMS = list(w.STREAMS)
@@ -63,8 +63,7 @@ def test_lookup_32k(impls, side_fixtures, kvconform_record, case):
 def test_vllm_peer_loads():
     """The peer every ratio needs: vLLM's allocator target builds here (else the workloads above time the
     reference alone, and this skip says why no ratio is shown)."""
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("not applicable: vLLM is not importable in this environment")
+    require_vllm()
     target = load_allocator_target("vllm")
     assert target.name.startswith("vllm-"), f"the vLLM target should name its release, got {target.name!r}"
 
@@ -72,8 +71,7 @@ def test_vllm_peer_loads():
 @pytest.mark.parametrize("config", STREAMS)
 def test_block_tables_identical_to_vllm(kvconform_record, config):
     """The reference hands out exactly vLLM's block ids on the request stream (CI scale)."""
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("not applicable: vLLM is not importable in this environment")
+    require_vllm()
     kvconform_record(suite="allocator", cell={"target": "reference-vs-vllm", "scenario": f"stream.{config}",
                                               "section": "9"})
     vllm_target = load_allocator_target("vllm")

@@ -2,12 +2,12 @@
 allocation, on the reference and, when importable, vLLM, rounds interleaved as in `test_allocator_throughput`
 (pool workloads count block operations: a get or a free of one block is one)."""
 
-import importlib.util
 
 import pytest
 
 from harness.target_spec import load_allocator_target
 from suites.benchmarks import workloads as w
+from suites.benchmarks.peer import require_vllm
 from suites.benchmarks.interleave import record_side, side_by_side
 
 
@@ -41,8 +41,7 @@ def test_pool_evict_k16(impls, side_fixtures, kvconform_record):
 def test_pool_ids_identical_to_vllm(kvconform_record, seed):
     """The reference's pool hands out, hits and queues exactly vLLM's block ids under random pool operations
     (`workloads.pool_ops_digest`): the pool workloads above time identical work on both."""
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("not applicable: vLLM is not importable in this environment")
+    require_vllm()
     kvconform_record(suite="allocator", cell={"target": "reference-vs-vllm", "scenario": f"pool.random_ops[{seed}]",
                                               "section": "2"})
     ref_target, vllm_target = load_allocator_target("reference"), load_allocator_target("vllm")

@@ -53,7 +53,8 @@ def not_applicable_reason(check_id: str, profile, multi_group: bool) -> BaseExce
     check = CHECKS[check_id]
     reason = check.not_for.get(profile.kind)
     if reason is not None:
-        return not_applicable_skip("profile", f"{check_id} does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'"))
+        return not_applicable_skip("profile", "does not apply: " + reason.format(kind=f"'{KINDS[profile.kind]}'"),
+                                   check=check_id)
     if (multi_group or check.multi_group) and profile.declares_hma and profile.multi_group:
         return not_applicable_skip("profile", profile.multi_group, refuses=MULTI_GROUP)
     return None

@@ -105,7 +105,7 @@ class CheckContext:
             self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:
             outcomes.not_applicable("declaration", f"{self.cls.__name__} does not declare SupportsHMA, so vLLM "
-                                                   f"refuses it on the multi-group preset {preset}")
+                                                   "refuses it", preset=preset)
         refusal = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
         if refusal is not None:
             raise refusal

@@ -160,8 +160,8 @@ def test_c03_group_discovery_scratch(ctx, preset):
     """A scratch group (prefix_cacheable=False, group 1 of the preset) is skipped: the connector starts,
     serves the full-attention group, and never writes the scratch group's blocks nor declares it loaded."""
     if not ctx.profile.stores_kv:
-        not_applicable("C03 (scratch group) does not apply: a connector that stores no KV stands in for the prefill, "
-                       "which writes the request's scratch-group blocks too")
+        not_applicable("(scratch group) does not apply: a connector that stores no KV stands in for the prefill, "
+                       "which writes the request's scratch-group blocks too", check="C03")
     engine = ctx.engine()
     scratch = 1
     expect(not engine.kv_cache_config.kv_cache_groups[scratch].kv_cache_spec.prefix_cacheable,

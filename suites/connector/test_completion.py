@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import outcomes
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, MULTI_GROUP_PRESETS
 from suites.connector.context import (expect, expect_each_completion_once, expect_no_read_errors,
@@ -65,7 +66,7 @@ def _failing_load(ctx, tokens, outputs: list | None = None, check_each=None):
 
 def _skip_unless_attempted(ctx, attempted: bool) -> None:
     if not attempted:
-        pytest.skip("inconclusive: the connector offered no hit for the stored prompt, so no load could fail")
+        outcomes.inconclusive("the connector offered no hit for the stored prompt, so no load could fail")
 
 
 @pytest.mark.kv_check("C22")
@@ -87,8 +88,8 @@ def test_c22_failure_by_request(ctx, preset):
     finished = set().union(*(o.finished_recving for o in outputs))
     if request.request_id not in failed:
         expect_no_read_errors(engine, "a load whose objects were missing was not reported, and the model read")
-        pytest.skip("inconclusive: the load did not fail (the connector's keys ignore the model name, so the "
-                    "failure could not be injected; see C30)")
+        outcomes.inconclusive("the load did not fail (the connector's keys ignore the model name, so the "
+                              "failure could not be injected; see C30)")
     expect(failed <= finished, f"failed_recving {sorted(failed - finished)} not also in finished_recving")
     expect_no_read_errors(engine, "recovery after a failed load")
 

@@ -70,11 +70,9 @@ def test_c33_multiconnector(ctx, preset):
     if not ctx.is_hma:
         outcomes.not_applicable("declaration", f"{ctx.cls.__name__} cannot be a MultiConnector child on HMA models")
     if ctx.kv_engine == VLLM_ENGINE and getattr(ctx.cls, "vllm_name", None):
-        from suites.connector.vllm_engine import not_applicable_on_vllm
+        from suites.connector.vllm_engine import VLLM_MULTI_CONNECTOR, not_applicable_on_vllm
 
-        not_applicable_on_vllm("C33 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "
-                               "driven through kvconform's adapter, which takes kvconform's engine types, not the ones "
-                               "vLLM's scheduler hands the MultiConnector")
+        not_applicable_on_vllm(VLLM_MULTI_CONNECTOR, check="C33")
     log = uuid.uuid4().hex
     # Each child's config as vLLM's MultiConnector takes it (vLLM's config validation wants every child's kv_role).
     children = [

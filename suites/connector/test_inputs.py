@@ -53,16 +53,14 @@ def hit_of(engine, connector, tokens, num_computed_tokens: int = 0) -> int:
 # ---- C37 ----------------------------------------------------------------------------------------------------
 def _vllm_multi_not_applicable(ctx: CheckContext) -> None:
     if getattr(ctx.cls, "vllm_children", ()):
-        not_applicable("C37 looks each child up on its own, and the children of vLLM's MultiConnector take vLLM's "
+        not_applicable("looks each child up on its own, and the children of vLLM's MultiConnector take vLLM's "
                        "request objects, which kvconform's adapter builds only for the connector it wraps: run each "
-                       "child as its own vllm:<Name> target (C37 then puts it into a MultiConnector beside "
-                       "LMCacheLikeConnector)")
+                       "child as its own vllm:<Name> target (then puts it into a MultiConnector beside "
+                       "LMCacheLikeConnector)", check="C37")
     if ctx.kv_engine == VLLM_ENGINE and getattr(ctx.cls, "vllm_name", None):
-        from suites.connector.vllm_engine import not_applicable_on_vllm
+        from suites.connector.vllm_engine import VLLM_MULTI_CONNECTOR, not_applicable_on_vllm
 
-        not_applicable_on_vllm("C37 puts the connector into kvconform's MultiConnector, and a vLLM connector there is "
-                               "driven through kvconform's adapter, which takes kvconform's engine types, not the ones "
-                               "vLLM's scheduler hands the MultiConnector")
+        not_applicable_on_vllm(VLLM_MULTI_CONNECTOR, check="C37")
 
 
 class _Child:
@@ -302,8 +300,9 @@ def test_c40_offloaded_block_multiple(ctx, preset, ratio):
     load the rest of it and read right."""
     option = ctx.profile.block_size_option
     if not option:
-        not_applicable("C40 sets the size of the blocks the connector stores, and its profile names no "
-                       "block_size_option (the extra-config key for it): declare one under \"kvconform\" to run it")
+        not_applicable("sets the size of the blocks the connector stores, and its profile names no "
+                       "block_size_option (the extra-config key for it): declare one under \"kvconform\" to run it",
+                       check="C40")
     gpu_block = math.lcm(*(size for _kind, size, _window in get_preset(preset).groups))
     block = ratio * gpu_block
     engine = _offload_engine(ctx, option, block)

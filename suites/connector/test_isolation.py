@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from harness import outcomes
 from harness.key_components import KeyLeak
 from reference_impl.kv_cache.request import LoRARequest
 from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
@@ -110,8 +111,8 @@ def test_c30_store_shared_across_deployments(ctx, variant):
         ctx.run(writer_engine, tokens)
         own = ctx.lookup(ctx.engine(w_preset, tp=w_tp, model=w_model), tokens + [1])
         if not own:
-            pytest.skip(f"inconclusive: the connector offered no hit for a prompt the same deployment had just stored "
-                        f"({w_preset}, TP={w_tp}), so sharing the store across {what} cannot be judged")
+            outcomes.inconclusive(f"the connector offered no hit for a prompt the same deployment had just stored "
+                                  f"({w_preset}, TP={w_tp}), so sharing the store across {what} cannot be judged")
         other = ctx.engine(r_preset, tp=r_tp, model=r_model)
         # Whatever the reader loads of this prompt only the writer stored: wrong KV, or a load that cannot even
         # copy it, is the writer's objects served under the reader's key.
@@ -219,7 +220,7 @@ def _answer(proc: subprocess.Popen, what: str) -> dict:
         proc.kill()
         proc.communicate()
         # The process did not answer: nothing about the connector's keys was learnt (a loaded machine).
-        pytest.skip(f"inconclusive: {what} did not answer within {CHILD_TIMEOUT_S} s")
+        outcomes.inconclusive(f"{what} did not answer within {CHILD_TIMEOUT_S} s")
     expect(proc.returncode == 0, f"{what} failed: {(err.strip().splitlines() or ['?'])[-1]}")
     return json.loads(out.strip().splitlines()[-1])
 
@@ -308,6 +309,6 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
            "kvconform_object_keys() backdoor, so keys across processes cannot be compared")
     if ctx.profile.store_scope == "process":
         not_applicable(f"the connector's store lives and dies with its process (profile store_scope 'process'): {why}")
-    pytest.skip(f"inconclusive: {why}; a connector whose store is memory only declares it (store_scope = "
-                "\"process\" on its ConnectorUnderTest, or \"kvconform\": {\"store_scope\": \"process\"}), one with a "
-                "disk or server tier configures it")
+    outcomes.inconclusive(f"{why}; a connector whose store is memory only declares it (store_scope = "
+                          "\"process\" on its ConnectorUnderTest, or \"kvconform\": {\"store_scope\": "
+                          "\"process\"}), one with a disk or server tier configures it")

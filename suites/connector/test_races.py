@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import outcomes
 from reference_impl.connector.base import KVConnectorRole
 from reference_impl.engine.presets import CORE_PRESETS, WINDOW_PRESETS
 from suites.connector.context import PREEMPTING_POOL, expect, expect_no_read_errors, prompt
@@ -89,8 +90,8 @@ def test_c26_preemption(ctx, preset):
     if not any(r.num_preemptions for r in requests):
         # The connector's hits change how many blocks the prefills need; without a preemption there is
         # nothing to judge, which is no evidence against the connector.
-        pytest.skip(f"inconclusive: the preemption scenario did not occur (pool of {PREEMPTING_POOL[preset]} "
-                    "blocks, no request was preempted with this connector's hits)")
+        outcomes.inconclusive(f"the preemption scenario did not occur (pool of {PREEMPTING_POOL[preset]} "
+                              "blocks, no request was preempted with this connector's hits)")
     expect_no_read_errors(engine, "after preemption")
     ops = [(op.group_id, op.chunk_hash) for c in ctx.calls_of("build_connector_meta", KVConnectorRole.SCHEDULER)
            for op in getattr(c[3], "saves", ())]

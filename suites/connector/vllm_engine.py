@@ -36,9 +36,16 @@ from reference_impl.engine.outputs import CachedRequestData, NewRequestData, Sch
 from reference_impl.engine.presets import get_preset
 from reference_impl.kv_cache.kv_cache_interface import MambaSpec, ScratchSpec
 
-def not_applicable_on_vllm(reason: str) -> None:
-    """End the check as N/A (kind `engine`): its scenario needs something vLLM's scheduler does not offer."""
-    outcomes.not_applicable("engine", reason)
+def not_applicable_on_vllm(reason: str, check: str | None = None) -> None:
+    """End the check as N/A (kind `engine`): its scenario needs something vLLM's scheduler does not offer
+    (`check`: the check id the message names before the reason)."""
+    outcomes.not_applicable("engine", reason, check=check)
+
+
+#: Why a check that puts the connector into kvconform's MultiConnector is N/A on vLLM's scheduler.
+VLLM_MULTI_CONNECTOR = ("puts the connector into kvconform's MultiConnector, and a vLLM connector there is driven "
+                        "through kvconform's adapter, which takes kvconform's engine types, not the ones vLLM's "
+                        "scheduler hands the MultiConnector")
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ from harness.report.markdown import render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.releases import ci_releases, install_command, venv_dir
 from tests.connector.suite_process import REPO, results_by_test, suite_command
-from tests.report.synthetic import na_record
+from tests.report.synthetic import na_record, skip_cause_record
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 _NEWEST = ci_releases()[0]
@@ -93,6 +93,7 @@ def _entry(check: str, preset: str, status: str, engine: str | None = None, mess
             "C26 preemption": "test_c26_preemption"}[check]
     return make_entry(nodeid=f"suites/connector/test_x.py::{test}[X-{preset}]", suite="connector", cell=cell,
                       status=status, message=message, not_applicable=na_record(status, message),
+                      skip_cause=skip_cause_record(status, message),
                       extra={"description": "d", "evidence": evidence})
 
 

@@ -85,10 +85,12 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_field(declared, needle):
 def test_checks_that_judge_stored_kv_do_not_apply_to_a_dummy_kv_connector():
     dummy = ConnectorProfile(kind="dummy", declares_hma=True)
     stores = ConnectorProfile(kind="stores", declares_hma=True)
-    na = record_of(not_applicable_reason("C14", dummy, False))
-    assert na["kind"] == "profile" and na["reason"] == (
-        "C14 does not apply: it judges loaded KV bytes against what was stored, and a 'fills dummy KV' connector "
-        "loads no stored KV")
+    raised = not_applicable_reason("C14", dummy, False)
+    na = record_of(raised)
+    assert na["kind"] == "profile" and na["check"] == "C14" and na["reason"] == (
+        "does not apply: it judges loaded KV bytes against what was stored, and a 'fills dummy KV' connector "
+        "loads no stored KV"), "the reason reads the same for every check it holds for; the check id apart"
+    assert raised.msg == "N/A: C14 " + na["reason"], "the message names the check, as the console always showed"
     for check in ("C02", "C12", "C13", "C15", "C16", "C19", "C21", "C27", "C29", "C31"):
         assert not_applicable_reason(check, dummy, True) is None, f"{check} applies to a dummy-KV connector"
     assert all(not_applicable_reason(check, stores, True) is None for check in CHECKS)
@@ -129,8 +131,9 @@ def test_a_declared_dummy_connector_gets_na_cells_and_its_profile_in_the_header(
     entries = {e["id"].split("::")[-1]: e for e in document["results"]}
     c14 = entries["test_c14_round_trip_bytes[LMCacheLikeConnector-fa_only]"]
     assert c14["status"] == "skipped" and c14["message"].startswith("N/A: C14 does not apply: it judges loaded KV"), c14
-    assert c14["not_applicable"] == {"kind": "profile", "reason": c14["message"].removeprefix("N/A: "),
-                                     "release": None, "refuses": None}, "the results record the typed N/A"
+    assert c14["not_applicable"] == {"kind": "profile", "reason": c14["message"].removeprefix("N/A: C14 "),
+                                     "release": None, "refuses": None, "check": "C14", "preset": None}, \
+        "the results record the typed N/A"
     assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["not_applicable"] is None
     assert entries["test_c16_ownership_fence[LMCacheLikeConnector-fa_only]"]["status"] == "passed"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from harness.outcomes import legacy_record
+from harness.outcomes import legacy_record, legacy_skip_cause
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.config.message_ids import label_outcome
 from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
@@ -117,3 +117,11 @@ def na_record(status: str, message: str | None) -> dict | None:
     """The typed N/A record the suite records beside a skip it words `message` (each kind's wording:
     `harness.outcomes.message_of`), for entries built by hand as the suite records them."""
     return legacy_record(message, "connector") if status == "skipped" else None
+
+
+def skip_cause_record(status: str, message: str | None, suite: str = "connector") -> dict | None:
+    """The typed skip cause the suite records beside a skip it words `message` (`cannot run here: ...`,
+    `inconclusive: ...`: `harness.outcomes.skip_message_of`), for entries built by hand."""
+    if status != "skipped" or (suite == "connector" and na_record(status, message) is not None):
+        return None
+    return legacy_skip_cause(message, suite)

@@ -1,9 +1,10 @@
 """The report reads ids and statuses, never message text: no message id recovered from a text, no "N/A" prefix
-parsed (issue 33, item 1).
+or other skip wording parsed, no message taken apart (issue 33, item 1).
 
-A config outcome's messages carry the ids their target gave them (`reference_impl.config.message_ids`), and a
-check that does not apply carries a typed record (`harness.outcomes`: kind, reason, release); rewording a
-message must not change a verdict. The modules that render and compare results are read as source (ast), so
+A config outcome's messages carry the ids their target gave them (`reference_impl.config.message_ids`), a
+check that does not apply carries a typed record (`harness.outcomes`: kind, reason, release, check, preset), and
+a skip for another cause its typed cause (`skip_cause`: cannot-run-here, inconclusive); rewording a message must
+not change a verdict. The modules that render and compare results are read as source (ast), so
 nothing is imported; each rule is shown to catch what it forbids on a small mutant.
 """
 
@@ -20,13 +21,22 @@ READERS = (*sorted((REPO / "harness" / "report").rglob("*.py")), REPO / "harness
            REPO / "harness" / "commands" / "report.py")
 # Functions that take an id from a text: only targets (and the results file's legacy reader) call them.
 TEXT_TO_ID = frozenset({"message_id", "identify", "label_outcome", "legacy_record", "message_label"})
-# The wordings of a not-applicable skip, and the names the code gives them (`harness.outcomes`, `harness.kv_engine`).
-NA_WORDINGS = ("N/A: ", "N/A on ", "under --kv-engine", "not HMA-capable", "refuses multi-group")
+# The wordings of a typed skip (not applicable, cannot run here, inconclusive), and the names the code gives them
+# (`harness.outcomes`, `harness.kv_engine`).
+NA_WORDINGS = ("N/A: ", "N/A on ", "under --kv-engine", "not HMA-capable", "refuses multi-group", "not applicable",
+               "cannot run here", "inconclusive", "not importable", "on the multi-group preset")
 NA_NAMES = frozenset({"VLLM_ENGINE_NA_PREFIX", "_NA_PREFIX", "MULTI_GROUP_REFUSAL", "REFUSES_MULTI_GROUP",
-                      "_NOT_HMA_CAPABLE", "_FEATURE"})
+                      "_NOT_HMA_CAPABLE", "_FEATURE", "CANNOT_RUN_HERE", "_CANNOT_RUN_HERE", "_INCONCLUSIVE",
+                      "_ON_PRESET"})
+# What holds a message's text: the entry's `message` key, or a local name for it.
+MESSAGE_KEY = "message"
+MESSAGE_NAMES = frozenset({"message", "msg"})
 # What a text is taken apart or tested with.
 TEXT_TESTS = frozenset({"startswith", "endswith", "partition", "rpartition", "removeprefix", "removesuffix", "split",
                         "find", "index", "search", "match", "fullmatch", "findall", "finditer"})
+# What takes a message apart (its words tested, cut or rewritten; a message may be shown, and its whitespace
+# folded, but not read for a status or a cause).
+MESSAGE_PARSERS = (TEXT_TESTS - {"split"}) | {"sub", "subn", "replace", "count"}
 
 
 def _is_na_wording(node: ast.AST) -> bool:
@@ -47,6 +57,20 @@ def _is_na_wording(node: ast.AST) -> bool:
     return False
 
 
+def _reads_message(node: ast.AST) -> bool:
+    """Whether an expression holds a message's text: `e["message"]`, `e.get("message")`, a name `message`, or
+    those combined (`(e.get("message") or "").lower()`)."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name) and inner.id in MESSAGE_NAMES:
+            return True
+        if isinstance(inner, ast.Subscript) and isinstance(inner.slice, ast.Constant) and inner.slice.value == MESSAGE_KEY:
+            return True
+        if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "get"
+                and inner.args and isinstance(inner.args[0], ast.Constant) and inner.args[0].value == MESSAGE_KEY):
+            return True
+    return False
+
+
 def problems_in(source: str, where: str) -> list[str]:
     """Each place in `source` that recovers an id from a text or parses an N/A prefix."""
     found = []
@@ -62,9 +86,14 @@ def problems_in(source: str, where: str) -> list[str]:
                 found.append(f"{line}: calls {name} (an id taken from a text)")
             elif name in TEXT_TESTS and any(_is_na_wording(arg) for arg in node.args):
                 found.append(f"{line}: {name} with an N/A wording (a prefix parsed back)")
+            elif name in MESSAGE_PARSERS and any(map(_reads_message, [*node.args, getattr(node.func, "value", None)]
+                                                     if isinstance(node.func, ast.Attribute) else node.args)):
+                found.append(f"{line}: {name} on a message (its text taken apart)")
         elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
             if _is_na_wording(node.left):
                 found.append(f"{line}: `in` with an N/A wording (a prefix parsed back)")
+            elif isinstance(node.left, ast.Constant) and any(map(_reads_message, node.comparators)):
+                found.append(f"{line}: `in` on a message (its text tested)")
     return found
 
 
@@ -84,6 +113,14 @@ def test_the_report_reads_no_message_text():
     "if 'under --kv-engine vllm: ' in message:\n    pass\n",
     "if m.startswith(outcomes.MULTI_GROUP_REFUSAL):\n    pass\n",
     "found = re.match(f'N/A on (.*?): ', message)\n",
+    # A skip's other causes, and a message taken apart (issue 33: the report read these until skips carried them).
+    "if reason.startswith('not applicable: vLLM is not importable'):\n    pass\n",
+    "if message.startswith(CANNOT_RUN_HERE):\n    pass\n",
+    "message = (entry.get('message') or '').lower()\nif message.startswith('inconclusive'):\n    pass\n",
+    "if entry['message'].lower().startswith('cannot run here:'):\n    pass\n",
+    "reason = _CHECK_ID.sub('', _PRESET.sub('', e.get('message') or '')).replace('  ', ' ')\n",
+    "kind = 'x' if 'did not occur' in entry['message'] else None\n",
+    "head, _, rest = entry.get('message').partition(': ')\n",
 ])
 def test_each_rule_catches_what_it_forbids(mutant):
     assert problems_in(mutant, "mutant.py"), mutant
@@ -92,3 +129,9 @@ def test_each_rule_catches_what_it_forbids(mutant):
 def test_writing_an_na_wording_is_no_parsing():
     """The report may say what did not apply in the wording the console shows; it only may not read it back."""
     assert problems_in("line = f'{n} cells N/A {VLLM_ENGINE_NA_PREFIX}{reason}'\n", "fine.py") == []
+
+
+def test_showing_a_message_is_no_parsing():
+    """A message may be shown as it is, its whitespace folded and its first line taken (evidence in a cell)."""
+    assert problems_in("note = ' '.join((e.get('message') or '').split())\nfirst = message.splitlines()[0]\n"
+                       "cell = Cell('x', 'na', (skipped[0].get('message') or 'not applicable',))\n", "fine.py") == []

@@ -19,7 +19,7 @@ from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import footnotes, html_page_tables, html_table_after, markdown_tables, table_after
 from tests.report.synthetic import (E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, na_record,
-                                    outcome, run_info)
+                                    outcome, run_info, skip_cause_record)
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
 
@@ -244,6 +244,7 @@ def connector_entry(connector, check, tier, preset, status="passed", message=Non
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
                       message=message, not_applicable=na_record(status, message),
+                      skip_cause=skip_cause_record(status, message),
                       extra={"description": description or f"{check} description", "evidence": evidence})
 
 

@@ -26,6 +26,10 @@ def test_cell(kvconform_record, flag):
 def test_not_applicable():
     pytest.skip("not HMA-capable: demo connector")
 
+def test_inconclusive():
+    from harness import outcomes
+    outcomes.inconclusive("the scenario did not occur")
+
 @pytest.fixture
 def broken():
     raise RuntimeError("setup broke")
@@ -48,6 +52,7 @@ EXPECTED = {
     "test_demo.py::test_cell[True]": ("config", "passed", None),
     "test_demo.py::test_cell[False]": ("config", "failed", "AssertionError: flag False must not resolve\nassert False is not False"),
     "test_demo.py::test_not_applicable": ("tests", "skipped", "not HMA-capable: demo connector"),
+    "test_demo.py::test_inconclusive": ("tests", "skipped", "inconclusive: the scenario did not occur"),
     "test_demo.py::test_setup_error": ("tests", "error", "RuntimeError: setup broke"),
     "test_demo.py::test_known_gap": ("tests", "skipped", "xfail: known gap"),
     "test_demo.py::test_two_records": ("connector", "passed", None),
@@ -96,6 +101,15 @@ def test_one_entry_per_test_with_status_and_message(collected):
     document, mode = collected
     found = {e["id"]: (e["suite"], e["status"], e["message"]) for e in document.results}
     assert found == EXPECTED, f"{mode}: entries differ from the hand-written expectation"
+
+
+def test_a_skip_carries_its_typed_cause(collected):
+    """A skip's typed cause travels to the results file (from an xdist worker too); a plain skip has none."""
+    document, mode = collected
+    causes = {e["id"]: e["skip_cause"] for e in document.results if e["status"] == "skipped"}
+    assert causes["test_demo.py::test_inconclusive"] == {"kind": "inconclusive", "reason": "the scenario did not occur",
+                                                        "needs": None, "packages": []}, mode
+    assert causes["test_demo.py::test_not_applicable"] is None, f"{mode}: a plain skip is read by no wording"
 
 
 def test_records_carry_cell_expected_actual_and_extra(collected):
@@ -154,7 +168,7 @@ def test_a_crashed_worker_still_yields_an_entry(tmp_path):
 
 def test_results_file_is_plain_json_with_schema(demo_runs):
     data = json.loads((demo_runs["no-xdist"] / "out" / "results.json").read_text())
-    assert data["format"] == "kvconform-results" and data["schema_version"] == 2
+    assert data["format"] == "kvconform-results" and data["schema_version"] == 3
     assert len(data["runs"]) == 1 and data["runs"][0] == data["run_info"]
 
 

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from harness.atomic_write import write_files_atomic, write_text_atomic
+from harness.outcomes import message_of
 from harness.results_model import (ResultsDocument, ResultsFileError, cell_key, index_by_cell, load_results,
                                    make_entry, outcome_of, status_of)
 from tests.report.synthetic import config_entry, outcome, run_info
@@ -62,11 +63,11 @@ def test_an_empty_document_round_trips(tmp_path):
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
      "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
-     "schema_version is 99 (a number); accepted: 1 or 2 (the schemas this kvconform reads)"),
+     "schema_version is 99 (a number); accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "run_info": {}, "results": []},
-     "schema_version is missing; accepted: 1 or 2 (the schemas this kvconform reads)"),
+     "schema_version is missing; accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": "1", "run_info": {}, "results": []},
-     "schema_version is \"1\" (a string); accepted: 1 or 2 (the schemas this kvconform reads)"),
+     "schema_version is \"1\" (a string); accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []},
      "run_info is [] (an array); accepted: an object describing the run"),
     ({"format": "kvconform-results", "schema_version": 1, "results": []},
@@ -122,7 +123,7 @@ def test_missing_optional_keys_get_defaults(tmp_path):
     assert loaded.runs == [loaded.run_info]
     assert loaded.results[0] == {"id": "t", "suite": "allocator", "status": "passed", "run": 0, "cell": None,
                                  "params": {}, "expected": None, "actual": None, "message": None,
-                                 "not_applicable": None, "duration": 0.0, "extra": {}}
+                                 "not_applicable": None, "skip_cause": None, "duration": 0.0, "extra": {}}
 
 
 def test_make_entry_rejects_unknown_status():
@@ -199,28 +200,59 @@ def test_a_schema_1_file_gets_the_typed_records_its_skip_messages_imply(tmp_path
         _skip("not applicable: vLLM is not importable in this environment", suite="benchmark"),
         _skip("inconclusive: the preemption scenario did not occur"),
         {"id": "p", "suite": "connector", "status": "passed"},
+        _skip("not HMA-capable: X does not declare SupportsHMA, so vLLM refuses it on the multi-group preset fa+swa"),
+        _skip("cannot run here: X needs CUDA (its worker); no CUDA device is visible"),
     ]}
-    records = [e["not_applicable"] for e in load_results(_write(tmp_path, data)).results]
-    assert records == [
-        {"kind": "profile", "reason": "C14 does not apply: it judges loaded KV bytes", "release": None,
-         "refuses": None},
-        {"kind": "profile", "reason": "one group only", "release": None, "refuses": "multi_group"},
-        {"kind": "engine", "reason": "vLLM's scheduler gives a scratch group no blocks", "release": None,
-         "refuses": None},
-        {"kind": "release", "reason": "KVConnectorOutput has no failed_recving", "release": "0.13.0",
-         "refuses": None},
-        {"kind": "declaration", "reason": "X does not declare SupportsHMA", "release": None, "refuses": None},
-        {"kind": "feature", "reason": "backdoors are off", "release": None, "refuses": None},
+    loaded = load_results(_write(tmp_path, data)).results
+    na = dict(release=None, refuses=None, check=None, preset=None)
+    assert [e["not_applicable"] for e in loaded] == [
+        {**na, "kind": "profile", "reason": "does not apply: it judges loaded KV bytes", "check": "C14"},
+        {**na, "kind": "profile", "reason": "one group only", "refuses": "multi_group"},
+        {**na, "kind": "engine", "reason": "vLLM's scheduler gives a scratch group no blocks"},
+        {**na, "kind": "release", "reason": "KVConnectorOutput has no failed_recving", "release": "0.13.0"},
+        {**na, "kind": "declaration", "reason": "X does not declare SupportsHMA"},
+        {**na, "kind": "feature", "reason": "backdoors are off"},
         None, None, None,
+        {**na, "kind": "declaration", "reason": "X does not declare SupportsHMA, so vLLM refuses it", "preset": "fa+swa"},
+        None,
     ]
+    # The skips of no N/A kind get the typed cause their wording implies (schemas 1 and 2).
+    assert [e["skip_cause"] for e in loaded] == [None] * 6 + [
+        {"kind": "cannot-run-here", "reason": "vLLM is not importable in this environment", "needs": "package",
+         "packages": ["vllm"]},
+        {"kind": "inconclusive", "reason": "the preemption scenario did not occur", "needs": None, "packages": []},
+        None, None,
+        {"kind": "cannot-run-here", "reason": "X needs CUDA (its worker); no CUDA device is visible", "needs": "cuda",
+         "packages": []},
+    ]
+    # Each record gives back the message it was read from.
+    assert all(message_of(**e["not_applicable"]) == e["message"] for e in loaded if e["not_applicable"])
 
 
 def test_a_schema_2_file_is_read_by_its_records_not_its_messages(tmp_path):
-    data = {**_valid(), "results": [_skip("N/A: worded like an N/A, recorded as a plain skip"),
-                                    _skip("a new wording", not_applicable={"kind": "engine", "reason": "r",
-                                                                           "release": None, "refuses": None})]}
+    data = {**_valid(), "schema_version": 2, "results": [
+        _skip("N/A: worded like an N/A, recorded as a plain skip"),
+        _skip("a new wording", not_applicable={"kind": "engine", "reason": "C37 r", "release": None, "refuses": None}),
+        _skip("inconclusive: no hit", not_applicable=None)]}
     loaded = load_results(_write(tmp_path, data)).results
-    assert [status_of(e) for e in loaded] == ["skipped", "not applicable"]
+    assert [status_of(e) for e in loaded] == ["skipped", "not applicable", "skipped"]
+    assert loaded[1]["not_applicable"] == {"kind": "engine", "reason": "r", "release": None, "refuses": None,
+                                           "check": "C37", "preset": None}, "the check id kept apart, as now"
+    assert [(e["skip_cause"] or {}).get("kind") for e in loaded] == [None, None, "inconclusive"]
     data["results"][1]["not_applicable"]["kind"] = "mood"
     with pytest.raises(ResultsFileError, match=r"results\[1\]\.not_applicable is .*; accepted: null or an object whose kind"):
+        load_results(_write(tmp_path, data))
+
+
+def test_a_schema_3_file_is_read_by_its_records_not_its_messages(tmp_path):
+    data = {**_valid(), "results": [
+        _skip("inconclusive: worded like a cause, recorded as a plain skip", not_applicable=None, skip_cause=None),
+        _skip("a new wording", not_applicable=None,
+              skip_cause={"kind": "inconclusive", "reason": "r", "needs": None, "packages": []})]}
+    assert data["schema_version"] == 3
+    loaded = load_results(_write(tmp_path, data)).results
+    assert [e["skip_cause"] for e in loaded] == [None, data["results"][1]["skip_cause"]]
+    data["results"][1]["skip_cause"]["kind"] = "mood"
+    with pytest.raises(ResultsFileError, match=r"results\[1\]\.skip_cause is .*; accepted: null or an object whose kind "
+                                               r"is one of cannot-run-here, inconclusive"):
         load_results(_write(tmp_path, data))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from harness.failure_causes import cause_record
 from harness.report.vllm_findings import classify, findings_markdown
 from harness.results_model import make_entry
-from tests.report.synthetic import na_record
+from tests.report.synthetic import na_record, skip_cause_record
 
 
 def entry(connector, check, status, preset="fa_only", message=None, evidence=None, duration=1.0, cause=None,
@@ -17,6 +17,7 @@ def entry(connector, check, status, preset="fa_only", message=None, evidence=Non
                       status=status, cell={"connector": f"vllm-{release}:{connector}", "check": check, "tier": "MUST",
                                            "preset": preset, **cell},
                       message=message, not_applicable=na_record(status, message),
+                      skip_cause=skip_cause_record(status, message),
                       extra={"description": "", "evidence": evidence, **({"cause": cause} if cause else {})})
     item["duration"] = duration
     return item

@@ -10,7 +10,7 @@ from harness.cli import main
 from harness.report import render_reports
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import na_record, run_info
+from tests.report.synthetic import na_record, run_info, skip_cause_record
 
 
 def entry(connector, check, status, preset="fa_only", tier="MUST", message=None, evidence=None):
@@ -18,6 +18,7 @@ def entry(connector, check, status, preset="fa_only", tier="MUST", message=None,
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
                       message=message, not_applicable=na_record(status, message),
+                      skip_cause=skip_cause_record(status, message),
                       extra={"description": f"what {check.split()[0]} checks", "evidence": evidence})
 
 

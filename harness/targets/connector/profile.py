@@ -122,8 +122,8 @@ def refuses_multi_group(reason: str) -> NoReturn:
     outcomes.not_applicable("profile", reason, refuses=outcomes.MULTI_GROUP)
 
 
-def not_applicable(reason: str) -> NoReturn:
+def not_applicable(reason: str, check: str | None = None) -> NoReturn:
     """End the running check as not applicable by the connector's profile or configuration ("N/A: reason", a
-    skip the report shows as not applicable, never a failure). An adapter may call it from a hook, e.g. when
-    the connector refuses a configuration by design."""
-    outcomes.not_applicable("profile", reason)
+    skip the report shows as not applicable, never a failure; `check`: the check id the message names before
+    the reason). An adapter may call it from a hook, e.g. when the connector refuses a configuration by design."""
+    outcomes.not_applicable("profile", reason, check=check)

@@ -30,13 +30,12 @@ import types
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-import pytest
 import torch
 
 from harness import outcomes
 from harness.targets.connector.capabilities import release_has
 from harness.targets.connector.vllm_facts import (MAMBA_NONE_REFUSALS, MULTI_GROUP_REFUSALS, declares_hma_in_source,
-                                                  default_extra_config, missing_requirement, model_requirement,
+                                                  default_extra_config, missing_cause,
                                                   needs_cuda, runs_on_standins)
 from reference_impl.connector.base import KVConnectorRole, KVConnectorTransferResults
 from reference_impl.connector.base import SupportsHMA as _KvconformSupportsHMA
@@ -651,16 +650,15 @@ class VllmConnectorAdapter:
 
     vllm_name: str = ""
     vllm_children: tuple[str, ...] = ()
-    unavailable: str | None = None
-    unavailable_model: str | None = None  # what model it needs, when that is why it is unavailable (an N/A)
+    # Why it cannot be built here: a typed record (`harness.outcomes`: a skip cause, or an N/A of kind `feature`
+    # when it needs a model the presets are not).
+    unavailable: dict | None = None
     device: str | None = None  # "cuda" for a CUDA-only connector on a machine that has CUDA
     cpu_standins: bool = False  # its CUDA plumbing runs on harness.targets.connector.vllm_device_standins (no CUDA here)
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        if self.unavailable_model:
-            outcomes.not_applicable("feature", self.unavailable_model)
         if self.unavailable:
-            pytest.skip(self.unavailable)
+            raise outcomes.skip_for(self.unavailable)
         self.role = role
         self.engine_config = vllm_config
         self.kv_cache_config = kv_cache_config
@@ -1009,7 +1007,7 @@ class VllmConnectorAdapter:
             # .cuda()): the check cannot run on this machine, which says nothing about the connector.
             if CPU_TORCH_REFUSAL not in str(exc):
                 raise
-            pytest.skip(f"cannot run here: {self.vllm_name}'s worker needs CUDA (torch: {exc})")
+            outcomes.cannot_run_here(f"{self.vllm_name}'s worker needs CUDA (torch: {exc})", needs="cuda")
 
     def handle_preemptions(self, metadata):
         return self._call_if("handle_preemptions", "handle_preemptions", metadata) if metadata is not None else None
@@ -1074,9 +1072,7 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
     (for MultiConnector: when every child does). A connector this machine cannot run (missing package,
     no CUDA) gets a class whose every construction skips with that reason.
     """
-    missing = next(((n, r) for n, r in ((n, missing_requirement(n)) for n in (name, *children)) if r), (None, None))
-    reason = missing[1]
-    model = model_requirement(missing[0]) if missing[0] is not None else None
+    missing = next((cause for cause in map(missing_cause, (name, *children)) if cause), None)
     cls, hma = None, False
     try:
         cls = vllm_class(name)
@@ -1084,17 +1080,18 @@ def adapter_class(name: str, children: tuple[str, ...] = ()) -> type:
         if children:
             hma = hma and all(_vllm().base.supports_hma(vllm_class(c)) for c in children)
     except ImportError as exc:
-        reason = reason or f"cannot run here: {name} does not import (missing package {exc.name!r})"
+        missing = missing or outcomes.skip_cause("cannot-run-here", f"{name} does not import (missing package "
+                                                                    f"{exc.name!r})", needs="package", packages=[exc.name])
         hma = release_has("hma") and declares_hma_in_source(name)
     bases = (VllmConnectorAdapter, _HMAMarker) if hma else (VllmConnectorAdapter,)
 
     device, standins = None, False
-    if reason is None and any(needs_cuda(n) for n in (name, *children)):
+    if missing is None and any(needs_cuda(n) for n in (name, *children)):
         # A real device when there is one (mirrors of the engine's memory); else the CPU stand-ins.
         device = "cuda" if torch.cuda.is_available() else None
         standins = device is None and all(runs_on_standins(n) for n in (name, *children) if needs_cuda(n))
-    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": reason,
-            "unavailable_model": model, "device": device,
+    body = {"vllm_cls": cls, "vllm_name": name, "vllm_children": children, "unavailable": missing,
+            "device": device,
             "cpu_standins": standins,
             "__module__": __name__, "__doc__": f"kvconform's adapter around vLLM's {name}."}
     if not hma:

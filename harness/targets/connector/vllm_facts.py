@@ -226,34 +226,49 @@ def model_requirement(name: str) -> str | None:
 
 def missing_requirement(name: str) -> str | None:
     """One line saying why `name` cannot run on this machine, or None when it can be tried."""
+    cause = missing_cause(name)
+    if cause is None:
+        return None
+    from harness.outcomes import KINDS, message_of, skip_message_of  # pytest comes with it: not at import
+
+    return message_of(**cause) if cause["kind"] in KINDS else skip_message_of(cause)
+
+
+def missing_cause(name: str) -> dict | None:
+    """Why `name` cannot run on this machine, as the typed record its checks skip with (`harness.outcomes`: a
+    skip cause of kind `cannot-run-here`, or not applicable of kind `feature` when it needs a model the presets
+    are not), or None when it can be tried."""
     need = REQUIREMENTS.get(name)
     if need is None:
         return None
-    if need.model:
-        from harness.outcomes import message_of  # pytest comes with it: not at this light module's import
+    from harness.outcomes import not_applicable_record, skip_cause  # pytest comes with it: not at import
 
-        return message_of("feature", model_requirement(name))
+    if need.model:
+        return not_applicable_record("feature", model_requirement(name))
     if need.shared_process:
-        return f"cannot run here: {name} cannot be judged in a test process shared with other checks: " \
-               f"{need.shared_process}"
+        return skip_cause("cannot-run-here", f"{name} cannot be judged in a test process shared with other checks: "
+                                             f"{need.shared_process}", needs="process")
     absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
     if absent:
-        return (f"cannot run here: {name} needs the {need.why} (package {', '.join(repr(m) for m in absent)} "
-                "is not installed)")
+        return skip_cause("cannot-run-here", f"{name} needs the {need.why} (package "
+                                             f"{', '.join(repr(m) for m in absent)} is not installed)",
+                          needs="package", packages=absent)
     if need.cuda:
         import torch
 
         if torch.cuda.is_available():
             return None
         if not need.cpu_standins:
-            return f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible"
+            return skip_cause("cannot-run-here", f"{name} needs CUDA ({need.why}); no CUDA device is visible",
+                              needs="cuda")
         from harness.targets.connector.vllm_device_standins import uncovered_modules
 
         uncovered = uncovered_modules(name)
         if uncovered:
-            return (f"cannot run here: {name} needs CUDA ({need.why}); no CUDA device is visible, and this vLLM "
-                    f"lacks the worker modules or names kvconform's CPU stand-ins patch ({', '.join(uncovered)}): its "
-                    "worker is laid out otherwise and would still reach CUDA")
+            return skip_cause("cannot-run-here", f"{name} needs CUDA ({need.why}); no CUDA device is visible, and "
+                                                 f"this vLLM lacks the worker modules or names kvconform's CPU "
+                                                 f"stand-ins patch ({', '.join(uncovered)}): its worker is laid out "
+                                                 "otherwise and would still reach CUDA", needs="cuda")
     return None
 
 
