@@ -219,9 +219,9 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
     if data.get("format") != FORMAT:
         raise _fail(path, f"not a kvconform results file (format is {data.get('format')!r}, expected {FORMAT!r}); "
                           f"{ACCEPTED}")
-    version = data.get("schema_version", _MISSING)
-    if version not in READABLE_SCHEMAS or isinstance(version, bool):
-        raise _bad_field(path, "schema_version", version,
+    schema = data.get("schema_version", _MISSING)
+    if schema not in READABLE_SCHEMAS or isinstance(schema, bool):
+        raise _bad_field(path, "schema_version", schema,
                          f"{', '.join(map(str, READABLE_SCHEMAS[:-1]))} or {READABLE_SCHEMAS[-1]} (the schemas this "
                          "kvconform reads)")
     run_info = data.get("run_info", _MISSING)
@@ -253,12 +253,12 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
             entry.setdefault(key, default)
         if "not_applicable" not in entry:
             entry["not_applicable"] = (legacy_record(entry["message"], entry["suite"])
-                                       if version == 1 and entry["status"] == "skipped" else None)
+                                       if schema == 1 and entry["status"] == "skipped" else None)
         record = entry["not_applicable"]
         if record is not None and (not isinstance(record, dict) or record.get("kind") not in KINDS):
             raise _bad_field(path, f"{where}.not_applicable", record,
                              f"null or an object whose kind is one of {', '.join(KINDS)}")
-        if version < 3:
+        if schema in (1, 2):  # before skips carried their causes
             if record is not None:
                 entry["not_applicable"] = legacy_fields(record)
             entry.setdefault("skip_cause", legacy_skip_cause(entry["message"], entry["suite"])
