@@ -3,7 +3,8 @@
 Modules, named as vLLM names them: `kv_cache_interface` (layer specs, groups, config), `kv_cache_planning`
 (layer specs -> groups -> a `KVCacheConfig`, HiSparse's dispatch, memory accounting; `kv_cache_config_builder`
 its pluggable placement), `kv_cache_utils` (prefix block hashes and the config helpers),
-`request`, `block_pool` (blocks, free queue, prefix-cache map), `single_type_kv_cache_manager`,
+`request`, `block_pool` (blocks, free queue, prefix-cache map), `single_type_kv_cache_manager` (the spec ->
+manager dispatch, re-exporting the managers, which live one class family per module in `single_type/`),
 `kv_cache_coordinator`, `kv_cache_manager`, `tensors` (the KV memory itself),
 `hisparse_layout` (HiSparse's groups, host-pool sizing and concurrency bound), `hisparse_coordinator`
 (HiSparse's write-back spills, device residency and host publication) and `hisparse_types` (what it
