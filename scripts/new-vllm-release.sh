@@ -13,7 +13,8 @@
 #   5. runs the allocator suite on X.Y.Z's allocator and the connector suite on its connectors;
 #   6. writes the draft era: when something differs, a new era vX.Y evolving the newest one with its rules and
 #      tables copied, and the release's registry row; when nothing does, only the row (it joins the newest era); then
-#      the goldens of that era. --no-write leaves the tree as it is.
+#      the docs' tables written from them (harness.release.doc_tables) and the goldens of that era. --no-write
+#      leaves the tree as it is.
 # Environment: KVCONFORM_VLLM_VENV_ROOT=DIR uses prebuilt venvs DIR/vllm-<release> as they are (default:
 # install into .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
 # the logs and results. Exit status: 0 judged (differences are findings, not failures), 1 a step could not
@@ -32,7 +33,7 @@ while (( $# )); do
         --previous) [[ $# -ge 2 ]] || die "--previous needs a release X.Y.Z"; PREVIOUS=$2; shift 2 ;;
         --count) [[ $# -ge 2 ]] || die "--count needs a number of cases"; COUNT=$2; shift 2 ;;
         --no-write) WRITE=0; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option '$1' (accepted: --previous A.B.C, --count N, --no-write)" ;;
         *) [[ -z $RELEASE ]] || die "one release expected, got '$RELEASE' and '$1'"; RELEASE=$1; shift ;;
     esac
@@ -143,6 +144,8 @@ if (( WRITE )); then
         step draft-era 0 "$NEW/bin/python" -m harness.release.draft_era "$RELEASE" --range-only && cat "$OUT/draft-era.log"
         golden_era=$ERA
     fi
+    # the registry's table (docs/releases.md) and the era table (docs/reader.md) follow the new row and era
+    step doc-tables 0 "$NEW/bin/python" -m harness.release.doc_tables && cat "$OUT/doc-tables.log"
     if [[ -n ${golden_era:-} ]]; then
         step goldens 0 "${PYTEST[@]}" suites/config --vllm-version "$golden_era" --update-golden \
             && say "goldens of era $golden_era written (suites/config/golden/$golden_era.txt)"

@@ -405,6 +405,21 @@ def known_range() -> str:
     return f"{'.'.join(map(str, OLDEST))} to {major}.{minor - 1}.x"
 
 
+def markdown_table() -> str:
+    """The eras as the Markdown table of docs/reader.md ("Rule eras"), oldest first: each era's id, its releases
+    (from its first row in the release registry to the next era's first row, the newest era to the end of the
+    known range) and its `summary` (`python -m harness.release.doc_tables` writes it there; a test compares)."""
+    firsts = {}
+    for row in _releases.RELEASES:
+        firsts.setdefault(row.era, row.version)
+    major, minor, _ = NEWEST_EXCLUSIVE
+    lines = ["| era id | releases | what changes (config-rules.md §6) |", "|---|---|---|"]
+    for era, following in zip(ERAS, [*ERAS[1:], None]):
+        end = f"{major}.{minor - 1}.x" if following is None else f"{firsts[following.id]} (excl.)"
+        lines.append(f"| `{era.id}` | {firsts[era.id]} – {end} | {era.summary} |")
+    return "\n".join(lines) + "\n"
+
+
 def era_for_version(version: str) -> Era:
     """The era whose rules a vLLM release follows; a version outside the known range is an error."""
     parsed = parse_version(version)

@@ -1,0 +1,72 @@
+"""The docs' tables written from data (harness.release.doc_tables): each page shows what its data renders, the
+writer replaces only the part between a table's markers, and a page without them is an error naming it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UsageError
+from harness.release import doc_tables
+from reference_impl import releases
+from reference_impl.config import eras
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("table", doc_tables.TABLES, ids=lambda table: table.name)
+def test_each_page_shows_its_data(table):
+    text = (REPO / table.page).read_text(encoding="utf-8")
+    assert doc_tables.shown(table, text) == table.render(), f"{table.page}: run python -m harness.release.doc_tables"
+
+
+def test_the_era_table_places_each_era_from_its_first_registry_row():
+    rows = eras.markdown_table().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{era.id}`" for era in eras.ERAS]
+    # reviewed: the eras' ranges as config-rules.md section 6 dates them (pre-seed from 0.11.1, seed at 0.13.0)
+    assert "| `pre-seed` | 0.11.1 – 0.13.0 (excl.) | SupportsHMA, the factory check E-F" in rows[2]
+    assert rows[3].startswith("| `seed` | 0.13.0 – 0.14.0 (excl.) | PR #29805: tri-state flag")
+    major, minor, _ = releases.RELEASES[-1].key
+    assert rows[-1].startswith(f"| `{eras.ERAS[-1].id}` | {eras.ERAS[-1].representative} – {major}.{minor}.x | ")
+
+
+def _copy_pages(root: Path) -> None:
+    for table in doc_tables.TABLES:
+        (root / table.page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / table.page, root / table.page)
+
+
+def test_write_replaces_only_a_stale_table(tmp_path):
+    _copy_pages(tmp_path)
+    page = tmp_path / "docs" / "reader.md"
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("| `seed` | 0.13.0", "| `seed` | 0.12.9"), encoding="utf-8")
+    assert doc_tables.stale(tmp_path) == ["docs/reader.md (era table)"]
+    assert doc_tables.write(tmp_path) == ["docs/reader.md"]
+    assert page.read_text(encoding="utf-8") == text and doc_tables.stale(tmp_path) == []
+    assert doc_tables.write(tmp_path) == []
+
+
+def test_a_page_without_its_markers_is_named(tmp_path):
+    _copy_pages(tmp_path)
+    page = tmp_path / "docs" / "releases.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("<!-- registry table: end -->", ""), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"^docs/releases.md: no '<!-- registry table: begin -->' \.\.\. "
+                                         r"'<!-- registry table: end -->' around the registry table$"):
+        doc_tables.write(tmp_path)
+
+
+def test_check_names_a_stale_page_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    _copy_pages(tmp_path)
+    page = tmp_path / "docs" / "releases.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("| 0.34.0 | v0.34 |", "| 0.34.0 | v0.33 |"),
+                    encoding="utf-8")
+    monkeypatch.setattr(doc_tables, "CHECKOUT", tmp_path)
+    before = page.read_text(encoding="utf-8")
+    assert doc_tables.main(["--check"]) == 1
+    assert capsys.readouterr().out == ("doc_tables: docs/releases.md (registry table) differs from its data; "
+                                       "run python -m harness.release.doc_tables\n")
+    assert page.read_text(encoding="utf-8") == before
+    assert doc_tables.main([]) == 0 and doc_tables.main(["--check"]) == 0
