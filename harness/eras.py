@@ -10,6 +10,8 @@ from __future__ import annotations
 from reference_impl.config import eras as _eras
 
 ERA_IDS: tuple[str, ...] = tuple(era.id for era in _eras.ERAS)
+# Profile name (its era's id) -> release, oldest first (the release registry's rows marked `profile`).
+PROFILES = _eras.PROFILES
 # Era id -> the representative release the era is tested at.
 ERA_RELEASES: dict[str, str] = {era.id: era.representative for era in _eras.ERAS}
 # Era id -> the first release that follows its rules (3 parts), and the first release kvconform does not know.

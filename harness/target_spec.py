@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.util
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from harness.errors import EXIT_TARGET, UsageError
+from harness.standalone import standalone_module
 
 VLLM_PREFIX = "vllm:"
 
@@ -64,12 +63,7 @@ KVCONFORM_PREFIX = "kvconform:"
 def _kvconform_connectors() -> dict[str, str]:
     """kvconform's own connectors by name, from their one reader (`reference_impl.connector.builtin_names`), run by
     its path without importing the reference engine: a pytest session of another project never loads it."""
-    spec = importlib.util.find_spec("reference_impl")  # a top-level package: found, not imported
-    path = Path(next(iter(spec.submodule_search_locations))) / "connector" / "builtin_names.py"
-    reader_spec = importlib.util.spec_from_file_location("_kvconform_builtin_names", path)
-    reader = importlib.util.module_from_spec(reader_spec)  # not in sys.modules: nothing of reference_impl is imported
-    reader_spec.loader.exec_module(reader)
-    return reader.BUILTIN_CONNECTORS
+    return standalone_module("connector/builtin_names.py").BUILTIN_CONNECTORS
 
 
 #: The built-in connectors (kvconform's reference engine) by name.

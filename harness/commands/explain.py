@@ -50,7 +50,7 @@ def register(subparsers) -> None:
         allow_abbrev=False,
     )
     parser.add_argument("--vllm-version", default=None,
-                        help=f"X.Y.Z, an era id, or a profile (pre-seed, seed, v0.33, v0.34); default {NEWEST_RELEASE}, "
+                        help=f"X.Y.Z, an era id, or a profile ({', '.join(PROFILES)}); default {NEWEST_RELEASE}, "
                              "the newest release kvconform knows")
     platform = CASE_DEFAULTS["platform"]
     parser.add_argument("--platform", default=platform, help=f"one of {', '.join(PLATFORM_CHOICES)} (default {platform})")

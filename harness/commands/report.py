@@ -32,7 +32,7 @@ from pathlib import Path
 
 from harness.atomic_write import ensure_writable_dir, probe_writable, write_files_atomic
 from harness.bytecode import share_bytecode
-from harness.eras import EraSelectionError, select_eras
+from harness.eras import PROFILES, EraSelectionError, select_eras
 from harness.junit import merge_junit, split_junit_option
 from harness.portable_paths import portable_argument
 from harness.kv_engine import check_kv_engine
@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                         help="folder for compatibility.md/.html and results.json.gz (default: reports)")
     parser.add_argument("--vllm-version", metavar="X.Y.Z|ERA",
-                        help="only this vLLM release or rule era (a version, an era id, pre-seed, seed, v0.33 or v0.34)")
+                        help=f"only this vLLM release or rule era (a version, an era id or a profile: {', '.join(PROFILES)})")
     parser.add_argument("--kv-connector", metavar="NAME|MODULE:CLASS",
                         help="connector to check (passed to the suites); with --from, keep only this connector's rows")
     parser.add_argument("--kv-engine", metavar="ENGINE",

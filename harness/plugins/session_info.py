@@ -5,6 +5,10 @@ from __future__ import annotations
 from importlib import metadata
 
 from harness.plugins.activation import is_active
+from harness.standalone import standalone_module
+
+# The profiles' names from the release registry, read without importing the reference engine (a dormant plugin).
+PROFILES = standalone_module("releases.py").profiles()
 
 
 def kvconform_version() -> str:
@@ -22,7 +26,7 @@ def pytest_addoption(parser):
         dest="kvconform_vllm_version",
         default=None,
         metavar="X.Y.Z|PROFILE",
-        help="vLLM rule era to test (a version such as 0.13.0 or a profile: pre-seed, seed, v0.33, v0.34).",
+        help=f"vLLM rule era to test (a version such as 0.13.0 or a profile: {', '.join(PROFILES)}).",
     )
 
 
