@@ -157,3 +157,18 @@ def creation_flips_the_decision(case: dict) -> dict:
 def ignores_the_env_opt_in(case: dict) -> dict:
     """Chunked local attention turns HMA off even with the env var at 1 (INV-CFG-17)."""
     return _mutate(case, lambda c, o: {**o, "resolved_disable_hma": True} if c.get("attention_chunk_size") else None)
+
+
+# -- A resolver that gives the matrix every outcome a cell can have (tests/test_config_matrix_mutants.py) ----------
+
+def breaks_cells_every_way(case: dict) -> dict:
+    """Seed-era cells fail three ways: a wrong outcome (kv_events ignored, as `ignores_kv_events_in_seed`), the
+    target raising (chunked local attention on xpu), and an outcome the comparison cannot read (no warnings list,
+    on tpu without features: an error of the test itself, with a traceback). With
+    `tests.config_matrix_outcomes_plugin` some cells also skip, xfail and XPASS."""
+    if case.get("platform") == "xpu" and case.get("attention_chunk_size"):
+        raise RuntimeError("this resolver cannot resolve chunked local attention on xpu")
+    outcome = ignores_kv_events_in_seed(case)
+    if case.get("platform") == "tpu" and case.get("id", "").endswith("-none-noconn"):
+        return {**outcome, "warnings": 7}
+    return outcome

@@ -394,7 +394,10 @@ def run(args) -> int:
         # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
         timing = args.timing if args.timing is not None else not args.suites
         share_bytecode()  # a dozen Python processes follow
-        results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing))
+        # pytest arguments (-k, -x, -v, a JUnit file) and shards see the config matrix one item per cell
+        cell_items = bool(args.pytest_args or args.junit_path or args.shard)
+        results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing,
+                                                       cell_items=cell_items))
     files = {output_dir / name: text if name == RESULTS_NAME else relink_docs_page(text, (output_dir / name).parent,
                                                                                   html_text=name == HTML_NAME)
              for name, text in render_reports(results, upstream).items()}

@@ -134,9 +134,10 @@ def pytest_addoption(parser):
         dest="kvconform_matrix_items",
         choices=MATRIX_ITEMS,
         default="cell",
-        help="cell (default): one test per config matrix cell, as -k, JUnit, --shard and results files see them; "
+        help="cell (default): one test per config matrix cell, as -k, JUnit and --shard see them; "
              "era: one test per era that judges every cell of it alike and names each failing cell (fewer "
-             "items for pytest and xdist to carry: the README's test command, kvconform's gate, uses it).",
+             "items for pytest and xdist to carry: the README's test command, kvconform's gate, and "
+             "`kvconform report` use it); a results file has one entry per cell either way.",
     )
 
 
@@ -172,9 +173,6 @@ def _configure(config) -> None:
     if config.getoption("kvconform_update_golden") and not target.is_default:
         raise pytest.UsageError("--update-golden records the reference resolver's outcomes; drop --hma-target/KVCONFORM_TARGET")
     add_run_info(config, target_version=target.version)  # e.g. "vllm 0.33.0 (era v0.33)": which release ran
-    if matrix_items(config) == "era" and config.getoption("kvconform_results", None):
-        raise pytest.UsageError("--config-matrix-items era records no cell of its own; a results file "
-                                "(--kvconform-results) needs --config-matrix-items cell")
     config.stash[_GOLDEN] = GoldenStore()
     config.stash[_TARGET] = target
 

@@ -30,7 +30,9 @@ from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
 RECORD_KEY = "kvconform"
+COLLECTOR_NAME = "kvconform-results-collector"
 WORKEROUTPUT_KEY = "kvconform_results"
+OUTER_KEY = "kvconform_outer_items"  # a worker's items whose verdict is their inner tests' (`record_inner_report`)
 _RUN_INFO_KEY = pytest.StashKey[dict]()
 _MESSAGE_LIMIT = 2000
 
@@ -47,6 +49,17 @@ def record_on(item: pytest.Item, *, suite: str, cell: dict, expected=None, actua
 def kvconform_record(request):
     """Attach one structured record (JSON-serialisable) to the running test's report."""
     return functools.partial(record_on, request.node)
+
+
+def record_inner_report(item: pytest.Item, report: pytest.TestReport, params: dict | None) -> None:
+    """Hand the results file a test that ran inside `item` (a config matrix cell judged by its era's item) as the
+    entry its own item would have had: `report` is the test's call-phase report, made by pytest's
+    `pytest_runtest_makereport` hook for an item of its own that never ran pytest's setup or teardown, and `params`
+    its parameters. `item`'s own entry is then left out: its verdict is its inner tests'. Without a results file,
+    nothing."""
+    collector = item.config.pluginmanager.get_plugin(COLLECTOR_NAME)
+    if collector is not None:
+        collector.add_inner(item.nodeid, report, params)
 
 
 def results_file_written(config: pytest.Config) -> bool:
@@ -100,7 +113,7 @@ def pytest_configure(config):
             ensure_writable_dir(Path(path).parent)
         except OSError as exc:
             raise pytest.UsageError(f"--kvconform-results {path}: cannot write there ({exc.strerror or exc})") from None
-    config.pluginmanager.register(ResultsCollector(config), "kvconform-results-collector")
+    config.pluginmanager.register(ResultsCollector(config), COLLECTOR_NAME)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -268,6 +281,8 @@ class ResultsCollector:
         # matter for tests whose worker crashed before it could hand over its entries.
         self.worker_entries: list[dict[str, Any]] = []
         self.workers_seen = 0
+        # items whose verdict is that of the tests they ran inside them (`record_inner_report`): no entry of their own
+        self.outer: set[str] = set()
         self.started_at = utc_now_iso()
         self.started = time.perf_counter()
 
@@ -286,19 +301,31 @@ class ResultsCollector:
         progress = self.in_progress.setdefault(report.nodeid, _TestProgress())
         progress.add(report)
         if report.when == "teardown":
-            self.entries.extend(progress.entries(report.nodeid))
+            if report.nodeid not in self.outer:
+                self.entries.extend(progress.entries(report.nodeid))
             del self.in_progress[report.nodeid]
+
+    def add_inner(self, outer: str, report: pytest.TestReport, params: dict | None) -> None:
+        """One test run inside the item `outer` (`record_inner_report`), as its own item's phases would add it."""
+        self.outer.add(outer)
+        progress = _TestProgress()
+        progress.params = {k: _json_safe(v) for k, v in (params or {}).items()}
+        progress.add(report)
+        self.entries.extend(progress.entries(report.nodeid))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
         self.workers_seen += 1
-        payload = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
+        output = getattr(node, "workeroutput", {})
+        payload = output.get(WORKEROUTPUT_KEY)
         if payload:
             self.worker_entries.extend(json.loads(payload))
+        self.outer.update(output.get(OUTER_KEY, ()))
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.is_worker:
             self.config.workeroutput[WORKEROUTPUT_KEY] = json.dumps(self.entries)
+            self.config.workeroutput[OUTER_KEY] = sorted(self.outer)
             return
         # Tests that never reached teardown (a crashed worker's test) still get an entry.
         for nodeid, progress in sorted(self.in_progress.items()):
@@ -307,7 +334,7 @@ class ResultsCollector:
         self.in_progress.clear()
         entries = self.entries
         if self._distributed_controller():
-            covered = {e["id"].split("#", 1)[0] for e in self.worker_entries}
+            covered = {e["id"].split("#", 1)[0] for e in self.worker_entries} | self.outer
             entries = self.worker_entries + [e for e in self.entries if e["id"].split("#", 1)[0] not in covered]
         target, config_target_named = self._target()
         run_info = collect_run_info(target=target)

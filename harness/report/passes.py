@@ -5,7 +5,8 @@ the cores between them.
 
 1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
    the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process *next to*
-   an xdist pass (work stealing) over the other suites.
+   an xdist pass (work stealing) over the other suites, as one pytest item per era (`ERA_ITEMS`) that writes one
+   results entry per cell, unless pytest arguments or `--shard` need one item per cell.
 2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run without
    xdist, each timed process on a core of its own: the allocator throughput workloads in one process and the
    other benchmark modules in another, one per core (each process is single-threaded, and every comparison
@@ -52,6 +53,12 @@ STATE_MACHINE_EXAMPLES_ENV = "KVCONFORM_STATE_MACHINE_EXAMPLES"
 REPORT_STATE_MACHINE_EXAMPLES = "40"
 
 
+# The config matrix pass judges each era's cells in one pytest item (`--config-matrix-items era`) that hands the
+# results file one entry per cell, the entry the cell's own item would have written: pytest's own cost per item
+# (its three phases and their hooks) was most of the pass's time over 31,674 cells.
+ERA_ITEMS = ("--config-matrix-items", "era")
+
+
 @dataclass(frozen=True)
 class PytestPass:
     """One pytest process: what it runs, with or without xdist, and pass-specific pytest options."""
@@ -96,9 +103,11 @@ def _timed_benchmark_passes(cpus: int) -> list[PytestPass]:
             PytestPass("other benchmarks (timed)", rest, xdist=False, stage=2, env=env)]
 
 
-def plan_passes(suites: list[str], timing: bool, cpus: int | None = None) -> list[PytestPass]:
+def plan_passes(suites: list[str], timing: bool, cpus: int | None = None, cell_items: bool = False) -> list[PytestPass]:
     """The passes for `suites` (the whole `suites` package counts as its sub-packages), as the module says;
-    `cpus`: how many the timed benchmarks may use (default: this process's)."""
+    `cpus`: how many the timed benchmarks may use (default: this process's); `cell_items`: the config matrix as one
+    pytest item per cell, as pytest arguments (`-k`, `--junitxml`, `--shard`) select and name them, rather than one
+    per era (`ERA_ITEMS`)."""
     packages: list[str] = []
     for suite in suites:
         packages += (_members(WHOLE_PACKAGE, packages=True) or [suite]) if suite == WHOLE_PACKAGE else [suite]
@@ -109,7 +118,7 @@ def plan_passes(suites: list[str], timing: bool, cpus: int | None = None) -> lis
         others += benchmarks
     plan = []
     if matrix:
-        plan.append(PytestPass("config matrix", tuple(matrix), xdist=False))
+        plan.append(PytestPass("config matrix", tuple(matrix), xdist=False, options=() if cell_items else ERA_ITEMS))
     if others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
         plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others), xdist=True,

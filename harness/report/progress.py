@@ -21,6 +21,8 @@ import pytest
 PROGRESS_ENV = "KVCONFORM_PROGRESS_FILE"
 PLUGIN = "harness.report.progress"
 _WRITE_INTERVAL_S = 0.5
+#: the attribute in which an item that judges several tests, each with its own results entry, says how many
+TESTS_ATTR = "kvconform_tests"
 PLAIN_INTERVAL_S = 15.0
 
 
@@ -33,6 +35,7 @@ class _Counter:
         self.path = path
         self.total = 0
         self.done = 0
+        self.weights: dict[str, int] = {}  # tests per item, where known (not under xdist: the workers collect)
         self._last_write = 0.0
 
     def write(self, force: bool = False) -> None:
@@ -46,7 +49,9 @@ class _Counter:
         os.replace(temporary, self.path)
 
     def pytest_collection_finish(self, session) -> None:
-        self.total = len(session.items)
+        # an item that judges many tests (a config matrix era, `TESTS_ATTR`) counts as those tests
+        self.weights = {item.nodeid: getattr(item, TESTS_ATTR, 1) for item in session.items}
+        self.total = sum(self.weights.values())
         self.write(force=True)
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown in a pass without xdist
@@ -56,7 +61,7 @@ class _Counter:
 
     def pytest_runtest_logreport(self, report) -> None:
         if report.when == "teardown":
-            self.done += 1
+            self.done += self.weights.get(report.nodeid, 1)
             self.write()
 
     def pytest_sessionfinish(self) -> None:

@@ -5,7 +5,7 @@ depend on how wrong it is. Each round judges one era of the config matrix (`KVCO
 `seed`; `all` for the whole matrix) twice, first with the reference resolver, then with `always_hma_on`, a
 resolver that answers "HMA on, no warnings" for every cell: each time a fresh `python -m pytest` process
 runs the matrix and writes a results file, and the report is rendered from it (what `kvconform report`
-does, less xdist). pytest-benchmark times the round; the figures per target go into the report's
+does: its matrix pass runs without xdist, one pytest item per era writing one results entry per cell). pytest-benchmark times the round; the figures per target go into the report's
 throughput table. The test also holds what makes the two alike: the broken target's console output stays
 a screenful and its report still renders.
 """
@@ -13,6 +13,7 @@ a screenful and its report still renders.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -23,7 +24,9 @@ from pathlib import Path
 import pytest
 
 from harness.eras import ERA_IDS
+from harness.plugins.config_matrix import MATRIX_TEST
 from harness.report import render_reports
+from harness.report.passes import ERA_ITEMS
 from harness.results_model import load_results
 from suites.benchmarks.interleave import timed_rounds
 
@@ -52,7 +55,7 @@ def judge(target: str | None, era: str | None, scratch: Path) -> tuple[float, di
     """Run the config matrix on `target` (None: the reference) and render its report; (seconds, facts)."""
     results = scratch / "results.json"
     command = [sys.executable, "-m", "pytest", "--pyargs", "suites.config", "-p", "no:cacheprovider",
-               "-p", "no:xdist", "-p", "no:randomly", "-rfE", "--kvconform-results", str(results)]
+               "-p", "no:xdist", "-p", "no:randomly", "-rfE", "--kvconform-results", str(results), *ERA_ITEMS]
     command += ["--vllm-version", era] if era else []
     command += ["--hma-target", target] if target else []
     env = {key: value for key, value in os.environ.items() if key != "KVCONFORM_TARGET"}
@@ -65,10 +68,11 @@ def judge(target: str | None, era: str | None, scratch: Path) -> tuple[float, di
     render_reports(document)  # rendered as `kvconform report` does: timed, the text itself is not needed
     seconds = time.perf_counter() - started
     statuses = [entry["status"] for entry in document.results]
+    failed_cells = sum(entry["status"] == "failed" for entry in document.results if f"::{MATRIX_TEST}[" in entry["id"])
     # CPU seconds of the pytest process: on a shared machine a steadier figure than the wall time
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return seconds, {"returncode": done.returncode, "console": done.stdout + done.stderr, "cells": len(statuses),
-                     "failed": statuses.count("failed"), "pytest_cpu_s": cpu,
+                     "failed": statuses.count("failed"), "failed_matrix_cells": failed_cells, "pytest_cpu_s": cpu,
                      "render_s": time.perf_counter() - rendering}
 
 
@@ -97,7 +101,10 @@ def test_good_and_broken_target_are_judged_alike(benchmark, kvconform_record, tm
     assert "grouped by what went wrong" in broken["console"], "the broken run's failures are grouped"
     lines = broken["console"].count("\n")
     assert lines < _CONSOLE_LINE_LIMIT, f"{broken['failed']} failures printed {lines} lines; a screenful is the promise"
-    assert f"{broken['failed']} failed" in broken["console"].splitlines()[-1]
+    failing = [int(count) for count in re.findall(r"(\d+) of \d+ config matrix cells of era \S+ failed", broken["console"])]
+    assert sum(failing) == broken["failed_matrix_cells"], (
+        f"the console should count the {broken['failed_matrix_cells']} failing matrix cells era by era, counted "
+        f"{failing}:\n{broken['console'][-3000:]}")
 
     workload = f"judging the config matrix ({era or 'all eras'}, {good['cells']:,} cells): pytest run + report"
     for name in TARGETS:

@@ -9,19 +9,23 @@ Each cell is one pytest item, `test_matrix.py::test_config_cell[<cell id>]`, as 
 would be named, so `-k`, JUnit, `--shard` and the results file (whose `params` name the cell as `config_cell`) see
 one test per cell. The items are `ConfigCellItem`s rather than functions: with 31,674 cells over every era,
 pytest's fixture machinery per function cost several times the cell's own work. With `--config-matrix-items era`
-(kvconform's gate) each era is one `ConfigEraItem`, `test_config_cells_of_era[<era>]`, that runs the same
-`test_config_cell` on each of its cells and fails naming every cell that failed.
+(kvconform's gate, and `kvconform report`) each era is one `ConfigEraItem`, `test_config_cells_of_era[<era>]`,
+that runs the same `test_config_cell` on each of its cells and fails naming every cell that failed; with a results
+file, each cell still gets the entry its own item would have written (tests/test_config_matrix_mutants.py compares
+them), so `kvconform diff` and the report see the same cells.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import pytest
+from _pytest.skipping import evaluate_xfail_marks, xfailed_key  # the xfail state of a test's call phase
 
 from harness.plugins.config_matrix import (MATRIX_ERA_TEST, collects_as, config_target, golden_mode, golden_store,
                                            matrix_items, selected_eras)
-from harness.plugins.results import record_on, results_file_written
+from harness.plugins.results import record_inner_report, record_on, results_file_written
 from suites.config.divergences import known_divergence
 from suites.config.invariants import defects_noted
 from suites.config.matrix import Cell, cells_for
@@ -48,47 +52,43 @@ class ConfigCellItem(pytest.Item):
         return self.path, test_config_cell.__code__.co_firstlineno - 1, self.name
 
 
-class _CellRun:
-    """What `test_config_cell` reads of its item, for one cell judged inside a `ConfigEraItem`."""
-
-    def __init__(self, config: pytest.Config, cell: Cell) -> None:
-        self.config, self.cell = config, cell
-        self.user_properties: list = []
-        self.strict_xfail: str | None = None
-
-    def add_marker(self, marker) -> None:
-        self.strict_xfail = marker.kwargs.get("reason", "a reviewed divergence")
-
-
 class ConfigEraItem(pytest.Item):
-    """Every cell of one era as one pytest item: each cell is judged by `test_config_cell`, as its own item would
-    be (a reviewed divergence must still fail, strictly), and the item fails naming each cell that failed."""
+    """Every cell of one era as one pytest item: each cell is judged by `test_config_cell` on an item of its own,
+    whose report pytest's `pytest_runtest_makereport` hook makes as for a cell that ran alone (a reviewed divergence
+    must still fail, strictly), and the era item fails naming each cell that failed. With a results file each
+    cell's report becomes the cell's own entry (`record_inner_report`), the one its own item would have written."""
 
     def __init__(self, *, era: str, cells: list[Cell], originalname: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.era, self.cells = era, cells
+        #: tests this item stands for in `kvconform report`'s progress line (`harness.report.progress.TESTS_ATTR`)
+        self.kvconform_tests = len(cells)
         #: the matrix's test function, which judges each cell (the plugin's header looks for it)
         self.originalname = originalname
 
     def runtest(self) -> None:
         failures, skips = [], []
+        recording = results_file_written(self.config)
         for cell in self.cells:
-            run = _CellRun(self.config, cell)
-            try:
-                test_config_cell(run)
-                failed = None
-            except pytest.skip.Exception as skip:
-                skips.append(str(skip.msg))
-                continue
-            except pytest.fail.Exception as failure:
-                failed = str(failure.msg)
-            except Exception as error:  # the cell's own item would end in an error: name the cell
-                failed = f"{cell.id}: {type(error).__name__}: {error}"
-            if run.strict_xfail is not None:
-                if failed is None:
-                    failures.append((cell.id, f"{cell.id}: [XPASS(strict)] {run.strict_xfail}"))
-            elif failed is not None:
-                failures.append((cell.id, failed))
+            item = ConfigCellItem.from_parent(self.parent, name=f"{self.originalname}[{cell.id}]", cell=cell,
+                                              originalname=self.originalname)
+            call = pytest.CallInfo.from_call(functools.partial(test_config_cell, item), when="call",
+                                             reraise=(pytest.exit.Exception, KeyboardInterrupt))
+            # what pytest's skipping plugin does after a test's call phase: the xfail a reviewed divergence added
+            item.stash[xfailed_key] = evaluate_xfail_marks(item)
+            report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+            if recording:
+                record_inner_report(self, report, item.kvconform_params)
+            raised = call.excinfo.value if call.excinfo is not None else None
+            if report.failed:
+                if isinstance(raised, pytest.fail.Exception):
+                    failures.append((cell.id, str(raised.msg)))
+                elif raised is not None:  # the cell's own item would end in an error: name the cell
+                    failures.append((cell.id, f"{cell.id}: {type(raised).__name__}: {raised}"))
+                else:  # a reviewed divergence that no longer diverges
+                    failures.append((cell.id, f"{cell.id}: {report.longrepr}"))
+            elif report.skipped and not hasattr(report, "wasxfail"):
+                skips.append(str(getattr(raised, "msg", "")))
         if failures:
             shown = "\n\n".join(message for _, message in failures[:_SHOWN_FAILURES])
             rest = [cell_id for cell_id, _ in failures[_SHOWN_FAILURES:]]
@@ -130,7 +130,7 @@ def _skip_if_the_missing_package_is_installed(outcome: dict) -> None:
 
 
 @collects_as(_cell_items)
-def test_config_cell(item: ConfigCellItem | _CellRun) -> None:
+def test_config_cell(item: ConfigCellItem) -> None:
     """One cell: the target's outcome matches the spec's (oracle) and, for the reference, its golden line."""
     config, cell = item.config, item.cell
     target = config_target(config)

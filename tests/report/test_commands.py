@@ -683,6 +683,9 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
           "suites.benchmarks.test_connector_store_load", "suites.benchmarks.test_judging_time"), False, 2),
     ]
     assert timed[1].options == ("--dist", "worksteal")
+    assert timed[0].options == ("--config-matrix-items", "era"), "the matrix as one item per era, one entry per cell"
+    assert plan_passes(["suites"], timing=True, cpus=2, cell_items=True)[0].options == (), (
+        "pytest arguments and shards see the matrix one item per cell")
     assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
     assert dict(timed[0].env) == {"OMP_NUM_THREADS": "1"}, "only the timed passes cap their rounds"
     assert dict(timed[1].env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_STATE_MACHINE_EXAMPLES": "40"}, \
@@ -691,7 +694,7 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
     untimed = plan_passes(["suites"], timing=False)
     assert [(p.suites, p.options) for p in untimed] == [
-        (("suites.config",), ()),
+        (("suites.config",), ("--config-matrix-items", "era")),
         (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--dist", "worksteal", "--benchmark-disable")),
     ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
     assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]

@@ -35,6 +35,19 @@ def test_plugin_counts_done_and_total(tmp_path, three_tests, xdist):
     assert progress.read_text().split() == ["3", "3"], "done and total, written by the main (controller) process"
 
 
+def test_plugin_counts_an_era_item_as_its_cells(tmp_path):
+    """`kvconform report` runs the config matrix one item per era, each writing one results entry per cell: its
+    progress counts cells, as the pass's results do."""
+    from suites.config.matrix import cells_for
+
+    progress = tmp_path / "progress"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+                    "suites/config/test_matrix.py", "--vllm-version", "seed", "--config-matrix-items", "era"],
+                   cwd=REPO, env={**__import__("os").environ, PROGRESS_ENV: str(progress)},
+                   capture_output=True, text=True, timeout=300, check=False)
+    assert progress.read_text().split() == [str(len(cells_for("seed")))] * 2
+
+
 def test_describe_says_what_runs_done_total_and_time_left(tmp_path):
     progress = PassProgress("config matrix", tmp_path / "p", started=time.monotonic() - 10)
     assert progress.describe().startswith("config matrix: collecting (")
