@@ -16,7 +16,7 @@
 #      the docs' tables written from them (harness.release.doc_tables) and the goldens of that era. --no-write
 #      leaves the tree as it is.
 # Environment: KVCONFORM_VLLM_VENV_ROOT=DIR uses prebuilt venvs DIR/vllm-<release> as they are (default:
-# install into .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
+# install into the registry's venv_dir, .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
 # the logs and results. Exit status: 0 judged (differences are findings, not failures), 1 a step could not
 # run, 2 bad arguments (one line).
 set -uo pipefail
@@ -73,7 +73,7 @@ step() {
     return 0
 }
 venv_for() {
-    if [[ -n ${KVCONFORM_VLLM_VENV_ROOT:-} ]]; then echo "$KVCONFORM_VLLM_VENV_ROOT/vllm-$1"; else echo ".cache/venvs/vllm-$1"; fi
+    if [[ -n ${KVCONFORM_VLLM_VENV_ROOT:-} ]]; then echo "$KVCONFORM_VLLM_VENV_ROOT/vllm-$1"; else "$PY" reference_impl/releases.py venv "$1"; fi
 }
 install() {
     local venv
