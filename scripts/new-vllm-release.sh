@@ -15,8 +15,8 @@
 #      tables copied, and the release's registry row; when nothing does, only the row (it joins the newest era); then
 #      the docs' tables written from them (harness.release.doc_tables) and the goldens of that era. --no-write
 #      leaves the tree as it is.
-# Environment: KVCONFORM_VLLM_VENV_ROOT=DIR uses prebuilt venvs DIR/vllm-<release> as they are (default:
-# install into the registry's venv_dir, .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
+# Environment: KVCONFORM_CI_VLLM_VENV_ROOT=DIR uses prebuilt venvs DIR/vllm-<release> as they are, as the vLLM CI
+# job does (default: install into the registry's venv_dir, .cache/venvs/vllm-<release>); KVCONFORM_NEW_RELEASE_OUT (default .cache/new-release/X.Y.Z) gets
 # the logs and results. Exit status: 0 judged (differences are findings, not failures), 1 a step could not
 # run, 2 bad arguments (one line).
 set -uo pipefail
@@ -42,6 +42,11 @@ done
 [[ $RELEASE =~ $release_re ]] || die "release: '$RELEASE' is not a vLLM release; expected X.Y.Z such as 0.35.0"
 [[ -z $PREVIOUS || $PREVIOUS =~ $release_re ]] || die "--previous: '$PREVIOUS' is not a vLLM release; expected X.Y.Z"
 [[ $COUNT =~ ^[1-9][0-9]*$ ]] || die "--count: '$COUNT' is not a positive number of cases"
+# One name for the folder of prebuilt venvs, the CI job's and the registry's (reference_impl/releases.py
+# VENV_ROOT_ENV); this script's own earlier name is refused rather than ignored, so a prebuilt venv is never
+# silently reinstalled.
+[[ -z ${KVCONFORM_VLLM_VENV_ROOT:-} ]] \
+    || die "KVCONFORM_VLLM_VENV_ROOT is now KVCONFORM_CI_VLLM_VENV_ROOT (the CI job's name): set that instead"
 
 # The era the release is judged by: the newest one kvconform declares; the previous release: its representative.
 read -r ERA REPRESENTATIVE < <("$PY" -c 'from reference_impl.config.eras import ERAS; print(ERAS[-1].id, ERAS[-1].representative)') \
@@ -72,14 +77,13 @@ step() {
     fi
     return 0
 }
-venv_for() {
-    if [[ -n ${KVCONFORM_VLLM_VENV_ROOT:-} ]]; then echo "$KVCONFORM_VLLM_VENV_ROOT/vllm-$1"; else "$PY" reference_impl/releases.py venv "$1"; fi
-}
+# The registry's venv_dir is ROOT/vllm-<release> where KVCONFORM_CI_VLLM_VENV_ROOT names a ROOT.
+venv_for() { "$PY" reference_impl/releases.py venv "$1"; }
 install() {
     local venv
-    venv=$(venv_for "$1")
-    if [[ -n ${KVCONFORM_VLLM_VENV_ROOT:-} ]]; then
-        [[ -x $venv/bin/python ]] || { say "no prebuilt venv $venv (KVCONFORM_VLLM_VENV_ROOT)" >&2; return 1; }
+    venv=$(venv_for "$1") || return 1
+    if [[ -n ${KVCONFORM_CI_VLLM_VENV_ROOT:-} ]]; then
+        [[ -x $venv/bin/python ]] || { say "no prebuilt venv $venv (KVCONFORM_CI_VLLM_VENV_ROOT)" >&2; return 1; }
         return 0
     fi
     scripts/install-vllm.sh "$1" "$venv"

@@ -36,3 +36,29 @@ def test_bad_arguments(args, message, tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_old_venv_root_name_is_refused_with_the_new_one(tmp_path):
+    """KVCONFORM_VLLM_VENV_ROOT was this script's own name for the CI job's KVCONFORM_CI_VLLM_VENV_ROOT: set, it
+    is refused in one line naming the new one, rather than ignored (which would reinstall the prebuilt venvs)."""
+    done = subprocess.run(["bash", str(SCRIPT), "0.35.0"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable,
+                               "KVCONFORM_VLLM_VENV_ROOT": str(tmp_path / "venvs"),
+                               "KVCONFORM_NEW_RELEASE_OUT": str(tmp_path / "out")})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("new-vllm-release: KVCONFORM_VLLM_VENV_ROOT is now KVCONFORM_CI_VLLM_VENV_ROOT "
+                           "(the CI job's name): set that instead\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_ci_venv_root_names_prebuilt_venvs_used_as_they_are(tmp_path):
+    """With KVCONFORM_CI_VLLM_VENV_ROOT set, a release's venv is ROOT/vllm-X.Y.Z (the registry's venv_dir) and a
+    missing one stops the script (exit 1) with that folder named, installing nothing."""
+    root = tmp_path / "venvs"
+    done = subprocess.run(["bash", str(SCRIPT), "0.35.0"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable,
+                               "KVCONFORM_CI_VLLM_VENV_ROOT": str(root),
+                               "KVCONFORM_NEW_RELEASE_OUT": str(tmp_path / "out")})
+    assert done.returncode == 1, done.stderr
+    assert f"no prebuilt venv {root}/vllm-0.35.0 (KVCONFORM_CI_VLLM_VENV_ROOT)" in done.stderr
+    assert not root.exists()
