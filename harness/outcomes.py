@@ -32,7 +32,8 @@ KINDS = {
     "declaration": "what the connector class declares (SupportsHMA)",
     "release": "the release under test lacks the API the check needs",
     "engine": "the engine driving the connector cannot express the check's scenario",
-    "feature": "the connector lacks something optional the check needs (a backdoor, KV events, the model it runs on)",
+    "feature": "the connector (or allocator target) lacks something optional the check needs (a backdoor, KV events, "
+               "the model it runs on, a module or capability of a third-party target)",
 }
 #: The causes of a skip that is not "not applicable" (`skip_because`): nothing was decided.
 SKIP_KINDS = {

@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+from harness import outcomes
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs(*capabilities): the allocator capabilities a scenario needs; "
@@ -48,4 +50,4 @@ def require(target, capability: str) -> None:
             release_require(capability)
         return
     if capability not in target.capabilities:
-        pytest.skip(f"not applicable: target {target.name} lacks capability {capability!r}")
+        outcomes.not_applicable("feature", f"target {target.name} lacks capability {capability!r}")

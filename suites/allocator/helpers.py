@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness import outcomes
 from harness.targets.allocator.target import GroupDesc, PlanningTarget, target_module
 from suites.allocator.conftest import require
 
@@ -97,7 +98,7 @@ def _mapped(target, names: dict[str, str]) -> dict:
     found = {key: target_module(target, name) for key, name in names.items()}
     missing = [names[key] for key, module in found.items() if module is None]
     if missing:
-        pytest.skip(f"not applicable: target {target.name!r} maps no module for {', '.join(missing)}")
+        outcomes.not_applicable("feature", f"target {target.name!r} maps no module for {', '.join(missing)}")
     return found
 
 
@@ -126,7 +127,8 @@ def planning_api(target, *capabilities: str) -> SimpleNamespace:
     for capability in capabilities:
         require(target, capability)
     if not isinstance(target, PlanningTarget):
-        pytest.skip(f"not applicable: target {target.name!r} has no make_spec / planning_config (PlanningTarget)")
+        outcomes.not_applicable("feature", f"target {target.name!r} has no make_spec / planning_config "
+                                           "(PlanningTarget)")
     return SimpleNamespace(**_mapped(target, PLANNING_MODULES),
                            spec=lambda kind, **fields: target.make_spec(GroupDesc(kind, **fields)),
                            config=target.planning_config)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.outcomes import record_of
 from harness.targets.allocator.capabilities import CAPABILITIES as RELEASE_CAPABILITIES
 from harness.targets.allocator.target import REFERENCE_MODULES, ModuleMapAllocatorTarget, make_reference_target
 from suites.allocator.helpers import hisparse_api as _api
@@ -32,7 +33,8 @@ def test_a_target_missing_one_hisparse_module_is_skipped_naming_it():
         k: v for k, v in REFERENCE_MODULES.items() if k != "v1.hisparse.coordinator"})
     with pytest.raises(pytest.skip.Exception) as info:
         _api(target)
-    assert "maps no module for v1.hisparse.coordinator" in str(info.value)
+    assert str(info.value) == "not applicable: target 'acme-allocator' maps no module for v1.hisparse.coordinator"
+    assert record_of(info.value)["kind"] == "feature", "a typed N/A: the report reads the record, not the wording"
 
 
 def test_the_reference_has_every_api_capability():
