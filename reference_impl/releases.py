@@ -25,7 +25,8 @@ from typing import Mapping
 
 __all__ = ["REGISTRY", "STEPS", "VERSION_RE", "Release", "RELEASES", "RELEASES_BY_VERSION", "RegistryError",
            "parse_version", "is_before", "within", "load", "row_for", "era_ids", "era_at_least", "profiles", "ci_releases",
-           "oldest", "newest_exclusive", "upstream_default", "markdown_table", "VENV_ROOT_ENV", "venv_root", "venv_dir", "install_command", "main"]
+           "oldest", "newest_exclusive", "upstream_default", "markdown_table", "VENV_ROOT_ENV", "venv_root", "venv_dir", "install_command",
+           "install_hint", "main"]
 
 REGISTRY = Path(__file__).with_name("releases.toml")
 #: The steps of the vLLM CI job (.ci/vllm-job.sh) a known gap may name.
@@ -225,6 +226,18 @@ def install_command(version: str) -> str:
     """The command, run in the checkout, that makes `venv_dir(version)`."""
     venv_dir(version)  # the same check of the release
     return f"scripts/install-vllm.sh {version}"
+
+
+def install_hint(version: str | None = None) -> str:
+    """How to get a vLLM to run kvconform with, for the messages and skip reasons that ask for one: the command that
+    makes `version`'s venv and the venv's Python (by default the newest release the vLLM CI job judges, so that a
+    new release row moves every hint), e.g. 'scripts/install-vllm.sh 0.34.0, then run with
+    .cache/venvs/vllm-0.34.0/bin/python'."""
+    release = version or (ci_releases() or [RELEASES[-1].version])[0]
+    python = venv_dir(release) / "bin" / "python"
+    if python.is_relative_to(_CHECKOUT):
+        python = python.relative_to(_CHECKOUT)
+    return f"{install_command(release)}, then run with {python}"
 
 
 def markdown_table() -> str:

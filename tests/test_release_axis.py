@@ -9,8 +9,9 @@ ordering of a version tuple literal, an ordering or equality with a version stri
 a name that holds a version or release (`parse_version(...)`, `first_version`, `NEWEST_EXCLUSIVE`, `fixed_in`,
 `*version*`, `*release*`, ...). A new comparison belongs in the era table or the registry, or asks one of them.
 Nor is a release written down as a default (an option's `default="0.33.0"`, `${VAR:-0.33.0}` in a script, an
-`os.environ.get(NAME, "0.33.0")`): which release a command runs when none is named is the registry's to say
-(`reference_impl.releases.upstream_default`, `ci_releases`), so that a new release row moves it.
+`os.environ.get(NAME, "0.33.0")`, an install hint's `scripts/install-vllm.sh 0.33.0`): which release a command runs
+or suggests when none is named is the registry's to say (`reference_impl.releases.upstream_default`, `ci_releases`,
+`install_hint`), so that a new release row moves it; the tests' skip reasons too (`tests.vllm_venvs.needs_vllm`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ DEFAULTS = {
     "a release as a default": re.compile(
         r"""(?:\bdefault\s*=\s*|\.get\([^()]*,\s*|\bor\s+)["']v?\d+\.\d+(?:\.\d+)?["']"""
         r"""|\$\{\w+:[-=]["']?v?\d+\.\d+(?:\.\d+)?["']?\}"""),
+    "a release as the install hint": re.compile(r"install-vllm\.sh\s+v?\d+\.\d+\.\d+"),
+}
+#: A test's skip reason that names a release to install (a reason may name the release a test is about, not the
+#: one to install: the registry's install hint says that).
+SKIP_REASONS = {
+    "a release in a skip reason's install hint": re.compile(
+        r"""(?:\breason\s*=|\bskip\(|\bimportorskip\().*install-vllm\.sh\s+v?\d+\.\d+\.\d+"""),
 }
 # Not comparisons: `<release>` placeholders in prose and paths, a count of versions.
 _NOT_CODE = re.compile(r"<[\w-]+>|len\([^()]*\)")
@@ -150,3 +158,40 @@ def test_the_defaults_it_leaves_alone(tmp_path, line, monkeypatch):
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
     (tmp_path / "x.py").write_text(line + "\n")
     assert not comparisons(["x.py"], DEFAULTS)
+
+
+@pytest.mark.parametrize("line", [
+    'INSTALL_HINT = "install one with: scripts/install-vllm.sh 0.33.0 (then run with .cache/venvs/vllm-0.33.0/bin/python)"',
+    '    echo "install one with scripts/install-vllm.sh 0.34.0" >&2',
+])
+def test_the_install_hints_it_finds(tmp_path, line, monkeypatch):
+    # the first is a line this checkout had
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert comparisons(["x.py"], DEFAULTS)
+
+
+@needs_checkout
+def test_no_release_in_a_test_skip_reason():
+    listed = subprocess.run(["git", "ls-files", "--", "tests", "conftest.py"], cwd=REPO, capture_output=True, text=True,
+                            check=True)
+    paths = [p for p in listed.stdout.splitlines() if p.endswith(".py") and p != "tests/test_release_axis.py"]
+    assert len(paths) > 100, "git ls-files listed too few tests to judge"
+    found = comparisons(paths, SKIP_REASONS)
+    assert not found, ("a skip reason names a release to install (use tests.vllm_venvs.needs_vllm, the registry's "
+                       "install hint):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("line,found", [
+    # lines this checkout had
+    ('    pytest.importorskip("vllm.v1.kv_offload.cpu.spec", reason="needs vLLM (scripts/install-vllm.sh 0.27.0)")', True),
+    ('needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its "',
+     True),
+    # an expected message about an installed release, and the helper
+    ('        "import (missing package \'x\'); reinstall it with: scripts/install-vllm.sh 0.33.0"', False),
+    ('needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason=needs_vllm_reason())', False),
+])
+def test_the_skip_reasons_it_finds(tmp_path, line, found, monkeypatch):
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    (tmp_path / "x.py").write_text(line + "\n")
+    assert bool(comparisons(["x.py"], SKIP_REASONS)) is found

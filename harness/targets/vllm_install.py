@@ -13,8 +13,10 @@ import re
 
 from harness.errors import EXIT_TARGET, UsageError
 from reference_impl.config import eras as _eras
+from reference_impl.releases import install_hint
 
-INSTALL_HINT = "install one with: scripts/install-vllm.sh 0.33.0 (then run with .cache/venvs/vllm-0.33.0/bin/python)"
+#: What the refusals below suggest: the release registry's install hint (the newest release CI judges).
+INSTALL_HINT = f"install one with: {install_hint()}"
 # Modules every vLLM adapter imports; a failure in any of them means the install is not usable.
 REQUIRED_MODULES = (
     "vllm.config",

@@ -22,11 +22,11 @@ from harness.targets.connector.selection import connector_target
 from harness.targets.connector.target import ConnectorTarget
 from suites.connector import test_api, test_isolation, test_lookup, test_tracking
 from suites.connector.context import CheckContext, prompt
+from tests.vllm_venvs import needs_vllm as needs_vllm_reason
 
 REFERENCE = "reference_impl.connector.lmcache_like:LMCacheLikeConnector"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its "
-                                                     "venv and PYTHONPATH of this tree)")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason=needs_vllm_reason())
 
 
 def _vendor(extra: dict) -> ConnectorTarget:

@@ -18,15 +18,12 @@ from harness.report.build import build_document
 from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.markdown import render_markdown
 from harness.results_model import ResultsDocument, make_entry
-from reference_impl.releases import ci_releases, install_command, venv_dir
 from tests.connector.suite_process import REPO, results_by_test, suite_command
 from tests.report.synthetic import na_record, skip_cause_record
+from tests.vllm_venvs import needs_vllm as needs_vllm_reason
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-_NEWEST = ci_releases()[0]
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason=f"vLLM is not installed in this Python (make a release's venv "
-                                                     f"with {install_command(_NEWEST)} and run with it: PYTHONPATH=$PWD "
-                                                     f"{venv_dir(_NEWEST)}/bin/python -m pytest ...)")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason=needs_vllm_reason())
 
 
 # ---- the option ------------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ from harness.targets.connector.target import ConnectorTarget
 from reference_impl.engine.presets import CORE_PRESETS
 from suites.connector import test_api, test_isolation, test_lookup, test_races
 from suites.connector.context import CheckContext, prompt
+from tests.vllm_venvs import needs_vllm as needs_vllm_reason
 
 LEGAL = "tests.connector.legal_variants"
 BUGGY = "tests.connector.buggy"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its "
-                                                     "venv and PYTHONPATH of this tree)")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason=needs_vllm_reason())
 ENGINE_OWNED = {"kvconform": {"store_scope": "engine"}}
 
 

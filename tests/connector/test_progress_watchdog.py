@@ -18,6 +18,7 @@ from suites.connector.context import CheckContext, prompt
 from suites.connector.runner import ConnectorGuard, run_with_timeout
 from suites.connector.watchdog import (FAILED_LOADS_IN_A_ROW, NO_PROGRESS_STEPS, WAIT_SECONDS, NoProgress, StallLog,
                                       wait_for, waited_out)
+from tests.vllm_venvs import needs_vllm
 
 LIVELOCK = "tests.connector.livelock"
 
@@ -211,7 +212,7 @@ def test_the_wait_on_a_backend_is_a_twelfth_of_the_time_limit(monkeypatch):
                                        ("NeverReadyLookupConnector", "is never admitted")])
 def test_under_vllms_own_scheduler_too(short_wait, cls, what):
     """`--kv-engine vllm`: vLLM's Scheduler drives the connector's scheduler side; the watchdog judges its steps."""
-    pytest.importorskip("vllm", reason="needs vLLM (run with a vLLM venv and PYTHONPATH of this tree)")
+    pytest.importorskip("vllm", reason=needs_vllm())
     from harness.kv_engine import VLLM_ENGINE
 
     target = ConnectorTarget(f"{cls}-{time.monotonic_ns()}", f"{LIVELOCK}:{cls}", "--kv-connector")

@@ -14,6 +14,7 @@ from reference_impl.connector.base import KVConnectorBase_V1, KVConnectorRole, S
 from reference_impl.connector.protocol import HMAKVConnector, KVConnector, ONE_OF, REQUIRED_HOOKS
 from reference_impl.connector.template import TemplateConnector
 from reference_impl.engine.core import EngineConfig, EngineCore
+from tests.vllm_venvs import needs_vllm
 
 HOOKS = [name for name in (*KVConnector.__dict__, *HMAKVConnector.__dict__)
          if not name.startswith("_") and callable(getattr(HMAKVConnector, name, None))]
@@ -57,7 +58,7 @@ def test_the_template_keeps_the_hook_signatures(hook):
     assert _parameters(getattr(TemplateConnector, hook)) == _parameters(getattr(HMAKVConnector, hook))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (signatures vs vLLM 0.33)")
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason=needs_vllm("vLLM, to compare the hook signatures with its own"))
 @pytest.mark.parametrize("hook", HOOKS)
 def test_hook_signatures_are_vllms(hook):
     from vllm.distributed.kv_transfer.kv_connector.v1 import base

@@ -144,6 +144,18 @@ def test_a_release_venv_is_under_the_checkout_or_the_named_root(monkeypatch, tmp
     assert done.returncode == 2 and done.stderr == "releases: VERSION must look like 0.33.0, got 'latest'\n"
 
 
+
+def test_the_install_hint_names_the_newest_release_in_ci_and_its_venv(monkeypatch, tmp_path):
+    # the hint of every "install one" message and skip reason: a new release row in CI moves it
+    monkeypatch.delenv(releases.VENV_ROOT_ENV, raising=False)
+    newest_in_ci = [row.version for row in releases.RELEASES if row.ci][-1]
+    assert releases.install_hint() == (f"scripts/install-vllm.sh {newest_in_ci}, then run with "
+                                       f".cache/venvs/vllm-{newest_in_ci}/bin/python")
+    assert releases.install_hint("0.20.0") == ("scripts/install-vllm.sh 0.20.0, then run with "
+                                               ".cache/venvs/vllm-0.20.0/bin/python")
+    monkeypatch.setenv(releases.VENV_ROOT_ENV, str(tmp_path))
+    assert releases.install_hint("0.20.0") == f"scripts/install-vllm.sh 0.20.0, then run with {tmp_path}/vllm-0.20.0/bin/python"
+
 def test_newer_orders_two_releases_for_the_scripts():
     assert _cli("newer", "0.35.0", "0.34.0").returncode == 0
     assert _cli("newer", "0.34.0", "0.34.0").returncode == 1

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from reference_impl.releases import ci_releases
 from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def test_report_target_vllm_not_installed(tmp_path, no_vllm_distribution, capsys
     out, err = capsys.readouterr()
     assert code == 4
     assert _one_line(err).startswith("kvconform report: --target vllm: vLLM is not installed in this Python environment; "
-                                     "install one with: scripts/install-vllm.sh 0.33.0")
+                                     f"install one with: scripts/install-vllm.sh {ci_releases()[0]}")
     assert out == "" and not any(tmp_path.iterdir())
 
 

@@ -13,8 +13,10 @@ import torch
 
 import pytest
 
+from tests.vllm_venvs import needs_vllm
+
 pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.factory",
-                    reason="needs vLLM (scripts/install-vllm.sh 0.33.0, then run with its venv)")
+                    reason=needs_vllm())
 
 from reference_impl.connector.base import supports_hma  # noqa: E402
 from reference_impl.engine.core import EngineConfig, EngineCore  # noqa: E402

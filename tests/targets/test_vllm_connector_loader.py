@@ -16,6 +16,7 @@ import pytest
 from harness.errors import EXIT_TARGET, UsageError
 from harness.targets.connector import vllm_target as vllm_connector
 from harness.targets.connector import vllm_facts as facts
+from reference_impl.releases import ci_releases
 from tests.targets.fake_vllm import IMPORTABLE, write_fake_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def test_no_vllm_is_exit_4_with_how_to_install(no_vllm_distribution):
         facts.validate_spec("vllm:ExampleConnector")
     assert info.value.exit_code == EXIT_TARGET
     assert str(info.value).startswith("--kv-connector vllm:ExampleConnector: vLLM is not installed in this Python environment; ")
-    assert "scripts/install-vllm.sh 0.33.0" in str(info.value)
+    assert f"scripts/install-vllm.sh {ci_releases()[0]}" in str(info.value)
 
 
 def test_unknown_name_is_exit_4_listing_registered_names(fake_vllm):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from harness.targets.connector import vllm_device_standins as standins
+from tests.vllm_venvs import needs_vllm
 
 
 def _pages(seed: int, rows: int, width: int) -> torch.Tensor:
@@ -85,7 +86,7 @@ def test_device_memory_is_the_same_bytes_seen_as_device_memory():
 
 
 def test_install_rebinds_only_the_listed_vllm_modules():
-    pytest.importorskip("vllm.v1.kv_offload.cpu.gpu_worker", reason="needs vLLM 0.33 (scripts/install-vllm.sh 0.33.0)")
+    pytest.importorskip("vllm.v1.kv_offload.cpu.gpu_worker", reason=needs_vllm("vLLM's CPU offload worker"))
     from vllm.platforms import current_platform
 
     try:
@@ -250,7 +251,7 @@ def test_shared_region_files_go_with_their_engine(tmp_path):
 def test_vllms_shared_region_leaves_no_file_behind():
     """vLLM's own SharedOffloadRegion (0.27-0.31 put the CPU tier there on a CUDA-alike platform), rebound by
     install(): a region nobody cleaned up is gone from /dev/shm once its engine's regions are removed."""
-    spec = pytest.importorskip("vllm.v1.kv_offload.cpu.spec", reason="needs vLLM (scripts/install-vllm.sh 0.27.0)")
+    spec = pytest.importorskip("vllm.v1.kv_offload.cpu.spec", reason=needs_vllm("vLLM's CPU offload spec"))
     if not hasattr(spec, "SharedOffloadRegion"):
         pytest.skip("this vLLM release has no shared offload region")
     engine_id = f"kvconform-test-{os.getpid()}"

@@ -12,6 +12,7 @@ import pytest
 from harness.errors import EXIT_TARGET, UsageError
 from harness.target_spec import load_config_target
 from harness.targets.vllm_install import INSTALL_HINT, import_vllm_modules, installed_vllm_version, vllm_era
+from reference_impl.releases import RELEASES
 from tests.targets.fake_vllm import IMPORTABLE
 
 
@@ -28,7 +29,10 @@ def _refusal(call) -> str:
 def test_not_installed_names_the_install_script(no_vllm_distribution):
     message = _refusal(installed_vllm_version)
     assert message.startswith("vLLM is not installed in this Python environment")
-    assert "scripts/install-vllm.sh 0.33.0" in message and INSTALL_HINT in message
+    # the release it suggests is the registry's newest row in CI, not one written down in the code
+    newest_in_ci = [row.version for row in RELEASES if row.ci][-1]
+    assert f"install one with: scripts/install-vllm.sh {newest_in_ci}, then run with " in message
+    assert INSTALL_HINT in message
 
 
 def test_not_installed_through_the_named_target(no_vllm_distribution):
