@@ -104,16 +104,27 @@ def _cause(entry: dict[str, Any]) -> str:
     return cause_key(split_check((entry.get("message") or "").splitlines()[0] if entry.get("message") else "")[2])
 
 
+# KV cache groups of each model preset (reference_impl.engine.presets, which builds torch tensors: the report renders
+# without importing torch, a third of its time). tests/report/test_preset_groups.py holds the table to the presets.
+PRESET_GROUPS = {"fa_only": 1, "fa+swa": 2, "fa16+swa32": 2, "fa+mamba_align": 2, "fa+swa+mamba": 3, "scratch_group": 2,
+                 "fa_only@bf16": 1, "fa+swa@fp32": 2, "fa+swa600": 2, "fa+swa8": 2, "fa+chunked320": 2}
+#: a preset laid out with every group's block at one size, NAME@blockN (presets.BLOCK_SUFFIX): NAME's groups
+PRESET_BLOCK_SUFFIX = "@block"
+
+
+def preset_groups(name: str) -> int | None:
+    """How many KV cache groups the preset called `name` (or `NAME@blockN`) has; None for no such preset."""
+    base, suffix, size = name.partition(PRESET_BLOCK_SUFFIX)
+    if suffix and size.isdigit() and int(size) > 0:
+        return PRESET_GROUPS.get(base)
+    return PRESET_GROUPS.get(name)
+
+
 def is_multi_group(entry: dict[str, Any]) -> bool:
     """Whether a cell exercised a model with several KV cache groups (its preset, or a check that always does)."""
-    from reference_impl.engine.presets import get_preset
-
     cell = entry.get("cell") or {}
-    try:  # a preset name, or a layout a vLLM release builds in place of one (NAME@blockN)
-        preset = get_preset(str(cell.get("preset")))
-    except ValueError:
-        preset = None
-    return (preset is not None and len(preset.groups) > 1) or str(cell.get("check", "")).split(" ")[0] in MULTI_GROUP_CHECK_IDS
+    groups = preset_groups(str(cell.get("preset")))  # a preset, or a layout a vLLM release builds in its place
+    return (groups or 0) > 1 or str(cell.get("check", "")).split(" ")[0] in MULTI_GROUP_CHECK_IDS
 
 
 def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
