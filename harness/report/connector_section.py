@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from harness.connector_checks import CHECKS
+from harness.failure_causes import cause_of
 from harness.failure_groups import cause_key, split_check
 from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
 from harness.report.labels import label, own_connector_label
@@ -100,7 +101,15 @@ def declares_hma(entries: list[dict[str, Any]]) -> bool:
 
 
 def _cause(entry: dict[str, Any]) -> str:
-    """A failing cell's root-cause key: its message without the check, the preset and the numbers."""
+    """A failing cell's root-cause key: the structured cause its check recorded (`harness.failure_causes`), never
+    its message's words; "" for a cell recorded without one (a cause no other cell can share)."""
+    cause = cause_of(entry)
+    return json.dumps(cause, sort_keys=True) if cause else ""
+
+
+def _shown_cause(entry: dict[str, Any]) -> str:
+    """A failing cell's cause as people read it: its message's first line without the check, the preset and the
+    numbers (shown, never compared)."""
     return cause_key(split_check((entry.get("message") or "").splitlines()[0] if entry.get("message") else "")[2])
 
 
@@ -138,7 +147,7 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     hma_failures = [e for e in multi if e["status"] == "failed" and _cause(e) not in single_causes]
     failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
                           if (e.get("cell") or {}).get("tier") == "MUST"}, key=_natural_key)
-    shared = sorted({_cause(e) for e in multi if e["status"] == "failed" and _cause(e) in single_causes})
+    shared = sorted({_shown_cause(e) for e in multi if e["status"] == "failed" and _cause(e) in single_causes})
     failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
                             if (e.get("cell") or {}).get("tier") != "MUST"}, key=_natural_key)
     declares = declares_hma(entries)

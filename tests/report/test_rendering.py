@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from harness.failure_causes import cause_record
 from harness.report import render_reports
 from harness.report.build import build_document
 from harness.report.connector_section import hma_verdict
@@ -240,12 +241,14 @@ def test_config_tests_without_a_cell_are_no_matrix_cases():
     assert extract_section(md, "config") == extract_section(plain, "config")
 
 
-def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description=""):
+def connector_entry(connector, check, tier, preset, status="passed", message=None, evidence=None, description="",
+                    cause=None):
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check}[{connector}-{preset}]", suite="connector",
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
                       message=message, not_applicable=na_record(status, message),
                       skip_cause=skip_cause_record(status, message),
-                      extra={"description": description or f"{check} description", "evidence": evidence})
+                      extra={"description": description or f"{check} description", "evidence": evidence,
+                             **({"cause": cause} if cause else {})})
 
 
 NOT_CAPABLE = "not HMA-capable: ExampleNonHMA does not declare SupportsHMA"
@@ -304,8 +307,12 @@ def test_connector_hma_verdicts():
 REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configuration: engine-driven mode"
 
 
+RAISED = cause_record("hook-raised", hook="build_connector_meta", role="scheduler", exception="AttributeError")
+DIFFERS = cause_record("expectation", site="test_data_path.test_c14_round_trip_bytes")
+
+
 @pytest.mark.parametrize(("cells", "expected"), [
-    # (check, preset, status, message) of a connector that declares SupportsHMA
+    # (check, preset, status, message[, the cause key its check recorded]) of a connector that declares SupportsHMA
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "passed", None)],
      "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset "
      "(1 multi-group cell of 1 check ran)."),
@@ -319,13 +326,21 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
      "✅ Vendor declares `SupportsHMA` and may: it passes every MUST check that applies on every multi-group preset "
      "(1 multi-group cell of 1 check ran)."),
     # a cause that fails single-group models too (a crash on every step) says nothing about HMA ...
-    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x' (request 12)"),
-      ("C14", "fa+swa", "failed", "C14 [fa+swa]: hook raised AttributeError: no field 'x' (request 345)")],
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x' (request 12)", RAISED),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: hook raised AttributeError: no field 'x' (request 345)", RAISED)],
      "❔ Vendor declares `SupportsHMA`, but the multi-group checks it fails fail on single-group models too (hook "
      "raised AttributeError: no field 'x' (request N)), so whether it may is unknown until that is fixed."),
-    # ... while a multi-group failure with a cause of its own does
-    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x'"),
-      ("C14", "fa+swa", "failed", "C14 [fa+swa]: block 3 of group 1 differs")],
+    # ... by the cause key the checks recorded, however the messages word it ...
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x'", RAISED),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: build_connector_meta raised AttributeError", RAISED)],
+     "❔ Vendor declares `SupportsHMA`, but the multi-group checks it fails fail on single-group models too "
+     "(build_connector_meta raised AttributeError), so whether it may is unknown until that is fixed."),
+    # ... while a multi-group failure with a cause of its own does, however alike the messages read
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: hook raised AttributeError: no field 'x'", RAISED),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: block 3 of group 1 differs", DIFFERS)],
+     "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C14."),
+    ([("C02", "fa_only", "failed", "C02 [fa_only]: block 3 of group 1 differs", RAISED),
+      ("C14", "fa+swa", "failed", "C14 [fa+swa]: block 3 of group 1 differs", DIFFERS)],
      "❌ Vendor declares `SupportsHMA` but must not: on multi-group models it fails MUST check(s) C14."),
     # a harness error is no evidence about the connector: beside a passing multi-group check ...
     ([("C01", "-", "passed", None), ("C02", "fa+swa", "error", None), ("C03", "fa+swa", "passed", None)],
@@ -351,8 +366,9 @@ REFUSED = "N/A: declares SupportsHMA, refuses multi-group models on this configu
      "engine-driven mode; no multi-group check applies."),
 ])
 def test_hma_verdict_of_a_declaring_connector(cells, expected):
-    entries = [connector_entry("Vendor", check, "MUST", preset, status=status, message=message)
-               for check, preset, status, message in cells]
+    entries = [connector_entry("Vendor", check, "MUST", preset, status=status, message=message,
+                               cause=cause[0] if cause else None)
+               for check, preset, status, message, *cause in cells]
     assert hma_verdict("Vendor", entries) == expected
 
 
