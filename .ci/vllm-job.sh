@@ -167,8 +167,9 @@ gap() {
     if [[ -n $STEPS && " $STEPS " != *" $2 "* ]]; then echo "not among KVCONFORM_CI_VLLM_STEPS ($STEPS)"; return; fi
     echo "${KNOWN_GAPS[$1:$2]:-}"
 }
-# Where the job installs a release when no prebuilt venvs are given.
-installed_venv() { echo ".cache/venvs/vllm-$1"; }
+# Where the job installs a release when no prebuilt venvs are given: the registry's venv_dir (where
+# scripts/install-vllm.sh and the tests look for it), relative to the checkout.
+installed_venv() { local venv; venv=$("$REGISTRY_PY" reference_impl/releases.py venv "$1") || return 1; echo "${venv#"$ROOT"/}"; }
 # Free GiB (rounded down) on the filesystem that holds PATH's nearest existing folder.
 free_gib() {
     local path=$1
