@@ -17,11 +17,18 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from reference_impl import releases
+from reference_impl.config.eras import ERAS
 
 REPO = Path(__file__).resolve().parents[1]
 FOO = '{"kv_connector": "FooConnector", "kv_role": "kv_both"}'
 BAD_ROLE = '{"kv_connector": "ExampleConnector", "kv_role": "both"}'
 NO_MODULE = '{"kv_connector": "C", "kv_role": "kv_both", "kv_connector_module_path": "no_such_module_xyz"}'
+# What a release refusal lists, from the release registry and the eras (a new era or profile is no edit here):
+# the profiles (rows marked profile, oldest first), then the other era ids, oldest first, and the known range.
+PROFILE_NAMES = list(releases.profiles())
+OTHER_ERAS = [era.id for era in ERAS if era.id not in PROFILE_NAMES]
+KNOWN_RANGE = f"{releases.RELEASES[0].version} to {'.'.join(map(str, releases.RELEASES[-1].key[:2]))}.x"
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ CATALOGUE = [
     Row("resolve-json-error-text", ("resolve", "-"), 2, "err",
         ("(Unterminated string starting at line 1 column 9)",), stdin='[{"id": "unterminated', absent=("at at",)),
     Row("version-latest", ("explain", "--vllm-version", "latest"), 2, "err",
-        ("profile (pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14, v0.17, v0.18, v0.19, v0.20, v0.21, v0.22, v0.23, v0.24, v0.25, v0.30)",)),
+        (f"profile ({', '.join(PROFILE_NAMES + OTHER_ERAS)})",)),
     # -- pytest options ---------------------------------------------------------------------------------------
     Row("kv-allocator-module-missing", ("--pyargs", "suites.allocator", "--kv-allocator", "nosuch.alloc:make_target"),
         4, "err", ("ERROR: --kv-allocator nosuch.alloc:make_target: module 'nosuch.alloc' does not import",), pytest=True),
@@ -128,9 +135,8 @@ CATALOGUE = [
     Row("report-kv-connector-class-unknown", ("report", "--kv-connector", "reference_impl.connector.template:Mine"),
         4, "err", ("has no attribute 'Mine'; it defines TemplateConnector, TemplateMetadata, Transfer",)),
     Row("report-version-unknown", ("report", "--vllm-version", "0.99"), 2, "err",
-        ("kvconform report: --vllm-version: '0.99' is outside the releases kvconform knows (0.10.0 to 0.34.x); "
-         "profiles: pre-seed, seed, v0.33, v0.34; or an era id: v0.10, v0.11, v0.14, v0.17, v0.18, v0.19, v0.20, v0.21, "
-         "v0.22, v0.23, v0.24, v0.25, v0.30",)),
+        (f"kvconform report: --vllm-version: '0.99' is outside the releases kvconform knows ({KNOWN_RANGE}); "
+         f"profiles: {', '.join(PROFILE_NAMES)}; or an era id: {', '.join(OTHER_ERAS)}",)),
     Row("diff-misspelled-option", ("diff", "base.json", "head.json", "--chnaged-only"), 2, "err",
         ("kvconform diff: unrecognized argument --chnaged-only; did you mean --changed-only?",)),
     Row("report-kv-allocator-after-dashes", ("report", "--", "--kv-allocator", "refrence"), 4, "err",

@@ -13,11 +13,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_reader_states_the_config_matrix_size():
-    """docs/reader.md: `kvconform report` runs "the config matrix (N tiny tests)", one test per cell."""
-    text = (REPO / "docs" / "reader.md").read_text(encoding="utf-8")
-    stated = re.search(r"the config matrix \(([\d,]+) tiny tests\)", text)
-    assert stated, "docs/reader.md no longer states the matrix size this test checks"
-    assert int(stated.group(1).replace(",", "")) == sum(1 for _ in matrix())
+    """docs/reader.md: `kvconform report` runs "the config matrix (tens of thousands of tiny tests", one test per
+    cell: stated as an order of magnitude, which a new era (about 2,000 cells) leaves true."""
+    assert _stated("docs/reader.md", r"the config matrix \((tens of thousands) of tiny tests, one per cell") == [
+        "tens of thousands"]
+    assert 10_000 <= sum(1 for _ in matrix()) < 100_000
 
 
 def _stated(page: str, pattern: str) -> list[str]:

@@ -7,6 +7,14 @@ import sys
 import pytest
 
 from harness.cli import main
+from reference_impl import releases
+
+# The release registry's rows, so a new release is not a hand edit here: the newest row (explain's default), the
+# minor after it (outside the known range) and the profiles (rows marked profile, oldest first).
+NEWEST_ROW = releases.RELEASES[-1]
+NEWEST_MINOR = ".".join(map(str, NEWEST_ROW.key[:2]))
+BEYOND = f"{NEWEST_ROW.key[0]}.{NEWEST_ROW.key[1] + 1}.0"
+PROFILE_NAMES = ", ".join(releases.profiles())
 
 LMCACHE = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}'
 
@@ -67,15 +75,16 @@ def test_explain_rejected_spelling_is_one_line_naming_the_releases_that_take_it(
 
 
 def test_explain_defaults_to_the_newest_release_and_says_so(capsys):
-    """Without --vllm-version: the newest era's release (0.34.0, where the README's --enable-... spelling
-    exists), named on the first line and in the JSON."""
+    """Without --vllm-version: the newest release of the registry (0.34.0 today, where the README's --enable-...
+    spelling exists), named on the first line and in the JSON."""
     code, out, _ = run(capsys, "explain", "--enable-hybrid-kv-cache-manager")
     assert code == 0
-    assert out.splitlines()[0].startswith("vLLM 0.34.0 (the newest release kvconform knows; --vllm-version picks another)")
+    assert out.splitlines()[0].startswith(
+        f"vLLM {NEWEST_ROW.version} (the newest release kvconform knows; --vllm-version picks another)")
     assert "result: HMA enabled" in out
     code, out, _ = run(capsys, "explain", "--json")
     payload = json.loads(out)
-    assert (payload["vllm_version"], payload["era"], payload["vllm_version_default"]) == ("0.34.0", "v0.34", True)
+    assert (payload["vllm_version"], payload["era"], payload["vllm_version_default"]) == (NEWEST_ROW.version, NEWEST_ROW.era, True)
     code, out, _ = run(capsys, "explain", "--json", "--vllm-version", "0.13.0")
     assert json.loads(out)["vllm_version_default"] is False
     code, out, _ = run(capsys, "explain", "--vllm-version", "0.13.0")
@@ -117,7 +126,7 @@ def test_explain_every_release_in_range(capsys):
 
 BAD_EXPLAIN = [
     (["--vllm-version", "0.9.0"], "vllm_version: '0.9.0' is outside"),
-    (["--vllm-version", "0.35.0"], "0.10.0 to 0.34.x"),
+    (["--vllm-version", BEYOND], f"{releases.RELEASES[0].version} to {NEWEST_MINOR}.x"),
     (["--vllm-version", "banana"], "vllm_version: 'banana'"),
     (["--platform", "mainframe"], "platform: 'mainframe' is not accepted; expected one of cuda"),
     (["--env", "NOEQUALS"], "--env: 'NOEQUALS'"),
@@ -128,7 +137,7 @@ BAD_EXPLAIN = [
     (["--platfrom", "rocm"], "unrecognized option --platfrom; did you mean --platform?"),
     (["--plat", "rocm"], "unrecognized option --plat; did you mean --platform?"),
     (["--vllm-versoin", "0.33.0"], "did you mean --vllm-version?"),
-    (["--vllm-version", "latest"], "(pre-seed, seed, v0.33, v0.34, v0.10, v0.11, v0.14"),
+    (["--vllm-version", "latest"], f"({PROFILE_NAMES}, v0.10, v0.11, v0.14"),
     (["--platform", "cdua"], "--platform: 'cdua' is not accepted; did you mean cuda?"),
     (["--vllm-version", "seeed"], "--vllm-version: 'seeed' is not accepted; did you mean seed?"),
     (["--stage", "confg"], "--stage: 'confg' is not accepted; did you mean config?"),

@@ -15,6 +15,12 @@ from harness.targets.vllm_install import INSTALL_HINT, import_vllm_modules, inst
 from reference_impl.releases import RELEASES
 from tests.targets.fake_vllm import IMPORTABLE
 
+# From the release registry, so a new release is no edit here: the first minor after its newest row (outside the
+# known range) and the range a refusal names.
+_NEWEST = RELEASES[-1].key
+BEYOND = f"{_NEWEST[0]}.{_NEWEST[1] + 1}.0"
+KNOWN_RANGE = f"{RELEASES[0].version} to {_NEWEST[0]}.{_NEWEST[1]}.x"
+
 
 def _refusal(call) -> str:
     """The one-line message of the UsageError (exit 4) that `call()` must raise."""
@@ -43,7 +49,7 @@ def test_not_installed_through_the_named_target(no_vllm_distribution):
 
 @pytest.mark.parametrize("version,why", [
     ("0.9.2", "outside"),
-    ("0.35.0", "outside"),
+    (BEYOND, "outside"),
     ("1.0.0", "outside"),
 ])
 def test_unsupported_release(fake_vllm, version, why):
@@ -57,14 +63,14 @@ def test_unsupported_release(fake_vllm, version, why):
 
 
 def test_unsupported_release_stops_the_named_target(fake_vllm):
-    fake_vllm("0.35.0", IMPORTABLE)
-    assert "installed vLLM 0.35.0 is not supported" in _refusal(lambda: load_config_target("vllm"))
+    fake_vllm(BEYOND, IMPORTABLE)
+    assert f"installed vLLM {BEYOND} is not supported" in _refusal(lambda: load_config_target("vllm"))
 
 
 def test_unreadable_version(fake_vllm):
     fake_vllm("dev", IMPORTABLE)
     message = _refusal(installed_vllm_version)
-    assert message == "cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in 0.10.0 to 0.34.x"
+    assert message == f"cannot read a release number from vLLM version 'dev'; accepted: X.Y.Z in {KNOWN_RANGE}"
 
 
 def test_local_suffix_is_dropped(fake_vllm):
