@@ -6,7 +6,8 @@ the bug the buggy connector of tests/connector/buggy.py named beside it carries 
 here carried into the smallest connector that passes the suite. `check` is the check written for the class; a
 mutant counts as caught when any check fails on it. Every `old` text occurs exactly once in the template (a test
 holds it), so an edit of the template that moves a rule makes that test fail rather than a mutant silently not
-apply.
+apply. A mutant runs under the template's declaration (`harness.targets.connector.template_declaration`), whose
+backdoors read the mutated instance's state, as they read the template's.
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.targets.connector.declaration import DECLARATION_KEY
-from harness.targets.connector.template_declaration import TemplateConnectorUnderTest
-
 TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "reference_impl" / "connector" / "template.py"
 TEMPLATE_CLASS = "TemplateConnector"
-# The template's declaration (harness.targets.connector.template_declaration) as the extra config of a run on the bare
-# class (a mutant is a copy of the class, named by `module:TemplateConnector`): its profile (a store that lives and
-# dies with its process, so C36 is N/A black-box), how it loads asynchronously, and which option sets the size of the
-# blocks it stores (C40).
-TEMPLATE_EXTRA_CONFIG = {DECLARATION_KEY: TemplateConnectorUnderTest().profile_fields()}
+# The template's declaration (its profile: a store that lives and dies with its process, so C36 is N/A black-box; how
+# it loads asynchronously; which option sets the size of the blocks it stores (C40); and its backdoors). A mutant is
+# run as that declaration of the mutated copy (`declaration_source`), as a vendor runs a copy of the template.
+DECLARATION_MODULE = "harness.targets.connector.template_declaration"
+DECLARATION_CLASS = "TemplateConnectorUnderTest"
 
 
 @dataclass(frozen=True)
@@ -154,3 +152,15 @@ def mutated_source(candidate: Mutant, source: str | None = None) -> str:
                              f"(expected once): {old.strip()[:80]!r}")
         text = text.replace(old, new)
     return text
+
+
+def declaration_source(module: str) -> str:
+    """A module declaring the mutated copy importable as `module` as the template is declared (its profile and its
+    backdoors, which read the mutant's own state): `DECLARATION_CLASS` names it, and the connector keeps the
+    template's class name, so cells and results name `TemplateConnector` as on the template."""
+    return (f'"""The template\'s declaration over the mutated copy `{module}` (kvconform mutate)."""\n\n'
+            f"from {DECLARATION_MODULE} import {DECLARATION_CLASS} as _Template\n"
+            f"from {module} import {TEMPLATE_CLASS}\n\n\n"
+            f"class {DECLARATION_CLASS}(_Template):\n"
+            f'    """The template\'s declaration, its connector the mutant."""\n\n'
+            f"    connector = {TEMPLATE_CLASS}\n")

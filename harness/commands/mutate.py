@@ -1,7 +1,8 @@
 """`kvconform mutate`: the connector suite's own mutation score. Each bug class of the project's catalogue
 (`harness/connector_mutants.py`) is injected into the template connector, one at a time, and the connector suite
-runs on the mutant as on a vendor's class (`--kv-connector module:Class`, the template's documented extra config,
-black-box unless `--backdoors on`); a mutant is caught when any check fails on it.
+runs on the mutant as on a vendor's copy of the template (`--kv-connector module:Declaration`: the template's
+declaration, its profile and its backdoors, over the mutated class; black-box unless `--backdoors on`); a mutant is
+caught when any check fails on it.
 
 Prints one line per mutant (caught or not caught, the check written for its class, the checks that failed) and the
 score. `--checks named` runs only the check written for each class (the quick sample CI runs); `--checks all` (the
@@ -36,8 +37,8 @@ def register(subparsers) -> None:
                         help="all (default): the whole connector suite on each mutant; named: only the check "
                              "written for its bug class")
     parser.add_argument("--backdoors", choices=("on", "off"), default="off",
-                        help="off (default): black-box, as a vendor without backdoors; on: the template's "
-                             "kvconform_* backdoors sharpen the checks that consult them")
+                        help="off (default): black-box, as a vendor without backdoors; on: the backdoors of the "
+                             "template's declaration sharpen the checks that consult them")
     parser.add_argument("-j", "--jobs", type=int, default=2, metavar="N", help="mutants run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=60, metavar="S",
                         help="per-check time limit in seconds (--kv-connector-timeout; default 60)")
@@ -50,16 +51,21 @@ def module_name(name: str) -> str:
     return "kvconform_mutant_" + name.replace("-", "_")
 
 
+def declaration_module(name: str) -> str:
+    """The importable module of the mutant's declaration (`harness.connector_mutants.declaration_source`)."""
+    return module_name(name) + "_declared"
+
+
 def suite_command(mutant_name: str, folder: Path, check: str, checks: str, backdoors: str,
                   timeout: float) -> list[str]:
     """The pytest command that runs the connector suite on one mutant, writing `folder/<module>.json`."""
-    from harness.connector_mutants import TEMPLATE_CLASS, TEMPLATE_EXTRA_CONFIG
+    from harness.connector_mutants import DECLARATION_CLASS
 
     module = module_name(mutant_name)
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "suites.connector", "-p", "no:cacheprovider", "-q",
            "-p", "no:randomly", "-p", "no:xdist", "--tb=no", "--kv-connector-timeout", f"{timeout:g}",
-           "--kv-connector-extra-config", json.dumps(TEMPLATE_EXTRA_CONFIG), "--kv-connector-backdoors", backdoors,
-           "--kvconform-results", str(folder / f"{module}.json"), "--kv-connector", f"{module}:{TEMPLATE_CLASS}"]
+           "--kv-connector-backdoors", backdoors, "--kvconform-results", str(folder / f"{module}.json"),
+           "--kv-connector", f"{declaration_module(mutant_name)}:{DECLARATION_CLASS}"]
     if checks == "named":
         cmd += ["-k", f"test_{check.lower()}_"]
     return cmd
@@ -77,7 +83,7 @@ def failing_checks(results: Path) -> list[str] | None:
 def run_mutants(names: list[str], checks: str, backdoors: str, jobs: int, timeout: float) -> list[dict]:
     """Run the suite on each mutant (`jobs` at once); one row per mutant: name, bug, check, twin, caught_by
     (None when its run wrote no results), seconds."""
-    from harness.connector_mutants import mutant, mutated_source
+    from harness.connector_mutants import declaration_source, mutant, mutated_source
 
     chosen = [mutant(name) for name in names]
     rows: dict[str, dict] = {}
@@ -90,6 +96,8 @@ def run_mutants(names: list[str], checks: str, backdoors: str, jobs: int, timeou
             while pending and len(running) < jobs:
                 candidate = pending.pop(0)
                 (folder / f"{module_name(candidate.name)}.py").write_text(mutated_source(candidate))
+                (folder / f"{declaration_module(candidate.name)}.py").write_text(
+                    declaration_source(module_name(candidate.name)))
                 cmd = suite_command(candidate.name, folder, candidate.check, checks, backdoors, timeout)
                 proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 running[candidate.name] = (proc, time.monotonic())
@@ -108,7 +116,7 @@ def summary(rows: list[dict], checks: str, backdoors: str) -> str:
     missed = [f"{r['name']} ({r['check']})" for r in rows if not r["caught_by"]]
     scope = "the whole suite" if checks == "all" else "the check written for each class"
     line = (f"mutation score: {len(caught)} of {len(rows)} bug classes caught ({scope}, backdoors {backdoors}, "
-            "the template's documented extra config)")
+            "the template's declaration)")
     return line + (f"; not caught: {', '.join(missed)}" if missed else "")
 
 

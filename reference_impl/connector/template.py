@@ -1,8 +1,14 @@
 """A minimal HMA connector to copy: the smallest connector in kvconform that passes the vendor suite.
 
-Copy this file, rename the class, put your backend where `_STORE` is, and run the suite on it:
+Copy this file and its declaration (`harness/targets/connector/template_declaration.py`: what the suite is told
+about it, and its optional backdoors), rename the classes, put your backend where `_STORE` is, and run the suite on
+the declaration (docs/vendor.md, "Your first hour"):
 
-    pytest --pyargs suites.connector --kv-connector mypkg.mod:MyConnector -n 2
+    pytest --pyargs suites.connector --kv-connector mypkg.declare:MyConnectorUnderTest -n 2
+
+The class carries only what vLLM calls: the suite's white-box hooks (`kvconform_*`) live on the declaration, which
+reaches into this connector's state (`store`, `_hashes`, `_key`, `_requests`) the way a test reaches into the code it
+tests.
 
 How it works. A prompt is cut into `chunk_size`-token chunks, each keyed by a SHA-256 chain over the tokens
 (`hashing.chunk_hashes`: stable across processes, salted by cache salt and LoRA). For every (chunk, KV cache
@@ -109,6 +115,8 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         self.world_size = int(vllm_config.parallel_config.tensor_parallel_size)
         self.rank = int(vllm_config.parallel_config.rank)
         self.num_blocks = int(kv_cache_config.num_blocks)
+        # The backend: every instance of the process reads and writes the one dict (a real connector: its client).
+        self.store = _STORE
         # scheduler side
         self._lookups: dict[str, int] = {}  # req_id -> num_computed_tokens of its last lookup
         self._requests: dict[str, _Request] = {}
@@ -132,7 +140,7 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _stored(self, group: GroupInfo, chunk_hash: bytes) -> bool:
         # C34: offer only what every TP rank can load.
-        return all(self._key(group.group_id, chunk_hash, r) in _STORE for r in range(self.world_size))
+        return all(self._key(group.group_id, chunk_hash, r) in self.store for r in range(self.world_size))
 
     def _positions(self, group: GroupInfo, chunk: int) -> list[int]:
         """Block-table positions the (chunk, group) object holds."""
@@ -288,7 +296,7 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
         if not isinstance(meta, TemplateMetadata):
             return
         for req_id, transfers in meta.loads.items():
-            objects = [_STORE.get(self._key(t.group_id, t.chunk_hash)) for t in transfers]
+            objects = [self.store.get(self._key(t.group_id, t.chunk_hash)) for t in transfers]
             if any(obj is None for obj in objects):
                 # C22: reported per request, never as block ids (vLLM raises on those with several groups); a
                 # failed load is a finished one too.
@@ -321,40 +329,11 @@ class TemplateConnector(KVConnectorBase_V1, SupportsHMA):
             group = self.groups[save.group_id]
             rows = self._rows(group, save.block_ids)
             # index_select copies: the object owns its bytes, whatever happens to the blocks next.
-            _STORE[self._key(save.group_id, save.chunk_hash)] = [kv.index_select(0, rows) for kv in self._tensors(group)]
+            key = self._key(save.group_id, save.chunk_hash)
+            self.store[key] = [kv.index_select(0, rows) for kv in self._tensors(group)]
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         """Loads finished (async, or failed) since the last call. No stores are pending, so nothing is sending."""
         results = KVConnectorTransferResults(finished_recving=self._finished_loads, failed_recving=self._failed_loads)
         self._finished_loads, self._failed_loads = set(), set()
         return results
-
-    # ---- optional: kvconform's backdoors (reference_impl/connector/backdoors.py) --------------------------------
-    # The suite decides every MUST check without them; they let it look inside for sharper evidence (C04, C07, C10,
-    # C11, C31, C36) and are what C08 (a SHOULD) needs. Delete them if your connector cannot offer them.
-    def kvconform_chunk_size(self) -> int:
-        """Tokens per stored object."""
-        return self.chunk_size
-
-    def kvconform_evict(self, request, group_id: int, chunk_index: int) -> None:
-        """Remove one (chunk, group) object on every rank, as an eviction would (a group never stored: nothing)."""
-        if group_id not in self.groups:
-            return
-        chunk_hash = self._hashes(request, (chunk_index + 1) * self.chunk_size)[chunk_index]
-        for rank in range(self.world_size):
-            _STORE.pop(self._key(group_id, chunk_hash, rank), None)
-
-    def kvconform_tracked_block_ids(self, req_id: str) -> tuple[list[int], ...] | None:
-        """The block tables tracked for `req_id`, per group."""
-        state = self._requests.get(req_id)
-        return tuple(list(t) for t in state.tables) if state is not None and state.tables else None
-
-    def kvconform_object_keys(self, request) -> list[str]:
-        """This rank's store keys of every full chunk of `request`, every group."""
-        hashes = self._hashes(request, len(request.all_token_ids))
-        return [self._key(gid, h) for h in hashes for gid in self.groups]
-
-    def kvconform_open_state(self) -> dict[str, int]:
-        """Per-request state: all 0 when no request is in flight."""
-        return {"lookups": len(self._lookups), "requests": len(self._requests), "failed": len(self._failed),
-                "loads_to_report": len(self._finished_loads)}

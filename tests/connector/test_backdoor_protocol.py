@@ -1,6 +1,6 @@
 """The backdoor contract (`reference_impl.connector.backdoors`): every `kvconform_*` method the suite asks
-for is declared in the Protocol, and the built-in connector offers exactly the declared ones, with the
-declared parameters."""
+for is declared in the Protocol, and the built-in connector (on its class) and the template's declaration (the
+connector instance after `self`) offer exactly the declared ones, with the declared parameters."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from reference_impl.connector.backdoors import BACKDOOR_METHODS, BACKDOOR_PREFIX, KVConformBackdoors
+from harness.targets.connector.template_declaration import TemplateConnectorUnderTest
 from reference_impl.connector.lmcache_like import LMCacheLikeConnector
 from harness.connector_checks import CHECKS
 
@@ -39,3 +40,13 @@ def test_the_builtin_connector_offers_exactly_the_declared_backdoors_with_their_
         ours = list(inspect.signature(getattr(LMCacheLikeConnector, name)).parameters)
         declared = list(inspect.signature(getattr(KVConformBackdoors, name)).parameters)
         assert ours == declared, f"{name}: {ours} != {declared}"
+
+
+def test_the_template_declaration_offers_exactly_the_declared_backdoors_with_the_connector_first():
+    offered = {name for name, value in vars(TemplateConnectorUnderTest).items()
+               if name.startswith(BACKDOOR_PREFIX) and callable(value)}
+    assert offered == set(BACKDOOR_METHODS)
+    for name in BACKDOOR_METHODS:
+        ours = list(inspect.signature(getattr(TemplateConnectorUnderTest, name)).parameters)
+        declared = list(inspect.signature(getattr(KVConformBackdoors, name)).parameters)
+        assert ours == ["self", "connector", *declared[1:]], f"{name}: {ours} != self, connector, {declared[1:]}"

@@ -138,6 +138,8 @@ def test_vllm_engine_cells_stay_out_of_the_connector_table():
 
 
 # ---- the suite on vLLM's scheduler -------------------------------------------------------------------
+# The template class bare, as shipped: no declaration, so no profile and no backdoors (they live on its declaration;
+# C08, a SHOULD that needs one, is then N/A on either engine alike).
 TEMPLATE = "reference_impl.connector.template:TemplateConnector"
 # Reviewed: where the template's verdict differs between the engines, and why. kvconform's engine accepts a failed
 # *synchronous* load reported in failed_recving with its finished_recving (a documented deviation in

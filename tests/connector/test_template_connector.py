@@ -1,18 +1,20 @@
 """The template connector a vendor copies (`reference_impl/connector/template.py`, docs/vendor.md "Your first
 hour") and the built-in connectors pass the whole connector suite, and no MUST check of theirs goes quiet. The
-template runs as a vendor's class does (`--kv-connector module:Class`) with the extra config docs/vendor.md
-recommends for it (`TEMPLATE_EXTRA_CONFIG`: its profile, a store that lives and dies with its process, and how it
-loads asynchronously, so the checks that exercise asynchronous loads (C10, C20, C21, C27, C29) load
-asynchronously); the built-ins run with their own configuration (a private store per check, a disk tier for C36).
+template runs as a vendor's copy does, through its declaration (`--kv-connector module:Declaration`,
+harness/targets/connector/template_declaration.py: its profile, a store that lives and dies with its process, and
+how it loads asynchronously, so the checks that exercise asynchronous loads (C10, C20, C21, C27, C29) load
+asynchronously; and its backdoors); the built-ins run with their own configuration (a private store per check, a
+disk tier for C36).
 
-* the template twice, started together: with its `kvconform_*` backdoors, and with them hidden
+* the template twice, started together: with the `kvconform_*` backdoors of its declaration, and with them hidden
   (`--kv-connector-backdoors off`), as a vendor who deletes them runs it; the built-ins once, as `kvconform report`
   runs them;
 * every check of the catalogue runs, none fails or errors, and only the reviewed skips below happen (SHOULD checks,
   and MUST checks only as "N/A" by the declared profile);
 * **no MUST check decides nothing**: a MUST cell that skips for a reason the connector's profile does not imply
   ("inconclusive: ...", a missing backdoor) fails these tests (`vacuous_cells`); the fourth run shows it on a
-  deliberately vacuous C36 (the template without its store-scope declaration, backdoors off);
+  deliberately vacuous C36 (the bare template class, its declaration's profile but the store scope given as extra
+  config, backdoors off);
 * every multi-group preset ran and passed: the template declares `SupportsHMA`, so none is skipped as "not
   HMA-capable".
 
@@ -33,11 +35,13 @@ from reference_impl.config.objects import KVTransferConfig
 from reference_impl.engine.core import EngineConfig, EngineCore
 from reference_impl.engine.presets import PRESETS
 from harness.connector_checks import CHECKS
-from harness.connector_mutants import TEMPLATE_EXTRA_CONFIG
+from harness.targets.connector.declaration import DECLARATION_KEY
+from harness.targets.connector.template_declaration import TemplateConnectorUnderTest
 from tests.connector.suite_process import results_by_test, run_together, suite_command, vacuous_cells
 from tests.once import once_per_session
 
-TEMPLATE = "reference_impl.connector.template:TemplateConnector"
+TEMPLATE = "harness.targets.connector.template_declaration:TemplateConnectorUnderTest"
+BARE_TEMPLATE = "reference_impl.connector.template:TemplateConnector"
 BACKDOOR_MODES = ("on", "off")
 BUILTINS = sorted(BUILTIN_CONNECTORS)
 
@@ -65,14 +69,16 @@ def suite_runs(folder: Path) -> dict[str, dict]:
     alone on the template without its store-scope declaration: four pytest processes, started together.
 
     Returns run -> {"returncode", "stdout" (its tail), "results": test name -> results.json entry}."""
-    without_scope = {"kvconform": {k: v for k, v in TEMPLATE_EXTRA_CONFIG["kvconform"].items() if k != "store_scope"}}
-    commands = {mode: suite_command(folder / f"{mode}.json", [TEMPLATE], extra_config=json.dumps(TEMPLATE_EXTRA_CONFIG),
-                                    backdoors=mode) for mode in BACKDOOR_MODES}
+    profile = TemplateConnectorUnderTest().profile_fields()
+    without_scope = {DECLARATION_KEY: {k: v for k, v in profile.items() if k != "store_scope"}}
+    commands = {mode: suite_command(folder / f"{mode}.json", [TEMPLATE], extra_config="{}", backdoors=mode)
+                for mode in BACKDOOR_MODES}
     # The built-ins as `kvconform report` runs them (their backdoors on: black-box, the simulated lookup latency of
     # C05 makes every lookup of the chunk-size probe wait out CheckContext.ASK_TIMEOUT_S, minutes per check).
     commands["builtins"] = suite_command(folder / "builtins.json", BUILTINS, extra_config="{}", backdoors="on")
-    commands["undeclared"] = suite_command(folder / "undeclared.json", [TEMPLATE], extra_config=json.dumps(without_scope),
-                                           backdoors="off", selection=["test_c36"])
+    commands["undeclared"] = suite_command(folder / "undeclared.json", [BARE_TEMPLATE],
+                                           extra_config=json.dumps(without_scope), backdoors="off",
+                                           selection=["test_c36"])
     return {mode: {"returncode": status, "stdout": stdout[-3000:], "results": results_by_test(folder / f"{mode}.json")}
             for mode, (status, stdout) in run_together(commands).items()}
 
