@@ -6,7 +6,7 @@ whatever the name says (`load_results` looks at the first bytes).
 
 A results document is one JSON object::
 
-    {"format": "kvconform-results", "schema_version": 3,
+    {"format": "kvconform-results", "schema_version": 4,
      "run_info": {...},             # the run (for a merged file: a summary of the runs)
      "runs": [{...}, ...],          # every run's own run_info (one entry for a single run)
      "results": [entry, ...]}
@@ -32,9 +32,12 @@ stays "skipped"; the record says why, so no reader parses the message. Older fil
 and preset apart from its reason) get the skip causes and those fields their wording implies
 (`harness.outcomes.legacy_skip_cause`, `legacy_fields`), so they render and diff as they always did.
 
-A config entry's `actual` is an outcome of `kvconform resolve`'s schema; its messages carry their
-ids (`warning_ids`, one per warning, and the error's `id`: `reference_impl.config.message_ids`), assigned by the
-target that met the texts. A config outcome written before outcomes carried ids is labelled as it is read.
+A config entry's `actual` (and the oracle's `expected`) is an outcome of `kvconform resolve`'s schema, the typed
+outcome's JSON form (`reference_impl.config.outcome.Outcome`): each warning `{"id", "text"}`, the error
+`{"id", "type", "stage", "text"}`, the ids given by the target that met the texts. Schema 4 is that form; files of
+schemas 1 to 3 kept the warnings as texts (their ids in `warning_ids` beside them, or none before ids were given) and
+the error's text under `message`: their config outcomes are read into the typed form as they are loaded
+(`reference_impl.config.outcome.upgrade`), so they render and diff against newer files as they always did.
 
 Two entries describe the same *cell* when their suite and cell agree (or, without a cell, their test ids);
 `merge` and `diff` compare cells by their *outcome*: the status and the target's actual result.
@@ -55,10 +58,13 @@ from harness.outcomes import KINDS, SKIP_KINDS, legacy_fields, legacy_record, le
 FORMAT = "kvconform-results"
 GZIP_SUFFIX = ".gz"
 _GZIP_MAGIC = b"\x1f\x8b"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Schemas this kvconform reads: 1 lacks the `not_applicable` record, 2 the `skip_cause` record and the record's
-#: `check` and `preset` (read from the skip's message instead).
-READABLE_SCHEMAS = (1, 2, 3)
+#: `check` and `preset` (read from the skip's message instead); 1 to 3 keep config outcomes in the older form (read
+#: into the typed one).
+READABLE_SCHEMAS = (1, 2, 3, 4)
+#: The first schema whose config outcomes are in the typed form.
+TYPED_OUTCOMES_SCHEMA = 4
 STATUSES = ("passed", "failed", "skipped", "error")
 #: What `status_of` tells apart: a skip with a `not_applicable` record is not applicable.
 NOT_APPLICABLE = "not applicable"
@@ -267,21 +273,22 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
         if cause is not None and (not isinstance(cause, dict) or cause.get("kind") not in SKIP_KINDS):
             raise _bad_field(path, f"{where}.skip_cause", cause,
                              f"null or an object whose kind is one of {', '.join(SKIP_KINDS)}")
-        _label_legacy_outcome(entry)
+        if schema < TYPED_OUTCOMES_SCHEMA:
+            _upgrade_config_outcomes(entry)
     return ResultsDocument(run_info=run_info, results=results, runs=runs)
 
 
-def _label_legacy_outcome(entry: dict[str, Any]) -> None:
-    """A config outcome recorded before targets labelled their messages (no `warning_ids`), labelled now as its
-    target would have (`reference_impl.config.message_ids.label_outcome`): the one place a results file's message
-    texts are read for their ids, so files written before render and diff as they always did."""
-    actual = entry["actual"]
-    if entry["suite"] != "config" or not isinstance(actual, dict) or "warnings" not in actual:
+def _upgrade_config_outcomes(entry: dict[str, Any]) -> None:
+    """A config entry's outcomes of an older schema (`actual`, and `expected` or the part of it a compacted entry
+    keeps) in the typed outcome's form, their messages given the ids their target would have given: the one place
+    a results file's message texts are read for their ids."""
+    if entry["suite"] != "config":
         return
-    from reference_impl.config.message_ids import WARNING_IDS, label_outcome  # only for such files
+    from reference_impl.config.outcome import upgrade  # only for such files
 
-    if WARNING_IDS not in actual:
-        label_outcome(actual)
+    for key in ("actual", "expected"):
+        if isinstance(entry[key], dict):
+            upgrade(entry[key])
 
 
 def load_results(path: str | os.PathLike) -> ResultsDocument:

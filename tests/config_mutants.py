@@ -7,6 +7,7 @@ implementation bug would.
 from __future__ import annotations
 
 from reference_impl.config import resolve_case
+from reference_impl.config.outcome import Message, OutcomeError
 
 
 def ignores_kv_events_in_seed(case: dict) -> dict:
@@ -42,7 +43,11 @@ def _flag(case: dict):
 
 
 def _error(message: str, stage: str = "config", kind: str = "ValueError"):
-    return {"type": kind, "message": message, "stage": stage}
+    return OutcomeError.met(kind, stage, message).to_dict()
+
+
+def _warning(text: str) -> dict:
+    return Message.met(text).to_dict()
 
 
 def absent_fails_for_connectors(case: dict) -> dict:
@@ -72,10 +77,10 @@ def names_the_cause(case: dict) -> dict:
     """Control for INV-CFG-05: the explicit-enable error also names the cause (what a fixed release would say)."""
     outcome = resolve_case(case)
     error = outcome.get("error")
-    if error and "explicitly enabled" in error["message"]:
+    if error and "explicitly enabled" in error["text"]:
         causes = [word for key, word in (("kv_events", "KV events"), ("attention_chunk_size", "chunked local attention"))
                   if case.get(key)] or ["the platform"]
-        return {**outcome, "error": {**error, "message": f"{error['message']} Cause: {', '.join(causes)}."}}
+        return {**outcome, "error": {**error, "text": f"{error['text']} Cause: {', '.join(causes)}."}}
     return outcome
 
 
@@ -86,7 +91,7 @@ def _has_kv_events(case: dict) -> bool:
 def events_disable_hma(case: dict) -> dict:
     """Any KV events config turns HMA off, enabled or not (INV-CFG-06)."""
     return _mutate(case, lambda c, o: {**o, "resolved_disable_hma": True, "warnings": [*o["warnings"],
-        "Turning off hybrid kv cache manager because of the KV events config."]}
+        _warning("Turning off hybrid kv cache manager because of the KV events config.")]}
         if _has_kv_events(c) and _flag(c) is not True else None)
 
 
@@ -98,7 +103,7 @@ def offloading_turns_hma_off(case: dict) -> dict:
 def connectors_disable_hma(case: dict) -> dict:
     """Flag absent + any connector: HMA off, capable or not (INV-CFG-08)."""
     return _mutate(case, lambda c, o: {**o, "resolved_disable_hma": True, "warnings": [*o["warnings"],
-        "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."]}
+        _warning("Turning off hybrid kv cache manager because `--kv-transfer-config` is set.")]}
         if _flag(c) is None and c.get("kv_connector") else None)
 
 
@@ -131,9 +136,9 @@ def hints_a_missing_flag(case: dict) -> dict:
     """The explicit-enable error of the seed names --enable-hybrid-kv-cache-manager, which 0.13 refuses (INV-CFG-13)."""
     outcome = resolve_case(case)
     error = outcome.get("error")
-    if error and "--no-disable-hybrid-kv-cache-manager" in error["message"]:
-        message = error["message"].replace("--no-disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager")
-        return {**outcome, "error": {**error, "message": message}}
+    if error and "--no-disable-hybrid-kv-cache-manager" in error["text"]:
+        text = error["text"].replace("--no-disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager")
+        return {**outcome, "error": {**error, "text": text}}
     return outcome
 
 
@@ -144,8 +149,8 @@ def silent_disable(case: dict) -> dict:
 
 def warns_but_keeps_hma(case: dict) -> dict:
     """A connector warning that HMA is turned off, while it stays on (INV-CFG-15)."""
-    return _mutate(case, lambda c, o: {**o, "warnings": [*o["warnings"], "Turning off hybrid kv cache manager because "
-        "`--kv-transfer-config` is set."]} if c.get("kv_connector") and o["resolved_disable_hma"] is False else None)
+    return _mutate(case, lambda c, o: {**o, "warnings": [*o["warnings"], _warning("Turning off hybrid kv cache manager "
+        "because `--kv-transfer-config` is set.")]} if c.get("kv_connector") and o["resolved_disable_hma"] is False else None)
 
 
 def creation_flips_the_decision(case: dict) -> dict:

@@ -302,13 +302,13 @@ def test_oracle_explicit_hma_with_non_hma_connector_errors_at_factory():
     factory = expected_outcome(case("v0.33", False, "cpu", "ExampleConnector", stage="create_connector")).outcome
     assert config["error"] is None and config["resolved_disable_hma"] is False, f"§7.3: config should build with HMA on, got {config}"
     assert factory["error"]["stage"] == "create_connector", f"§7.3: the factory should raise, got {factory}"
-    assert "does not support HMA but HMA is enabled" in factory["error"]["message"], f"§7.3: wrong factory error {factory['error']}"
+    assert "does not support HMA but HMA is enabled" in factory["error"]["text"], f"§7.3: wrong factory error {factory['error']}"
 
 
 def test_oracle_hisparse_rejects_disabled_hma():
     """§7.4: HiSparse + disable_hybrid_kv_cache_manager=True on CUDA raises 'requires the hybrid KV cache manager'."""
     error = expected_outcome(case("v0.33", True, "cuda", hisparse=True)).outcome["error"]
-    assert error and error["type"] == "ValueError" and "requires the hybrid KV cache manager" in error["message"], (
+    assert error and error["type"] == "ValueError" and "requires the hybrid KV cache manager" in error["text"], (
         f"§7.4: expected ValueError 'requires the hybrid KV cache manager', got {error}"
     )
 

@@ -14,6 +14,7 @@ from reference_impl.config.eras import (ERAS, ERAS_BY_ID, PROFILES, VLLM_REGISTE
                                          resolve_era)
 from reference_impl.config.errors import HMAConfigError
 from reference_impl.config.factory import KVConnectorFactory, packages_assumed_installed
+from reference_impl.config.outcome import Outcome
 from reference_impl.config.rules import RULES
 from reference_impl.config.vllm_cli import build_parser as vllm_parser, normalise
 from reference_impl.vocabulary import CASE_DEFAULTS, LAYER_KINDS, PLATFORM_CHOICES, STAGES
@@ -261,33 +262,33 @@ def describe(case: dict, result: dict, extra_lines: list[str] = (), defects: lis
         f"vLLM flags: {' '.join(case['cli_args']) or '(none)'}",
         "",
     ]
-    if result["error"]:
-        error = result["error"]
-        lines.append(f"result: {error['type']} at stage {error['stage']}")
-        lines.append(f"  {error['message']}")
-    elif result["unknown"]:
+    typed = Outcome.from_dict(result)
+    if typed.error:
+        lines.append(f"result: {typed.error.type} at stage {typed.error.stage}")
+        lines.append(f"  {typed.error.text}")
+    elif typed.unknown:
         lines.append("result: unknown")
-        lines.append(f"  {result['unknown']}")
+        lines.append(f"  {typed.unknown}")
     else:
-        value = result["resolved_disable_hma"]
+        value = typed.resolved_disable_hma
         state = "HMA enabled" if value is False else "HMA disabled"
         lines.append(f"result: {state} (disable_hybrid_kv_cache_manager = {value}), through stage {case['stage']}")
-    if "kv_cache_groups_not_evaluated" in result["rules"]:
+    if "kv_cache_groups_not_evaluated" in typed.rules:
         lines.append(f"  KV cache groups: not evaluated (stage {case['stage']} ends before kv_cache_groups)")
-    for group in result.get("kv_cache_groups") or ():
+    for group in typed.kv_cache_groups or ():
         lines.append(f"  KV cache group: {group['kind']} layers {group['layers']} (block size {group['block_size']}, {group['page_size_bytes']} bytes per block per layer)")
     if extra_lines:
         lines.extend(extra_lines)
     lines.append("")
-    if result["warnings"]:
+    if typed.warnings:
         lines.append("warnings, in the order vLLM logs them:")
-        lines.extend(f"  {n}. {text}" for n, text in enumerate(result["warnings"], 1))
+        lines.extend(f"  {n}. {text}" for n, text in enumerate(typed.warning_texts, 1))
     else:
         lines.append("warnings: none")
     lines.append("")
     lines.append("rules that fired:")
     pending = list(defects)
-    for rule in result["rules"]:
+    for rule in typed.rules:
         lines.append(f"  - {rule}: {RULES.get(rule, rule)}")
         for defect in [d for d in pending if not d.rules or rule in d.rules]:
             lines.append(f"    {defect.marker()}")
@@ -312,8 +313,9 @@ def run(args) -> int:
     refuse_unrecognized(parsed)
     with packages_assumed_installed(assumed):
         result = C.run_case(parsed)
-        if result["error"] and result["error"]["stage"] == "input":
-            raise UsageError(f"kvconform explain: {result['error']['message']}")
+        error = Outcome.from_dict(result).error
+        if error and error.stage == "input":
+            raise UsageError(f"kvconform explain: {error.text}")
         # the invariants' related cases are answered under the same assumption
         defects = defects_of({**case, "vllm_version": parsed.vllm_version, "platform": parsed.platform}, result)
     if args.json:

@@ -24,7 +24,7 @@ import pytest
 from harness.golden import GoldenStore
 from harness.plugins.activation import TARGET_ENV, is_active
 from harness.plugins.results import add_run_info
-from harness.target_spec import TargetError, load_config_target
+from harness.target_spec import KINDS, TargetError, load_config_target
 
 DEFAULT_TARGET = "reference_impl.config:resolve_case"
 _WIRE_KEY = "kvconform_golden"
@@ -79,20 +79,24 @@ def _check_shape(spec: str, target: Any) -> dict:
     return outcome
 
 
-def _labelling(target: Callable[[dict], dict]) -> Callable[[dict], dict]:
-    """A foreign target whose outcomes carry no message ids, with each outcome labelled as it comes back (the
-    harness meets its texts there); the built-in targets label their own (`reference_impl.config.message_ids`)."""
-    from reference_impl.config.message_ids import WARNING_IDS, label_outcome
+def _typed(target: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """A foreign target, each outcome it returns in an older form (its warnings as texts, the error's text under
+    `message`) read into the typed outcome's form as it comes back, its messages given their ids there (the
+    harness meets its texts there, `reference_impl.config.outcome.upgrade`); one in that form comes back as it is."""
+    from reference_impl.config.outcome import OutcomeShapeError, upgrade
 
     @functools.wraps(target)  # keeps what the target says of itself (its `era`, `describe`)
-    def labelled(case: dict) -> dict:
+    def typed(case: dict) -> dict:
         outcome = target(case)
-        return label_outcome(outcome) if isinstance(outcome, dict) and WARNING_IDS not in outcome else outcome
+        try:
+            return upgrade(outcome) if isinstance(outcome, dict) else outcome
+        except OutcomeShapeError:  # no outcome of any form: the matrix says what the target returned
+            return outcome
 
     for name in ("era", "describe"):
-        if hasattr(target, name) and not hasattr(labelled, name):
-            setattr(labelled, name, getattr(target, name))
-    return labelled
+        if hasattr(target, name) and not hasattr(typed, name):
+            setattr(typed, name, getattr(target, name))
+    return typed
 
 
 def load_target(option: str | None) -> ConfigTarget:
@@ -105,11 +109,10 @@ def load_target(option: str | None) -> ConfigTarget:
         except pytest.UsageError as exc:
             return ConfigTarget(DEFAULT_TARGET, None, "n/a", True, unavailable=f"reference resolver unavailable: {exc}")
         return ConfigTarget(DEFAULT_TARGET, target, version, True)
-    from reference_impl.config.message_ids import WARNING_IDS
-
     target, version = _load_callable(spec)
-    if WARNING_IDS not in _check_shape(spec, target):
-        target = _labelling(target)
+    _check_shape(spec, target)
+    if spec != DEFAULT_TARGET and spec not in KINDS["config"].builtins:  # the built-in targets return the typed form
+        target = _typed(target)
     return ConfigTarget(spec, target, version, spec == DEFAULT_TARGET)
 
 

@@ -26,7 +26,7 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.defects import defect_marker
 from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
-from reference_impl.config.message_ids import WARNING_IDS
+from reference_impl.config.outcome import Message, Outcome, OutcomeError, OutcomeShapeError
 from reference_impl.vocabulary import FLAGS, NO_CONNECTOR, NO_FEATURES, PLATFORMS, STAGES
 
 SUITE = "config"
@@ -83,48 +83,54 @@ def _stage_rank(stage: Any) -> int:
     return _STAGE_RANK.get(stage, -1)
 
 
-def _warning_note(text: str, ident: str | None) -> str:
-    return f"{ident} (warning): {text}" if ident else f"warning: {text}"
+def _warning_note(warning: Message) -> str:
+    return f"{warning.id} (warning): {warning.text}" if warning.id else f"warning: {warning.text}"
 
 
-def error_note(error: dict[str, Any]) -> str:
+def error_note(error: OutcomeError) -> str:
     """'E-F: ValueError at stage create_connector: Connector X does not support HMA ...' (the id the target gave
-    the error, `reference_impl.config.message_ids`)."""
-    message = str(error.get("message") or "")
-    kind, stage = error.get("type", "error"), error.get("stage", "?")
-    ident = error.get("id")
-    text = f"{kind} at stage {stage}: {message}" if message.strip() else f"{kind} at stage {stage}, with no message"
-    return f"{ident}: {text}" if ident else text
+    the error)."""
+    kind, stage = error.type or "error", error.stage or "?"
+    text = (f"{kind} at stage {stage}: {error.text}" if error.text.strip()
+            else f"{kind} at stage {stage}, with no message")
+    return f"{error.id}: {text}" if error.id else text
+
+
+def _typed(outcome: dict[str, Any]) -> Outcome:
+    """The typed outcome of a recorded one; an empty one (no resolved value, error or unknown reason) for a value
+    a broken target returned that is none."""
+    try:
+        return Outcome.from_dict(outcome)
+    except OutcomeShapeError:
+        return Outcome()
 
 
 def outcome_cell(outcome: dict[str, Any]) -> Cell:
-    """The symbol, word and notes for one outcome in the `kvconform resolve` schema, its messages labelled
-    with the ids the target gave them (`warning_ids`, the error's `id`)."""
-    texts = outcome.get("warnings") or ()
-    idents = outcome.get(WARNING_IDS) or ()
-    warnings = tuple(_warning_note(str(text), idents[n] if n < len(idents) else None) for n, text in enumerate(texts))
-    if outcome.get("unknown"):
-        return Cell(UNKNOWN, "unknown", (f"unknown: {outcome['unknown']}",) + warnings)
-    error = outcome.get("error")
+    """The symbol, word and notes for one outcome (the typed outcome's JSON form,
+    `reference_impl.config.outcome`), its messages named by the ids the target gave them."""
+    typed = _typed(outcome)
+    warnings = tuple(_warning_note(warning) for warning in typed.warnings)
+    if typed.unknown:
+        return Cell(UNKNOWN, "unknown", (f"unknown: {typed.unknown}",) + warnings)
+    error = typed.error
     if error:
-        ident = error.get("id")
-        return Cell(f"{ERROR} {ident or error.get('type', 'error')}", "error", warnings + (error_note(error),))
-    resolved = outcome.get("resolved_disable_hma")
-    if resolved is False:
+        return Cell(f"{ERROR} {error.id or error.type or 'error'}", "error", warnings + (error_note(error),))
+    if typed.resolved_disable_hma is False:
         return Cell(ON, "on", warnings)
-    if resolved is True:
+    if typed.resolved_disable_hma is True:
         return Cell(OFF, "off", warnings)
     return Cell(UNKNOWN, "unknown", ("no outcome: neither a resolved value, an error nor an unknown reason",))
 
 
 def outcome_signature(outcome: dict[str, Any]) -> tuple:
     """What makes two outcomes the same for the 'what changed' table (rule ids are an explanation, not an outcome)."""
-    error = outcome.get("error") or {}
+    typed = _typed(outcome)
+    error = typed.error
     return (
-        outcome.get("resolved_disable_hma"),
-        tuple(outcome.get("warnings") or ()),
-        (error.get("type"), error.get("stage"), error.get("message")) if error else None,
-        outcome.get("unknown"),
+        typed.resolved_disable_hma,
+        typed.warnings,
+        (error.type, error.stage, error.id, error.text) if error else None,
+        typed.unknown,
     )
 
 
@@ -152,6 +158,11 @@ class Configuration:
         entry = self.shown()
         actual = entry.get("actual")
         return actual if isinstance(actual, dict) and entry["status"] != "skipped" else None
+
+    def outcome(self) -> Outcome | None:
+        """The typed outcome of the deepest stage's entry; None when it recorded none (it was skipped)."""
+        outcome = self._outcome()
+        return None if outcome is None else _typed(outcome)
 
     def cell(self) -> Cell:
         if self._cell is None:

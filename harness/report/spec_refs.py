@@ -1,7 +1,7 @@
 """Links from spec references to `docs/rules.md`: section references and message ids.
 
 The section references the oracle cites (§2.2, "connector spec section 4.2") and the message ids the targets
-label their warnings and errors with (W-B1, E-F, ...: `reference_impl.config.message_ids`; the ids are declared
+give their warnings and errors (W-B1, E-F, ...: `reference_impl.config.outcome`; the ids are declared
 in `reference_impl.vocabulary.MESSAGES`) become links to that page.
 """
 

@@ -118,10 +118,10 @@ def _ranges(series: list[tuple[str, _Outcome | None]]) -> list[tuple[str, str, _
 
 def _missing_package(name: str, era: str, configuration: Configuration) -> Any:
     """The PackageImport whose absence is the whole of this configuration's outcome, else None."""
-    actual = configuration.shown().get("actual") or {}
-    error = actual.get("error") or {}
+    outcome = configuration.outcome()
+    error = outcome.error if outcome is not None else None
     imports = resolve_era(ERA_RELEASES.get(era, era))[0].package_imported_by(name) if era in ERA_RELEASES else None
-    if imports is not None and error and (error.get("type"), error.get("id")) == (imports.vllm_type, imports.message_id):
+    if imports is not None and error and (error.type, error.id) == (imports.vllm_type, imports.message_id):
         return imports
     return None
 
@@ -156,9 +156,8 @@ def _config_outcome(name: str | None, era: str, platform: str, configuration: Co
     if word is None:
         return None
     cell = configuration.cell()
-    actual = configuration.shown().get("actual") or {}
-    error = actual.get("error") or {}
-    if cell.kind == "error" and error.get("id") == UNREGISTERED_ID:
+    outcome = configuration.outcome()
+    if cell.kind == "error" and outcome is not None and outcome.error and outcome.error.id == UNREGISTERED_ID:
         return _Outcome(NOT_REGISTERED, "")
     imports = _missing_package(name, era, configuration) if name else None
     if imports is not None:

@@ -2,9 +2,8 @@
 
 A case describes one configuration (docs/reference.md, "The resolve schema"; parsed into a `Case` by
 `reference_impl.config.case`); an outcome is what the reference engine does with it:
-`{"id", "resolved_disable_hma", "warnings", "warning_ids", "error", "rules", "unknown"}`, the error
-`{"type", "message", "stage", "id"}` (the ids: `reference_impl.config.message_ids`). `resolve_case` never raises
-for a bad case: the outcome's error then has stage "input".
+an `Outcome` (`reference_impl.config.outcome`), whose JSON form `resolve_case` returns. `resolve_case` never
+raises for a bad case: the outcome's error then has stage "input".
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any
 from reference_impl.config import eras as E, messages
 from reference_impl.config.errors import HMAConfigError, UnknownOutcome
 from reference_impl.config.factory import KVConnectorFactory
-from reference_impl.config.message_ids import label_outcome
 from reference_impl.config.objects import (
     AttentionConfig,
     CacheConfig,
@@ -28,6 +26,7 @@ from reference_impl.config.objects import (
     SchedulerConfig,
     SpeculativeConfig,
 )
+from reference_impl.config.outcome import Outcome, OutcomeError
 from reference_impl.config.resolution import SUPPORT_UNKNOWN, VllmConfig, create_connector
 from reference_impl.config.vllm_cli import parse_cli
 from reference_impl.config.case import Case, CaseError, parse_case
@@ -50,8 +49,9 @@ def unregistered_names(kv_transfer: dict[str, Any] | None, era) -> list[str]:
     return found
 
 
-def _apply_cli(case: Case, given: dict[str, Any]) -> Case:
-    """The case with its command line's values in place of its own fields."""
+def apply_command_line(case: Case, given: dict[str, Any]) -> Case:
+    """The case with the values its command line gives (`given`, as `parse_cli` returns them) in place of its own
+    fields (the command line itself kept: `Case.cli_args`)."""
     changes: dict[str, Any] = {"flag": given["flag"]}
     if "kv_transfer_config" in given:
         ktc = given["kv_transfer_config"]
@@ -59,8 +59,9 @@ def _apply_cli(case: Case, given: dict[str, Any]) -> Case:
             "kv_connector": ktc.get("kv_connector"),
             "kv_role": ktc.get("kv_role"),
             "kv_connector_module_path": ktc.get("kv_connector_module_path"),
-            "kv_connector_extra_config": dict(ktc.get("kv_connector_extra_config") or {}),
         }
+        if ktc.get("kv_connector_extra_config") is not None:  # as `parse_case` writes a connector: extra when given
+            changes["kv_transfer"]["kv_connector_extra_config"] = dict(ktc["kv_connector_extra_config"])
     if "kv_events_config" in given:
         changes["kv_events"] = True
     if isinstance(given.get("speculative_config"), dict):
@@ -80,7 +81,7 @@ def command_line_applied(case: Case) -> Case:
     if case.cli_args is None:
         return case
     try:
-        return _apply_cli(case, parse_cli(list(case.cli_args), E.ERAS_BY_ID[case.era]))
+        return apply_command_line(case, parse_cli(list(case.cli_args), E.ERAS_BY_ID[case.era]))
     except HMAConfigError:
         return case
 
@@ -110,20 +111,10 @@ def build_vllm_config(case: Case, era: E.Era | None = None) -> VllmConfig:
     )
 
 
-def outcome(case_id, resolved=None, warnings=(), error=None, rules=(), unknown=None, groups=None) -> dict[str, Any]:
-    """An outcome dict in the schema's key order (`kv_cache_groups` only when that stage ran), its messages
-    labelled with their ids (`message_ids.label_outcome`)."""
-    result = {
-        "id": case_id,
-        "resolved_disable_hma": resolved,
-        "warnings": list(warnings),
-        "error": error,
-        "rules": list(dict.fromkeys(rules)),
-        "unknown": unknown,
-    }
-    if groups is not None:
-        result["kv_cache_groups"] = groups
-    return label_outcome(result)
+def outcome(case_id, resolved=None, warnings=(), error: OutcomeError | None = None, rules=(), unknown=None,
+            groups=None) -> dict[str, Any]:
+    """The JSON form of the outcome the resolver met (`Outcome.met`: each warning given its id), each rule once."""
+    return Outcome.met(case_id, resolved, warnings, error, dict.fromkeys(rules), unknown, groups).to_dict()
 
 
 def group_kv_cache(case: Case, era: E.Era, cfg: VllmConfig, res) -> list[dict]:
@@ -151,7 +142,7 @@ def run_case(case: Case, era: E.Era | None = None) -> dict[str, Any]:
         if case.cli_args is not None:
             given = parse_cli(list(case.cli_args), era)
             prefix.append("cli_parsed")
-            case = _apply_cli(case, given)
+            case = apply_command_line(case, given)
             if case.stage == "cli_parse":
                 return outcome(case.id, resolved=case.flag, rules=prefix)
             if given.get("speculative_config") is not None and not isinstance(given["speculative_config"], dict):
@@ -171,7 +162,7 @@ def run_case(case: Case, era: E.Era | None = None) -> dict[str, Any]:
         return outcome(case.id, resolved=resolved, warnings=res.warnings, rules=prefix + res.rules, groups=groups)
     except HMAConfigError as exc:
         res = getattr(exc, "resolution", None)
-        error = {"type": exc.vllm_type, "message": exc.message, "stage": exc.stage}
+        error = OutcomeError.met(exc.vllm_type, exc.stage, exc.message)
         if res is None:
             return outcome(case.id, error=error, rules=prefix)
         return outcome(case.id, warnings=res.warnings, error=error, rules=prefix + res.rules)
@@ -200,15 +191,15 @@ def _same_either_way(case: Case, era: E.Era) -> dict[str, Any] | None:
 
 def input_error(case_id: Any, message: str) -> dict[str, Any]:
     """The outcome for a case that does not follow the schema."""
-    return outcome(case_id, error={"type": "ValueError", "message": message, "stage": "input"})
+    return outcome(case_id, error=OutcomeError.met("ValueError", "input", message))
 
 
 def internal_error(case_id: Any, exc: BaseException) -> dict[str, Any]:
     """The outcome of a case the resolver itself failed on (a bug in kvconform, not vLLM's answer): the
     exception on one line, so one broken case never takes a batch down with it."""
     text = " ".join(str(exc).split())
-    return outcome(case_id, error={"type": "InternalError", "message": f"{type(exc).__name__}: {text}".rstrip(": "),
-                                   "stage": "internal"})
+    return outcome(case_id, error=OutcomeError.met("InternalError", "internal",
+                                                   f"{type(exc).__name__}: {text}".rstrip(": ")))
 
 
 def resolve_case(case: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Which declared message a warning or error text is: the id a target assigns where it meets the text.
 
-A config outcome carries its messages' ids (`error["id"]`, and `warning_ids` beside `warnings`, one per
-warning, None for a text that is none of the declared messages): the reference resolver and the vLLM target
-assign them once, when they build the outcome (`label_outcome`), so the report, `diff` and `explain` read ids and
+A config outcome carries its messages' ids (each warning's `id` and the error's, None for a text that is none of
+the declared messages): the reference resolver and the vLLM target assign them once, where they meet the text
+(`reference_impl.config.outcome.Message.met`, `OutcomeError.met`), so the report, `diff` and `explain` read ids and
 never message text. The ids are those `reference_impl.vocabulary.MESSAGES` declares (config-rules.md names them:
 §1.3, §2.4, §3.4 and the errors of §3.3/§10). Each pattern is a short distinctive fragment of its text, so a
 release that rewords the rest of a message keeps its id (reviewed against the texts of every release in
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any
 
 # (id, pattern) in the order they are tried; the first match wins.
 _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile(pattern, re.S)) for ident, pattern in (
@@ -51,8 +50,6 @@ _MESSAGE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((ident, re.compile
 EMPTY_ASSERTION_ID = "E-MULTI-NO-CONNECTORS"
 #: Every id a text can be given (each declared in `reference_impl.vocabulary.MESSAGES`).
 IDENTIFIED = frozenset(ident for ident, _ in _MESSAGE_PATTERNS) | {EMPTY_ASSERTION_ID}
-#: The outcome key of the warnings' ids, one per entry of `warnings`.
-WARNING_IDS = "warning_ids"
 
 
 @lru_cache(maxsize=4096)  # the same few texts recur across a matrix's cells: each is matched once
@@ -65,21 +62,3 @@ def identify(text: str, error_type: str | None = None) -> str | None:
         if pattern.search(text):
             return ident
     return None
-
-
-def label_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
-    """`outcome` (a config outcome: `warnings` a list of texts, `error` None or {type, message, stage}) with
-    its messages' ids: `warning_ids` after `warnings`, `id` in the error. Returns the same dict."""
-    warnings = outcome.get("warnings") or []
-    labelled = {}
-    for key, value in outcome.items():
-        labelled[key] = value
-        if key == "warnings":
-            labelled[WARNING_IDS] = [identify(str(text)) for text in warnings]
-    labelled.setdefault(WARNING_IDS, [identify(str(text)) for text in warnings])
-    error = outcome.get("error")
-    if isinstance(error, dict):
-        labelled["error"] = {**error, "id": identify(str(error.get("message") or ""), error.get("type"))}
-    outcome.clear()
-    outcome.update(labelled)
-    return outcome

@@ -16,6 +16,7 @@ import inspect
 from typing import Any
 
 from reference_impl.config.case import Case, parse_case
+from reference_impl.config.outcome import Message, OutcomeError
 from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
@@ -28,7 +29,9 @@ HISPARSE_CONNECTOR = "HiSparseConnector"
 
 @dataclasses.dataclass(frozen=True)
 class Expectation:
-    """What the spec predicts for one case: the outcome dict and the rules that led there."""
+    """What the spec predicts for one case: the outcome (the typed outcome's JSON form without `id` and `rules`,
+    each message with the id of the table's entry it comes from and the text the target's must contain) and the
+    rules that led there."""
 
     outcome: dict[str, Any]
     because: tuple[str, ...]
@@ -38,7 +41,7 @@ class _Raised(Exception):
     def __init__(self, message_id: str, stage: str, **fields: str):
         super().__init__(message_id)
         entry = messages()[message_id]
-        self.error = {"type": entry["type"], "message": message_text(message_id, **fields), "stage": stage}
+        self.error = OutcomeError(message_id, entry["type"], stage, message_text(message_id, **fields))
         self.message_id = message_id
 
 
@@ -97,7 +100,7 @@ class _Evaluation:
         self.table = table
         self.case = case
         self.platform_supported = platform_supported
-        self.warnings: list[str] = []
+        self.warnings: list[Message] = []
         self.because: list[str] = []
         self.spec = table["spec"]
 
@@ -106,7 +109,7 @@ class _Evaluation:
         self.because.append(text)
 
     def warn(self, message_id: str, **fields: str) -> None:
-        self.warnings.append(message_text(message_id, **fields))
+        self.warnings.append(Message(message_id, message_text(message_id, **fields)))
         self.note(f"logs {message_id}")
 
     def env(self, name: str) -> str | None:
@@ -481,7 +484,14 @@ class _Evaluation:
         if case.stage == "create_connector":
             if created is not None:
                 self.create_connector(created, hma_enabled=not resolved)
-        return {"resolved_disable_hma": resolved, "warnings": list(self.warnings), "error": None, "unknown": None}
+        return _expected(resolved, self.warnings)
+
+
+def _expected(resolved: bool | None = None, warnings: list[Message] = (), error: OutcomeError | None = None,
+              unknown: str | None = None) -> dict[str, Any]:
+    """An expected outcome in the typed outcome's JSON form (`id` and `rules` are the caller's)."""
+    return {"resolved_disable_hma": resolved, "warnings": [message.to_dict() for message in warnings],
+            "error": None if error is None else error.to_dict(), "unknown": unknown}
 
 
 def _outcome_for(table: dict, case: Case, platform_supported: bool) -> Expectation:
@@ -489,10 +499,10 @@ def _outcome_for(table: dict, case: Case, platform_supported: bool) -> Expectati
     try:
         outcome = evaluation.run()
     except _Raised as raised:
-        evaluation.note(f"raises {raised.message_id} at stage {raised.error['stage']}")
-        outcome = {"resolved_disable_hma": None, "warnings": list(evaluation.warnings), "error": raised.error, "unknown": None}
+        evaluation.note(f"raises {raised.message_id} at stage {raised.error.stage}")
+        outcome = _expected(None, evaluation.warnings, raised.error)
     except _Unknown as unknown:
-        outcome = {"resolved_disable_hma": None, "warnings": [], "error": None, "unknown": str(unknown)}
+        outcome = _expected(unknown=str(unknown))
     return Expectation(outcome=outcome, because=tuple(evaluation.because))
 
 
@@ -512,6 +522,4 @@ def expected_outcome(case: Case | dict) -> Expectation:
     if supported.outcome == unsupported.outcome:
         return Expectation(supported.outcome, supported.because + (f"{platform}: same outcome with or without HMA support",))
     reason = f"{platform}'s support_hybrid_kv_cache() lives outside vLLM in this era (§3.6, §8.13) and the outcome depends on it"
-    return Expectation(
-        {"resolved_disable_hma": None, "warnings": [], "error": None, "unknown": reason}, (reason,)
-    )
+    return Expectation(_expected(unknown=reason), (reason,))

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from reference_impl.config.outcome import Outcome, OutcomeShapeError
 from suites.config.matrix import Cell
 from suites.config.oracle import Expectation
 from suites.config.tables import messages
@@ -28,8 +29,8 @@ def installed_missing_package(outcome: dict) -> str | None:
     has that package installed; None otherwise."""
     import importlib.util
 
-    error = outcome.get("error") or {}
-    found = _MISSING_PACKAGE.search(str(error.get("message") or ""))
+    error = Outcome.from_dict(outcome).error
+    found = _MISSING_PACKAGE.search(error.text if error is not None else "")
     package = found and (found["package"] or found["install"])
     if package and importlib.util.find_spec(package.split(".")[0]) is not None:
         return package
@@ -82,54 +83,68 @@ def message_label(text: str) -> str:
     return json.dumps(text)
 
 
+def _typed(outcome: Any) -> Outcome | None:
+    """`outcome` read as the typed outcome; None for a value that is none."""
+    try:
+        return Outcome.from_dict(outcome)
+    except OutcomeShapeError:
+        return None
+
+
 def summarize(outcome: Any) -> str:
-    """A one-line, readable summary of an outcome (the golden file's value)."""
-    if not isinstance(outcome, dict):
+    """A one-line, readable summary of an outcome (the golden file's value): the messages by the oracle's own
+    reading of their texts (`message_label`)."""
+    typed = _typed(outcome)
+    if typed is None:
         return f"malformed {type(outcome).__name__}"
-    if outcome.get("unknown"):
+    if typed.unknown:
         return "unknown"
-    warnings = " ".join(message_label(text) for text in outcome.get("warnings") or [])
-    error = outcome.get("error")
+    warnings = " ".join(message_label(text) for text in typed.warning_texts)
+    error = typed.error
     if error:
-        head = f"error {error.get('type')}@{error.get('stage')} {message_label(str(error.get('message')))}"
+        head = f"error {error.type}@{error.stage} {message_label(str(error.text))}"
     else:
-        resolved = outcome.get("resolved_disable_hma")
+        resolved = typed.resolved_disable_hma
         head = {False: "on", True: "off"}.get(resolved, f"resolved={resolved!r}")
     return f"{head} | warn {warnings}" if warnings else head
 
 
-def _describe(outcome: dict) -> str:
-    if outcome.get("unknown"):
-        return f"unknown ({outcome['unknown']})"
-    if outcome.get("error"):
-        error = outcome["error"]
-        return f"{error.get('type')} at stage {error.get('stage')}: {error.get('message')!r}"
-    return f"resolved_disable_hma={outcome.get('resolved_disable_hma')!r}"
+def _describe(outcome: Outcome) -> str:
+    if outcome.unknown:
+        return f"unknown ({outcome.unknown})"
+    if outcome.error:
+        error = outcome.error
+        return f"{error.type} at stage {error.stage}: {error.text!r}"
+    return f"resolved_disable_hma={outcome.resolved_disable_hma!r}"
 
 
 def outcome_mismatches(expected: dict, actual: Any) -> list[str]:
     """Each way `actual` differs from `expected`: resolved value, warnings (in order, each expected text a
-    substring of the actual one), error type / message (substring) / stage, and unknown-ness."""
-    if not isinstance(actual, dict) or any(key not in actual for key in OUTCOME_KEYS):
+    substring of the actual one), error type / text (substring) / stage, and unknown-ness. The texts are judged;
+    the ids are the target's reading of its own texts."""
+    typed = _typed(actual) if isinstance(actual, dict) and all(key in actual for key in OUTCOME_KEYS) else None
+    if typed is None:
         return [f"target returned {actual!r}, not an outcome with keys {', '.join(OUTCOME_KEYS)}"]
+    want_outcome = Outcome.from_dict(expected)
     problems = []
-    if bool(expected["unknown"]) != bool(actual["unknown"]):
-        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
+    if bool(want_outcome.unknown) != bool(typed.unknown):
+        problems.append(f"expected {_describe(want_outcome)}, got {_describe(typed)}")
         return problems
-    if expected["unknown"]:
+    if want_outcome.unknown:
         return problems
-    want_error, got_error = expected["error"], actual["error"]
+    want_error, got_error = want_outcome.error, typed.error
     if (want_error is None) != (got_error is None):
-        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
+        problems.append(f"expected {_describe(want_outcome)}, got {_describe(typed)}")
     elif want_error is not None:
         for field in ("type", "stage"):
-            if want_error[field] != got_error.get(field):
-                problems.append(f"error {field}: expected {want_error[field]!r}, got {got_error.get(field)!r}")
-        if want_error["message"] not in str(got_error.get("message")):
-            problems.append(f"error message: expected it to contain {want_error['message']!r}, got {got_error.get('message')!r}")
-    elif expected["resolved_disable_hma"] != actual["resolved_disable_hma"]:
-        problems.append(f"expected {_describe(expected)}, got {_describe(actual)}")
-    want, got = expected["warnings"], list(actual["warnings"] or [])
+            if getattr(want_error, field) != getattr(got_error, field):
+                problems.append(f"error {field}: expected {getattr(want_error, field)!r}, got "
+                                f"{getattr(got_error, field)!r}")
+        if want_error.text not in str(got_error.text):
+            problems.append(f"error message: expected it to contain {want_error.text!r}, got {got_error.text!r}")
+    elif want_outcome.resolved_disable_hma != typed.resolved_disable_hma:
+        problems.append(f"expected {_describe(want_outcome)}, got {_describe(typed)}")
+    want, got = want_outcome.warning_texts, typed.warning_texts
     if len(want) != len(got) or any(w not in g for w, g in zip(want, got)):
         want_ids = [message_label(text) for text in want]
         got_ids = [message_label(text) for text in got]

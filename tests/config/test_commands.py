@@ -51,7 +51,7 @@ def test_explain_json(capsys):
     payload = json.loads(out)
     assert payload["resolved_disable_hma"] is True
     assert payload["era"] == "seed" and payload["vllm_version"] == "0.13.0"
-    assert [w[:40] for w in payload["warnings"]] == [
+    assert [w["text"][:40] for w in payload["warnings"]] == [
         "There is a latency regression when using",
         "Turning off hybrid kv cache manager beca",
     ]
@@ -183,11 +183,11 @@ def test_resolve_batch_with_a_bad_case(capsys, monkeypatch):
     assert outcomes[3]["resolved_disable_hma"] is True
     # a module path that does not import is vLLM's answer, at the stage the seed factory imports it
     # (no declared message: its id is null)
-    assert outcomes[4]["error"] == {"type": "ModuleNotFoundError", "message": "No module named 'no'", "stage": "create_connector",
-                                    "id": None}
+    assert outcomes[4]["error"] == {"id": None, "type": "ModuleNotFoundError", "stage": "create_connector",
+                                    "text": "No module named 'no'"}
     for index, needle in [(1, "flag: 'yes'"), (2, "surprise"), (5, "vllm_version: '1.0.0'"), (6, "multi_connector_children"), (7, "case:")]:
         error = outcomes[index]["error"]
-        assert error["stage"] == "input" and needle in error["message"], (index, error)
+        assert error["stage"] == "input" and needle in error["text"], (index, error)
 
 
 @pytest.mark.parametrize("text, message", [

@@ -50,5 +50,5 @@ def test_no_marker_where_no_defect_produced_the_outcome(capsys, release, argv):
 def test_an_explicit_enable_refused_for_disabled_kv_events_names_both_defects(capsys):
     payload = json.loads(explain(capsys, "--vllm-version", "0.13.0", "--json", "--no-disable-hybrid-kv-cache-manager",
                                  "--kv-events-config", DISABLED_EVENTS))
-    assert payload["error"]["message"].startswith("Hybrid KV cache manager was explicitly enabled")
+    assert payload["error"]["text"].startswith("Hybrid KV cache manager was explicitly enabled")
     assert [d["id"] for d in payload["defects"]] == ["VLLM-CFG-01", "VLLM-CFG-04"]

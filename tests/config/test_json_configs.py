@@ -145,7 +145,7 @@ def test_errors_render_on_one_line():
 ])
 def test_the_command_line_stops_with_vllms_message(profile, option, text, message):
     outcome = resolve_case({"profile": profile, "cli_args": [option, text]})
-    assert outcome["error"] == {"type": "SystemExit", "message": message, "stage": "cli_parse", "id": None}, outcome
+    assert outcome["error"] == {"id": None, "type": "SystemExit", "stage": "cli_parse", "text": message}, outcome
 
 
 @pytest.mark.parametrize("profile", ["seed", "v0.33"])
@@ -160,17 +160,17 @@ def test_an_unknown_key_before_0_33_and_an_empty_value_are_no_error(profile):
     # vLLM formats its own json.loads into the message; here it is this process's
     ("v0.33", ["--speculative-config", "{bad"],
      {"type": "SystemExit", "stage": "cli_parse",
-      "message": f"argument --speculative-config/-sc: Value {{bad cannot be converted to {json.loads}."}),
+      "text": f"argument --speculative-config/-sc: Value {{bad cannot be converted to {json.loads}."}),
     ("seed", ["--speculative-config", "{bad"],
      {"type": "SystemExit", "stage": "cli_parse",
-      "message": f"argument --speculative-config: Value {{bad cannot be converted to {json.loads}."}),
+      "text": f"argument --speculative-config: Value {{bad cannot be converted to {json.loads}."}),
     ("seed", ["--speculative-config", "[1]"],
      {"type": "ValidationError", "stage": "config",
-      "message": "1 validation error for VllmConfig: speculative_config: Input should be a dictionary or an instance "
+      "text": "1 validation error for VllmConfig: speculative_config: Input should be a dictionary or an instance "
                  "of SpeculativeConfig"}),
     ("v0.33", ["--hf-overrides", "{bad}"],
      {"type": "SystemExit", "stage": "cli_parse",
-      "message": f"argument --hf-overrides: Value {{bad}} cannot be converted to {json.loads}."}),
+      "text": f"argument --hf-overrides: Value {{bad}} cannot be converted to {json.loads}."}),
     ("v0.33", ["--speculative-config", "None"], None),
     ("seed", ["--speculative-config", ""], None),
     ("seed", ["--hf-overrides", "{bad"], None),  # not object-shaped: kept as a string

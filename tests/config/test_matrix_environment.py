@@ -10,7 +10,8 @@ from suites.config.test_matrix import _skip_if_the_missing_package_is_installed
 
 
 def _error(message: str) -> dict:
-    return {"error": {"type": "ModuleNotFoundError", "message": message, "stage": "config"}}
+    return {"resolved_disable_hma": None, "warnings": [], "unknown": None,
+            "error": {"id": None, "type": "ModuleNotFoundError", "stage": "config", "text": message}}
 
 
 def test_an_installed_package_skips_the_cell():
@@ -20,7 +21,7 @@ def test_an_installed_package_skips_the_cell():
 
 def test_a_missing_package_keeps_the_cell():
     _skip_if_the_missing_package_is_installed(_error("No module named 'kvconform_absent_package'"))
-    _skip_if_the_missing_package_is_installed({"error": None})
+    _skip_if_the_missing_package_is_installed({**_error(""), "error": None})
     _skip_if_the_missing_package_is_installed(_error("Connector X does not support HMA"))
 
 

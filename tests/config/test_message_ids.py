@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from reference_impl.config.cases import resolve_case
-from reference_impl.config.message_ids import WARNING_IDS, identify, label_outcome
+from reference_impl.config.message_ids import identify
+from reference_impl.config.outcome import Outcome, upgrade
 
 
 # Texts copied from config-rules.md §1.3, §2.4, §3.4 and the errors of suites/config/tables/messages.toml.
@@ -49,20 +50,44 @@ def test_message_ids(text, error_type, ident):
 
 
 def test_an_outcome_carries_the_ids_of_its_messages():
-    """The reference labels what it logs and raises: W-B1 for the seed connector warning, E-F for the factory."""
+    """The reference gives what it logs and raises its id: W-B1 for the seed connector warning, E-F for the factory."""
     warned = resolve_case({"id": "w", "vllm_version": "0.13.0", "kv_connector": "ExampleConnector",
                            "kv_role": "kv_both", "stage": "config"})
-    assert warned["warnings"] and warned[WARNING_IDS] == ["W-B1"]
+    assert [w["id"] for w in warned["warnings"]] == ["W-B1"] and "--kv-transfer-config" in warned["warnings"][0]["text"]
     refused = resolve_case({"id": "e", "vllm_version": "0.13.0", "kv_connector": "ExampleConnector",
                             "kv_role": "kv_both", "flag": False, "stage": "create_connector"})
-    assert refused["error"]["id"] == "E-F" and refused[WARNING_IDS] == [], refused
+    assert refused["error"]["id"] == "E-F" and refused["warnings"] == [], refused
+    assert list(refused["error"]) == ["id", "type", "stage", "text"]
 
 
-def test_labelling_keeps_the_outcome_and_adds_ids_after_the_warnings():
-    outcome = {"id": 1, "resolved_disable_hma": True, "warnings": ["Hybrid KV cache manager is disabled for this "
-               "hybrid model, This means ...", "something else"], "error": None, "rules": [], "unknown": None}
-    labelled = label_outcome(dict(outcome))
-    assert list(labelled) == ["id", "resolved_disable_hma", "warnings", WARNING_IDS, "error", "rules", "unknown"]
-    assert labelled[WARNING_IDS] == ["W-U", None]
-    error = label_outcome({**outcome, "warnings": [], "error": {"type": "AssertionError", "message": "", "stage": "x"}})
-    assert error["error"] == {"type": "AssertionError", "message": "", "stage": "x", "id": "E-MULTI-NO-CONNECTORS"}
+_OLDER = {"id": 1, "resolved_disable_hma": True, "warnings": ["Hybrid KV cache manager is disabled for this hybrid "
+          "model, This means ...", "something else"], "error": None, "rules": [], "unknown": None}
+
+
+def test_an_outcome_of_the_older_form_is_read_with_the_ids_its_target_would_give():
+    """Results files of schema 1 kept warnings as texts and the error's text under `message`, without ids."""
+    typed = Outcome.from_dict(dict(_OLDER))
+    assert typed.warning_ids == ("W-U", None) and typed.warning_texts == tuple(_OLDER["warnings"])
+    assert list(typed.to_dict()) == ["id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"]
+    error = Outcome.from_dict({**_OLDER, "warnings": [], "error": {"type": "AssertionError", "message": "",
+                                                                  "stage": "x"}}).error
+    assert error.to_dict() == {"id": "E-MULTI-NO-CONNECTORS", "type": "AssertionError", "stage": "x", "text": ""}
+
+
+def test_the_ids_an_older_outcome_carries_are_kept():
+    """Schema 2 kept the ids beside the texts (`warning_ids`, the error's `id`): those are read, not given again."""
+    older = {**_OLDER, "warning_ids": ["W-X", None], "error": {"type": "ValueError", "message": "m", "stage": "config",
+                                                               "id": "E-Y"}}
+    assert upgrade(older) == {"id": 1, "resolved_disable_hma": True, "warnings": [
+        {"id": "W-X", "text": _OLDER["warnings"][0]}, {"id": None, "text": "something else"}],
+        "error": {"id": "E-Y", "type": "ValueError", "stage": "config", "text": "m"}, "rules": [], "unknown": None}
+
+
+def test_the_typed_form_reads_back_as_it_was_written():
+    outcome = resolve_case({"id": "w", "vllm_version": "0.13.0", "kv_connector": "ExampleConnector",
+                            "kv_role": "kv_both", "stage": "config", "attention_chunk_size": 8})
+    assert Outcome.from_dict(outcome).to_dict() == outcome
+    assert upgrade(dict(outcome)) == outcome
+    text = "Hybrid KV cache manager is disabled for this hybrid model"
+    # a compacted results entry keeps only the part of `expected` that differs from `actual`
+    assert upgrade({"rules": ["x"], "warnings": [text]}) == {"rules": ["x"], "warnings": [{"id": "W-U", "text": text}]}

@@ -267,7 +267,7 @@ def test_rule(row_id, case, expected):
         else:
             assert result["error"] is not None, f"expected {want[0]} at {want[2]} containing {want[1]!r}; {where}"
             assert (result["error"]["type"], result["error"]["stage"]) == (want[0], want[2]), where
-            assert want[1] in result["error"]["message"], where
+            assert want[1] in result["error"]["text"], where
             assert result["resolved_disable_hma"] is None, where
     else:
         assert result["error"] is None, where
@@ -279,14 +279,14 @@ def test_rule(row_id, case, expected):
     if "resolved" in expected and expected.get("error") is None:
         assert result["resolved_disable_hma"] is expected["resolved"], where
     if "warnings" in expected:
-        got = result["warnings"]
+        got = [warning["text"] for warning in result["warnings"]]
         assert len(got) == len(expected["warnings"]), f"expected warnings {expected['warnings']}; {where}"
         for want_id, text in zip(expected["warnings"], got):
             assert T.WARNINGS[want_id] in text, f"expected {want_id} in this position; {where}"
     if "warning_has" in expected:
-        assert any(expected["warning_has"] in text for text in result["warnings"]), where
+        assert any(expected["warning_has"] in w["text"] for w in result["warnings"]), where
     if "warning_absent" in expected:
-        assert not any(expected["warning_absent"] in text for text in result["warnings"]), where
+        assert not any(expected["warning_absent"] in w["text"] for w in result["warnings"]), where
 
 
 # --- kv_cache_groups stage (config-rules.md 2.5 item 2, 3.5 item 4; hybrid-allocator.md 3.6) -------------
@@ -307,13 +307,13 @@ GROUP_ROWS = [
 @pytest.mark.parametrize("era, flag, layers, expected", GROUP_ROWS, ids=[f"{e}-{f}-{'+'.join(l)}" for e, f, l, _ in GROUP_ROWS])
 def test_kv_cache_groups_stage(era, flag, layers, expected):
     result = resolve_case({"profile": era, "flag": flag, "layers": layers, "stage": "kv_cache_groups"})
-    wu_logged = any("Hybrid KV cache manager is disabled for this hybrid model" in w for w in result["warnings"])
+    wu_logged = any("Hybrid KV cache manager is disabled for this hybrid model" in w["text"] for w in result["warnings"])
     if expected[0] == "groups":
         assert result["error"] is None, result
         assert sorted({g["kind"] for g in result["kv_cache_groups"]}) == sorted(expected[1]), result
         assert wu_logged is expected[2], result
     else:
-        assert result["error"] == {"type": "ValueError", "message": expected[1], "stage": "kv_cache_groups"} or (
-            expected[1] in result["error"]["message"] and result["error"]["stage"] == "kv_cache_groups"
+        assert result["error"] == {"id": None, "type": "ValueError", "stage": "kv_cache_groups", "text": expected[1]} or (
+            expected[1] in result["error"]["text"] and result["error"]["stage"] == "kv_cache_groups"
         ), result
         assert wu_logged is expected[2], f"W-U before the error: {expected[2]}; {result}"

@@ -19,7 +19,7 @@ from reference_impl.config.eras import ERAS, PROFILES, VLLM_REGISTERED_CONNECTOR
 from reference_impl.vocabulary import LAYER_KINDS, OUTCOME_ONLY_STAGES, PLATFORMS, STAGES
 from suites.config.external_connectors import MODULE_PATH
 
-OUTCOME_KEYS = {"id", "resolved_disable_hma", "warnings", "warning_ids", "error", "rules", "unknown"}
+OUTCOME_KEYS = {"id", "resolved_disable_hma", "warnings", "error", "rules", "unknown"}
 ERROR_STAGES = {*STAGES, *OUTCOME_ONLY_STAGES}
 NAMES = sorted({info.name for info in VLLM_REGISTERED_CONNECTORS} | {"FooConnector", "LMCacheLikeConnector", ""})
 EXTERNAL = ["ExternalHMAConnector", "ExternalPlainConnector", "LegacyTwoArgConnector", "RenamedMultiConnector",
@@ -97,13 +97,14 @@ def assert_schema(result, case_id) -> None:
     assert isinstance(result, dict) and set(result) - {"kv_cache_groups"} == OUTCOME_KEYS, result
     assert result["id"] == case_id
     assert result["resolved_disable_hma"] in (None, True, False)
-    assert isinstance(result["warnings"], list) and all(isinstance(w, str) for w in result["warnings"])
+    assert isinstance(result["warnings"], list) and all(set(w) == {"id", "text"} and isinstance(w["text"], str)
+                                                        for w in result["warnings"])
     assert isinstance(result["rules"], list) and all(isinstance(r, str) for r in result["rules"])
     assert result["unknown"] is None or isinstance(result["unknown"], str)
     error = result["error"]
     if error is not None:
-        assert set(error) == {"type", "message", "stage", "id"} and error["stage"] in ERROR_STAGES, error
-        assert isinstance(error["message"], str)
+        assert list(error) == ["id", "type", "stage", "text"] and error["stage"] in ERROR_STAGES, error
+        assert isinstance(error["text"], str)
         assert result["resolved_disable_hma"] is None and result["unknown"] is None
     if result["unknown"] is not None:
         assert result["resolved_disable_hma"] is None
@@ -138,8 +139,8 @@ def test_an_internal_error_is_that_cases_outcome_and_the_batch_goes_on(monkeypat
     results = C.resolve_cases([{"id": "a", "flag": True}, {"id": "boom"}, {"id": "c", "flag": False}])
     assert [r["id"] for r in results] == ["a", "boom", "c"]
     assert results[0]["resolved_disable_hma"] is True and results[2]["resolved_disable_hma"] is False
-    assert results[1]["error"] == {"type": "InternalError", "message": "RuntimeError: a bug over two lines", "stage": "internal",
-                                   "id": None}
+    assert results[1]["error"] == {"id": None, "type": "InternalError", "stage": "internal",
+                                   "text": "RuntimeError: a bug over two lines"}
     for result, case_id in zip(results, ["a", "boom", "c"]):
         assert_schema(result, case_id)
 

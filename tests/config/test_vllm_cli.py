@@ -38,7 +38,7 @@ def test_cli_parse(era, argv, want):
     if want == REJECTED:
         assert result["error"] is not None, f"{era} should reject {argv}: {result}"
         assert result["error"]["type"] == "SystemExit" and result["error"]["stage"] == "cli_parse", result
-        assert "unrecognized arguments" in result["error"]["message"], result
+        assert "unrecognized arguments" in result["error"]["text"], result
     else:
         assert result["error"] is None, f"{era} should accept {argv}: {result}"
         if era == "pre-seed" and want is False:
@@ -63,12 +63,12 @@ def test_speculative_and_hf_overrides():
         "cli_args": ["--no-disable-hybrid-kv-cache-manager", "--speculative-config", '{"method": "eagle"}',
                      "--hf-overrides", '{"attention_chunk_size": 8192}'],
     })
-    assert result["error"] and "--no-disable-hybrid-kv-cache-manager flag" in result["error"]["message"], result
+    assert result["error"] and "--no-disable-hybrid-kv-cache-manager flag" in result["error"]["text"], result
 
 
 def test_bad_json_is_an_argparse_error():
     result = resolve_case({"profile": "seed", "cli_args": ["--kv-transfer-config", "{oops"]})
-    assert result["error"]["type"] == "SystemExit" and "--kv-transfer-config" in result["error"]["message"], result
+    assert result["error"]["type"] == "SystemExit" and "--kv-transfer-config" in result["error"]["text"], result
 
 
 def test_offloading_flags_absent_before_0_11_1():

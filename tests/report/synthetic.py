@@ -6,7 +6,7 @@ import itertools
 
 from harness.outcomes import legacy_record, legacy_skip_cause
 from harness.results_model import ResultsDocument, make_entry
-from reference_impl.config.message_ids import label_outcome
+from reference_impl.config.outcome import Outcome
 from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
 
 ERAS = ("v0.10", "v0.11", "pre-seed", "seed", "v0.14", "v0.18", "v0.19", "v0.20", "v0.21", "v0.22", "v0.23",
@@ -37,9 +37,10 @@ def run_info(**overrides) -> dict:
 
 
 def outcome(resolved=None, warnings=(), error=None, unknown=None, rules=()) -> dict:
-    """An outcome in the `kvconform resolve` schema, its messages labelled with their ids as a target labels them."""
-    return label_outcome({"id": "x", "resolved_disable_hma": resolved, "warnings": list(warnings), "error": error,
-                          "rules": list(rules), "unknown": unknown})
+    """A typed outcome's JSON form, its messages given their ids as a target gives them (`warnings`: texts; `error`:
+    its type, stage and text)."""
+    return Outcome.from_dict({"id": "x", "resolved_disable_hma": resolved, "warnings": list(warnings), "error": error,
+                              "rules": list(rules), "unknown": unknown}).to_dict()
 
 
 def config_entry(era="seed", flag=None, platform="cuda", features=NO_FEATURES, connector=NO_CONNECTOR, stage="config",
@@ -64,7 +65,7 @@ def synthetic_outcome(index: int) -> dict:
         return outcome(resolved=True, warnings=WARNINGS[: 1 + kind % 3])
     if kind < 9:
         return outcome(error={"type": "ValueError", "stage": "config",
-                              "message": f"Hybrid KV cache manager is disabled but failed (case {kind})"})
+                              "text": f"Hybrid KV cache manager is disabled but failed (case {kind})"})
     return outcome(unknown="TPU support comes from tpu_inference; not decidable from vLLM's source")
 
 
@@ -97,7 +98,7 @@ def config_document() -> ResultsDocument:
         config_entry("seed", None, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=True, warnings=[W1])),
         config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", actual=outcome(resolved=False)),
         config_entry("seed", False, "cuda", "none", "LMCacheConnectorV1", stage="create_connector",
-                     actual=outcome(error={"type": "ValueError", "stage": "create_connector", "message": E_F})),
+                     actual=outcome(error={"type": "ValueError", "stage": "create_connector", "text": E_F})),
         config_entry("seed", True, "cuda", "none", NO_CONNECTOR, actual=outcome(resolved=True), status="failed",
                      message="expected resolved False"),
         config_entry("seed", None, "rocm", "none", NO_CONNECTOR, actual=None, status="skipped", message="ROCm not modelled"),
@@ -107,7 +108,7 @@ def config_document() -> ResultsDocument:
         config_entry("seed", True, "rocm", "kv_events", "LMCacheConnectorV1",
                      actual=outcome(resolved=True, warnings=[W1])),
         config_entry("v0.33", None, "tpu", "hisparse", "LMCacheConnectorV1", stage="create_connector",
-                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": E_H})),
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "text": E_H})),
     ]
     entries[5]["actual"] = None
     return ResultsDocument(run_info=run_info(), results=entries)

@@ -140,8 +140,8 @@ def test_report_from_a_connector_the_file_lacks_is_exit_2_and_writes_nothing(tmp
 @pytest.mark.parametrize(("content", "expected"), [
     ("{broken", "is not valid JSON"),
     (json.dumps({"format": "junit", "results": []}), "not a kvconform results file (format is 'junit'"),
-    (json.dumps({"format": "kvconform-results", "schema_version": 4}),
-     "schema_version is 4 (a number); accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
+    (json.dumps({"format": "kvconform-results", "schema_version": 5}),
+     "schema_version is 5 (a number); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
 ])
 def test_report_from_bad_file_is_exit_2_and_writes_nothing(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.json"

@@ -66,7 +66,7 @@ def test_fresh_evaluation_matches_a_recorded_cell(fresh):
     assert entry["status"] == "passed" and entry["cell"] == {
         "era": "seed", "flag": False, "platform": "cuda", "features": "kv_events", "connector": "noconn",
         "stage": "config"}
-    assert entry["actual"]["error"]["type"] == "ValueError" and "explicitly enabled" in entry["actual"]["error"]["message"]
+    assert entry["actual"]["error"]["type"] == "ValueError" and "explicitly enabled" in entry["actual"]["error"]["text"]
 
 
 def test_committed_compatibility_report_is_current(fresh):

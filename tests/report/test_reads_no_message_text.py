@@ -1,7 +1,7 @@
 """The report reads ids and statuses, never message text: no message id recovered from a text, no "N/A" prefix
 or other skip wording parsed, no message taken apart (issue 33, item 1).
 
-A config outcome's messages carry the ids their target gave them (`reference_impl.config.message_ids`), a
+A config outcome's messages carry the ids their target gave them (`reference_impl.config.outcome`), a
 check that does not apply carries a typed record (`harness.outcomes`: kind, reason, release, check, preset), and
 a skip for another cause its typed cause (`skip_cause`: cannot-run-here, inconclusive); rewording a message must
 not change a verdict. The modules that render and compare results are read as source (ast), so
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 READERS = (*sorted((REPO / "harness" / "report").rglob("*.py")), REPO / "harness" / "commands" / "diff.py",
            REPO / "harness" / "commands" / "report.py")
 # Functions that take an id from a text: only targets (and the results file's legacy reader) call them.
-TEXT_TO_ID = frozenset({"message_id", "identify", "label_outcome", "legacy_record", "message_label"})
+TEXT_TO_ID = frozenset({"message_id", "identify", "label_outcome", "legacy_record", "message_label", "met", "upgrade"})
 # The wordings of a typed skip (not applicable, cannot run here, inconclusive), and the names the code gives them
 # (`harness.outcomes`, `harness.kv_engine`).
 NA_WORDINGS = ("N/A: ", "N/A on ", "under --kv-engine", "not HMA-capable", "refuses multi-group", "not applicable",
@@ -107,6 +107,8 @@ def test_the_report_reads_no_message_text():
     "from harness.report.spec_refs import message_id\n",
     "ident = message_id(error['message'], error['type'])\n",
     "from reference_impl.config.message_ids import identify\n",
+    "warning = Message.met(text)\n",
+    "from reference_impl.config.outcome import upgrade\n",
     "if message.startswith('N/A on '):\n    pass\n",
     "kind = 'engine' if text.startswith(VLLM_ENGINE_NA_PREFIX) else None\n",
     "release, _, reason = text.removeprefix('N/A on ').partition(': ')\n",

@@ -142,7 +142,7 @@ def test_era_without_interactions_has_no_list():
 
 def test_empty_assertion_is_named_not_an_empty_note():
     entry = config_entry(connector="MultiConnector", stage="create_connector", actual=outcome(
-        error={"type": "AssertionError", "stage": "create_connector", "message": ""}))
+        error={"type": "AssertionError", "stage": "create_connector", "text": ""}))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
     assert table_after(md, "### Era seed")[1][2] == "❌ E-MULTI-NO-CONNECTORS [1]"
     assert footnotes(md, "### Era seed") == {"1": "[E-MULTI-NO-CONNECTORS](../docs/rules.md#e-multi-no-connectors): "
@@ -163,7 +163,7 @@ def test_changes_group_configurations_and_skip_unknown_to_unknown():
     """Configurations that change alike share one row; an unknown whose reason names another release is no change."""
     entries = [
         config_entry("seed", False, platform, "kv_events", NO_CONNECTOR,
-                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"}))
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "text": "E-B"}))
         for platform in ("cuda", "rocm", "tpu")
     ] + [
         config_entry("v0.33", False, "cuda", "kv_events", NO_CONNECTOR, actual=outcome(resolved=False)),
@@ -172,7 +172,7 @@ def test_changes_group_configurations_and_skip_unknown_to_unknown():
         config_entry("seed", None, "cuda", "hisparse", NO_CONNECTOR, actual=outcome(unknown="no HiSparse in 0.13.0")),
         config_entry("v0.33", None, "cuda", "hisparse", NO_CONNECTOR, actual=outcome(unknown="no HiSparse in 0.33.0")),
         config_entry("seed", False, "cuda", "none", "NixlConnector",
-                     actual=outcome(error={"type": "ValueError", "stage": "config", "message": "E-B"})),
+                     actual=outcome(error={"type": "ValueError", "stage": "config", "text": "E-B"})),
         config_entry("v0.33", False, "cuda", "none", "NixlConnector", actual=outcome(resolved=False)),
     ]
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=entries)))
@@ -444,7 +444,7 @@ def test_throughput_ratio_against_a_versioned_vllm_name():
 
 
 def test_pipes_and_newlines_in_messages_do_not_break_tables():
-    entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "message": "a | b\nc"}))
+    entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "text": "a | b\nc"}))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
     assert footnotes(md, "### Era seed") == {"1": "ValueError at stage config: a \\| b c"}
     assert table_after(md, "### Era seed")[1] == ["no connector", "no feature", "❌ ValueError [1]"]

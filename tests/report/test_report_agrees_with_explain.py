@@ -210,7 +210,7 @@ def agree(report: str, result: dict) -> bool:
     report (the matrix's case) and with argparse's refusal in explain (the command line)."""
     kind = explain_kind(result)
     if report == "error not registered":
-        return kind == "error E-UNSUPPORTED-CONNECTOR" and "Unsupported connector type" in result["error"]["message"]
+        return kind == "error E-UNSUPPORTED-CONNECTOR" and "Unsupported connector type" in result["error"]["text"]
     if report == "unknown" and kind == "refused":
         return "does not accept" in result["refused"]
     return report == kind
@@ -307,7 +307,7 @@ def test_a_connector_cell_is_answered_at_create_connector():
     """The issue's example: LMCacheConnectorV1 with chunked local attention (env 1) and an explicit enable
     on v0.33 / ROCm. Explain raises at create_connector; the report's listing says the same, at that stage."""
     result = explain("v0.33", "rocm", False, "LMCacheConnectorV1", "chunked_env1")
-    assert result["error"]["stage"] == "create_connector" and "does not support HMA" in result["error"]["message"]
+    assert result["error"]["stage"] == "create_connector" and "does not support HMA" in result["error"]["text"]
     pages = render_markdown_pages(build_document(fresh_config_results()))
     rows = [row for row in table_after(pages["compatibility-v0.33.md"], "A connector together with a feature")
             if row[:4] == ["LMCacheConnectorV1", "chunked local, env 1", "rocm", "--enable-…"]]

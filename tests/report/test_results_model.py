@@ -63,11 +63,11 @@ def test_an_empty_document_round_trips(tmp_path):
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
      "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
-     "schema_version is 99 (a number); accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
+     "schema_version is 99 (a number); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "run_info": {}, "results": []},
-     "schema_version is missing; accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
+     "schema_version is missing; accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": "1", "run_info": {}, "results": []},
-     "schema_version is \"1\" (a string); accepted: 1, 2 or 3 (the schemas this kvconform reads)"),
+     "schema_version is \"1\" (a string); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []},
      "run_info is [] (an array); accepted: an object describing the run"),
     ({"format": "kvconform-results", "schema_version": 1, "results": []},
@@ -245,7 +245,7 @@ def test_a_schema_2_file_is_read_by_its_records_not_its_messages(tmp_path):
 
 
 def test_a_schema_3_file_is_read_by_its_records_not_its_messages(tmp_path):
-    data = {**_valid(), "results": [
+    data = {**_valid(), "schema_version": 3, "results": [
         _skip("inconclusive: worded like a cause, recorded as a plain skip", not_applicable=None, skip_cause=None),
         _skip("a new wording", not_applicable=None,
               skip_cause={"kind": "inconclusive", "reason": "r", "needs": None, "packages": []})]}
@@ -256,3 +256,41 @@ def test_a_schema_3_file_is_read_by_its_records_not_its_messages(tmp_path):
     with pytest.raises(ResultsFileError, match=r"results\[1\]\.skip_cause is .*; accepted: null or an object whose kind "
                                                r"is one of cannot-run-here, inconclusive"):
         load_results(_write(tmp_path, data))
+
+
+_W_B1 = ("Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the performance "
+         "... and use --no-disable-hybrid-kv-cache-manager to start vLLM.")
+_E_F = "Connector ExampleConnector does not support HMA but HMA is enabled. Please set `--disable-hybrid-kv-cache-manager`."
+# One config entry's outcomes as each schema wrote them: 1 (texts, no ids), 2 and 3 (ids beside the texts), 4 (typed).
+_OLDER_OUTCOMES = {
+    1: {"id": "c", "resolved_disable_hma": None, "warnings": [_W_B1], "rules": ["r"], "unknown": None,
+        "error": {"type": "ValueError", "message": _E_F, "stage": "create_connector"}},
+    2: {"id": "c", "resolved_disable_hma": None, "warnings": [_W_B1], "warning_ids": ["W-B1"], "rules": ["r"],
+        "unknown": None, "error": {"type": "ValueError", "message": _E_F, "stage": "create_connector", "id": "E-F"}},
+}
+_OLDER_OUTCOMES[3] = _OLDER_OUTCOMES[2]
+_TYPED = {"id": "c", "resolved_disable_hma": None, "warnings": [{"id": "W-B1", "text": _W_B1}],
+          "error": {"id": "E-F", "type": "ValueError", "stage": "create_connector", "text": _E_F}, "rules": ["r"],
+          "unknown": None}
+
+
+@pytest.mark.parametrize("schema", sorted(_OLDER_OUTCOMES))
+def test_an_older_schemas_config_outcomes_load_typed_and_compare_equal(tmp_path, schema):
+    """A results file written before outcomes were typed loads with its config outcomes (`actual`, and `expected` or
+    the part of it a compacted entry keeps) in the typed form, so it diffs against a newer file with no change."""
+    older = config_entry(stage="create_connector", actual=json.loads(json.dumps(_OLDER_OUTCOMES[schema])),
+                         expected={"rules": ["oracle"], "warnings": [_W_B1]})
+    data = {**ResultsDocument(run_info=run_info(), results=[older]).to_json(), "schema_version": schema}
+    entry = load_results(_write(tmp_path, data)).results[0]
+    assert entry["actual"] == _TYPED
+    assert entry["expected"] == {"rules": ["oracle"], "warnings": [{"id": "W-B1", "text": _W_B1}]}
+    newer = config_entry(stage="create_connector", actual=_TYPED)
+    assert outcome_of(entry) == outcome_of(newer)
+
+
+def test_a_schema_4_file_is_read_as_written(tmp_path):
+    """The typed form is not read again: an entry of schema 4 keeps what its target recorded."""
+    recorded = {**_TYPED, "warnings": [{"id": None, "text": _W_B1}]}  # a target that gave the warning no id
+    data = ResultsDocument(run_info=run_info(), results=[config_entry(actual=recorded)]).to_json()
+    assert data["schema_version"] == 4
+    assert load_results(_write(tmp_path, data)).results[0]["actual"] == recorded

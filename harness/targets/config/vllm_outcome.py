@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from reference_impl.config.outcome import OutcomeError
+
 # Functions whose own warnings belong to the HMA resolution wherever they live.
 _IN_SCOPE_FUNCTIONS = frozenset({"unify_hybrid_kv_cache_specs", "_promote_local_kv_cache_specs", "create_connector"})
 # The marker that every era's HMA block of VllmConfig.__post_init__ mentions on its first and last lines.
@@ -103,8 +105,8 @@ def unwrap_exception(exc: BaseException) -> BaseException:
 EXTERNAL_TWINS = {"suites.config.external_connectors": "harness.targets.config.vllm_external_connectors"}
 
 
-def error_of(exc: BaseException, stage: str) -> dict:
-    """The outcome's `error` object for an exception raised at `stage`."""
+def error_of(exc: BaseException, stage: str) -> OutcomeError:
+    """The outcome's error for an exception raised at `stage`, with its id (the text met here)."""
     inner = unwrap_exception(exc)
     if isinstance(inner, BaseException) and inner is not exc:
         message = str(inner)
@@ -112,7 +114,7 @@ def error_of(exc: BaseException, stage: str) -> dict:
         message = _pydantic_own(exc) or _after_value_error(str(exc))
     for original, twin in EXTERNAL_TWINS.items():
         message = message.replace(twin, original)
-    return {"type": type(inner).__name__, "message": message, "stage": stage}
+    return OutcomeError.met(type(inner).__name__, stage, message)
 
 
 def argparse_message(exc: BaseException, printed: str) -> str:
@@ -125,7 +127,7 @@ def argparse_message(exc: BaseException, printed: str) -> str:
         seen.add(id(cause))
         if type(cause).__name__ == "ValidationError" and hasattr(cause, "errors"):
             option = printed.split(": ", 1)[0] if printed.startswith("argument ") else ""
-            text = error_of(cause, "cli_parse")["message"]
+            text = error_of(cause, "cli_parse").text
             return f"{option}: {text}" if option else text
         cause = cause.__cause__ or cause.__context__
     return printed

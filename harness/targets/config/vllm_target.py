@@ -38,7 +38,7 @@ from harness.targets.config.vllm_outcome import (EXTERNAL_TWINS, HmaBlock, argpa
                                           unwrap_exception)
 from harness.targets.config.vllm_platforms import hisparse_backend, platform_support
 from reference_impl.config.case import Case, CaseError, parse_case
-from reference_impl.config.message_ids import label_outcome
+from reference_impl.config.outcome import Outcome, OutcomeError
 
 # Packages that belong to vLLM itself: an import error naming one of them is vLLM's own behaviour.
 _OWN_PACKAGES = frozenset({"vllm"})
@@ -98,12 +98,11 @@ def _content_key(raw_case: Any) -> str | None:
     return json.dumps({k: v for k, v in raw_case.items() if k != "id"}, sort_keys=True, default=str)
 
 
-def outcome(case_id: Any, **fields: Any) -> dict:
-    """An outcome object with every schema key present, its messages labelled with their ids where vLLM's texts
-    are met (`reference_impl.config.message_ids.label_outcome`)."""
-    base = {"id": case_id, "resolved_disable_hma": None, "warnings": [], "error": None, "rules": [], "unknown": None}
-    base.update(fields)
-    return label_outcome(base)
+def outcome(case_id: Any, resolved_disable_hma: bool | None = None, warnings: list[str] = (),
+            error: OutcomeError | None = None, rules: list[str] = (), unknown: str | None = None) -> dict:
+    """The JSON form of the outcome met here, each of vLLM's warnings given its id where its text is met
+    (`Outcome.met`)."""
+    return Outcome.met(case_id, resolved_disable_hma, warnings, error, rules, unknown).to_dict()
 
 
 @contextlib.contextmanager
@@ -261,7 +260,7 @@ class VllmConfigTarget:
                                    "(it builds no model layers); the reference resolver does")
             return self._evaluate(case)
         except CaseError as exc:
-            return outcome(case_id, error={"type": "ValueError", "message": str(exc), "stage": "input"})
+            return outcome(case_id, error=OutcomeError.met("ValueError", "input", str(exc)))
         except NotEvaluable as exc:
             return outcome(case_id, unknown=str(exc))
 
@@ -327,7 +326,7 @@ class VllmConfigTarget:
             except SystemExit as exc:
                 message = getattr(exc, "kvconform_message", "") or str(exc.code)
                 return outcome(case.id, warnings=list(warnings), rules=rules,
-                               error={"type": "SystemExit", "message": message, "stage": "cli_parse"})
+                               error=OutcomeError.met("SystemExit", "cli_parse", message))
             flag = parsed.pop("disable_hybrid_kv_cache_manager")
             overrides = parsed.pop("hf_overrides", None)
             if isinstance(overrides, dict) and "attention_chunk_size" in overrides:
@@ -509,7 +508,7 @@ class VllmConfigTarget:
 
     # -- stage create_connector ---------------------------------------------------------------------
 
-    def _create_connector(self, case: Case, vllm_config, rules: list[str]) -> dict | None:
+    def _create_connector(self, case: Case, vllm_config, rules: list[str]) -> OutcomeError | None:
         """Call the real factory; only the factory's own decision is the outcome (see `_constructor_failure`)."""
         if vllm_config.kv_transfer_config is None:
             # vLLM creates no connector without a kv_transfer_config (the scheduler checks first).
