@@ -52,8 +52,7 @@ MULTI_GROUP = "multi_group"
 #: worker too).
 RECORD_KEY = "not_applicable"
 REPORT_ATTR = "kvconform_not_applicable"
-#: The same of a skip's other cause.
-SKIP_CAUSE_KEY = "skip_cause"
+#: The attribute a report carries a skip's other cause in (the results file's `skip_cause`).
 SKIP_CAUSE_ATTR = "kvconform_skip_cause"
 
 # The skip message of each kind: the wording the console and the results' `message` have always shown.
