@@ -161,6 +161,8 @@ def item_params(item: pytest.Item) -> dict | None:
 
 def _json_safe(value: Any) -> Any:
     """`value` if JSON can carry it unchanged, else its repr (parametrize values may be any object)."""
+    if value is None or isinstance(value, (str, int, float)):  # what json.dumps takes as it is, without asking it
+        return value
     try:
         json.dumps(value)
         return value
