@@ -34,6 +34,11 @@ from suites.config.outcomes import (explain, golden_header, golden_path, install
                                     outcome_mismatches, summarize, target_raised)
 
 
+def cell_params(cell: Cell) -> dict:
+    """A cell's parameters as the results file names them (`params`), as a parametrized test's would be."""
+    return {"config_cell": cell}
+
+
 class ConfigCellItem(pytest.Item):
     """One matrix cell as a pytest item of its own: it runs `test_config_cell` on its cell, without fixtures."""
 
@@ -43,7 +48,7 @@ class ConfigCellItem(pytest.Item):
         #: the test function's name without the cell id, as pytest's parametrized functions have it
         self.originalname = originalname
         #: the results file's `params` of this cell (`harness.plugins.results.PARAMS_ATTR`)
-        self.kvconform_params = {"config_cell": cell}
+        self.kvconform_params = cell_params(cell)
 
     def runtest(self) -> None:
         test_config_cell(self)
@@ -52,11 +57,25 @@ class ConfigCellItem(pytest.Item):
         return self.path, test_config_cell.__code__.co_firstlineno - 1, self.name
 
 
+class _CellRun:
+    """What `test_config_cell` reads and writes of its item, for one cell judged inside a `ConfigEraItem`: a cell
+    that passes plainly needs no pytest item of its own (31,674 of them cost the gate about 4 CPU-s)."""
+
+    def __init__(self, config: pytest.Config, cell: Cell) -> None:
+        self.config, self.cell = config, cell
+        self.user_properties: list = []
+        self.markers: list = []
+
+    def add_marker(self, marker) -> None:
+        self.markers.append(marker)
+
+
 class ConfigEraItem(pytest.Item):
-    """Every cell of one era as one pytest item: each cell is judged by `test_config_cell` on an item of its own,
-    whose report pytest's `pytest_runtest_makereport` hook makes as for a cell that ran alone (a reviewed divergence
-    must still fail, strictly), and the era item fails naming each cell that failed. With a results file each
-    cell's report becomes the cell's own entry (`record_inner_report`), the one its own item would have written."""
+    """Every cell of one era as one pytest item: each cell is judged by `test_config_cell` and the era item fails
+    naming each cell that failed. A cell that raised nothing and was marked with nothing passed; any other cell's
+    report is made by pytest's `pytest_runtest_makereport` hook on an item of its own (`ConfigCellItem`), as for a
+    cell that ran alone (a reviewed divergence must still fail, strictly). With a results file each cell's report
+    becomes the cell's own entry (`record_inner_report`), the one its own item would have written."""
 
     def __init__(self, *, era: str, cells: list[Cell], originalname: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -66,19 +85,36 @@ class ConfigEraItem(pytest.Item):
         #: the matrix's test function, which judges each cell (the plugin's header looks for it)
         self.originalname = originalname
 
+    def _report(self, cell: Cell, run: _CellRun, call: pytest.CallInfo) -> pytest.TestReport | None:
+        """The call report of a cell's own item (None for a plain pass when no results file needs it)."""
+        name = f"{self.originalname}[{cell.id}]"
+        if call.excinfo is None and not run.markers:
+            if not results_file_written(self.config):
+                return None
+            return pytest.TestReport(nodeid=f"{self.parent.nodeid}::{name}", location=(*self.location[:2], name),
+                                     keywords={}, outcome="passed", longrepr=None, when="call",
+                                     duration=call.duration, start=call.start, stop=call.stop,
+                                     user_properties=run.user_properties)
+        item = ConfigCellItem.from_parent(self.parent, name=name, cell=cell, originalname=self.originalname)
+        item.user_properties = run.user_properties
+        for marker in run.markers:
+            item.add_marker(marker)
+        # what pytest's skipping plugin does after a test's call phase: the xfail a reviewed divergence added
+        item.stash[xfailed_key] = evaluate_xfail_marks(item)
+        return item.ihook.pytest_runtest_makereport(item=item, call=call)
+
     def runtest(self) -> None:
         failures, skips = [], []
         recording = results_file_written(self.config)
         for cell in self.cells:
-            item = ConfigCellItem.from_parent(self.parent, name=f"{self.originalname}[{cell.id}]", cell=cell,
-                                              originalname=self.originalname)
-            call = pytest.CallInfo.from_call(functools.partial(test_config_cell, item), when="call",
+            run = _CellRun(self.config, cell)
+            call = pytest.CallInfo.from_call(functools.partial(test_config_cell, run), when="call",
                                              reraise=(pytest.exit.Exception, KeyboardInterrupt))
-            # what pytest's skipping plugin does after a test's call phase: the xfail a reviewed divergence added
-            item.stash[xfailed_key] = evaluate_xfail_marks(item)
-            report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+            report = self._report(cell, run, call)
+            if report is None:
+                continue
             if recording:
-                record_inner_report(self, report, item.kvconform_params)
+                record_inner_report(self, report, cell_params(cell))
             raised = call.excinfo.value if call.excinfo is not None else None
             if report.failed:
                 if isinstance(raised, pytest.fail.Exception):
@@ -130,7 +166,7 @@ def _skip_if_the_missing_package_is_installed(outcome: dict) -> None:
 
 
 @collects_as(_cell_items)
-def test_config_cell(item: ConfigCellItem) -> None:
+def test_config_cell(item: ConfigCellItem | _CellRun) -> None:
     """One cell: the target's outcome matches the spec's (oracle) and, for the reference, its golden line."""
     config, cell = item.config, item.cell
     target = config_target(config)
