@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from reference_impl import releases
 from reference_impl.config.eras import ERAS
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "new-vllm-release.sh"
 NEWEST = ERAS[-1].representative
+# A release newer than every registry row (the first minor after the newest), so the script goes past its checks.
+BEYOND = f"{releases.RELEASES[-1].key[0]}.{releases.RELEASES[-1].key[1] + 1}.0"
 
 
 @pytest.mark.parametrize("args,message", [
@@ -55,10 +58,10 @@ def test_the_ci_venv_root_names_prebuilt_venvs_used_as_they_are(tmp_path):
     """With KVCONFORM_CI_VLLM_VENV_ROOT set, a release's venv is ROOT/vllm-X.Y.Z (the registry's venv_dir) and a
     missing one stops the script (exit 1) with that folder named, installing nothing."""
     root = tmp_path / "venvs"
-    done = subprocess.run(["bash", str(SCRIPT), "0.35.0"], capture_output=True, text=True, timeout=60,
+    done = subprocess.run(["bash", str(SCRIPT), BEYOND], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable,
                                "KVCONFORM_CI_VLLM_VENV_ROOT": str(root),
                                "KVCONFORM_NEW_RELEASE_OUT": str(tmp_path / "out")})
     assert done.returncode == 1, done.stderr
-    assert f"no prebuilt venv {root}/vllm-0.35.0 (KVCONFORM_CI_VLLM_VENV_ROOT)" in done.stderr
+    assert f"no prebuilt venv {root}/vllm-{BEYOND} (KVCONFORM_CI_VLLM_VENV_ROOT)" in done.stderr
     assert not root.exists()
