@@ -52,8 +52,8 @@ def undeclared_in_tables(tables_dir: Path) -> list[str]:
             for ident, entry in data.items():
                 if ident not in V.MESSAGES:
                     problems.append(f"{path.name}: message id [{ident}] is not declared")
-                elif entry.get("kind") != V.MESSAGES[ident]:
-                    problems.append(f"{path.name}: [{ident}] is a {entry.get('kind')}, declared a {V.MESSAGES[ident]}")
+                elif entry.get("kind") != V.MESSAGES[ident].kind:
+                    problems.append(f"{path.name}: [{ident}] is a {entry.get('kind')}, declared a {V.MESSAGES[ident].kind}")
             continue
         for where, text in _strings(data, path.stem):
             if MESSAGE_ID.fullmatch(text) and text not in V.MESSAGES:
@@ -112,8 +112,8 @@ def test_the_vocabulary_is_a_leaf():
 
 def test_declared_message_ids_are_well_formed():
     assert all(MESSAGE_ID.fullmatch(ident) for ident in V.MESSAGES), [i for i in V.MESSAGES if not MESSAGE_ID.fullmatch(i)]
-    assert set(V.MESSAGES.values()) == {"warning", "error"}
-    assert all(ident.startswith("W-" if kind == "warning" else "E-") for ident, kind in V.MESSAGES.items())
+    assert {message.kind for message in V.MESSAGES.values()} == {"warning", "error"}
+    assert all(ident.startswith("W-" if message.kind == "warning" else "E-") for ident, message in V.MESSAGES.items())
 
 
 def test_every_word_of_the_decision_tables_is_declared():

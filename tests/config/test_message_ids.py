@@ -3,50 +3,56 @@ once, where it meets the text; outcomes carry the ids and the report reads them.
 
 from __future__ import annotations
 
+import string
+
 import pytest
 
+from reference_impl.config import messages as resolver_messages
 from reference_impl.config.cases import resolve_case
 from reference_impl.config.message_ids import identify
 from reference_impl.config.outcome import Outcome, upgrade
+from reference_impl.vocabulary import MESSAGES
+from suites.config.tables import messages as oracle_messages
 
 
-# Texts copied from config-rules.md §1.3, §2.4, §3.4 and the errors of suites/config/tables/messages.toml.
-@pytest.mark.parametrize(("text", "error_type", "ident"), [
-    ("Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the performance "
-     "of vLLM ... defined in kv_connector/v1/base.py.", None, "W-A1"),
-    ("Turning off hybrid kv cache manager because `--kv-transfer-config` is set. ... defined in "
-     "kv_connector/v1/base.py and use --no-disable-hybrid-kv-cache-manager to start vLLM.", None, "W-B1"),
-    ("Turning off hybrid kv cache manager because connector NixlConnector does not subclass `SupportsHMA`.", None,
-     "W-22"),
-    ("Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does not "
-     "support it.", None, "W-C1"),
-    ("There is a latency regression when using chunked local attention with the hybrid KV cache manager.", None, "W-C"),
-    ("Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider omitting "
-     "the --no-disable-hybrid-kv-cache-manager flag to let vLLM decide automatically.", "ValueError", "E-B"),
-    ("Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider omitting "
-     "the --enable-hybrid-kv-cache-manager flag to let vLLM decide automatically.", "ValueError", "E-C"),
-    ("Connector ExampleConnector does not support HMA but HMA is enabled. Please set "
-     "`--disable-hybrid-kv-cache-manager`.", "ValueError", "E-F"),
-    ("HiSparse requires the hybrid KV cache manager; remove --disable-hybrid-kv-cache-manager ...", "ValueError", "E-H"),
-    ("", "AssertionError", "E-MULTI-NO-CONNECTORS"),
-    ("Class OffloadingConnector not found in suites.config.external_connectors", "AttributeError", "E-CLASS-NOT-FOUND"),
-    ("No module named 'lmcache'", "ModuleNotFoundError", "E-NO-LMCACHE"),
-    # vLLM 0.34.0's texts (suites/config/tables/messages.toml)
-    ("The current platform does not support HiSparse.", "ValueError", "E-HISPARSE-PLATFORM"),
-    ("HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib; to combine it ...", "ValueError",
-     "E-HISPARSE-NEEDS-CONNECTOR"),
-    ("Only one HiSparseConnector may be configured", "ValueError", "E-HISPARSE-TWO"),
-    ("HiSparseConnector requires host_pool_gib", "ValueError", "E-HISPARSE-NO-HOST-POOL"),
-    ("HiSparseConnector host_pool_gib must be positive", "ValueError", "E-HISPARSE-HOST-POOL-NOT-POSITIVE"),
-    ("Invalid NixlConnector transfer_mode: 'sideways'", "ValueError", "E-NIXL-TRANSFER-MODE"),
-    ("Unknown speculative method 'x'. Built-in methods: ['eagle']; registered custom methods: [].", "ValueError",
-     "E-UNKNOWN-SPECULATIVE-METHOD"),
-    ("Unsupported connector type: FooConnector", "ValueError", "E-UNSUPPORTED-CONNECTOR"),
-    ("something else entirely", "ValueError", None),
-    ("", "ValueError", None),
+def _filled(text: str) -> str:
+    """The text with each `{field}` filled as a target would (a connector name, a module, a value)."""
+    fields = {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    return text.format(**{name: "SomeConnector" for name in fields})
+
+
+#: Every text each evaluator says, with its id: the oracle's (suites/config/tables/messages.toml, written from
+#: vLLM's source) and the resolver's (reference_impl.config.messages, one constant named like each id).
+ORACLE_TEXTS = [(ident, _filled(record["text"]), record.get("type")) for ident, record in sorted(oracle_messages().items())]
+RESOLVER_TEXTS = [(ident, _filled(getattr(resolver_messages, ident.replace("-", "_"))),
+                   oracle_messages().get(ident, {}).get("type")) for ident in MESSAGES]
+
+
+@pytest.mark.parametrize(("ident", "text", "error_type"), ORACLE_TEXTS, ids=[row[0] for row in ORACLE_TEXTS])
+def test_each_oracle_text_is_given_its_id(ident, text, error_type):
+    assert identify(text, error_type) == ident, (
+        f"{ident}: no fragment of reference_impl.vocabulary.MESSAGES names the oracle's text {text!r}")
+
+
+@pytest.mark.parametrize(("ident", "text", "error_type"), RESOLVER_TEXTS, ids=[row[0] for row in RESOLVER_TEXTS])
+def test_each_resolver_text_is_given_its_id(ident, text, error_type):
+    assert identify(text, error_type) == ident, (
+        f"{ident}: no fragment of reference_impl.vocabulary.MESSAGES names the resolver's text {text!r}")
+
+
+@pytest.mark.parametrize(("text", "error_type"), [
+    ("something else entirely", "ValueError"),
+    ("", "ValueError"),  # only MultiConnector's bare assert is an empty text with an id
+    ("The hybrid KV cache manager cannot be enabled on this platform.", "ValueError"),
 ])
-def test_message_ids(text, error_type, ident):
-    assert identify(text, error_type) == ident
+def test_a_text_no_fragment_names_has_no_id(text, error_type):
+    assert identify(text, error_type) is None
+
+
+def test_the_first_fragment_wins():
+    # W-B1's text (the seed's connector warning) also holds W-A1's fragment: the vocabulary tries W-B1 first
+    assert list(MESSAGES).index("W-B1") < list(MESSAGES).index("W-A1")
+    assert identify(_filled(resolver_messages.W_B1)) == "W-B1" and identify(_filled(resolver_messages.W_A1)) == "W-A1"
 
 
 def test_an_outcome_carries_the_ids_of_its_messages():
