@@ -7,7 +7,7 @@ implementation bug would.
 from __future__ import annotations
 
 from reference_impl.config import resolve_case
-from reference_impl.config.outcome import Message, OutcomeError
+from reference_impl.config.outcome import OutcomeError, OutcomeWarning
 
 
 def ignores_kv_events_in_seed(case: dict) -> dict:
@@ -47,7 +47,7 @@ def _error(message: str, stage: str = "config", kind: str = "ValueError"):
 
 
 def _warning(text: str) -> dict:
-    return Message.met(text).to_dict()
+    return OutcomeWarning.met(text).to_dict()
 
 
 def absent_fails_for_connectors(case: dict) -> dict:

@@ -26,7 +26,7 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.defects import defect_marker
 from harness.report.labels import FLAG_LEGEND, connector_label, feature_label, flag_label, label, legend_rows
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
-from reference_impl.config.outcome import Message, Outcome, OutcomeError, OutcomeShapeError
+from reference_impl.config.outcome import Outcome, OutcomeError, OutcomeShapeError, OutcomeWarning
 from reference_impl.vocabulary import FLAGS, NO_CONNECTOR, NO_FEATURES, PLATFORMS, STAGES
 
 SUITE = "config"
@@ -83,7 +83,7 @@ def _stage_rank(stage: Any) -> int:
     return _STAGE_RANK.get(stage, -1)
 
 
-def _warning_note(warning: Message) -> str:
+def _warning_note(warning: OutcomeWarning) -> str:
     return f"{warning.id} (warning): {warning.text}" if warning.id else f"warning: {warning.text}"
 
 

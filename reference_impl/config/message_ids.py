@@ -2,8 +2,8 @@
 
 A config outcome carries its messages' ids (each warning's `id` and the error's, None for a text that is none of
 the declared messages): the reference resolver and the vLLM target assign them once, where they meet the text
-(`reference_impl.config.outcome.Message.met`, `OutcomeError.met`), so the report, `diff` and `explain` read ids and
-never message text. The ids are those `reference_impl.vocabulary.MESSAGES` declares (config-rules.md names them:
+(`reference_impl.config.outcome.OutcomeWarning.met`, `OutcomeError.met`), so the report, `diff` and `explain` read
+ids and never message text. The ids are those `reference_impl.vocabulary.MESSAGES` declares (config-rules.md names them:
 §1.3, §2.4, §3.4 and the errors of §3.3/§10), each with the fragment that names its text (`Message.fragment`,
 beside the id), so a new message is declared in one record and a release that rewords the rest of a message keeps
 its id.

@@ -8,7 +8,8 @@ A config target (the reference resolver, the `vllm` target, a `--hma-target`) an
      "rules": [str, ...], "unknown": null | reason, ["kv_cache_groups": [...]]}
 
 Each message carries its id (`reference_impl.config.message_ids.identify`), given once where the target meets the
-text (`Message.met`, `OutcomeError.met`); the report, `diff` and `explain` read the ids, the suites judge the texts.
+text (`OutcomeWarning.met`, `OutcomeError.met`); the report, `diff` and `explain` read the ids, the suites judge the
+texts.
 `Outcome.to_dict` writes that form and `Outcome.from_dict` reads it back. `from_dict` also reads the forms written
 before (results files of schema 1 and 2, a `--hma-target` written against them): `warnings` a list of texts (with
 their ids in `warning_ids` beside them, or none), the error's text under `message` (with or without its `id`); the
@@ -34,14 +35,14 @@ class OutcomeShapeError(ValueError):
 
 
 @dataclass(frozen=True)
-class Message:
+class OutcomeWarning:
     """A warning the target logged: its text, and the declared message it is (None: none of them)."""
 
     id: str | None
     text: str
 
     @classmethod
-    def met(cls, text: str) -> "Message":
+    def met(cls, text: str) -> "OutcomeWarning":
         """The warning `text` as a target meets it, with its id."""
         return cls(identify(text), text)
 
@@ -77,7 +78,7 @@ class Outcome:
     id: Any = None
     #: the flag after resolution (False: HMA on); None with an error or an unknown outcome
     resolved_disable_hma: bool | None = None
-    warnings: tuple[Message, ...] = ()
+    warnings: tuple[OutcomeWarning, ...] = ()
     error: OutcomeError | None = None
     #: how the target got there (the reference's rule ids, the vllm target's notes), in order
     rules: tuple[str, ...] = ()
@@ -91,8 +92,8 @@ class Outcome:
             error: OutcomeError | None = None, rules: Iterable[str] = (), unknown: str | None = None,
             groups: list | None = None) -> "Outcome":
         """An outcome built where its target meets the warnings' texts (each given its id)."""
-        return cls(case_id, resolved, tuple(Message.met(text) for text in warnings), error, tuple(rules), unknown,
-                   groups)
+        return cls(case_id, resolved, tuple(OutcomeWarning.met(text) for text in warnings), error, tuple(rules),
+                   unknown, groups)
 
     @property
     def warning_texts(self) -> tuple[str, ...]:
@@ -130,7 +131,7 @@ class Outcome:
                    tuple(data.get("rules") or ()), data["unknown"], data.get("kv_cache_groups"))
 
 
-def _messages(warnings: Any, legacy_ids: Any) -> tuple[Message, ...]:
+def _messages(warnings: Any, legacy_ids: Any) -> tuple[OutcomeWarning, ...]:
     if warnings is None:
         return ()
     if not isinstance(warnings, (list, tuple)):
@@ -138,10 +139,12 @@ def _messages(warnings: Any, legacy_ids: Any) -> tuple[Message, ...]:
     found = []
     for index, warning in enumerate(warnings):
         if isinstance(warning, dict) and isinstance(warning.get("text"), str):
-            found.append(Message(warning["id"], warning["text"]) if "id" in warning else Message.met(warning["text"]))
+            found.append(OutcomeWarning(warning["id"], warning["text"]) if "id" in warning
+                         else OutcomeWarning.met(warning["text"]))
         elif isinstance(warning, str):  # the older form: a text, its id in `warning_ids` or none
             given = legacy_ids[index] if isinstance(legacy_ids, list) and index < len(legacy_ids) else None
-            found.append(Message(given, warning) if isinstance(legacy_ids, list) else Message.met(warning))
+            found.append(OutcomeWarning(given, warning) if isinstance(legacy_ids, list)
+                         else OutcomeWarning.met(warning))
         else:
             raise OutcomeShapeError(f"outcome.warnings[{index}]: {warning!r} is not accepted; expected "
                                     "{\"id\", \"text\"}")

@@ -16,7 +16,7 @@ import inspect
 from typing import Any
 
 from reference_impl.config.case import Case, parse_case
-from reference_impl.config.outcome import Message, OutcomeError
+from reference_impl.config.outcome import OutcomeError, OutcomeWarning
 from suites.config.tables import era_table, message_text, messages
 
 CHUNKED_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
@@ -100,7 +100,7 @@ class _Evaluation:
         self.table = table
         self.case = case
         self.platform_supported = platform_supported
-        self.warnings: list[Message] = []
+        self.warnings: list[OutcomeWarning] = []
         self.because: list[str] = []
         self.spec = table["spec"]
 
@@ -109,7 +109,7 @@ class _Evaluation:
         self.because.append(text)
 
     def warn(self, message_id: str, **fields: str) -> None:
-        self.warnings.append(Message(message_id, message_text(message_id, **fields)))
+        self.warnings.append(OutcomeWarning(message_id, message_text(message_id, **fields)))
         self.note(f"logs {message_id}")
 
     def env(self, name: str) -> str | None:
@@ -487,8 +487,8 @@ class _Evaluation:
         return _expected(resolved, self.warnings)
 
 
-def _expected(resolved: bool | None = None, warnings: list[Message] = (), error: OutcomeError | None = None,
-              unknown: str | None = None) -> dict[str, Any]:
+def _expected(resolved: bool | None = None, warnings: list[OutcomeWarning] = (),
+              error: OutcomeError | None = None, unknown: str | None = None) -> dict[str, Any]:
     """An expected outcome in the typed outcome's JSON form (`id` and `rules` are the caller's)."""
     return {"resolved_disable_hma": resolved, "warnings": [message.to_dict() for message in warnings],
             "error": None if error is None else error.to_dict(), "unknown": unknown}

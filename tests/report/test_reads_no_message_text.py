@@ -107,7 +107,7 @@ def test_the_report_reads_no_message_text():
     "from harness.report.spec_refs import message_id\n",
     "ident = message_id(error['message'], error['type'])\n",
     "from reference_impl.config.message_ids import identify\n",
-    "warning = Message.met(text)\n",
+    "warning = OutcomeWarning.met(text)\n",
     "from reference_impl.config.outcome import upgrade\n",
     "if message.startswith('N/A on '):\n    pass\n",
     "kind = 'engine' if text.startswith(VLLM_ENGINE_NA_PREFIX) else None\n",
