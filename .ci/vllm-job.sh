@@ -59,6 +59,10 @@ mapfile -t RELEASES < <("$REGISTRY_PY" reference_impl/releases.py ci)
 # The steps KVCONFORM_CI_VLLM_STEPS may pick (allocator-findings, lmcache-install and scheduler-defects follow
 # their step).
 ALL_STEPS="matrix allocator upstream benchmarks connectors lmcache engine report"
+# "One release judged" (issue 34): the steps whose verdicts are about the release's own code; they run first, and
+# each release's `judged | total` row is their wall time (the summary adds up their CPU seconds, .ci/vllm-summary.sh
+# reads the same list). upstream (vLLM's own tests, judging the reference), the benchmarks and the report follow.
+JUDGED_STEPS="matrix allocator allocator-findings connectors lmcache engine scheduler-defects"
 ENGINE_CONNECTORS=(SimpleCPUOffloadConnector OffloadingConnector ExampleConnector)
 # release:step -> why the step cannot run on that release yet: the registry's `gaps` (reviewed data, not a way
 # to silence a failure: each names the missing capability).
@@ -149,6 +153,24 @@ kill_tree() {
     for child in $(pgrep -P "$1"); do kill_tree "$child"; done
     kill "$1" 2>/dev/null
 }
+# wall_of RELEASE STEP: the wall seconds recorded for the step (0 when it did not run).
+wall_of() {
+    local row release step status seconds
+    for row in "${SUMMARY_ROWS[@]}"; do
+        IFS='|' read -r release step status seconds _ <<< "$row"
+        [[ $release == "$1" && $step == "$2" ]] && { echo "${seconds:-0}"; return; }
+    done
+    echo 0
+}
+# judged_cpu RELEASE: the CPU seconds recorded for the release's JUDGED_STEPS, added up.
+judged_cpu() {
+    local row release step status seconds cpu total=0
+    for row in "${SUMMARY_ROWS[@]}"; do
+        IFS='|' read -r release step status seconds cpu _ <<< "$row"
+        [[ $release == "$1" && " $JUDGED_STEPS " == *" $step "* ]] && (( total += ${cpu:-0} ))
+    done
+    echo "$total"
+}
 # wait_beside: wait for the steps run_beside started, print their output and take over their summary rows.
 wait_beside() {
     local entry pid release step row
@@ -231,24 +253,25 @@ run_release() {
     # other's entries in the one default folder, and a second run inspects nothing.
     export VLLM_CACHE_ROOT=$CACHE_DIR/vllm-cache/vllm-$R
 
+    # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps for
+    # the connector steps that follow them.
+    local listing=$dir/.connectors-list listing_pid
+    connectors_of "$venv" > "$listing" &
+    listing_pid=$!
+
+    # ---- the release judged: the steps whose verdicts are about the release's own code (the config matrix, the
+    # allocator, the connector suite on its connectors, LMCache's and its own scheduler), first; the `judged` row
+    # says how long they took (wall, lmcache's install aside; the summary adds up their CPU seconds).
     # matrix: the release's era, when kvconform declares one. One process, no xdist: the era's invariant judgement
     # runs every cell (and its relatives) through vLLM, and the target keeps each answer, so the cells' own tests
-    # cost little more (each xdist worker would run that judgement again). It runs in the background, on the core
-    # the benchmarks leave idle (one process each), then beside the allocator and upstream steps; the connector
-    # steps, whose checks have wall-clock limits, start once it has ended.
+    # cost little more (each xdist worker would run that judgement again). It runs in the background, beside the
+    # allocator step; the connector steps, whose checks have wall-clock limits, start once it has ended.
     if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"
     elif era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
         run_beside "$R" matrix 0 "${PYTEST[@]}" suites/config -p no:xdist --vllm-version "$era" --hma-target vllm \
             --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
     else
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
-    fi
-
-    # The benchmarks, timed once in one process (no xdist): the matrix step's process runs on the other core.
-    if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
-        KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_step "$R" benchmarks 0 "${PYTEST[@]}" \
-            suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
-            --kvconform-results "$dir/results-benchmarks.json" --junitxml "$dir/junit-benchmarks.xml"
     fi
 
     # A release's allocator may fail scenarios because of its own bugs: those are reviewed findings
@@ -261,20 +284,13 @@ run_release() {
             "$dir/results-allocator.json"
     fi
 
-    # The whole tests/v1/core folder; the floor is the release's recorded pass rate on it
-    # (upstream_floor in reference_impl/releases.toml; docs/upstream-tests.md), unless the variable overrides it.
-    if [[ -n $(gap "$R" upstream) ]]; then skip "$R" upstream "$(gap "$R" upstream)"; else
-        KVCONFORM_CI_VLLM_VERSION=$R run_step "$R" upstream 0 scripts/upstream-vllm-tests.sh "$venv" "$dir/upstream" \
-            ${KVCONFORM_UPSTREAM_MIN_PASS_RATE:+--min-pass-rate "$KVCONFORM_UPSTREAM_MIN_PASS_RATE"}
-    fi
-
-
     wait_beside
+
     # vLLM's connectors failing checks is a finding for the report ("vLLM X's connectors"), not a broken
     # job: only pytest exit statuses other than 0/1 fail the step. Connectors that need a package or a GPU
     # skip with the reason.
     if [[ -n $(gap "$R" connectors) ]]; then skip "$R" connectors "$(gap "$R" connectors)"; else
-        mapfile -t connectors < <(connectors_of "$venv")
+        wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"
         if (( ${#connectors[@]} == 0 )); then
             say "[$R connectors] FAILED: harness.targets.connector.vllm_target listed no connector (is vLLM $R usable in $venv?)" >&2
             record "$R" connectors FAILED 0 0 "no connector listed"; FAILED+=("$R connectors")
@@ -306,7 +322,7 @@ run_release() {
     # engine: the same connectors on the release's own Scheduler (issue 19 item 6). Checks it cannot express
     # are "N/A: under --kv-engine vllm: ..."; like the connectors step, failing checks are findings.
     if [[ -n $(gap "$R" engine) ]]; then skip "$R" engine "$(gap "$R" engine)"; else
-        (( ${#connectors[@]} )) || mapfile -t connectors < <(connectors_of "$venv")
+        (( ${#connectors[@]} )) || { wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"; }
         local engine_connectors=() name
         for name in "${ENGINE_CONNECTORS[@]}"; do
             if printf '%s\n' "${connectors[@]}" | grep -qx -e "--kv-connector=vllm:$name"; then
@@ -325,6 +341,26 @@ run_release() {
                 "$dir/results-engine.json"
         fi
     fi
+    record "$R" judged total $(( $(date +%s) - judging_start - $(wall_of "$R" lmcache-install) )) "$(judged_cpu "$R")" \
+        "the release judged ($JUDGED_STEPS): wall from the first step after the install to the engine step's end, lmcache's install aside"
+
+    # ---- then vLLM's own tests on the reference (upstream) and the throughput figures (benchmarks) ----
+    # The benchmarks, timed once in one process (no xdist), in the background beside the upstream step: their
+    # verdicts are block tables, and each figure is a ratio of rounds interleaved in one process (reference, vLLM),
+    # so load from the step beside lands on both sides alike.
+    if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
+        KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_beside "$R" benchmarks 0 "${PYTEST[@]}" \
+            suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
+            --kvconform-results "$dir/results-benchmarks.json" --junitxml "$dir/junit-benchmarks.xml"
+    fi
+
+    # The whole tests/v1/core folder; the floor is the release's recorded pass rate on it
+    # (upstream_floor in reference_impl/releases.toml; docs/upstream-tests.md), unless the variable overrides it.
+    if [[ -n $(gap "$R" upstream) ]]; then skip "$R" upstream "$(gap "$R" upstream)"; else
+        KVCONFORM_CI_VLLM_VERSION=$R run_step "$R" upstream 0 scripts/upstream-vllm-tests.sh "$venv" "$dir/upstream" \
+            ${KVCONFORM_UPSTREAM_MIN_PASS_RATE:+--min-pass-rate "$KVCONFORM_UPSTREAM_MIN_PASS_RATE"}
+    fi
+    wait_beside
 
     # One results file and one report per release (exit 1 = the report lists failing cells, e.g. the findings
     # on vLLM's connectors: rendered all the same); the throughput table goes to the log too.
@@ -337,7 +373,6 @@ run_release() {
             awk '/^## Throughput/{on=1} on && /^## / && !/^## Throughput/{exit} on' "$dir/compatibility.md"
         fi
     fi
-    wait_beside
     # The release's judging as the clock saw it: steps that ran beside each other count once (the summary adds
     # up the steps' CPU seconds).
     record "$R" judging total $(( $(date +%s) - judging_start )) "" "wall from the first step after the install to the report"

@@ -10,7 +10,9 @@
 # closing list says how long installing took and how long judging took (every other step), in wall and CPU
 # seconds, so a warm cache shows as an install of a few seconds. A release's "judging|total" row, when there is one,
 # gives its judging wall time as the clock saw it (steps that ran beside each other count once); without it the
-# steps' wall times are added up.
+# steps' wall times are added up. Its "judged|total" row, when there is one, gives "the release judged": the wall
+# and CPU seconds of the steps whose verdicts are about the release's own code (the matrix, allocator and connector
+# steps, .ci/vllm-job.sh's JUDGED_STEPS), which run first; it is part of judging, not added to it.
 set -euo pipefail
 (( $# )) || { echo "usage: .ci/vllm-summary.sh OUT [OUT ...]" >&2; exit 2; }
 for out in "$@"; do
@@ -33,7 +35,11 @@ cat "${@/%//summary-rows.txt}" | awk -F'|' '
     !($1 in seen) { seen[$1] = 1; order[++n] = $1 }
     $2 == "install" || $2 == "lmcache-install" { install[$1] += $4; install_cpu[$1] += $5; next }
     $2 == "judging" && $3 == "total" { total[$1] = $4; next }
+    $2 == "judged" && $3 == "total" { judged[$1] = $4; judged_cpu[$1] = $5; next }
     { judge[$1] += $4; judge_cpu[$1] += $5 }
     END { for (i = 1; i <= n; i++) { r = order[i]
-              printf "- %s: install %d s (%d CPU s), judging %d s (%d CPU s)\n", r, install[r], install_cpu[r],
-                     (r in total) ? total[r] : judge[r], judge_cpu[r] } }'
+              printf "- %s: install %d s (%d CPU s), judging %d s (%d CPU s)", r, install[r], install_cpu[r],
+                     (r in total) ? total[r] : judge[r], judge_cpu[r]
+              if (r in judged) printf "; of it the release judged (matrix, allocator, connectors) %d s (%d CPU s)",
+                                      judged[r], judged_cpu[r]
+              printf "\n" } }'

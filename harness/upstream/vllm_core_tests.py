@@ -11,7 +11,10 @@
 2. The whole `tests/v1/core` folder runs with the vLLM venv's Python on vLLM itself, on vLLM's CPU platform
    (`VLLM_TARGET_DEVICE=cpu`) and an offline Hugging Face cache holding the config.json of every model the
    folder names (`offline_hub`); tests that still do not pass there (weights, an accelerator, ...) are
-   excluded, each with the reason pytest gave.
+   excluded, each with the reason pytest gave. The tests reviewed as unable to pass there
+   (`harness/upstream/not_on_cpu.toml`: a model class whose module needs a package the CPU install lacks, an
+   engine start) are not run while the package they need is absent; they are excluded with their cause's
+   reason (`--run-all` runs them, and fails when one passes).
 3. The same folder runs again with the allocator swapped for the reference: the test files' imports go
    through `import_mapping`, and `process_alias` makes vLLM's `vllm.v1.core` allocator modules and its spec
    module the reference's for the whole process, so vLLM's `Scheduler` allocates through
@@ -44,7 +47,8 @@ from harness.atomic_write import write_text_atomic
 from harness.upstream.import_mapping import MAPPED_MODULES, stage_mapped_tests
 from harness.upstream.offline_hub import load_model_configs, named_models, write_offline_hub
 from harness.upstream.process_alias import PROCESS_MODULES
-from harness.upstream.select_tests import ENV as SELECT_ENV
+from harness.upstream.not_on_cpu import NotOnCpuError, not_on_cpu
+from harness.upstream.select_tests import DROPPED_SUFFIX, ENV as SELECT_ENV, EXCLUDE_ENV
 from reference_impl.kv_cache.release import ENV_VAR as ALLOCATOR_RELEASE_ENV
 from reference_impl.releases import RELEASES, upstream_default
 
@@ -124,13 +128,14 @@ def extract_tests(sdist: Path, dest: Path) -> Path:
 def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], workers: int,
                log: Path, files: tuple[str, ...] = (TEST_DIR,), hub_cache: Path | None = None,
                plugins: tuple[str, ...] = (), select: Path | None = None,
-               extra_env: dict[str, str] | None = None) -> int:
+               extra_env: dict[str, str] | None = None, exclude: Path | None = None) -> int:
     """Run `files` under `root` with `python`, vLLM's pytest markers and no conftest (vLLM's root
     conftest needs model-test dependencies these files do not use), on vLLM's CPU platform and offline.
 
     `hub_cache`: the offline Hugging Face cache (`offline_hub`); `plugins`: extra `-p` plugins, loaded
     before any test module is imported; `select`: a file of node ids, the only tests to run
-    (`select_tests`); `extra_env`: more environment variables."""
+    (`select_tests`); `exclude`: a file of node ids not to run (`select_tests` writes those it left out to the
+    file's name plus `.dropped`); `extra_env`: more environment variables."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path])
     env["HF_HUB_OFFLINE"] = "1"  # the hub is the local cache only: fail fast instead of retrying the network
@@ -145,6 +150,9 @@ def run_pytest(python: str, root: Path, junit: Path, extra_path: list[Path], wor
     env["CUDA_VISIBLE_DEVICES"] = ""
     if select is not None:
         env[SELECT_ENV] = str(select)
+    if exclude is not None:
+        env[EXCLUDE_ENV] = str(exclude)
+    if select is not None or exclude is not None:
         plugins = (*plugins, "harness.upstream.select_tests")
     if hub_cache is not None:
         env["HF_HUB_CACHE"] = str(hub_cache)
@@ -258,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fail (exit 1) below this share, 0..1, of vLLM-passing tests passing on the reference "
                              "(default: the release's upstream_floor in reference_impl/releases.toml; none enforced "
                              "without one)")
+    parser.add_argument("--run-all", action="store_true",
+                        help="run on vLLM the tests harness/upstream/not_on_cpu.toml lists as unable to pass there too "
+                             "(the default leaves them out), and fail (exit 1) when one of them passes: the list is wrong")
     args = parser.parse_args(argv)
     if not Path(args.vllm_python).exists():
         print(f"upstream: --vllm-python {args.vllm_python!r} does not exist", file=sys.stderr)
@@ -289,15 +300,33 @@ def main(argv: list[str] | None = None) -> int:
         missing = sorted(named - set(configs))
         if missing:
             print(f"upstream: no model config for {', '.join(missing)} (their tests run without one)")
+        # Tests that cannot pass on vLLM here (reviewed, harness/upstream/not_on_cpu.toml): not run, unless --run-all.
+        not_run, present = not_on_cpu(args.vllm_version, args.vllm_python)
+        for cause in present:
+            print(f"upstream: {cause.needs} is installed: the {len(cause.tests)} tests of not_on_cpu.toml's "
+                  f"{cause.name} run")
+        exclude = None
+        if not_run and not args.run_all:
+            exclude = work / "not-on-cpu.txt"
+            exclude.write_text("".join(f"{t}\n" for t in sorted(not_run)), encoding="utf-8")
+            Path(str(exclude) + DROPPED_SUFFIX).unlink(missing_ok=True)
         outcomes, seconds = {}, {}
         for target in ("vllm", "reference"):
             junit = work / f"junit-{target}.xml"
             junit.unlink(missing_ok=True)
             started = time.monotonic()
             if target == "vllm":
-                run_pytest(args.vllm_python, vllm_root, junit, [], args.workers, work / "pytest-vllm.log", files,
-                           hub_cache=hub)
+                # harness (the exclusion plugin) after the release's own tests folder on the path, as on the
+                # reference run
+                run_pytest(args.vllm_python, vllm_root, junit, [_REPO_ROOT] if exclude else [], args.workers,
+                           work / "pytest-vllm.log", files, hub_cache=hub, exclude=exclude)
                 outcomes["vllm"] = read_junit(junit, vllm_root)
+                if exclude is not None:
+                    dropped = Path(str(exclude) + DROPPED_SUFFIX)
+                    if not dropped.exists():
+                        raise UpstreamError(f"the vLLM run wrote no {dropped.name} (see its log)")
+                    for test_id in dropped.read_text(encoding="utf-8").split():
+                        outcomes["vllm"][test_id] = {"outcome": "not run", "reason": not_run[test_id]}
             else:
                 # Only what passed on vLLM is compared: the rest is not run again.
                 select = work / "passed-on-vllm.txt"
@@ -310,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                            extra_env={ALLOCATOR_RELEASE_ENV: args.vllm_version})
                 outcomes["reference"] = read_junit(junit, ref_root)
             seconds[target] = round(time.monotonic() - started)
-    except UpstreamError as exc:
+    except (UpstreamError, NotOnCpuError) as exc:
         print(f"upstream: {exc}", file=sys.stderr)
         return 2
     result = compare(outcomes["vllm"], outcomes["reference"])
@@ -318,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
               "process_modules": PROCESS_MODULES, "models_without_config": missing, "wall_seconds": seconds,
               **result}
     write_text_atomic(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    left_out = sum(row["vllm"] == "not run" for row in result["tests"].values())
+    if left_out:
+        print(f"upstream: {left_out} tests not run on vLLM: they cannot pass there (harness/upstream/not_on_cpu.toml, "
+              "each with its reason in the JSON; --run-all runs them)")
+    wrong = sorted(t for t in not_run if result["tests"].get(t, {}).get("vllm") == "passed") if args.run_all else []
+    for test_id in wrong:
+        print(f"upstream: {test_id} passes on vLLM: not_on_cpu.toml should not list it")
     print(summary_line(args.vllm_version, result) + f" [{seconds['vllm']} s on vLLM, {seconds['reference']} s on the "
           "reference]")
     for path, counts in result["files"].items():
@@ -335,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     elif result["pass_rate"] < floor:
         print(f"upstream: pass rate {result['pass_rate']:.3f} is below {origin} ({floor})")
         return 1
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

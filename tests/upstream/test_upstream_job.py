@@ -166,6 +166,16 @@ def test_select_plugin_runs_only_the_listed_tests(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
     assert "2 passed, 2 deselected" in done.stdout
+    # less the excluded tests (the vLLM run's not_on_cpu list), which it names in the .dropped file
+    excluding = tmp_path / "not-on-cpu.txt"
+    excluding.write_text("test_s.py::test_c[2]\ntest_s.py::test_gone\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:kvconform",
+                           "-p", "no:xdist", "-p", "harness.upstream.select_tests", "test_s.py"],
+                          cwd=tmp_path, env={**env, "KVCONFORM_UPSTREAM_EXCLUDE": str(excluding)},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+    assert "1 passed, 3 deselected" in done.stdout
+    assert (tmp_path / "not-on-cpu.txt.dropped").read_text() == "test_s.py::test_c[2]\n", "only what was collected"
 
 
 def test_run_pytest_gives_the_tests_vllms_cpu_platform_offline(tmp_path):
@@ -186,3 +196,36 @@ def test_run_pytest_gives_the_tests_vllms_cpu_platform_offline(tmp_path):
     assert status == 0, (tmp_path / "log.txt").read_text()
     assert json.loads(record.read_text()) == {"CUDA_VISIBLE_DEVICES": "", "VLLM_TARGET_DEVICE": "cpu",
                                               "HF_HUB_OFFLINE": "1"}
+
+
+def test_not_on_cpu_applies_while_the_needed_module_is_absent(tmp_path):
+    from harness.upstream.not_on_cpu import NotOnCpuError, load_causes, not_on_cpu
+    data = tmp_path / "not_on_cpu.toml"
+    data.write_text('[cause.gone]\nneeds = "kvconform_no_such_module"\nreason = "it is not installed"\n'
+                    '[cause.here]\nneeds = "json.decoder"\nreason = "it is installed"\n'
+                    '[release."9.9.9"]\ngone = ["tests/v1/core/test_a.py::t1"]\nhere = ["tests/v1/core/test_a.py::t2"]\n')
+    applying, present = not_on_cpu("9.9.9", sys.executable, data)
+    assert applying == {"tests/v1/core/test_a.py::t1": "not run on vLLM (not_on_cpu.toml, gone): it is not installed"}
+    assert [c.name for c in present] == ["here"], "a cause whose module is installed lets its tests run"
+    assert not_on_cpu("1.0.0", sys.executable, data) == ({}, []), "a release the file does not name: everything runs"
+    data.write_text('[release."9.9.9"]\nnone = ["tests/v1/core/test_a.py::t1"]\n')
+    with pytest.raises(NotOnCpuError, match=r"release.'9.9.9'.none: no \[cause.none\]"):
+        load_causes("9.9.9", data)
+
+
+def test_not_on_cpu_lists_are_tests_of_the_folder():
+    from harness.upstream.not_on_cpu import load_causes
+    for release in ("0.34.0", "0.33.0"):
+        causes = load_causes(release)
+        tests = [t for c in causes for t in c.tests]
+        assert causes and len(tests) == len(set(tests)), f"{release}: a test listed twice"
+        assert all(t.startswith(vllm_core_tests.TEST_DIR + "/") for t in tests)
+
+
+def test_tests_left_out_on_vllm_are_excluded_not_compared():
+    on_vllm = {"tests/v1/core/test_a.py::t1": {"outcome": "passed", "reason": ""},
+               "tests/v1/core/test_a.py::t2": {"outcome": "not run", "reason": "not run on vLLM (x): y"}}
+    result = compare(on_vllm, {"tests/v1/core/test_a.py::t1": {"outcome": "passed", "reason": ""}})
+    assert (result["collected"], result["pass_on_vllm"], result["pass_on_reference"]) == (2, 1, 1)
+    assert result["tests"]["tests/v1/core/test_a.py::t2"] == {"vllm": "not run", "reference": "not run",
+                                                               "excluded": "not run on vLLM (x): y"}
