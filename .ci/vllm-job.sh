@@ -4,12 +4,8 @@
 #   matrix      the config matrix of the release's rule era, on vLLM's own config code (`--hma-target vllm`), and
 #               the config invariants on the same cells (suites/config/test_invariants.py): the release breaks
 #               exactly its reviewed defects (harness/release/vllm_config_defects.toml, strict xfails); one
-#               process in the background, beside the next three steps,
-#   benchmarks  the allocator throughput benchmarks, reference and that vLLM side by side, timed once (no xdist),
+#               process in the background, beside the allocator step,
 #   allocator   the allocator suite's scenarios on the release's KVCacheManager/BlockPool (`--kv-allocator vllm`),
-#   upstream    the release's whole tests/v1/core folder, on vLLM and then on the reference allocator through the
-#               import mapping (scripts/upstream-vllm-tests.sh; the sdist comes from PyPI at run time); fails when
-#               the reference passes a smaller share of the vLLM-passing tests than the floor,
 #   connectors  the connector suite on every connector the release registers (`--kv-connector vllm:Name`),
 #               LMCacheMPConnector aside (the next step),
 #   lmcache     real LMCache (scripts/install-lmcache.sh adds lmcache 0.5.6 to the release's venv) as the target
@@ -18,7 +14,14 @@
 #               the connector's scheduler side); merged with the connectors step's cells of the same connectors,
 #               the report's "kvconform's engine and vLLM's scheduler" section lists where the verdicts differ;
 #               its async-scheduling cells (C42, C43) fail exactly the release's reviewed scheduler defects
-#               (harness/release/vllm_scheduler_defects.toml, `python -m harness.release.scheduler_defects`).
+#               (harness/release/vllm_scheduler_defects.toml, `python -m harness.release.scheduler_defects`);
+#               those steps are "the release judged" (JUDGED_STEPS: each release's `judged | total` row), then
+#   benchmarks  the allocator throughput benchmarks, reference and that vLLM side by side, timed once (no xdist), in
+#               the background beside the next step,
+#   upstream    the release's whole tests/v1/core folder, on vLLM and then on the reference allocator through the
+#               import mapping (scripts/upstream-vllm-tests.sh; the sdist comes from PyPI at run time), less on vLLM
+#               the tests reviewed as unable to pass there (harness/upstream/not_on_cpu.toml); fails when the
+#               reference passes a smaller share of the vLLM-passing tests than the floor.
 # A step that cannot run on a release is skipped with its reason, printed at once and in the summary: the
 # matrix when kvconform declares no rule era for the release (computed), and the release's known gaps in the
 # release registry (reference_impl/releases.toml `gaps`: reviewed data, each names what is missing; delete the
