@@ -239,12 +239,19 @@ class Memo:
         return answer
 
     def typed(self, case: dict) -> Outcome:
-        """The answer to `case` as the typed outcome."""
+        """The answer to `case` as the typed outcome (OutcomeShapeError for an answer that is none)."""
         key = self._key(case)
         found = self._typed.get(key)
         if found is None:
             found = self._typed[key] = typed(self(case))
         return found
+
+    def typed_or_answer(self, case: dict) -> Outcome | Any:
+        """The answer to `case`, typed where it is an outcome (a broken target's other answer as it is)."""
+        try:
+            return self.typed(case)
+        except OutcomeShapeError:
+            return self(case)
 
 
 def _answer(resolve: Target, case: dict) -> Outcome:
@@ -635,12 +642,12 @@ def check_case(case: dict, outcome: AnyOutcome, resolve: Target,
             outcome = typed(outcome)
         except OutcomeShapeError:  # a broken target's answer: nothing to judge
             return []
-    first = probe(case, outcome, resolve)
-    if first is None:
+    p = probe(case, outcome, resolve)
+    if p is None:
         return []
     found = []
     for invariant in invariants:
-        p = replace(first, seen=[])  # each invariant's relatives are its own (their rules go with its violation)
+        p.seen = []  # each invariant's relatives are its own (their rules go with its violation)
         detail = invariant.check(p)
         if detail is not None:
             found.append(p.violation(invariant, detail))
@@ -651,7 +658,7 @@ def evaluate(cases: Iterable[dict], target: Target, invariants: Iterable[Invaria
     """Every violation of `invariants` by `target` on `cases` (the target memoised for the related cases)."""
     resolve = target if isinstance(target, Memo) else Memo(target)
     invariants = tuple(invariants)
-    answered = [(case, resolve(case)) for case in cases]
+    answered = [(case, resolve.typed_or_answer(case)) for case in cases]
     found: list[Violation] = []
     for case, outcome in answered:
         found.extend(check_case(case, outcome, resolve, invariants))

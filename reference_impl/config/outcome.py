@@ -26,6 +26,8 @@ from reference_impl.config.message_ids import identify
 
 #: the keys every outcome has (`kv_cache_groups` only where that stage ran)
 KEYS = ("id", "resolved_disable_hma", "warnings", "error", "rules", "unknown")
+#: the keys `from_dict` needs (the older form has them too)
+_NEEDED = frozenset(("resolved_disable_hma", "warnings", "error", "unknown"))
 #: the key an outcome of the older form kept its warnings' ids under, one per text
 LEGACY_WARNING_IDS = "warning_ids"
 
@@ -122,8 +124,7 @@ class Outcome:
     @classmethod
     def from_dict(cls, data: Any) -> "Outcome":
         """Read an outcome's JSON form, or an older one (module docstring); OutcomeShapeError for anything else."""
-        if not isinstance(data, dict) or any(key not in data for key in ("resolved_disable_hma", "warnings", "error",
-                                                                          "unknown")):
+        if not isinstance(data, dict) or not _NEEDED <= data.keys():
             raise OutcomeShapeError(f"outcome: {type(data).__name__} is not accepted; expected an object with keys "
                                     f"{', '.join(KEYS)}")
         return cls(data.get("id"), data["resolved_disable_hma"],

@@ -22,6 +22,7 @@ from harness.eras import ERA_IDS, ERA_RELEASES
 from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate, judged
 from harness.invariants.defects import Defect, Verdict, judge, load_defects
 from reference_impl.config.eras import parse_version
+from reference_impl.config.outcome import Outcome
 from suites.config.matrix import cells_for
 from suites.config.outcomes import decided_by_installed_package
 from suites.config.random_cases import random_cases
@@ -50,7 +51,8 @@ def violations_on(cases: list[dict], release: str, target: Callable[[dict], dict
     cases the target answered: not unknown, not refused as input it cannot read)."""
     resolve = Memo(target)
     found = evaluate(cases, resolve)
-    answered = sum(judged(resolve(case)) for case in cases)
+    answers = (resolve.typed_or_answer(case) for case in cases)
+    answered = sum(judged(answer) for answer in answers if isinstance(answer, Outcome))
     return found + witness_violations(release, resolve), answered
 
 
