@@ -87,25 +87,33 @@ class PassProgress:
     finished: float | None = None
     done: int = 0
     total: int = 0
+    #: when the first finished tests were seen, and how many: the rate is taken from then on, because the time
+    #: before them is start-up and collection (and, for a config matrix era item, a whole era at once)
+    first_seen: tuple[float, int] | None = None
 
-    def refresh(self) -> None:
+    def refresh(self, now: float | None = None) -> None:
+        """Read the pass's counts from its progress file (`now`: the monotonic time of the reading)."""
         try:
             done, total = self.path.read_text(encoding="utf-8").split()
             self.done, self.total = int(done), int(total)
         except (OSError, ValueError):
-            pass
+            return
+        if self.done and self.first_seen is None:
+            self.first_seen = (time.monotonic() if now is None else now, self.done)
 
-    def describe(self) -> str:
-        """'config matrix: 8,123/16,268 tests, about 12 s left' (or 'done in 20 s')."""
-        elapsed = (self.finished or time.monotonic()) - self.started
+    def describe(self, now: float | None = None) -> str:
+        """'config matrix: 8,123/16,268 tests, about 12 s left' (or 'done in 20 s'); no estimate until tests
+        have finished at two readings."""
+        now = time.monotonic() if now is None else now
+        elapsed = (self.finished or now) - self.started
         if self.finished is not None:
             return f"{self.label}: {self.done:,}/{self.total:,} tests, done in {elapsed:.0f} s"
         if not self.total:
             return f"{self.label}: collecting ({elapsed:.0f} s)"
         text = f"{self.label}: {self.done:,}/{self.total:,} tests"
-        if self.done:
-            left = elapsed / self.done * (self.total - self.done)
-            text += f", about {left:.0f} s left"
+        if self.first_seen is not None and self.done > self.first_seen[1] and now > self.first_seen[0]:
+            rate = (self.done - self.first_seen[1]) / (now - self.first_seen[0])
+            text += f", about {(self.total - self.done) / rate:.0f} s left"
         return text
 
 

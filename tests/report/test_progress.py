@@ -49,13 +49,19 @@ def test_plugin_counts_an_era_item_as_its_cells(tmp_path):
 
 
 def test_describe_says_what_runs_done_total_and_time_left(tmp_path):
-    progress = PassProgress("config matrix", tmp_path / "p", started=time.monotonic() - 10)
+    start = time.monotonic() - 100
+    progress = PassProgress("config matrix", tmp_path / "p", started=start)
     assert progress.describe().startswith("config matrix: collecting (")
     (tmp_path / "p").write_text("250 1000\n")
-    progress.refresh()
-    assert progress.describe() == "config matrix: 250/1,000 tests, about 30 s left"
-    progress.finished = progress.started + 12
-    assert progress.describe() == "config matrix: 250/1,000 tests, done in 12 s"
+    progress.refresh(now=start + 90)
+    # 90 s of start-up and a first era say nothing of the rate: no estimate from one reading
+    assert progress.describe(now=start + 90) == "config matrix: 250/1,000 tests"
+    (tmp_path / "p").write_text("500 1000\n")
+    progress.refresh(now=start + 100)
+    # 250 tests in the 10 s since the first reading: the 500 left take about 20 s
+    assert progress.describe(now=start + 100) == "config matrix: 500/1,000 tests, about 20 s left"
+    progress.finished = progress.started + 112
+    assert progress.describe() == "config matrix: 500/1,000 tests, done in 112 s"
 
 
 def test_monitor_prints_one_line_per_pass_start_and_end(tmp_path):
