@@ -148,7 +148,7 @@ if (( WRITE )); then
         step draft-era 0 "$NEW/bin/python" -m harness.release.draft_era "$RELEASE" --range-only && cat "$OUT/draft-era.log"
         golden_era=$ERA
     fi
-    # the registry's table (docs/releases.md) and the era table (docs/reader.md) follow the new row and era
+    # the registry's table (docs/releases.md), the era table (docs/reader.md) and the README's known range follow
     step doc-tables 0 "$NEW/bin/python" -m harness.release.doc_tables && cat "$OUT/doc-tables.log"
     if [[ -n ${golden_era:-} ]]; then
         step goldens 0 "${PYTEST[@]}" suites/config --vllm-version "$golden_era" --update-golden \

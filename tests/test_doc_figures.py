@@ -50,14 +50,6 @@ def test_readme_counts_the_config_and_allocator_invariants():
     assert _stated("README.md", r"(\d+) allocator and connector-path invariants") == [str(len(ALLOCATOR_INVARIANTS))]
 
 
-def test_readme_states_the_known_range_of_releases():
-    from reference_impl.releases import RELEASES
-
-    oldest, newest = RELEASES[0].key, RELEASES[-1].key
-    assert _stated("README.md", r"knows every era from (\d+\.\d+\.\d+ to \d+\.\d+)\.x") == [
-        f"{'.'.join(map(str, oldest))} to {newest[0]}.{newest[1]}"]
-
-
 def _workload_items(module) -> dict[str, int]:
     """Each throughput workload function of a benchmark module (marked `benchmark_workload`) and how many items
     its parametrization makes."""

@@ -1,12 +1,13 @@
 """The docs' tables written from data: each is the part of a page between `<!-- NAME: begin -->` and
-`<!-- NAME: end -->`, rendered by the function that owns the data it shows.
+`<!-- NAME: end -->`, rendered by the function that owns the data it shows (a table on lines of its own, or a
+phrase inside a sentence: the README's range of releases).
 
     python -m harness.release.doc_tables [--check]
 
 rewrites every table of `TABLES` in place (`--check`: writes nothing, exit 1 naming each stale page);
-tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes both tables
-below (the registry's row; a new era's summary), so neither is edited by hand: scripts/new-vllm-release.sh runs
-this after its draft era. Exit status 0 current or written, 1 stale (--check), 2 a page without its markers.
+tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes the tables
+below (the registry's row; a new era's summary; the known range's newest minor), so none is edited by hand:
+scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale (--check), 2 a page without its markers.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class DocTable:
-    """One generated table: the page (relative to the checkout), its marker name and what renders it."""
+    """One generated table: the page (relative to the checkout), its marker name and what renders it; `inline`:
+    a phrase inside a line (the begin marker is not followed by a line break)."""
 
     page: str
     name: str
     render: Callable[[], str]
+    inline: bool = False
 
     @property
     def begin(self) -> str:
-        return f"<!-- {self.name}: begin -->\n"
+        return f"<!-- {self.name}: begin -->" + ("" if self.inline else "\n")
 
     @property
     def end(self) -> str:
@@ -44,6 +47,7 @@ class DocTable:
 TABLES: tuple[DocTable, ...] = (
     DocTable("docs/releases.md", "registry table", releases.markdown_table),
     DocTable("docs/reader.md", "era table", eras.markdown_table),
+    DocTable("README.md", "known range", eras.known_range, inline=True),
 )
 
 
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.cli import _Parser
 
     parser = _Parser(prog="python -m harness.release.doc_tables",
-                     description="Write the docs' tables from their data (the release registry, the eras).")
+                     description="Write the docs' tables from their data (the release registry, the eras, "
+                                 "the known range).")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale table")
     try:
         args = parser.parse_args(argv)

@@ -32,6 +32,25 @@ def test_the_era_table_places_each_era_from_its_first_registry_row():
     assert rows[-1].startswith(f"| `{eras.ERAS[-1].id}` | {eras.ERAS[-1].representative} – {major}.{minor}.x | ")
 
 
+def test_the_readme_states_the_known_range_inside_its_sentence():
+    """The README's range is a phrase of one line (an inline table): from the registry's oldest row to its newest
+    row's minor, as the resolver refuses what lies outside."""
+    oldest, newest = releases.RELEASES[0].key, releases.RELEASES[-1].key
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert (f"kvconform knows every era from <!-- known range: begin -->{'.'.join(map(str, oldest))} to "
+            f"{newest[0]}.{newest[1]}.x<!-- known range: end --> and checks") in readme
+
+
+def test_write_replaces_an_inline_phrase_only(tmp_path):
+    _copy_pages(tmp_path)
+    page = tmp_path / "README.md"
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("-->0.10.0 to ", "-->0.10.0 to 0.1.x and "), encoding="utf-8")
+    assert doc_tables.stale(tmp_path) == ["README.md (known range)"]
+    assert doc_tables.write(tmp_path) == ["README.md"]
+    assert page.read_text(encoding="utf-8") == text
+
+
 def _copy_pages(root: Path) -> None:
     for table in doc_tables.TABLES:
         (root / table.page).parent.mkdir(parents=True, exist_ok=True)
