@@ -28,9 +28,11 @@ from reference_impl.kv_cache.tensors import KVCacheTensors
 @dataclass(frozen=True)
 class ReadError:
     """One wrong value the forward read: request, layer, token position (-1: Mamba state) and why; `block`, the
-    block it was read from (0: the null block), for checks that ask whose KV it is (left out of the text)."""
+    block it was read from (0: the null block), for checks that ask whose KV it is (left out of the text). The
+    request's id is left out of the text too: drawn at random per request, it made one failure's evidence read
+    differently on every run of the same input."""
 
-    req_id: str
+    req_id: str = field(repr=False)
     layer: str
     position: int
     detail: str

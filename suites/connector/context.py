@@ -36,6 +36,8 @@ from suites.connector.watchdog import (NO_PROGRESS_STEPS, WAIT_SECONDS, NoProgre
                                       waited_out)
 
 _counter = itertools.count()
+#: How a failure's evidence names the check's own store (its name is drawn per run: `CheckContext.store_name`).
+STORE_SHOWN = "<store>"
 
 # Pool sizes (blocks) per preset that hold one 700-token request but not two: running two forces a preemption.
 PREEMPTING_POOL = {"fa_only": 60, "fa+swa": 80, "fa16+swa32": 80, "fa+mamba_align": 60, "fa+swa+mamba": 80,
@@ -226,17 +228,19 @@ class CheckContext:
             for index in range(len(self.target.extra_config.get("connectors") or ())):
                 drop_shared_store(f"{self.store_name}-child{index}")
 
-    @staticmethod
-    def key_components(engine: EngineCore, request=None, *, rank: int | None = None, group: int | None = None,
+    def key_components(self, engine: EngineCore, request=None, *, rank: int | None = None, group: int | None = None,
                        cache_salt: str | None = None, lora_request=None) -> KeyComponents:
         """What an object `engine` stores (or a lookup it asks) is keyed by: the engine's model name, KV dtype and
         TP size, `rank` and `group` (None: every one), and the cache salt and LoRA adapter of `request`, or the
-        ones given (what a check stored a prompt with)."""
+        ones given (what a check stored a prompt with). The model name shows this check's store as `STORE_SHOWN`:
+        the store's name is drawn afresh for every run (`store_name`), and a failure's evidence must read the same
+        on the same input; two model names still differ where the engines' do (what follows the store's name)."""
         if request is not None:
             cache_salt, lora_request = request.cache_salt, request.lora_request
         dtypes = sorted({str(g.kv_cache_spec.dtype) for g in engine.kv_cache_config.kv_cache_groups
                          if hasattr(g.kv_cache_spec, "dtype")})
-        return KeyComponents(model=engine.config.model_config.model, dtype="/".join(dtypes),
+        model = engine.config.model_config.model.replace(self.store_name, STORE_SHOWN)
+        return KeyComponents(model=model, dtype="/".join(dtypes),
                              tp_size=engine.config.parallel_config.tensor_parallel_size, tp_rank=rank,
                              cache_salt=cache_salt, lora=getattr(lora_request, "lora_name", None), group=group)
 
