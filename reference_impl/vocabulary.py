@@ -181,53 +181,275 @@ MATRIX_STAGES: Mapping[str, str] = MappingProxyType({"config": "config", "create
 
 @dataclass(frozen=True)
 class Message:
-    """A declared message: its kind and the fragment of its text that names it wherever a target meets it."""
+    """A declared message: its kind, the fragment of its text that names it wherever a target meets it, and its
+    row of `docs/rules.md` (written there from this record by `python -m harness.release.doc_tables`)."""
 
     kind: str  # "warning" or "error"
     #: A regular expression (dot matches newline) found in the text of every release that says the message, so a
     #: release that rewords the rest keeps the id; None for the one message without text (see its entry).
     fragment: str | None
+    #: The row: how vLLM says it ("warning", or the exception's type; for an error vLLM raises unchanged, with its
+    #: text), when it appears and where in vLLM's source (line numbers of the release named).
+    said: str
+    when: str
+    source: str
+    #: The releases that say it, for the messages of the HMA block (the page's first table); None for an error
+    #: vLLM raises unchanged, whose releases `when` says (the second table).
+    releases: str | None = None
 
 
 #: Message id -> its record: the ids the oracle's tables (`suites/config/tables/messages.toml`), the golden files,
 #: the report and the resolver's texts (`reference_impl.config.messages`, one constant per id, named like it)
-#: cite; `docs/rules.md` has a row for each. The targets give a text the id of the first record whose fragment it
+#: cite; `docs/rules.md`'s row for each is written from its record. The targets give a text the id of the first record whose fragment it
 #: holds (`reference_impl.config.message_ids`), in this order: W-B1's text holds W-A1's fragment, so W-B1 comes
 #: first. The fragments were reviewed against the texts of every release (config-rules.md §1.3, §2.4, §3.4, the
 #: errors of §3.3/§10; tests/config/test_message_ids.py matches every text of both evaluators against its id).
 MESSAGES: Mapping[str, Message] = MappingProxyType({
-    "W-B1": Message("warning", r"because `--kv-transfer-config` is set\..*--no-disable-hybrid-kv-cache-manager to start"),
-    "W-A1": Message("warning", r"because `--kv-transfer-config` is set\."),
-    "W-22": Message("warning", r"because connector \S+ does not subclass `SupportsHMA`"),
-    "W-C1": Message("warning", r"because `--kv-transfer-config` selects a KV connector that does not support it"),
-    "W-C": Message("warning", r"latency regression when using chunked local attention"),
-    "W-U": Message("warning", r"Hybrid KV cache manager is disabled for this hybrid model"),
-    "E-B": Message("error", r"explicitly enabled but is not supported.*--no-disable-hybrid-kv-cache-manager"),
-    "E-C": Message("error", r"explicitly enabled but is not supported.*--enable-hybrid-kv-cache-manager"),
-    "E-F": Message("error", r"does not support HMA but HMA is enabled"),
-    "E-H": Message("error", r"HiSparse requires the hybrid KV cache manager"),
-    "E-HISPARSE-CUDA": Message("error", r"HiSparse currently requires NVIDIA CUDA"),
-    "E-HISPARSE-PLATFORM": Message("error", r"The current platform does not support HiSparse"),
-    "E-HISPARSE-NEEDS-CONNECTOR": Message("error",
-                                          r"HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib"),
-    "E-HISPARSE-TWO": Message("error", r"Only one HiSparseConnector may be configured"),
-    "E-HISPARSE-NO-HOST-POOL": Message("error", r"HiSparseConnector requires host_pool_gib"),
-    "E-HISPARSE-HOST-POOL-NOT-POSITIVE": Message("error", r"HiSparseConnector host_pool_gib must be positive"),
-    "E-NIXL-TRANSFER-MODE": Message("error", r"Invalid NixlConnector transfer_mode: "),
-    "E-UNKNOWN-SPECULATIVE-METHOD": Message("error", r"Unknown speculative method .*registered custom methods"),
-    "E-MULTI-ASSERT": Message("error", r"HMA should not be enabled unless all sub-connectors support it"),
-    "E-MULTI-NO-CONNECTORS": Message("error", None),  # MultiConnector's bare assert: an empty AssertionError
-    "E-KV-ROLE": Message("error", r"Please specify kv_role when kv_connector is set"),
-    "E-KV-DISAGG-ROLE": Message("error", r"Please specify kv_disagg_role when kv_connector is set"),
-    "E-V1-CONNECTOR-UNDER-V0": Message("error",
-                                       r"Attempting to initialize a V1 Connector, but found envs\.VLLM_USE_V1=False"),
-    "E-TWO-ARG": Message("error", r"uses deprecated 2-argument constructor signature"),
-    "E-HIDDEN-STATES-CHUNKED-PREFILL": Message("error",
-                                               r"ExampleHiddenStatesConnector does not support chunked prefill"),
-    "E-OFFLOAD-NO-SIZE": Message("error", r"You must set kv_offloading_size when kv_offloading_backend is set"),
-    "E-NO-LMCACHE": Message("error", r"No module named 'lmcache'"),
-    "E-NO-MOONCAKE": Message("error", r"Please install mooncake"),
-    "E-UNSUPPORTED-CONNECTOR": Message("error", r"Unsupported connector type: "),
-    "E-CLASS-NOT-FOUND": Message("error", r"Class \S+ not found in \S+"),
+    "W-B1": Message(
+        "warning", r"because `--kv-transfer-config` is set\..*--no-disable-hybrid-kv-cache-manager to start",
+        said="warning",
+        when="flag absent (`None`) and a `--kv-transfer-config` is present: HMA is turned off without looking at "
+             "the connector; the text asks for `--no-disable-hybrid-kv-cache-manager`",
+        releases="0.13.0 – 0.21.x",
+        source="`vllm/config/vllm.py` (0.13.0: 890-958)",
+    ),
+    "W-A1": Message(
+        "warning", r"because `--kv-transfer-config` is set\.",
+        said="warning",
+        when="a `--kv-transfer-config` is present and the old two-state flag is not `True`: HMA is turned off for "
+             "any connector",
+        releases="0.11.1 – 0.12.x",
+        source="`vllm/config/vllm.py` (0.12.0: 885-929)",
+    ),
+    "W-22": Message(
+        "warning", r"because connector \S+ does not subclass `SupportsHMA`",
+        said="warning",
+        when="flag absent and the connector class (or a MultiConnector child, by name) does not subclass "
+             '`SupportsHMA`: "Turning off hybrid kv cache manager because connector X does not subclass '
+             '`SupportsHMA`"',
+        releases="0.22.x",
+        source="`vllm/config/vllm.py` (0.22.0, HMA block)",
+    ),
+    "W-C1": Message(
+        "warning", r"because `--kv-transfer-config` selects a KV connector that does not support it",
+        said="warning",
+        when="flag absent and `KVConnectorFactory.supports_hma_config` says the connector (for a MultiConnector: "
+             "one of its children) is not HMA-capable",
+        releases="0.23.0 – 0.34.x",
+        source="`vllm/config/vllm.py` (0.33.0: 2216-2304; 0.34.0: 2178-2198), `kv_connector/factory.py` (0.33.0: "
+               "131-146)",
+    ),
+    "W-C": Message(
+        "warning", r"latency regression when using chunked local attention",
+        said="warning",
+        when="the model uses chunked local attention, there is no EAGLE-style speculator, and "
+             "`VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE` is off; logged for every flag value",
+        releases="0.11.0 – 0.34.x (env default 0 until 0.13, 1 from 0.14)",
+        source="`vllm/config/vllm.py` HMA block; `vllm/envs.py` (0.13.0: 1432-1434)",
+    ),
+    "W-U": Message(
+        "warning", r"Hybrid KV cache manager is disabled for this hybrid model",
+        said="warning",
+        when="HMA is off and the model's KV cache specs had to be unified (sliding window / chunked local promoted "
+             "to full attention)",
+        releases="every era",
+        source="`vllm/v1/core/kv_cache_utils.py` (0.13.0: 1134-1208); 0.33.0 `v1/core/kv_cache_planning.py` "
+               "(853-876)",
+    ),
+    "E-B": Message(
+        "error", r"explicitly enabled but is not supported.*--no-disable-hybrid-kv-cache-manager",
+        said="error (`ValueError`, surfaced by pydantic as `ValidationError`)",
+        when="explicit enable (`--no-disable-hybrid-kv-cache-manager`) while something in the configuration needs "
+             "HMA off; names `--no-disable-…`",
+        releases="0.13.0 – 0.32.x",
+        source="`vllm/config/vllm.py` (0.13.0: 890-958)",
+    ),
+    "E-C": Message(
+        "error", r"explicitly enabled but is not supported.*--enable-hybrid-kv-cache-manager",
+        said="error (`ValueError`)",
+        when="the same as E-B with the 0.33 spelling: the text names `--enable-hybrid-kv-cache-manager`",
+        releases="0.33.0 –",
+        source="`vllm/config/vllm.py` (0.33.0: 2216-2304)",
+    ),
+    "E-F": Message(
+        "error", r"does not support HMA but HMA is enabled",
+        said="error (`ValueError`)",
+        when='the connector factory finds HMA on and the connector not HMA-capable: "Connector X does not support '
+             'HMA but HMA is enabled"',
+        releases="0.11.1 –",
+        source="`kv_connector/factory.py` (0.13.0: 56-62; 0.33.0: 43-75)",
+    ),
+    "E-H": Message(
+        "error", r"HiSparse requires the hybrid KV cache manager",
+        said="error (`ValueError`)",
+        when="HiSparse is configured and HMA resolved off",
+        releases="0.30.0 –",
+        source="`vllm/config/vllm.py` (0.33.0: 2296-2304)",
+    ),
+    "E-HISPARSE-CUDA": Message(
+        "error", r"HiSparse currently requires NVIDIA CUDA",
+        said='`ValueError` "HiSparse currently requires NVIDIA CUDA."',
+        when="HiSparse on a platform other than CUDA, checked before the HMA block (0.30 – 0.33)",
+        source="`config/vllm.py` (spec §10 item 2)",
+    ),
+    "E-HISPARSE-PLATFORM": Message(
+        "error", r"The current platform does not support HiSparse",
+        said='`ValueError` "The current platform does not support HiSparse."',
+        when="0.34: the same check asks the platform's `get_hisparse_backend_cls()`; only `CudaPlatform` has one, "
+             "TPU's class lives outside vLLM (unknown)",
+        source="0.34.0 `config/vllm.py:1812-1814`, `platforms/cuda.py:274`, `platforms/interface.py:200`",
+    ),
+    "E-HISPARSE-NEEDS-CONNECTOR": Message(
+        "error", r"HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib",
+        said='`ValueError` "HiSparse requires a KV transfer config with HiSparseConnector and host_pool_gib; …"',
+        when="0.34: HiSparse is on (explicitly, or by a `HiSparseConnector`) but after the kv-offloading shortcut "
+             "no `HiSparseConnector` is at the top level or a direct child of a `MultiConnector`",
+        source="0.34.0 `config/vllm.py:2133-2141`, `config/kv_transfer.py:16-47`",
+    ),
+    "E-HISPARSE-TWO": Message(
+        "error", r"Only one HiSparseConnector may be configured",
+        said='`ValueError` "Only one HiSparseConnector may be configured"',
+        when="0.34: two `HiSparseConnector` children",
+        source="0.34.0 `config/kv_transfer.py:37-38`",
+    ),
+    "E-HISPARSE-NO-HOST-POOL": Message(
+        "error", r"HiSparseConnector requires host_pool_gib",
+        said='`ValueError` "HiSparseConnector requires host_pool_gib"',
+        when="0.34: the `HiSparseConnector` has no `host_pool_gib` in its `kv_connector_extra_config` (a value that "
+             "`float()` refuses raises `float()`'s own `ValueError`/`TypeError`)",
+        source="0.34.0 `config/kv_transfer.py:39-43`",
+    ),
+    "E-HISPARSE-HOST-POOL-NOT-POSITIVE": Message(
+        "error", r"HiSparseConnector host_pool_gib must be positive",
+        said='`ValueError` "HiSparseConnector host_pool_gib must be positive"',
+        when="0.34: `host_pool_gib` <= 0",
+        source="0.34.0 `config/kv_transfer.py:44-46`",
+    ),
+    "E-NIXL-TRANSFER-MODE": Message(
+        "error", r"Invalid NixlConnector transfer_mode: ",
+        said='`ValueError` "Invalid NixlConnector transfer_mode: \'x\'" (the value\'s repr)',
+        when='0.34: the registry\'s `NixlConnector` is `NixlPullConnector` (`transfer_mode` "pull", the default) or '
+             '`NixlPushConnector` ("push"); any other value, wherever the class is looked up',
+        source="0.34.0 `kv_connector/factory.py:126-130`",
+    ),
+    "E-UNKNOWN-SPECULATIVE-METHOD": Message(
+        "error", r"Unknown speculative method .*registered custom methods",
+        said='`ValueError` "Unknown speculative method \'x\'. Built-in methods: […]; registered custom methods: '
+             '[…]."',
+        when="0.34: a method name that is neither built in nor registered by a plugin "
+             "(`register_speculative_method`), while `SpeculativeConfig` is built; 0.33 refuses the same names with "
+             "pydantic's `Literal` error",
+        source="0.34.0 `config/speculative.py:1624-1634`; 0.33.0 `config/speculative.py:419`",
+    ),
+    "E-MULTI-ASSERT": Message(
+        "error", r"HMA should not be enabled unless all sub-connectors support it",
+        said='`AssertionError` "HMA should not be enabled unless all sub-connectors support it"',
+        when="HMA on with a MultiConnector child that is not HMA-capable, reached through a renamed MultiConnector "
+             "subclass",
+        source="`multi_connector.py` (0.33.0: 190-197)",
+    ),
+    "E-MULTI-NO-CONNECTORS": Message(
+        "error", None,
+        said="`AssertionError` with an empty message, at `create_connector`",
+        when='a `MultiConnector` whose `kv_connector_extra_config` has no `"connectors"` key (`assert ktcs is not '
+             "None`), at any depth: `MultiConnector.__init__` constructs its children in order, so a "
+             "`MultiConnector` child (or grandchild) without the key asserts too, after every child's `kv_role` and "
+             "class were checked (an empty list does not assert)",
+        source="`kv_connector/v1/multi_connector.py` (0.33.0: 242; the same assertion in 0.13.0)",
+    ),
+    "E-KV-ROLE": Message(
+        "error", r"Please specify kv_role when kv_connector is set",
+        said='`ValueError` "Please specify kv_role when kv_connector is set"',
+        when="a MultiConnector child without `kv_role`: at config with the flag absent in 0.22 (the class check "
+             "builds each child's config) and from 0.23 (`all_children_support_hma`), child by child until the "
+             "first child without HMA support, so a child after that one is not checked there; at "
+             "`create_connector` in every era (`MultiConnector.__init__` builds every child's config first)",
+        source="`config/kv_transfer.py` validation, reached from 0.22.0 `config/vllm.py:1458-1468`, 0.23.0 "
+               "`multi_connector.py:161-167`, and `MultiConnector.__init__`",
+    ),
+    "E-KV-DISAGG-ROLE": Message(
+        "error", r"Please specify kv_disagg_role when kv_connector is set",
+        said='`ValueError` "Please specify kv_disagg_role when kv_connector is set"',
+        when="E-KV-ROLE's check in 0.10.x and 0.11.0, whose text still named the field `kv_disagg_role` (0.11.1 "
+             "renamed it in the message)",
+        source="0.10.0 `config.py:3862`, 0.11.0 `config/kv_transfer.py:92`",
+    ),
+    "E-V1-CONNECTOR-UNDER-V0": Message(
+        "error", r"Attempting to initialize a V1 Connector, but found envs\.VLLM_USE_V1=False",
+        said='`ValueError` "Attempting to initialize a V1 Connector, but found envs.VLLM_USE_V1=False"',
+        when="`VLLM_USE_V1=0` with a `kv_transfer_config` in 0.10.x and 0.11.0: the V1 connector factory refuses "
+             "before it looks the connector up",
+        source="0.10.0 `factory.py:59`, 0.11.0 `factory.py:46`",
+    ),
+    "E-TWO-ARG": Message(
+        "error", r"uses deprecated 2-argument constructor signature",
+        said='`ValueError` "uses deprecated 2-argument constructor signature"',
+        when="an external connector whose constructor lacks `kv_cache_config` (from 0.21; a warning and a shim "
+             "before, 0.20.0 `factory.py:123-128`)",
+        source="0.21.0 `factory.py:115-122`; 0.33.0 `factory.py:116-121`",
+    ),
+    "E-HIDDEN-STATES-CHUNKED-PREFILL": Message(
+        "error", r"ExampleHiddenStatesConnector does not support chunked prefill",
+        said='`ValueError` "ExampleHiddenStatesConnector does not support chunked prefill. Please disable chunked '
+             'prefill (--no-enable-chunked-prefill)."',
+        when="0.22.0 – 0.23.x (eras v0.22, v0.23): the configured top-level `kv_connector` is named "
+             "ExampleHiddenStatesConnector (a MultiConnector child is not checked) while "
+             "`scheduler_config.enable_chunked_prefill` is on (vLLM's default, which every case keeps), at the "
+             "start of `_post_init_kv_transfer_config`, before the kv-offloading shortcut and the HMA block; "
+             "0.21.0's function has no such check, 0.24.0 drops it",
+        source="0.22.0 `config/vllm.py:737-746`; 0.23.0 `config/vllm.py:764-772`",
+    ),
+    "E-OFFLOAD-NO-SIZE": Message(
+        "error", r"You must set kv_offloading_size when kv_offloading_backend is set",
+        said='`ValueError` "You must set kv_offloading_size when kv_offloading_backend is set."',
+        when="0.11.1 – 0.13.x (eras pre-seed, seed): `--kv-offloading-backend` without `--kv-offloading-size`; the "
+             "backend triggers the kv-offloading shortcut there, which runs after the HMA block (stage config, "
+             "after the block's warnings). From 0.14.0 the size alone triggers it (the backend defaults to native) "
+             "and a backend without a size does nothing",
+        source="0.11.1 `config/vllm.py:306-316`; 0.12.0 `465-475`; 0.13.0 `477-487`; 0.14.0 "
+               "`config/vllm.py:501-503`, `config/cache.py:152-161`",
+    ),
+    "E-NO-LMCACHE": Message(
+        "error", r"No module named 'lmcache'",
+        said='`ModuleNotFoundError` "No module named \'lmcache\'"',
+        when="the LMCache connector modules import `lmcache` at the top (from 0.13)",
+        source="`kv_connector/v1/lmcache_*` modules",
+    ),
+    "E-NO-MOONCAKE": Message(
+        "error", r"Please install mooncake",
+        said='`ImportError` "Please install mooncake …"',
+        when="the Mooncake connector module without the `mooncake` package (0.13 – 0.18; from 0.19.0 it only logs a "
+             "warning)",
+        source="0.13.0 `kv_connector/v1/mooncake_connector.py:40-47`; 0.18.0 "
+               "`mooncake/mooncake_connector.py:49-56`; 0.19.0 `mooncake/mooncake_connector.py:52-60` (warning)",
+    ),
+    "E-UNSUPPORTED-CONNECTOR": Message(
+        "error", r"Unsupported connector type: ",
+        said='`ValueError` "Unsupported connector type: X"',
+        when="a `kv_connector` name the release does not register, without a `kv_connector_module_path`: raised "
+             "wherever vLLM looks the class up (at `create_connector` in every era; at config from 0.22, where the "
+             "flag-absent decision reads the class)",
+        source="`kv_connector/factory.py` `get_connector_class` (0.33.0: 128; 0.34.0: 133)",
+    ),
+    "E-CLASS-NOT-FOUND": Message(
+        "error", r"Class \S+ not found in \S+",
+        said='`AttributeError` "Class X not found in M"',
+        when="the kv-offloading shortcut overwrites `kv_connector` but keeps an external "
+             "`kv_connector_module_path`; the module-path-first lookup (from 0.20) searches it",
+        source="0.33.0 `factory.py:108-114`, `config/vllm.py:1157-1190`",
+    ),
 })
 
+
+def markdown_table(dated: bool) -> str:
+    """The messages as a Markdown table of `docs/rules.md`, in the order of `MESSAGES`: with `dated`, those with
+    `releases` (id | kind | when it appears | releases | vLLM source), else the errors vLLM raises unchanged
+    (id | kind | when it appears | vLLM source). Each id carries its anchor, the id in lower case."""
+    header = ["id", "kind", "when it appears", *(["releases"] if dated else []), "vLLM source"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for id_, message in MESSAGES.items():
+        if (message.releases is not None) is dated:
+            cells = [f'<a id="{id_.lower()}"></a>{id_}', message.said, message.when,
+                     *([message.releases] if dated else []), message.source]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

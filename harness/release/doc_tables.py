@@ -6,20 +6,22 @@ phrase inside a sentence: the README's range of releases).
 
 rewrites every table of `TABLES` in place (`--check`: writes nothing, exit 1 naming each stale page);
 tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes the tables
-below (the registry's row; a new era's summary; the known range's newest minor), so none is edited by hand:
-scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale (--check), 2 a page without its markers.
+below (the registry's row; a new era's summary; the known range's newest minor; a new message's row), so none is
+edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
+(--check), 2 a page without its markers.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from harness.atomic_write import write_text_atomic
 from harness.errors import UsageError
-from reference_impl import releases
+from reference_impl import releases, vocabulary
 from reference_impl.config import eras
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -48,6 +50,8 @@ TABLES: tuple[DocTable, ...] = (
     DocTable("docs/releases.md", "registry table", releases.markdown_table),
     DocTable("docs/reader.md", "era table", eras.markdown_table),
     DocTable("README.md", "known range", eras.known_range, inline=True),
+    DocTable("docs/rules.md", "message table", partial(vocabulary.markdown_table, dated=True)),
+    DocTable("docs/rules.md", "unchanged error table", partial(vocabulary.markdown_table, dated=False)),
 )
 
 
@@ -74,7 +78,7 @@ def stale(root: Path | None = None) -> list[str]:
 
 
 def write(root: Path | None = None) -> list[str]:
-    """Render every table into its page under `root` (default: this checkout); the pages that changed."""
+    """Render every table into its page under `root` (default: this checkout); the pages that changed, each once."""
     root = root or CHECKOUT
     changed = []
     for table in TABLES:
@@ -84,7 +88,7 @@ def write(root: Path | None = None) -> list[str]:
         if new != text:
             write_text_atomic(path, new)
             changed.append(table.page)
-    return changed
+    return list(dict.fromkeys(changed))  # a page of two tables once
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _Parser(prog="python -m harness.release.doc_tables",
                      description="Write the docs' tables from their data (the release registry, the eras, "
-                                 "the known range).")
+                                 "the known range, the messages).")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale table")
     try:
         args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.release import doc_tables
-from reference_impl import releases
+from reference_impl import releases, vocabulary
 from reference_impl.config import eras
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +49,21 @@ def test_write_replaces_an_inline_phrase_only(tmp_path):
     assert doc_tables.stale(tmp_path) == ["README.md (known range)"]
     assert doc_tables.write(tmp_path) == ["README.md"]
     assert page.read_text(encoding="utf-8") == text
+
+
+def test_docs_rules_has_one_row_per_message_record():
+    """docs/rules.md: each declared message id once, anchored by its id in lower case; the HMA block's dated
+    messages in the first table (with their releases), the errors vLLM raises unchanged in the second."""
+    page = (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
+    dated, unchanged = (doc_tables.shown(table, page) for table in doc_tables.TABLES if table.page == "docs/rules.md")
+    ids = [[line.split("</a>", 1)[1].split(" |", 1)[0] for line in table.splitlines()[2:]]
+           for table in (dated, unchanged)]
+    assert sorted(ids[0] + ids[1]) == sorted(vocabulary.MESSAGES)
+    assert {"W-A1", "W-B1", "E-F"} <= set(ids[0]) and {"E-KV-ROLE", "E-NO-LMCACHE"} <= set(ids[1])
+    assert '| <a id="e-kv-role"></a>E-KV-ROLE | `ValueError` "Please specify kv_role when kv_connector is set" |' \
+        in unchanged
+    assert all(line.count(" | ") == 4 for line in dated.splitlines()[2:])
+    assert all(line.count(" | ") == 3 for line in unchanged.splitlines()[2:])
 
 
 def _copy_pages(root: Path) -> None:
