@@ -242,3 +242,37 @@ def test_the_token_budget_is_probed_under_either_name(manager, expected):
     modules = {"manager": types.SimpleNamespace(KVCacheManager=manager)}
     have, _ = probe_capabilities(modules, {"max_in_flight_tokens": CAPABILITIES["max_in_flight_tokens"]})
     assert ("max_in_flight_tokens" in have) is expected, manager.__name__
+
+
+def test_a_shape_named_in_code_is_probed_by_that_name_not_by_its_era():
+    """reference_impl/kv_cache/release.py's shapes that say where vLLM's code shows them are capabilities of the
+    table, probed by that name: a coordinator with `reserved_import_pages` has the import reservation of 0.34
+    whatever the release's number, one without it lacks it, and the reference (the newest era) has it."""
+    from harness.targets.allocator.target import REFERENCE_MODULES
+    from harness.targets.allocator.capabilities import ReleaseModules
+    from reference_impl.kv_cache.release import RESERVES_IMPORT_PAGES, SHAPES
+
+    named = {shape.capability: shape for shape in SHAPES if shape.capability}
+    assert named == {"hisparse_import_reservation": RESERVES_IMPORT_PAGES}
+    capability = {"hisparse_import_reservation": CAPABILITIES["hisparse_import_reservation"]}
+
+    class Reserving:
+        reserved_import_pages = 0
+
+    class Admitting:
+        pass
+
+    for coordinator, expected in ((Reserving, True), (Admitting, False), (None, False)):
+        module = None if coordinator is None else types.SimpleNamespace(HiSparseCoordinator=coordinator)
+        have, lacks = probe_capabilities({"hisparse_coordinator": module}, capability)
+        assert ("hisparse_import_reservation" in have) is expected
+        assert lacks == ({} if expected else {"hisparse_import_reservation": RESERVES_IMPORT_PAGES.lacks})
+    have, _ = probe_capabilities(ReleaseModules(REFERENCE_MODULES), capability)
+    assert have == {"hisparse_import_reservation"}
+
+
+def test_a_shape_states_its_capability_name_and_lack_together():
+    from reference_impl.kv_cache.release import Shape
+
+    with pytest.raises(ValueError, match="capability, seen_at and lacks go together"):
+        Shape("v0.35", capability="x", seen_at=None, lacks="y")

@@ -1,8 +1,8 @@
 """Which era's `v1/core` the reference allocator follows where two releases differ.
 
 The reference follows the newest era it knows. A few observable shapes changed between releases in ways one
-object cannot serve at once; each is named below by the first era that has it, and the allocator modules ask
-`follows(FIRST_ERA)`:
+object cannot serve at once; each is a `Shape` below, named by the first era that has it, and the allocator
+modules ask `follows(SHAPE)`:
 - vLLM 0.34's prefix-cache map holds block ids (`_cache` maps a key to one block id, `_dup_ids` keeps the keys
   several blocks share), 0.33's held the blocks themselves (a key maps to a block, or to `{block_id: block}` once
   a second block shared it, and stays a dict);
@@ -11,6 +11,11 @@ object cannot serve at once; each is named below by the first era that has it, a
 - HiSparse's host pool: 0.34 reserves, against later admissions, the host pages an admitted asynchronous import
   has yet to allocate, 0.33 admitted an import when its own prompt's pages fit.
 Every other behaviour is the same on every supported release.
+
+A shape that one name in vLLM's code shows (a class, a method, an attribute) says that name and the capability
+it is: the vLLM allocator target's capability table (`harness.targets.allocator.capabilities`) probes each such
+name in the release under test, as it probes every other capability, so the checks that need the shape are "N/A"
+on a release without it and a new shape is declared here alone.
 
 Code written against an older release (its own tests, an out-of-tree scheduler) selects that release with
 $KVCONFORM_ALLOCATOR_RELEASE (`0.33`, `0.33.0` or `v0.33`); `harness.upstream` sets it to the release whose tests
@@ -23,12 +28,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from reference_impl import releases
 
-__all__ = ["ENV_VAR", "NEWEST", "OLDEST", "PREFIX_CACHE_HOLDS_BLOCK_IDS", "PROMPT_LOGPROB_START_HITS",
-           "RESERVES_IMPORT_PAGES", "allocator_era", "follows", "parse_release"]
+__all__ = ["ENV_VAR", "NEWEST", "OLDEST", "Shape", "SHAPES", "PREFIX_CACHE_HOLDS_BLOCK_IDS",
+           "PROMPT_LOGPROB_START_HITS", "RESERVES_IMPORT_PAGES", "allocator_era", "follows", "parse_release"]
 
 ENV_VAR = "KVCONFORM_ALLOCATOR_RELEASE"
 #: The newest era the reference follows (the default): the registry's newest row's.
@@ -36,11 +42,36 @@ NEWEST = releases.RELEASES[-1].era
 #: The oldest era the reference can present itself as.
 OLDEST = "seed"
 
-#: The first era of each allocator behaviour that changed (reviewed data: the vLLM source of each is cited where
-#: the allocator reads it).
-PREFIX_CACHE_HOLDS_BLOCK_IDS = "v0.34"
-PROMPT_LOGPROB_START_HITS = "v0.34"
-RESERVES_IMPORT_PAGES = "v0.34"
+
+@dataclass(frozen=True)
+class Shape:
+    """An allocator behaviour that changed: the first era that has it and, where one name in vLLM's code shows it,
+    the capability it is for the checks (`needs` marks), that name and what a release without it lacks."""
+
+    first_era: str
+    capability: str | None = None
+    #: "MODULE:ATTRIBUTE.PATH", MODULE as vLLM names it under `vllm.` (`v1.hisparse.coordinator`): present in the
+    #: code of a release that has the shape (the reference's included), absent before.
+    seen_at: str | None = None
+    #: Completes "N/A on X.Y.Z: ..." for a release without it.
+    lacks: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.capability is None) != (self.seen_at is None) or (self.capability is None) != (self.lacks is None):
+            raise ValueError(f"Shape {self.first_era}: capability, seen_at and lacks go together")
+
+
+#: Each allocator behaviour that changed (reviewed data: the vLLM source of each is cited where the allocator
+#: reads it).
+PREFIX_CACHE_HOLDS_BLOCK_IDS = Shape("v0.34")
+PROMPT_LOGPROB_START_HITS = Shape("v0.34")
+RESERVES_IMPORT_PAGES = Shape(
+    "v0.34", capability="hisparse_import_reservation",
+    seen_at="v1.hisparse.coordinator:HiSparseCoordinator.reserved_import_pages",
+    lacks="HiSparseCoordinator has no reserved_import_pages (an asynchronous import is admitted when its own "
+          "prompt's host pages fit, whatever earlier imports still need)")
+#: Every shape of this module, oldest first.
+SHAPES: tuple[Shape, ...] = (PREFIX_CACHE_HOLDS_BLOCK_IDS, PROMPT_LOGPROB_START_HITS, RESERVES_IMPORT_PAGES)
 
 _SPELLING = re.compile(r"^[vV]?(\d+)\.(\d+)(?:\.(\d+))?$")
 
@@ -75,6 +106,6 @@ def allocator_era() -> str:
     return NEWEST if not text else parse_release(text)
 
 
-def follows(first_era: str, era: str | None = None) -> bool:
-    """Whether the allocator (`era`, default the selected one) follows a behaviour `first_era` introduced."""
-    return releases.era_at_least(era or allocator_era(), first_era)
+def follows(shape: Shape, era: str | None = None) -> bool:
+    """Whether the allocator (`era`, default the selected one) follows `shape` (its first era or later)."""
+    return releases.era_at_least(era or allocator_era(), shape.first_era)

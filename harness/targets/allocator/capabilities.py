@@ -7,7 +7,9 @@ green and `kvconform diff` of two releases' runs lists only what changed in beha
 
 Each capability is probed from the installed release's own code (a constructor parameter, a dataclass
 field, a method, a class), never from a version number or a target's name, so a release kvconform has never
-seen gets a correct table too. The modules come from the target's module map (`ReleaseModules`).
+seen gets a correct table too. The modules come from the target's module map (`ReleaseModules`). An allocator
+shape of `reference_impl/kv_cache/release.py` that one name in vLLM's code shows is a row here by that name
+(`Shape.seen_at`), so a new shape is declared there alone.
 `docs/allocator-releases.md` lists the table for the releases checked by hand (0.13.0 to 0.34.0).
 """
 
@@ -130,6 +132,32 @@ def _hashes_mamba_align_at_gcd(m) -> bool:
     _, hash_block_size = utils.resolve_kv_cache_block_sizes(
         SimpleNamespace(kv_cache_groups=groups), vllm_config)
     return hash_block_size == 16
+
+
+def _seen_at(module: str, path: str) -> Callable[[dict], bool]:
+    """A probe: whether the release's `module` (a value of PROBED_MODULES) has the attribute `path` ('A.b')."""
+    short = next((name for name, probed in PROBED_MODULES.items() if probed == module), None)
+    if short is None:
+        raise ValueError(f"Shape.seen_at: module {module!r} is not one the capabilities probe (PROBED_MODULES: "
+                         f"{', '.join(PROBED_MODULES.values())})")
+
+    def probe(m) -> bool:
+        obj = m.get(short)
+        for name in path.split("."):
+            if obj is None or not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return probe
+
+
+def _shape_capabilities() -> list[Capability]:
+    """A capability for each allocator shape `reference_impl.kv_cache.release` says one name in vLLM's code shows,
+    probed by that name (never by the shape's first era)."""
+    from reference_impl.kv_cache.release import SHAPES
+
+    return [Capability(shape.capability, shape.lacks, _seen_at(*shape.seen_at.split(":", 1)))
+            for shape in SHAPES if shape.capability is not None]
 
 
 # name -> Capability; `mods` holds the release's modules by the short names of PROBED_MODULES (None, or no
@@ -262,10 +290,8 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability("kv_cache_zeroing_resolved", "KVCacheConfig.needs_kv_cache_zeroing is a property of each worker's "
                "own layers (not one answer get_kv_cache_configs sets on every worker)",
                lambda m: "needs_kv_cache_zeroing" in fields_of(m["iface"].KVCacheConfig)),
-    Capability("hisparse_import_reservation", "HiSparseCoordinator has no reserved_import_pages (an asynchronous "
-               "import is admitted when its own prompt's host pages fit, whatever earlier imports still need)",
-               lambda m: m.get("hisparse_coordinator") is not None
-               and hasattr(m["hisparse_coordinator"].HiSparseCoordinator, "reserved_import_pages")),
+    # The allocator shapes that one name in vLLM's code shows (reference_impl/kv_cache/release.py declares each).
+    *_shape_capabilities(),
     Capability("kv_cache_zeroing", "KVCacheManager has no take_new_block_ids / record_blocks_for_zeroing (new "
                "blocks of a Mamba model are not recorded for zeroing)",
                lambda m: _has(m["manager"].KVCacheManager, "take_new_block_ids", "record_blocks_for_zeroing")),
