@@ -49,6 +49,12 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3] or 0)
 
 
+def version_order_key(text: str) -> list[int | str]:
+    """A sort key for any dotted package version ('0.3.10' after '0.3.9'; a part that is not a number sorts by its
+    text): the one home of ordering by parts, for vLLM releases and the optional packages' versions alike."""
+    return [int(part) if part.isdigit() else part for part in text.split(".")]
+
+
 Version = str | tuple[int, ...]
 
 

@@ -36,6 +36,9 @@ PATTERNS = {
     "a version tuple ordered": re.compile(rf"{_ORDER}\s*\(\s*[01]\s*,\s*\d+|\(\s*[01]\s*,\s*\d+(?:\s*,\s*\d+)?\s*\)\s*{_ORDER}"),
     "a version string compared": re.compile(
         rf"(?:{_ORDER}|==|!=)\s*[\"']v?\d+\.\d+(?:\.\d+)?[\"']|[\"']v?\d+\.\d+(?:\.\d+)?[\"']\s*(?:{_ORDER}|==|!=)"),
+    "a version ordered by its parts": re.compile(
+        r"\bint\(\s*(\w+)\s*\)\s+if\s+\1\.isdigit\(\).*(?:split\(\s*[\"']\.[\"']|\[\.\])"
+        r"|map\(\s*int\s*,\s*\w+\.split\(\s*[\"']\.[\"']"),
     "a version or release ordered": re.compile(
         rf"\b{_NAMES}\b(?:\([^()]*\)|\[[^\]]*\])?\s*{_ORDER}|{_ORDER}\s*(?:\w+\()?(?:\w+\.)*{_NAMES}\b"),
 }
@@ -108,6 +111,10 @@ def test_no_release_comparison_outside_the_registry_and_the_eras():
     "    if era.first_version >= needed.installed_is_unknown_from:",
     "    if (( m <= minor )); then deps_file=$DEPS_DIR/$f; fi",
     "    inside = [version_text(era_start(era)) for era in ERAS if low < era_start(era) < high]",
+    '    for run in sorted(upstream, key=lambda r: [int(p) if p.isdigit() else p for p in r["vllm_version"].split(".")]):',
+    '        newest = max(versions, key=lambda v: tuple(map(int, v.split("."))))',
+    '    return [int(part) if part.isdigit() else part for part in re.split(r"[.]", release)]',
+    '        key = tuple(map(int, release.split(".")))',
 ])
 def test_the_spellings_it_finds(tmp_path, line, monkeypatch):
     # each line is one this checkout had before the release axis
@@ -121,6 +128,9 @@ def test_the_spellings_it_finds(tmp_path, line, monkeypatch):
     "    `vllm-<release>:<Name>` connector entries",
     "    return is_before(release, eras[-1].first_version)",
     "    # before 0.34 the map held blocks (a comment)",
+    '        self.layer_order = sorted(self.layer_group, key=lambda n: int(n.split(".")[2]))',
+    "    for run in sorted(upstream, key=lambda r: version_order_key(r[\"vllm_version\"])):",
+    "    return [int(part) if part.isdigit() else part for part in _DIGITS.split(text)]  # natural order of names",
 ])
 def test_what_it_leaves_alone(tmp_path, line, monkeypatch):
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)

@@ -17,6 +17,7 @@ from reference_impl.config.factory import KVConnectorFactory, packages_assumed_i
 from reference_impl.config.outcome import Outcome
 from reference_impl.config.rules import RULES
 from reference_impl.config.vllm_cli import build_parser as vllm_parser, normalise
+from reference_impl.releases import version_order_key
 from reference_impl.vocabulary import CASE_DEFAULTS, LAYER_KINDS, PLATFORM_CHOICES, STAGES
 
 # The stages explain can stop after: it parses the command line itself, so every stage after cli_parse.
@@ -106,8 +107,7 @@ def assumed_versions(installed: dict[str, str | None]) -> dict[str, str | None]:
     out = {}
     for name, version in installed.items():
         known = [v for imports in _PACKAGE_IMPORTS[name] if (v := imports.newest_known_version())]
-        out[name] = version or (max(known, key=lambda v: [int(p) if p.isdigit() else p for p in v.split(".")])
-                                if known else None)
+        out[name] = version or (max(known, key=version_order_key) if known else None)
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from harness.release.allocator_findings import finding_of_cell, load_findings
 from harness.report.labels import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
+from reference_impl.releases import version_order_key
 
 SUITE = "allocator"
 _LISTED_FAILURES = 50
@@ -27,7 +28,7 @@ def upstream_blocks(upstream: list[dict]) -> list:
         "From `scripts/upstream-vllm-tests.sh`: each release's whole `tests/v1/core` folder, run on vLLM (CPU) and "
         "again with vLLM's `vllm.v1.core` allocator modules replaced by the reference's for the whole process. "
         "A test counts for the reference only if it passes on vLLM.")]
-    for run in sorted(upstream, key=lambda r: [int(p) if p.isdigit() else p for p in r["vllm_version"].split(".")]):
+    for run in sorted(upstream, key=lambda r: version_order_key(r["vllm_version"])):
         total = run["total"]
         rows = [[name, str(c["collected"]), str(c["pass_on_vllm"]), str(c["pass_on_reference"])]
                 for name, c in run["files"].items()]

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reference_impl.releases import version_order_key
+
 RUNS_FILE = Path(__file__).with_name("connector_runs.json")
 VERDICTS_DIR = Path(__file__).resolve().parents[2] / "docs" / "vllm-connector-verdicts"
 VERDICTS_FORMAT = "kvconform-vllm-connector-verdicts/"
@@ -193,10 +195,7 @@ def combined_runs(entries: list[dict[str, Any]], reviewed: list[RunVerdict]) -> 
     by_key = {(run.connector, run.release): run for run in runs_from_results(entries)}
     by_key.update({(run.connector, run.release): run for run in reviewed})
     out: dict[str, list[RunVerdict]] = defaultdict(list)
-    for (connector, _), run in sorted(by_key.items(), key=lambda item: (item[0][0], _release_key(item[0][1]))):
+    for (connector, _), run in sorted(by_key.items(), key=lambda item: (item[0][0], version_order_key(item[0][1]))):
         out[connector].append(run)
     return dict(out)
 
-
-def _release_key(release: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"[.]", release)]

@@ -19,6 +19,7 @@ from harness.report.connector_section import SUITE, _natural_key, check_cell, de
 from harness.report.labels import label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.targets.connector.vllm_facts import is_example
+from reference_impl.releases import version_order_key
 
 _NAME = re.compile(r"^vllm-(?P<version>\d+\.\d+\.\d+[^:]*):(?P<connector>.+)$")
 # The skips that hold for every check of a connector: this machine cannot run it (a skip cause,
@@ -136,6 +137,5 @@ def vllm_connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
         found = vllm_connector_of(entry)
         if found is not None:
             by_version[found[0]].append(entry)
-    versions = sorted(by_version, key=lambda v: [int(p) if p.isdigit() else p for p in re.split(r"[.]", v)],
-                      reverse=True)
+    versions = sorted(by_version, key=version_order_key, reverse=True)
     return [_release_section(v, by_version[v]) for v in versions]

@@ -60,7 +60,7 @@ class PackageImport:
     def newest_known_version(self) -> str | None:
         """The newest version of the package kvconform has a fact on."""
         versions = [v for v, _ in self.hma_by_version]
-        return max(versions, key=lambda v: [int(p) if p.isdigit() else p for p in v.split(".")]) if versions else None
+        return max(versions, key=_releases.version_order_key) if versions else None
 
     def applies(self, version: tuple[int, ...]) -> bool:
         return version >= self.first and (self.until is None or version < self.until)
