@@ -54,6 +54,10 @@ RECORD_KEY = "not_applicable"
 REPORT_ATTR = "kvconform_not_applicable"
 #: The attribute a report carries a skip's other cause in (the results file's `skip_cause`).
 SKIP_CAUSE_ATTR = "kvconform_skip_cause"
+#: The attribute a skip, and its report, name the class of the connector a `declaration` N/A concerns in (the
+#: console folds one class's "not HMA-capable" cells into one line by it). Not part of the record: the results
+#: file names the connector in the entry's cell.
+CONNECTOR_CLASS_ATTR = "kvconform_connector_class"
 
 # The skip message of each kind: the wording the console and the results' `message` have always shown.
 _NA_PREFIX = "N/A: "
@@ -69,15 +73,19 @@ MULTI_GROUP_REFUSAL = "declares SupportsHMA, " + REFUSES_MULTI_GROUP
 
 
 def not_applicable_skip(kind: str, reason: str, release: str | None = None, refuses: str | None = None, *,
-                        check: str | None = None, preset: str | None = None) -> BaseException:
+                        check: str | None = None, preset: str | None = None,
+                        connector_class: str | None = None) -> BaseException:
     """The skip to raise for a check that does not apply: `kind` (one of `KINDS`), `reason` (the text, without
     the kind's wording), `release` (the release that lacks the API, for kind `release`), `refuses`
     (`MULTI_GROUP` for a connector that declares HMA but refuses several groups on this configuration by
     design), `check` (the check id the message names before the reason), `preset` (the multi-group preset it
-    names after it). It is pytest's own skip (shown and counted as one) carrying its record."""
+    names after it). It is pytest's own skip (shown and counted as one) carrying its record, and
+    `connector_class` (the name of the class a `declaration` N/A concerns) beside it (`connector_class_of`)."""
     record = not_applicable_record(kind, reason, release, refuses, check=check, preset=preset)
     skip = pytest.skip.Exception(msg=message_of(**record))
     setattr(skip, REPORT_ATTR, record)
+    if connector_class is not None:
+        setattr(skip, CONNECTOR_CLASS_ATTR, connector_class)
     return skip
 
 
@@ -136,6 +144,11 @@ def skip_cause_of(exc: BaseException) -> dict[str, Any] | None:
     return getattr(exc, SKIP_CAUSE_ATTR, None) if isinstance(exc, pytest.skip.Exception) else None
 
 
+def connector_class_of(exc: BaseException) -> str | None:
+    """The connector class a skip raised by `not_applicable(..., connector_class=...)` names, else None."""
+    return getattr(exc, CONNECTOR_CLASS_ATTR, None) if isinstance(exc, pytest.skip.Exception) else None
+
+
 def record_of(exc: BaseException) -> dict[str, Any] | None:
     """The typed record a skip raised by `not_applicable` carries (what the results file keeps), else None."""
     return getattr(exc, REPORT_ATTR, None) if isinstance(exc, pytest.skip.Exception) else None
@@ -164,9 +177,10 @@ def message_for_any_cell(record: dict[str, Any]) -> str:
 
 
 def not_applicable(kind: str, reason: str, *, release: str | None = None, refuses: str | None = None,
-                   check: str | None = None, preset: str | None = None) -> NoReturn:
-    """End the running check as not applicable (see the module docstring)."""
-    raise not_applicable_skip(kind, reason, release, refuses, check=check, preset=preset)
+                   check: str | None = None, preset: str | None = None, connector_class: str | None = None) -> NoReturn:
+    """End the running check as not applicable (see the module docstring and `not_applicable_skip`)."""
+    raise not_applicable_skip(kind, reason, release, refuses, check=check, preset=preset,
+                              connector_class=connector_class)
 
 
 def decided_nothing(tier: str, status: str, record: dict[str, Any] | None) -> bool:

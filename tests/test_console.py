@@ -101,11 +101,19 @@ def test_a_short_summary_still_says_where_the_full_evidence_is(tmp_path, args, p
 NOT_HMA = '''
 import pytest
 
+from harness import outcomes
+
 @pytest.mark.parametrize("preset", ["fa+swa", "fa16+swa32", "fa+swa+mamba"])
 def test_cell(kvconform_record, preset):
     kvconform_record(suite="connector", cell={"connector": "Mine", "check": "C07", "preset": preset})
-    pytest.skip(f"not HMA-capable: Mine does not declare SupportsHMA, so vLLM refuses it on the multi-group preset "
-                f"{preset}")
+    outcomes.not_applicable("declaration", "Mine does not declare SupportsHMA, so vLLM refuses it", preset=preset,
+                            connector_class="Mine")
+
+def test_worded_alike(kvconform_record):
+    # the same words without the typed record: the console reads the record, never the words
+    kvconform_record(suite="connector", cell={"connector": "Other", "check": "C07", "preset": "fa+swa"})
+    pytest.skip("not HMA-capable: Other does not declare SupportsHMA, so vLLM refuses it on the multi-group preset "
+                "fa+swa")
 
 def test_other_skip():
     pytest.skip("some other reason")
@@ -121,9 +129,12 @@ def test_not_hma_skips_are_one_line_per_connector(tmp_path, workers):
     lines = done.stdout.splitlines()
     assert ("kvconform: 3 multi-group cells of Mine skipped as not HMA-capable (it does not declare SupportsHMA, "
             "so vLLM refuses it on those presets)") in lines, done.stdout[-3000:]
-    assert not any("not HMA-capable" in line for line in lines if line.startswith("SKIPPED")), done.stdout[-3000:]
+    unfolded = [line.partition(": ")[2] for line in lines if line.startswith("SKIPPED") and "not HMA-capable" in line]
+    assert unfolded == ["not HMA-capable: Other does not declare SupportsHMA, so vLLM refuses it on the multi-group "
+                        "preset fa+swa"], done.stdout[-3000:]
+    assert not any("of Other" in line for line in lines), "a skip is folded by its typed record, not its words"
     assert any(line.startswith("SKIPPED") and "some other reason" in line for line in lines), "other skips stay"
-    assert "4 skipped" in lines[-1], "the final counts still include every skip"
+    assert "5 skipped" in lines[-1], "the final counts still include every skip"
     verbose = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-v"],
                              cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False, env=_env())
     assert "multi-group preset fa16+swa32" in verbose.stdout and "kvconform: 3 multi-group" not in verbose.stdout

@@ -12,13 +12,13 @@ own `tests/`) are left to pytest.
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
 
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
+from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
@@ -93,18 +93,21 @@ def _see(config: pytest.Config) -> str:
     return f"{where}; -v for pytest's full output"
 
 
-# A connector without SupportsHMA has every multi-group cell skipped with this reason, one per preset (~140 cells).
-_NOT_HMA = re.compile(r"^(?:Skipped: )?not HMA-capable: (?P<cls>\S+) does not declare SupportsHMA, so vLLM refuses it "
-                      r"on the multi-group preset ")
+def _declares_no_hma(report) -> bool:
+    """Whether a skipped report is a typed `declaration` N/A (the connector class does not declare SupportsHMA),
+    whichever check and preset said it (`harness.outcomes`)."""
+    record = getattr(report, NA_REPORT_ATTR, None)
+    return isinstance(record, dict) and record.get("kind") == "declaration"
 
 
 def _not_hma_class(report, active: bool) -> str | None:
-    """The connector class a skipped suite cell names as not HMA-capable, else None."""
-    longrepr = getattr(report, "longrepr", None)
-    if not (isinstance(longrepr, tuple) and len(longrepr) == 3 and _cell_suite(report, active) == "connector"):
+    """The connector class a skipped connector-suite cell was not applicable to on a multi-group preset because
+    it does not declare SupportsHMA (the skip's typed record, and the class it names beside it), else None. A
+    connector without SupportsHMA has every multi-group cell skipped so, one per preset (~140 cells)."""
+    if not (_declares_no_hma(report) and getattr(report, NA_REPORT_ATTR).get("preset")
+            and _cell_suite(report, active) == "connector"):
         return None
-    match = _NOT_HMA.match(str(longrepr[2]))
-    return match["cls"] if match else None
+    return getattr(report, CONNECTOR_CLASS_ATTR, None)
 
 
 def _fold_not_hma_skips(terminalreporter, config) -> list:
@@ -130,11 +133,12 @@ _SKIP_REASONS_SHOWN, _SKIP_REASON_CHARS = 4, 90
 
 
 def _skip_reason(report) -> str | None:
-    """The reason a skipped report gives (pytest's "Skipped: " prefix dropped), or None for another outcome."""
+    """The reason a skipped report gives, on one line (as the results file keeps it: `failure_message`), or None
+    for another outcome."""
     longrepr = getattr(report, "longrepr", None)
     if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
         return None
-    return " ".join(str(longrepr[2]).removeprefix("Skipped: ").split())
+    return " ".join((failure_message(report) or "").split())
 
 
 def _shortened(reason: str) -> str:
@@ -153,8 +157,9 @@ def skip_summary(reports, active: bool) -> str | None:
         reason = _skip_reason(report)
         if reason is None:
             continue
-        if reason.startswith("not HMA-capable"):  # one group, whichever preset or check says it
+        if _declares_no_hma(report):  # one group, whichever preset or check says it
             reason = "not HMA-capable (the connector does not declare SupportsHMA)"
+        # The reasons' texts are grouped as shown, numbers and ids folded (as failures without a typed cause are).
         groups.setdefault(cause_key(reason), []).append(reason)
     if not groups:
         return None

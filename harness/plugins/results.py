@@ -25,7 +25,8 @@ from _pytest import junitxml  # xml_key: where pytest keeps the JUnit writer of 
 from harness.plugins.activation import SUITES_DIR, SUITES_PACKAGE, TARGET_ENV
 from harness.atomic_write import ensure_writable_dir, write_text_atomic
 from harness.portable_paths import portable_path, portable_text
-from harness.outcomes import REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR, record_of, skip_cause_of
+from harness.outcomes import (CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR, connector_class_of,
+                              record_of, skip_cause_of)
 from harness.results_model import ResultsDocument, make_entry, sort_entries
 from harness.run_info import collect_run_info, utc_now_iso
 
@@ -133,12 +134,13 @@ def pytest_report_to_serializable(config, report):
 def pytest_runtest_makereport(item, call):
     """A kvconform suite's skip names its file by a portable path: pytest keeps the absolute path, which a plain
     `pytest --junitxml` writes into every skip's text (the CI vLLM job's JUnit files). A typed N/A
-    (`harness.outcomes.not_applicable`), and a skip's typed cause (`harness.outcomes.skip_because`), travel on its
-    report as their records (from an xdist worker too)."""
+    (`harness.outcomes.not_applicable`, with the connector class it names), and a skip's typed cause
+    (`harness.outcomes.skip_because`), travel on its report as their records (from an xdist worker too)."""
     report = yield
     raised = call.excinfo.value if getattr(call, "excinfo", None) is not None and report.skipped else None
     if raised is not None:
-        for attr, record in ((NA_REPORT_ATTR, record_of(raised)), (SKIP_CAUSE_ATTR, skip_cause_of(raised))):
+        for attr, record in ((NA_REPORT_ATTR, record_of(raised)), (SKIP_CAUSE_ATTR, skip_cause_of(raised)),
+                             (CONNECTOR_CLASS_ATTR, connector_class_of(raised))):
             if record is not None:
                 setattr(report, attr, record)
     if (report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3

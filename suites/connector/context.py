@@ -107,7 +107,7 @@ class CheckContext:
             self.require("hma")  # a release without SupportsHMA runs no connector on several groups
         if multi_group and not self.is_hma:
             outcomes.not_applicable("declaration", f"{self.cls.__name__} does not declare SupportsHMA, so vLLM "
-                                                   "refuses it", preset=preset)
+                                                   "refuses it", preset=preset, connector_class=self.cls.__name__)
         refusal = not_applicable_reason(check_id, self.profile, multi_group) if check_id else None
         if refusal is not None:
             raise refusal
