@@ -12,14 +12,23 @@ request ids, block numbers, token counts and store paths that differ from cell t
 grouped by root cause: per connector, by the cause with those taken out (`cause_key`), whatever check found
 it; the group says which checks did ("C16, C20, C25: <the first cell's cause>"). One bug that several
 checks trip over reads as one line.
+
+Whether a cell that fails in two runs failed the same way (`same_failure`, what `kvconform diff` calls unchanged)
+is decided by the failure's typed facts where both entries carry them (`typed_failure_key`: a connector check's
+recorded cause, a config cell's outcomes by their message ids), so rewording a message changes no diff; by the
+first line with ids and numbers taken out (`text_failure_key`) only where an entry has none (an allocator or
+benchmark assertion, a config target that raised, a results file written before checks kept their causes).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.failure_causes import cause_of
 
 FAILING_STATUSES = ("failed", "error")
 # pytest's prefixes that say nothing about what went wrong (pytest.fail's, a bare assert's)
@@ -74,12 +83,78 @@ def cause_key(cause: str) -> str:
 
 
 def failure_signature(entry: dict[str, Any]) -> str | None:
-    """How a failing entry went wrong, with what differs from run to run taken out (`cause_key` of its first
-    line: paths, ids, addresses, numbers); None for an entry that does not fail. Two runs of one cell that
+    """How a failing entry went wrong, from its typed facts where it has them (`typed_failure_key`), else from its
+    message's first line (`text_failure_key`); None for an entry that does not fail. Two runs of one cell that
     fail with the same signature failed the same way; a different signature is a different failure (a bug
-    fixed and another one met in the same cell, what `kvconform diff` must not call unchanged)."""
+    fixed and another one met in the same cell, what `kvconform diff` must not call unchanged). Two entries are
+    compared with `same_failure`, which keys both on the same kind of facts."""
     if entry["status"] not in FAILING_STATUSES:
         return None
+    typed = typed_failure_key(entry)
+    return typed if typed is not None else text_failure_key(entry)
+
+
+def same_failure(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether two runs of one cell failed the same way (both failing): by their typed facts where both entries
+    carry them, so a reworded message with the same ids is the same failure and another id is another; by their
+    messages' first lines (`text_failure_key`) where either lacks them (a results file written before checks kept
+    their causes)."""
+    if before["status"] not in FAILING_STATUSES or after["status"] not in FAILING_STATUSES:
+        return failure_signature(before) == failure_signature(after)
+    typed = typed_failure_key(before), typed_failure_key(after)
+    if None not in typed:
+        return typed[0] == typed[1]
+    return text_failure_key(before) == text_failure_key(after)
+
+
+def _message_key(said: Any) -> Any:
+    """A config outcome's warning or error by what identifies it: its message id (with an error's type and stage),
+    its text, whole, only where the target met no declared message (id None)."""
+    if not isinstance(said, dict):
+        return said
+    key = {k: v for k, v in said.items() if k != "text"}
+    if said.get("id") is None:
+        key["text"] = said.get("text")
+    return key
+
+
+def _outcome_key(outcome: Any) -> Any:
+    """A config outcome (expected or actual) by its typed facts: the resolved value, the warnings' and the error's
+    ids (`_message_key`), whether it is unknown; the case id and the rules that reached it left out (as
+    `harness.results_model.outcome_of` leaves them out)."""
+    if not isinstance(outcome, dict):
+        return outcome
+    key = {k: v for k, v in outcome.items() if k not in ("id", "rules", "warnings", "error", "unknown")}
+    key["warnings"] = [_message_key(w) for w in outcome.get("warnings") or ()]
+    key["error"] = _message_key(outcome.get("error"))
+    key["unknown"] = bool(outcome.get("unknown"))
+    return key
+
+
+def typed_failure_key(entry: dict[str, Any]) -> str | None:
+    """A failing entry's failure by its typed facts, or None where it has none (then only its text says):
+
+    * a connector check's cell: the root cause its check recorded (`harness.failure_causes`: the tag and what it
+      names, a hook, an exception's class, key components, the function that holds the expectation), the key
+      the report's root causes group by;
+    * a config cell the target answered: the oracle's expected outcome and the target's by their message ids
+      (`_outcome_key`).
+
+    An allocator or benchmark assertion, a config target that raised, a connector failure recorded without a cause
+    (a setup error, a results file written before checks kept causes) have none."""
+    status = entry["status"]
+    cause = cause_of(entry) if entry.get("suite") == "connector" else {}
+    if cause:
+        return json.dumps({"status": status, "cause": cause}, sort_keys=True)
+    if entry.get("suite") == "config" and isinstance(entry.get("actual"), dict):
+        return json.dumps({"status": status, "expected": _outcome_key(entry.get("expected")),
+                           "actual": _outcome_key(entry["actual"])}, sort_keys=True)
+    return None
+
+
+def text_failure_key(entry: dict[str, Any]) -> str:
+    """A failing entry's failure by its message's first line, with what differs from run to run taken out
+    (`cause_key`: paths, ids, addresses, numbers): the fallback where the entry carries no typed facts."""
     check, _preset, cause = split_check(entry_what(entry))
     return f"{check or ''}{cause_key(cause)}"
 

@@ -5,8 +5,9 @@ Every change falls in one class, listed in this order whatever the two runs cove
 
   regressed   the cell fails in HEAD and did not in BASE (passed or skipped there, or a new failing cell)
   fixed       the cell failed in BASE and does not in HEAD
-  changed     any other change of outcome: a cell failing in both runs another way (its first line differs once
-              paths, ids, addresses and numbers are taken out, `harness.failure_groups.failure_signature`:
+  changed     any other change of outcome: a cell failing in both runs another way (`harness.failure_groups.
+              same_failure`: its typed facts differ, a connector check's recorded cause or a config cell's
+              message ids; without them, its first line once paths, ids, addresses and numbers are taken out:
               one bug fixed and another met), a passing cell whose outcome moved
 
 Two runs of vLLM on two releases (one release each: its connectors, or its allocator with `--kv-allocator vllm`)
@@ -29,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import UsageError
-from harness.failure_groups import (FAILING_STATUSES, FailureGroup, cell_name, entry_what, failure_signature,
-                                    group_entries, group_failures, split_check)
+from harness.failure_groups import (FAILING_STATUSES, FailureGroup, cell_name, entry_what, group_entries,
+                                    group_failures, same_failure, split_check)
 from harness.report.config_section import SUITE as CONFIG_SUITE, era_sort_key, outcome_cell
 from harness.results_model import ResultsFileError, cell_label, index_by_cell, load_results, outcome_of
 
@@ -93,7 +94,7 @@ def compute_changes(base: list[dict], head: list[dict]) -> list[tuple[str, str, 
             changes.append(("added", cell_label(after), None, after))
         elif after is None:
             changes.append(("removed", cell_label(before), before, None))
-        elif outcome_of(before) != outcome_of(after) or failure_signature(before) != failure_signature(after):
+        elif outcome_of(before) != outcome_of(after) or not same_failure(before, after):
             changes.append(("changed", cell_label(after), before, after))
     changes.sort(key=lambda change: (change[1], change[0]))
     return changes
@@ -197,7 +198,7 @@ def compare(base: list[dict], head: list[dict], base_name: str, head_name: str, 
     base_cells = index_by_cell(base)
     still = [entry for key, entry in index_by_cell(head).items()
              if _failing(entry) and _failing(base_cells.get(key)) and outcome_of(entry) == outcome_of(base_cells[key])
-             and failure_signature(entry) == failure_signature(base_cells[key])]
+             and same_failure(entry, base_cells[key])]
     return Comparison(base_name, head_name, changes, only_base, only_head, still, changed_only)
 
 

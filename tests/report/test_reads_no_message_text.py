@@ -142,3 +142,45 @@ def test_showing_a_message_is_no_parsing():
     """A message may be shown as it is, its whitespace folded and its first line taken (evidence in a cell)."""
     assert problems_in("note = ' '.join((e.get('message') or '').split())\nfirst = message.splitlines()[0]\n"
                        "cell = Cell('x', 'na', (skipped[0].get('message') or 'not applicable',))\n", "fine.py") == []
+
+
+# harness.failure_groups keys a failing entry on its typed facts (`typed_failure_key`: a connector check's recorded
+# cause, a config cell's outcomes by message ids); `same_failure` reads the message's first line only where an entry
+# has none. The functions that build the typed key read no message and call nothing that reads one.
+FAILURE_GROUPS = REPO / "harness" / "failure_groups.py"
+TYPED_KEY_FUNCTIONS = frozenset({"typed_failure_key", "_outcome_key", "_message_key"})
+TEXT_READERS = frozenset({"entry_what", "first_line", "split_check", "cause_key", "failure_message",
+                          "text_failure_key", "failure_signature"})
+
+
+def text_reads_in(source: str, where: str, functions=TYPED_KEY_FUNCTIONS) -> list[str]:
+    """Each place in `functions` of `source` that reads a message or calls a function that reads one."""
+    found = []
+    defined = {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.FunctionDef) and node.name in functions):
+            continue
+        for inner in ast.walk(node):
+            line = f"{where}:{getattr(inner, 'lineno', '?')} ({node.name})"
+            if isinstance(inner, ast.Call):
+                name = inner.func.attr if isinstance(inner.func, ast.Attribute) else getattr(inner.func, "id", "")
+                if name in TEXT_READERS:
+                    found.append(f"{line}: calls {name} (reads the message)")
+            elif isinstance(inner, (ast.Subscript, ast.Name)) and _reads_message(inner):
+                found.append(f"{line}: reads a message")
+    missing = sorted(functions - defined)
+    return found + [f"{where}: no function {name} (the rule checks nothing)" for name in missing]
+
+
+def test_the_typed_failure_key_reads_no_message():
+    assert text_reads_in(FAILURE_GROUPS.read_text(encoding="utf-8"), str(FAILURE_GROUPS.relative_to(REPO))) == []
+
+
+@pytest.mark.parametrize("mutant", [
+    "def typed_failure_key(entry):\n    return cause_key(entry_what(entry))\n",
+    "def _outcome_key(outcome):\n    return first_line(outcome['message'])\n",
+    "def _message_key(said):\n    message = said\n    return message\n",
+    "def typed_failure_key(entry):\n    return None\n",  # the other two missing: the rule would check nothing
+])
+def test_the_typed_key_rule_catches_what_it_forbids(mutant):
+    assert text_reads_in(mutant, "mutant.py"), mutant
