@@ -15,10 +15,11 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness.plugins.activation import reaches_suites
+from harness.plugins.activation import reaches_package, reaches_suites
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,3 +130,28 @@ def test_which_test_paths_reach_the_suites(tmp_path, layout, arg, pyargs, reache
     (suites_dir / "config").mkdir(parents=True)
     (suites_dir / "connector").mkdir()
     assert reaches_suites(arg or ".", tmp_path, pyargs, suites_dir) is reaches
+
+
+@pytest.mark.parametrize("args, pyargs, reaches", [
+    (["."], False, True),                                       # the repository root holds suites/connector
+    (["suites"], False, True),
+    (["suites/connector/test_checks.py::test_c01"], False, True),
+    (["suites/config"], False, False),                          # a config matrix process: no connector line
+    (["tests"], False, False),
+    (["suites"], True, True),                                   # --pyargs
+    (["suites.connector"], True, True),
+    (["suites.connector.test_checks"], True, True),
+    (["suites.config"], True, False),
+    (["suites.config", "suites.connector"], True, True),
+    (["suites.connectors_elsewhere"], True, False),
+])
+def test_which_sessions_reach_the_connector_suite(tmp_path, args, pyargs, reaches):
+    """The connector header line (which imports each connector, the built-in ones torch) is for sessions that
+    collect the connector suite."""
+    suites_dir = tmp_path / "suites"
+    (suites_dir / "config").mkdir(parents=True)
+    (suites_dir / "connector").mkdir()
+    (tmp_path / "tests").mkdir()
+    config = SimpleNamespace(args=args, option=SimpleNamespace(pyargs=pyargs),
+                             invocation_params=SimpleNamespace(dir=tmp_path))
+    assert reaches_package(config, "connector", suites_dir) is reaches

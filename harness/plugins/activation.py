@@ -78,6 +78,23 @@ def reaches_suites(arg: str, invocation_dir: Path, pyargs: bool, suites_dir: Pat
     return False
 
 
+def reaches_package(config, package: str, suites_dir: Path = SUITES_DIR) -> bool:
+    """True when the session's test paths (or `--pyargs` modules) would collect from the suites' sub-package
+    `package` ("connector": `suites/connector`), as `reaches_suites` decides for the whole package."""
+    qualified = f"{SUITES_PACKAGE}.{package}"
+    invocation_dir = Path(config.invocation_params.dir)
+    pyargs = bool(getattr(config.option, "pyargs", False))
+    for arg in map(str, config.args):
+        name = arg.split("::", 1)[0]
+        if pyargs and (name in (SUITES_PACKAGE, qualified) or name.startswith(qualified + ".")):
+            return True
+        if pyargs and name.startswith(SUITES_PACKAGE + "."):
+            continue  # another sub-package's module
+        if reaches_suites(arg, invocation_dir, False, suites_dir / package):
+            return True
+    return False
+
+
 def _decide(config) -> bool:
     if _option_given(config) or os.environ.get(TARGET_ENV):
         return True

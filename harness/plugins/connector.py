@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.plugins.activation import is_active
+from harness.plugins.activation import is_active, reaches_package
 from harness.report_options import option_values
 from harness.target_spec import KINDS, VLLM_PREFIX, TargetError
 
@@ -168,7 +168,9 @@ def unusable_targets(config) -> dict[str, str]:
 
 
 def pytest_report_header(config):
-    if not is_active(config):
+    # Naming a connector's class loads it (the built-in ones import torch and the reference engine): only in a
+    # session that collects the connector suite, not in a config matrix process (two seconds of its time).
+    if not is_active(config) or not reaches_package(config, "connector"):
         return []
     from harness.targets.connector.target import ConnectorLoadError
 
