@@ -19,6 +19,10 @@ preset of the cell, never by the message's words. The key is emitted where the f
 
 from __future__ import annotations
 
+#: The attribute a failing report of a connector check carries its cause key in (from an xdist worker too): the
+#: console groups failures by it before the record (attached at teardown) exists.
+REPORT_ATTR = "kvconform_cause"
+
 # tag -> what it means; reviewed vocabulary (a check emitting another tag is an error in the check).
 CAUSES = {
     "expectation": "a check's expectation failed (the key names the function that holds it)",

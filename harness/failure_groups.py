@@ -202,9 +202,11 @@ def _connector_of(cell: str, preset: str | None) -> str:
 def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
     """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
     group in natural order, so the first one named does not depend on the order reports arrived in (xdist).
-    Connector checks group by connector and root cause (`cause_key`); their cells are named
-    '<check> <cell>' and the group's `what` is '<checks>: <cause of its first cell>'. A fourth element, when
-    given, names the connector (from the record; otherwise it is read off the cell name)."""
+    Connector checks group by connector and root cause; their cells are named '<check> <cell>' and the group's
+    `what` is '<checks>: <cause of its first cell>'. A fourth element, when given, names the connector (from the
+    record; otherwise it is read off the cell name); a fifth, the cause the check recorded
+    (`harness.failure_causes`): the root cause is that typed key where a cell has one, else its words with ids
+    and numbers taken out (`cause_key`)."""
     groups: dict[tuple, FailureGroup] = {}
     causes: dict[tuple, list[tuple[str, str]]] = {}
     for suite, what, cell, *scope in failures:
@@ -212,7 +214,9 @@ def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
         if check is None:
             key: tuple = (suite, what)
         else:
-            key = (suite, scope[0] if scope and scope[0] else _connector_of(cell, preset), cause_key(cause))
+            recorded = scope[1] if len(scope) > 1 and scope[1] else None
+            root = json.dumps(recorded, sort_keys=True) if recorded else cause_key(cause)
+            key = (suite, scope[0] if scope and scope[0] else _connector_of(cell, preset), bool(recorded), root)
             cell = f"{check} {cell}"
         group = groups.get(key)
         if group is None:
@@ -238,9 +242,10 @@ def entry_what(entry: dict[str, Any]) -> str:
 
 
 def group_entries(entries: Iterable[dict[str, Any]]) -> list[FailureGroup]:
-    """The failing (failed or error) results entries, grouped by suite and what went wrong."""
+    """The failing (failed or error) results entries, grouped by suite and what went wrong (a connector check's
+    cell by the cause it recorded)."""
     return group_failures((entry["suite"], entry_what(entry), cell_name(entry["id"]),
-                           (entry.get("cell") or {}).get("connector"))
+                           (entry.get("cell") or {}).get("connector"), cause_of(entry) or None)
                           for entry in entries if entry["status"] in FAILING_STATUSES)
 
 

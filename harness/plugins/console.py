@@ -18,6 +18,7 @@ import pytest
 
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
+from harness.failure_causes import REPORT_ATTR as CAUSE_REPORT_ATTR
 from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
@@ -72,6 +73,12 @@ def _connector(report: pytest.TestReport) -> str | None:
         if key == RECORD_KEY:
             return (payload.get("cell") or {}).get("connector")
     return None
+
+
+def _cause(report: pytest.TestReport) -> dict | None:
+    """The cause key a failing connector check recorded (`harness.failure_causes`): what its cell is grouped by."""
+    cause = getattr(report, CAUSE_REPORT_ATTR, None)
+    return cause if isinstance(cause, dict) and cause else None
 
 
 def _what(report: pytest.TestReport) -> str:
@@ -211,7 +218,7 @@ def _grouped_failures(terminalreporter, config):
             if suite is None:
                 keep.append(report)
             else:
-                failures.append((suite, _what(report), cell_name(report.nodeid), _connector(report)))
+                failures.append((suite, _what(report), cell_name(report.nodeid), _connector(report), _cause(report)))
         held[kind] = reports
         stats[kind] = keep
     if failures:

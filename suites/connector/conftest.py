@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.failure_causes import REPORT_ATTR as CAUSE_REPORT_ATTR
 from harness.key_components import leaks_record
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
@@ -89,6 +90,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"_kvconform_rep_{report.when}", report)
+    cause = getattr(item, "_kvconform_cause", None)
+    if cause and report.failed:
+        setattr(report, CAUSE_REPORT_ATTR, cause)  # the console groups the failure by it (harness.plugins.console)
 
 
 @pytest.fixture

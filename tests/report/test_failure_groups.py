@@ -113,3 +113,22 @@ def test_the_recorded_connector_scopes_a_group_whatever_the_cell_is_called():
     groups = group_failures([("connector", f"C14 [fa_only]: {SHAPE.format(80)}", f"{connector}-fa_only", connector),
                              ("connector", f"C30 [-]: {SHAPE.format(688)}", f"{connector}-tp", connector)])
     assert [(g.count, g.checks) for g in groups] == [(2, ["C14", "C30"])]
+
+
+def test_a_recorded_cause_groups_connector_cells_whatever_their_words():
+    """A connector check's recorded cause (`harness.failure_causes`) is its root cause: cells that recorded one
+    group by it, however their messages read; the same words with another cause are another group; a cell
+    recorded without a cause groups by its words, apart from the typed ones."""
+    connector = "vllm-0.33.0:ExampleConnector"
+    leak = {"tag": "key-leak", "components": ["model"]}
+    vacuous = {"tag": "isolation-vacuous"}
+    groups = group_failures([
+        ("connector", "C30 [fa_only]: keys ignore the model name: stored under {...}", "a-fa_only", connector, leak),
+        ("connector", "C30 [fa+swa]: the model name is not part of the key", "a-fa+swa", connector, leak),
+        ("connector", "C30 [fa+swa+mamba]: keys ignore the model name: stored under {...}", "a-fa+swa+mamba",
+         connector, vacuous),
+        ("connector", "C31 [fa_only]: keys ignore the model name: stored under {...}", "a-fa_only", connector, None),
+    ])
+    assert sorted((g.count, tuple(g.checks)) for g in groups) == [(1, ("C30",)), (1, ("C31",)), (2, ("C30",))]
+    (two,) = [g for g in groups if g.count == 2]
+    assert two.cells == ["C30 a-fa+swa", "C30 a-fa_only"]
