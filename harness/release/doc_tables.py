@@ -6,8 +6,8 @@ phrase inside a sentence: the README's range of releases).
 
 rewrites every table of `TABLES` in place (`--check`: writes nothing, exit 1 naming each stale page);
 tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes the tables
-below (the registry's row; a new era's summary; the known range's newest minor; a new message's row), so none is
-edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
+below (the registry's row; a new era's summary and section of changes; the known range's newest minor; a new
+message's row), so none is edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
 (--check), 2 a page without its markers.
 """
 
@@ -52,6 +52,7 @@ TABLES: tuple[DocTable, ...] = (
     DocTable("README.md", "known range", eras.known_range, inline=True),
     DocTable("docs/rules.md", "message table", partial(vocabulary.markdown_table, dated=True)),
     DocTable("docs/rules.md", "unchanged error table", partial(vocabulary.markdown_table, dated=False)),
+    DocTable("docs/rules.md", "era sections", eras.rules_sections),
 )
 
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _Parser(prog="python -m harness.release.doc_tables",
                      description="Write the docs' tables from their data (the release registry, the eras, "
-                                 "the known range, the messages).")
+                                 "the known range, the messages, the eras' changes).")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale table")
     try:
         args = parser.parse_args(argv)

@@ -159,6 +159,25 @@ _SUPPORTED_EVERYWHERE = {"cuda": True, "rocm": True, "xpu": True, "cpu": True, "
 
 
 @dataclass(frozen=True)
+class RuleChange:
+    """One rule an era changes, as a row of its section of docs/rules.md: what changed, what it does to the
+    resolved flag, a warning or an error, and where in vLLM's source (the representative release's lines)."""
+
+    change: str
+    effect: str
+    source: str
+
+
+@dataclass(frozen=True)
+class RulesSection:
+    """An era's section of docs/rules.md ("vLLM X.Y.Z (era vX.Y)", written by `python -m
+    harness.release.doc_tables`): where its rules were read and how they were checked, then one row per change."""
+
+    intro: str
+    changes: tuple[RuleChange, ...]
+
+
+@dataclass(frozen=True)
 class Era:
     """Everything that differs between vLLM releases in HMA resolution, as plain data."""
 
@@ -168,6 +187,9 @@ class Era:
     summary: str
     tri_state_flag: bool = False
     gated_on_vllm_use_v1: bool = False
+    #: Its section of docs/rules.md, where the era says its changes in prose (None: the spec's sections, or the
+    #: tables of docs/rules.md written by hand before, say them); never inherited by the next era.
+    rules_section: RulesSection | None = None
     platform_support: Mapping[str, bool | None] = field(default_factory=dict)
     kv_events_disables: bool = True
     connector_rule: str = CONNECTOR_SILENT
@@ -249,6 +271,7 @@ class Era:
 
 
 def _evolve(previous: Era, id: str, first_version: tuple[int, ...], representative: str, summary: str, **changes) -> Era:
+    changes.setdefault("rules_section", None)  # the previous era's prose is its own
     return replace(previous, id=id, first_version=first_version, representative=representative, summary=summary, **changes)
 
 
@@ -384,6 +407,59 @@ def _build_eras() -> tuple[Era, ...]:
         custom_speculative_methods=True,
         speculative_method_check="registry",
         lookahead_lookup=True,
+        rules_section=RulesSection(
+            "config-rules.md stops at 0.33; the v0.34 era is read from vLLM 0.34.0's own source (line numbers below "
+            "are 0.34.0's) and checked against the release: the v0.34 matrix agrees with vLLM 0.34.0 on every cell, "
+            "and random differentials of the resolver against it find no difference (figures in `docs/vllm-0.34.md`).",
+            (
+                RuleChange("connector classes looked up before the HMA block",
+                       "`_resolve_extensible_kv_cache` asks `kv_transfer_config.kv_cache_access()`, which looks up "
+                       "the class of the configured connector and, for a `MultiConnector` class (a renamed subclass "
+                       "too), builds every child's `KVTransferConfig` (its `kv_role` check) and looks its class up, "
+                       "grandchildren included, every child whatever the others answer. This runs whatever the flag, "
+                       'before the kv-offloading shortcut: "Unsupported connector type", a child without `kv_role`, '
+                       "`No module named 'lmcache'`, a module path that does not import, a 2-argument constructor "
+                       "and a bad Nixl `transfer_mode` are config-time errors even with `--disable-…`/`--enable-…`",
+                       "`config/vllm.py:2006`, `3180-3199`; `config/kv_transfer.py:190-200`; "
+                       "`kv_connector/factory.py:137-151`; `kv_connector/v1/multi_connector.py:238-247`"),
+                RuleChange("HiSparse platform check reworded",
+                       "E-HISPARSE-PLATFORM instead of E-HISPARSE-CUDA; unknown on TPU",
+                       "`config/vllm.py:1812-1814`"),
+                RuleChange("HiSparse needs a host pool",
+                       "after the kv-offloading shortcut: E-HISPARSE-NEEDS-CONNECTOR, E-HISPARSE-TWO, "
+                       "E-HISPARSE-NO-HOST-POOL, E-HISPARSE-HOST-POOL-NOT-POSITIVE, before the HMA block",
+                       "`config/vllm.py:2133-2141`, `config/kv_transfer.py:16-47`"),
+                RuleChange("UMBPStoreConnector",
+                       "registered, subclasses `SupportsHMA`",
+                       "`kv_connector/factory.py:258-262`, `kv_connector/v1/umbp/connector.py:100`"),
+                RuleChange("chunked local attention + speculator",
+                       "asks `speculative_config.uses_target_hidden_states` (the speculator config class's flag) "
+                       "instead of `use_eagle()`: the same answer for the built-in methods (eagle, eagle3, mtp and "
+                       "its model-specific names, dflash, dspark); a custom method registered by a plugin answers "
+                       "for itself",
+                       "`config/vllm.py:2156-2166`, `config/speculative.py:1419-1429`, "
+                       "`v1/worker/gpu/spec_decode/speculator_config.py:25-44, 317-334`"),
+                RuleChange("NixlConnector `transfer_mode`",
+                       'E-NIXL-TRANSFER-MODE; "pull"/"push" resolve to `NixlPullConnector`/`NixlPushConnector` (both '
+                       "HMA-capable)",
+                       "`kv_connector/factory.py:126-130`"),
+                RuleChange("`kv_cache_access` (`KVCacheAccess` flags)",
+                       "each connector class says how it reaches the KV cache (`REGISTERS`, `EXPORTS_FD`, "
+                       "`EXPORTS_FABRIC`, `LEGACY_IPC`); only `EXPORTS_FD` with an unsupported extensible KV cache "
+                       "raises, and no in-tree connector declares it, so the flags change no outcome here; the "
+                       "lookup they need is the first row",
+                       "`config/kv_transfer.py:50-75`, `config/vllm.py:3200-3262`"),
+                RuleChange("EAGLE block drop looks the connector up again",
+                       "for eagle, eagle3 and mtp, `_resolve_num_hash_lookahead_tokens` (after the HMA block) looks "
+                       "up the connector after the shortcut: an offloading shortcut that renamed a module-path "
+                       'connector ("Class OffloadingConnector not found in …") or installed `LMCacheMPConnector` '
+                       "without lmcache fails at config even with an explicit flag",
+                       "`config/vllm.py:633-655, 2261`; `config/speculative.py:1767-1778`"),
+                RuleChange("unknown speculative method",
+                       "E-UNKNOWN-SPECULATIVE-METHOD while `SpeculativeConfig` is built",
+                       "`config/speculative.py:1624-1634`"),
+            ),
+        ),
     )
     return (v010, v011, pre_seed, seed, v014, v017, v018, v019, v020, v021, v022, v023, v024, v025, v030, v033, v034)
 
@@ -403,6 +479,23 @@ def known_range() -> str:
     """Human-readable range of releases the resolver knows."""
     major, minor, _ = NEWEST_EXCLUSIVE
     return f"{'.'.join(map(str, OLDEST))} to {major}.{minor - 1}.x"
+
+
+def rules_sections() -> str:
+    """The eras' sections of docs/rules.md, oldest first, one per era with a `rules_section`: a heading
+    ("vLLM X.Y.Z (era vX.Y)"), the section's anchor (`s-` and the era's id without dots) before its paragraph, and
+    its table of changes (`python -m harness.release.doc_tables` writes them there; a test compares)."""
+    parts = []
+    for era in ERAS:
+        section = era.rules_section
+        if section is None:
+            continue
+        rows = "".join(f"| {c.change} | {c.effect} | {c.source} |\n" for c in section.changes)
+        parts.append(f"## vLLM {era.representative} (era {era.id})\n\n"
+                     f'<a id="s-{era.id.replace(".", "")}"></a>{section.intro}\n\n'
+                     "| change | what it does to the resolved flag, a warning or an error | vLLM source |\n"
+                     f"|---|---|---|\n{rows}")
+    return "\n".join(parts)
 
 
 def markdown_table() -> str:

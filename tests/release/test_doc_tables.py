@@ -55,7 +55,8 @@ def test_docs_rules_has_one_row_per_message_record():
     """docs/rules.md: each declared message id once, anchored by its id in lower case; the HMA block's dated
     messages in the first table (with their releases), the errors vLLM raises unchanged in the second."""
     page = (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
-    dated, unchanged = (doc_tables.shown(table, page) for table in doc_tables.TABLES if table.page == "docs/rules.md")
+    dated, unchanged = (doc_tables.shown(table, page) for table in doc_tables.TABLES
+                        if table.name in ("message table", "unchanged error table"))
     ids = [[line.split("</a>", 1)[1].split(" |", 1)[0] for line in table.splitlines()[2:]]
            for table in (dated, unchanged)]
     assert sorted(ids[0] + ids[1]) == sorted(vocabulary.MESSAGES)
@@ -64,6 +65,24 @@ def test_docs_rules_has_one_row_per_message_record():
         in unchanged
     assert all(line.count(" | ") == 4 for line in dated.splitlines()[2:])
     assert all(line.count(" | ") == 3 for line in unchanged.splitlines()[2:])
+
+
+def test_docs_rules_has_a_section_per_era_that_says_its_changes():
+    """docs/rules.md: each era with a `rules_section` is a heading of its representative and id, an anchor
+    `s-` + id without dots (what docs/reader.md and docs/vllm-0.34.md link) and one row per change; an era
+    drafted from it starts without one (its prose is its own)."""
+    page = (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
+    table = next(table for table in doc_tables.TABLES if table.name == "era sections")
+    shown = doc_tables.shown(table, page)
+    described = [era for era in eras.ERAS if era.rules_section is not None]
+    assert "v0.34" in [era.id for era in described]
+    assert shown.count("\n## vLLM ") + shown.startswith("## vLLM ") == len(described)
+    for era in described:
+        assert f"## vLLM {era.representative} (era {era.id})\n\n<a id=\"s-{era.id.replace('.', '')}\"></a>" in shown
+        for change in era.rules_section.changes:
+            assert f"| {change.change} | {change.effect} | {change.source} |\n" in shown
+    assert '<a id="s-v034"></a>' in page and "(rules.md#s-v034)" in (REPO / "docs" / "vllm-0.34.md").read_text(
+        encoding="utf-8")
 
 
 def _copy_pages(root: Path) -> None:

@@ -61,9 +61,10 @@ def test_draft_era_copies_the_newest_era_and_covers_the_release(tree):
     new, previous = drafted.ERAS[-1], drafted.ERAS[-2]
     assert new.first_version == NEWEST.first_version[:1] + (NEWEST.first_version[1] + 2,)
     assert new.representative == NEXT and new.summary.startswith("DRAFT")
-    # every rule field is the previous era's
+    # every rule field is the previous era's (its section of docs/rules.md is its own prose: none yet)
+    assert new.rules_section is None
     for field in dataclasses.fields(new):
-        if field.name not in ("id", "first_version", "representative", "summary"):
+        if field.name not in ("id", "first_version", "representative", "summary", "rules_section"):
             assert getattr(new, field.name) == getattr(previous, field.name), field.name
     assert drafted.era_for_version(NEXT).id == NEXT_ID
     assert real_releases.load(tree / RELEASES_FILE)[-1].era == NEXT_ID
