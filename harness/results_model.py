@@ -6,7 +6,7 @@ whatever the name says (`load_results` looks at the first bytes).
 
 A results document is one JSON object::
 
-    {"format": "kvconform-results", "schema_version": 4,
+    {"format": "kvconform-results", "schema_version": 5,
      "run_info": {...},             # the run (for a merged file: a summary of the runs)
      "runs": [{...}, ...],          # every run's own run_info (one entry for a single run)
      "results": [entry, ...]}
@@ -39,6 +39,12 @@ schemas 1 to 3 kept the warnings as texts (their ids in `warning_ids` beside the
 the error's text under `message`: their config outcomes are read into the typed form as they are loaded
 (`reference_impl.config.outcome.upgrade`), so they render and diff against newer files as they always did.
 
+A connector entry whose cell names a model preset carries the number of KV cache groups of the model it ran,
+`extra.num_kv_cache_groups` (`GROUPS_KEY`; schema 5): the report judges multi-group behaviour by it, and reads no
+preset table of its own. Files of schemas 1 to 4 get it from their presets' names as they are loaded
+(`reference_impl.engine.presets`, only for such files: it imports torch); a preset this kvconform does not know
+gets none, and counts as single-group, as it did before the field.
+
 Two entries describe the same *cell* when their suite and cell agree (or, without a cell, their test ids);
 `merge` and `diff` compare cells by their *outcome*: the status and the target's actual result.
 """
@@ -58,13 +64,18 @@ from harness.outcomes import KINDS, SKIP_KINDS, legacy_fields, legacy_record, le
 FORMAT = "kvconform-results"
 GZIP_SUFFIX = ".gz"
 _GZIP_MAGIC = b"\x1f\x8b"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Schemas this kvconform reads: 1 lacks the `not_applicable` record, 2 the `skip_cause` record and the record's
 #: `check` and `preset` (read from the skip's message instead); 1 to 3 keep config outcomes in the older form (read
-#: into the typed one).
-READABLE_SCHEMAS = (1, 2, 3, 4)
+#: into the typed one); 1 to 4 lack a connector entry's KV cache group count (read from its preset's name).
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 #: The first schema whose config outcomes are in the typed form.
 TYPED_OUTCOMES_SCHEMA = 4
+#: The first schema whose connector entries carry their model's KV cache group count.
+GROUP_COUNTS_SCHEMA = 5
+#: The key in a connector entry's `extra` under which its suite records how many KV cache groups the model of the
+#: cell's preset has (absent for a cell without a preset).
+GROUPS_KEY = "num_kv_cache_groups"
 STATUSES = ("passed", "failed", "skipped", "error")
 #: What `status_of` tells apart: a skip with a `not_applicable` record is not applicable.
 NOT_APPLICABLE = "not applicable"
@@ -275,7 +286,34 @@ def parse_document(data: Any, path: str | os.PathLike = "<data>") -> ResultsDocu
                              f"null or an object whose kind is one of {', '.join(SKIP_KINDS)}")
         if schema < TYPED_OUTCOMES_SCHEMA:
             _upgrade_config_outcomes(entry)
+        if schema < GROUP_COUNTS_SCHEMA:
+            _add_group_count(entry)
+        groups = entry["extra"].get(GROUPS_KEY) if isinstance(entry["extra"], dict) else None
+        if groups is not None and (not isinstance(groups, int) or isinstance(groups, bool) or groups < 1):
+            raise _bad_field(path, f"{where}.extra.{GROUPS_KEY}", groups,
+                             "a positive number (the KV cache groups of the cell's model) or absent")
     return ResultsDocument(run_info=run_info, results=results, runs=runs)
+
+
+def num_kv_cache_groups(entry: dict[str, Any]) -> int | None:
+    """How many KV cache groups the model of a connector entry's cell has, as its suite recorded it; None for a
+    cell without a preset (or an older file's preset this kvconform does not know)."""
+    return (entry.get("extra") or {}).get(GROUPS_KEY)
+
+
+def _add_group_count(entry: dict[str, Any]) -> None:
+    """A connector entry of an older schema given the KV cache group count its suite now records: that of the
+    preset its cell names, as this kvconform's presets build it."""
+    preset = (entry.get("cell") or {}).get("preset")
+    if entry["suite"] != "connector" or not isinstance(preset, str) or not isinstance(entry["extra"], dict):
+        return
+    from reference_impl.engine.presets import get_preset  # only for such files (it imports torch)
+
+    try:
+        groups = len(get_preset(preset).groups)
+    except ValueError:  # no such preset ("-": a check that runs none), or one a later kvconform dropped
+        return
+    entry["extra"].setdefault(GROUPS_KEY, groups)
 
 
 def _upgrade_config_outcomes(entry: dict[str, Any]) -> None:

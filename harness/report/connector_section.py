@@ -20,6 +20,7 @@ from harness.failure_groups import cause_key, split_check
 from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
 from harness.report.labels import label, own_connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
+from harness.results_model import num_kv_cache_groups
 
 SUITE = "connector"
 # Checks that exercise a multi-group model whatever their preset cell says (their records' `multi_group`).
@@ -113,27 +114,10 @@ def _shown_cause(entry: dict[str, Any]) -> str:
     return cause_key(split_check((entry.get("message") or "").splitlines()[0] if entry.get("message") else "")[2])
 
 
-# KV cache groups of each model preset (reference_impl.engine.presets, which builds torch tensors: the report renders
-# without importing torch, a third of its time). tests/report/test_preset_groups.py holds the table to the presets.
-PRESET_GROUPS = {"fa_only": 1, "fa+swa": 2, "fa16+swa32": 2, "fa+mamba_align": 2, "fa+swa+mamba": 3, "scratch_group": 2,
-                 "fa_only@bf16": 1, "fa+swa@fp32": 2, "fa+swa600": 2, "fa+swa8": 2, "fa+chunked320": 2}
-#: a preset laid out with every group's block at one size, NAME@blockN (presets.BLOCK_SUFFIX): NAME's groups
-PRESET_BLOCK_SUFFIX = "@block"
-
-
-def preset_groups(name: str) -> int | None:
-    """How many KV cache groups the preset called `name` (or `NAME@blockN`) has; None for no such preset."""
-    base, suffix, size = name.partition(PRESET_BLOCK_SUFFIX)
-    if suffix and size.isdigit() and int(size) > 0:
-        return PRESET_GROUPS.get(base)
-    return PRESET_GROUPS.get(name)
-
-
 def is_multi_group(entry: dict[str, Any]) -> bool:
-    """Whether a cell exercised a model with several KV cache groups (its preset, or a check that always does)."""
-    cell = entry.get("cell") or {}
-    groups = preset_groups(str(cell.get("preset")))  # a preset, or a layout a vLLM release builds in its place
-    return (groups or 0) > 1 or str(cell.get("check", "")).split(" ")[0] in MULTI_GROUP_CHECK_IDS
+    """Whether a cell exercised a model with several KV cache groups: its preset's, as the suite recorded it in the
+    entry (`harness.results_model.num_kv_cache_groups`), or a check that always does."""
+    return (num_kv_cache_groups(entry) or 0) > 1 or _check_id(entry) in MULTI_GROUP_CHECK_IDS
 
 
 def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:

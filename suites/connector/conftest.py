@@ -12,6 +12,8 @@ from harness.key_components import leaks_record
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
 from harness.connector_checks import CHECKS
+from harness.results_model import GROUPS_KEY
+from reference_impl.engine.presets import get_preset
 from suites.connector.catalogue import black_box_summary, check_cell
 from suites.connector.context import CheckContext
 from suites.connector.runner import check_evidence, run_check
@@ -123,6 +125,10 @@ def _record_check(request, kvconform_record):
     if engine != DEFAULT_KV_ENGINE:
         cell["engine"] = engine  # a run on vLLM's scheduler merges with a kvconform-engine run without colliding
     extra = {}
+    preset = params.get("preset")
+    if isinstance(preset, str):
+        # The report judges multi-group behaviour by this (harness.results_model.GROUPS_KEY), not by the name.
+        extra[GROUPS_KEY] = len(get_preset(preset).groups)
     context = getattr(request.node, "funcargs", {}).get("ctx")
     leaks = getattr(context, "key_leaks", None)
     if leaks and rep is not None and rep.failed:

@@ -19,7 +19,7 @@ from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.markdown import render_markdown
 from harness.results_model import ResultsDocument, make_entry
 from tests.connector.suite_process import REPO, results_by_test, suite_command
-from tests.report.synthetic import na_record, skip_cause_record
+from tests.report.synthetic import groups_record, na_record, skip_cause_record
 from tests.vllm_venvs import needs_vllm as needs_vllm_reason
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -91,7 +91,7 @@ def _entry(check: str, preset: str, status: str, engine: str | None = None, mess
     return make_entry(nodeid=f"suites/connector/test_x.py::{test}[X-{preset}]", suite="connector", cell=cell,
                       status=status, message=message, not_applicable=na_record(status, message),
                       skip_cause=skip_cause_record(status, message),
-                      extra={"description": "d", "evidence": evidence})
+                      extra={"description": "d", "evidence": evidence, **groups_record(preset)})
 
 
 def _runs() -> tuple[ResultsDocument, ResultsDocument]:

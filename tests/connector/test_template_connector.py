@@ -30,6 +30,7 @@ import pytest
 from harness.report.connector_section import connector_sections
 from harness.report.markdown import render_markdown
 from harness.report.model import Document
+from harness.results_model import GROUPS_KEY
 from harness.target_spec import BUILTIN_CONNECTORS
 from reference_impl.config.objects import KVTransferConfig
 from reference_impl.engine.core import EngineConfig, EngineCore
@@ -145,6 +146,20 @@ def test_the_readme_tests_fail_on_a_deliberately_vacuous_check(all_runs):
     report = render_markdown(Document("report", "one run", sections))
     assert ("TemplateConnector: 1 MUST cell(s) decided nothing: C36 determinism-across-processes on -: inconclusive: "
             "the store did not outlive its process") in report, report
+
+
+@pytest.mark.parametrize("name", ["on", "builtins"], ids=["template", "builtins"])
+def test_every_cell_records_its_models_kv_cache_groups(all_runs, name):
+    """Each cell that runs a preset carries that preset's KV cache group count in its entry (the report judges
+    multi-group behaviour by it, `harness.report.connector_section.is_multi_group`); a cell without a preset ("-")
+    carries none."""
+    entries = all_runs[name]["results"]
+    assert entries, f"{name}: no results; pytest exited {all_runs[name]['returncode']}:\n{all_runs[name]['stdout']}"
+    recorded = {test: e["extra"].get(GROUPS_KEY) for test, e in entries.items()}
+    expected = {test: len(PRESETS[e["cell"]["preset"]].groups) if e["cell"]["preset"] != "-" else None
+                for test, e in entries.items()}
+    assert recorded == expected
+    assert {e["cell"]["preset"] for e in entries.values()} >= {"-", *MULTI_GROUP_PRESETS, "fa_only"}
 
 
 def test_every_check_ran(run):

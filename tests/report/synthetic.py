@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 
 from harness.outcomes import legacy_record, legacy_skip_cause
-from harness.results_model import ResultsDocument, make_entry
+from harness.results_model import GROUPS_KEY, ResultsDocument, make_entry
 from reference_impl.config.outcome import Outcome
+from reference_impl.engine.presets import get_preset
 from reference_impl.vocabulary import FLAGS as FLAG_IDS, NO_CONNECTOR, NO_FEATURES, PLATFORMS
 
 ERAS = ("v0.10", "v0.11", "pre-seed", "seed", "v0.14", "v0.18", "v0.19", "v0.20", "v0.21", "v0.22", "v0.23",
@@ -126,3 +127,13 @@ def skip_cause_record(status: str, message: str | None, suite: str = "connector"
     if status != "skipped" or (suite == "connector" and na_record(status, message) is not None):
         return None
     return legacy_skip_cause(message, suite)
+
+
+def groups_record(preset: str) -> dict:
+    """The KV cache group count the connector suite records in a cell's `extra` for `preset` (the model presets
+    themselves say it: `reference_impl.engine.presets`), for entries built by hand; nothing for a cell without a
+    preset ("-")."""
+    try:
+        return {GROUPS_KEY: len(get_preset(preset).groups)}
+    except ValueError:
+        return {}

@@ -17,7 +17,7 @@ from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import table_after
-from tests.report.synthetic import config_entry, outcome, run_info
+from tests.report.synthetic import config_entry, groups_record, outcome, run_info
 
 # A run of config cells of the seed era: the main page, the era's page, the changes page, HTML and results.
 REPORT_FILES = ["compatibility-changes.md", "compatibility-seed.md", "compatibility.html", "compatibility.md",
@@ -140,8 +140,8 @@ def test_report_from_a_connector_the_file_lacks_is_exit_2_and_writes_nothing(tmp
 @pytest.mark.parametrize(("content", "expected"), [
     ("{broken", "is not valid JSON"),
     (json.dumps({"format": "junit", "results": []}), "not a kvconform results file (format is 'junit'"),
-    (json.dumps({"format": "kvconform-results", "schema_version": 5}),
-     "schema_version is 5 (a number); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
+    (json.dumps({"format": "kvconform-results", "schema_version": 6}),
+     "schema_version is 6 (a number); accepted: 1, 2, 3, 4 or 5 (the schemas this kvconform reads)"),
 ])
 def test_report_from_bad_file_is_exit_2_and_writes_nothing(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.json"
@@ -154,6 +154,40 @@ def test_report_from_bad_file_is_exit_2_and_writes_nothing(tmp_path, capsys, con
     assert_one_line_error(err, expected)
     assert sorted(p.name for p in out_dir.iterdir()) == ["compatibility.md"]
     assert (out_dir / "compatibility.md").read_text() == "previous report", "the old report is untouched"
+
+
+# What `kvconform report --from` imported, printed by a fresh interpreter after rendering.
+_IMPORTS_PROBE = ("import sys; from harness.cli import main; status = main(sys.argv[1:]); "
+                  "print(sorted(m for m in sys.modules if m in ('torch', 'reference_impl.engine.presets'))); "
+                  "sys.exit(status)")
+
+
+def test_report_from_a_current_file_renders_without_torch(tmp_path):
+    """Rendering reads each connector cell's KV cache group count from its entry (`harness.results_model`): it
+    imports neither torch nor the model presets (a third of `report --from`'s time when it did). A file written
+    before the count was recorded (schema 4) gets it from the presets as it loads, which imports both: the probe
+    tells the two apart."""
+    import subprocess
+
+    entries = [config_entry()] + [
+        make_entry(nodeid=f"suites/connector/test_x.py::test_c14[Vendor-{preset}]", suite="connector",
+                   status="passed", cell={"connector": "Vendor", "check": "C14 round-trip-bytes", "tier": "MUST",
+                                          "preset": preset},
+                   extra={"description": "d", "evidence": None, **groups_record(preset)})
+        for preset in ("fa_only", "fa+swa")]
+    current = write_results(tmp_path / "current.json", entries)
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({**json.loads(Path(current).read_text()), "schema_version": 4}))
+    imported = {}
+    for name, source in (("current", current), ("older", str(older))):
+        done = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE, "report", "--from", source, "--output-dir",
+                               str(tmp_path / name)], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        imported[name] = json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+    assert imported["current"] == [], f"rendering a schema-5 file imported {imported['current']}"
+    assert imported["older"] == ["reference_impl.engine.presets", "torch"]
+    assert (tmp_path / "current" / "compatibility.md").read_text() == (tmp_path / "older" / "compatibility.md").read_text()
 
 
 def test_report_from_missing_file(tmp_path, capsys):
@@ -783,7 +817,7 @@ def _connector_entry(release: str, connector: str, check: str, status: str, mess
     return make_entry(nodeid=f"suites/connector/test_x.py::test_{check.split()[0].lower()}[{name}-fa_only]",
                       suite="connector", status=status, message=message,
                       cell={"connector": name, "check": check, "tier": "MUST", "preset": "fa_only"},
-                      extra={"description": "what it checks", "evidence": evidence})
+                      extra={"description": "what it checks", "evidence": evidence, **groups_record("fa_only")})
 
 
 def test_diff_of_two_releases_connector_runs_lists_what_changed_between_them(tmp_path, capsys):

@@ -6,13 +6,13 @@ from __future__ import annotations
 from harness.report.connector_section import connector_sections
 from harness.report.markdown import render_markdown
 from harness.report.model import Document
-from tests.report.synthetic import na_record, skip_cause_record
+from tests.report.synthetic import groups_record, na_record, skip_cause_record
 
 
 def _entry(connector: str, check: str, tier: str, status: str, message: str | None = None, preset: str = "fa+swa"):
     return {"id": f"suites/connector/x.py::test_{check.lower()}[{connector}-{preset}]", "suite": "connector",
             "status": status, "message": message, "not_applicable": na_record(status, message),
-            "skip_cause": skip_cause_record(status, message), "extra": {"description": "d"},
+            "skip_cause": skip_cause_record(status, message), "extra": {"description": "d", **groups_record(preset)},
             "cell": {"connector": connector, "check": f"{check} name", "tier": tier, "preset": preset}}
 
 

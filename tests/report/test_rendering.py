@@ -19,8 +19,8 @@ from harness.report.model import Document, Section, Table
 from harness.results_model import ResultsDocument, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
 from tests.report.md_helpers import footnotes, html_page_tables, html_table_after, markdown_tables, table_after
-from tests.report.synthetic import (E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, na_record,
-                                    outcome, run_info, skip_cause_record)
+from tests.report.synthetic import (E_F, E_H, TPU, W1, W2, big_matrix, config_document, config_entry, groups_record,
+                                    na_record, outcome, run_info, skip_cause_record)
 
 NOT_RUN = "not run: no result for this configuration (it was not selected or is not in the matrix)"
 
@@ -248,7 +248,7 @@ def connector_entry(connector, check, tier, preset, status="passed", message=Non
                       message=message, not_applicable=na_record(status, message),
                       skip_cause=skip_cause_record(status, message),
                       extra={"description": description or f"{check} description", "evidence": evidence,
-                             **({"cause": cause} if cause else {})})
+                             **groups_record(preset), **({"cause": cause} if cause else {})})
 
 
 NOT_CAPABLE = "not HMA-capable: ExampleNonHMA does not declare SupportsHMA"

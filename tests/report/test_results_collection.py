@@ -168,7 +168,7 @@ def test_a_crashed_worker_still_yields_an_entry(tmp_path):
 
 def test_results_file_is_plain_json_with_schema(demo_runs):
     data = json.loads((demo_runs["no-xdist"] / "out" / "results.json").read_text())
-    assert data["format"] == "kvconform-results" and data["schema_version"] == 4
+    assert data["format"] == "kvconform-results" and data["schema_version"] == 5
     assert len(data["runs"]) == 1 and data["runs"][0] == data["run_info"]
 
 

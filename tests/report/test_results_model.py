@@ -63,11 +63,11 @@ def test_an_empty_document_round_trips(tmp_path):
      "not a kvconform results file (format is 'pytest-json-report', expected 'kvconform-results')"
      "; accepted: the results.json.gz of `kvconform report`, or the results file of `kvconform merge -o` or `pytest --kvconform-results FILE` (JSON, gzip-compressed or not)"),
     ({"format": "kvconform-results", "schema_version": 99, "run_info": {}, "results": []},
-     "schema_version is 99 (a number); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
+     "schema_version is 99 (a number); accepted: 1, 2, 3, 4 or 5 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "run_info": {}, "results": []},
-     "schema_version is missing; accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
+     "schema_version is missing; accepted: 1, 2, 3, 4 or 5 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": "1", "run_info": {}, "results": []},
-     "schema_version is \"1\" (a string); accepted: 1, 2, 3 or 4 (the schemas this kvconform reads)"),
+     "schema_version is \"1\" (a string); accepted: 1, 2, 3, 4 or 5 (the schemas this kvconform reads)"),
     ({"format": "kvconform-results", "schema_version": 1, "run_info": [], "results": []},
      "run_info is [] (an array); accepted: an object describing the run"),
     ({"format": "kvconform-results", "schema_version": 1, "results": []},
@@ -288,9 +288,10 @@ def test_an_older_schemas_config_outcomes_load_typed_and_compare_equal(tmp_path,
     assert outcome_of(entry) == outcome_of(newer)
 
 
-def test_a_schema_4_file_is_read_as_written(tmp_path):
-    """The typed form is not read again: an entry of schema 4 keeps what its target recorded."""
+@pytest.mark.parametrize("schema", [4, 5])
+def test_a_schema_4_file_is_read_as_written(tmp_path, schema):
+    """The typed form is not read again: an entry of schema 4 or later keeps what its target recorded."""
     recorded = {**_TYPED, "warnings": [{"id": None, "text": _W_B1}]}  # a target that gave the warning no id
-    data = ResultsDocument(run_info=run_info(), results=[config_entry(actual=recorded)]).to_json()
-    assert data["schema_version"] == 4
+    data = {**ResultsDocument(run_info=run_info(), results=[config_entry(actual=recorded)]).to_json(),
+            "schema_version": schema}
     assert load_results(_write(tmp_path, data)).results[0]["actual"] == recorded

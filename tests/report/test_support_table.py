@@ -17,7 +17,7 @@ from harness.report.model import Document
 from harness.report.support_section import release_range, support_sections
 from harness.results_model import ResultsDocument, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import config_entry, outcome, run_info
+from tests.report.synthetic import config_entry, groups_record, outcome, run_info
 
 NIXL_E_F = "Connector NixlConnector does not support HMA but HMA is enabled."
 LMCACHE_MISSING = "No module named 'lmcache'"
@@ -153,7 +153,7 @@ def test_runs_from_merged_results_fill_releases_the_reviewed_file_lacks():
                           status=status, message=message,
                           cell={"connector": "vllm-0.35.0:NixlConnector", "check": check, "preset": preset,
                                 "tier": "MUST"},
-                          extra={"declares_hma": True})
+                          extra={"declares_hma": True, **groups_record(preset)})
     runs = combined_runs([entry("passed")], RUNS)
     assert [(r.release, r.verdict) for r in runs["NixlConnector"]] == [("0.33.0", "pass"), ("0.34.0", "fail"),
                                                                        ("0.35.0", "pass")], runs
@@ -256,14 +256,14 @@ def test_a_vendor_connector_given_with_kv_connector_gets_a_row():
         return make_entry(nodeid=f"suites/connector/test_lookup.py::t[{check}-{preset}]", suite="connector",
                           status=status, cell={"connector": "acme.kv:AcmeConnector", "check": check,
                                                "preset": preset, "tier": "MUST"},
-                          extra={"declares_hma": True})
+                          extra={"declares_hma": True, **groups_record(preset)})
     entries = small_input() + [
         _enable("seed", "ExternalHMA", outcome(resolved=False)), _enable("v0.34", "ExternalHMA", outcome(resolved=False)),
         cell("C05 lookup-none-then-value", "fa+swa"), cell("C05 lookup-none-then-value", "fa_only"),
         # kvconform's own connector is no row
         make_entry(nodeid="suites/connector/test_lookup.py::t[C05-fa+swa-ref]", suite="connector", status="passed",
                    cell={"connector": "LMCacheLikeConnector", "check": "C05 lookup-none-then-value",
-                         "preset": "fa+swa", "tier": "MUST"}, extra={"declares_hma": True})]
+                         "preset": "fa+swa", "tier": "MUST"}, extra={"declares_hma": True, **groups_record("fa+swa")})]
     md = _markdown(entries, runs=[])
     rows = {row[0]: row for row in table_after(md, "## Which connector runs with HMA")[1:]}
     assert set(rows) == {"LMCacheMPConnector", "NixlConnector", "acme.kv:AcmeConnector"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from harness.failure_causes import cause_record
 from harness.report.vllm_findings import classify, findings_markdown
 from harness.results_model import make_entry
-from tests.report.synthetic import na_record, skip_cause_record
+from tests.report.synthetic import groups_record, na_record, skip_cause_record
 
 
 def entry(connector, check, status, preset="fa_only", message=None, evidence=None, duration=1.0, cause=None,
@@ -18,7 +18,8 @@ def entry(connector, check, status, preset="fa_only", message=None, evidence=Non
                                            "preset": preset, **cell},
                       message=message, not_applicable=na_record(status, message),
                       skip_cause=skip_cause_record(status, message),
-                      extra={"description": "", "evidence": evidence, **({"cause": cause} if cause else {})})
+                      extra={"description": "", "evidence": evidence, **groups_record(preset),
+                             **({"cause": cause} if cause else {})})
     item["duration"] = duration
     return item
 

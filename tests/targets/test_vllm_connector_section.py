@@ -10,7 +10,7 @@ from harness.cli import main
 from harness.report import render_reports
 from harness.results_model import ResultsDocument, load_results, make_entry
 from tests.report.md_helpers import footnotes, table_after
-from tests.report.synthetic import na_record, run_info, skip_cause_record
+from tests.report.synthetic import groups_record, na_record, run_info, skip_cause_record
 
 
 def entry(connector, check, status, preset="fa_only", tier="MUST", message=None, evidence=None):
@@ -19,7 +19,8 @@ def entry(connector, check, status, preset="fa_only", tier="MUST", message=None,
                       status=status, cell={"connector": connector, "check": check, "tier": tier, "preset": preset},
                       message=message, not_applicable=na_record(status, message),
                       skip_cause=skip_cause_record(status, message),
-                      extra={"description": f"what {check.split()[0]} checks", "evidence": evidence})
+                      extra={"description": f"what {check.split()[0]} checks", "evidence": evidence,
+                             **groups_record(preset)})
 
 
 NOT_HMA = "not HMA-capable: ExampleConnector does not declare SupportsHMA, so vLLM refuses it on the multi-group preset fa+swa"
