@@ -707,15 +707,22 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
 
 def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     """Hand-written plan: stage 1 the matrix without xdist next to the other suites (xdist stealing work),
-    stage 2 the benchmarks timed, one process per core on two cores, at one timed round per workload."""
+    stage 2 the benchmarks timed, one process per core on two cores (the Mamba request stream with the other
+    modules), at one timed round per workload."""
     timed = plan_passes(["suites"], timing=True, cpus=2)
     assert [(p.suites, p.xdist, p.stage) for p in timed] == [
         (("suites.config",), False, 1),
         (("suites.allocator", "suites.connector"), True, 1),
         (("suites.benchmarks.test_allocator_throughput",), False, 2),
         (("suites.benchmarks.test_block_pool_throughput", "suites.benchmarks.test_config_resolution",
-          "suites.benchmarks.test_connector_store_load", "suites.benchmarks.test_judging_time"), False, 2),
+          "suites.benchmarks.test_connector_store_load", "suites.benchmarks.test_judging_time",
+          "suites.benchmarks.test_allocator_throughput::test_request_stream[full_mamba_partial]"), False, 2),
     ]
+    assert timed[2].options == ("-k", "not (test_request_stream and full_mamba_partial)"), (
+        "the Mamba stream runs in the other timed process, and only there")
+    assert [p.suites for p in plan_passes(["suites"], timing=True, cpus=2, cell_items=True)[2:]] == [
+        ("suites.benchmarks.test_allocator_throughput",), timed[3].suites[:-1]], (
+        "pytest arguments (a -k of their own) and shards get whole modules")
     assert timed[1].options == ("--dist", "worksteal")
     assert timed[0].options == ("--config-matrix-items", "era"), "the matrix as one item per era, one entry per cell"
     assert plan_passes(["suites"], timing=True, cpus=2, cell_items=True)[0].options == (), (
