@@ -18,31 +18,124 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-# -- The case schema of `kvconform resolve` (README, "The resolve schema") ---------------------------------------
+# -- The case schema of `kvconform resolve` (docs/reference.md, "The resolve schema") ---------------------------------
+
+@dataclass(frozen=True)
+class CaseKey:
+    """One key of the case schema: its default, what it accepts, and the schema table's row (docs/reference.md).
+
+    A key of a simple `kind` is validated by `reference_impl.config.case.parse_case` from this record alone
+    ("bool": true or false; "choice": null or one of `choices`; "positive_int": null or an integer above 0;
+    "number": null or a number, `unit` naming it), and the config draws give it without an edit: the random cases
+    (`suites/config/random_cases.py`) set it at random (`given()`, a choice at random), and the matrix
+    (`suites/config/matrix.py`) sets it alone under the feature id `alone_feature` (a feature of `FEATURES`
+    declared by hand), or, when that is None, under a feature named like the key and labelled `label`, in the
+    eras from `since` on (an era id: the first whose release has the option; None: every era). A key of kind
+    "structured" has its own parse in `case.py` and its own draws; `shape` is its table type.
+    """
+
+    default: Any
+    kind: str
+    meaning: str
+    choices: tuple[str, ...] = ()
+    sample: Any = None
+    unit: str = ""
+    shape: str = ""
+    alone_feature: str | None = None
+    label: str = ""
+    since: str | None = None
+
+    @property
+    def simple(self) -> bool:
+        """True when the record alone validates the key (and the draws can set it)."""
+        return self.kind in SIMPLE_KINDS
+
+    def accepted(self) -> str:
+        """What a value must be, in the words a bad-input error uses."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return f"null, {', '.join(self.choices[:-1])} or {self.choices[-1]}"
+        if self.kind == "positive_int":
+            return "null or a positive integer"
+        if self.kind == "number":
+            return f"null or a number{f' ({self.unit})' if self.unit else ''}"
+        raise ValueError(f"{self.kind}: the key has its own parse in reference_impl.config.case")
+
+    def given(self) -> Any:
+        """A value other than the default, the one the matrix sets the key to alone."""
+        if self.kind == "bool":
+            return not self.default
+        return self.choices[0] if self.kind == "choice" and self.sample is None else self.sample
+
+    def table_type(self) -> str:
+        """The schema table's type column."""
+        return self.shape or {
+            "bool": "bool", "positive_int": "int \\| null", "number": "null \\| number",
+            "choice": " \\| ".join(["null", *(f'`"{c}"`' for c in self.choices)]),
+        }[self.kind]
+
+
+#: The kinds of key `CaseKey` validates by itself.
+SIMPLE_KINDS: tuple[str, ...] = ("bool", "choice", "positive_int", "number")
+
+#: The values of a case's `kv_offloading_backend` (vLLM's `--kv-offloading-backend` choices).
+OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
+
+#: Every key a case may have, in the schema's order: its default, what it accepts, its row of the schema table.
+CASE_KEYS: Mapping[str, CaseKey] = MappingProxyType({
+    "id": CaseKey(None, "structured", "echoed in the outcome", shape="any"),
+    "vllm_version": CaseKey(None, "structured", "release `X.Y.Z`, era id or profile; default `seed`", shape="string"),
+    "profile": CaseKey(None, "structured", "the same as `vllm_version` (an era id or profile), read when "
+                       "`vllm_version` is absent", shape="string"),
+    "stage": CaseKey(None, "structured", "where to stop (default `config`, or `kv_cache_groups` when `layers` are "
+                     "given); `cli_parse` needs `cli_args`, `kv_cache_groups` needs `layers`; `layers` at stage "
+                     "`config` add the rule `kv_cache_groups_not_evaluated`",
+                     shape='`"cli_parse"` \\| `"config"` \\| `"kv_cache_groups"` \\| `"create_connector"`'),
+    "flag": CaseKey(None, "structured", "`disable_hybrid_kv_cache_manager` as passed; `null` = absent",
+                    shape="`null` \\| `true` \\| `false`"),
+    "cli_args": CaseKey(None, "structured", "vLLM flags; parsed with the era's argparse and replace the fields they "
+                        "set", shape="list of strings"),
+    "platform": CaseKey("cuda", "structured", "`cuda` (default), `rocm`, `xpu`, `cpu`, `tpu`, `unspecified`, `auto`",
+                        shape="string"),
+    "kv_connector": CaseKey(None, "structured", "connector name; set means a `kv_transfer_config` is present; a name "
+                            "the release does not register gets vLLM's `Unsupported connector type` where the release "
+                            "looks it up", shape="string \\| null"),
+    "kv_connector_module_path": CaseKey(None, "structured", "module to load `kv_connector` from; one that does not "
+                                        "import gets vLLM's import error where the release imports it",
+                                        shape="string \\| null"),
+    "kv_role": CaseKey("kv_both", "structured", "`kv_producer`, `kv_consumer`, `kv_both` (default); another string "
+                       "gets pydantic's `ValidationError` at `config`", shape="string \\| null"),
+    "multi_connector_children": CaseKey(None, "structured", "MultiConnector children: a name, or `{\"kv_connector\", "
+                                        "\"kv_role\", \"kv_connector_module_path\", \"kv_connector_extra_config\", "
+                                        "\"children\"}` (a child object without `kv_role` has none)",
+                                        shape="null \\| list"),
+    "kv_connector_extra_config": CaseKey(None, "structured", "the connector's extra config, e.g. `{\"transfer_mode\": "
+                                         "\"push\"}` (Nixl, 0.34) or `{\"host_pool_gib\": 4}` (HiSparse, 0.34); a "
+                                         "`\"connectors\"` list in it is the same as `multi_connector_children`",
+                                         shape="null \\| object"),
+    "kv_events": CaseKey(False, "bool", "a `kv_events_config` is present", alone_feature="kv_events"),
+    "attention_chunk_size": CaseKey(None, "positive_int", "the model uses chunked local attention", sample=8192,
+                                    alone_feature="chunked"),
+    # a built-in method name, or {"name", "uses_target_hidden_states"} (custom, 0.34+)
+    "speculative_method": CaseKey(None, "structured", "e.g. `eagle`, `eagle3`, `mtp`, `ngram`; a custom method a "
+                                  "plugin registers (0.34+): `{\"name\": \"my_drafter\", "
+                                  "\"uses_target_hidden_states\": true}`", shape="string \\| object \\| null"),
+    "env": CaseKey(None, "structured", "environment variables, e.g. "
+                   "`VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`", shape="object"),
+    "hisparse": CaseKey(False, "bool", "HiSparse is configured (0.30+)", alone_feature="hisparse"),
+    "kv_offloading_backend": CaseKey(None, "choice", "`--kv-offloading-backend`", choices=OFFLOADING_BACKENDS,
+                                     alone_feature="offload_backend"),
+    "kv_offloading_size": CaseKey(None, "number", "`--kv-offloading-size` (GiB); vLLM checks no range, so neither "
+                                  "does the resolver", sample=4.0, unit="GiB", alone_feature="offload_size"),
+    "layers": CaseKey(None, "structured", "the model's layer spec kinds (`full`, `sliding_window`, `chunked_local`, "
+                      "`mamba`): adds the `kv_cache_groups` stage (engine order: after `config`, before "
+                      "`create_connector`)", shape="null \\| list"),
+})
 
 #: Every key a case may have, with its default.
-CASE_DEFAULTS: Mapping[str, Any] = MappingProxyType({
-    "id": None,
-    "vllm_version": None,
-    "profile": None,
-    "stage": None,  # config, or kv_cache_groups when layers are given
-    "flag": None,
-    "cli_args": None,
-    "platform": "cuda",
-    "kv_connector": None,
-    "kv_connector_module_path": None,
-    "kv_role": "kv_both",
-    "multi_connector_children": None,
-    "kv_connector_extra_config": None,
-    "kv_events": False,
-    "attention_chunk_size": None,
-    "speculative_method": None,  # a built-in method name, or {"name", "uses_target_hidden_states"} (custom, 0.34+)
-    "env": None,
-    "hisparse": False,
-    "kv_offloading_backend": None,
-    "kv_offloading_size": None,
-    "layers": None,
-})
+CASE_DEFAULTS: Mapping[str, Any] = MappingProxyType({key: spec.default for key, spec in CASE_KEYS.items()})
+
 
 #: The environment variables a case's `env` may set that the resolver reads (each an integer vLLM reads as
 #: `bool(int(value))`).
@@ -50,9 +143,6 @@ ENV_VARS: tuple[str, ...] = ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
 
 #: The values of a case's `layers` list (and of the allocator suite's layer kinds).
 LAYER_KINDS: tuple[str, ...] = ("full", "sliding_window", "chunked_local", "mamba")
-#: The values of a case's `kv_offloading_backend` (vLLM's `--kv-offloading-backend` choices).
-OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
-
 # -- Stages ------------------------------------------------------------------------------------------------------
 
 #: The stages a case can run to, in engine order: the KV cache is grouped before the connector is created with
@@ -95,7 +185,15 @@ NO_CONNECTOR = "noconn"
 #: The matrix's feature id of the configuration without features.
 NO_FEATURES = "none"
 
-#: Feature id -> its label and description (the case fields each sets are the suite's: `suites.config.matrix`).
+#: The matrix's features that give a simple case key alone without a feature declared above for it (see
+#: `CaseKey`): the key's name is the id.
+DECLARED_ALONE_FEATURES: Mapping[str, Term] = MappingProxyType({
+    key: Term(spec.label or key, f"`{key}` set alone: {spec.meaning}")
+    for key, spec in CASE_KEYS.items() if spec.simple and spec.alone_feature is None
+})
+
+#: Feature id -> its label and description (the case fields each sets are the suite's: `suites.config.matrix`; the
+#: last, `DECLARED_ALONE_FEATURES`, it sets from the keys' records).
 FEATURES: Mapping[str, Term] = MappingProxyType({
     NO_FEATURES: Term("no feature", "none of the features below"),
     "kv_events": Term("KV events", "a `--kv-events-config` is present"),
@@ -122,6 +220,7 @@ FEATURES: Mapping[str, Term] = MappingProxyType({
     "v1_off": Term("VLLM_USE_V1=0", "`VLLM_USE_V1=0` (the releases whose HMA block is gated on it, before 0.11.1)"),
     "eagle_offload_lmcache": Term("EAGLE + offloading, lmcache", "an EAGLE speculator with `--kv-offloading-backend "
                                   "lmcache --kv-offloading-size 4`"),
+    **DECLARED_ALONE_FEATURES,
 })
 
 #: Connector id -> its label and description, for the matrix's own configurations (how each is built from an

@@ -4,8 +4,10 @@ A case is what `kvconform resolve`, the config matrix, the random cases and `exp
 JSON object whose keys and defaults are the vocabulary's (`reference_impl.vocabulary.CASE_DEFAULTS`). `parse_case`
 turns it into a `Case`, typed and frozen, or raises `CaseError` naming the field, the value and what is accepted.
 The reference resolver (`reference_impl.config.cases`), the oracle (`suites.config.oracle`) and the vLLM target
-(`harness.targets.config.vllm_target`) all take a `Case`: a new key is declared in the vocabulary and parsed here,
-and each evaluator reads the typed field where it gives the key meaning.
+(`harness.targets.config.vllm_target`) all take a `Case`: a new key is declared in the vocabulary (`CASE_KEYS`:
+its default, kind and accepted values); a key of a simple kind is then parsed here from that record alone (its
+typed field of `Case` is the one line it adds), a structured one gets its own parse; and each evaluator reads the
+typed field where it gives the key meaning.
 
 Words and shapes, never rules: what an era does with a case is the resolver's (and, independently, the oracle's
 tables'); this module only resolves the release a case names to its era id (`eras.resolve_era`, the ranges' one
@@ -21,8 +23,11 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from reference_impl.config.eras import BUILTIN_SPECULATIVE_METHODS, resolve_era
-from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, ENV_VARS, LAYER_KINDS, OFFLOADING_BACKENDS,
-                                       PLATFORM_CHOICES, STAGES)
+from reference_impl.vocabulary import (AUTO_PLATFORM, CASE_DEFAULTS, CASE_KEYS, ENV_VARS, LAYER_KINDS, PLATFORM_CHOICES,
+                                       STAGES, CaseKey)
+
+#: The keys whose vocabulary record validates them (`CaseKey.simple`): each a field of `Case` of the same name.
+SIMPLE_KEYS: tuple[str, ...] = tuple(key for key, spec in CASE_KEYS.items() if spec.simple)
 
 
 class CaseError(ValueError):
@@ -43,6 +48,8 @@ class Case:
     evaluator that hands it on copies it first.
     """
 
+    # A key of a simple kind (`SIMPLE_KEYS`) is parsed from its vocabulary record and written back by `as_dict`
+    # without code of its own here; its typed field below is the one line a new such key adds to this module.
     id: Any
     #: the era id of the release the case names (the default profile's when it names none)
     era: str
@@ -100,10 +107,9 @@ class Case:
             kv_connector=transfer.get("kv_connector"),
             kv_connector_module_path=transfer.get("kv_connector_module_path"),
             kv_role=transfer.get("kv_role", CASE_DEFAULTS["kv_role"]),
-            kv_connector_extra_config=transfer.get("kv_connector_extra_config"),
-            kv_events=self.kv_events, attention_chunk_size=self.attention_chunk_size, speculative_method=method,
-            env=dict(self.env) or None, hisparse=self.hisparse, kv_offloading_backend=self.kv_offloading_backend,
-            kv_offloading_size=self.kv_offloading_size, layers=list(self.layers) if self.layers is not None else None,
+            kv_connector_extra_config=transfer.get("kv_connector_extra_config"), speculative_method=method,
+            env=dict(self.env) or None, layers=list(self.layers) if self.layers is not None else None,
+            **{key: getattr(self, key) for key in SIMPLE_KEYS},
         )
         return out
 
@@ -117,10 +123,21 @@ def _opt_str(case: dict, key: str) -> str | None:
     return value
 
 
-def _bool(case: dict, key: str) -> bool:
-    value = case.get(key, False)
-    if not isinstance(value, bool):
-        raise _fail(key, value, "true or false")
+def _simple(case: dict, key: str, spec: CaseKey) -> Any:
+    """A key of a simple kind, checked against its vocabulary record (`CaseKey`): its value, or its default."""
+    value = case.get(key, spec.default)
+    if spec.kind == "bool":
+        ok = isinstance(value, bool)
+    elif value is None:
+        ok = True
+    elif spec.kind == "choice":
+        ok = value in spec.choices
+    elif spec.kind == "positive_int":
+        ok = not isinstance(value, bool) and isinstance(value, int) and value > 0
+    else:  # "number"; NaN is no number a flag can carry
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value == value
+    if not ok:
+        raise _fail(key, value, spec.accepted())
     return value
 
 
@@ -269,17 +286,9 @@ def parse_case(case: Any) -> Case:
         raise _fail("kv_connector_extra_config", case["kv_connector_extra_config"], "null unless kv_connector is set")
     speculative, custom_speculative = _speculative_method(case.get("speculative_method"))
 
-    chunk = case.get("attention_chunk_size")
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
-        raise _fail("attention_chunk_size", chunk, "null or a positive integer")
-    backend = case.get("kv_offloading_backend")
-    if backend is not None and backend not in OFFLOADING_BACKENDS:
-        raise _fail("kv_offloading_backend", backend, f"null, {', '.join(OFFLOADING_BACKENDS[:-1])} or {OFFLOADING_BACKENDS[-1]}")
-    size = case.get("kv_offloading_size")
-    # vLLM's CacheConfig types the size as a float and checks nothing more (0.13.0 and 0.33.0 accept -4):
-    # any number is its answer to give, not bad input.
-    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or size != size):
-        raise _fail("kv_offloading_size", size, "null or a number (GiB)")
+    # kv_offloading_size: vLLM's CacheConfig types the size as a float and checks nothing more (0.13.0 and 0.33.0
+    # accept -4): any number is its answer to give, not bad input.
+    simple = {key: _simple(case, key, CASE_KEYS[key]) for key in SIMPLE_KEYS}
     layers = case.get("layers")
     if layers is not None:
         if not isinstance(layers, list) or not layers:
@@ -292,9 +301,8 @@ def parse_case(case: Any) -> Case:
     return Case(
         id=case.get("id"), era=era, vllm_version=version, release_selector=selector, stage=stage, platform=platform,
         flag=flag, cli_args=tuple(cli_args) if cli_args is not None else None, env=MappingProxyType(dict(env)),
-        kv_transfer=kv_transfer, kv_events=_bool(case, "kv_events"), attention_chunk_size=chunk,
-        speculative_method=speculative, custom_speculative=custom_speculative, hisparse=_bool(case, "hisparse"),
-        kv_offloading_backend=backend, kv_offloading_size=size, layers=tuple(layers) if layers is not None else None,
+        kv_transfer=kv_transfer, speculative_method=speculative, custom_speculative=custom_speculative,
+        layers=tuple(layers) if layers is not None else None, **simple,
     )
 
 

@@ -23,9 +23,10 @@ import itertools
 from typing import Any
 
 from harness.eras import ERA_IDS
-from reference_impl.vocabulary import (CASE_DEFAULTS, FLAGS, MATRIX_STAGES, NO_CONNECTOR, NO_FEATURES, PLATFORMS,
-                                       UNREGISTERED_CONNECTOR)
+from reference_impl.vocabulary import (CASE_DEFAULTS, DECLARED_ALONE_FEATURES, FLAGS, MATRIX_STAGES, NO_CONNECTOR,
+                                       NO_FEATURES, PLATFORMS, UNREGISTERED_CONNECTOR)
 from suites.config.external_connectors import MODULE_PATH
+from suites.config.options import declared_alone
 from suites.config.oracle import CHUNKED_ENV, SIMPLE_OFFLOAD_ENV, USE_V1_ENV
 from suites.config.tables import era_table
 
@@ -70,8 +71,10 @@ SIMPLE_OFFLOAD_FEATURES: dict[str, dict[str, Any]] = {
 # no such variable), and it stays in their matrix, as a connector a release unregisters does, so the report
 # never carries an older release's answer into a release whose matrix did not ask.
 USE_V1_FEATURES: dict[str, dict[str, Any]] = {"v1_off": {"env": {USE_V1_ENV: "0"}}}
-#: The feature ids that give one option alone (kept out of the all-pairs cover).
-ALONE_FEATURE_IDS = frozenset({*ALONE_FEATURES, *ALONE_OFFLOADING_FEATURES, *SIMPLE_OFFLOAD_FEATURES, *USE_V1_FEATURES})
+#: The feature ids that give one option alone (kept out of the all-pairs cover), those a case key's record
+#: declares (`options.declared_alone`) included.
+ALONE_FEATURE_IDS = frozenset({*ALONE_FEATURES, *ALONE_OFFLOADING_FEATURES, *SIMPLE_OFFLOAD_FEATURES, *USE_V1_FEATURES,
+                               *DECLARED_ALONE_FEATURES})
 #: A connector without kv_role (vLLM's default role is none), on its own like the features above.
 #: (The era's name for vLLM's example connector: `example_connector`.)
 ALONE_CONNECTORS: dict[str, dict[str, Any]] = {"NoRole": {"kv_connector": "ExampleConnector", "kv_role": None}}
@@ -96,6 +99,7 @@ def features_for(era: str) -> dict[str, dict[str, Any]]:
     if table["offloading"]["native_simple"]:
         features.update(SIMPLE_OFFLOAD_FEATURES)
     features.update(USE_V1_FEATURES)
+    features.update(declared_alone(era))
     return features
 
 # The order of the connector dimension's registered names. The all-pairs cover (and with it which cells exist)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from reference_impl.vocabulary import CASE_DEFAULTS, ENV_VARS
+from harness.eras import ERA_IDS
+from reference_impl.vocabulary import CASE_DEFAULTS, CASE_KEYS, ENV_VARS
 from suites.config.tables import era_table
 
 #: Case keys that are not options of the configuration, and why.
@@ -51,9 +52,10 @@ def options_of(era: str) -> tuple[str, ...]:
     """The options `era`'s release reads: VLLM_USE_V1 only where the block is gated on it (before 0.11.1), the
     kv-offloading options only where the shortcut exists (0.11.1+), VLLM_USE_SIMPLE_KV_OFFLOAD only where the
     native backend reads it (0.19+), HiSparse where it exists (0.30+), a connector's extra config only where the release reads keys of it (0.34:
-    transfer_mode, host_pool_gib)."""
+    transfer_mode, host_pool_gib); a key whose record names the era it exists `since` only from that era on."""
     table = era_table(era)
-    skipped = set()
+    skipped = {key for key, spec in CASE_KEYS.items()
+               if spec.since is not None and ERA_IDS.index(era) < ERA_IDS.index(spec.since)}
     if not table["block"]["vllm_use_v1_gate"]:
         skipped.add("env.VLLM_USE_V1")
     if table["offloading"]["shortcut"] == "absent":
@@ -65,6 +67,14 @@ def options_of(era: str) -> tuple[str, ...]:
     if not (table["factory"]["nixl_transfer_mode"] or table["hisparse"]["host_pool_required"]):
         skipped.add("kv_connector_extra_config")
     return tuple(option for option in all_options() if option not in skipped)
+
+
+def declared_alone(era: str) -> dict[str, dict[str, Any]]:
+    """The matrix's features of `era` that set a simple case key alone from its record (`CaseKey.alone_feature`
+    None): feature id (the key) -> the case fields."""
+    options = options_of(era)
+    return {key: {key: spec.given()} for key, spec in CASE_KEYS.items()
+            if spec.simple and spec.alone_feature is None and key in options}
 
 
 def present(case: dict[str, Any]) -> set[str]:

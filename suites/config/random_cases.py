@@ -33,8 +33,8 @@ from collections import Counter
 from typing import Any
 
 from harness.eras import ERA_IDS
-from reference_impl.vocabulary import CASE_DEFAULTS, FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
-from suites.config.matrix import (CHUNK, CUSTOM_METHOD, FEATURES, MODULE_PATH, OFFLOAD_GIB, connector_child,
+from reference_impl.vocabulary import CASE_DEFAULTS, CASE_KEYS, FLAGS, MATRIX_STAGES, PLATFORMS, UNREGISTERED_CONNECTOR
+from suites.config.matrix import (CUSTOM_METHOD, FEATURES, MODULE_PATH, connector_child,
                                   connectors_for, example_connector, unregistered_for)
 from suites.config.options import PREREQUISITES, options_of
 from suites.config.oracle import CHUNKED_ENV, SIMPLE_OFFLOAD_ENV, USE_V1_ENV
@@ -46,10 +46,15 @@ from suites.config.tables import era_table
 # backend without a size, a speculator without chunked attention, an environment variable without what it
 # modifies). HiSparse stays alone, as in the matrix: it needs a sparse-attention model of its own, which the vllm
 # target builds only for a case without other model features.
+# A simple key of the schema without a probability here (a new one, `CaseKey`) is drawn at `DECLARED_PROBABILITY`,
+# after the others, so the draws of the keys above stay as they were.
+DRAWN_APART = {"hisparse": "needs a sparse-attention model of its own: drawn alone (FEATURES['hisparse'])"}
+DECLARED_PROBABILITY = 0.2
 OPTION_PROBABILITY = {"kv_events": 0.3, "attention_chunk_size": 0.35, "speculative_method": 0.2,
                       "kv_offloading_backend": 0.3, "kv_offloading_size": 0.3, CHUNKED_ENV: 0.25,
                       SIMPLE_OFFLOAD_ENV: 0.2, USE_V1_ENV: 0.2}
-BACKENDS = ("native", "lmcache")
+OPTION_PROBABILITY.update({key: DECLARED_PROBABILITY for key, spec in CASE_KEYS.items()
+                           if spec.simple and key not in OPTION_PROBABILITY and key not in DRAWN_APART})
 METHODS = ("eagle", "eagle3", "mtp", "ngram")
 ENV_VALUES = ("0", "1")
 #: Every this many cases, one gives a single option alone (with what it is read together with), the options of
@@ -201,10 +206,12 @@ def _draw_options(rng: random.Random, case: dict[str, Any], options: tuple[str, 
 
 
 def _value(rng: random.Random, option: str) -> Any:
-    """A value of a model or cache option."""
-    return {"kv_events": lambda: True, "attention_chunk_size": lambda: CHUNK,
-            "speculative_method": lambda: rng.choice(METHODS), "kv_offloading_backend": lambda: rng.choice(BACKENDS),
-            "kv_offloading_size": lambda: OFFLOAD_GIB}[option]()
+    """A value of a model or cache option: a speculative method, or a simple key's from its record (one of its
+    choices at random, else its `given()` value)."""
+    if option == "speculative_method":
+        return rng.choice(METHODS)
+    spec = CASE_KEYS[option]
+    return rng.choice(spec.choices) if spec.kind == "choice" else spec.given()
 
 
 def _alone(rng: random.Random, era: str, option: str, names: list[str]) -> dict[str, Any]:

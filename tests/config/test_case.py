@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from harness.eras import ERA_IDS
-from reference_impl.config.case import Case, CaseError, parse_case
-from reference_impl.vocabulary import CASE_DEFAULTS
+from reference_impl.config.case import SIMPLE_KEYS, Case, CaseError, parse_case
+from reference_impl.vocabulary import CASE_DEFAULTS, CASE_KEYS, FEATURES
 from suites.config.matrix import cells_for
 from tests.config.test_resolve_properties import CASES
 
@@ -91,8 +91,10 @@ def test_children_given_either_way_are_the_same_case():
     assert by_key.connector_names() == {"MultiConnector", "ExampleConnector", "NixlConnector"}
 
 
-#: A value other than the default for every key of the schema, with the keys it is read together with.
-NON_DEFAULT = {
+#: A value other than the default for every key of the schema, with the keys it is read together with (a simple key's
+#: from its record, `CaseKey.given()`; a structured key's here).
+NON_DEFAULT = {key: {key: spec.given()} for key, spec in CASE_KEYS.items() if spec.simple}
+NON_DEFAULT |= {
     "id": {"id": "c1"}, "vllm_version": {"vllm_version": "0.13.0"}, "profile": {"profile": "v0.34"},
     "stage": {"stage": "create_connector"}, "flag": {"flag": False}, "cli_args": {"cli_args": ["--x"]},
     "platform": {"platform": "tpu"}, "kv_connector": {"kv_connector": "NixlConnector"},
@@ -100,10 +102,8 @@ NON_DEFAULT = {
     "kv_role": {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
     "multi_connector_children": {"kv_connector": "MultiConnector", "multi_connector_children": ["NixlConnector"]},
     "kv_connector_extra_config": {"kv_connector": "NixlConnector", "kv_connector_extra_config": {"transfer_mode": "push"}},
-    "kv_events": {"kv_events": True}, "attention_chunk_size": {"attention_chunk_size": 64},
     "speculative_method": {"speculative_method": "eagle"}, "env": {"env": {"VLLM_USE_V1": "0"}},
-    "hisparse": {"hisparse": True}, "kv_offloading_backend": {"kv_offloading_backend": "native"},
-    "kv_offloading_size": {"kv_offloading_size": 4}, "layers": {"layers": ["full"]},
+    "layers": {"layers": ["full"]},
 }
 
 
@@ -113,3 +113,27 @@ def test_the_parser_reads_every_key_of_the_schema():
     for key, fields in NON_DEFAULT.items():
         others = {k: v for k, v in fields.items() if k != key}
         assert parse_case(fields) != parse_case(others), f"{key} does not change the parsed case"
+
+
+@pytest.mark.parametrize("key", SIMPLE_KEYS)
+def test_a_simple_key_is_parsed_from_its_record_alone(key):
+    """A key of a simple kind needs no parse of its own: its record's values parse to the same field, a value of
+    another type is refused naming the key, the value and what the record accepts, and the draws can set it."""
+    spec = CASE_KEYS[key]
+    values = spec.choices if spec.kind == "choice" else (spec.given(),)
+    for value in values:
+        assert getattr(parse_case({key: value}), key) == value
+    assert getattr(parse_case({}), key) == spec.default
+    with pytest.raises(CaseError) as caught:
+        parse_case({key: ["x"]})
+    assert str(caught.value) == f"{key}: ['x'] is not accepted; expected {spec.accepted()}"
+    assert (spec.alone_feature or key) in FEATURES, "the matrix feature that sets it alone has a label"
+
+
+def test_each_key_record_is_well_formed():
+    kinds = {"bool", "choice", "positive_int", "number", "structured"}
+    for key, spec in CASE_KEYS.items():
+        assert spec.kind in kinds, key
+        assert spec.since is None or spec.since in ERA_IDS, f"{key}: since names no era"
+        assert spec.kind != "choice" or spec.choices, f"{key}: a choice without choices"
+        assert spec.simple or spec.shape, f"{key}: a structured key names its table type"
