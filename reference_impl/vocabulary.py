@@ -137,6 +137,13 @@ CASE_KEYS: Mapping[str, CaseKey] = MappingProxyType({
 CASE_DEFAULTS: Mapping[str, Any] = MappingProxyType({key: spec.default for key, spec in CASE_KEYS.items()})
 
 
+def schema_table() -> str:
+    """The schema table of docs/reference.md ("The resolve schema"), one row per key of `CASE_KEYS`."""
+    rows = ["| key | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{key}` | {spec.table_type()} | {spec.meaning} |" for key, spec in CASE_KEYS.items()]
+    return "\n".join(rows) + "\n"
+
+
 #: The environment variables a case's `env` may set that the resolver reads (each an integer vLLM reads as
 #: `bool(int(value))`).
 ENV_VARS: tuple[str, ...] = ("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "VLLM_USE_V1", "VLLM_USE_SIMPLE_KV_OFFLOAD")

@@ -7,7 +7,8 @@ phrase inside a sentence: the README's range of releases).
 rewrites every table of `TABLES` in place (`--check`: writes nothing, exit 1 naming each stale page);
 tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes the tables
 below (the registry's row; a new era's summary and section of changes; the known range's newest minor; a new
-message's row), so none is edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
+message's row), a new case key the case schema (its record in `reference_impl.vocabulary.CASE_KEYS`), so none is
+edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
 (--check), 2 a page without its markers.
 """
 
@@ -53,6 +54,7 @@ TABLES: tuple[DocTable, ...] = (
     DocTable("docs/rules.md", "message table", partial(vocabulary.markdown_table, dated=True)),
     DocTable("docs/rules.md", "unchanged error table", partial(vocabulary.markdown_table, dated=False)),
     DocTable("docs/rules.md", "era sections", eras.rules_sections),
+    DocTable("docs/reference.md", "case schema", vocabulary.schema_table),
 )
 
 
