@@ -414,4 +414,6 @@ def run(args) -> int:
     if junit is not None:
         where += f"; JUnit XML of every pass: {args.junit_path}"
     print(f"kvconform report: {verdict(results.results)} Report: {where}")
+    # the console script exits without freeing the run's documents (harness.cli.main), so they stay referenced
+    args.exit_at_once, args.kept_until_exit = True, (results, files)
     return status
