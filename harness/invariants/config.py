@@ -232,7 +232,9 @@ class Memo:
         return json.dumps({k: v for k, v in case.items() if k != "id"}, sort_keys=True, default=str)
 
     def __call__(self, case: dict) -> dict:
-        key = self._key(case)
+        return self._answer(self._key(case), case)
+
+    def _answer(self, key: str, case: dict) -> dict:
         answer = self.answers.get(key)
         if answer is None:
             answer = self.answers[key] = self.target(case)
@@ -240,10 +242,10 @@ class Memo:
 
     def typed(self, case: dict) -> Outcome:
         """The answer to `case` as the typed outcome (OutcomeShapeError for an answer that is none)."""
-        key = self._key(case)
+        key = self._key(case)  # once: the key is most of a remembered answer's cost
         found = self._typed.get(key)
         if found is None:
-            found = self._typed[key] = typed(self(case))
+            found = self._typed[key] = typed(self._answer(key, case))
         return found
 
     def typed_or_answer(self, case: dict) -> Outcome | Any:
@@ -657,8 +659,13 @@ def check_case(case: dict, outcome: AnyOutcome, resolve: Target,
 def evaluate(cases: Iterable[dict], target: Target, invariants: Iterable[Invariant] = INVARIANTS) -> list[Violation]:
     """Every violation of `invariants` by `target` on `cases` (the target memoised for the related cases)."""
     resolve = target if isinstance(target, Memo) else Memo(target)
+    return evaluate_answered([(case, resolve.typed_or_answer(case)) for case in cases], resolve, invariants)
+
+
+def evaluate_answered(answered: list[tuple[dict, Any]], resolve: Memo,
+                      invariants: Iterable[Invariant] = INVARIANTS) -> list[Violation]:
+    """`evaluate` on cases already answered through `resolve`: (case, its typed outcome or other answer) pairs."""
     invariants = tuple(invariants)
-    answered = [(case, resolve.typed_or_answer(case)) for case in cases]
     found: list[Violation] = []
     for case, outcome in answered:
         found.extend(check_case(case, outcome, resolve, invariants))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from harness.eras import ERA_IDS, ERA_RELEASES
-from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate, judged
+from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, evaluate_answered, judged
 from harness.invariants.defects import Defect, Verdict, judge, load_defects
 from reference_impl.config.eras import parse_version
 from reference_impl.config.outcome import Outcome
@@ -50,8 +50,8 @@ def violations_on(cases: list[dict], release: str, target: Callable[[dict], dict
     """(every violation of the invariants by `target` on `cases` and on the defects' witnesses, how many of the
     cases the target answered: not unknown, not refused as input it cannot read)."""
     resolve = Memo(target)
-    found = evaluate(cases, resolve)
-    answers = (resolve.typed_or_answer(case) for case in cases)
+    answers = [resolve.typed_or_answer(case) for case in cases]
+    found = evaluate_answered(list(zip(cases, answers)), resolve)
     answered = sum(judged(answer) for answer in answers if isinstance(answer, Outcome))
     return found + witness_violations(release, resolve), answered
 
