@@ -8,6 +8,7 @@ imported; its strongly connected components with more than one module are the cy
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,9 +130,15 @@ def test_an_import_of_a_submodule_reaches_its_package_init(tmp_path):
     assert _cycles(_graph(modules)) == {frozenset({"p.q", "p.r"})}
 
 
+@functools.cache
+def _project_graph() -> dict[str, set[str]]:
+    """The project's import graph, read once per process: both tests below walk it (parsing every module is
+    about 0.8 CPU-s)."""
+    return _graph(_modules())
+
+
 def test_no_import_cycle_among_project_modules():
-    modules = _modules()
-    graph = _graph(modules)
+    graph = _project_graph()
     assert len(graph) > 150 and graph["harness.cli"], "the scan should see the project's modules and imports"
     cycles = sorted(sorted(c) for c in _cycles(graph))
     assert not cycles, f"import cycles: {cycles}"
@@ -140,7 +147,7 @@ def test_no_import_cycle_among_project_modules():
 def test_imports_run_down_the_floors_only():
     """suites -> harness -> reference_impl: reference_impl imports neither harness nor suites, and harness imports
     no suite (what both read, such as the connector checks' records, lives on the lower floor)."""
-    graph = _graph(_modules())
+    graph = _project_graph()
     floor = {"reference_impl": 0, "harness": 1, "suites": 2}
     upward = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
                     if floor[target.split(".")[0]] > floor[module.split(".")[0]])
