@@ -37,7 +37,8 @@ class GateTable:
 
     def runs_in(self, nodeid: str, selection: str) -> bool:
         """Whether the test `nodeid` (pytest's: a path relative to the repository root, then `::` and the test's
-        name) runs under `selection`. An entry names a module, or one test function of it (every parameter)."""
+        name) runs under `selection`. An entry names a module, or one test function of it (every parameter); the
+        deferred run runs a searched entry again, at full depth."""
         if selection == ALL:
             return True
         module, _, name = nodeid.partition("::")
@@ -45,7 +46,7 @@ class GateTable:
         deferred = module in self.deferred or function in self.deferred
         if selection == GATE:
             return not deferred
-        return deferred or module in self.searched
+        return deferred or module in self.searched or function in self.searched
 
 
 def selection_for(full: bool, deferred_only: bool, from_testpaths: bool) -> str:

@@ -49,13 +49,16 @@ def test_full_and_deferred_only_together_is_refused():
 
 def test_gate_and_deferred_run_split_every_module_and_both_run_the_searches():
     table = GateTable(deferred={"tests/a.py": "processes", "tests/c.py::test_slow": "a process"},
-                      searched={"suites/s.py": "search"})
+                      searched={"suites/s.py": "search", "tests/d.py::test_search": "a search"})
     assert not table.runs_in("tests/a.py::test_x", GATE) and table.runs_in("tests/a.py::test_x", DEFERRED)
     assert table.runs_in("tests/b.py::test_x", GATE) and not table.runs_in("tests/b.py::test_x", DEFERRED)
     assert table.runs_in("suites/s.py::test_x[p]", GATE) and table.runs_in("suites/s.py::test_x[p]", DEFERRED)
     assert not table.runs_in("tests/c.py::test_slow[1-2]", GATE), "an entry naming a function covers its parameters"
     assert table.runs_in("tests/c.py::test_slower", GATE) and table.runs_in("tests/c.py::test_quick", GATE)
     assert table.runs_in("tests/c.py::test_slow", DEFERRED) and not table.runs_in("tests/c.py::test_quick", DEFERRED)
+    assert table.runs_in("tests/d.py::test_search", GATE) and table.runs_in("tests/d.py::test_search", DEFERRED)
+    assert table.runs_in("tests/d.py::test_other", GATE) and not table.runs_in("tests/d.py::test_other", DEFERRED), \
+        "a searched entry naming a function brings only that function into the deferred run"
     assert all(table.runs_in(n, ALL) for n in ("tests/a.py::t", "tests/b.py::t", "suites/s.py::t"))
 
 

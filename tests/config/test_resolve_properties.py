@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.report.passes import capped_examples
 from reference_impl.config import cases as C
 from reference_impl.config.eras import ERAS, PROFILES, VLLM_REGISTERED_CONNECTORS
 from reference_impl.vocabulary import LAYER_KINDS, OUTCOME_ONLY_STAGES, PLATFORMS, STAGES
@@ -111,7 +112,9 @@ def assert_schema(result, case_id) -> None:
     json.dumps(result)  # an outcome is JSON
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# The gate runs fewer examples of both searches (tests/gate.toml's [searched]); --deferred-only 400 and 150.
+@settings(max_examples=capped_examples(400), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=CASES)
 def test_every_case_gets_a_schema_outcome_and_no_internal_error(case):
     result = C.resolve_case(dict(case))
@@ -119,7 +122,7 @@ def test_every_case_gets_a_schema_outcome_and_no_internal_error(case):
     assert (result["error"] or {}).get("type") != "InternalError", f"the resolver failed on {case}: {result['error']}"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=capped_examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.one_of(CASES, ANY_JSON, st.dictionaries(st.text(max_size=8), ANY_JSON, max_size=4)))
 def test_anything_at_all_gets_an_outcome(case):
     result = C.resolve_case(case)
