@@ -6,6 +6,7 @@ options."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+@functools.cache  # one `pytest --help` process for both tests (each used to start its own)
 def kvconform_help_options() -> dict[str, str]:
     """Long option -> its metavar ('' for a flag), from the `kvconform conformance suites` part of --help."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:xdist"], cwd=REPO,
