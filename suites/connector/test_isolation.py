@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -16,6 +15,7 @@ from reference_impl.kv_cache.kv_cache_interface import SlidingWindowSpec
 from reference_impl.engine.content import model_salt
 from harness.targets.connector.profile import not_applicable
 from suites.connector.context import expect, expect_no_read_errors, prompt
+from suites.connector import processes
 from suites.connector.oracles import rank_whose_kv
 from suites.connector.runner import ConnectorHookError
 
@@ -153,67 +153,15 @@ def test_c34_tp_rank_shards(ctx, preset):
     expect_no_read_errors(engine, "TP=2 reload")
 
 
-_PROCESS_SCRIPT = """
-import json, sys
-from harness.targets.connector.selection import connector_target
-from harness.targets.connector.target import ConnectorTarget
-from suites.connector.context import CheckContext, prompt
-# The job comes on stdin once the parent sends it: the interpreter may start (and import the above) while the
-# storing process still runs; the connector is built, and its store read, only after.
-(name, spec, source, builtin, target_extra, declared, extra, preset, store_name, mode, seed, backdoors,
- kv_engine) = json.loads(sys.stdin.readline())
-# The target as the parent built it (a `vllm:` target is vLLM's class behind kvconform's adapter), with the run's
-# extra config: loading builds the connector once with it, and a connector may set up its store on that first
-# construction (the LMCache-like one keeps one store per name in its process, disk tier and all).
-target = connector_target(spec, source) if spec.startswith("vllm:") else ConnectorTarget(name, spec, source, builtin=builtin)
-target.extra_config, target.declared = target_extra, declared
-ctx = CheckContext(target, preset, kv_engine=kv_engine)  # the parent check's engine drives this process too
-ctx.store_name = store_name  # the parent check's model name (and built-in store)
-tokens = prompt(seed, 700)
-if mode == "store":
-    engine = ctx.engine(extra=extra)
-    ctx.run(engine, tokens)
-    print(json.dumps({"hit": 0}))
-else:
-    engine = ctx.engine(extra=extra)  # after the store: a store may read its tier once, at start
-    keys_of = ctx.optional_backdoor(engine.connector, "kvconform_object_keys")
-    probe = engine.make_request(prompt(36, 600), cache_salt="s")  # one prompt for the keys in every process
-    keys = keys_of(probe) if backdoors and keys_of is not None else None
-    print(json.dumps({"hit": ctx.lookup(engine, tokens + [1]), "keys": keys}))
-"""
-
-
-def _fresh_interpreter(hash_seed: str) -> subprocess.Popen:
-    """Start a fresh interpreter with PYTHONHASHSEED=`hash_seed` that imports the suite, then waits for its job
-    (`_send`) on stdin."""
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    return subprocess.Popen([sys.executable, "-c", _PROCESS_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _send(proc: subprocess.Popen, ctx, preset: str, extra: dict, mode: str, prompt_seed: int) -> subprocess.Popen:
-    """Have `proc` (`_fresh_interpreter`) store prompt(`prompt_seed`), or look it up (and read the
-    `kvconform_object_keys` backdoor where allowed)."""
-    target = ctx.target
-    args = json.dumps([target.name, target.spec, target.source, target.builtin, target.extra_config, target.declared,
-                       extra, preset, ctx.store_name, mode, prompt_seed, ctx.backdoors, ctx.kv_engine])
-    try:
-        proc.stdin.write(args + "\n")
-        proc.stdin.flush()  # `_answer`'s communicate() closes stdin
-    except BrokenPipeError:  # it died at start: _answer reports its error
-        pass
-    return proc
-
-
 def _in_process(ctx, preset: str, extra: dict, mode: str, hash_seed: str, prompt_seed: int) -> subprocess.Popen:
     """A fresh interpreter with PYTHONHASHSEED=`hash_seed` that stores prompt(`prompt_seed`), or looks it up."""
-    return _send(_fresh_interpreter(hash_seed), ctx, preset, extra, mode, prompt_seed)
+    return processes.send(processes.fresh_interpreter(hash_seed), processes.job(ctx, preset, extra, mode, prompt_seed))
 
 
 CHILD_TIMEOUT_S = 240  # within C36's time limit (its time_factor, harness.connector_checks); a vLLM import alone can take a minute
 
 
-def _answer(proc: subprocess.Popen, what: str) -> dict:
+def _answer(proc: subprocess.Popen | processes.ForkedJob, what: str) -> dict:
     try:
         out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -252,14 +200,15 @@ def _files(paths: list[str]) -> dict[str, int]:
 
 @pytest.mark.kv_check("C36")
 def test_c36_determinism_across_processes(ctx, tmp_path):
-    """A prompt stored in this process must hit the same in a fresh process with PYTHONHASHSEED=4242. When it
-    does not, two more processes tell salted keys from a store that does not outlive its process: one stores
-    with PYTHONHASHSEED=1, another with the same seed looks up. A hit there is salted keys; a miss although the
-    storing process left objects behind (files it wrote under a path of the extra config, e.g. a disk tier's
-    folder) is keys that differ from process to process whatever the seed (a random salt, an id()). Only a
-    store that left nothing behind may not outlive its process: then the `kvconform_object_keys` backdoor (keys
-    of one prompt under both seeds) decides, if present; without it the check is N/A for a profile that declares
-    such a store (`store_scope` "process") and decided nothing otherwise."""
+    """A prompt stored in this process must hit the same in another process with PYTHONHASHSEED=4242 (a child of
+    a PYTHONHASHSEED=4242 server, `suites.connector.processes`, in which the connector is first built). When it
+    does not, two more processes (fresh interpreters) tell salted keys from a store that does not outlive its
+    process: one stores with PYTHONHASHSEED=1, another with the same seed looks up. A hit there is salted keys; a
+    miss although the storing process left objects behind (files it wrote under a path of the extra config, e.g. a
+    disk tier's folder) is keys that differ from process to process whatever the seed (a random salt, an id()).
+    Only a store that left nothing behind may not outlive its process: then the `kvconform_object_keys` backdoor
+    (keys of one prompt under both seeds) decides, if present; without it the check is N/A for a profile that
+    declares such a store (`store_scope` "process") and decided nothing otherwise."""
     preset = "fa+swa" if ctx.is_hma else "fa_only"
     extra = ctx.extra_config(disk_path=str(tmp_path / "disk"))  # built-ins: a disk tier other processes read
     engine = ctx.engine(preset, extra=extra)
@@ -270,7 +219,10 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
     expect(here > 0, "the prompt just stored does not hit on a fresh engine in the same process"
            if not ctx.profile.engine_owned_store else "the prompt just stored does not hit on the engine that stored it")
     ctx.not_applicable_on_engine_owned_store("no other process can read it (keys across processes cannot be compared)")
-    other = _answer(_in_process(ctx, preset, extra, "lookup", "4242", 36), "the lookup process (PYTHONHASHSEED=4242)")
+    # A child of this process's PYTHONHASHSEED=4242 server (suites.connector.processes): the connectors of one run
+    # share that interpreter's start, and each gets a process of its own, where its connector is first built.
+    other = _answer(processes.forked("4242", processes.job(ctx, preset, extra, "lookup", 36)),
+                    "the lookup process (PYTHONHASHSEED=4242)")
     if other["hit"]:
         expect(other["hit"] == here, f"keys depend on the process: a prompt that hits {here} tokens here hits "
                                      f"{other['hit']} in a process with PYTHONHASHSEED=4242")
@@ -280,13 +232,13 @@ def test_c36_determinism_across_processes(ctx, tmp_path):
     # process ends, and a lookup racing that exit would read a salted-keys bug as "does not outlive its process".
     # The lookup process's interpreter starts beside the storing one (its imports, mostly torch's, overlap the
     # store); it is sent its job only after the storing process has exited.
-    looking, same = _fresh_interpreter("1"), None
+    looking, same = processes.fresh_interpreter("1"), None
     try:
         before = _files(_paths_in(extra))
         _answer(_in_process(ctx, preset, extra, "store", "1", 37), "the storing process (PYTHONHASHSEED=1)")
         after = _files(_paths_in(extra))
         left = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
-        same = _answer(_send(looking, ctx, preset, extra, "lookup", 37), "the lookup process")
+        same = _answer(processes.send(looking, processes.job(ctx, preset, extra, "lookup", 37)), "the lookup process")
     finally:
         if same is None and looking.poll() is None:  # the store failed (or the lookup timed out: killed already)
             looking.kill()
