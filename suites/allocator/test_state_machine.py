@@ -207,13 +207,22 @@ def make_machine(target, groups, use_eagle=False):
                         seen.add(bid)
                         refs[bid] = refs.get(bid, 0) + 1
             qset = set(queue)
-            for b in pool.blocks[1:]:
-                assert b.ref_cnt >= 0, f"block {b.block_id} has a negative ref count"
-                assert b.ref_cnt == refs.get(b.block_id, 0), \
-                    f"block {b.block_id}: ref_cnt {b.ref_cnt} != tables holding it {refs.get(b.block_id, 0)}"
-                assert (b.ref_cnt == 0) == (b.block_id in qset), f"block {b.block_id} in queue iff ref_cnt == 0"
+            # One pass over the pool (the invariant runs after every step of every example): each block's
+            # ref count, queue membership and key, read once.
+            key_of, null = target.block_key, pool.blocks[0]
+            keyed = {}
+            for b in pool.blocks:
+                key = key_of(b)
+                if key is not None:
+                    keyed[b.block_id] = key
+                if b is null:
+                    continue
+                ref = b.ref_cnt
+                assert ref >= 0, f"block {b.block_id} has a negative ref count"
+                assert ref == refs.get(b.block_id, 0), \
+                    f"block {b.block_id}: ref_cnt {ref} != tables holding it {refs.get(b.block_id, 0)}"
+                assert (ref == 0) == (b.block_id in qset), f"block {b.block_id} in queue iff ref_cnt == 0"
             entries = target.cache_entries(pool)
-            keyed = {b.block_id: target.block_key(b) for b in pool.blocks if target.block_key(b) is not None}
             in_map = {bid: k for k, bids in entries.items() for bid in bids}
             assert in_map == keyed, "the prefix-cache map and the blocks' keys agree"
             assert 0 not in keyed, "the null block is never cached"
