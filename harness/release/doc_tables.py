@@ -7,8 +7,8 @@ phrase inside a sentence: the README's range of releases).
 rewrites every table of `TABLES` in place (`--check`: writes nothing, exit 1 naming each stale page);
 tests/release/test_doc_tables.py fails while a page and its data differ. A new vLLM release changes the tables
 below (the registry's row; a new era's summary and section of changes; the known range's newest minor; a new
-message's row), a new case key the case schema (its record in `reference_impl.vocabulary.CASE_KEYS`), so none is
-edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
+message's row), a new case key the case schema (its record in `reference_impl.vocabulary.CASE_KEYS`), a new
+connector check the README's count of them (`harness.connector_checks`), so none is edited by hand: scripts/new-vllm-release.sh runs this after its draft era. Exit status 0 current or written, 1 stale
 (--check), 2 a page without its markers.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.atomic_write import write_text_atomic
+from harness.connector_checks import CHECKS
 from harness.errors import UsageError
 from reference_impl import releases, vocabulary
 from reference_impl.config import eras
@@ -55,6 +56,7 @@ TABLES: tuple[DocTable, ...] = (
     DocTable("docs/rules.md", "unchanged error table", partial(vocabulary.markdown_table, dated=False)),
     DocTable("docs/rules.md", "era sections", eras.rules_sections),
     DocTable("docs/reference.md", "case schema", vocabulary.schema_table),
+    DocTable("README.md", "check count", lambda: str(len(CHECKS)), inline=True),
 )
 
 
