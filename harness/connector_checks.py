@@ -3,7 +3,9 @@ suite (which runs them), `kvconform checks` (which lists them), the report (whic
 docs/connector-checks.md (generated from them) all read.
 
 Adding a check is one `Check` here plus its test in `suites/connector/` marked `@pytest.mark.kv_check("Cnn")`;
-tests/connector/test_check_records.py fails when either is missing.
+tests/connector/test_check_records.py fails when either is missing. Then two writers, no other file by hand:
+`kvconform checks --format md > docs/connector-checks.md` (the page) and `python -m harness.release.doc_tables`
+(the README's count); a test fails while either is stale (docs/new-release.md, "A new case key, a new check").
 """
 
 from __future__ import annotations

@@ -64,7 +64,10 @@ def checks_markdown() -> str:
         "their records in `harness/connector_checks.py` (`kvconform checks --format md` prints this table; a test "
         "keeps this page current). Each check runs once per preset where presets matter (`fa_only`, `fa+swa`, "
         "`fa16+swa32`, `fa+mamba_align`, `fa+swa+mamba`); a failure's first line is `C07 [fa+swa]: <first "
-        "evidence>`. The checks follow section 4.2 of the connector spec; how to run them: [vendor.md](vendor.md).",
+        "evidence>`. The checks follow section 4.2 of the connector spec; how to run them: [vendor.md](vendor.md). "
+        "A new check is its record there and its test marked `@pytest.mark.kv_check(\"Cnn\")` in "
+        "`suites/connector/`; then this page is written again (`kvconform checks --format md > "
+        "docs/connector-checks.md`) and the README's count (`python -m harness.release.doc_tables`).",
         "",
         "*needs*: the connector API the check cannot be observed without (on a release that lacks it the check is "
         "not applicable), `hma` for a check that runs a multi-group model whatever its preset; *not for*: the "
