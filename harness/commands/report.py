@@ -22,11 +22,13 @@ run (each pass writes its own part first; `harness.junit`).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from harness.kv_engine import check_kv_engine
 from harness.process_group import SignalForwarder
 from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
-from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, render_reports
+from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, encode_results_file, render_reports
 from harness.report.spec_refs import relink_docs_page
 from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
                                    may_start, pass_environment, plan_passes, usable_cpus)
@@ -354,6 +356,35 @@ def _check_shard(args) -> None:
         raise UsageError(f"kvconform report: {exc}") from None
 
 
+def _encoded_beside(results: ResultsDocument) -> Callable[[], bytes]:
+    """A function returning `encode_results_file(results)`, encoded by a forked child while this process renders the
+    Markdown and HTML (a second of CPU at the end of the command, where one core would idle); in this process where
+    there is no fork or the child fails (the error then comes from the encoding here)."""
+    here = functools.partial(encode_results_file, results)
+    if not hasattr(os, "fork"):
+        return here
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: encode, hand the bytes over, leave without running the parent's exit handlers
+        status = 1
+        try:
+            os.close(read_end)
+            data = here()
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+
+    def collect() -> bytes:
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(child, 0)
+        return data if status == 0 else here()
+    return collect
+
+
 def run(args) -> int:
     """Run (or load), render, write atomically, and say where the report is."""
     check_report_options(args, args.own_options)
@@ -398,9 +429,12 @@ def run(args) -> int:
         cell_items = bool(args.pytest_args or args.junit_path or args.shard)
         results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing,
                                                        cell_items=cell_items))
+    results_file = _encoded_beside(results)
+    rendered = render_reports(results, upstream, results_file=False)
+    rendered[RESULTS_NAME] = results_file()
     files = {output_dir / name: text if name == RESULTS_NAME else relink_docs_page(text, (output_dir / name).parent,
                                                                                   html_text=name == HTML_NAME)
-             for name, text in render_reports(results, upstream).items()}
+             for name, text in rendered.items()}
     if junit is not None:
         files[Path(args.junit_path)] = junit
     try:

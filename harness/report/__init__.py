@@ -32,13 +32,22 @@ def run_details(results: ResultsDocument) -> list[str]:
     return lines
 
 
-def render_reports(results: ResultsDocument, upstream: list[dict] | None = None) -> dict[str, str | bytes]:
+def render_reports(results: ResultsDocument, upstream: list[dict] | None = None, *,
+                   results_file: bool = True) -> dict[str, str | bytes]:
     """File name -> text for the report files: the Markdown pages (compatibility.md and its per-release
-    pages), the HTML page and the results file, gzip-compressed bytes (`upstream`: the upstream job's results, loaded by
+    pages), the HTML page and, unless `results_file` is false, the results file, gzip-compressed bytes
+    (`encode_results_file`; `upstream`: the upstream job's results, loaded by
     `harness.upstream.results.load_upstream`, shown in the allocator section)."""
     document = build_document(results, upstream)
-    return {
+    files: dict[str, str | bytes] = {
         **render_markdown_pages(document, MARKDOWN_NAME),
         HTML_NAME: render_html(document, run_details(results)),
-        RESULTS_NAME: compact_results(results).encode_for(RESULTS_NAME),
     }
+    if results_file:
+        files[RESULTS_NAME] = encode_results_file(results)
+    return files
+
+
+def encode_results_file(results: ResultsDocument) -> bytes:
+    """The bytes of `results.json.gz` for `results` (compacted: `harness.report.results_file`)."""
+    return compact_results(results).encode_for(RESULTS_NAME)
