@@ -18,6 +18,7 @@ pair of values together in at least one cell, in particular every connector with
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -253,13 +254,25 @@ class Cell:
         }
 
     def case(self) -> dict[str, Any]:
-        """The issue-2 case dict for this cell."""
+        """The issue-2 case dict for this cell (a fresh one each time: a target may change what it is given)."""
         case: dict[str, Any] = {**CASE_DEFAULTS, "id": self.id, "profile": self.era, "stage": MATRIX_STAGES[self.stage],
                                 "flag": FLAGS[self.flag], "platform": self.platform}
-        case.update(features_for(self.era)[self.features])
-        options = connectors_for(self.era)
-        case.update(options[self.connector] if self.connector in options else unregistered_for(self.era)[self.connector])
+        features, options, unregistered = _dimension_fields(self.era)
+        case.update(_fresh(features[self.features]))
+        case.update(_fresh(options[self.connector] if self.connector in options else unregistered[self.connector]))
         return case
+
+
+@functools.cache
+def _dimension_fields(era: str) -> tuple[dict[str, dict[str, Any]], ...]:
+    """`era`'s feature, connector and unregistered-connector fields, built once per era and process (each cell's case
+    built them all again: twice per cell in a run that writes a results file, the cell and the invariants)."""
+    return features_for(era), connectors_for(era), unregistered_for(era)
+
+
+def _fresh(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with its lists and dicts copied, so that no two cases share one."""
+    return {key: copy.deepcopy(value) if isinstance(value, (list, dict)) else value for key, value in fields.items()}
 
 
 def all_pairs(dimensions: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
