@@ -189,8 +189,10 @@ class FailureGroup:
         return f"{self.count:,} {self.suite} {noun}: {self.what or '(no message)'} — {first}{self.cells[0]}"
 
 
-def _natural(text: str) -> list:
-    """Sort key that orders 'c2' before 'c10'."""
+def natural_key(text: str, *, ignore_case: bool = False) -> list:
+    """The sort key of names with numbers in them (cell names, test ids, check ids): 'c2' before 'c10', the digits
+    compared as numbers; `ignore_case` also folds letters to lower case (the report's tables, read by people)."""
+    text = text.lower() if ignore_case else text
     return [int(part) if part.isdigit() else part for part in _DIGITS.split(text)]
 
 
@@ -227,10 +229,10 @@ def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
                 group.checks.append(check)
             causes.setdefault(key, []).append((cell, cause))
     for key, group in groups.items():
-        group.cells.sort(key=_natural)
+        group.cells.sort(key=natural_key)
         if group.checks:
-            group.checks.sort(key=_natural)
-            first_cause = min(causes[key], key=lambda pair: _natural(pair[0]))[1]
+            group.checks.sort(key=natural_key)
+            first_cause = min(causes[key], key=lambda pair: natural_key(pair[0]))[1]
             group.what = f"{', '.join(group.checks)}: {first_cause}"
     return sorted(groups.values(), key=lambda g: (-g.count, g.suite, g.what))
 

@@ -10,13 +10,12 @@ decided nothing, `harness.outcomes.decided_nothing`: listed per connector under 
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from typing import Any
 
 from harness.connector_checks import CHECKS
 from harness.failure_causes import cause_of
-from harness.failure_groups import cause_key, split_check
+from harness.failure_groups import cause_key, natural_key, split_check
 from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
 from harness.report.labels import label, own_connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
@@ -54,7 +53,7 @@ def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], 
     lines = []
     for connector in connectors:
         vacuous = sorted((e for (_, c), es in grouped.items() if c == connector for e in es if _is_vacuous(e)),
-                         key=lambda e: _natural_key(e["id"]))
+                         key=lambda e: table_order(e["id"]))
         if not vacuous:
             lines.append(f"{shown(connector)}: none; every MUST check decided or is N/A by its profile.")
             continue
@@ -64,8 +63,9 @@ def decided_nothing_lines(connectors: list[str], grouped: dict[tuple[str, str], 
     return lines
 
 
-def _natural_key(text: str) -> list:
-    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
+def table_order(text: str) -> list:
+    """The order of check ids, checks and test ids in the connector tables: natural, letters' case ignored."""
+    return natural_key(text, ignore_case=True)
 
 
 def _evidence(entry: dict[str, Any]) -> str:
@@ -130,10 +130,10 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     single_causes = {_cause(e) for e in entries if e["status"] == "failed" and not is_multi_group(e)} - {""}
     hma_failures = [e for e in multi if e["status"] == "failed" and _cause(e) not in single_causes]
     failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
-                          if (e.get("cell") or {}).get("tier") == "MUST"}, key=_natural_key)
+                          if (e.get("cell") or {}).get("tier") == "MUST"}, key=table_order)
     shared = sorted({_shown_cause(e) for e in multi if e["status"] == "failed" and _cause(e) in single_causes})
     failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
-                            if (e.get("cell") or {}).get("tier") != "MUST"}, key=_natural_key)
+                            if (e.get("cell") or {}).get("tier") != "MUST"}, key=table_order)
     declares = declares_hma(entries)
     # A declaration check (C01 reads the class) runs on a multi-group model but exercises no multi-group
     # behaviour: a ✅ rests on the checks that did.
@@ -194,7 +194,7 @@ def connector_sections(entries: list[dict[str, Any]]) -> list[Section]:
         tier, description = checks.get(check, ("", ""))
         checks[check] = (tier or label(cell.get("tier")), description or str(entry["extra"].get("description", "")))
     connectors = sorted({c for _, c in grouped}, key=str.lower)
-    check_ids = sorted(checks, key=_natural_key)
+    check_ids = sorted(checks, key=table_order)
     rows = []
     for check in check_ids:
         tier, description = checks[check]

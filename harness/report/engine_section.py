@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from harness.kv_engine import VLLM_ENGINE, VLLM_ENGINE_NA_PREFIX
-from harness.report.connector_section import SUITE, _evidence, _is_not_applicable, _natural_key
+from harness.report.connector_section import SUITE, _evidence, _is_not_applicable, table_order
 from harness.report.labels import label
 from harness.report.model import BulletList, Heading, Paragraph, Section, Table
 from harness.release.scheduler_defects import defect_of_cell, load_defects
@@ -67,7 +67,7 @@ def engine_sections(entries: list[dict[str, Any]]) -> list[Section]:
     rows, unpaired, counts = [], Counter(), defaultdict(Counter)
     not_expressed: dict[str, Counter] = defaultdict(Counter)
     for entry in sorted(on_vllm, key=lambda e: (label((e.get("cell") or {}).get("connector")).lower(),
-                                                _natural_key(label((e.get("cell") or {}).get("check"))), _where(e))):
+                                                table_order(label((e.get("cell") or {}).get("check"))), _where(e))):
         cell = entry.get("cell") or {}
         connector = label(cell.get("connector"))
         theirs = verdict(entry)

@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from harness.report.connector_section import SUITE, _natural_key, check_cell, declares_hma, hma_verdict
+from harness.report.connector_section import SUITE, table_order, check_cell, declares_hma, hma_verdict
 from harness.report.labels import label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.targets.connector.vllm_facts import is_example
@@ -118,7 +118,7 @@ def _connector_table(connectors: list[str], checks: dict[str, tuple[str, str]],
                      grouped: dict[tuple[str, str], list]) -> list:
     """The check x connector table of `connectors` (only the checks any of them ran)."""
     rows = []
-    for check in sorted(checks, key=_natural_key):
+    for check in sorted(checks, key=table_order):
         if not any((check, c) in grouped for c in connectors):
             continue
         tier, description = checks[check]

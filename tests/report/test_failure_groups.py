@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 from harness.failure_groups import (cause_key, cell_name, entry_what, first_line, format_groups, group_entries,
-                                    group_failures, split_check)
+                                    group_failures, natural_key, split_check)
 from tests.report.synthetic import config_entry
 
 
@@ -132,3 +136,31 @@ def test_a_recorded_cause_groups_connector_cells_whatever_their_words():
     assert sorted((g.count, tuple(g.checks)) for g in groups) == [(1, ("C30",)), (1, ("C31",)), (2, ("C30",))]
     (two,) = [g for g in groups if g.count == 2]
     assert two.cells == ["C30 a-fa+swa", "C30 a-fa_only"]
+
+
+def test_natural_key_orders_numbers_by_value_and_may_ignore_case():
+    assert sorted(["c10", "c2", "C1"], key=natural_key) == ["C1", "c2", "c10"]
+    assert sorted(["b2", "A10", "a9"], key=natural_key) == ["A10", "a9", "b2"]
+    assert sorted(["b2", "A10", "a9"], key=lambda t: natural_key(t, ignore_case=True)) == ["a9", "A10", "b2"]
+
+
+# The dotted-version order has its own home (`reference_impl.releases.version_order_key`); every other natural
+# order of names is `natural_key`.
+_NATURAL_HOMES = {"harness/failure_groups.py", "reference_impl/releases.py"}
+_NATURAL_COPY = re.compile(r"int\(\s*(\w+)\s*\)\s+if\s+\1\.isdigit\(\)")
+
+
+def natural_copies(sources: dict[str, str]) -> list[str]:
+    """`path:line` for each natural sort key spelled outside its homes."""
+    return [f"{path}:{number}" for path, text in sources.items() if path not in _NATURAL_HOMES
+            for number, line in enumerate(text.splitlines(), 1) if _NATURAL_COPY.search(line)]
+
+
+def test_the_natural_sort_key_has_one_home():
+    repo = Path(__file__).resolve().parents[2]
+    listed = subprocess.run(["git", "ls-files", "--", "harness", "reference_impl", "suites"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.split()
+    sources = {path: (repo / path).read_text(encoding="utf-8") for path in listed if path.endswith(".py")}
+    assert len(sources) > 100
+    assert natural_copies(sources) == []
+    assert natural_copies({"harness/report/x.py": "    return [int(p) if p.isdigit() else p.lower() for p in parts]"})
