@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.failure_causes import cause_of
+from harness.results_model import message_key
 
 FAILING_STATUSES = ("failed", "error")
 # pytest's prefixes that say nothing about what went wrong (pytest.fail's, a bare assert's)
@@ -107,26 +108,16 @@ def same_failure(before: dict[str, Any], after: dict[str, Any]) -> bool:
     return text_failure_key(before) == text_failure_key(after)
 
 
-def _message_key(said: Any) -> Any:
-    """A config outcome's warning or error by what identifies it: its message id (with an error's type and stage),
-    its text, whole, only where the target met no declared message (id None)."""
-    if not isinstance(said, dict):
-        return said
-    key = {k: v for k, v in said.items() if k != "text"}
-    if said.get("id") is None:
-        key["text"] = said.get("text")
-    return key
-
-
 def _outcome_key(outcome: Any) -> Any:
     """A config outcome (expected or actual) by its typed facts: the resolved value, the warnings' and the error's
-    ids (`_message_key`), whether it is unknown; the case id and the rules that reached it left out (as
+    ids (`harness.results_model.message_key`), whether it is unknown; the case id and the rules that reached it
+    left out (as
     `harness.results_model.outcome_of` leaves them out)."""
     if not isinstance(outcome, dict):
         return outcome
     key = {k: v for k, v in outcome.items() if k not in ("id", "rules", "warnings", "error", "unknown")}
-    key["warnings"] = [_message_key(w) for w in outcome.get("warnings") or ()]
-    key["error"] = _message_key(outcome.get("error"))
+    key["warnings"] = [message_key(w) for w in outcome.get("warnings") or ()]
+    key["error"] = message_key(outcome.get("error"))
     key["unknown"] = bool(outcome.get("unknown"))
     return key
 

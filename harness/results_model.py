@@ -183,19 +183,35 @@ def cell_key(entry: dict[str, Any]) -> str:
     return f"{entry['suite']}:{entry['id']}"
 
 
+def message_key(said: Any) -> Any:
+    """A config outcome's warning or error by what identifies it: its message id (with an error's type and stage),
+    its text, whole, only where the target met no declared message (id None); a reworded message keeps its id."""
+    if not isinstance(said, dict):
+        return said
+    key = {k: v for k, v in said.items() if k != "text"}
+    if said.get("id") is None:
+        key["text"] = said.get("text")
+    return key
+
+
 def outcome_of(entry: dict[str, Any]) -> dict[str, Any]:
-    """What `diff` and `merge` compare: the status and the target's actual result (ids left out).
+    """What `diff` and `merge` compare: the status and the target's actual result (the case id left out).
 
     A config outcome's `rules` are left out too: they name how an implementation reached the outcome
     (the reference's rule ids, the vllm target's provenance notes), not the behaviour being compared.
     So is the wording of an `unknown` reason: that a cell cannot be decided is the behaviour, the
-    explanation is each implementation's own.
+    explanation is each implementation's own. Its warnings and its error are compared by their message ids
+    (`message_key`): a release that rewords a message vLLM says for the same reason changes no cell.
     """
     actual = entry.get("actual")
     if isinstance(actual, dict):
         actual = {k: v for k, v in actual.items() if k not in ("id", "rules")}
         if actual.get("unknown"):
             actual["unknown"] = True
+        if isinstance(actual.get("warnings"), list):
+            actual["warnings"] = [message_key(w) for w in actual["warnings"]]
+        if "error" in actual:
+            actual["error"] = message_key(actual["error"])
     return {"status": entry["status"], "actual": actual}
 
 

@@ -146,9 +146,12 @@ def test_showing_a_message_is_no_parsing():
 
 # harness.failure_groups keys a failing entry on its typed facts (`typed_failure_key`: a connector check's recorded
 # cause, a config cell's outcomes by message ids); `same_failure` reads the message's first line only where an entry
-# has none. The functions that build the typed key read no message and call nothing that reads one.
+# has none. The functions that build the typed key read no message and call nothing that reads one; nor do those
+# of harness.results_model that say what `diff` and `merge` compare (`outcome_of`: warnings and errors by id).
 FAILURE_GROUPS = REPO / "harness" / "failure_groups.py"
-TYPED_KEY_FUNCTIONS = frozenset({"typed_failure_key", "_outcome_key", "_message_key"})
+TYPED_KEY_FUNCTIONS = frozenset({"typed_failure_key", "_outcome_key"})
+RESULTS_MODEL = REPO / "harness" / "results_model.py"
+OUTCOME_FUNCTIONS = frozenset({"outcome_of", "message_key"})
 TEXT_READERS = frozenset({"entry_what", "first_line", "split_check", "cause_key", "failure_message",
                           "text_failure_key", "failure_signature"})
 
@@ -176,11 +179,16 @@ def test_the_typed_failure_key_reads_no_message():
     assert text_reads_in(FAILURE_GROUPS.read_text(encoding="utf-8"), str(FAILURE_GROUPS.relative_to(REPO))) == []
 
 
+def test_what_diff_and_merge_compare_reads_no_message():
+    assert text_reads_in(RESULTS_MODEL.read_text(encoding="utf-8"), str(RESULTS_MODEL.relative_to(REPO)),
+                         OUTCOME_FUNCTIONS) == []
+
+
 @pytest.mark.parametrize("mutant", [
     "def typed_failure_key(entry):\n    return cause_key(entry_what(entry))\n",
     "def _outcome_key(outcome):\n    return first_line(outcome['message'])\n",
-    "def _message_key(said):\n    message = said\n    return message\n",
-    "def typed_failure_key(entry):\n    return None\n",  # the other two missing: the rule would check nothing
+    "def _outcome_key(outcome):\n    message = outcome\n    return message\n",
+    "def typed_failure_key(entry):\n    return None\n",  # the other one missing: the rule would check nothing
 ])
 def test_the_typed_key_rule_catches_what_it_forbids(mutant):
     assert text_reads_in(mutant, "mutant.py"), mutant

@@ -295,3 +295,26 @@ def test_a_schema_4_file_is_read_as_written(tmp_path, schema):
     data = {**ResultsDocument(run_info=run_info(), results=[config_entry(actual=recorded)]).to_json(),
             "schema_version": schema}
     assert load_results(_write(tmp_path, data)).results[0]["actual"] == recorded
+
+
+def test_outcomes_compare_warnings_and_errors_by_their_message_ids():
+    """A reworded vLLM message with the same id is the same outcome (`kvconform diff` sees no change, `merge` no
+    conflict); another id is another outcome; a message without an id is compared by its words."""
+    from harness.commands.diff import compute_changes
+
+    def entry(warnings, error=None):
+        actual = {"id": "x", "resolved_disable_hma": True, "warnings": warnings, "error": error, "rules": [],
+                  "unknown": None}
+        return config_entry(flag=None, actual=actual)
+
+    said = entry([{"id": "W-A1", "text": "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."}])
+    reworded = entry([{"id": "W-A1", "text": "HMA off because `--kv-transfer-config` is set."}])
+    other = entry([{"id": "W-C1", "text": "Turning off hybrid kv cache manager because `--kv-transfer-config` is set."}])
+    assert outcome_of(said) == outcome_of(reworded)
+    assert compute_changes([said], [reworded]) == []
+    assert outcome_of(said) != outcome_of(other)
+    assert [kind for kind, *_ in compute_changes([said], [other])] == ["changed"]
+    assert outcome_of(entry([{"id": None, "text": "a"}])) != outcome_of(entry([{"id": None, "text": "b"}]))
+    error = {"id": "E-C", "type": "ValueError", "stage": "config", "text": "explicitly enabled but is not supported"}
+    assert outcome_of(entry([], error)) == outcome_of(entry([], dict(error, text="now said otherwise")))
+    assert outcome_of(entry([], error)) != outcome_of(entry([], dict(error, stage="create_connector")))
