@@ -383,7 +383,9 @@ def _enabled_is_on(p: Probe) -> str | None:
 
 
 def _causes(p: Probe) -> dict[str, list[str]]:
-    """What in the case can stand against HMA, each with the words an error naming it would use."""
+    """What in the case can stand against HMA, each with the words an error naming it would use. A new input that
+    can stand against HMA belongs here: tests/test_invariant_causes.py resolves every case key's value on its own in
+    every era and fails on one that keeps HMA off with nothing named here."""
     case, causes = p.case, {}
     if p.platform_supported is False:
         causes["platform"] = ["platform", case["platform"]]
