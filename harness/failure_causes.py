@@ -9,7 +9,9 @@ preset of the cell, never by the message's words. The key is emitted where the f
 * `{"tag": "expectation", "site": "<module>.<function>"}` by one that names none: the function that holds the
   failing expectation, a key that code moves can change but words cannot,
 * `{"tag": "hook-raised", "hook", "role", "exception"}` when a connector hook raised (the guard of
-  `suites.connector.runner` knows the hook, the role and the exception's class),
+  `suites.connector.runner` knows the hook, the role and the exception's class), with `"tensor": <a name of
+  TENSOR_ERRORS>` where torch refused a copy of KV (`hook_raised`): a load of another dtype's bytes and a load of
+  a shorter file raise the same RuntimeError from the same hook, and are two defects,
 * `{"tag": "key-leak", "components": [...]}` when a lookup hit objects stored under another key
   (`harness.key_components`),
 * `{"tag": "raised", "exception", "module"}` when code outside the checks raised outside any hook (the
@@ -18,6 +20,8 @@ preset of the cell, never by the message's words. The key is emitted where the f
 """
 
 from __future__ import annotations
+
+import re
 
 #: The attribute a failing report of a connector check carries its cause key in (from an xdist worker too): the
 #: console groups failures by it before the record (attached at teardown) exists.
@@ -44,6 +48,15 @@ CAUSES = {
 }
 
 
+# What torch says when it refuses to copy KV into the cache (`index_put_`, `copy_`), by a fragment of its text
+# (torch 2.x; reviewed against its errors): the kind is given where the exception is met, once (`hook_raised`), so
+# the records, never the messages, tell a wrong dtype from a wrong shape.
+TENSOR_ERRORS = {
+    "dtype-mismatch": re.compile(r"dtypes match|dtype mismatch|expected (?:both|all) .*same dtype", re.I),
+    "shape-mismatch": re.compile(r"shape mismatch|cannot be broadcast|must match the size of tensor", re.I),
+}
+
+
 class FailureCauseError(ValueError):
     """A cause key with a tag outside CAUSES."""
 
@@ -53,6 +66,16 @@ def cause_record(tag: str, **details) -> dict:
     if tag not in CAUSES:
         raise FailureCauseError(f"failure cause tag {tag!r} is not accepted; accepted: {', '.join(CAUSES)}")
     return {"tag": tag, **details}
+
+
+def hook_raised(hook: str, role: str, exc: BaseException) -> dict:
+    """The cause key of a connector hook that raised `exc`: the hook, the role and the exception's class, and where
+    torch refused a copy of KV, which refusal (`TENSOR_ERRORS`: a wrong dtype, a wrong shape)."""
+    record = cause_record("hook-raised", hook=hook, role=role, exception=type(exc).__name__)
+    tensor = next((kind for kind, said in TENSOR_ERRORS.items() if said.search(str(exc))), None)
+    if tensor is not None:
+        record["tensor"] = tensor
+    return record
 
 
 def cause_of(entry: dict) -> dict:

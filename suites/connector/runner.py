@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness.failure_causes import cause_record
+from harness.failure_causes import cause_record, hook_raised
 
 from reference_impl.connector.backdoors import BACKDOOR_PREFIX  # optional white-box methods (a typed Protocol)
 from reference_impl.connector.base import supports_hma
@@ -157,8 +157,7 @@ class ConnectorGuard:
             except Exception as exc:
                 raise ConnectorHookError(
                     f"{inner_name}.{name} ({self._role.name.lower()} role) raised {type(exc).__name__}: {exc}",
-                    cause_record("hook-raised", hook=name, role=self._role.name.lower(),
-                                 exception=type(exc).__name__),
+                    hook_raised(name, self._role.name.lower(), exc),
                 ) from exc
             finally:
                 state["current"] = state["hook"] = None

@@ -60,6 +60,37 @@ def test_a_connector_failure_with_another_cause_in_the_same_words_is_another_fai
         assert _diff(tmp_path, capsys, [before], [after])["changed"] == 1
 
 
+def _torch_refusal(value_dtype, rows: int) -> BaseException:
+    """What torch raises when a load copies `rows` rows of `value_dtype` into a 2-row bfloat16 slot of the cache."""
+    import torch
+
+    cache = torch.zeros(8, 2, dtype=torch.bfloat16)
+    try:
+        cache[torch.tensor([1, 2])] = torch.zeros(rows, 2, dtype=value_dtype)
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("torch copied it")
+
+
+def test_a_wrong_dtype_and_a_wrong_shape_in_one_hook_are_two_failures(tmp_path, capsys):
+    """C14 on 0.34.0: ExampleConnector's load of another dtype's file and of a shorter file both raise RuntimeError
+    in start_load_kv; the guard's record tells them apart (`hook_raised`), so the diff sees one turn into the other."""
+    import torch
+
+    from harness.failure_causes import hook_raised
+    from harness.failure_groups import group_entries
+
+    dtype, shape = _torch_refusal(torch.float16, 2), _torch_refusal(torch.bfloat16, 3)
+    assert hook_raised("start_load_kv", "worker", dtype)["tensor"] == "dtype-mismatch"
+    assert hook_raised("start_load_kv", "worker", shape)["tensor"] == "shape-mismatch"
+    assert "tensor" not in hook_raised("start_load_kv", "worker", FileNotFoundError("model.layers.0.full"))
+    before = _connector(f"C42 [fa_only]: raised RuntimeError: {dtype}", hook_raised("start_load_kv", "worker", dtype))
+    after = _connector(f"C42 [fa_only]: raised RuntimeError: {shape}", hook_raised("start_load_kv", "worker", shape))
+    assert not same_failure(before, after)
+    assert _diff(tmp_path, capsys, [before], [after])["changed"] == 1
+    assert len(group_entries([before, dict(after, id=after["id"] + "#1")])) == 2
+
+
 def test_without_a_recorded_cause_the_first_line_decides():
     """An entry from before checks kept causes: its words, ids and numbers taken out, as before."""
     old = _connector("C05 [fa_only]: a 703-token prompt hit 256 tokens, expected 512 (req 4f3a9c21d0e8)", None)
