@@ -12,6 +12,7 @@ own `tests/`) are left to pytest.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
 from harness.failure_causes import REPORT_ATTR as CAUSE_REPORT_ATTR
-from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR
+from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
@@ -154,9 +155,27 @@ def _shortened(reason: str) -> str:
     return reason[:_SKIP_REASON_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
 
 
+# The fields of a not-applicable record that name where it was met, not why: one reason, one group.
+_NA_WHERE = ("check", "preset", "release")
+
+
+def _skip_key(report, reason: str) -> str:
+    """Which group a skipped report joins: its typed record where it carries one (a not-applicable record without
+    the check, preset and release it was met on; a skip's cause record), so skips that the same record says go
+    together however their texts read; a skip without a record by its words, numbers and ids folded (as a failure
+    without a typed cause is grouped)."""
+    record = getattr(report, NA_REPORT_ATTR, None)
+    if isinstance(record, dict):
+        return json.dumps({"not_applicable": {k: v for k, v in record.items() if k not in _NA_WHERE}}, sort_keys=True)
+    cause = getattr(report, SKIP_CAUSE_ATTR, None)
+    if isinstance(cause, dict):
+        return json.dumps({"skip_cause": cause}, sort_keys=True)
+    return cause_key(reason)
+
+
 def skip_summary(reports, active: bool) -> str | None:
-    """One line: how many suite cells were skipped, and why, reasons grouped (ids and numbers taken out, as
-    failures are grouped) and most frequent first; None when no suite cell was skipped."""
+    """One line: how many suite cells were skipped, and why, reasons grouped (by their typed records, `_skip_key`)
+    and most frequent first; None when no suite cell was skipped."""
     groups: dict[str, list[str]] = {}
     for report in reports:
         if not isinstance(report, pytest.TestReport) or _cell_suite(report, active) is None:
@@ -165,9 +184,10 @@ def skip_summary(reports, active: bool) -> str | None:
         if reason is None:
             continue
         if _declares_no_hma(report):  # one group, whichever preset or check says it
-            reason = "not HMA-capable (the connector does not declare SupportsHMA)"
-        # The reasons' texts are grouped as shown, numbers and ids folded (as failures without a typed cause are).
-        groups.setdefault(cause_key(reason), []).append(reason)
+            reason, key = "not HMA-capable (the connector does not declare SupportsHMA)", "declaration"
+        else:
+            key = _skip_key(report, reason)
+        groups.setdefault(key, []).append(reason)
     if not groups:
         return None
     total = sum(len(reasons) for reasons in groups.values())

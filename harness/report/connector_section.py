@@ -110,7 +110,7 @@ def _cause(entry: dict[str, Any]) -> str:
 
 def _shown_cause(entry: dict[str, Any]) -> str:
     """A failing cell's cause as people read it: its message's first line without the check, the preset and the
-    numbers (shown, never compared)."""
+    numbers (shown, never compared: which cell is shown, the verdict picks by its recorded cause)."""
     return cause_key(split_check((entry.get("message") or "").splitlines()[0] if entry.get("message") else "")[2])
 
 
@@ -131,7 +131,9 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
     hma_failures = [e for e in multi if e["status"] == "failed" and _cause(e) not in single_causes]
     failed_must = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
                           if (e.get("cell") or {}).get("tier") == "MUST"}, key=table_order)
-    shared = sorted({_shown_cause(e) for e in multi if e["status"] == "failed" and _cause(e) in single_causes})
+    # the multi-group cells whose cause fails single-group models too, in the order of their recorded causes
+    shared = sorted((e for e in multi if e["status"] == "failed" and _cause(e) in single_causes),
+                    key=lambda e: (_cause(e), table_order(e["id"])))
     failed_should = sorted({(e.get("cell") or {}).get("check", "?") for e in hma_failures
                             if (e.get("cell") or {}).get("tier") != "MUST"}, key=table_order)
     declares = declares_hma(entries)
@@ -154,8 +156,8 @@ def hma_verdict(connector: str, entries: list[dict[str, Any]]) -> str:
                 "is unknown.")
     if shared:
         return (f"❔ {connector} declares `SupportsHMA`, but the multi-group checks it fails fail on single-group "
-                f"models too ({shared[0].removeprefix('Failed: ')}), so whether it may is unknown until that is "
-                "fixed.")
+                f"models too ({_shown_cause(shared[0]).removeprefix('Failed: ')}), so whether it may is unknown until "
+                "that is fixed.")
     suffix = f"; SHOULD checks failing: {', '.join(failed_should)}" if failed_should else ""
     checks = {_check_id(e) for e in ran}
     return (f"✅ {connector} declares `SupportsHMA` and may: it passes every MUST check that applies on every "

@@ -372,6 +372,22 @@ def test_hma_verdict_of_a_declaring_connector(cells, expected):
     assert hma_verdict("Vendor", entries) == expected
 
 
+def test_the_shared_cause_shown_is_picked_by_its_recorded_cause_not_its_words():
+    """Two causes fail single- and multi-group models alike: the verdict shows the cell of the first recorded cause,
+    so rewording the messages does not change which cause it names."""
+    def verdict(raised_words, differs_words):
+        cells = [("C02", "fa_only", raised_words, RAISED), ("C14", "fa+swa", raised_words, RAISED),
+                 ("C03", "fa_only", differs_words, DIFFERS), ("C15", "fa+swa", differs_words, DIFFERS)]
+        return hma_verdict("Vendor", [connector_entry("Vendor", check, "MUST", preset, status="failed",
+                                                      message=f"{check} [{preset}]: {words}", cause=cause)
+                                      for check, preset, words, cause in cells])
+
+    first = verdict("build_connector_meta raised AttributeError", "block 3 differs")
+    reworded = verdict("z: build_connector_meta raised AttributeError", "a: block 3 differs")
+    assert "too (build_connector_meta raised AttributeError)" in first
+    assert "too (z: build_connector_meta raised AttributeError)" in reworded
+
+
 def test_hma_verdict_of_a_connector_that_does_not_declare_it():
     """A connector without SupportsHMA: its single-group failures say nothing about HMA, which it does not declare."""
     entries = [connector_entry("Plain", "C01", "MUST", "fa_only", status="skipped",
