@@ -7,7 +7,8 @@ without running anything. Arguments after `--` go to pytest unchanged:
     kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
 The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to an
-xdist pass over the other suites, then the benchmarks timed, each process on a core of its own); one progress line
+xdist pass over the other suites, then the benchmarks timed, each process on a core of its own, where vLLM, the
+peer their throughput table compares with, is importable or with `--timing`); one progress line
 per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
@@ -43,8 +44,9 @@ from harness.report_options import check_report_options
 from harness.errors import EXIT_FAILURES, EXIT_NOTHING_RAN, EXIT_OK, EXIT_TARGET, UsageError
 from harness.report import HTML_NAME, MARKDOWN_NAME, RESULTS_NAME, encode_results_file, render_reports
 from harness.report.spec_refs import relink_docs_page
-from harness.report.passes import (BENCHMARK_SUITE, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass, combine_passes,
-                                   may_start, pass_environment, plan_passes, usable_cpus)
+from harness.report.passes import (BENCHMARK_SUITE, BENCHMARKS_KEY, MAX_ROUNDS_ENV, REPORT_TIMED_ROUNDS, PytestPass,
+                                   benchmark_mode, benchmark_record, combine_passes, may_start, pass_environment,
+                                   plan_passes, runs_benchmarks, usable_cpus)
 from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
@@ -92,7 +94,9 @@ def register(subparsers) -> None:
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=None,
                         help=f"afterwards run {BENCHMARK_SUITE} without xdist so the throughput table has figures, "
                              f"{REPORT_TIMED_ROUNDS} timed round per workload unless ${MAX_ROUNDS_ENV} says otherwise "
-                             "(default: on when the default suites run; --no-timing skips it)")
+                             "(default with the default suites: only where vLLM, the peer the table compares with, is "
+                             "importable; without it the benchmarks do not run and the report says so; --no-timing "
+                             "runs them once untimed in the xdist pass)")
     parser.add_argument("--shard", metavar="K/N",
                         help="run only shard K of N of every pass (balanced by recorded durations, the same on every "
                              "machine); `kvconform merge` of the N results.json.gz is the whole run")
@@ -227,8 +231,9 @@ def _run_scheduled(args, passes: list[PytestPass], scratch: Path, monitor: Progr
     return [(p, results[id(p)]) for p in plan]
 
 
-def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | None]:
-    """Run the passes (`_run_scheduled`) and combine their results into one run; with `--junitxml`, also every
+def _run_passes(args, passes: list[PytestPass], benchmarks: dict | None) -> tuple[ResultsDocument, str | None]:
+    """Run the passes (`_run_scheduled`) and combine their results into one run, its run_info recording what was
+    done with the benchmark suite (`benchmarks`, None when the suites leave it out); with `--junitxml`, also every
     pass's JUnit XML merged into one text."""
     monitor = None if wants_pytest_output(args.pytest_args) else ProgressMonitor()
     started = time.perf_counter()
@@ -248,6 +253,7 @@ def _run_passes(args, passes: list[PytestPass]) -> tuple[ResultsDocument, str | 
         # the command as typed (`kvconform report ...`), not pytest's argv with its temporary results path
         "argv": ["kvconform", *map(portable_argument, sys.argv[1:])] if sys.argv[1:2] == ["report"] else ["kvconform", "report"],
         "report_wall_seconds": round(time.perf_counter() - started, 3),
+        **({BENCHMARKS_KEY: benchmarks} if benchmarks is not None else {}),
     }
     return combine_passes(ran, command_info), junit
 
@@ -422,13 +428,14 @@ def run(args) -> int:
         except ValueError as exc:
             raise UsageError(f"kvconform report: {exc}") from None
         _check_targets(args)  # fail fast, with one line and exit 4, before pytest starts
-        # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own
-        timing = args.timing if args.timing is not None else not args.suites
+        # pytest-benchmark times nothing under xdist: the throughput figures need a pass of their own, and a peer
+        suites = args.suites or list(DEFAULT_SUITES)
+        benchmarks = benchmark_mode(args.timing, default_suites=not args.suites)
         share_bytecode()  # a dozen Python processes follow
         # pytest arguments (-k, -x, -v, a JUnit file) and shards see the config matrix one item per cell
         cell_items = bool(args.pytest_args or args.junit_path or args.shard)
-        results, junit = _run_passes(args, plan_passes(args.suites or list(DEFAULT_SUITES), timing,
-                                                       cell_items=cell_items))
+        results, junit = _run_passes(args, plan_passes(suites, benchmarks, cell_items=cell_items),
+                                     benchmark_record(benchmarks) if runs_benchmarks(suites) else None)
     results_file = _encoded_beside(results)
     rendered = render_reports(results, upstream, results_file=False)
     rendered[RESULTS_NAME] = results_file()

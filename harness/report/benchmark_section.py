@@ -6,6 +6,7 @@ from typing import Any
 
 from harness.report.labels import label
 from harness.report.model import Cell, Heading, Paragraph, Section, Table
+from harness.report.passes import BENCHMARKS_KEY, NOT_RUN
 
 SUITE = "benchmark"
 REFERENCE_IMPLEMENTATION = "vllm"
@@ -42,8 +43,29 @@ def _ratio(metrics: dict[str, Any], baseline: dict[str, Any] | None) -> Cell:
     return Cell("❔", "unknown", ("no common rate to compare with vLLM",))
 
 
-def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
-    """The throughput table, or nothing when the benchmarks did not record.
+def _not_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The record of a run that left the benchmarks out (`run_info["benchmarks"]`, `harness.report.passes`), when
+    every run that decided about them did so."""
+    decisions = [run[BENCHMARKS_KEY] for run in runs if isinstance(run.get(BENCHMARKS_KEY), dict)]
+    if decisions and all(d.get("mode") == NOT_RUN for d in decisions):
+        return decisions[0]
+    return None
+
+
+def _not_run_section(record: dict[str, Any]) -> Section:
+    """The throughput section of a run that did not run the benchmarks: what, why, and the command that runs them."""
+    peer = "vLLM" if record.get("peer") == REFERENCE_IMPLEMENTATION else f"`{record.get('peer')}`"
+    why = (f"{peer}, the peer every figure is compared with, was not importable, so there was no ratio to show"
+           if record.get("peer_importable") is False else "the run left them out")
+    return Section("benchmark", [Heading(2, "Throughput"), Paragraph(
+        f"The benchmarks were not run: {why}. `kvconform report --timing` runs them "
+        "timed anyway (the reference's own figures, in `compatibility.html` and `results.json.gz`); the README test "
+        "command runs them untimed, as tests.")])
+
+
+def benchmark_sections(entries: list[dict[str, Any]], runs: list[dict[str, Any]] = ()) -> list[Section]:
+    """The throughput table; a line saying the benchmarks were not run, and why, when the runs' records say so
+    (`runs`: each run's run_info); else nothing when the benchmarks did not record.
 
     Tests without a workload record (the vLLM side skipped because vLLM is not importable: a skip cause of kind
     `cannot-run-here` naming the package, `harness.outcomes`) are said in one line, not as a row of unknowns. The figures depend on the machine: the table is `machine_dependent`,
@@ -51,7 +73,8 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
     """
     records = [e for e in entries if e["suite"] == SUITE]
     if not records:
-        return []
+        record = _not_run(list(runs))
+        return [_not_run_section(record)] if record is not None else []
     figures: dict[tuple[str, str], dict[str, Any] | None] = {}
     unrecorded: dict[str, int] = {}
     without_vllm: set[str] = set()  # the reasons of skips because vLLM does not import here
@@ -86,7 +109,7 @@ def benchmark_sections(entries: list[dict[str, Any]]) -> list[Section]:
         ]
     if untimed:
         blocks.append(Paragraph(f"Not timed ({len(untimed)} workloads: pytest-benchmark times nothing under "
-                                "xdist; `kvconform report` times them in a pass of its own unless `--no-timing`): "
+                                "xdist; `kvconform report --timing` times them in a pass of its own): "
                                 + ", ".join(untimed) + "."))
     for reason, count in sorted(unrecorded.items()):
         if reason in without_vllm:

@@ -1,7 +1,11 @@
 """How `kvconform report` splits the suites into pytest passes, and how their results become one run.
 
 The passes run in two stages; the passes of one stage run at the same time and the operating system shares
-the cores between them.
+the cores between them. What happens to the benchmark suite is decided first (`benchmark_mode`): the throughput
+table compares an implementation with its peer, vLLM, so with the default suites the benchmarks are timed only where
+vLLM is importable (or with `--timing`), and otherwise do not run at all (`NOT_RUN`; the README test command runs
+them as tests); `--no-timing`, or suites named with `--suite`, run them once untimed in the xdist pass. The run's
+`run_info` records the decision (`benchmark_record`), and the report's throughput section reads it.
 
 1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
    the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process *next to*
@@ -33,6 +37,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
+from harness import peer
 from harness.portable_paths import portable_path, portable_text
 from harness.results_model import ResultsDocument, sort_entries
 
@@ -57,6 +62,10 @@ REPORT_TIMED_ROUNDS = "1"
 STATE_MACHINE_EXAMPLES_ENV = "KVCONFORM_STATE_MACHINE_EXAMPLES"
 REPORT_STATE_MACHINE_EXAMPLES = "40"
 
+
+# What the report does with the benchmark suite (`benchmark_mode`), and where its run records it (`benchmark_record`).
+TIMED, UNTIMED, NOT_RUN = "timed", "untimed", "not run"
+BENCHMARKS_KEY = "benchmarks"
 
 # The config matrix pass judges each era's cells in one pytest item (`--config-matrix-items era`) that hands the
 # results file one entry per cell, the entry the cell's own item would have written: pytest's own cost per item
@@ -113,28 +122,60 @@ def _timed_benchmark_passes(cpus: int, cell_items: bool) -> list[PytestPass]:
             PytestPass("other benchmarks (timed)", (*rest, moved), xdist=False, stage=2, env=env)]
 
 
-def plan_passes(suites: list[str], timing: bool, cpus: int | None = None, cell_items: bool = False) -> list[PytestPass]:
-    """The passes for `suites` (the whole `suites` package counts as its sub-packages), as the module says;
-    `cpus`: how many the timed benchmarks may use (default: this process's); `cell_items`: the config matrix as one
-    pytest item per cell, as pytest arguments (`-k`, `--junitxml`, `--shard`) select and name them, rather than one
-    per era (`ERA_ITEMS`)."""
+def _packages(suites: list[str]) -> list[str]:
+    """`suites` with the whole `suites` package as its sub-packages."""
     packages: list[str] = []
     for suite in suites:
         packages += (_members(WHOLE_PACKAGE, packages=True) or [suite]) if suite == WHOLE_PACKAGE else [suite]
+    return packages
+
+
+def runs_benchmarks(suites: list[str]) -> bool:
+    """Whether `suites` include the benchmark suite (the whole `suites` package does)."""
+    return BENCHMARK_SUITE in _packages(suites)
+
+
+def benchmark_mode(timing: bool | None, default_suites: bool) -> str:
+    """What the report does with the benchmark suite: `TIMED` with `--timing` (`timing` True), and by default with
+    the default suites where the peer is importable; `UNTIMED` (once, in the xdist pass) with `--no-timing` or
+    suites named with `--suite`; `NOT_RUN` with the default suites and no peer: their figures are for a ratio to the
+    peer's, and the README test command runs them as tests."""
+    if timing is not None:
+        return TIMED if timing else UNTIMED
+    if not default_suites:
+        return UNTIMED
+    return TIMED if peer.peer_importable() else NOT_RUN
+
+
+def benchmark_record(mode: str) -> dict[str, Any]:
+    """`run_info["benchmarks"]` of a run whose suites include the benchmarks: the decision and what it rested on
+    (the report's throughput section reads it, not the absence of entries)."""
+    return {"mode": mode, "peer": peer.PEER_PACKAGE, "peer_importable": peer.peer_importable()}
+
+
+def plan_passes(suites: list[str], benchmarks: str, cpus: int | None = None,
+                cell_items: bool = False) -> list[PytestPass]:
+    """The passes for `suites` (the whole `suites` package counts as its sub-packages), as the module says, with the
+    benchmark suite `TIMED`, `UNTIMED` or `NOT_RUN` (`benchmark_mode`); `cpus`: how many the timed benchmarks may
+    use (default: this process's); `cell_items`: the config matrix as one pytest item per cell, as pytest arguments
+    (`-k`, `--junitxml`, `--shard`) select and name them, rather than one per era (`ERA_ITEMS`)."""
+    if benchmarks not in (TIMED, UNTIMED, NOT_RUN):
+        raise ValueError(f"benchmarks: {benchmarks!r} is not accepted; expected {TIMED!r}, {UNTIMED!r} or {NOT_RUN!r}")
+    packages = _packages(suites)
     matrix = [p for p in packages if p == MATRIX_SUITE]
-    benchmarks = [p for p in packages if p == BENCHMARK_SUITE]
+    benchmark_suites = [p for p in packages if p == BENCHMARK_SUITE]
     others = [p for p in packages if p not in (MATRIX_SUITE, BENCHMARK_SUITE)]
-    if not timing:
-        others += benchmarks
+    if benchmarks == UNTIMED:
+        others += benchmark_suites
     plan = []
     if matrix:
         plan.append(PytestPass("config matrix", tuple(matrix), xdist=False, options=() if cell_items else ERA_ITEMS))
     if others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
         plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others), xdist=True,
-                               options=("--dist", "worksteal") + (() if timing else ("--benchmark-disable",)),
+                               options=("--dist", "worksteal") + (("--benchmark-disable",) if benchmarks == UNTIMED else ()),
                                env=SINGLE_THREADED + ((STATE_MACHINE_EXAMPLES_ENV, REPORT_STATE_MACHINE_EXAMPLES),)))
-    if timing and benchmarks:
+    if benchmarks == TIMED and benchmark_suites:
         plan += _timed_benchmark_passes(usable_cpus() if cpus is None else cpus, cell_items)
     return plan
 

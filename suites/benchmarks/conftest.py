@@ -1,9 +1,8 @@
 """Fixtures of the side-by-side allocator benchmarks (`test_allocator_throughput`, `test_block_pool_throughput`)."""
 
-import importlib.util
-
 import pytest
 
+from harness.peer import peer_importable
 from harness.target_spec import load_allocator_target
 from suites.benchmarks.interleave import make_side_fixtures
 
@@ -13,7 +12,7 @@ IMPLEMENTATIONS = ["reference", "vllm"]
 @pytest.fixture(scope="module")
 def impls():
     """The implementations every workload runs on, reference first (vLLM only where it is importable)."""
-    names = [n for n in IMPLEMENTATIONS if n != "vllm" or importlib.util.find_spec("vllm") is not None]
+    names = [n for n in IMPLEMENTATIONS if n != "vllm" or peer_importable()]
     return [load_allocator_target(n) for n in names]
 
 

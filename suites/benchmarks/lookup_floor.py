@@ -16,10 +16,10 @@ of a 2 us call is mostly waiting for a core (load average 20 on 2 cores read 12 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import time
 
+from harness.peer import peer_importable
 from harness.target_spec import load_allocator_target
 from suites.benchmarks import workloads as w
 
@@ -47,7 +47,7 @@ def _time(call, request) -> float:
 
 def measure(rounds: int) -> dict[str, dict[str, float]]:
     """Implementation name -> workload -> median microseconds per call over `rounds` interleaved rounds."""
-    names = ["reference"] + (["vllm"] if importlib.util.find_spec("vllm") is not None else [])
+    names = ["reference"] + (["vllm"] if peer_importable() else [])
     impls = [load_allocator_target(name) for name in names]
     sides = {impl.name: _workloads(impl) for impl in impls}
     samples: dict[str, dict[str, list[float]]] = {n: {k: [] for k in s} for n, s in sides.items()}

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report.passes import (PytestPass, capped_examples, combine_passes, may_start, pass_environment,
-                                   plan_passes)
+from harness.report.passes import (NOT_RUN, TIMED, UNTIMED, PytestPass, benchmark_mode, benchmark_record,
+                                   capped_examples, combine_passes, may_start, pass_environment, plan_passes,
+                                   runs_benchmarks)
 from harness.report.results_file import compact_results, expected_outcome
 from harness.results_model import ResultsDocument, load_results, make_entry
 from reference_impl.vocabulary import NO_CONNECTOR
@@ -709,7 +710,7 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     """Hand-written plan: stage 1 the matrix without xdist next to the other suites (xdist stealing work),
     stage 2 the benchmarks timed, one process per core on two cores (the Mamba request stream with the other
     modules), at one timed round per workload."""
-    timed = plan_passes(["suites"], timing=True, cpus=2)
+    timed = plan_passes(["suites"], benchmarks=TIMED, cpus=2)
     assert [(p.suites, p.xdist, p.stage) for p in timed] == [
         (("suites.config",), False, 1),
         (("suites.allocator", "suites.connector"), True, 1),
@@ -720,33 +721,93 @@ def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
     ]
     assert timed[2].options == ("-k", "not (test_request_stream and full_mamba_partial)"), (
         "the Mamba stream runs in the other timed process, and only there")
-    assert [p.suites for p in plan_passes(["suites"], timing=True, cpus=2, cell_items=True)[2:]] == [
+    assert [p.suites for p in plan_passes(["suites"], benchmarks=TIMED, cpus=2, cell_items=True)[2:]] == [
         ("suites.benchmarks.test_allocator_throughput",), timed[3].suites[:-1]], (
         "pytest arguments (a -k of their own) and shards get whole modules")
     assert timed[1].options == ("--dist", "worksteal")
     assert timed[0].options == ("--config-matrix-items", "era"), "the matrix as one item per era, one entry per cell"
-    assert plan_passes(["suites"], timing=True, cpus=2, cell_items=True)[0].options == (), (
+    assert plan_passes(["suites"], benchmarks=TIMED, cpus=2, cell_items=True)[0].options == (), (
         "pytest arguments and shards see the matrix one item per cell")
     assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
     assert dict(timed[0].env) == {"OMP_NUM_THREADS": "1"}, "only the timed passes cap their rounds"
     assert dict(timed[1].env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_STATE_MACHINE_EXAMPLES": "40"}, \
         "the allocator suite's state machines run 40 examples per configuration in the report"
-    single = plan_passes(["suites"], timing=True, cpus=1)
+    single = plan_passes(["suites"], benchmarks=TIMED, cpus=1)
     assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
-    untimed = plan_passes(["suites"], timing=False)
+    untimed = plan_passes(["suites"], benchmarks=UNTIMED)
     assert [(p.suites, p.options) for p in untimed] == [
         (("suites.config",), ("--config-matrix-items", "era")),
         (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--dist", "worksteal", "--benchmark-disable")),
     ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
-    assert [p.suites for p in plan_passes(["mypkg.suite"], timing=False)] == [("mypkg.suite",)]
-    assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], timing=False)] == [(("suites.config",), False)]
+    assert [p.suites for p in plan_passes(["mypkg.suite"], benchmarks=UNTIMED)] == [("mypkg.suite",)]
+    assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], benchmarks=UNTIMED)] == [(("suites.config",), False)]
+
+
+@pytest.mark.parametrize("timing,default_suites,peer,expected", [
+    (None, True, False, NOT_RUN), (None, True, True, TIMED), (True, True, False, TIMED), (False, True, True, UNTIMED),
+    (None, False, True, UNTIMED), (None, False, False, UNTIMED), (True, False, False, TIMED),
+])
+def test_the_benchmarks_are_timed_with_a_peer_or_timing(monkeypatch, timing, default_suites, peer, expected):
+    """Hand-written decision table: with the default suites the benchmarks are timed only where vLLM (the peer) is
+    importable, else not run; `--timing` forces them timed, `--no-timing` and named suites run them untimed."""
+    monkeypatch.setattr("harness.peer.peer_importable", lambda: peer)
+    assert benchmark_mode(timing, default_suites) == expected
+    assert benchmark_record(expected) == {"mode": expected, "peer": "vllm", "peer_importable": peer}
+
+
+def test_a_plan_without_the_benchmarks():
+    """NOT_RUN: stage 1 only, no benchmark module in any pass (nor pytest-benchmark's switch); a bad mode is refused."""
+    plan = plan_passes(["suites"], benchmarks=NOT_RUN, cpus=2)
+    assert [(p.suites, p.options, p.stage) for p in plan] == [
+        (("suites.config",), ("--config-matrix-items", "era"), 1),
+        (("suites.allocator", "suites.connector"), ("--dist", "worksteal"), 1)]
+    assert runs_benchmarks(["suites"]) and runs_benchmarks(["suites.benchmarks"])
+    assert not runs_benchmarks(["suites.config", "suites.allocator"])
+    with pytest.raises(ValueError, match="benchmarks: 'sometimes' is not accepted; expected 'timed', 'untimed'"):
+        plan_passes(["suites"], benchmarks="sometimes")
+
+
+@pytest.mark.parametrize("argv,peer,timed,record", [
+    ([], False, False, "not run"), ([], True, True, "timed"), (["--timing"], False, True, "timed"),
+    (["--no-timing"], True, False, "untimed"), (["--suite", "suites.config"], False, False, None),
+])
+def test_the_report_command_plans_the_benchmarks_by_the_peer(monkeypatch, tmp_path, capsys, argv, peer, timed, record):
+    """`kvconform report` asks the probe, plans the passes and records the decision in run_info (the passes
+    themselves are replaced: this is about the plan the command hands them)."""
+    import harness.commands.report as report_command
+
+    monkeypatch.setattr("harness.peer.peer_importable", lambda: peer)
+    handed = {}
+
+    def run_passes(args, passes, benchmarks):
+        handed.update(passes=passes, benchmarks=benchmarks)
+        return ResultsDocument(run_info=run_info(benchmarks=benchmarks) if benchmarks else run_info(),
+                               results=[config_entry()]), None
+
+    monkeypatch.setattr(report_command, "_run_passes", run_passes)
+    status, _, _ = run_cli(capsys, "report", *argv, "--output-dir", str(tmp_path / "out"))
+    assert status == 0
+    modules = [s for p in handed["passes"] for s in p.suites]
+    assert any(s.startswith("suites.benchmarks") and p.stage == 2 for p in handed["passes"] for s in p.suites) == timed
+    assert ("suites.benchmarks" in modules) == (record == "untimed"), "untimed: once, in the xdist pass"
+    assert (handed["benchmarks"] or {}).get("mode") == record
+    md = (tmp_path / "out" / "compatibility.md").read_text()
+    assert ("The benchmarks were not run: vLLM" in md) == (record == "not run")
+
+
+def test_timing_help_says_when_the_benchmarks_run(capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "only where vLLM, the peer the table compares with, is importable" in text
+    assert "--no-timing runs them once untimed in the xdist pass" in text
 
 
 def test_a_timed_pass_waits_for_a_free_core_and_no_xdist():
     """Hand-written schedules on two cores: the timed passes wait while the xdist pass runs; when it ends first,
     the first timed pass runs beside the matrix's one process and the second waits for a core; one core: a timed
     pass runs alone."""
-    matrix, suites, allocator, others = plan_passes(["suites"], timing=True, cpus=2)
+    matrix, suites, allocator, others = plan_passes(["suites"], benchmarks=TIMED, cpus=2)
     assert may_start(matrix, [matrix, suites, allocator, others], [], 2) and may_start(suites, [suites], [matrix], 2)
     assert not may_start(allocator, [allocator, others], [matrix, suites], 2), "xdist uses both cores"
     assert not may_start(allocator, [allocator, others], [suites], 2), "xdist uses both cores"
@@ -762,7 +823,7 @@ def test_the_state_machine_cap_is_for_the_reference_allocator(monkeypatch, alloc
     """The full test run (`pytest --full`) runs every state machine example on the reference; an allocator given with
     --kv-allocator gets them all in the report too."""
     monkeypatch.delenv("KVCONFORM_STATE_MACHINE_EXAMPLES", raising=False)
-    suites = plan_passes(["suites"], timing=True, cpus=2)[1]
+    suites = plan_passes(["suites"], benchmarks=TIMED, cpus=2)[1]
     assert pass_environment(suites, allocator).get("KVCONFORM_STATE_MACHINE_EXAMPLES") == expected
     monkeypatch.setenv("KVCONFORM_STATE_MACHINE_EXAMPLES", "7")
     assert pass_environment(suites, allocator)["KVCONFORM_STATE_MACHINE_EXAMPLES"] == "7", "the environment wins"

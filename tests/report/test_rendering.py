@@ -459,6 +459,47 @@ def test_throughput_ratio_against_a_versioned_vllm_name():
     ]
 
 
+def _throughput(md: str) -> str:
+    return md[md.index("## Throughput"):md.index("<!-- /kvconform:section benchmark -->")] if "## Throughput" in md else ""
+
+
+def test_benchmarks_not_run_are_said_once_in_the_throughput_section():
+    """A run whose run_info records the benchmarks as not run (no peer importable): the throughput section says so,
+    why, and the command that runs them; the summary has no benchmark row, as for any suite that did not run."""
+    record = {"mode": "not run", "peer": "vllm", "peer_importable": False}
+    entries = [config_entry(), make_entry(nodeid="suites/allocator/t.py::a", suite="allocator", status="passed",
+                                          cell={"target": "reference", "scenario": "uniform", "section": "3 grouping"})]
+    document = build_document(ResultsDocument(run_info=run_info(benchmarks=record), results=entries))
+    md, page = render_markdown(document), render_html(document)
+    assert _throughput(md).strip() == (
+        "## Throughput\n\nThe benchmarks were not run: vLLM, the peer every figure is compared with, was not "
+        "importable, so there was no ratio to show. `kvconform report --timing` runs them timed anyway (the "
+        "reference's own figures, in `compatibility.html` and `results.json.gz`); the README test command runs them "
+        "untimed, as tests.")
+    assert md.count("The benchmarks were not run") == 1 and page.count("The benchmarks were not run") == 1
+    assert [row[0] for row in table_after(md, "## Summary")[1:]] == ["allocator", "config"], "no benchmark row"
+    unrecorded = build_document(ResultsDocument(run_info=run_info(), results=entries))
+    assert "## Throughput" not in render_markdown(unrecorded), "no record, no entries: no section (nothing guessed)"
+    timed = build_document(ResultsDocument(run_info=run_info(benchmarks={**record, "mode": "timed"}), results=entries))
+    assert "## Throughput" not in render_markdown(timed), "a run that timed them but recorded nothing says nothing"
+
+
+def test_benchmarks_not_run_in_merged_runs():
+    """Merged shards that each left the benchmarks out say so once; beside a run that timed them, its table shows."""
+    record = {"mode": "not run", "peer": "vllm", "peer_importable": False}
+    runs = [run_info(benchmarks=record), run_info(benchmarks=record)]
+    merged = ResultsDocument(run_info=run_info(), runs=runs, results=[config_entry()])
+    assert "The benchmarks were not run: vLLM" in _throughput(render_markdown(build_document(merged)))
+    figure = make_entry(nodeid="suites/benchmarks/test_b.py::a", suite="benchmark", status="passed",
+                        cell={"workload": "stream.full", "implementation": "reference"},
+                        extra={"metrics": {"requests_per_s": 1150.0}})
+    mixed = ResultsDocument(run_info=run_info(), runs=[run_info(benchmarks=record),
+                                                       run_info(benchmarks={**record, "mode": "timed"})],
+                            results=[config_entry(), dict(figure, run=1)])
+    throughput = _throughput(render_markdown(build_document(mixed)))
+    assert "The measured figures (1 rows)" in throughput and "not run" not in throughput
+
+
 def test_pipes_and_newlines_in_messages_do_not_break_tables():
     entry = config_entry(actual=outcome(error={"type": "ValueError", "stage": "config", "text": "a | b\nc"}))
     md = render_markdown(build_document(ResultsDocument(run_info=run_info(), results=[entry])))
