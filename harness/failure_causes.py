@@ -26,6 +26,9 @@ import re
 #: The attribute a failing report of a connector check carries its cause key in (from an xdist worker too): the
 #: console groups failures by it before the record (attached at teardown) exists.
 REPORT_ATTR = "kvconform_cause"
+#: The attribute a failing report of a connector check carries its (check id, preset) in, for the same reason: the
+#: console names the check that failed from it, not from the message's "C16 [preset]: ".
+CHECK_REPORT_ATTR = "kvconform_check"
 
 # tag -> what it means; reviewed vocabulary (a check emitting another tag is an error in the check).
 CAUSES = {

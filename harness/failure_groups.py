@@ -192,6 +192,13 @@ def _connector_of(cell: str, preset: str | None) -> str:
     return cell[: -len(preset) - 1] if preset and preset != "-" and cell.endswith("-" + preset) else cell
 
 
+def check_of(cell: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(check id, preset) of a connector check's recorded cell ({"check": "C16 <name>", "preset": ...}), or None
+    for a cell that names no check."""
+    check = str((cell or {}).get("check") or "").split(" ")[0]
+    return (check, str((cell or {}).get("preset") or "-")) if check else None
+
+
 def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
     """(suite, what, cell) triples -> groups, the largest first (ties: by suite, then what); the cells of a
     group in natural order, so the first one named does not depend on the order reports arrived in (xdist).
@@ -199,11 +206,15 @@ def group_failures(failures: Iterable[tuple]) -> list[FailureGroup]:
     `what` is '<checks>: <cause of its first cell>'. A fourth element, when given, names the connector (from the
     record; otherwise it is read off the cell name); a fifth, the cause the check recorded
     (`harness.failure_causes`): the root cause is that typed key where a cell has one, else its words with ids
-    and numbers taken out (`cause_key`)."""
+    and numbers taken out (`cause_key`); a sixth, the (check id, preset) the cell recorded (`check_of`): which
+    check failed, read off the first line's "C16 [preset]: " only where a cell has no record."""
     groups: dict[tuple, FailureGroup] = {}
     causes: dict[tuple, list[tuple[str, str]]] = {}
     for suite, what, cell, *scope in failures:
         check, preset, cause = split_check(what) if suite == "connector" else (None, None, what)
+        recorded_check = scope[2] if len(scope) > 2 and scope[2] else None
+        if recorded_check is not None:
+            check, preset = recorded_check  # the words after the check's own "C16 [preset]: " are shown
         if check is None:
             key: tuple = (suite, what)
         else:
@@ -238,7 +249,8 @@ def group_entries(entries: Iterable[dict[str, Any]]) -> list[FailureGroup]:
     """The failing (failed or error) results entries, grouped by suite and what went wrong (a connector check's
     cell by the cause it recorded)."""
     return group_failures((entry["suite"], entry_what(entry), cell_name(entry["id"]),
-                           (entry.get("cell") or {}).get("connector"), cause_of(entry) or None)
+                           (entry.get("cell") or {}).get("connector"), cause_of(entry) or None,
+                           check_of(entry.get("cell")) if entry["suite"] == "connector" else None)
                           for entry in entries if entry["status"] in FAILING_STATUSES)
 
 

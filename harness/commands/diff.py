@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import UsageError
-from harness.failure_groups import (FAILING_STATUSES, FailureGroup, cell_name, entry_what, group_entries,
+from harness.failure_groups import (FAILING_STATUSES, FailureGroup, cell_name, check_of, entry_what, group_entries,
                                     group_failures, same_failure, split_check)
 from harness.report.config_section import SUITE as CONFIG_SUITE, era_sort_key, outcome_cell
 from harness.results_model import ResultsFileError, cell_label, index_by_cell, load_results, outcome_of
@@ -131,8 +131,18 @@ def group_changes(changes) -> list[FailureGroup]:
     """The changes ((class or kind, label, base entry, head entry)) grouped by suite and `change_what`, the
     largest group first."""
     return group_failures(
-        ((after or before)["suite"], change_what(_kind(before, after), before, after), cell_name((after or before)["id"]))
+        ((after or before)["suite"], change_what(_kind(before, after), before, after), cell_name((after or before)["id"]),
+         None, None, _failing_check(before, after))
         for _, _label, before, after in changes)
+
+
+def _failing_check(before: dict | None, after: dict | None) -> tuple[str, str] | None:
+    """The (check id, preset) of a connector cell that fails on either side (its change names the check and groups
+    by its cause), from the cell's record; None for another change."""
+    entry = after or before
+    if entry["suite"] != "connector" or not (_failing(before) or _failing(after)):
+        return None
+    return check_of(entry.get("cell"))
 
 
 def _failing(entry: dict | None) -> bool:

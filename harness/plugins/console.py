@@ -19,7 +19,7 @@ import pytest
 
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
-from harness.failure_causes import REPORT_ATTR as CAUSE_REPORT_ATTR
+from harness.failure_causes import CHECK_REPORT_ATTR, REPORT_ATTR as CAUSE_REPORT_ATTR
 from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
@@ -80,6 +80,13 @@ def _cause(report: pytest.TestReport) -> dict | None:
     """The cause key a failing connector check recorded (`harness.failure_causes`): what its cell is grouped by."""
     cause = getattr(report, CAUSE_REPORT_ATTR, None)
     return cause if isinstance(cause, dict) and cause else None
+
+
+def _check(report: pytest.TestReport) -> tuple[str, str] | None:
+    """The (check id, preset) of a failing connector check's cell, as its report carries it (from an xdist worker
+    too), so that which check failed is never read off its message."""
+    check = getattr(report, CHECK_REPORT_ATTR, None)
+    return tuple(check) if isinstance(check, (tuple, list)) and len(check) == 2 else None
 
 
 def _what(report: pytest.TestReport) -> str:
@@ -238,7 +245,8 @@ def _grouped_failures(terminalreporter, config):
             if suite is None:
                 keep.append(report)
             else:
-                failures.append((suite, _what(report), cell_name(report.nodeid), _connector(report), _cause(report)))
+                failures.append((suite, _what(report), cell_name(report.nodeid), _connector(report), _cause(report),
+                                 _check(report)))
         held[kind] = reports
         stats[kind] = keep
     if failures:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.failure_causes import REPORT_ATTR as CAUSE_REPORT_ATTR
+from harness.failure_causes import CHECK_REPORT_ATTR, REPORT_ATTR as CAUSE_REPORT_ATTR
 from harness.key_components import leaks_record
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.plugins.connector import connector_targets, kv_engine, unusable_targets
@@ -95,6 +95,10 @@ def pytest_runtest_makereport(item, call):
     cause = getattr(item, "_kvconform_cause", None)
     if cause and report.failed:
         setattr(report, CAUSE_REPORT_ATTR, cause)  # the console groups the failure by it (harness.plugins.console)
+    marker = item.get_closest_marker("kv_check")
+    if marker is not None and not report.passed:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        setattr(report, CHECK_REPORT_ATTR, (marker.args[0], str(params.get("preset", "-"))))
 
 
 @pytest.fixture

@@ -164,3 +164,20 @@ def test_the_natural_sort_key_has_one_home():
     assert len(sources) > 100
     assert natural_copies(sources) == []
     assert natural_copies({"harness/report/x.py": "    return [int(p) if p.isdigit() else p.lower() for p in parts]"})
+
+
+def test_the_recorded_check_names_the_failing_check_whatever_the_message_says():
+    """Which check failed is the cell's record (`check_of`), not the message's "C16 [preset]: ": a message without
+    it (an error raised before the check ran) or with another check's id groups under the recorded check."""
+    from harness.results_model import make_entry
+
+    def entry(check, preset, message, status="failed"):
+        return make_entry(nodeid=f"suites/connector/test_x.py::test_{check.lower()}[{preset}-Vendor]", suite="connector",
+                          status=status, message=message, extra={"cause": {"tag": "connector-load"}},
+                          cell={"connector": "Vendor", "check": f"{check} some-name", "tier": "MUST", "preset": preset})
+
+    groups = group_entries([entry("C02", "fa_only", "ImportError: no module vendor_kv", "error"),
+                            entry("C03", "fa+swa", "C99 [fa_only]: ImportError: no module vendor_kv")])
+    assert [(g.count, g.checks) for g in groups] == [(2, ["C02", "C03"])]
+    assert group_failures([("connector", "C07 [x]: hit 3", "Vendor-fa_only", "Vendor", None, ("C05", "fa_only"))]
+                          )[0].checks == ["C05"]

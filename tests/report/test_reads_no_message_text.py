@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# What renders or compares results: the report's package and the commands that read results files; and the console
-# summary, which folds and counts a run's skips by their typed records.
+# What renders or compares results: the report's package and the commands that read results files; the console
+# summary, which folds and counts a run's skips by their typed records; and the failure grouping all three share.
 READERS = (*sorted((REPO / "harness" / "report").rglob("*.py")), REPO / "harness" / "commands" / "diff.py",
-           REPO / "harness" / "commands" / "report.py", REPO / "harness" / "plugins" / "console.py")
+           REPO / "harness" / "commands" / "report.py", REPO / "harness" / "plugins" / "console.py",
+           REPO / "harness" / "failure_groups.py")
 # Functions that take an id from a text: only targets (and the results file's legacy reader) call them.
 TEXT_TO_ID = frozenset({"message_id", "identify", "label_outcome", "legacy_record", "message_label", "met", "upgrade"})
 # The wordings of a typed skip (not applicable, cannot run here, inconclusive), and the names the code gives them
