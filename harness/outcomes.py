@@ -20,6 +20,8 @@ lacks an optional backdoor or feature the check needs) does not: a MUST cell tha
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, NoReturn
 
 import pytest
@@ -174,6 +176,21 @@ def message_for_any_cell(record: dict[str, Any]) -> str:
     """A not-applicable record's message as it reads for every check and preset it holds for (without its
     `check` and `preset`): what groups one reason's cells."""
     return message_of(record["kind"], record["reason"], record.get("release"), record.get("refuses"))
+
+
+#: The fields of a not-applicable record that say where it was met, not why.
+_WHERE_MET = ("check", "preset", "release")
+
+
+def skip_reason_key(record: dict[str, Any] | None, cause: dict[str, Any] | None) -> str | None:
+    """What puts skips together as one reason in a summary (the console's skip line, a verdict's most common skip):
+    a not-applicable `record` without where it was met (its check, preset and release), else a skip's `cause`
+    record; None for a skip that carries neither (its words are all it has)."""
+    if isinstance(record, dict):
+        return json.dumps({"not_applicable": {k: v for k, v in record.items() if k not in _WHERE_MET}}, sort_keys=True)
+    if isinstance(cause, dict):
+        return json.dumps({"skip_cause": cause}, sort_keys=True)
+    return None
 
 
 def not_applicable(kind: str, reason: str, *, release: str | None = None, refuses: str | None = None,

@@ -12,7 +12,6 @@ own `tests/`) are left to pytest.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from harness.plugins.activation import is_active
 from harness.failure_groups import FAILING_STATUSES, cause_key, cell_name, first_line, format_groups, group_failures
 from harness.failure_causes import CHECK_REPORT_ATTR, REPORT_ATTR as CAUSE_REPORT_ATTR
-from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR
+from harness.outcomes import CONNECTOR_CLASS_ATTR, REPORT_ATTR as NA_REPORT_ATTR, SKIP_CAUSE_ATTR, skip_reason_key
 from harness.plugins.results import RECORD_KEY, failure_message, suite_of_nodeid, suite_of_path
 
 # Lines the grouped summary may take besides its heading: a screen less pytest's header and final line.
@@ -162,22 +161,12 @@ def _shortened(reason: str) -> str:
     return reason[:_SKIP_REASON_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
 
 
-# The fields of a not-applicable record that name where it was met, not why: one reason, one group.
-_NA_WHERE = ("check", "preset", "release")
-
-
 def _skip_key(report, reason: str) -> str:
-    """Which group a skipped report joins: its typed record where it carries one (a not-applicable record without
-    the check, preset and release it was met on; a skip's cause record), so skips that the same record says go
-    together however their texts read; a skip without a record by its words, numbers and ids folded (as a failure
-    without a typed cause is grouped)."""
-    record = getattr(report, NA_REPORT_ATTR, None)
-    if isinstance(record, dict):
-        return json.dumps({"not_applicable": {k: v for k, v in record.items() if k not in _NA_WHERE}}, sort_keys=True)
-    cause = getattr(report, SKIP_CAUSE_ATTR, None)
-    if isinstance(cause, dict):
-        return json.dumps({"skip_cause": cause}, sort_keys=True)
-    return cause_key(reason)
+    """Which group a skipped report joins: its typed record where it carries one (`skip_reason_key`), so skips that
+    the same record says go together however their texts read; a skip without a record by its words, numbers and
+    ids folded (as a failure without a typed cause is grouped)."""
+    key = skip_reason_key(getattr(report, NA_REPORT_ATTR, None), getattr(report, SKIP_CAUSE_ATTR, None))
+    return key if key is not None else cause_key(reason)
 
 
 def skip_summary(reports, active: bool) -> str | None:

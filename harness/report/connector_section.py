@@ -16,7 +16,7 @@ from typing import Any
 from harness.connector_checks import CHECKS
 from harness.failure_causes import cause_of
 from harness.failure_groups import cause_key, natural_key, split_check
-from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable
+from harness.outcomes import MULTI_GROUP, REFUSES_MULTI_GROUP, decided_nothing, is_not_applicable, skip_reason_key
 from harness.report.labels import label, own_connector_label
 from harness.report.model import BulletList, Cell, Heading, Paragraph, Section, Table
 from harness.results_model import num_kv_cache_groups
@@ -175,10 +175,17 @@ def _not_exercised(multi: list[dict[str, Any]]) -> str:
     declared = sorted({_check_id(e) for e in multi if e["status"] in ("passed", "failed")})
     why = "only the declaration check " + ", ".join(declared) + " ran on a multi-group model" if declared \
         else "no multi-group check ran"
-    reasons = [" ".join((e.get("message") or "").split()) for e in multi if e["status"] == "skipped" and e.get("message")]
-    if reasons:
-        reason, count = max(((r, reasons.count(r)) for r in set(reasons)), key=lambda rc: (rc[1], rc[0]))
-        why += f" ({count} of {len(reasons)} skipped: {reason})"
+    # skips grouped by their typed records (`skip_reason_key`; by their words where they carry none), the largest
+    # group shown in the words of its first message in sort order
+    groups: dict[str, list[str]] = defaultdict(list)
+    for e in multi:
+        if e["status"] == "skipped" and e.get("message"):
+            shown = " ".join(e["message"].split())
+            key = skip_reason_key(e.get("not_applicable"), e.get("skip_cause"))
+            groups[key if key is not None else shown].append(shown)
+    if groups:
+        largest = max(groups.values(), key=lambda shown: (len(shown), min(shown)))
+        why += f" ({len(largest)} of {sum(map(len, groups.values()))} skipped: {min(largest)})"
     return why
 
 

@@ -388,6 +388,18 @@ def test_the_shared_cause_shown_is_picked_by_its_recorded_cause_not_its_words():
     assert "too (z: build_connector_meta raised AttributeError)" in reworded
 
 
+def test_the_most_common_skip_is_counted_by_its_typed_record_not_its_words():
+    """Two N/A cells of one record met on two releases read differently ("N/A on 0.33.0", "N/A on 0.34.0"): one
+    reason, counted once, beside a reason of its own."""
+    entries = [connector_entry("Vendor", "C01", "MUST", "-"),
+               connector_entry("Vendor", "C02", "MUST", "fa+swa", "skipped", "N/A on 0.33.0: no failed_recving"),
+               connector_entry("Vendor", "C14", "MUST", "fa+swa", "skipped", "N/A on 0.34.0: no failed_recving"),
+               connector_entry("Vendor", "C03", "MUST", "fa+swa", "skipped", "cannot run here: no GPU")]
+    assert hma_verdict("Vendor", entries) == (
+        "❔ Vendor declares `SupportsHMA`, not exercised: only the declaration check C01 ran on a multi-group model "
+        "(2 of 3 skipped: N/A on 0.33.0: no failed_recving), so whether it may is unknown.")
+
+
 def test_hma_verdict_of_a_connector_that_does_not_declare_it():
     """A connector without SupportsHMA: its single-group failures say nothing about HMA, which it does not declare."""
     entries = [connector_entry("Plain", "C01", "MUST", "fa_only", status="skipped",
