@@ -71,6 +71,16 @@ def cause_record(tag: str, **details) -> dict:
     return {"tag": tag, **details}
 
 
+#: Fields a tag's record gained after results files were written with it (`tensor`: 2026-12-06): a record without
+#: one says nothing about it, so two runs compare on such a field only where both recorded it (`unrecorded_in_one`).
+LATER_FIELDS = ("tensor",)
+
+
+def unrecorded_in_one(a: dict, b: dict) -> frozenset[str]:
+    """The fields of `LATER_FIELDS` one of two cause records has and the other lacks (written before it existed)."""
+    return frozenset(name for name in LATER_FIELDS if (name in a) != (name in b))
+
+
 def hook_raised(hook: str, role: str, exc: BaseException) -> dict:
     """The cause key of a connector hook that raised `exc`: the hook, the role and the exception's class, and where
     torch refused a copy of KV, which refusal (`TENSOR_ERRORS`: a wrong dtype, a wrong shape)."""

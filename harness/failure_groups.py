@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.failure_causes import cause_of
+from harness.failure_causes import cause_of, unrecorded_in_one
 from harness.results_model import message_key
 
 FAILING_STATUSES = ("failed", "error")
@@ -102,7 +102,9 @@ def same_failure(before: dict[str, Any], after: dict[str, Any]) -> bool:
     their causes)."""
     if before["status"] not in FAILING_STATUSES or after["status"] not in FAILING_STATUSES:
         return failure_signature(before) == failure_signature(after)
-    typed = typed_failure_key(before), typed_failure_key(after)
+    # a cause field one run recorded and the other's suite did not yet (`LATER_FIELDS`) is left out of both
+    unrecorded = unrecorded_in_one(cause_of(before), cause_of(after))
+    typed = typed_failure_key(before, unrecorded), typed_failure_key(after, unrecorded)
     if None not in typed:
         return typed[0] == typed[1]
     return text_failure_key(before) == text_failure_key(after)
@@ -122,7 +124,7 @@ def _outcome_key(outcome: Any) -> Any:
     return key
 
 
-def typed_failure_key(entry: dict[str, Any]) -> str | None:
+def typed_failure_key(entry: dict[str, Any], leave_out: frozenset[str] = frozenset()) -> str | None:
     """A failing entry's failure by its typed facts, or None where it has none (then only its text says):
 
     * a connector check's cell: the root cause its check recorded (`harness.failure_causes`: the tag and what it
@@ -132,9 +134,11 @@ def typed_failure_key(entry: dict[str, Any]) -> str | None:
       (`_outcome_key`).
 
     An allocator or benchmark assertion, a config target that raised, a connector failure recorded without a cause
-    (a setup error, a results file written before checks kept causes) have none."""
+    (a setup error, a results file written before checks kept causes) have none. `leave_out`: fields of the
+    recorded cause not compared (`same_failure`: one the other run could not record)."""
     status = entry["status"]
     cause = cause_of(entry) if entry.get("suite") == "connector" else {}
+    cause = {k: v for k, v in cause.items() if k not in leave_out}
     if cause:
         return json.dumps({"status": status, "cause": cause}, sort_keys=True)
     if entry.get("suite") == "config" and isinstance(entry.get("actual"), dict):

@@ -89,6 +89,10 @@ def test_a_wrong_dtype_and_a_wrong_shape_in_one_hook_are_two_failures(tmp_path, 
     assert not same_failure(before, after)
     assert _diff(tmp_path, capsys, [before], [after])["changed"] == 1
     assert len(group_entries([before, dict(after, id=after["id"] + "#1")])) == 2
+    # a run recorded before the guard typed torch's refusals (no "tensor") is the same failure as either
+    old = _connector(f"C42 [fa_only]: raised RuntimeError: {dtype}", dict(HOOK_RAISED))
+    assert same_failure(old, before) and same_failure(after, old)
+    assert _diff(tmp_path, capsys, [old], [before])["changed"] == 0
 
 
 def test_without_a_recorded_cause_the_first_line_decides():
