@@ -18,7 +18,6 @@ vLLM decide" (it is the absent flag), and an explicit enable does not exist.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from reference_impl.config import eras as E
 from reference_impl.config.case import CaseError, parse_case
 from reference_impl.config.cases import apply_command_line
 from reference_impl.config.errors import HMAConfigError
+from reference_impl.config.factory import package_installed
 from reference_impl.config.messages import E_F, E_H, E_MULTI_ASSERT
 from reference_impl.config.outcome import Outcome, OutcomeShapeError
 from reference_impl.config.resolution import env_flag
@@ -153,7 +153,7 @@ def connector_supports_hma(spec: Any, era: E.Era) -> bool | None:
             return None
         needed = era.package_imported_by(name)
         if (needed is not None and era.installed_package_is_unknown(needed)
-                and importlib.util.find_spec(needed.package) is not None):
+                and package_installed(needed.package)):
             # installed here, the package supplies its own class in the registry's place, whose capability the
             # era's table does not hold (the resolver answers unknown there too)
             return None

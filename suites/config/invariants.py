@@ -23,6 +23,7 @@ from harness.invariants.config import INVARIANTS, Memo, Violation, check_case, e
 from harness.invariants.defects import Defect, Verdict, judge, load_defects
 from reference_impl.config.eras import parse_version
 from reference_impl.config.outcome import Outcome
+from reference_impl.config.resolution import warnings_not_logged
 from suites.config.matrix import cells_for
 from suites.config.outcomes import decided_by_installed_package
 from suites.config.random_cases import random_cases
@@ -104,8 +105,11 @@ def release_of(era: str, target: Callable[[dict], dict]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def era_judgement(era: str, target: Callable[[dict], dict]) -> EraJudgement:
-    """`run` on one era's matrix, once per (era, target) and process (the suite's tests share it)."""
-    verdicts, answered = run(era, release_of(era, target), target)
+    """`run` on one era's matrix, once per (era, target) and process (the suite's tests share it). The reference's
+    warnings on the era's cells and their relatives are judged from the outcomes, not logged (pytest would keep
+    tens of thousands of records for the one test that happens to ask first)."""
+    with warnings_not_logged():
+        verdicts, answered = run(era, release_of(era, target), target)
     by_case: dict[Any, list[Defect]] = {}
     for verdict in verdicts:
         for violation in verdict.violations:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from reference_impl.config.factory import package_installed
 from reference_impl.config.outcome import Outcome, OutcomeShapeError
 from suites.config.matrix import Cell
 from suites.config.oracle import Expectation
@@ -27,12 +28,10 @@ _MISSING_PACKAGE = re.compile(r"No module named '(?P<package>[\w.]+)'|Please ins
 def installed_missing_package(outcome: dict) -> str | None:
     """The optional package whose absence `outcome` (vLLM's import error for it) depends on, when this environment
     has that package installed; None otherwise."""
-    import importlib.util
-
     error = Outcome.from_dict(outcome).error
     found = _MISSING_PACKAGE.search(error.text if error is not None else "")
     package = found and (found["package"] or found["install"])
-    if package and importlib.util.find_spec(package.split(".")[0]) is not None:
+    if package and package_installed(package.split(".")[0]):
         return package
     return None
 
