@@ -20,6 +20,7 @@ PLUGIN_MODULES = (
     "harness.plugins.allocator",
     "harness.plugins.connector",
     "harness.plugins.shard",
+    "harness.plugins.collector_gc",
 )
 
 
