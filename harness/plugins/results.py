@@ -165,6 +165,8 @@ def _json_safe(value: Any) -> Any:
     """`value` if JSON can carry it unchanged, else its repr (parametrize values may be any object)."""
     if value is None or isinstance(value, (str, int, float)):  # what json.dumps takes as it is, without asking it
         return value
+    if not isinstance(value, (dict, list, tuple)):  # what it refuses (no `default`), without raising to say so:
+        return repr(value)  # each config matrix cell's parameter, its Cell
     try:
         json.dumps(value)
         return value
