@@ -281,22 +281,29 @@ def all_pairs(dimensions: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     Each row starts from the first uncovered pair and fills the other dimensions, in order, with the
     value covering most still-uncovered pairs (ties: the earliest value).
     """
+    # a value's place in its dimension (its first, as list.index gives), looked up rather than searched for
+    place = [{value: index for index, value in reversed(list(enumerate(values)))} for values in dimensions]
     uncovered = {
         (i, a, j, b)
         for i, j in itertools.combinations(range(len(dimensions)), 2)
         for a in dimensions[i]
         for b in dimensions[j]
     }
+    # Pairs only ever leave `uncovered`, so the first uncovered pair in this order is the one each row starts from.
+    order = sorted(uncovered, key=lambda p: (p[0], p[2], place[p[0]][p[1]], place[p[2]][p[3]]))
+    start = 0
     rows: list[tuple[str, ...]] = []
     while uncovered:
-        i, a, j, b = min(uncovered, key=lambda p: (p[0], p[2], dimensions[p[0]].index(p[1]), dimensions[p[2]].index(p[3])))
+        while order[start] not in uncovered:
+            start += 1
+        i, a, j, b = order[start]
         row: dict[int, str] = {i: a, j: b}
         for k, values in enumerate(dimensions):
             if k in row:
                 continue
             row[k] = max(
                 values,
-                key=lambda v: (sum(((m, row[m], k, v) if m < k else (k, v, m, row[m])) in uncovered for m in row), -values.index(v)),
+                key=lambda v: (sum(((m, row[m], k, v) if m < k else (k, v, m, row[m])) in uncovered for m in row), -place[k][v]),
             )
         full = tuple(row[k] for k in range(len(dimensions)))
         uncovered -= {(m, full[m], n, full[n]) for m, n in itertools.combinations(range(len(full)), 2)}
