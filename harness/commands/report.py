@@ -6,10 +6,11 @@ without running anything. Arguments after `--` go to pytest unchanged:
 
     kvconform report [OPTIONS] [-- PYTEST_ARGS ...]      e.g. kvconform report --suite suites.config -- -x -k seed
 
-The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to an
-xdist pass over the other suites, then the benchmarks timed, each process on a core of its own, where vLLM, the
-peer their throughput table compares with, is importable or with `--timing`); one progress line
-per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows pytest's own output instead).
+The suites run as a few pytest passes (`harness.report.passes`: the config matrix without xdist next to the other
+suites, a plain process each on a machine of few cores, else one xdist pass; then the benchmarks timed, each
+process on a core of its own, where vLLM, the peer their throughput table compares with, is importable or with
+`--timing`); one progress line per pass says what runs, done/total and the time left (`-- -v` or `-- -q` shows
+pytest's own output instead).
 
 Exit status: 0 every test behaved as expected, 1 conformance failures, 2 usage error, 4 the target could not
 be loaded, 5 nothing ran, 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM (pytest and its workers are stopped
@@ -96,7 +97,7 @@ def register(subparsers) -> None:
                              f"{REPORT_TIMED_ROUNDS} timed round per workload unless ${MAX_ROUNDS_ENV} says otherwise "
                              "(default with the default suites: only where vLLM, the peer the table compares with, is "
                              "importable; without it the benchmarks do not run and the report says so; --no-timing "
-                             "runs them once untimed in the xdist pass)")
+                             "runs them once untimed beside the other suites)")
     parser.add_argument("--shard", metavar="K/N",
                         help="run only shard K of N of every pass (balanced by recorded durations, the same on every "
                              "machine); `kvconform merge` of the N results.json.gz is the whole run")

@@ -4,13 +4,16 @@ The passes run in two stages; the passes of one stage run at the same time and t
 the cores between them. What happens to the benchmark suite is decided first (`benchmark_mode`): the throughput
 table compares an implementation with its peer, vLLM, so with the default suites the benchmarks are timed only where
 vLLM is importable (or with `--timing`), and otherwise do not run at all (`NOT_RUN`; the README test command runs
-them as tests); `--no-timing`, or suites named with `--suite`, run them once untimed in the xdist pass. The run's
-`run_info` records the decision (`benchmark_record`), and the report's throughput section reads it.
+them as tests); `--no-timing`, or suites named with `--suite`, run them once untimed beside the other suites. The
+run's `run_info` records the decision (`benchmark_record`), and the report's throughput section reads it.
 
 1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
-   the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process *next to*
-   an xdist pass (work stealing) over the other suites, as one pytest item per era (`ERA_ITEMS`) that writes one
-   results entry per cell, unless pytest arguments or `--shard` need one item per cell.
+   the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process, as one
+   pytest item per era (`ERA_ITEMS`) that writes one results entry per cell (unless pytest arguments or `--shard`
+   need one item per cell), *next to* the other suites: one plain pytest process per suite where that makes at
+   least as many processes as cores (on two cores: the matrix, the allocator suite and the connector suite, three
+   processes of about equal CPU time that the operating system shares, so they end about together, with no xdist
+   controller and each collecting its own suite only), else one xdist pass (work stealing) over them.
 2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run without
    xdist, each timed process on a core of its own: the allocator throughput workloads in one process and the
    other benchmark modules in another, one per core (each process is single-threaded, and every comparison
@@ -19,8 +22,8 @@ them as tests); `--no-timing`, or suites named with `--suite`, run them once unt
    arguments or a shard are given: the modules then run whole, as those name them). Each workload gets
    `REPORT_TIMED_ROUNDS` timed rounds unless `$KVCONFORM_BENCHMARK_MAX_ROUNDS` says otherwise. A timed pass
    starts once every earlier pass has started, no xdist pass is running and a core is free
-   (`may_start`): when the xdist pass of stage 1 ends first, the first timed pass runs beside the matrix's
-   single process instead of waiting for it, as the two timed passes run beside each other.
+   (`may_start`): when one stage-1 process is left, the first timed pass runs beside it instead of waiting for
+   it, as the two timed passes run beside each other.
 
 Every pass runs torch on one thread (`OMP_NUM_THREADS=1` unless the environment sets it). On the reference
 allocator the report runs the first `REPORT_STATE_MACHINE_EXAMPLES` examples of each allocator state machine
@@ -137,7 +140,7 @@ def runs_benchmarks(suites: list[str]) -> bool:
 
 def benchmark_mode(timing: bool | None, default_suites: bool) -> str:
     """What the report does with the benchmark suite: `TIMED` with `--timing` (`timing` True), and by default with
-    the default suites where the peer is importable; `UNTIMED` (once, in the xdist pass) with `--no-timing` or
+    the default suites where the peer is importable; `UNTIMED` (once, beside the other suites) with `--no-timing` or
     suites named with `--suite`; `NOT_RUN` with the default suites and no peer: their figures are for a ratio to the
     peer's, and the README test command runs them as tests."""
     if timing is not None:
@@ -170,13 +173,20 @@ def plan_passes(suites: list[str], benchmarks: str, cpus: int | None = None,
     plan = []
     if matrix:
         plan.append(PytestPass("config matrix", tuple(matrix), xdist=False, options=() if cell_items else ERA_ITEMS))
-    if others:
+    cpus = usable_cpus() if cpus is None else cpus
+    untimed = ("--benchmark-disable",) if benchmarks == UNTIMED else ()
+    others_env = SINGLE_THREADED + ((STATE_MACHINE_EXAMPLES_ENV, REPORT_STATE_MACHINE_EXAMPLES),)
+    if len(others) > 1 and len(matrix) + len(others) >= cpus:
+        # as many processes as cores or more: one plain process per suite, beside the matrix's, and the operating
+        # system shares the cores (no xdist controller, and each process collects its own suite only)
+        plan += [PytestPass(f"{p.removeprefix(WHOLE_PACKAGE + '.')} suite", (p,), xdist=False, options=untimed,
+                            env=others_env) for p in others]
+    elif others:
         names = ", ".join(p.removeprefix(WHOLE_PACKAGE + ".") for p in others)
         plan.append(PytestPass(f"{names} suite{'s' if len(others) > 1 else ''}", tuple(others), xdist=True,
-                               options=("--dist", "worksteal") + (("--benchmark-disable",) if benchmarks == UNTIMED else ()),
-                               env=SINGLE_THREADED + ((STATE_MACHINE_EXAMPLES_ENV, REPORT_STATE_MACHINE_EXAMPLES),)))
+                               options=("--dist", "worksteal") + untimed, env=others_env))
     if benchmarks == TIMED and benchmark_suites:
-        plan += _timed_benchmark_passes(usable_cpus() if cpus is None else cpus, cell_items)
+        plan += _timed_benchmark_passes(cpus, cell_items)
     return plan
 
 

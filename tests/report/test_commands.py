@@ -706,40 +706,55 @@ def test_report_on_a_broken_resolver_fails_with_readable_cells(tmp_path, capfd, 
     assert "[seed (vLLM 0.13.0)](compatibility-seed.md#era-seed)" in md, "the main page links to the era's page"
 
 
-def test_plan_runs_the_matrix_beside_xdist_and_the_benchmarks_once():
-    """Hand-written plan: stage 1 the matrix without xdist next to the other suites (xdist stealing work),
-    stage 2 the benchmarks timed, one process per core on two cores (the Mamba request stream with the other
-    modules), at one timed round per workload."""
+def test_plan_runs_the_matrix_beside_the_suites_and_the_benchmarks_once():
+    """Hand-written plan: stage 1 the matrix without xdist next to the other suites, on two cores one plain process
+    per suite (three processes the operating system shares), on more cores one xdist pass stealing work; stage 2 the
+    benchmarks timed, one process per core on two cores (the Mamba request stream with the other modules), at one
+    timed round per workload."""
     timed = plan_passes(["suites"], benchmarks=TIMED, cpus=2)
     assert [(p.suites, p.xdist, p.stage) for p in timed] == [
         (("suites.config",), False, 1),
-        (("suites.allocator", "suites.connector"), True, 1),
+        (("suites.allocator",), False, 1),
+        (("suites.connector",), False, 1),
         (("suites.benchmarks.test_allocator_throughput",), False, 2),
         (("suites.benchmarks.test_block_pool_throughput", "suites.benchmarks.test_config_resolution",
           "suites.benchmarks.test_connector_store_load", "suites.benchmarks.test_judging_time",
           "suites.benchmarks.test_allocator_throughput::test_request_stream[full_mamba_partial]"), False, 2),
     ]
-    assert timed[2].options == ("-k", "not (test_request_stream and full_mamba_partial)"), (
+    assert [p.label for p in timed[:3]] == ["config matrix", "allocator suite", "connector suite"]
+    assert timed[3].options == ("-k", "not (test_request_stream and full_mamba_partial)"), (
         "the Mamba stream runs in the other timed process, and only there")
-    assert [p.suites for p in plan_passes(["suites"], benchmarks=TIMED, cpus=2, cell_items=True)[2:]] == [
-        ("suites.benchmarks.test_allocator_throughput",), timed[3].suites[:-1]], (
+    assert [p.suites for p in plan_passes(["suites"], benchmarks=TIMED, cpus=2, cell_items=True)[3:]] == [
+        ("suites.benchmarks.test_allocator_throughput",), timed[4].suites[:-1]], (
         "pytest arguments (a -k of their own) and shards get whole modules")
-    assert timed[1].options == ("--dist", "worksteal")
+    assert timed[1].options == timed[2].options == ()
     assert timed[0].options == ("--config-matrix-items", "era"), "the matrix as one item per era, one entry per cell"
     assert plan_passes(["suites"], benchmarks=TIMED, cpus=2, cell_items=True)[0].options == (), (
         "pytest arguments and shards see the matrix one item per cell")
-    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[2:])
+    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_BENCHMARK_MAX_ROUNDS": "1"} for p in timed[3:])
     assert dict(timed[0].env) == {"OMP_NUM_THREADS": "1"}, "only the timed passes cap their rounds"
-    assert dict(timed[1].env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_STATE_MACHINE_EXAMPLES": "40"}, \
+    assert all(dict(p.env) == {"OMP_NUM_THREADS": "1", "KVCONFORM_STATE_MACHINE_EXAMPLES": "40"} for p in timed[1:3]), \
         "the allocator suite's state machines run 40 examples per configuration in the report"
+    many = plan_passes(["suites"], benchmarks=TIMED, cpus=8)
+    assert [(p.suites, p.xdist, p.options) for p in many[:2]] == [
+        (("suites.config",), False, ("--config-matrix-items", "era")),
+        (("suites.allocator", "suites.connector"), True, ("--dist", "worksteal"))], (
+        "more cores than stage-1 processes: the other suites under xdist, its workers stealing work")
     single = plan_passes(["suites"], benchmarks=TIMED, cpus=1)
-    assert [(p.suites, p.stage) for p in single[2:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
-    untimed = plan_passes(["suites"], benchmarks=UNTIMED)
-    assert [(p.suites, p.options) for p in untimed] == [
-        (("suites.config",), ("--config-matrix-items", "era")),
-        (("suites.allocator", "suites.connector", "suites.benchmarks"), ("--dist", "worksteal", "--benchmark-disable")),
-    ], "without timing the benchmarks run once, under xdist, with pytest-benchmark off (no warning)"
-    assert [p.suites for p in plan_passes(["mypkg.suite"], benchmarks=UNTIMED)] == [("mypkg.suite",)]
+    assert [(p.suites, p.stage) for p in single[3:]] == [(("suites.benchmarks",), 2)], "one core: one timed pass"
+    untimed = plan_passes(["suites"], benchmarks=UNTIMED, cpus=2)
+    assert [(p.suites, p.xdist, p.options) for p in untimed] == [
+        (("suites.config",), False, ("--config-matrix-items", "era")),
+        (("suites.allocator",), False, ("--benchmark-disable",)),
+        (("suites.connector",), False, ("--benchmark-disable",)),
+        (("suites.benchmarks",), False, ("--benchmark-disable",)),
+    ], "without timing the benchmarks run once, untimed, with pytest-benchmark off (no warning)"
+    assert [(p.suites, p.options) for p in plan_passes(["suites"], benchmarks=UNTIMED, cpus=8)][1] == (
+        ("suites.allocator", "suites.connector", "suites.benchmarks"), ("--dist", "worksteal", "--benchmark-disable"))
+    assert [(p.suites, p.xdist) for p in plan_passes(["mypkg.suite"], benchmarks=UNTIMED, cpus=2)] == [
+        (("mypkg.suite",), True)], "one suite alone: its tests spread over xdist's workers"
+    assert [(p.suites, p.xdist) for p in plan_passes(["suites.config", "mypkg.suite"], benchmarks=UNTIMED, cpus=2)] \
+        == [(("suites.config",), False), (("mypkg.suite",), True)]
     assert [(p.suites, p.xdist) for p in plan_passes(["suites.config"], benchmarks=UNTIMED)] == [(("suites.config",), False)]
 
 
@@ -759,8 +774,10 @@ def test_a_plan_without_the_benchmarks():
     """NOT_RUN: stage 1 only, no benchmark module in any pass (nor pytest-benchmark's switch); a bad mode is refused."""
     plan = plan_passes(["suites"], benchmarks=NOT_RUN, cpus=2)
     assert [(p.suites, p.options, p.stage) for p in plan] == [
-        (("suites.config",), ("--config-matrix-items", "era"), 1),
-        (("suites.allocator", "suites.connector"), ("--dist", "worksteal"), 1)]
+        (("suites.config",), ("--config-matrix-items", "era"), 1), (("suites.allocator",), (), 1),
+        (("suites.connector",), (), 1)]
+    assert [(p.suites, p.options) for p in plan_passes(["suites"], benchmarks=NOT_RUN, cpus=8)][1] == (
+        ("suites.allocator", "suites.connector"), ("--dist", "worksteal"))
     assert runs_benchmarks(["suites"]) and runs_benchmarks(["suites.benchmarks"])
     assert not runs_benchmarks(["suites.config", "suites.allocator"])
     with pytest.raises(ValueError, match="benchmarks: 'sometimes' is not accepted; expected 'timed', 'untimed'"):
@@ -789,7 +806,7 @@ def test_the_report_command_plans_the_benchmarks_by_the_peer(monkeypatch, tmp_pa
     assert status == 0
     modules = [s for p in handed["passes"] for s in p.suites]
     assert any(s.startswith("suites.benchmarks") and p.stage == 2 for p in handed["passes"] for s in p.suites) == timed
-    assert ("suites.benchmarks" in modules) == (record == "untimed"), "untimed: once, in the xdist pass"
+    assert ("suites.benchmarks" in modules) == (record == "untimed"), "untimed: once, beside the other suites"
     assert (handed["benchmarks"] or {}).get("mode") == record
     md = (tmp_path / "out" / "compatibility.md").read_text()
     assert ("The benchmarks were not run: vLLM" in md) == (record == "not run")
@@ -800,22 +817,26 @@ def test_timing_help_says_when_the_benchmarks_run(capsys):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "only where vLLM, the peer the table compares with, is importable" in text
-    assert "--no-timing runs them once untimed in the xdist pass" in text
+    assert "--no-timing runs them once untimed beside the other suites" in text
 
 
 def test_a_timed_pass_waits_for_a_free_core_and_no_xdist():
-    """Hand-written schedules on two cores: the timed passes wait while the xdist pass runs; when it ends first,
-    the first timed pass runs beside the matrix's one process and the second waits for a core; one core: a timed
+    """Hand-written schedules on two cores: the timed passes wait while two stage-1 processes run (or an xdist pass);
+    when only one is left, the first timed pass runs beside it and the second waits for a core; one core: a timed
     pass runs alone."""
-    matrix, suites, allocator, others = plan_passes(["suites"], benchmarks=TIMED, cpus=2)
-    assert may_start(matrix, [matrix, suites, allocator, others], [], 2) and may_start(suites, [suites], [matrix], 2)
-    assert not may_start(allocator, [allocator, others], [matrix, suites], 2), "xdist uses both cores"
-    assert not may_start(allocator, [allocator, others], [suites], 2), "xdist uses both cores"
-    assert not may_start(allocator, [suites, allocator, others], [matrix], 2), "a stage-1 pass waits to start"
-    assert may_start(allocator, [allocator, others], [matrix], 2), "the matrix is one process: a core is free"
-    assert not may_start(others, [others], [matrix, allocator], 2), "both cores are taken"
-    assert may_start(others, [others], [allocator], 2)
-    assert not may_start(allocator, [allocator, others], [matrix], 1) and may_start(allocator, [allocator], [], 1)
+    matrix, allocator, connector, timed_a, timed_b = plan_passes(["suites"], benchmarks=TIMED, cpus=2)
+    stage1 = [matrix, allocator, connector]
+    assert all(may_start(p, [*stage1, timed_a, timed_b], [], 2) for p in stage1), "stage 1 starts at once"
+    assert not may_start(timed_a, [timed_a, timed_b], stage1, 2), "three processes share both cores"
+    assert not may_start(timed_a, [timed_a, timed_b], [matrix, connector], 2), "both cores are taken"
+    assert not may_start(timed_a, [connector, timed_a, timed_b], [matrix], 2), "a stage-1 pass waits to start"
+    assert may_start(timed_a, [timed_a, timed_b], [connector], 2), "one process left: a core is free"
+    assert not may_start(timed_b, [timed_b], [connector, timed_a], 2), "both cores are taken"
+    assert may_start(timed_b, [timed_b], [timed_a], 2)
+    assert not may_start(timed_a, [timed_a, timed_b], [matrix], 1) and may_start(timed_a, [timed_a], [], 1)
+    matrix, suites, timed_a, timed_b = plan_passes(["suites"], benchmarks=TIMED, cpus=8)
+    assert suites.xdist and not may_start(timed_a, [timed_a, timed_b], [suites], 8), "xdist uses every core"
+    assert may_start(timed_a, [timed_a, timed_b], [matrix], 8)
 
 
 @pytest.mark.parametrize("allocator,expected", [("reference", "40"), ("mypkg.alloc:make", None)])
