@@ -10,8 +10,8 @@ run's `run_info` records the decision (`benchmark_record`), and the report's thr
 1. The config matrix is thousands of tiny tests: under pytest-xdist the per-test bookkeeping costs more than
    the tests (about 2.5x the CPU time of a plain run), so the matrix runs in a plain pytest process, as one
    pytest item per era (`ERA_ITEMS`) that writes one results entry per cell (unless pytest arguments or `--shard`
-   need one item per cell), *next to* the other suites: one plain pytest process per suite where that makes at
-   least as many processes as cores (on two cores: the matrix, the allocator suite and the connector suite, three
+   need one item per cell), *next to* the other suites: one plain pytest process per suite where that makes as
+   many processes as cores or one more (on two cores: the matrix, the allocator suite and the connector suite, three
    processes of about equal CPU time that the operating system shares, so they end about together, with no xdist
    controller and each collecting its own suite only), else one xdist pass (work stealing) over them.
 2. The benchmarks time nothing under xdist, so when the throughput table needs figures they run without
@@ -176,9 +176,11 @@ def plan_passes(suites: list[str], benchmarks: str, cpus: int | None = None,
     cpus = usable_cpus() if cpus is None else cpus
     untimed = ("--benchmark-disable",) if benchmarks == UNTIMED else ()
     others_env = SINGLE_THREADED + ((STATE_MACHINE_EXAMPLES_ENV, REPORT_STATE_MACHINE_EXAMPLES),)
-    if len(others) > 1 and len(matrix) + len(others) >= cpus:
-        # as many processes as cores or more: one plain process per suite, beside the matrix's, and the operating
-        # system shares the cores (no xdist controller, and each process collects its own suite only)
+    if len(others) > 1 and cpus <= len(matrix) + len(others) <= cpus + 1:
+        # as many processes as cores, or one more: one plain process per suite, beside the matrix's, and the
+        # operating system shares the cores (no xdist controller, and each process collects its own suite only);
+        # more processes than that cost more in starts than they save (`--no-timing`'s four on two cores: about
+        # 9 CPU-s more than the xdist pass, docs/speed.md)
         plan += [PytestPass(f"{p.removeprefix(WHOLE_PACKAGE + '.')} suite", (p,), xdist=False, options=untimed,
                             env=others_env) for p in others]
     elif others:
