@@ -121,14 +121,22 @@ run_step() {
     status=$?
     IN_FLIGHT=""
     cpu=$(cpu_of "$OUT/.times-$release-$step")
-    local seconds=$(( $(date +%s) - t0 ))
+    local seconds=$(( $(date +%s) - t0 )) note="exit $status" turn
+    # A step started early (its tests waiting at a gate: .ci/vllm_job_start_gate.py): its wall counts from its turn.
+    if [[ -n ${KVCONFORM_CI_START_AFTER:-} && -e $KVCONFORM_CI_START_AFTER ]]; then
+        turn=$(stat -c %Y "$KVCONFORM_CI_START_AFTER")
+        if (( turn > t0 )); then
+            note+="; started $(( turn - t0 ))s before its turn (its start-up beside the steps before it), wall from its turn"
+            seconds=$(( $(date +%s) - turn ))
+        fi
+    fi
     if [[ " $ok " == *" $status "* ]]; then
-        say "[$release $step] done in ${seconds}s, ${cpu} CPU s (exit $status)"
-        record "$release" "$step" "ran" "$seconds" "$cpu" "exit $status"
+        say "[$release $step] done in ${seconds}s, ${cpu} CPU s ($note)"
+        record "$release" "$step" "ran" "$seconds" "$cpu" "$note"
         return 0
     fi
-    say "[$release $step] FAILED in ${seconds}s, ${cpu} CPU s (exit $status)" >&2
-    record "$release" "$step" "FAILED" "$seconds" "$cpu" "exit $status"
+    say "[$release $step] FAILED in ${seconds}s, ${cpu} CPU s ($note)" >&2
+    record "$release" "$step" "FAILED" "$seconds" "$cpu" "$note"
     FAILED+=("$release $step")
     return 1
 }
@@ -136,7 +144,8 @@ run_step() {
 # KVCONFORM_CI_VLLM_STEPS.
 # run_beside RELEASE STEP OK_STATUSES COMMAND...: run_step in the background, beside the steps that follow, until
 # wait_beside; its output goes to OUT/RELEASE/STEP.log and is printed then, with its summary row. Only for a step
-# that leaves a core idle (one process), beside steps whose verdicts do not depend on timing.
+# that leaves a core idle (one process), beside steps whose verdicts do not depend on timing, or for a step whose
+# tests wait for a gate file (.ci/vllm_job_start_gate.py) while it starts.
 BESIDE=()   # "pid|release|step" of each step running in the background
 run_beside() {
     local release=$1 step=$2
@@ -174,11 +183,13 @@ judged_cpu() {
     done
     echo "$total"
 }
-# wait_beside: wait for the steps run_beside started, print their output and take over their summary rows.
+# wait_beside [STEP...]: wait for the steps run_beside started (only those named, when steps are named), print
+# their output and take over their summary rows.
 wait_beside() {
-    local entry pid release step row
+    local entry pid release step row left=()
     for entry in "${BESIDE[@]}"; do
         IFS='|' read -r pid release step <<< "$entry"
+        if (( $# )) && [[ " $* " != *" $step "* ]]; then left+=("$entry"); continue; fi
         wait "$pid"
         cat "$OUT/$release/$step.log"
         while IFS= read -r row; do
@@ -186,7 +197,22 @@ wait_beside() {
             [[ $row == *"|FAILED|"* ]] && FAILED+=("$release $step")
         done < "$OUT/.beside-$release-$step"
     done
-    BESIDE=()
+    BESIDE=("${left[@]}")
+}
+# wait_ready DIR STEP...: until each step started early (run_beside with a gate) is ready, its two xdist workers
+# waiting at their gate (.ci/vllm_job_start_gate.py touches DIR/.turn-STEP.ready-PID), or has ended.
+wait_ready() {
+    local dir=$1 entry pid release step ready
+    shift
+    for entry in "${BESIDE[@]}"; do
+        IFS='|' read -r pid release step <<< "$entry"
+        [[ " $* " == *" $step "* ]] || continue
+        while kill -0 "$pid" 2>/dev/null; do
+            ready=("$dir/.turn-$step".ready-*)
+            [[ -e ${ready[0]} ]] && (( ${#ready[@]} >= 2 )) && break
+            sleep 0.2
+        done
+    done
 }
 gap() {
     if [[ -n $STEPS && " $STEPS " != *" $2 "* ]]; then echo "not among KVCONFORM_CI_VLLM_STEPS ($STEPS)"; return; fi
@@ -287,43 +313,46 @@ run_release() {
             "$dir/results-allocator.json"
     fi
 
-    wait_beside
-
+    # ---- the connector steps: connectors, lmcache, engine -----------------------------------------------
     # vLLM's connectors failing checks is a finding for the report ("vLLM X's connectors"), not a broken
-    # job: only pytest exit statuses other than 0/1 fail the step. Connectors that need a package or a GPU
-    # skip with the reason.
+    # job: only pytest exit statuses other than 0/1 fail these steps. Connectors that need a package or a GPU
+    # skip with the reason. Their checks have wall-clock limits, so each step's checks run with nothing of the
+    # job beside them, one step after another.
+    local chain=() connectors_cmd=() lmcache_cmd=() engine_cmd=()
     if [[ -n $(gap "$R" connectors) ]]; then skip "$R" connectors "$(gap "$R" connectors)"; else
         wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"
         if (( ${#connectors[@]} == 0 )); then
             say "[$R connectors] FAILED: harness.targets.connector.vllm_target listed no connector (is vLLM $R usable in $venv?)" >&2
             record "$R" connectors FAILED 0 0 "no connector listed"; FAILED+=("$R connectors")
         else
-            run_step "$R" connectors "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
-                "${connectors[@]}" --kvconform-results "$dir/results-connectors.json" --junitxml "$dir/junit-connectors.xml"
+            chain+=(connectors)
+            connectors_cmd=("${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
+                "${connectors[@]}" --kvconform-results "$dir/results-connectors.json" --junitxml "$dir/junit-connectors.xml")
         fi
     fi
 
-    # ---- lmcache: real LMCache as a target (issue 19 item 4) ----------------------------------------------
-    # LMCache goes into the release's venv (an idempotent install; a prebuilt venv must already have it); the
-    # suite starts LMCache's MP server on a free port and stops it at the end. Like the connectors step,
-    # findings are for the report: only pytest exit statuses other than 0/1 fail it. Multi-group presets are
-    # N/A ("declares HMA, refuses multi-group models on this configuration": LMCache's engine-driven mode).
+    # lmcache: real LMCache as a target (issue 19 item 4). LMCache goes into the release's venv (an idempotent
+    # install; a prebuilt venv must already have it); the suite starts LMCache's MP server on a free port and
+    # stops it at the end. Multi-group presets are N/A ("declares HMA, refuses multi-group models on this
+    # configuration": LMCache's engine-driven mode).
     if [[ -n $(gap "$R" lmcache) ]]; then skip "$R" lmcache "$(gap "$R" lmcache)"; else
         if [[ -z $VENV_ROOT ]]; then
             run_step "$R" lmcache-install 0 scripts/install-lmcache.sh "$venv"
         fi
         if "$venv/bin/python" -c "import lmcache" 2>/dev/null; then
-            LMCACHE_DISABLE_BANNER=1 run_step "$R" lmcache "0 1" "${PYTEST[@]}" suites/connector -n 2 \
+            chain+=(lmcache)
+            lmcache_cmd=(env LMCACHE_DISABLE_BANNER=1 "${PYTEST[@]}" suites/connector -n 2 \
                 -W ignore::DeprecationWarning --kv-connector vllm:LMCacheMPConnector --kv-connector-timeout 180 \
-                --kvconform-results "$dir/results-lmcache.json" --junitxml "$dir/junit-lmcache.xml"
+                --kvconform-results "$dir/results-lmcache.json" --junitxml "$dir/junit-lmcache.xml")
         else
             skip "$R" lmcache "lmcache is not importable in $venv (scripts/install-lmcache.sh $venv)"
         fi
     fi
-    # ---- end of the lmcache step ----------------------------------------------------------------------
 
     # engine: the same connectors on the release's own Scheduler (issue 19 item 6). Checks it cannot express
-    # are "N/A: under --kv-engine vllm: ..."; like the connectors step, failing checks are findings.
+    # are "N/A: under --kv-engine vllm: ...". Its async-scheduling checks (C42, C43) judge the release's own
+    # scheduler: their failures must be exactly its reviewed defects (harness/release/vllm_scheduler_defects.toml,
+    # the scheduler-defects step after it).
     if [[ -n $(gap "$R" engine) ]]; then skip "$R" engine "$(gap "$R" engine)"; else
         (( ${#connectors[@]} )) || { wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"; }
         local engine_connectors=() name
@@ -335,15 +364,48 @@ run_release() {
         if (( ${#engine_connectors[@]} == 0 )); then
             skip "$R" engine "vLLM $R registers none of ${ENGINE_CONNECTORS[*]}"
         else
-            # The async-scheduling checks (C42, C43) judge the release's own scheduler: their failures must be
-            # exactly its reviewed defects (harness/release/vllm_scheduler_defects.toml).
-            run_step "$R" engine "0 1" "${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
+            chain+=(engine)
+            engine_cmd=("${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
                 --kv-engine vllm "${engine_connectors[@]}" --kvconform-results "$dir/results-engine.json" \
-                --junitxml "$dir/junit-engine.xml" \
-            && run_step "$R" scheduler-defects 0 "$venv/bin/python" -m harness.release.scheduler_defects \
-                "$dir/results-engine.json"
+                --junitxml "$dir/junit-engine.xml")
         fi
     fi
+
+    # While the matrix still runs (one process: after the allocator step one core idles, and the matrix waits
+    # 30 s for a connector constructor that never returns, CONSTRUCTOR_DEADLINE_S), the connector steps start,
+    # all of them: their interpreters import torch and vLLM and collect the suite beside the matrix, and their
+    # workers then wait (.ci/vllm_job_start_gate.py) for their step's turn: a gate file the job creates once the
+    # matrix has ended and every early step is ready (connectors), or once the step before has ended. So the
+    # checks still run one step at a time with nothing of the job beside them; only the start-ups moved.
+    local step early=() gate
+    if (( ${#BESIDE[@]} )); then
+        for step in "${chain[@]}"; do
+            local -n cmd=${step}_cmd
+            gate=$dir/.turn-$step
+            rm -f "$gate" "$gate".ready-*
+            KVCONFORM_CI_START_AFTER=$gate PYTHONPATH="$ROOT/.ci:$PYTHONPATH" \
+                run_beside "$R" "$step" "0 1" "${cmd[@]}" -p vllm_job_start_gate
+            early+=("$step")
+            unset -n cmd
+        done
+    fi
+    wait_beside matrix
+    for step in "${chain[@]}"; do
+        if [[ " ${early[*]} " == *" $step "* ]]; then
+            [[ $step == "${chain[0]}" ]] && wait_ready "$dir" "${early[@]}"
+            touch "$dir/.turn-$step"
+            say "[$R $step] its turn: its checks begin"
+            wait_beside "$step"
+        else
+            local -n cmd=${step}_cmd
+            run_step "$R" "$step" "0 1" "${cmd[@]}"
+            unset -n cmd
+        fi
+        if [[ $step == engine && " ${FAILED[*]} " != *" $R engine "* ]]; then
+            run_step "$R" scheduler-defects 0 "$venv/bin/python" -m harness.release.scheduler_defects \
+                "$dir/results-engine.json"
+        fi
+    done
     record "$R" judged total $(( $(date +%s) - judging_start - $(wall_of "$R" lmcache-install) )) "$(judged_cpu "$R")" \
         "the release judged ($JUDGED_STEPS): wall from the first step after the install to the engine step's end, lmcache's install aside"
 

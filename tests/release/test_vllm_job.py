@@ -90,3 +90,78 @@ def test_an_interrupted_job_still_writes_its_summary(tmp_path):
     interrupted = [row for row in rows if "| benchmarks | interrupted |" in row]
     assert len(interrupted) == 1 and "the job ended (exit status 143) while this step ran" in interrupted[0], rows
     assert "ci-vllm: failed: 0.34.0 benchmarks" in err
+
+
+#: A stand-in for a release venv's python that logs "EVENT STEP TIME" lines: each step's start, the moment its
+#: checks begin (a connector step started early waits for its turn, as .ci/vllm_job_start_gate.py makes its
+#: workers do) and its end.
+STAND_IN = r'''#!/bin/bash
+log() { echo "$1 $2 $(date +%s.%N)" >> "$FAKE_LOG"; }
+case "$*" in
+  "-c import lmcache") exit 0 ;;
+  -c*) echo v0.34; exit 0 ;;
+  "-m harness.targets.connector.vllm_target") echo "--kv-connector=vllm:ExampleConnector"; exit 0 ;;
+  *suites/config*) log start matrix; sleep 2; log end matrix; exit 0 ;;
+  *suites/allocator*) log start allocator; log end allocator; exit 0 ;;
+  *suites/connector*)
+    step=connectors; [[ $* == *LMCacheMPConnector* ]] && step=lmcache; [[ $* == *"--kv-engine vllm"* ]] && step=engine
+    log start $step; sleep 0.3
+    if [[ $* == *vllm_job_start_gate* ]]; then
+      touch "$KVCONFORM_CI_START_AFTER.ready-$$-1" "$KVCONFORM_CI_START_AFTER.ready-$$-2"
+      until [[ -e $KVCONFORM_CI_START_AFTER ]]; do sleep 0.05; done
+    fi
+    log checks $step; sleep 0.3; log end $step; exit 1 ;;
+  *) exit 0 ;;
+esac
+'''
+
+
+def test_the_connector_steps_start_beside_the_matrix_and_check_one_after_another(tmp_path):
+    """The connector steps' start-ups overlap the matrix; their checks (wall-clock limits) begin only after the
+    matrix and the step before have ended, one step at a time, and each step's wall counts from its turn."""
+    venv = tmp_path / "venvs" / "vllm-0.34.0" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(STAND_IN)
+    (venv / "python").chmod(0o755)
+    log = tmp_path / "events"
+    done = _run(tmp_path, FAKE_LOG=str(log), KVCONFORM_CI_VLLM_RELEASES="0.34.0",
+                KVCONFORM_CI_VLLM_VENV_ROOT=str(tmp_path / "venvs"),
+                KVCONFORM_CI_VLLM_STEPS="matrix allocator connectors lmcache engine")
+    assert done.returncode == 0, done.stdout + done.stderr
+    at = {(event, step): float(t) for event, step, t in (line.split() for line in log.read_text().splitlines())}
+    steps = ("connectors", "lmcache", "engine")
+    assert all(at["start", step] < at["end", "matrix"] for step in steps), at
+    order = [("end", "matrix")] + [(event, step) for step in steps for event in ("checks", "end")]
+    assert sorted(order, key=at.get) == order, at
+    rows = [line for line in (tmp_path / "out" / "summary.md").read_text().splitlines() if line.startswith("| 0.")]
+    engine = [row for row in rows if row.startswith("| 0.34.0 | engine | ran |")]
+    assert len(engine) == 1 and "s before its turn" in engine[0], rows
+    assert any(row.startswith("| 0.34.0 | scheduler-defects | ran |") for row in rows), rows
+
+
+def test_the_start_gate_holds_each_xdist_worker_until_its_file_exists(tmp_path):
+    """.ci/vllm_job_start_gate.py: the workers start (and say so) at once; no test runs before the gate file."""
+    import sys
+    import time
+
+    (tmp_path / "test_t.py").write_text("import os, time\n"
+                                        "def test_a(): open(os.environ['LOGF'], 'a').write(f'{time.time()}\\n')\n"
+                                        "def test_b(): open(os.environ['LOGF'], 'a').write(f'{time.time()}\\n')\n")
+    gate, logf = tmp_path / "gate", tmp_path / "ran"
+    env = {**os.environ, "PYTHONPATH": str(JOB.parent), "KVCONFORM_CI_START_AFTER": str(gate), "LOGF": str(logf)}
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "vllm_job_start_gate",
+                            "-n", "2", "test_t.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("gate.ready-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert len(list(tmp_path.glob("gate.ready-*"))) == 2 and not logf.exists()
+        opened = time.time()
+        gate.touch()
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out
+    assert [float(t) >= opened for t in logf.read_text().split()] == [True, True]
