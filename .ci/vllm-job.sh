@@ -7,7 +7,9 @@
 #               process in the background, beside the allocator step,
 #   allocator   the allocator suite's scenarios on the release's KVCacheManager/BlockPool (`--kv-allocator vllm`),
 #   connectors  the connector suite on every connector the release registers (`--kv-connector vllm:Name`),
-#               LMCacheMPConnector aside (the next step),
+#               LMCacheMPConnector aside (the next step); this step, lmcache and engine start beside the matrix
+#               once the allocator step has ended (imports, collection), and their checks wait for their turn, one
+#               step at a time with nothing of the job beside them (.ci/vllm_job_start_gate.py),
 #   lmcache     real LMCache (scripts/install-lmcache.sh adds lmcache 0.5.6 to the release's venv) as the target
 #               `--kv-connector vllm:LMCacheMPConnector`; the suite starts and stops LMCache's MP server itself,
 #   engine      the connector suite on ENGINE_CONNECTORS with `--kv-engine vllm` (the release's own Scheduler drives
@@ -228,10 +230,12 @@ free_gib() {
     df -Pk "$path" | awk 'NR == 2 { printf "%d", $4 / 1048576 }'
 }
 
-# The connector list of a release: one --kv-connector=vllm:Name line per registered connector (vLLM logs
-# to stdout on import: keep only those lines).
+# connectors_of VENV NAMES_FILE: the connector list of a release: one --kv-connector=vllm:Name line per registered
+# connector (vLLM logs to stdout on import: keep only those lines); the registered names go to NAMES_FILE, which the
+# connector steps' processes read instead of importing vLLM to check their options (REGISTERED_NAMES_ENV,
+# harness/targets/connector/vllm_facts.py).
 connectors_of() {
-    "$1/bin/python" -m harness.targets.connector.vllm_target | grep -x -e "--kv-connector=vllm:.*" \
+    "$1/bin/python" -m harness.targets.connector.vllm_target --names-file "$2" | grep -x -e "--kv-connector=vllm:.*" \
         | grep -v -x -e "--kv-connector=vllm:LMCacheMPConnector"  # the lmcache step runs it, with its server
 }
 
@@ -285,7 +289,8 @@ run_release() {
     # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps for
     # the connector steps that follow them.
     local listing=$dir/.connectors-list listing_pid
-    connectors_of "$venv" > "$listing" &
+    rm -f "$dir/.connector-names"
+    connectors_of "$venv" "$dir/.connector-names" > "$listing" &
     listing_pid=$!
 
     # ---- the release judged: the steps whose verdicts are about the release's own code (the config matrix, the
@@ -319,8 +324,12 @@ run_release() {
     # skip with the reason. Their checks have wall-clock limits, so each step's checks run with nothing of the
     # job beside them, one step after another.
     local chain=() connectors_cmd=() lmcache_cmd=() engine_cmd=()
+    if [[ -z $(gap "$R" connectors) || -z $(gap "$R" lmcache) || -z $(gap "$R" engine) ]]; then
+        wait "$listing_pid" 2>/dev/null
+        [[ -s $dir/.connector-names ]] && export KVCONFORM_VLLM_REGISTERED_CONNECTORS=$dir/.connector-names
+    fi
     if [[ -n $(gap "$R" connectors) ]]; then skip "$R" connectors "$(gap "$R" connectors)"; else
-        wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"
+        mapfile -t connectors < "$listing"
         if (( ${#connectors[@]} == 0 )); then
             say "[$R connectors] FAILED: harness.targets.connector.vllm_target listed no connector (is vLLM $R usable in $venv?)" >&2
             record "$R" connectors FAILED 0 0 "no connector listed"; FAILED+=("$R connectors")
@@ -354,7 +363,7 @@ run_release() {
     # scheduler: their failures must be exactly its reviewed defects (harness/release/vllm_scheduler_defects.toml,
     # the scheduler-defects step after it).
     if [[ -n $(gap "$R" engine) ]]; then skip "$R" engine "$(gap "$R" engine)"; else
-        (( ${#connectors[@]} )) || { wait "$listing_pid" 2>/dev/null; mapfile -t connectors < "$listing"; }
+        (( ${#connectors[@]} )) || mapfile -t connectors < "$listing"
         local engine_connectors=() name
         for name in "${ENGINE_CONNECTORS[@]}"; do
             if printf '%s\n' "${connectors[@]}" | grep -qx -e "--kv-connector=vllm:$name"; then
@@ -406,6 +415,7 @@ run_release() {
                 "$dir/results-engine.json"
         fi
     done
+    unset KVCONFORM_VLLM_REGISTERED_CONNECTORS
     record "$R" judged total $(( $(date +%s) - judging_start - $(wall_of "$R" lmcache-install) )) "$(judged_cpu "$R")" \
         "the release judged ($JUDGED_STEPS): wall from the first step after the install to the engine step's end, lmcache's install aside"
 

@@ -100,7 +100,7 @@ log() { echo "$1 $2 $(date +%s.%N)" >> "$FAKE_LOG"; }
 case "$*" in
   "-c import lmcache") exit 0 ;;
   -c*) echo v0.34; exit 0 ;;
-  "-m harness.targets.connector.vllm_target") echo "--kv-connector=vllm:ExampleConnector"; exit 0 ;;
+  "-m harness.targets.connector.vllm_target"*) echo "--kv-connector=vllm:ExampleConnector"; exit 0 ;;
   *suites/config*) log start matrix; sleep 2; log end matrix; exit 0 ;;
   *suites/allocator*) log start allocator; log end allocator; exit 0 ;;
   *suites/connector*)

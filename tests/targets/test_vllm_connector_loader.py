@@ -181,3 +181,28 @@ def test_lmcache_connector_v1_is_not_run_in_a_shared_process_whether_or_not_lmca
     assert reasons[0] == reasons[1]
     assert reasons[0].startswith("cannot run here: LMCacheConnectorV1 cannot be judged in a test process shared "
                                  "with other checks: every instance in a process shares one LMCacheEngine")
+
+
+def test_a_names_file_of_the_installed_release_stands_in_for_importing_vllm(fake_vllm, monkeypatch, tmp_path):
+    """`--names-file` writes what the factory registers; a process given that file (REGISTERED_NAMES_ENV: the vLLM
+    job's connector steps) checks names against it without importing vLLM; a file of another release is ignored."""
+    fake_vllm("0.33.0", MODULES)
+    names = tmp_path / "names"
+    assert vllm_connector.main(["--names-file", str(names)]) == 0
+    assert names.read_text() == "vllm 0.33.0\n" + "".join(f"{n}\n" for n in REGISTERED)
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setenv(facts.REGISTERED_NAMES_ENV, str(names))
+    names.write_text("vllm 0.33.0\nExampleConnector\n")  # what the file says is what counts, not the factory
+    assert facts.registered_names() == ["ExampleConnector"]
+    with pytest.raises(UsageError, match="registers no connector 'OffloadingConnector'"):
+        facts.validate_spec("vllm:OffloadingConnector")
+    assert "vllm.distributed.kv_transfer.kv_connector.factory" not in sys.modules
+    names.write_text("vllm 0.34.0\nExampleConnector\n")  # another release's file: the factory answers
+    assert facts.registered_names() == list(REGISTERED)
+
+
+def test_the_listing_takes_no_argument_but_a_names_file(capsys):
+    assert vllm_connector.main(["--names-file"]) == 2
+    assert capsys.readouterr().err == ("kvconform: error: arguments '--names-file'; accepted: none, or --names-file "
+                                       "FILE\n")

@@ -208,13 +208,43 @@ def default_extra_config(name: str, within: str | None = None) -> dict:
     return {}
 
 
+#: A file of the names the installed vLLM registers, read instead of importing vLLM (about 6-10 CPU s): its first
+#: line `vllm X.Y.Z`, then one name a line, as `python -m harness.targets.connector.vllm_target --names-file FILE`
+#: writes it. The vLLM CI job writes it once per release, and its connector steps' pytest controllers, which
+#: import vLLM only to check the `--kv-connector vllm:Name` options, read it. A file for another release, or one
+#: that cannot be read, is ignored.
+REGISTERED_NAMES_ENV = "KVCONFORM_VLLM_REGISTERED_CONNECTORS"
+
+
 def registered_names() -> list[str]:
     """The connector names the installed vLLM's factory registers (exit 4 when vLLM is unusable)."""
     version = installed_vllm_version()
+    listed = _listed_names(version)
+    if listed is not None:
+        return listed
     import_vllm_modules(version)
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
     return sorted(KVConnectorFactory._registry)  # the factory has no public listing
+
+
+def names_file_text(version: str, names: list[str]) -> str:
+    """The text of a `REGISTERED_NAMES_ENV` file: the release, then the names."""
+    return "".join(f"{line}\n" for line in (f"vllm {version}", *names))
+
+
+def _listed_names(version: str) -> list[str] | None:
+    """The names the `REGISTERED_NAMES_ENV` file lists for `version`, or None (no file, another release)."""
+    path = os.environ.get(REGISTERED_NAMES_ENV)
+    if not path:
+        return None
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not lines or lines[0] != f"vllm {version}":
+        return None
+    return sorted(lines[1:])
 
 
 def model_requirement(name: str) -> str | None:

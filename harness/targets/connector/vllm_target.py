@@ -12,13 +12,14 @@ lacks still loads: each of its checks is skipped with that one reason (`Connecto
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from harness.errors import UsageError
 from harness.target_spec import VLLM_PREFIX, TargetError
 from harness.targets.connector.capabilities import ReleaseTable, installed_vllm_table
 from harness.targets.connector.target import ConnectorLoadError, ConnectorTarget
 from harness.targets.connector.vllm_facts import (BLOCK_SIZE_OPTIONS, KINDS, STORE_SCOPES, default_multi_children,
-                                                  parse_name, registered_names, validate_spec)
+                                                  names_file_text, parse_name, registered_names, validate_spec)
 from harness.targets.vllm_install import installed_vllm_version
 
 
@@ -72,14 +73,23 @@ def vllm_target(spec: str, option: str = "--kv-connector") -> VllmConnectorTarge
     return VllmConnectorTarget(f"vllm-{installed_vllm_version()}:{label}", spec, option)
 
 
-def main() -> int:
-    """`python -m harness.targets.connector.vllm_target`: the `--kv-connector vllm:Name` arguments for every connector
-    the installed vLLM registers, plus a MultiConnector over the ones that run on a CPU (for CI scripts)."""
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.targets.connector.vllm_target [--names-file FILE]`: the `--kv-connector vllm:Name` arguments
+    for every connector the installed vLLM registers, plus a MultiConnector over the ones that run on a CPU (for CI
+    scripts); with `--names-file`, the registered names are also written to FILE (`REGISTERED_NAMES_ENV`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and (len(argv) != 2 or argv[0] != "--names-file"):
+        print(f"kvconform: error: arguments {' '.join(argv)!r}; accepted: none, or --names-file FILE", file=sys.stderr)
+        return 2
     try:
         names = registered_names()
     except UsageError as exc:
         print(f"kvconform: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    if argv:
+        written = Path(f"{argv[1]}.tmp")
+        written.write_text(names_file_text(installed_vllm_version(), names))
+        written.replace(argv[1])
     specs = [f"{VLLM_PREFIX}{n}" for n in names if n != "MultiConnector"]
     if "MultiConnector" in names:
         specs.append(f"{VLLM_PREFIX}MultiConnector[{','.join(default_multi_children())}]")
