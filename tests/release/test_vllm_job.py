@@ -165,3 +165,15 @@ def test_the_start_gate_holds_each_xdist_worker_until_its_file_exists(tmp_path):
             run.kill()
     assert run.returncode == 0, out
     assert [float(t) >= opened for t in logf.read_text().split()] == [True, True]
+
+
+def test_lmcache_is_installed_before_the_first_step_starts():
+    """The matrix runs in the background from the release's first step on: LMCache must be in the venv before
+    then, since a case that imports LMCache's vLLM integration while pip writes the package meets half of it, and
+    the invariants then count a violation of ours (CI on 0.34.0: "No module named 'lmcache'" beside "No module
+    named 'lmcache.logging'" for two related cases)."""
+    script = JOB.read_text()
+    install = script.index('run_step "$R" lmcache-install')
+    first_step = min(script.index('run_beside "$R" matrix'), script.index('run_step "$R" allocator'))
+    assert install < first_step, "lmcache-install must run before the matrix and the allocator steps start"
+    assert script.count("lmcache-install 0 scripts/install-lmcache.sh") == 1, "LMCache is installed in one place"
