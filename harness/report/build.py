@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.kv_engine import DEFAULT_KV_ENGINE
 from harness.report.allocator_section import allocator_sections
 from harness.report.benchmark_section import benchmark_sections
-from harness.report.config_section import config_sections
+from harness.report.config_section import config_sections, group_by_era, matrix_cases
 from harness.report.connector_section import connector_sections
 from harness.report.engine_section import engine_sections, without_other_engines
 from harness.report.failures_section import failures_sections
@@ -43,8 +43,11 @@ def build_document(results: ResultsDocument, upstream: list[dict] | None = None)
     entries = results.results
     # Connector cells run on vLLM's scheduler (--kv-engine vllm) are compared in their own section.
     own_engine = without_other_engines(entries)
-    sections = (summary_sections(entries) + failures_sections(entries) + support_sections(entries)
-                + config_sections(entries)
+    # The support table and the config section read the matrix's cases by era: grouped once, each configuration's
+    # cell made once (the grouping was about a third of rendering a full run).
+    eras = group_by_era(matrix_cases(entries))
+    sections = (summary_sections(entries) + failures_sections(entries) + support_sections(entries, eras=eras)
+                + config_sections(entries, eras=eras)
                 + allocator_sections(entries, upstream) + connector_sections(without_vllm_connectors(own_engine))
                 + vllm_connector_sections(own_engine) + engine_sections(entries)
                 + benchmark_sections(entries, results.runs))

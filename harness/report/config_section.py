@@ -77,6 +77,7 @@ def _flag_sort(flag: Any) -> int:
 
 
 _STAGE_RANK = {stage: rank for rank, stage in enumerate(STAGES)}
+_UNSET = object()  # a value `Configuration` has not computed yet (None is a stage, and an outcome's absence)
 
 
 def _stage_rank(stage: Any) -> int:
@@ -108,7 +109,10 @@ def _typed(outcome: dict[str, Any]) -> Outcome:
 def outcome_cell(outcome: dict[str, Any]) -> Cell:
     """The symbol, word and notes for one outcome (the typed outcome's JSON form,
     `reference_impl.config.outcome`), its messages named by the ids the target gave them."""
-    typed = _typed(outcome)
+    return _typed_cell(_typed(outcome))
+
+
+def _typed_cell(typed: Outcome) -> Cell:
     warnings = tuple(_warning_note(warning) for warning in typed.warnings)
     if typed.unknown:
         return Cell(UNKNOWN, "unknown", (f"unknown: {typed.unknown}",) + warnings)
@@ -124,7 +128,10 @@ def outcome_cell(outcome: dict[str, Any]) -> Cell:
 
 def outcome_signature(outcome: dict[str, Any]) -> tuple:
     """What makes two outcomes the same for the 'what changed' table (rule ids are an explanation, not an outcome)."""
-    typed = _typed(outcome)
+    return _typed_signature(_typed(outcome))
+
+
+def _typed_signature(typed: Outcome) -> tuple:
     error = typed.error
     return (
         typed.resolved_disable_hma,
@@ -135,20 +142,24 @@ def outcome_signature(outcome: dict[str, Any]) -> tuple:
 
 
 class Configuration:
-    """Every stage's entry for one configuration in one era (cell and signature computed once)."""
+    """Every stage's entry for one configuration in one era (its deepest stage, typed outcome, cell and signature
+    computed once, when first asked: `group_by_era` adds the entries before anything asks)."""
 
-    __slots__ = ("by_stage", "_cell", "_signature")
+    __slots__ = ("by_stage", "_stage", "_typed_outcome", "_cell", "_signature")
 
     def __init__(self) -> None:
         self.by_stage: dict[Any, dict[str, Any]] = {}
+        self._stage: Any = _UNSET
+        self._typed_outcome: Outcome | None | object = _UNSET
         self._cell: Cell | None = None
         self._signature: tuple | None = None
 
     def stage(self) -> Any:
         """The deepest stage the matrix ran for this configuration."""
-        if len(self.by_stage) == 1:
-            return next(iter(self.by_stage))
-        return max(self.by_stage, key=_stage_rank)
+        if self._stage is _UNSET:
+            self._stage = (next(iter(self.by_stage)) if len(self.by_stage) == 1
+                           else max(self.by_stage, key=_stage_rank))
+        return self._stage
 
     def shown(self) -> dict[str, Any]:
         """The entry of the deepest stage (it includes the earlier stages' warnings and errors)."""
@@ -161,8 +172,10 @@ class Configuration:
 
     def outcome(self) -> Outcome | None:
         """The typed outcome of the deepest stage's entry; None when it recorded none (it was skipped)."""
-        outcome = self._outcome()
-        return None if outcome is None else _typed(outcome)
+        if self._typed_outcome is _UNSET:
+            outcome = self._outcome()
+            self._typed_outcome = None if outcome is None else _typed(outcome)
+        return self._typed_outcome
 
     def cell(self) -> Cell:
         if self._cell is None:
@@ -170,9 +183,9 @@ class Configuration:
         return self._cell
 
     def _make_cell(self) -> Cell:
-        outcome = self._outcome()
+        outcome = self.outcome()
         if outcome is not None:
-            base = outcome_cell(outcome)
+            base = _typed_cell(outcome)
         else:
             reason = self.shown().get("message") or "no outcome was recorded"
             base = Cell(UNKNOWN, "unknown", (f"not run: {reason}",))
@@ -191,12 +204,21 @@ class Configuration:
     def signature(self) -> tuple | None:
         """The outcome's signature, or None when nothing ran."""
         if self._signature is None:
-            outcome = self._outcome()
-            self._signature = outcome_signature(outcome) if outcome is not None else ()
+            outcome = self.outcome()
+            self._signature = _typed_signature(outcome) if outcome is not None else ()
         return self._signature or None
 
 
+def matrix_cases(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The config matrix's cases among `entries`: a test of the config suite that records no cell (the config
+    invariants' strict xfails, suites/config/test_invariants.py) is no case of the matrix, and would show as an era
+    and a platform "none"."""
+    return [e for e in entries if e["suite"] == SUITE and e.get("cell")]
+
+
 def group_by_era(entries: Iterable[dict[str, Any]]) -> dict[str, dict[ConfigKey, Configuration]]:
+    """Matrix cases by era, then by configuration (connector, features, platform, flag), each configuration's
+    entries by stage."""
     eras: dict[str, dict[ConfigKey, Configuration]] = defaultdict(dict)
     for entry in entries:
         cell = entry.get("cell") or {}
@@ -402,15 +424,15 @@ def oracle_summary(entries: list[dict[str, Any]]) -> str:
     return text
 
 
-def config_sections(entries: list[dict[str, Any]]) -> list[Section]:
+def config_sections(entries: list[dict[str, Any]],
+                    eras: dict[str, dict[ConfigKey, Configuration]] | None = None) -> list[Section]:
     """The config section (summary, at a glance per platform, legends), one section per era
-    (each on its own Markdown page), and what changed between releases (on its own page)."""
-    # Matrix cases only: a test of the config suite that records no cell (the config invariants' strict xfails,
-    # suites/config/test_invariants.py) is no case of the matrix, and would show as an era and a platform "none".
-    config_entries = [e for e in entries if e["suite"] == SUITE and e.get("cell")]
+    (each on its own Markdown page), and what changed between releases (on its own page); `eras`: the
+    `group_by_era` of `entries`' `matrix_cases` where the caller has it (the support section uses it too)."""
+    config_entries = matrix_cases(entries)
     if not config_entries:
         return []
-    eras = group_by_era(config_entries)
+    eras = group_by_era(config_entries) if eras is None else eras
     order = sorted(eras, key=era_sort_key)
     used_connectors = {c for era in order for c, _, _, _ in eras[era]}
     used_features = {f for era in order for _, f, _, _ in eras[era]}

@@ -25,8 +25,8 @@ from typing import Any
 
 from harness.eras import ERA_FIRST_VERSIONS, ERA_IDS, ERA_RELEASES, NEWEST_EXCLUSIVE
 from harness.invariants.defects import defects_of
-from harness.report.config_section import (DEFECT, SUITE as CONFIG_SUITE, ConfigKey, Configuration, config_kind,
-                                           era_anchor, era_sort_key, group_by_era, outcome_cell, platforms_of,
+from harness.report.config_section import (DEFECT, ConfigKey, Configuration, config_kind, era_anchor,
+                                           era_sort_key, group_by_era, matrix_cases, outcome_cell, platforms_of,
                                            stage_note)
 from harness.report.connector_runs import SYMBOLS, RunVerdict, combined_runs, committed_runs
 from harness.report.labels import connector_label
@@ -297,12 +297,14 @@ def _provider(name: str) -> str:
     return "vLLM, example" if is_example(name) else "vLLM"
 
 
-def support_sections(entries: list[dict[str, Any]], runs: list[RunVerdict] | None = None) -> list[Section]:
-    """The support table and the resolver's cases (none without config-matrix results)."""
-    config_entries = [e for e in entries if e["suite"] == CONFIG_SUITE and e.get("cell")]
+def support_sections(entries: list[dict[str, Any]], runs: list[RunVerdict] | None = None,
+                     eras: dict[str, dict[ConfigKey, Configuration]] | None = None) -> list[Section]:
+    """The support table and the resolver's cases (none without config-matrix results); `eras`: the
+    `group_by_era` of `entries`' `matrix_cases` where the caller has it (the config section uses it too)."""
+    config_entries = matrix_cases(entries)
     if not config_entries:
         return []
-    eras = group_by_era(config_entries)
+    eras = group_by_era(config_entries) if eras is None else eras
     order = sorted(eras, key=era_sort_key)
     platforms = platforms_of(eras)
     enables = [eras[era][key] for era in order for key in eras[era]
