@@ -318,3 +318,20 @@ def test_outcomes_compare_warnings_and_errors_by_their_message_ids():
     error = {"id": "E-C", "type": "ValueError", "stage": "config", "text": "explicitly enabled but is not supported"}
     assert outcome_of(entry([], error)) == outcome_of(entry([], dict(error, text="now said otherwise")))
     assert outcome_of(entry([], error)) != outcome_of(entry([], dict(error, stage="create_connector")))
+
+
+def _ordering_entry(run: int, test_id: str, cell: dict | None) -> dict:
+    return {"run": run, "id": test_id, "suite": "config" if cell else "allocator", "cell": cell}
+
+
+def test_entries_sort_by_run_then_test_id_then_cell(monkeypatch):
+    import harness.results_model as results_model
+
+    given = [_ordering_entry(1, "a", None), _ordering_entry(0, "b", {"x": 2}), _ordering_entry(0, "b", {"x": 1}),
+             _ordering_entry(0, "c", None), _ordering_entry(0, "a", {"x": 3})]
+    keyed = []
+    monkeypatch.setattr(results_model, "cell_key", lambda entry: keyed.append(entry["id"]) or cell_key(entry))
+    ordered = results_model.sort_entries(given)
+    assert [(e["run"], e["id"], (e["cell"] or {}).get("x")) for e in ordered] == [
+        (0, "a", 3), (0, "b", 1), (0, "b", 2), (0, "c", None), (1, "a", None)]
+    assert sorted(keyed) == ["b", "b"], "the cell decides only between entries of one run and test id"
