@@ -98,7 +98,9 @@ def send(proc: subprocess.Popen, args: list) -> subprocess.Popen:
 def serve() -> None:
     """A hash-seed server's loop: import the suite, then for each request on stdin ({"job", "out", "err", "path",
     "env"}) fork a child that runs the job with its output in the files `out` and `err`; answer {"pid"} once
-    forked and {"status"} (the child's exit status) once it ended. Ends at the end of stdin."""
+    forked and {"status"} (the child's exit status) once it ended. Ends at the end of stdin, without the interpreter's
+    teardown: every answer is written, and freeing torch's modules one by one (about half a CPU second) would keep
+    the pytest process that closes its servers at exit (`_close_servers`) waiting."""
     import suites.connector.context  # noqa: F401  (what every job imports: torch, the engine, the suite)
 
     requests = sys.stdin
@@ -115,6 +117,9 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
         answers.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _child(request: dict) -> None:

@@ -1,11 +1,14 @@
 """C36's other processes (`suites.connector.processes`): a forked child of a hash-seed server reads what a fresh
 interpreter reads, each job gets a process of its own, the connectors of one pytest process share one server per
-seed, and a busy server gives way to a fresh interpreter."""
+seed, a busy server gives way to a fresh interpreter, and a server leaves without the interpreter's teardown."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 from harness.targets.connector.target import ConnectorTarget
 from suites.connector import processes
@@ -59,3 +62,29 @@ def test_a_busy_server_gives_way_to_a_fresh_interpreter_and_a_dead_one_is_restar
         assert _answer(again)["hit"] == 0
     finally:
         ctx.close()
+
+
+# Imported first in a process: leaves a mark when the interpreter's teardown frees it.
+_TEARDOWN_MARK = """
+import os
+class FreedAtTeardown:
+    def __del__(self, path=os.environ["MARKS"], write=os.write, open_=os.open, close=os.close):
+        fd = open_(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        write(fd, b"teardown\\n")
+        close(fd)
+KEPT = FreedAtTeardown()
+"""
+
+
+def test_a_server_leaves_at_the_end_of_its_input_without_the_interpreters_teardown(tmp_path):
+    (tmp_path / "teardown_mark.py").write_text(_TEARDOWN_MARK)
+    repo = Path(processes.__file__).resolve().parents[2]
+    for script, marked in (("import teardown_mark", True),  # the control: a plain interpreter's exit frees it
+                           ("import teardown_mark\nfrom suites.connector.processes import serve\nserve()", False)):
+        marks = tmp_path / "marks"
+        marks.unlink(missing_ok=True)
+        env = dict(os.environ, MARKS=str(marks), PYTHONPATH=os.pathsep.join((str(tmp_path), str(repo))))
+        done = subprocess.run([sys.executable, "-c", script], input="", capture_output=True, text=True, env=env,
+                              timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert marks.exists() == marked, script
