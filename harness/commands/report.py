@@ -62,6 +62,7 @@ DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
 # pytest's own exit codes (pytest.ExitCode) that mean something other than "tests ran".
 _PYTEST_INTERRUPTED, _PYTEST_INTERNAL_ERROR, _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 2, 3, 4, 5
+PYTEST_PROCESS = "harness.report.pytest_process"  # what each pass runs with `python -m`
 
 
 def register(subparsers) -> None:
@@ -127,7 +128,8 @@ def _junit_part(scratch: Path, pytest_pass: PytestPass) -> Path:
 
 
 def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
-    command = [sys.executable, "-m", "pytest", "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
+    # `python -m pytest` that leaves without the interpreter's teardown (`harness.report.pytest_process`)
+    command = [sys.executable, "-m", PYTEST_PROCESS, "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
                "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
     if getattr(args, "junit_path", None):
         command += ["--junitxml", str(_junit_part(results_path.parent, pytest_pass))]
