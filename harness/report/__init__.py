@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from harness.report.build import build_document
-from harness.report.html import render_html
-from harness.report.markdown import render_markdown_pages
-from harness.report.results_file import compact_results
-from harness.results_model import ResultsDocument
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.results_model import ResultsDocument
 
 MARKDOWN_NAME = "compatibility.md"
 HTML_NAME = "compatibility.html"
@@ -38,6 +37,12 @@ def render_reports(results: ResultsDocument, upstream: list[dict] | None = None,
     pages), the HTML page and, unless `results_file` is false, the results file, gzip-compressed bytes
     (`encode_results_file`; `upstream`: the upstream job's results, loaded by
     `harness.upstream.results.load_upstream`, shown in the allocator section)."""
+    # Imported here, not with the package: every suite's pytest process imports the package (its progress plugin,
+    # `harness.report.passes`) and renders nothing.
+    from harness.report.build import build_document
+    from harness.report.html import render_html
+    from harness.report.markdown import render_markdown_pages
+
     document = build_document(results, upstream)
     files: dict[str, str | bytes] = {
         **render_markdown_pages(document, MARKDOWN_NAME),
@@ -50,4 +55,6 @@ def render_reports(results: ResultsDocument, upstream: list[dict] | None = None,
 
 def encode_results_file(results: ResultsDocument) -> bytes:
     """The bytes of `results.json.gz` for `results` (compacted: `harness.report.results_file`)."""
+    from harness.report.results_file import compact_results
+
     return compact_results(results).encode_for(RESULTS_NAME)

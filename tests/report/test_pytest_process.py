@@ -1,5 +1,6 @@
 """`python -m harness.report.pytest_process`, each report pass's pytest: pytest's exit status and output, the
-exit's thread joins and atexit handlers, and no interpreter teardown (`python -m pytest` has one: the control)."""
+exit's thread joins and atexit handlers, and no interpreter teardown (`python -m pytest` has one: the control); and
+what the report's modules a pass imports leave out (the renderers)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,13 @@ def test_the_report_runs_each_pass_with_it():
 
     for pytest_pass in plan_passes(["suites"], NOT_RUN, cpus=2):
         assert _pytest_command(Args(), pytest_pass, Path("r.json"))[:3] == [sys.executable, "-m", PYTEST_PROCESS]
+
+
+def test_a_pass_imports_no_renderer():
+    # what a pass imports of the report: its progress plugin, and the state machines' cap (`capped_examples`)
+    probe = ("import sys, harness.report.progress, harness.report.passes; "
+             "print(' '.join(m for m in sys.modules if m.startswith('harness.report')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["harness.report", "harness.report.passes", "harness.report.progress"]
