@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra and not getattr(args, "accepts_extra", False):
             raise UsageError(unrecognized_argument(f"kvconform {args.command}", extra[0], args.own_options,
                                                    f"accepted: {args.usage_line}"))
-        args.extra = extra
+        args.extra, args.owns_process = extra, from_command_line
         status = int(args.run(args) or 0)
         if from_command_line and getattr(args, "exit_at_once", False):
             # The command's output is written and flushed; what it kept (a report run's tens of thousands of

@@ -36,11 +36,17 @@ def times_benchmarks(session: pytest.Session) -> bool:
     return any(BENCHMARKS_DIR in item.path.parents for item in session.items)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if not is_active(session.config) or times_benchmarks(session):
-        return
+def freeze_heap() -> None:
+    """Collect, move every object this process holds out of the collector's reach (`gc.freeze`), and make the
+    young generation's collections rarer (`YOUNG_THRESHOLD`)."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not is_active(session.config) or times_benchmarks(session):
+        return
+    freeze_heap()
