@@ -52,6 +52,7 @@ from harness.report.passes import (BENCHMARK_SUITE, BENCHMARKS_KEY, MAX_ROUNDS_E
 from harness.report.summary_section import verdict
 from harness.report.progress import PLUGIN as PROGRESS_PLUGIN, PROGRESS_ENV, ProgressMonitor
 from harness.report.pytest_output import print_pytest_log, wants_pytest_output
+from harness.report.pytest_process import pytest_command
 from harness.results_model import ResultsDocument, ResultsFileError, load_results
 from harness.upstream.results import UpstreamResultsError, load_upstream
 from harness.target_spec import load_allocator_target, load_config_target
@@ -64,7 +65,6 @@ DEFAULT_OUTPUT_DIR = "reports"
 DEFAULT_SUITES = ("suites",)
 # pytest's own exit codes (pytest.ExitCode) that mean something other than "tests ran".
 _PYTEST_INTERRUPTED, _PYTEST_INTERNAL_ERROR, _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 2, 3, 4, 5
-PYTEST_PROCESS = "harness.report.pytest_process"  # what each pass runs with `python -m`
 
 
 def register(subparsers) -> None:
@@ -130,8 +130,8 @@ def _junit_part(scratch: Path, pytest_pass: PytestPass) -> Path:
 
 
 def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
-    # `python -m pytest` that leaves without the interpreter's teardown (`harness.report.pytest_process`)
-    command = [sys.executable, "-m", PYTEST_PROCESS, "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
+    # `python -m pytest` that leaves without the interpreter's teardown
+    command = [*pytest_command(sys.executable), "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
                "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
     if getattr(args, "junit_path", None):
         command += ["--junitxml", str(_junit_part(results_path.parent, pytest_pass))]

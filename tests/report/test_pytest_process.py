@@ -1,4 +1,4 @@
-"""`python -m harness.report.pytest_process`, each report pass's pytest: pytest's exit status and output, the
+"""`harness.report.pytest_process`, each report pass's pytest: pytest's exit status and output, the
 exit's thread joins and atexit handlers, and no interpreter teardown (`python -m pytest` has one: the control); and
 what the report's modules a pass imports leave out (the renderers)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.report import PYTEST_PROCESS
+from harness.report.pytest_process import pytest_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,27 +41,27 @@ _MODULE = """
 """
 
 
-def _run(tmp_path: Path, module: str, passing: bool) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run(tmp_path: Path, start: list[str], passing: bool) -> tuple[subprocess.CompletedProcess, list[str]]:
     tests = tmp_path / "exit_tests"
     tests.mkdir(exist_ok=True)
     (tests / "test_exit.py").write_text(textwrap.dedent(_MODULE))
-    marks = tmp_path / f"marks-{module}-{passing}"
+    marks = tmp_path / f"marks-{len(start)}-{passing}"
     env = dict(os.environ, MARKS=str(marks), PASSING="1" if passing else "0", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", module, str(tests), "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-q"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run([*start, str(tests), "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-W", "error"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     return done, marks.read_text().split() if marks.exists() else []
 
 
 @pytest.mark.parametrize("passing", [True, False])
 def test_pytests_status_output_threads_and_atexit_without_the_teardown(tmp_path, passing):
-    done, marks = _run(tmp_path, PYTEST_PROCESS, passing)
+    done, marks = _run(tmp_path, pytest_command(sys.executable), passing)
     assert done.returncode == (0 if passing else 1), done.stdout + done.stderr
     assert ("1 passed" if passing else "1 failed") in done.stdout
     assert marks == ["thread", "atexit"]
 
 
 def test_plain_pytest_tears_the_interpreter_down(tmp_path):
-    done, marks = _run(tmp_path, "pytest", True)
+    done, marks = _run(tmp_path, [sys.executable, "-m", "pytest"], True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert marks == ["thread", "atexit", "teardown"]
 
@@ -75,7 +75,7 @@ def test_the_report_runs_each_pass_with_it():
         shard, shard_durations, pytest_args, junit_path, output_dir = None, None, [], None, "reports"
 
     for pytest_pass in plan_passes(["suites"], NOT_RUN, cpus=2):
-        assert _pytest_command(Args(), pytest_pass, Path("r.json"))[:3] == [sys.executable, "-m", PYTEST_PROCESS]
+        assert _pytest_command(Args(), pytest_pass, Path("r.json"))[:3] == pytest_command(sys.executable)
 
 
 def test_a_pass_imports_no_renderer():
