@@ -1,6 +1,6 @@
 """Repository-level pytest configuration: Hypothesis profiles (the suites themselves ship with the package),
-single-threaded torch, compiled bytecode for the Python processes the test command starts, and xdist's
-work-stealing schedule."""
+single-threaded torch, compiled bytecode for the Python processes the test command starts, a frozen heap at their
+exit, and xdist's work-stealing schedule."""
 
 import os
 
@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 
 from harness.bytecode import share_bytecode
 from tests.gate import ALL, GATE, GateTable, cap_searches, selection_for
+from tests.interpreter_exit import freeze_heap_at_exit
 
 #: The selection of kvconform's own tests this run makes (tests.gate): the controller's, handed to its workers.
 SELECTION = pytest.StashKey[str]()
@@ -25,6 +26,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The test command starts some eighty Python processes (xdist workers; pytest and kvconform runs in tests/,
 # where a fresh process is the evidence): they share compiled bytecode (harness.bytecode).
 share_bytecode()
+
+# Registered early, so it runs after the atexit handlers of what the session imports later: the interpreter's exit
+# collections then skip the heap (tests.interpreter_exit), which kept each xdist worker alive about 3 s after its
+# last test.
+freeze_heap_at_exit()
 
 
 def pytest_addoption(parser):

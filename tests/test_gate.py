@@ -74,7 +74,8 @@ def test_a_plain_run_is_the_gate_and_full_runs_everything(tmp_path):
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "__init__.py").write_text("")
-    (tmp_path / "tests" / "gate.py").write_text((ROOT / "tests" / "gate.py").read_text())
+    for module in ("gate.py", "interpreter_exit.py"):  # what the conftest imports from tests/
+        (tmp_path / "tests" / module).write_text((ROOT / "tests" / module).read_text())
     (tmp_path / "tests" / "gate.toml").write_text('[deferred]\n"tests/test_slow.py" = "starts processes"\n')
     (tmp_path / "tests" / "test_slow.py").write_text("def test_slow():\n    pass\n")
     (tmp_path / "tests" / "test_quick.py").write_text("def test_quick():\n    pass\n")
