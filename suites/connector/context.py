@@ -84,6 +84,8 @@ class CheckContext:
         self._pools: dict[tuple, int] = {}  # pool_for_one's measurements
         self.exposure = Exposure()
         self.store_name = f"kvconform-{uuid.uuid4().hex[:8]}-{next(_counter)}"
+        #: Model names drawn per run (beside the store's name) -> how a failure's evidence names them.
+        self.model_names_shown: dict[str, str] = {}
         try:
             self.cls = target.load()
         except ConnectorLoadError as exc:
@@ -234,12 +236,14 @@ class CheckContext:
         TP size, `rank` and `group` (None: every one), and the cache salt and LoRA adapter of `request`, or the
         ones given (what a check stored a prompt with). The model name shows this check's store as `STORE_SHOWN`:
         the store's name is drawn afresh for every run (`store_name`), and a failure's evidence must read the same
-        on the same input; two model names still differ where the engines' do (what follows the store's name)."""
+        on the same input; two model names still differ where the engines' do (what follows the store's name). A
+        model name the check drew for this run shows as the name it registered in `model_names_shown`."""
         if request is not None:
             cache_salt, lora_request = request.cache_salt, request.lora_request
         dtypes = sorted({str(g.kv_cache_spec.dtype) for g in engine.kv_cache_config.kv_cache_groups
                          if hasattr(g.kv_cache_spec, "dtype")})
-        model = engine.config.model_config.model.replace(self.store_name, STORE_SHOWN)
+        model = engine.config.model_config.model
+        model = self.model_names_shown.get(model, model).replace(self.store_name, STORE_SHOWN)
         return KeyComponents(model=model, dtype="/".join(dtypes),
                              tp_size=engine.config.parallel_config.tensor_parallel_size, tp_rank=rank,
                              cache_salt=cache_salt, lora=getattr(lora_request, "lora_name", None), group=group)

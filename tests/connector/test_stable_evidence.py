@@ -9,13 +9,16 @@ from __future__ import annotations
 import pytest
 
 from harness.targets.connector.target import ConnectorTarget
+from reference_impl.engine.content import model_salt
 from suites.connector import test_isolation
 from suites.connector.context import STORE_SHOWN, CheckContext
 
 
-def _evidence(cls: str, test_name: str, preset: str, param: str) -> tuple[str, str]:
-    """(the failure message of one C30 run of `cls`, the store name that run drew)."""
+def _evidence(cls: str, test_name: str, preset: str, param: str, store: str | None = None) -> tuple[str, str]:
+    """(the failure message of one C30 run of `cls`, the store name that run drew, or `store` where given)."""
     ctx = CheckContext(ConnectorTarget(cls, f"tests.connector.buggy:{cls}", "--kv-connector"), preset, check_id="C30")
+    if store is not None:
+        ctx.store_name = store
     try:
         with pytest.raises(pytest.fail.Exception) as failed:
             getattr(test_isolation, test_name)(ctx, param)
@@ -37,3 +40,21 @@ def test_c30_evidence_is_the_same_on_every_run(cls, test_name, preset, param, ne
     assert first_store not in first and needle in first, first
     if "wrong reads" in first:
         assert "req_id" not in first, first
+
+
+def _store_where_b_shares_as_salt() -> str:
+    """A store name under which C30's model names `<store>/a` and `<store>/b` hash to one content salt (about one
+    store in 113 draws: the run where C30 must take another letter for its second model)."""
+    for n in range(10_000):
+        base = f"kvconform/deployments/kvconform-collide-{n}"
+        if model_salt(f"{base}/b") == model_salt(f"{base}/a"):
+            return f"kvconform-collide-{n}"
+    raise AssertionError("no store name among 10,000 makes the two model names share a salt")
+
+
+def test_c30_evidence_is_the_same_when_the_second_model_name_had_to_change():
+    args = ("ModelBlindKeysConnector", "test_c30_store_shared_across_deployments", "fa_only", "model")
+    colliding, store = _evidence(*args, store=_store_where_b_shares_as_salt())
+    ordinary, _ = _evidence(*args)
+    assert colliding == ordinary, f"{colliding}\n!=\n{ordinary}"
+    assert store not in colliding, colliding
