@@ -107,14 +107,17 @@ def make_side_fixtures(request: pytest.FixtureRequest, names: Sequence[str]) -> 
 
 def _one_round(side: Side, stats) -> None:
     args = side.setup()
+    if stats is None:
+        # Untimed (a test run): no freeze, which only evens out what a timed round pays the collector, while
+        # gc.unfreeze() would thaw the heap the session froze after collection (harness.plugins.collector_gc), so
+        # that every later collection of the run walked it again.
+        side.result = side.target(*args)
+        return
     if side.freeze:
         # vLLM's engine freezes its heap after start-up; do the same on both sides, outside the timed region.
         gc.collect()
         gc.freeze()
     try:
-        if stats is None:
-            side.result = side.target(*args)
-            return
         duration, side.result = side.fixture._make_runner(side.target, args, {})(None)
         stats.update(duration)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from suites.benchmarks.interleave import Side, rounds_capped, run_interleaved, timed_rounds
@@ -80,3 +82,20 @@ def test_a_bad_round_cap_names_the_variable(monkeypatch, cap):
     monkeypatch.setenv("KVCONFORM_BENCHMARK_MAX_ROUNDS", cap)
     with pytest.raises(ValueError, match=f"KVCONFORM_BENCHMARK_MAX_ROUNDS: {cap!r} is not accepted; expected a whole"):
         timed_rounds(True, 3)
+
+
+def test_an_untimed_pass_leaves_the_frozen_heap_frozen():
+    # The session freezes its heap after collection (harness.plugins.collector_gc); a benchmark run as a test must
+    # not thaw it, or every later collection of the run walks the whole heap again.
+    kept = [object() for _ in range(10)] + [[] for _ in range(10)]
+    was_frozen = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0, "gc.freeze() froze nothing: the check below could not fail"
+        run_interleaved([_logging_side("A", [], None), _logging_side("B", [], None)], rounds=1)
+        assert gc.get_freeze_count() == frozen, "the untimed pass unfroze the heap the session froze"
+    finally:
+        if not was_frozen:
+            gc.unfreeze()
+    del kept
