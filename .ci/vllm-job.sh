@@ -69,6 +69,13 @@ ALL_STEPS="matrix allocator upstream benchmarks connectors lmcache engine report
 # reads the same list). upstream (vLLM's own tests, judging the reference), the benchmarks and the report follow.
 JUDGED_STEPS="matrix allocator allocator-findings connectors lmcache engine scheduler-defects"
 ENGINE_CONNECTORS=(SimpleCPUOffloadConnector OffloadingConnector ExampleConnector)
+# The matrix is one process, the longest chain of a release's first phase (its cases, vLLM's model-info inspections
+# in its subprocesses, its wait for LMCache's absent server); the processes beside it whose verdicts do not depend on
+# timing (the connector list, the allocator step and its findings) run at this niceness, so that the kernel keeps a
+# core for the matrix and gives them the other and every moment the matrix waits, instead of sharing both cores
+# evenly. The connector steps, whose checks have wall-clock limits, keep the job's own niceness.
+BESIDE_MATRIX_NICE=10
+BESIDE_MATRIX=()  # the command prefix of those processes: (nice -n BESIDE_MATRIX_NICE) while a matrix runs
 # release:step -> why the step cannot run on that release yet: the registry's `gaps` (reviewed data, not a way
 # to silence a failure: each names the missing capability).
 declare -A KNOWN_GAPS=()
@@ -226,7 +233,7 @@ free_gib() {
 # connector steps' processes read instead of importing vLLM to check their options (REGISTERED_NAMES_ENV,
 # harness/targets/connector/vllm_facts.py).
 connectors_of() {
-    "$1/bin/python" -m harness.targets.connector.vllm_target --names-file "$2" | grep -x -e "--kv-connector=vllm:.*" \
+    "${BESIDE_MATRIX[@]}" "$1/bin/python" -m harness.targets.connector.vllm_target --names-file "$2" | grep -x -e "--kv-connector=vllm:.*" \
         | grep -v -x -e "--kv-connector=vllm:LMCacheMPConnector"  # the lmcache step runs it, with its server
 }
 
@@ -285,13 +292,6 @@ run_release() {
     # other's entries in the one default folder, and a second run inspects nothing.
     export VLLM_CACHE_ROOT=$CACHE_DIR/vllm-cache/vllm-$R
 
-    # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps for
-    # the connector steps that follow them.
-    local listing=$dir/.connectors-list listing_pid
-    rm -f "$dir/.connector-names"
-    connectors_of "$venv" "$dir/.connector-names" > "$listing" &
-    listing_pid=$!
-
     # ---- the release judged: the steps whose verdicts are about the release's own code (the config matrix, the
     # allocator, the connector suite on its connectors, LMCache's and its own scheduler), first; the `judged` row
     # says how long they took (wall, lmcache's install aside; the summary adds up their CPU seconds).
@@ -303,20 +303,29 @@ run_release() {
     elif era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
         run_beside "$R" matrix 0 "${PYTEST[@]}" suites/config -p no:xdist --vllm-version "$era" --hma-target vllm \
             --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
+        BESIDE_MATRIX=(nice -n "$BESIDE_MATRIX_NICE")
     else
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
     fi
+
+    # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps for
+    # the connector steps that follow them.
+    local listing=$dir/.connectors-list listing_pid
+    rm -f "$dir/.connector-names"
+    connectors_of "$venv" "$dir/.connector-names" > "$listing" &
+    listing_pid=$!
 
     # A release's allocator may fail scenarios because of its own bugs: those are reviewed findings
     # (harness/release/vllm_allocator_findings.toml), so the step accepts pytest's exit 1 and the next step
     # passes only when the failures are exactly the release's reviewed findings.
     if [[ -n $(gap "$R" allocator) ]]; then skip "$R" allocator "$(gap "$R" allocator)"; else
-        run_step "$R" allocator "0 1" "${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
+        run_step "$R" allocator "0 1" "${BESIDE_MATRIX[@]}" "${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
             --kvconform-results "$dir/results-allocator.json" --junitxml "$dir/junit-allocator.xml" \
-        && run_step "$R" allocator-findings 0 "$venv/bin/python" -m harness.release.allocator_findings \
+        && run_step "$R" allocator-findings 0 "${BESIDE_MATRIX[@]}" "$venv/bin/python" -m harness.release.allocator_findings \
             "$dir/results-allocator.json"
     fi
 
+    BESIDE_MATRIX=()
     # ---- the connector steps: connectors, lmcache, engine -----------------------------------------------
     # vLLM's connectors failing checks is a finding for the report ("vLLM X's connectors"), not a broken
     # job: only pytest exit statuses other than 0/1 fail these steps. Connectors that need a package or a GPU

@@ -97,15 +97,17 @@ def test_an_interrupted_job_still_writes_its_summary(tmp_path):
 #: workers do) and its end.
 STAND_IN = r'''#!/bin/bash
 log() { echo "$1 $2 $(date +%s.%N)" >> "$FAKE_LOG"; }
+niceness() { echo "$1 $(nice)" >> "$FAKE_LOG.nice"; }
 case "$*" in
   "-c import lmcache") exit 0 ;;
   -c*) echo v0.34; exit 0 ;;
-  "-m harness.targets.connector.vllm_target"*) echo "--kv-connector=vllm:ExampleConnector"; exit 0 ;;
-  *suites/config*) log start matrix; sleep 2; log end matrix; exit 0 ;;
-  *suites/allocator*) log start allocator; log end allocator; exit 0 ;;
+  "-m harness.targets.connector.vllm_target"*) niceness listing; echo "--kv-connector=vllm:ExampleConnector"; exit 0 ;;
+  "-m harness.release.allocator_findings"*) niceness allocator-findings; exit 0 ;;
+  *suites/config*) niceness matrix; log start matrix; sleep 2; log end matrix; exit 0 ;;
+  *suites/allocator*) niceness allocator; log start allocator; log end allocator; exit 0 ;;
   *suites/connector*)
     step=connectors; [[ $* == *LMCacheMPConnector* ]] && step=lmcache; [[ $* == *"--kv-engine vllm"* ]] && step=engine
-    log start $step; sleep 0.3
+    niceness $step; log start $step; sleep 0.3
     if [[ $* == *vllm_job_start_gate* ]]; then
       touch "$KVCONFORM_CI_START_AFTER.ready-$$-1" "$KVCONFORM_CI_START_AFTER.ready-$$-2"
       until [[ -e $KVCONFORM_CI_START_AFTER ]]; do sleep 0.05; done
@@ -137,6 +139,30 @@ def test_the_connector_steps_start_beside_the_matrix_and_check_one_after_another
     engine = [row for row in rows if row.startswith("| 0.34.0 | engine | ran |")]
     assert len(engine) == 1 and "s before its turn" in engine[0], rows
     assert any(row.startswith("| 0.34.0 | scheduler-defects | ran |") for row in rows), rows
+
+
+def test_the_processes_beside_the_matrix_yield_it_a_core_and_the_connector_steps_do_not(tmp_path):
+    """While the matrix (one process, the first phase's longest chain) runs, the connector list, the allocator step
+    and its findings run niced, so that the kernel keeps a core for the matrix; the matrix and the connector steps
+    (whose checks have wall-clock limits) keep the job's niceness. Without a matrix nothing is niced."""
+    venv = tmp_path / "venvs" / "vllm-0.34.0" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(STAND_IN)
+    (venv / "python").chmod(0o755)
+
+    def niceness(steps):
+        log = tmp_path / f"events-{len(steps)}"
+        done = _run(tmp_path, FAKE_LOG=str(log), KVCONFORM_CI_VLLM_RELEASES="0.34.0",
+                    KVCONFORM_CI_VLLM_VENV_ROOT=str(tmp_path / "venvs"), KVCONFORM_CI_VLLM_STEPS=steps)
+        assert done.returncode == 0, done.stdout + done.stderr
+        seen = dict(line.split() for line in Path(f"{log}.nice").read_text().splitlines())
+        return {step: int(value) - os.nice(0) for step, value in seen.items()}
+
+    assert niceness("matrix allocator connectors lmcache engine") == {
+        "matrix": 0, "listing": 10, "allocator": 10, "allocator-findings": 10, "connectors": 0, "lmcache": 0,
+        "engine": 0}
+    assert niceness("allocator connectors") == {"listing": 0, "allocator": 0, "allocator-findings": 0,
+                                                "connectors": 0}
 
 
 def test_the_start_gate_holds_each_xdist_worker_until_its_file_exists(tmp_path):
