@@ -6,6 +6,7 @@
 #               exactly its reviewed defects (harness/release/vllm_config_defects.toml, strict xfails); one
 #               process in the background, beside the allocator step,
 #   allocator   the allocator suite's scenarios on the release's KVCacheManager/BlockPool (`--kv-allocator vllm`),
+#               niced while the matrix runs (BESIDE_MATRIX_NICE),
 #   connectors  the connector suite on every connector the release registers (`--kv-connector vllm:Name`),
 #               LMCacheMPConnector aside (the next step); this step, lmcache and engine start beside the matrix
 #               once the allocator step has ended (imports, collection), and their checks wait for their turn, one
