@@ -234,7 +234,8 @@ free_gib() {
 # connector steps' processes read instead of importing vLLM to check their options (REGISTERED_NAMES_ENV,
 # harness/targets/connector/vllm_facts.py).
 connectors_of() {
-    "${BESIDE_MATRIX[@]}" "$1/bin/python" -m harness.targets.connector.vllm_target --names-file "$2" | grep -x -e "--kv-connector=vllm:.*" \
+    "${BESIDE_MATRIX[@]}" "$1/bin/python" -m harness.targets.connector.vllm_target --names-file "$2" \
+        | grep -x -e "--kv-connector=vllm:.*" \
         | grep -v -x -e "--kv-connector=vllm:LMCacheMPConnector"  # the lmcache step runs it, with its server
 }
 
@@ -309,8 +310,8 @@ run_release() {
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
     fi
 
-    # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps for
-    # the connector steps that follow them.
+    # The release's connector list (vLLM imported: seconds of CPU), made beside the matrix and allocator steps (niced
+    # with them) for the connector steps that follow them.
     local listing=$dir/.connectors-list listing_pid
     rm -f "$dir/.connector-names"
     connectors_of "$venv" "$dir/.connector-names" > "$listing" &

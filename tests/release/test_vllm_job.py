@@ -94,7 +94,7 @@ def test_an_interrupted_job_still_writes_its_summary(tmp_path):
 
 #: A stand-in for a release venv's python that logs "EVENT STEP TIME" lines: each step's start, the moment its
 #: checks begin (a connector step started early waits for its turn, as .ci/vllm_job_start_gate.py makes its
-#: workers do) and its end.
+#: workers do) and its end; and "STEP NICENESS" lines to FAKE_LOG.nice.
 STAND_IN = r'''#!/bin/bash
 log() { echo "$1 $2 $(date +%s.%N)" >> "$FAKE_LOG"; }
 niceness() { echo "$1 $(nice)" >> "$FAKE_LOG.nice"; }
