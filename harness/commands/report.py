@@ -130,12 +130,15 @@ def _junit_part(scratch: Path, pytest_pass: PytestPass) -> Path:
 
 
 def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[str]:
-    # `python -m pytest` that leaves without the interpreter's teardown
+    # `python -m pytest` that leaves without the interpreter's teardown. Every path goes in an option's `=` form:
+    # pytest takes a separate argument that names an existing path for a test path when it finds its rootdir, and
+    # an output folder outside the current one then moved the rootdir up to their common ancestor, so the test ids,
+    # which identify the cells without a cell record, held the folders' names (`new/suites/config/...`).
     command = [*pytest_command(sys.executable), "--pyargs", *pytest_pass.suites, "-p", "no:cacheprovider",
-               "-p", PROGRESS_PLUGIN, "-rfE", "--kvconform-results", str(results_path), *pytest_pass.options]
+               "-p", PROGRESS_PLUGIN, "-rfE", f"--kvconform-results={results_path}", *pytest_pass.options]
     if getattr(args, "junit_path", None):
-        command += ["--junitxml", str(_junit_part(results_path.parent, pytest_pass))]
-    command += ["--kvconform-report-path", str(Path(args.output_dir) / MARKDOWN_NAME)]  # the console points there
+        command += [f"--junitxml={_junit_part(results_path.parent, pytest_pass)}"]
+    command += [f"--kvconform-report-path={Path(args.output_dir) / MARKDOWN_NAME}"]  # the console points there
     command += ["-n", str(args.workers)] if pytest_pass.xdist else ["-p", "no:xdist"]
     if args.target:
         command += ["--hma-target", args.target]
@@ -148,7 +151,7 @@ def _pytest_command(args, pytest_pass: PytestPass, results_path: Path) -> list[s
     if args.shard:
         command += ["--shard", args.shard]
     if args.shard_durations:
-        command += ["--shard-durations", args.shard_durations]
+        command += [f"--shard-durations={args.shard_durations}"]
     return command + list(args.pytest_args)
 
 
@@ -210,11 +213,9 @@ def _run_pytest(args, pytest_pass: PytestPass, scratch: Path, monitor: ProgressM
         keep_for_good(args)
     except ResultsFileError as exc:
         raise UsageError(f"kvconform report: {exc}", EXIT_TARGET) from None
-    pytest_args = [portable_argument(argument) for argument in command[3:]]
-    for scratch_option in ("--kvconform-results", "--junitxml"):  # paths in a folder that is gone afterwards
-        if scratch_option in pytest_args:
-            position = pytest_args.index(scratch_option)
-            del pytest_args[position:position + 2]
+    # the scratch paths lie in a folder that is gone afterwards
+    pytest_args = [portable_argument(argument) for argument in command[3:]
+                   if not argument.startswith(("--kvconform-results=", "--junitxml="))]
     return results, {"pytest_args": pytest_args, "wall_seconds": round(wall, 3)}
 
 

@@ -305,7 +305,7 @@ def test_report_runs_the_suite_with_xdist_and_writes_three_files(tmp_path, capfd
     assert {e["id"].rsplit("::", 1)[1]: e["status"] for e in results.results} == {
         "test_cell[None]": "passed", "test_cell[False]": "failed"}
     assert results.run_info["report_wall_seconds"] > 0 and results.run_info["passes"][0]["workers"] == 2
-    assert "--kvconform-results" not in results.run_info["passes"][0]["pytest_args"]
+    assert not [a for a in results.run_info["passes"][0]["pytest_args"] if a.startswith("--kvconform-results")]
     assert results.run_info["target"] == "reference", "run_info names the target, also the default one"
     assert not any("kvconform-report-" in arg for arg in results.run_info["argv"]), "no temporary paths"
     assert str(tmp_path) not in json.dumps(results.to_json()), "no absolute path of this machine"
@@ -345,7 +345,8 @@ def test_report_junit_covers_every_pass(tmp_path, capfd, tiny_suite, monkeypatch
     assert not [p for p in root.iter("property") if p.get("name") == "kvconform"], "no record in JUnit"
     text = junit.read_text()
     assert str(REPO) not in text and str(tmp_path) not in text, "no absolute path of this machine"
-    assert all("--junitxml" not in p["pytest_args"] for p in results.run_info["passes"]), "no scratch paths"
+    assert not [a for p in results.run_info["passes"] for a in p["pytest_args"] if a.startswith("--junitxml")], \
+        "no scratch paths"
 
 
 def test_junit_option_spellings():
@@ -1000,3 +1001,22 @@ def test_diff_keeps_releases_apart_within_one_run_of_several(tmp_path, capsys):
     b, h = write_results(tmp_path / "b.json", both), write_results(tmp_path / "h.json", both[1:])
     status, out, _ = run_cli(capsys, "diff", b, h)
     assert status == 3 and "(vLLM" not in out, "a merged run of two releases is compared as it is"
+
+
+
+
+def test_a_second_run_into_an_output_folder_elsewhere_keeps_the_test_ids(tmp_path, capfd, monkeypatch):
+    """An output folder outside the checkout must not move pytest's rootdir (pytest took a separate argument naming
+    an existing path, such as the report a second run writes over, for a test path): a cell without a cell record
+    is identified by its test id, so from the second run on such tests were named `test_invariants.py::...` (or,
+    for two clones side by side writing beside them, `new/suites/...` and `old/suites/...`), and two runs shared
+    none of those cells (`kvconform diff`: "scopes differ"; `kvconform merge`: each twice)."""
+    monkeypatch.chdir(REPO)
+    out_dir = tmp_path / "out"
+    for run in ("first run", "second run, over the first's report"):
+        status = main(["report", "--suite", "suites.config", "--vllm-version", "seed", "-n", "0",
+                       "--output-dir", str(out_dir), "--", "-k", "test_config_invariant"])
+        capfd.readouterr()
+        assert status == 0
+        ids = [e["id"] for e in load_results(out_dir / "results.json.gz").results]
+        assert ids and all(i.startswith("suites/config/test_invariants.py::") for i in ids), f"{run}: {ids[:2]}"
