@@ -304,7 +304,7 @@ run_release() {
     if [[ -n $(gap "$R" matrix) ]]; then skip "$R" matrix "$(gap "$R" matrix)"
     elif era=$(era_of "$venv" "$R" 2>"$dir/era.err"); then
         run_beside "$R" matrix 0 "${PYTEST[@]}" suites/config -p no:xdist --vllm-version "$era" --hma-target vllm \
-            --kvconform-results "$dir/results-config.json" --junitxml "$dir/junit-config.xml"
+            --kvconform-results="$dir/results-config.json" --junitxml="$dir/junit-config.xml"
         BESIDE_MATRIX=(nice -n "$BESIDE_MATRIX_NICE")
     else
         skip "$R" matrix "$(tail -n 1 "$dir/era.err")"
@@ -322,7 +322,7 @@ run_release() {
     # passes only when the failures are exactly the release's reviewed findings.
     if [[ -n $(gap "$R" allocator) ]]; then skip "$R" allocator "$(gap "$R" allocator)"; else
         run_step "$R" allocator "0 1" "${BESIDE_MATRIX[@]}" "${PYTEST[@]}" suites/allocator -n 2 --kv-allocator vllm \
-            --kvconform-results "$dir/results-allocator.json" --junitxml "$dir/junit-allocator.xml" \
+            --kvconform-results="$dir/results-allocator.json" --junitxml="$dir/junit-allocator.xml" \
         && run_step "$R" allocator-findings 0 "${BESIDE_MATRIX[@]}" "$venv/bin/python" -m harness.release.allocator_findings \
             "$dir/results-allocator.json"
     fi
@@ -346,7 +346,7 @@ run_release() {
         else
             chain+=(connectors)
             connectors_cmd=("${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
-                "${connectors[@]}" --kvconform-results "$dir/results-connectors.json" --junitxml "$dir/junit-connectors.xml")
+                "${connectors[@]}" --kvconform-results="$dir/results-connectors.json" --junitxml="$dir/junit-connectors.xml")
         fi
     fi
 
@@ -359,7 +359,7 @@ run_release() {
             chain+=(lmcache)
             lmcache_cmd=(env LMCACHE_DISABLE_BANNER=1 "${PYTEST[@]}" suites/connector -n 2 \
                 -W ignore::DeprecationWarning --kv-connector vllm:LMCacheMPConnector --kv-connector-timeout 180 \
-                --kvconform-results "$dir/results-lmcache.json" --junitxml "$dir/junit-lmcache.xml")
+                --kvconform-results="$dir/results-lmcache.json" --junitxml="$dir/junit-lmcache.xml")
         else
             skip "$R" lmcache "lmcache is not importable in $venv (scripts/install-lmcache.sh $venv)"
         fi
@@ -382,8 +382,8 @@ run_release() {
         else
             chain+=(engine)
             engine_cmd=("${PYTEST[@]}" suites/connector -n 2 -W ignore::DeprecationWarning \
-                --kv-engine vllm "${engine_connectors[@]}" --kvconform-results "$dir/results-engine.json" \
-                --junitxml "$dir/junit-engine.xml")
+                --kv-engine vllm "${engine_connectors[@]}" --kvconform-results="$dir/results-engine.json" \
+                --junitxml="$dir/junit-engine.xml")
         fi
     fi
 
@@ -433,7 +433,7 @@ run_release() {
     if [[ -n $(gap "$R" benchmarks) ]]; then skip "$R" benchmarks "$(gap "$R" benchmarks)"; else
         KVCONFORM_BENCHMARK_MAX_ROUNDS=1 run_beside "$R" benchmarks 0 "${PYTEST[@]}" \
             suites/benchmarks/test_allocator_throughput.py suites/benchmarks/test_block_pool_throughput.py -p no:xdist \
-            --kvconform-results "$dir/results-benchmarks.json" --junitxml "$dir/junit-benchmarks.xml"
+            --kvconform-results="$dir/results-benchmarks.json" --junitxml="$dir/junit-benchmarks.xml"
     fi
 
     # The whole tests/v1/core folder; the floor is the release's recorded pass rate on it
