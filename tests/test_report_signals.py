@@ -74,7 +74,8 @@ def test_signal_stops_the_whole_run(tmp_path, signum):
         # the controller and both xdist workers are running (and the sleeping tests have started)
         _wait_for(lambda: len(group_members(child)) >= 3, 120, "pytest-xdist workers in pytest's process group")
         cmdline = Path(f"/proc/{child}/cmdline").read_text().split("\0")
-        scratch = Path(cmdline[cmdline.index("--kvconform-results") + 1]).parent
+        results_option = next(arg for arg in cmdline if arg.startswith("--kvconform-results="))
+        scratch = Path(results_option.partition("=")[2]).parent
         assert scratch.is_dir()
         time.sleep(1.0)
         parent.send_signal(signum)
