@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import sys
 
 from harness.errors import EXIT_USAGE, UsageError, choice_ignoring_case, did_you_mean, unrecognized_argument
+from harness.process_exit import leave_without_teardown
 
 # Subcommand name -> module under harness.commands. Each module has register() and run().
 COMMANDS = {
@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             # The command's output is written and flushed; what it kept (a report run's tens of thousands of
             # entries) is left to the operating system instead of being freed object by object (about a CPU
             # second after a full `kvconform report`, on the command's critical path).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
+            leave_without_teardown(status)
         return status
     except UsageError as exc:
         text = str(exc)

@@ -52,6 +52,7 @@ Two entries describe the same *cell* when their suite and cell agree (or, withou
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -173,17 +174,12 @@ def status_of(entry: dict[str, Any]) -> str:
 def sort_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Entries in a deterministic order, independent of how xdist scheduled the tests: by run, test id and
     `cell_key` (as one stable sort by the three would order them)."""
-    ordered = sorted(entries, key=_run_and_id)
     # The cell key (a JSON text per cell) decides only between entries of one run and test id, which few share: it
     # is made for those alone (making it for every entry was most of the sort's time on a full run).
-    start = 0
-    while start < len(ordered):
-        end, first = start + 1, _run_and_id(ordered[start])
-        while end < len(ordered) and _run_and_id(ordered[end]) == first:
-            end += 1
-        if end - start > 1:
-            ordered[start:end] = sorted(ordered[start:end], key=cell_key)
-        start = end
+    ordered: list[dict[str, Any]] = []
+    for _, tied in itertools.groupby(sorted(entries, key=_run_and_id), key=_run_and_id):
+        tied = list(tied)
+        ordered += sorted(tied, key=cell_key) if len(tied) > 1 else tied
     return ordered
 
 

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import threading
 
+from harness.process_exit import leave_without_teardown
+
 # The job comes on stdin once the parent sends it: the interpreter may start (and import the suite) while the
 # storing process still runs; the connector is built, and its store read, only after.
 _FRESH_SCRIPT = """
@@ -117,9 +119,7 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
         answers.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_without_teardown(0)
 
 
 def _child(request: dict) -> None:
