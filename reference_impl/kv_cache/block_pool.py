@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from itertools import islice
 
 from reference_impl.kv_cache.kv_cache_utils import (
     BlockHashListWithBlockSize,
@@ -601,8 +602,11 @@ class BlockPool:
         appended in the given order (evicted last), unless `evict_first` (their contents are held by
         another tier): then they are prepended too. Callers pass a request's blocks tail first.
         """
-        if type(ordered_blocks) is list and len(ordered_blocks) == 1 and ordered_blocks[0].pool is self._weak_self \
-                and not evict_first:
+        if type(ordered_blocks) is not list or evict_first:
+            self._free_in_one_pass(ordered_blocks, evict_first, [])
+            return
+        if len(ordered_blocks) == 1 and ordered_blocks[0].pool is self._weak_self:
+            # A single block (a window's block leaving it, a decode's last block), without a loop.
             block = ordered_blocks[0]
             rc = block.ref_cnt - 1
             if rc < 0:
@@ -622,6 +626,52 @@ class BlockPool:
                 queue.front.append(block)
             queue.num_free_blocks += 1
             return
+        # The usual list: this pool's blocks, each held once, bound for the head (unhashed, or caching off).
+        # They are released in a loop that only checks and counts down, then stacked on `front` with one
+        # extend; the first block that needs more (hashed, shared, foreign, null, already free) hands the
+        # rest of the list, with the blocks released before it, to the full pass.
+        own = self._weak_self
+        if self.enable_caching:
+            for block in ordered_blocks:
+                if block.ref_cnt != 1 or block.pool is not own or block.block_hash is not None:
+                    break
+                block.ref_cnt = 0
+            else:
+                queue = self.free_block_queue
+                queue.front += reversed(ordered_blocks)
+                queue.num_free_blocks += len(ordered_blocks)
+                return
+        else:
+            for block in ordered_blocks:
+                if block.ref_cnt != 1 or block.pool is not own:
+                    break
+                block.ref_cnt = 0
+            else:
+                queue = self.free_block_queue
+                queue.front += reversed(ordered_blocks)
+                queue.num_free_blocks += len(ordered_blocks)
+                return
+        stop = self._released_run_length(ordered_blocks, block)
+        if stop:
+            self._free_in_one_pass(islice(ordered_blocks, stop, None), False, ordered_blocks[:stop])
+        else:
+            self._free_in_one_pass(ordered_blocks, False, [])
+
+    def _released_run_length(self, ordered_blocks: list[KVCacheBlock], stopper: KVCacheBlock) -> int:
+        """How many leading blocks `free_blocks`' first loop released before `stopper` stopped it.
+
+        That is `stopper`'s position, unless the loop released `stopper` itself earlier in the list (the
+        same block listed twice): then its count is 0 while it is on no queue yet (no prev link, not on
+        `front`), and the loop stopped at its next occurrence."""
+        stop = ordered_blocks.index(stopper)
+        if stopper.ref_cnt == 0 and stopper.pool is self._weak_self and stopper.prev_free_block is None \
+                and stopper not in self.free_block_queue.front:
+            stop = ordered_blocks.index(stopper, stop + 1)
+        return stop
+
+    def _free_in_one_pass(self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool,
+                          to_head: list[KVCacheBlock]) -> None:
+        """`free_blocks` for any iterable, after the blocks in `to_head` were released (bound for the head)."""
         # One pass: the blocks reaching 0 that go to the head are collected in the given order, then put on
         # the queue's `front` reversed (the first of them on top: the head); those that go to the tail are
         # chained as they come, hung off the pool's scratch node so the loop has no first-block branch, and
@@ -629,7 +679,6 @@ class BlockPool:
         # foreign blocks to the slow branch.
         own = self._weak_self
         keep_keyed = self.enable_caching and not evict_first
-        to_head = []
         t_start = t_last = self._tail_chain
         num_to_tail = 0
         foreign = None
