@@ -103,6 +103,12 @@ def test_free_blocks_matches_the_model(seed):
     assert got_refs == want_refs, f"{where}: reference counts {got_refs}, expected {want_refs}"
     assert _queue(pool) == want_queue, f"{where}: free queue {_queue(pool)}, expected {want_queue}"
     assert pool.get_num_free_blocks() == len(want_queue), f"{where}: free count disagrees with the queue"
+    keyed_on_front = [b.block_id for b in pool.free_block_queue.front if b.block_hash is not None]
+    assert not keyed_on_front, f"{where}: keyed blocks {keyed_on_front} sit on front, where handing out skips eviction"
+    handed_out = pool.get_new_blocks(pool.get_num_free_blocks())
+    assert [b.block_id for b in handed_out] == want_queue, f"{where}: the free queue is handed out head first"
+    still_keyed = [b.block_id for b in handed_out if b.block_hash is not None]
+    assert not still_keyed, f"{where}: blocks {still_keyed} were handed out with their prefix-cache keys"
 
 
 def test_a_block_listed_twice_raises_after_releasing_the_blocks_before_it():

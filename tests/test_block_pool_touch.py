@@ -50,7 +50,7 @@ def test_hit_on_a_tail_block_leaves_front_unlinked():
     assert cached[0].ref_cnt == 1 and cached[0].prev_free_block is None and cached[0].next_free_block is None
 
 
-def test_hit_on_a_front_block_takes_only_that_block_off_front():
+def test_keyed_blocks_freed_to_the_head_are_linked_and_a_hit_unlinks_them():
     pool = BlockPool(10, enable_caching=True, hash_block_size=4)
     tail = pool.get_new_blocks(1)  # 1
     _cache(pool, tail, "t")
@@ -59,11 +59,26 @@ def test_hit_on_a_front_block_takes_only_that_block_off_front():
     hashes = _cache(pool, held, "h")
     pool.free_blocks(list(reversed(held)), evict_first=True)  # 3, 2 to the head, 3 the head
     assert _queue(pool) == [3, 2, 4, 5, 6, 7, 8, 9, 1]
-    pool.touch(pool.get_cached_block(hashes[0], [0]))  # block 2, under block 3 on front
+    assert _front(pool) == [], "keyed blocks never sit on front: front is linked in and they are linked before it"
+    pool.touch(pool.get_cached_block(hashes[0], [0]))  # block 2, linked between 3 and 4
     assert _queue(pool) == [3, 4, 5, 6, 7, 8, 9, 1]
-    assert _front(pool) == [3, 4, 5, 6, 7, 8, 9], "front loses the touched block and stays a stack"
     assert pool.get_num_free_blocks() == 8
     assert [b.block_id for b in pool.get_new_blocks(2)] == [3, 4], "the head is handed out first, as before"
+    assert pool.get_cached_block(hashes[1], [0]) is None, "block 3's key was evicted as it was handed out"
+
+
+def test_a_free_block_on_front_is_linked_in_before_it_takes_a_key():
+    pool = BlockPool(10, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(2)  # 1, 2
+    pool.free_blocks(list(reversed(blocks)))  # unhashed: 2, 1 to the head (front)
+    assert _front(pool)[:2] == [2, 1]
+    hashes = _cache(pool, [blocks[1]], "f")  # block 2, free, takes a key
+    assert _front(pool) == [], "front was linked in first"
+    assert _queue(pool) == [2, 1, 3, 4, 5, 6, 7, 8, 9], "in the same order"
+    assert pool.get_cached_block(hashes[0], [0]) == [blocks[1]]
+    again = pool.get_new_blocks(1)
+    assert again == [blocks[1]] and again[0].block_hash is None, "handed out from the head, its key evicted"
+    assert pool.get_cached_block(hashes[0], [0]) is None
 
 
 def test_blocks_handed_out_past_front_carry_no_prev_link():
@@ -89,3 +104,15 @@ def test_remove_of_a_block_that_is_not_free_raises():
     with pytest.raises(RuntimeError, match="not free"):
         pool.free_block_queue.remove(block)
     assert _queue(pool) == [2, 3], "a refused remove changes nothing"
+
+
+def test_a_free_block_on_front_is_linked_in_before_it_takes_a_partial_key():
+    pool = BlockPool(10, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(2)  # 1, 2
+    pool.free_blocks(list(reversed(blocks)))  # unhashed: 2, 1 to the head (front)
+    key = pool.cache_partial_block(_Req("p", 1), blocks[1], 4, 0, 16)  # block 2, free, 4 of its 16 tokens
+    assert _front(pool) == [], "front was linked in first"
+    assert _queue(pool) == [2, 1, 3, 4, 5, 6, 7, 8, 9], "in the same order"
+    again = pool.get_new_blocks(1)
+    assert again == [blocks[1]] and again[0].block_hash is None, "handed out from the head, its key evicted"
+    assert pool.cached_block_hash_to_block.get_one_block(key) is None

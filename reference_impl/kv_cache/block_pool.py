@@ -273,6 +273,8 @@ class BlockPool:
                 if held is None or held >= (i + 1) * block_size:
                     raise AssertionError("The block already has a hash. This should not happen.")
                 self._emit_block_removed_events(self._remove_cached_block_hashes(block))
+            elif block.ref_cnt == 0 and block.prev_free_block is None:
+                self.free_block_queue.link_front()  # a free block on `front` takes no key (see get_new_blocks)
             key = hashes[(i + 1) * k - 1] + suffix
             block.block_hash = key
             block.block_hash_num_tokens = (i + 1) * block_size
@@ -429,6 +431,8 @@ class BlockPool:
         if block.block_hash == key or self.cached_block_hash_to_block.contain(key, block.block_id):
             return
         if block.block_hash is None:
+            if block.ref_cnt == 0 and block.prev_free_block is None and not block.is_null:
+                self.free_block_queue.link_front()  # a free block on `front` takes no key (see get_new_blocks)
             block.block_hash = key
             block.block_hash_num_tokens = num_tokens
         else:
@@ -475,15 +479,10 @@ class BlockPool:
                 out = front[:-num_blocks - 1:-1]
                 del front[-num_blocks:]
             queue.num_free_blocks -= num_blocks
-            if self.enable_caching:
-                for block in out:
-                    # only a block freed with evict_first (or cached while free) still has a key here
-                    if block.block_hash is not None:
-                        self._evict_cached(block)
-                    block.ref_cnt = 1
-            else:
-                for block in out:
-                    block.ref_cnt = 1
+            # No block on `front` has a key, so none is evicted here: a free block is linked in before it takes
+            # one (cache_full_blocks, _insert_block_hash), and keyed blocks freed to the head are linked there.
+            for block in out:
+                block.ref_cnt = 1
             if self._reuse_watchers:
                 self._notify_reuse(out)
             return out
@@ -583,8 +582,8 @@ class BlockPool:
             if block.ref_cnt == 0:
                 prev = block.prev_free_block
                 if prev is None:
-                    # No prev link: the block is on `front` (rare for a hit: a cached block freed with
-                    # evict_first, or cached while free); the queue takes it off without linking the rest.
+                    # No prev link: the block is on `front` (never for a hit: no block there has a key);
+                    # the queue takes it off without linking the rest.
                     queue.remove(block)
                 else:
                     # The usual hit: a cached block freed to the tail, unlinked in place.
@@ -705,13 +704,18 @@ class BlockPool:
         finally:
             # Also when a block's count would go negative: the blocks released before it join the queue.
             queue = self.free_block_queue
-            if to_head:
-                to_head.reverse()
-                queue.front += to_head
             if num_to_tail:
                 tail = queue._tail
                 _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
-            queue.num_free_blocks += len(to_head) + num_to_tail
+                queue.num_free_blocks += num_to_tail
+            if not to_head:
+                pass
+            elif evict_first and self.enable_caching and any(b.block_hash is not None for b in to_head):
+                queue.prepend_n(to_head)  # keyed blocks stay off `front`: linked in at the head, in order
+            else:
+                to_head.reverse()
+                queue.front += to_head
+                queue.num_free_blocks += len(to_head)
         if foreign:
             self._free_foreign_blocks(foreign, evict_first)
 
