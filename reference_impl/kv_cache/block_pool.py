@@ -1,8 +1,9 @@
 """Block metadata, the free queue, the prefix-cache map and `BlockPool` (vLLM 0.33 `v1/core` semantics).
 
 Hot paths (get_new_blocks, free_blocks, touch) work on the free queue inline instead of calling its methods
-per block: blocks freed to the head go on the queue's `front` stack and are handed out from there by slicing,
-the rest of the intrusive free list is linked and unlinked in place. This module is what the throughput
+per block: blocks freed to the head go on the queue's `front` stack and are handed out from there by slicing
+(no block there carries a prefix-cache key, so none is evicted on the way out), the rest of the intrusive free
+list is linked and unlinked in place. This module is what the throughput
 benchmarks measure.
 """
 
