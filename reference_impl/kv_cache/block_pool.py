@@ -626,31 +626,21 @@ class BlockPool:
                 queue.front.append(block)
             queue.num_free_blocks += 1
             return
-        # The usual list: this pool's blocks, each held once, bound for the head (unhashed, or caching off).
-        # They are released in a loop that only checks and counts down, then stacked on `front` with one
-        # extend; the first block that needs more (hashed, shared, foreign, null, already free) hands the
-        # rest of the list, with the blocks released before it, to the full pass.
+        # The usual list: this pool's blocks, each held once, unhashed (so bound for the head). They are
+        # released in a loop that only checks and counts down, then stacked on `front` with one extend; the
+        # first block that needs more (hashed, shared, foreign, null, already free) hands the rest of the list,
+        # with the blocks released before it, to the full pass (which also sends a keyed block to the head
+        # when caching is off).
         own = self._weak_self
-        if self.enable_caching:
-            for block in ordered_blocks:
-                if block.ref_cnt != 1 or block.pool is not own or block.block_hash is not None:
-                    break
-                block.ref_cnt = 0
-            else:
-                queue = self.free_block_queue
-                queue.front += reversed(ordered_blocks)
-                queue.num_free_blocks += len(ordered_blocks)
-                return
+        for block in ordered_blocks:
+            if block.ref_cnt != 1 or block.pool is not own or block.block_hash is not None:
+                break
+            block.ref_cnt = 0
         else:
-            for block in ordered_blocks:
-                if block.ref_cnt != 1 or block.pool is not own:
-                    break
-                block.ref_cnt = 0
-            else:
-                queue = self.free_block_queue
-                queue.front += reversed(ordered_blocks)
-                queue.num_free_blocks += len(ordered_blocks)
-                return
+            queue = self.free_block_queue
+            queue.front += reversed(ordered_blocks)
+            queue.num_free_blocks += len(ordered_blocks)
+            return
         stop = self._released_run_length(ordered_blocks, block)
         if stop:
             self._free_in_one_pass(islice(ordered_blocks, stop, None), False, ordered_blocks[:stop])
