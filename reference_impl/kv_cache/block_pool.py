@@ -519,14 +519,15 @@ class BlockPool:
             cache_map = self.cached_block_hash_to_block
             ids = cache_map._ids
             dups = cache_map._dup_ids
-            # Eviction inline when a key has one block, no block has extra keys and no event is queued
-            # (extra keys are only ever removed while handing out, so the check holds for the whole call).
+            # Eviction inline when no block has extra keys and no event is queued (extra keys are only ever
+            # removed while handing out, so the check holds for the whole call) and the key names one block (a
+            # key several blocks share, in `dups`, is popped through the map).
             inline = not self.enable_kv_cache_events and not self.cached_block_hashes_by_block
             for _ in range(num_blocks):
                 append(cur)
                 key = cur.block_hash
                 if key is not None:
-                    if inline and not dups:
+                    if inline and (not dups or key not in dups):
                         if ids.get(key) == cur.block_id:
                             del ids[key]
                         cur.block_hash = cur.block_hash_num_tokens = None

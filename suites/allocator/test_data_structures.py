@@ -124,6 +124,21 @@ def test_duplicate_keys_keep_both_blocks(target):
     assert ids(pool.get_cached_block(next(iter(entries))[:-4], [0])) == [1], "lookup returns the first inserted"
 
 
+def test_reuse_evicts_each_key_while_a_shared_key_stays_on_its_other_block(target):
+    pool = target.make_block_pool(6, enable_caching=True, hash_block_size=4)
+    shared, other = pool.get_new_blocks(1), pool.get_new_blocks(1)  # 1, 2
+    keys_shared = _cache(target, pool, shared, "same")
+    keys_other = _cache(target, pool, other, "other")
+    twin = pool.get_new_blocks(1)  # 3, held: the second block under the shared key
+    _cache(target, pool, twin, "same")
+    pool.free_blocks(other + shared)  # both cached: to the tail, 2 then 1
+    got = pool.get_new_blocks(5 - 1)  # 4, 5 (never used), then 2 and 1, evicted as they are handed out
+    assert ids(got) == [4, 5, 2, 1], "unused blocks first, then the cached ones in the order they were freed"
+    assert all(target.block_key(b) is None for b in got), "every block handed out lost its key"
+    assert pool.get_cached_block(keys_other[0], [0]) is None, "a key with one block leaves the map with it"
+    assert ids(pool.get_cached_block(keys_shared[0], [0])) == [3], "a shared key stays, on the block still holding it"
+
+
 @pytest.mark.needs('default_none_hash_seed')
 def test_hash_chain_matches_independent_oracle(target):
     tokens = list(range(100, 155))  # 55 tokens, hash block 16 -> 3 full blocks
