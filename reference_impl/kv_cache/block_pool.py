@@ -3,8 +3,7 @@
 Hot paths (get_new_blocks, free_blocks, touch) work on the free queue inline instead of calling its methods
 per block: blocks freed to the head go on the queue's `front` stack and are handed out from there by slicing
 (no block there carries a prefix-cache key, so none is evicted on the way out), the rest of the intrusive free
-list is linked and unlinked in place. This module is what the throughput
-benchmarks measure.
+list is linked and unlinked in place. This module is what the throughput benchmarks measure.
 """
 
 from __future__ import annotations
@@ -643,10 +642,7 @@ class BlockPool:
             queue.num_free_blocks += len(ordered_blocks)
             return
         stop = self._released_run_length(ordered_blocks, block)
-        if stop:
-            self._free_in_one_pass(islice(ordered_blocks, stop, None), False, ordered_blocks[:stop])
-        else:
-            self._free_in_one_pass(ordered_blocks, False, [])
+        self._free_in_one_pass(islice(ordered_blocks, stop, None), False, ordered_blocks[:stop])
 
     def _released_run_length(self, ordered_blocks: list[KVCacheBlock], stopper: KVCacheBlock) -> int:
         """How many leading blocks `free_blocks`' first loop released before `stopper` stopped it.
@@ -700,14 +696,13 @@ class BlockPool:
                 tail = queue._tail
                 _splice(tail.prev_free_block, t_start.next_free_block, t_last, tail)
                 queue.num_free_blocks += num_to_tail
-            if not to_head:
-                pass
-            elif evict_first and self.enable_caching and any(b.block_hash is not None for b in to_head):
-                queue.prepend_n(to_head)  # keyed blocks stay off `front`: linked in at the head, in order
-            else:
-                to_head.reverse()
-                queue.front += to_head
-                queue.num_free_blocks += len(to_head)
+            if to_head:
+                if evict_first and self.enable_caching and any(b.block_hash is not None for b in to_head):
+                    queue.prepend_n(to_head)  # keyed blocks stay off `front`: linked in at the head, in order
+                else:
+                    to_head.reverse()
+                    queue.front += to_head
+                    queue.num_free_blocks += len(to_head)
         if foreign:
             self._free_foreign_blocks(foreign, evict_first)
 

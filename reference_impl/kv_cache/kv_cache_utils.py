@@ -155,8 +155,9 @@ class FreeKVCacheBlockQueue:
     The head is reused first; with prefix caching the queue doubles as the LRU list of evictable cached
     blocks. The queue's order is `front` from its last element to its first, then the linked list;
     `num_free_blocks` counts both. A pool keeps on `front` the blocks it frees to the head (unhashed ones,
-    reused first, LIFO; never a block with a prefix-cache key) and a new pool's blocks: handing them out is a slice of a list, without link surgery,
-    and the usual next allocation takes back exactly the blocks freed last. The order is vLLM's.
+    reused first, LIFO; never a block with a prefix-cache key) and a new pool's blocks: handing them out is a
+    slice of a list, without link surgery, and the usual next allocation takes back exactly the blocks freed
+    last. The order is vLLM's.
 
     Blocks on `front` carry no prev link (None; their next link may be stale), while every linked block has
     one: that tells the two apart in O(1), and `remove` takes a block off `front` without linking the rest.
